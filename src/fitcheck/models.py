@@ -1,0 +1,302 @@
+"""Pydantic models: the data contracts between sources, engine, hardware, planner and renderers.
+
+All models are frozen and forbid unknown fields, so a typo in a preset or a JSON document is an
+error rather than a silently ignored key. Byte counts are integers and their names end in
+``_bytes`` (style.md rule 5).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = 1
+
+Method = Literal["full", "lora", "qlora"]
+Precision = Literal["bf16", "fp16", "fp32"]
+Optimizer = Literal["adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"]
+Attention = Literal["eager", "sdpa", "flash", "xformers"]
+Trainer = Literal["generic", "hf", "torchtune", "axolotl", "llamafactory", "mlx", "kohya"]
+Backend = Literal["cuda", "rocm", "mps", "cpu"]
+PhaseName = Literal["forward", "backward", "optimizer_step"]
+VerdictName = Literal["fits", "tight", "does_not_fit"]
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "nf4", "fp4"]
+
+OPTIMIZERS: tuple[str, ...] = Optimizer.__args__  # type: ignore[attr-defined]
+ATTENTIONS: tuple[str, ...] = Attention.__args__  # type: ignore[attr-defined]
+TRAINERS: tuple[str, ...] = Trainer.__args__  # type: ignore[attr-defined]
+METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
+PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
+BACKENDS: tuple[str, ...] = Backend.__args__  # type: ignore[attr-defined]
+
+
+class Frozen(BaseModel):
+    """Base: immutable, strict about unknown keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DecoderArch(Frozen):
+    """A decoder-only transformer, in the terms that decide its memory.
+
+    Field names follow the Hugging Face ``config.json`` vocabulary where one exists; derived values
+    (head_dim, kv heads) are resolved when the architecture is built from a config
+    (``fitcheck.sources.hf_config``), so every field here is explicit.
+    """
+
+    model_type: str = Field(description="Hugging Face model_type: llama, qwen2, gemma2, mixtral, gpt2, ...")
+    hidden_size: int = Field(gt=0)
+    num_layers: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0, description="dense MLP width (0-expert models) or dense-layer width")
+    vocab_size: int = Field(gt=0)
+    tie_embeddings: bool = False
+    mlp: Literal["gated", "plain"] = "gated"
+    activation: str = "silu"
+    norm: Literal["rms", "layer"] = "rms"
+    norms_per_layer: int = Field(default=2, ge=1, description="2 (pre-attn, pre-MLP); 4 for Gemma 2/3")
+    qk_norm: bool = Field(default=False, description="per-head RMSNorm on q and k (Qwen3, Gemma 3)")
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    fused_qkv: bool = Field(default=False, description="one qkv projection (Phi-3 qkv_proj, GPT-2 c_attn)")
+    fused_gate_up: bool = Field(default=False, description="one gate+up projection (Phi-3 gate_up_proj)")
+    learned_positions: int = Field(default=0, ge=0, description="rows of a learned position table (GPT-2)")
+    num_experts: int = Field(default=0, ge=0)
+    experts_per_token: int = Field(default=0, ge=0)
+    moe_intermediate_size: int = Field(default=0, ge=0)
+    shared_expert_intermediate_size: int = Field(default=0, ge=0)
+    moe_layers: int = Field(default=0, ge=0, description="how many layers are MoE (the rest are dense)")
+    final_logit_softcapping: float | None = None
+    attn_logit_softcapping: float | None = None
+    sliding_window: int | None = None
+    extra_params: int = Field(
+        default=0, ge=0, description="frozen parameters outside the decoder (a vision tower), kept in memory"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> DecoderArch:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        if self.num_experts and not (0 < self.experts_per_token <= self.num_experts):
+            raise ValueError("num_experts_per_tok must be between 1 and num_experts")
+        if self.moe_layers > self.num_layers:
+            raise ValueError("more MoE layers than layers")
+        return self
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+
+class TensorGroup(Frozen):
+    """Parameters of one kind, with the dtype they are stored in on disk (from safetensors headers)."""
+
+    name: str
+    numel: int = Field(ge=0)
+    dtype: str
+
+
+class ModelSpec(Frozen):
+    """A model as fitcheck knows it: where it came from, its architecture, exact counts when known."""
+
+    id: str
+    name: str
+    source_kind: Literal["size", "preset", "hf_config", "safetensors"]
+    hf_id: str | None = None
+    source: str | None = Field(default=None, description="where the architecture figures come from")
+    arch: DecoderArch
+    declared_params: int | None = Field(default=None, description="published or header-exact count")
+    file_groups: tuple[TensorGroup, ...] = Field(
+        default=(), description="tensor groups read from safetensors headers (exact counts and dtypes)"
+    )
+    notes: tuple[str, ...] = ()
+
+
+class TrainingSetup(Frozen):
+    """What the user asked for. Defaults are documented in docs/cli.md."""
+
+    method: Method = "lora"
+    dora: bool = False
+    batch_size: int = Field(default=1, ge=1, le=65536)
+    grad_accum: int = Field(default=1, ge=1, le=65536)
+    seq_len: int = Field(default=2048, ge=1, le=10_000_000)
+    precision: Precision = "bf16"
+    master_weights: bool = False
+    optimizer: Optimizer = "adamw"
+    grad_ckpt: bool = False
+    attn: Attention = "sdpa"
+    lora_rank: int = Field(default=16, ge=1, le=65536)
+    lora_alpha: float | None = Field(default=None, description="defaults to 2 x rank")
+    lora_targets: str = Field(default="all-linear", description="attn, all-linear, or comma-separated names")
+    lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    double_quant: bool = True
+    trainer: Trainer = "generic"
+    backend: Backend = "cuda"
+    gpus: int = Field(default=1, ge=1, le=4096)
+
+    @property
+    def alpha(self) -> float:
+        return self.lora_alpha if self.lora_alpha is not None else 2.0 * self.lora_rank
+
+    @property
+    def tokens(self) -> int:
+        return self.batch_size * self.seq_len
+
+
+class Component(Frozen):
+    """One named line of a phase: bytes alive at that phase's peak, the rule and its source."""
+
+    name: str
+    bytes: int = Field(ge=0)
+    rule: str
+    source: str
+
+
+class Phase(Frozen):
+    """What is alive at the peak of one phase of a training step; components sum to total_bytes."""
+
+    name: PhaseName
+    components: tuple[Component, ...]
+    total_bytes: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _sum(self) -> Phase:
+        if sum(c.bytes for c in self.components) != self.total_bytes:
+            raise ValueError(f"phase {self.name}: components do not sum to the total")
+        return self
+
+
+class ParamCounts(Frozen):
+    """Parameter counts by role."""
+
+    total: int
+    trainable: int
+    adapter: int
+    frozen: int
+    quantized: int = Field(description="base parameters stored in 4 bits (QLoRA)")
+    embedding: int
+    lm_head: int
+
+
+class Regime(Frozen):
+    """The dtypes a trainer really uses for each kind of tensor (engine/regimes.py)."""
+
+    name: str
+    description: str
+    weight_dtype: Dtype
+    trainable_dtype: Dtype
+    adapter_dtype: Dtype
+    grad_dtype: Dtype
+    optimizer_state_dtype: Literal["fp32", "param"]
+    master_weights: bool
+    autocast: bool
+    logits_fp32: bool
+    kbit_upcast: bool = Field(description="QLoRA: non-quantized weights upcast to fp32")
+    fused_optimizer: bool
+    source: str
+
+
+class Thumb(Frozen):
+    """The source documents' rule of thumb, beside the detailed figure."""
+
+    bytes: int
+    low_bytes: int
+    high_bytes: int
+    rule: str
+    source: str
+
+
+class BudgetLine(Frozen):
+    """One step of the usable-memory arithmetic (total, minus context, minus other processes, ...)."""
+
+    name: str
+    bytes: int
+    note: str = ""
+
+
+class Target(Frozen):
+    """The machine an estimate is judged against: a detected device, a catalog entry or a plain size."""
+
+    id: str
+    name: str
+    backend: Backend
+    gpus: int = 1
+    memory_bytes: int = Field(gt=0, description="memory of one device (unified memory on a Mac)")
+    usable_bytes: int = Field(gt=0, description="what a training process can get, before headroom")
+    headroom_bytes: int = Field(ge=0)
+    budget_lines: tuple[BudgetLine, ...] = ()
+    context_bytes: int = Field(default=0, ge=0, description="CUDA context of this GPU generation")
+    bf16: bool = True
+    detected: bool = False
+    source: str = ""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def budget_bytes(self) -> int:
+        return max(0, self.usable_bytes - self.headroom_bytes)
+
+
+class Suggestion(Frozen):
+    """A change that would make the run fit, with what it saves."""
+
+    change: str
+    flag: str
+    saves_bytes: int
+    device_bytes_after: int
+    fits: bool
+
+
+class Verdict(Frozen):
+    """Whether the estimate fits the target's budget."""
+
+    hardware: str
+    backend: Backend
+    budget_bytes: int
+    usable_bytes: int
+    device_bytes: int
+    verdict: VerdictName
+    headroom_bytes: int = Field(description="budget minus device_bytes (negative: short by that much)")
+    headroom_pct: float
+    budget_lines: tuple[BudgetLine, ...] = ()
+    suggestions: tuple[Suggestion, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+class Estimate(Frozen):
+    """The engine's answer; the JSON contract (docs/json.md) is this model's dump."""
+
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    model_name: str
+    model_source: str
+    setup: TrainingSetup
+    regime: Regime
+    params: ParamCounts
+    phases: tuple[Phase, ...]
+    peak_phase: PhaseName
+    peak_allocated_bytes: int
+    allocator_reserve_bytes: int
+    peak_reserved_bytes: int
+    context_bytes: int
+    device_bytes: int
+    thumb: Thumb | None = None
+    target: Verdict | None = None
+    warnings: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _peak(self) -> Estimate:
+        top = max(self.phases, key=lambda p: p.total_bytes)
+        if top.total_bytes != self.peak_allocated_bytes:
+            raise ValueError("peak_allocated_bytes must be the largest phase total")
+        if self.peak_reserved_bytes != self.peak_allocated_bytes + self.allocator_reserve_bytes:
+            raise ValueError("peak_reserved_bytes = peak_allocated_bytes + allocator_reserve_bytes")
+        if self.device_bytes != self.peak_reserved_bytes + self.context_bytes:
+            raise ValueError("device_bytes = peak_reserved_bytes + context_bytes")
+        return self
+
+    def phase(self, name: str) -> Phase:
+        return next(p for p in self.phases if p.name == name)

@@ -1,0 +1,1 @@
+"""Where a model comes from: a size string, a preset, a Hugging Face config or safetensors headers."""
