@@ -7,7 +7,7 @@ error rather than a silently ignored key. Byte counts are integers and their nam
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -113,6 +113,9 @@ class ModelSpec(Frozen):
     file_groups: tuple[TensorGroup, ...] = Field(
         default=(), description="tensor groups read from safetensors headers (exact counts and dtypes)"
     )
+    hf_config: dict[str, Any] | None = Field(
+        default=None, description="the config.json mapping the architecture came from (for `measure`)"
+    )
     notes: tuple[str, ...] = ()
 
 
@@ -197,6 +200,7 @@ class Regime(Frozen):
     logits_fp32: bool
     kbit_upcast: bool = Field(description="QLoRA: non-quantized weights upcast to fp32")
     fused_optimizer: bool
+    loss_chunks: int = Field(default=1, ge=1, description="cross-entropy computed in this many chunks")
     source: str
 
 

@@ -1,0 +1,123 @@
+"""Precision regimes: which dtype each kind of tensor really has under each trainer.
+
+A regime is a named fact about a trainer's code, not a tunable: ``--trainer`` picks it so that an
+estimate for a config emitted for trainer X is an estimate of what X will do. Each row cites the
+code that decides it (docs/methodology.md, "Precision regimes").
+
+Summary (bytes per trainable parameter for full fine-tuning with AdamW, before activations):
+
+=============  =========================================================  ==========
+regime         weights / grads / AdamW states                             B/param
+=============  =========================================================  ==========
+generic        compute-dtype weights and grads, fp32 moments (the seeds)   12 (16 with master)
+hf             bf16 weights (transformers 5 loads dtype="auto"), bf16      8
+               grads, fused AdamW states in the param dtype; autocast on
+hf + master    fp32 weights (AMP), fp32 grads and states; autocast on      16
+torchtune      bf16 everywhere, fused AdamW, chunked cross-entropy         8
+=============  =========================================================  ==========
+
+LoRA: peft keeps adapters in fp32 (``autocast_adapter_dtype=True``) except torchtune, which builds
+them in the model dtype. QLoRA under hf: ``prepare_model_for_kbit_training`` upcasts every
+non-quantized parameter (embeddings, norms, lm_head) to fp32.
+"""
+
+from __future__ import annotations
+
+from fitcheck.models import Dtype, Regime, TrainingSetup
+
+SRC_SEEDS = "seeds/002 (12 B/param: 16-bit weight + 16-bit grad + two fp32 Adam moments)"
+SRC_HF = "transformers 5.x Trainer (bf16=True autocast, optim adamw_torch_fused default), peft defaults"
+SRC_TT = "torchtune recipes (dtype bf16, fused AdamW, CEWithChunkedOutputLoss num_output_chunks=8)"
+SRC_KBIT = "peft utils/other.py prepare_model_for_kbit_training: non-INT8/4-bit params cast to fp32"
+
+
+def _compute(setup: TrainingSetup) -> Dtype:
+    return setup.precision
+
+
+def regime_for(setup: TrainingSetup) -> Regime:
+    """The regime for the setup's trainer, method and precision.
+
+    Trainers without a regime of their own yet (axolotl, llamafactory use HF Trainer underneath;
+    mlx and kohya are handled by their own issues) map to the closest one, named in the result.
+    """
+    trainer = setup.trainer
+    if trainer in ("axolotl", "llamafactory"):
+        base = regime_for(setup.model_copy(update={"trainer": "hf"}))
+        return base.model_copy(update={"name": f"{trainer} (hf)", "description": base.description})
+    if trainer in ("mlx", "kohya"):
+        base = regime_for(setup.model_copy(update={"trainer": "generic"}))
+        return base.model_copy(update={"name": f"{trainer} (generic)"})
+    if trainer == "hf":
+        return _hf(setup)
+    if trainer == "torchtune":
+        return _torchtune(setup)
+    return _generic(setup)
+
+
+def _generic(setup: TrainingSetup) -> Regime:
+    c = _compute(setup)
+    return Regime(
+        name="generic",
+        description="weights and grads in the compute dtype, fp32 optimizer moments"
+        + (", fp32 master copy" if setup.master_weights else "")
+        + "; LoRA adapters fp32 (peft default)",
+        weight_dtype=c,
+        trainable_dtype=c,
+        adapter_dtype="fp32",
+        grad_dtype=c if setup.method == "full" else "fp32",
+        optimizer_state_dtype="fp32",
+        master_weights=setup.master_weights and c != "fp32",
+        autocast=False,
+        logits_fp32=True,
+        kbit_upcast=False,
+        fused_optimizer=False,
+        source=SRC_SEEDS,
+    )
+
+
+def _hf(setup: TrainingSetup) -> Regime:
+    c = _compute(setup)
+    amp = setup.master_weights or c == "fp32"
+    weights: Dtype = "fp32" if amp else c
+    qlora = setup.method == "qlora"
+    return Regime(
+        name="hf",
+        description=(
+            "HF Trainer: "
+            + ("fp32 model with autocast (AMP)" if amp and c != "fp32" else f"{weights} model, autocast {c}")
+            + ", fused AdamW with states in the param dtype; peft adapters fp32"
+            + ("; non-4-bit params upcast to fp32 by prepare_model_for_kbit_training" if qlora else "")
+        ),
+        weight_dtype=weights,
+        trainable_dtype=weights,
+        adapter_dtype="fp32",
+        grad_dtype=weights if setup.method == "full" else "fp32",
+        optimizer_state_dtype="param",
+        master_weights=False,
+        autocast=c != "fp32",
+        logits_fp32=True,
+        kbit_upcast=qlora,
+        fused_optimizer=True,
+        source=SRC_HF + ("; " + SRC_KBIT if qlora else ""),
+    )
+
+
+def _torchtune(setup: TrainingSetup) -> Regime:
+    c = _compute(setup)
+    return Regime(
+        name="torchtune",
+        description=f"torchtune: everything in {c} (adapters too), fused AdamW, chunked cross-entropy",
+        weight_dtype=c,
+        trainable_dtype=c,
+        adapter_dtype=c,
+        grad_dtype=c,
+        optimizer_state_dtype="param",
+        master_weights=False,
+        autocast=False,
+        logits_fp32=True,
+        kbit_upcast=False,
+        fused_optimizer=True,
+        loss_chunks=8,
+        source=SRC_TT,
+    )
