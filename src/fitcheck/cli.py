@@ -255,8 +255,9 @@ _register_optional()
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turn errors into one stderr line and an exit code."""
-    import click
+    from fitcheck._clicompat import click_exceptions
 
+    Exit, ClickException, Abort = click_exceptions()
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     if debug:
@@ -269,14 +270,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         sys.stderr.write(f"fitcheck: error: {exc}\n")
         return int(exc.exit_code)
-    except click.exceptions.Exit as exc:
+    except Exit as exc:
         return int(exc.exit_code)
-    except click.ClickException as exc:
+    except ClickException as exc:
         if debug:
             raise
         sys.stderr.write(f"fitcheck: error: {exc.format_message()}\n")
         return int(ExitCode.TROUBLE)
-    except click.exceptions.Abort:
+    except Abort:
         sys.stderr.write("fitcheck: aborted\n")
         return int(ExitCode.TROUBLE)
     except KeyboardInterrupt:

@@ -132,9 +132,6 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
             _c("checkpoints", ckpt, "one layer input per layer (non-reentrant checkpoint)", "checkpointing"),
             _c("final_norm", final_norm, "final norm fp32 input", "activations"),
         ]
-        recompute = T * max(per_layer_tok, sparse.total(s)) + T * s * dense.scores
-        rec_c = _c("layer_recompute", recompute, "one layer's activations, recomputed in backward",
-                   "checkpointing")
     else:
         saved = [
             _c("activations", all_layers - scores, f"{L} layers x {per_layer_tok - s * dense.scores:,.0f}"
@@ -155,14 +152,15 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
 
     forward = _phase("forward", [*persistent, grads_fwd, inputs_c, *saved, fwd_hump])
     bwd_start = [*persistent, grads if accum else grads_head, inputs_c, *saved, bwd_hump]
-    if setup.grad_ckpt:
-        bwd_late = [*persistent, grads, inputs_c, *saved[:1], rec_c]
-        backward = max((_phase("backward", bwd_start), _phase("backward", bwd_late)),
-                       key=lambda p: p.total_bytes)
-    else:
-        bwd_end = [*persistent, grads, inputs_c]
-        backward = max((_phase("backward", bwd_start), _phase("backward", bwd_end)),
-                       key=lambda p: p.total_bytes)
+    # Late in backward nearly every gradient exists while the first layer's activations are still
+    # alive (recomputed from its checkpoint when checkpointing; the other checkpoints are freed).
+    one_layer = T * max(per_layer_tok, sparse.total(s))
+    late = _c("layer_recompute" if setup.grad_ckpt else "activations", one_layer,
+              "one layer's activations " + ("recomputed from its checkpoint" if setup.grad_ckpt else
+                                            "(the first layer's, last to be freed)"),
+              "checkpointing" if setup.grad_ckpt else "activations")
+    bwd_late = [*persistent, grads, inputs_c, late]
+    backward = max((_phase("backward", bwd_start), _phase("backward", bwd_late)), key=lambda p: p.total_bytes)
     step = _phase("optimizer_step", [*persistent, grads, ms["optimizer_transient"]])
     phases = (forward, backward, step)
     peak = max(phases, key=lambda p: p.total_bytes)
