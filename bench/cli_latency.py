@@ -34,8 +34,13 @@ def main() -> None:
     hlp = median_time([*cmd, "--help"], args.runs)
     print(f"python -c pass                          median {base * 1000:7.1f} ms")
     print(f"fitcheck --help                         median {hlp * 1000:7.1f} ms")
-    print(f"fitcheck estimate 7B --method lora      median {est * 1000:7.1f} ms  (+{(est - base) * 1000:.1f} ms)")
-    print(f"  ... --format json                     median {js * 1000:7.1f} ms  (+{(js - base) * 1000:.1f} ms)")
+    print(
+        f"fitcheck estimate 7B --method lora      median {est * 1000:7.1f} ms"
+        f"  (+{(est - base) * 1000:.1f} ms)"
+    )
+    print(
+        f"  ... --format json                     median {js * 1000:7.1f} ms  (+{(js - base) * 1000:.1f} ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,20 @@ def test_estimate_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_estimate_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(capsys, "estimate", "7B", "--method", "qlora", "--seq-len", "4096", "--batch-size", "2",
-                     "--grad-ckpt", "--format", "json")
+    rc, out, _ = run(
+        capsys,
+        "estimate",
+        "7B",
+        "--method",
+        "qlora",
+        "--seq-len",
+        "4096",
+        "--batch-size",
+        "2",
+        "--grad-ckpt",
+        "--format",
+        "json",
+    )
     assert rc == 0
     doc = json.loads(out)
     assert doc["schema_version"] == 1
@@ -105,9 +117,18 @@ def test_bad_config_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_bad_safetensors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "intermediate_size": 128, "vocab_size": 100}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "intermediate_size": 128,
+                "vocab_size": 100,
+            }
+        )
+    )
     f = tmp_path / "model.safetensors"
     f.write_bytes(struct.pack("<Q", 10**9) + b"{}")
     rc, _, err = run(capsys, "estimate", str(f))
@@ -118,20 +139,29 @@ def test_bad_safetensors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_debug_shows_traceback() -> None:
-    proc = subprocess.run([sys.executable, "-m", "fitcheck", "estimate", "7Q", "--debug"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fitcheck", "estimate", "7Q", "--debug"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0 and "Traceback" in proc.stderr
 
 
 def test_cli_import_is_light() -> None:
-    code = ("import sys, fitcheck.cli; heavy = {'torch','transformers','numpy','rich','yaml','pydantic'}; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))")
+    code = (
+        "import sys, fitcheck.cli; heavy = {'torch','transformers','numpy','rich','yaml','pydantic'}; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_estimate_imports_no_torch_or_numpy() -> None:
-    code = ("import sys; from fitcheck.cli import main; main(['estimate','7B','--format','json']); "
-            "sys.stderr.write(repr(sorted({m.split('.')[0] for m in sys.modules} & {'torch','transformers','numpy'})))")
+    code = (
+        "import sys; from fitcheck.cli import main; main(['estimate','7B','--format','json']); "
+        "heavy = {'torch','transformers','numpy'}; "
+        "sys.stderr.write(repr(sorted({m.split('.')[0] for m in sys.modules} & heavy)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stderr.strip().endswith("[]")

@@ -68,15 +68,30 @@ def test_peak_monotone_in_rank(spec: ModelSpec, setup: TrainingSetup, extra: int
 
 
 def _llama(layers: int, heads: int, vocab: int) -> ModelSpec:
-    arch = DecoderArch(model_type="llama", hidden_size=128 * heads, num_layers=layers, num_heads=heads,
-                       num_kv_heads=heads, head_dim=128, intermediate_size=344 * heads, vocab_size=vocab)
+    arch = DecoderArch(
+        model_type="llama",
+        hidden_size=128 * heads,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=128,
+        intermediate_size=344 * heads,
+        vocab_size=vocab,
+    )
     return ModelSpec(id="t", name="t", source_kind="size", arch=arch)
 
 
-@given(st.integers(2, 40), st.integers(4, 40), st.integers(1000, 130000), st.integers(0, 8), st.integers(0, 8),
-       setups)
-def test_peak_monotone_in_params(layers: int, heads: int, vocab: int, more_l: int, more_h: int,
-                                 setup: TrainingSetup) -> None:
+@given(
+    st.integers(2, 40),
+    st.integers(4, 40),
+    st.integers(1000, 130000),
+    st.integers(0, 8),
+    st.integers(0, 8),
+    setups,
+)
+def test_peak_monotone_in_params(
+    layers: int, heads: int, vocab: int, more_l: int, more_h: int, setup: TrainingSetup
+) -> None:
     # More parameters of the same family (deeper and/or wider, same head size): never less memory.
     small, big = _llama(layers, heads, vocab), _llama(layers + more_l, heads + more_h, vocab)
     assert peak(big, setup) >= peak(small, setup)

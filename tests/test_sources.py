@@ -16,8 +16,17 @@ from fitcheck.sources.resolve import resolve_model
 from fitcheck.sources.size import spec_from_size
 
 
-@pytest.mark.parametrize(("text", "n"), [("7B", 7_000_000_000), ("1.5B", 1_500_000_000), ("350M", 350_000_000),
-                                         ("1.1e9", 1_100_000_000), ("25M", 25_000_000), ("70B", 70 * 10**9)])
+@pytest.mark.parametrize(
+    ("text", "n"),
+    [
+        ("7B", 7_000_000_000),
+        ("1.5B", 1_500_000_000),
+        ("350M", 350_000_000),
+        ("1.1e9", 1_100_000_000),
+        ("25M", 25_000_000),
+        ("70B", 70 * 10**9),
+    ],
+)
 def test_size_strings_exact(text: str, n: int) -> None:
     spec = spec_from_size(text)
     assert count_params(spec.arch) == n
@@ -52,14 +61,24 @@ def _st_file(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:
 
 
 def test_safetensors_exact_counts(tmp_path: Path) -> None:
-    cfg = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
-           "intermediate_size": 128, "vocab_size": 100, "tie_word_embeddings": True}
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "intermediate_size": 128,
+        "vocab_size": 100,
+        "tie_word_embeddings": True,
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    _st_file(tmp_path / "model.safetensors", {
-        "model.embed_tokens.weight": ("BF16", [100, 64]),
-        "model.layers.0.self_attn.q_proj.weight": ("BF16", [64, 64]),
-        "model.norm.weight": ("F32", [64]),
-    })
+    _st_file(
+        tmp_path / "model.safetensors",
+        {
+            "model.embed_tokens.weight": ("BF16", [100, 64]),
+            "model.layers.0.self_attn.q_proj.weight": ("BF16", [64, 64]),
+            "model.norm.weight": ("F32", [64]),
+        },
+    )
     spec = resolve_model(str(tmp_path))
     assert spec.source_kind == "safetensors"
     assert spec.declared_params == 100 * 64 + 64 * 64 + 64

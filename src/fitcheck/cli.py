@@ -7,7 +7,7 @@ and rich are imported inside the commands that need them, torch only by ``measur
 from __future__ import annotations
 
 import sys
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Annotated, Any
 
 import typer
@@ -30,26 +30,26 @@ app = typer.Typer(
 )
 
 
-class Fmt(str, Enum):
+class Fmt(StrEnum):
     table = "table"
     json = "json"
     yaml = "yaml"
     markdown = "markdown"
 
 
-class MethodOpt(str, Enum):
+class MethodOpt(StrEnum):
     full = "full"
     lora = "lora"
     qlora = "qlora"
 
 
-class PrecisionOpt(str, Enum):
+class PrecisionOpt(StrEnum):
     bf16 = "bf16"
     fp16 = "fp16"
     fp32 = "fp32"
 
 
-class OptimizerOpt(str, Enum):
+class OptimizerOpt(StrEnum):
     adamw = "adamw"
     adamw8bit = "adamw8bit"
     paged_adamw8bit = "paged-adamw8bit"
@@ -60,14 +60,14 @@ class OptimizerOpt(str, Enum):
     sgd = "sgd"
 
 
-class AttnOpt(str, Enum):
+class AttnOpt(StrEnum):
     eager = "eager"
     sdpa = "sdpa"
     flash = "flash"
     xformers = "xformers"
 
 
-class TrainerOpt(str, Enum):
+class TrainerOpt(StrEnum):
     generic = "generic"
     hf = "hf"
     torchtune = "torchtune"
@@ -77,26 +77,37 @@ class TrainerOpt(str, Enum):
     kohya = "kohya"
 
 
-class RuleOpt(str, Enum):
+class RuleOpt(StrEnum):
     detailed = "detailed"
     thumb = "thumb"
 
 
 ModelArg = Annotated[
-    str, typer.Argument(help="a size (7B, 1.5B, 350M), a preset id, a HF model folder, config.json or *.safetensors")
+    str,
+    typer.Argument(
+        help="a size (7B, 1.5B, 350M), a preset id, a HF model folder, config.json or *.safetensors"
+    ),
 ]
 MethodO = Annotated[MethodOpt, typer.Option("--method", "-m", help="full (also pre-training), lora, qlora")]
-DoraO = Annotated[bool, typer.Option("--dora", help="DoRA on top of LoRA (adds a magnitude vector per module)")]
+DoraO = Annotated[
+    bool, typer.Option("--dora", help="DoRA on top of LoRA (adds a magnitude vector per module)")
+]
 BatchO = Annotated[int, typer.Option("--batch-size", "-b", help="micro-batch size")]
 AccumO = Annotated[int, typer.Option("--grad-accum", help="gradient accumulation steps (no memory cost)")]
 SeqO = Annotated[int, typer.Option("--seq-len", "-s", help="tokens per example")]
-ResO = Annotated[int | None, typer.Option("--resolution", help="image side in pixels (diffusion models only)")]
+ResO = Annotated[
+    int | None, typer.Option("--resolution", help="image side in pixels (diffusion models only)")
+]
 PrecO = Annotated[PrecisionOpt, typer.Option("--precision", help="compute dtype")]
-MasterO = Annotated[bool, typer.Option("--master-weights", help="keep an fp32 master copy of trainable weights")]
+MasterO = Annotated[
+    bool, typer.Option("--master-weights", help="keep an fp32 master copy of trainable weights")
+]
 OptO = Annotated[OptimizerOpt, typer.Option("--optimizer", help="optimizer")]
 CkptO = Annotated[bool, typer.Option("--grad-ckpt/--no-grad-ckpt", help="gradient checkpointing")]
 AttnO = Annotated[AttnOpt, typer.Option("--attn", help="attention kernel")]
-RankO = Annotated[int | None, typer.Option("--lora-rank", help="LoRA rank (kohya's network_dim) [default: 16]")]
+RankO = Annotated[
+    int | None, typer.Option("--lora-rank", help="LoRA rank (kohya's network_dim) [default: 16]")
+]
 AlphaO = Annotated[float | None, typer.Option("--lora-alpha", help="LoRA alpha [default: 2 x rank]")]
 TargetsO = Annotated[
     str | None, typer.Option("--lora-targets", help="attn, all-linear, or module names [default: all-linear]")
@@ -111,7 +122,9 @@ OnO = Annotated[
 GpusO = Annotated[int, typer.Option("--gpus", help="data-parallel GPUs (each holds a full replica)")]
 HeadroomO = Annotated[str | None, typer.Option("--headroom", help="safety margin, e.g. 2GB or 10%")]
 FmtO = Annotated[Fmt, typer.Option("--format", "-f", help="output format")]
-RuleO = Annotated[RuleOpt, typer.Option("--rule", help="detailed engine or the source documents' rule of thumb")]
+RuleO = Annotated[
+    RuleOpt, typer.Option("--rule", help="detailed engine or the source documents' rule of thumb")
+]
 
 
 def _setup(**kw: Any) -> Any:
@@ -212,11 +225,26 @@ def estimate(
     fmt: FmtO = Fmt.table,
 ) -> None:
     """Memory breakdown of one training step, with the rule of thumb beside it (and a verdict with --on)."""
-    kw = _common(method=method, dora=dora, batch_size=batch_size, grad_accum=grad_accum, seq_len=seq_len,
-                 resolution=resolution, precision=precision, master_weights=master_weights,
-                 optimizer=optimizer, grad_ckpt=grad_ckpt, attn=attn, lora_rank=lora_rank,
-                 lora_alpha=lora_alpha, lora_targets=lora_targets, lora_dropout=lora_dropout,
-                 double_quant=double_quant, trainer=trainer, gpus=gpus)
+    kw = _common(
+        method=method,
+        dora=dora,
+        batch_size=batch_size,
+        grad_accum=grad_accum,
+        seq_len=seq_len,
+        resolution=resolution,
+        precision=precision,
+        master_weights=master_weights,
+        optimizer=optimizer,
+        grad_ckpt=grad_ckpt,
+        attn=attn,
+        lora_rank=lora_rank,
+        lora_alpha=lora_alpha,
+        lora_targets=lora_targets,
+        lora_dropout=lora_dropout,
+        double_quant=double_quant,
+        trainer=trainer,
+        gpus=gpus,
+    )
     spec, est = run_estimate(model, kw, on, headroom)
     from fitcheck import render
 

@@ -43,7 +43,8 @@ def to_markdown(data: Any) -> str:
         peak = next(p for p in data["phases"] if p["name"] == data["peak_phase"])
         s = data["setup"]
         out = [
-            f"### fitcheck: {data['model_name']} ({s['method']}, batch {s['batch_size']} x {s['seq_len']} tokens)",
+            f"### fitcheck: {data['model_name']} "
+            f"({s['method']}, batch {s['batch_size']} x {s['seq_len']} tokens)",
             "",
             "| component | GiB | share | rule |",
             "|---|---:|---:|---|",
@@ -61,8 +62,10 @@ def to_markdown(data: Any) -> str:
             out.append(f"\nRule of thumb: {_g(data['thumb']['bytes'])} GiB ({data['thumb']['rule']}).")
         if data.get("target"):
             t = data["target"]
-            out.append(f"\nOn **{t['hardware']}**: **{t['verdict']}**, budget {_g(t['budget_bytes'])} GiB, "
-                       f"headroom {_g(t['headroom_bytes'])} GiB.")
+            out.append(
+                f"\nOn **{t['hardware']}**: **{t['verdict']}**, budget {_g(t['budget_bytes'])} GiB, "
+                f"headroom {_g(t['headroom_bytes'])} GiB."
+            )
         return "\n".join(out) + "\n"
     return "```\n" + json.dumps(data, indent=2) + "\n```\n"
 
@@ -123,17 +126,34 @@ def estimate_table(est: Estimate, spec: ModelSpec) -> None:
     t.add_column("rule")
     t.add_column("source", style="dim")
     for c in peak.components:
-        t.add_row(c.name, _g(c.bytes), f"{100 * c.bytes / max(1, peak.total_bytes):.1f}%", c.rule,
-                  c.source.split("#")[-1])
+        t.add_row(
+            c.name,
+            _g(c.bytes),
+            f"{100 * c.bytes / max(1, peak.total_bytes):.1f}%",
+            c.rule,
+            c.source.split("#")[-1],
+        )
     t.add_section()
-    t.add_row(f"[bold]peak allocated[/] ({est.peak_phase})", f"[bold]{_g(est.peak_allocated_bytes)}[/]", "", "",
-              "")
-    t.add_row("allocator reserve", _g(est.allocator_reserve_bytes), "", "caching-allocator rounding and "
-              "fragmentation", "overhead")
-    t.add_row("CUDA context" if s.backend in ("cuda", "rocm") else "context", _g(est.context_bytes), "", "",
-              "overhead")
-    t.add_row("[bold]device total[/]", f"[bold]{_g(est.device_bytes)}[/]", "", "what nvidia-smi would show",
-              "")
+    t.add_row(
+        f"[bold]peak allocated[/] ({est.peak_phase})", f"[bold]{_g(est.peak_allocated_bytes)}[/]", "", "", ""
+    )
+    t.add_row(
+        "allocator reserve",
+        _g(est.allocator_reserve_bytes),
+        "",
+        "caching-allocator rounding and fragmentation",
+        "overhead",
+    )
+    t.add_row(
+        "CUDA context" if s.backend in ("cuda", "rocm") else "context",
+        _g(est.context_bytes),
+        "",
+        "",
+        "overhead",
+    )
+    t.add_row(
+        "[bold]device total[/]", f"[bold]{_g(est.device_bytes)}[/]", "", "what nvidia-smi would show", ""
+    )
     con.print(t)
     p = est.params
     con.print(
@@ -148,8 +168,10 @@ def estimate_table(est: Estimate, spec: ModelSpec) -> None:
     )
     if est.thumb:
         th = est.thumb
-        con.print(f"rule of thumb: {fmt_gib(th.bytes, 1)} ({th.rule}; source documents) · detailed: "
-                  f"{fmt_gib(est.device_bytes, 1)}")
+        con.print(
+            f"rule of thumb: {fmt_gib(th.bytes, 1)} ({th.rule}; source documents) · detailed: "
+            f"{fmt_gib(est.device_bytes, 1)}"
+        )
     if est.target:
         _verdict(con, est)
     _warn(est)
@@ -168,15 +190,21 @@ def _verdict(con: Any, est: Estimate) -> None:
     bar.append("█" * min(filled, budget_mark), style=color)
     bar.append("█" * max(0, filled - budget_mark), style="red")
     bar.append("░" * max(0, width - filled), style="dim")
-    con.print(Text.assemble("[", bar, f"] {_g(v.device_bytes)} / {_g(v.usable_bytes)} GiB usable on {v.hardware}"))
-    con.print(f"[bold {color}]{v.verdict.replace('_', ' ')}[/]: budget {_g(v.budget_bytes)} GiB "
-              f"(usable minus headroom), headroom {_g(v.headroom_bytes)} GiB ({v.headroom_pct:+.1f}% of usable)")
+    con.print(
+        Text.assemble("[", bar, f"] {_g(v.device_bytes)} / {_g(v.usable_bytes)} GiB usable on {v.hardware}")
+    )
+    con.print(
+        f"[bold {color}]{v.verdict.replace('_', ' ')}[/]: budget {_g(v.budget_bytes)} GiB "
+        f"(usable minus headroom), headroom {_g(v.headroom_bytes)} GiB ({v.headroom_pct:+.1f}% of usable)"
+    )
     for line in v.budget_lines:
         con.print(f"  [dim]{line.name}: {_g(line.bytes)} GiB {line.note}[/]")
     for sug in v.suggestions:
         mark = "[green]fits[/]" if sug.fits else "[red]still too big[/]"
-        con.print(f"  try {sug.flag}: {sug.change}, saves {_g(sug.saves_bytes)} GiB -> "
-                  f"{_g(sug.device_bytes_after)} GiB, {mark}")
+        con.print(
+            f"  try {sug.flag}: {sug.change}, saves {_g(sug.saves_bytes)} GiB -> "
+            f"{_g(sug.device_bytes_after)} GiB, {mark}"
+        )
     for note in v.notes:
         con.print(f"  [dim]note: {note}[/]")
 
@@ -185,8 +213,10 @@ def thumb_table(est: Estimate) -> None:
     con = _console()
     assert est.thumb is not None
     th = est.thumb
-    con.print(f"{est.model_name}, {est.setup.method}: rule of thumb [bold]{fmt_gib(th.bytes, 1)}[/] "
-              f"({th.rule}; {th.source})")
+    con.print(
+        f"{est.model_name}, {est.setup.method}: rule of thumb [bold]{fmt_gib(th.bytes, 1)}[/] "
+        f"({th.rule}; {th.source})"
+    )
     con.print(f"detailed engine for comparison: {fmt_gib(est.device_bytes, 1)}")
     if est.target:
         v = est.target
@@ -204,17 +234,19 @@ def model_rows() -> list[dict[str, Any]]:
     for pid in preset_ids("models"):
         spec = spec_from_preset(pid)
         a = spec.arch
-        rows.append({
-            "id": pid,
-            "name": spec.name,
-            "params": count_params(a),
-            "model_type": a.model_type,
-            "layers": a.num_layers,
-            "hidden": a.hidden_size,
-            "vocab": a.vocab_size,
-            "experts": a.num_experts,
-            "hf_id": spec.hf_id,
-        })
+        rows.append(
+            {
+                "id": pid,
+                "name": spec.name,
+                "params": count_params(a),
+                "model_type": a.model_type,
+                "layers": a.num_layers,
+                "hidden": a.hidden_size,
+                "vocab": a.vocab_size,
+                "experts": a.num_experts,
+                "hf_id": spec.hf_id,
+            }
+        )
     return rows
 
 
@@ -225,8 +257,15 @@ def models_table(rows: list[dict[str, Any]]) -> None:
     for col in ("id", "params", "type", "layers", "hidden", "vocab", "hf_id"):
         t.add_column(col, justify="right" if col in ("params", "layers", "hidden", "vocab") else "left")
     for r in rows:
-        t.add_row(r["id"], fmt_count(r["params"]), r["model_type"] + (f" ({r['experts']}E)" if r["experts"] else ""),
-                  str(r["layers"]), str(r["hidden"]), str(r["vocab"]), r["hf_id"] or "")
+        t.add_row(
+            r["id"],
+            fmt_count(r["params"]),
+            r["model_type"] + (f" ({r['experts']}E)" if r["experts"] else ""),
+            str(r["layers"]),
+            str(r["hidden"]),
+            str(r["vocab"]),
+            r["hf_id"] or "",
+        )
     _console().print(t)
 
 

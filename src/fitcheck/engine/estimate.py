@@ -82,7 +82,9 @@ def model_states(spec: ModelSpec, setup: TrainingSetup, regime: Regime) -> dict[
     out["optimizer_transient"] = _c(
         "optimizer_transient",
         trans,
-        "fused step: none" if regime.fused_optimizer and trans == 0 else "temporaries inside optimizer.step()",
+        "fused step: none"
+        if regime.fused_optimizer and trans == 0
+        else "temporaries inside optimizer.step()",
         "optimizer-step-transients",
     )
     return out
@@ -134,16 +136,29 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
         ]
     else:
         saved = [
-            _c("activations", all_layers - scores, f"{L} layers x {per_layer_tok - s * dense.scores:,.0f}"
-               " B/token", "activations"),
-            _c("attention_scores", scores, "eager: fp32 softmax + compute-dtype copy, b*heads*s^2 per layer",
-               "attention"),
+            _c(
+                "activations",
+                all_layers - scores,
+                f"{L} layers x {per_layer_tok - s * dense.scores:,.0f} B/token",
+                "activations",
+            ),
+            _c(
+                "attention_scores",
+                scores,
+                "eager: fp32 softmax + compute-dtype copy, b*heads*s^2 per layer",
+                "attention",
+            ),
             _c("final_norm", final_norm, "final norm fp32 input", "activations"),
         ]
-    fwd_hump = _c("logits_loss", T * lg["forward"], "lm_head output + fp32 upcast + log-softmax",
-                  "logits-and-loss")
-    bwd_hump = _c("logits_loss", T * lg["backward"], "saved log-softmax + fp32 grads at loss backward",
-                  "logits-and-loss")
+    fwd_hump = _c(
+        "logits_loss", T * lg["forward"], "lm_head output + fp32 upcast + log-softmax", "logits-and-loss"
+    )
+    bwd_hump = _c(
+        "logits_loss",
+        T * lg["backward"],
+        "saved log-softmax + fp32 grads at loss backward",
+        "logits-and-loss",
+    )
     inv = inventory(a)
     head_grad = 0
     if setup.method == "full" and not accum:
@@ -155,10 +170,13 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
     # Late in backward nearly every gradient exists while the first layer's activations are still
     # alive (recomputed from its checkpoint when checkpointing; the other checkpoints are freed).
     one_layer = T * max(per_layer_tok, sparse.total(s))
-    late = _c("layer_recompute" if setup.grad_ckpt else "activations", one_layer,
-              "one layer's activations " + ("recomputed from its checkpoint" if setup.grad_ckpt else
-                                            "(the first layer's, last to be freed)"),
-              "checkpointing" if setup.grad_ckpt else "activations")
+    late = _c(
+        "layer_recompute" if setup.grad_ckpt else "activations",
+        one_layer,
+        "one layer's activations "
+        + ("recomputed from its checkpoint" if setup.grad_ckpt else "(the first layer's, last to be freed)"),
+        "checkpointing" if setup.grad_ckpt else "activations",
+    )
     bwd_late = [*persistent, grads, inputs_c, late]
     backward = max((_phase("backward", bwd_start), _phase("backward", bwd_late)), key=lambda p: p.total_bytes)
     step = _phase("optimizer_step", [*persistent, grads, ms["optimizer_transient"]])
@@ -198,11 +216,15 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
 def _warnings(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
     w: list[str] = []
     if setup.method == "qlora" and setup.backend == "mps":
-        w.append("bitsandbytes 4-bit weights work on MPS only in recent releases; MLX with a 4-bit model "
-                 "is the native path on Apple silicon (--trainer mlx)")
+        w.append(
+            "bitsandbytes 4-bit weights work on MPS only in recent releases; MLX with a 4-bit model "
+            "is the native path on Apple silicon (--trainer mlx)"
+        )
     if setup.attn == "eager" and setup.seq_len >= 4096:
         w.append("eager attention keeps b x heads x s^2 score tensors per layer; use --attn sdpa or flash")
     if setup.method == "qlora" and spec.arch.is_moe:
-        w.append("QLoRA on MoE: experts assumed quantized to 4 bits (transformers 4.x layout); transformers 5 "
-                 "stores experts as 3-D parameters that bitsandbytes may leave in 16 bits")
+        w.append(
+            "QLoRA on MoE: experts assumed quantized to 4 bits (transformers 4.x layout); transformers 5 "
+            "stores experts as 3-D parameters that bitsandbytes may leave in 16 bits"
+        )
     return tuple(w)

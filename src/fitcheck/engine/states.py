@@ -45,7 +45,7 @@ def quantizable_tensors(a: DecoderArch) -> tuple[int, int]:
         for lin in layer_linears(a, moe):
             if lin.role != "router":
                 numel += n_layers * lin.copies * lin.d_in * lin.d_out
-                tensors += n_layers * (1 if lin.is_module else 1)
+                tensors += n_layers
     return numel, tensors
 
 

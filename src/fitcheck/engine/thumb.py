@@ -23,7 +23,7 @@ BAND = 0.15
 
 def thumb(params: int, setup: TrainingSetup) -> Thumb:
     """The rule-of-thumb total for this many parameters and this method."""
-    key = setup.method
+    key: str = setup.method
     if key == "full" and setup.master_weights:
         key = "full+master"
     per_b, fixed, text = RULES[key]

@@ -33,26 +33,47 @@ def candidate_changes(setup: TrainingSetup) -> list[tuple[str, str, TrainingSetu
     out: list[tuple[str, str, TrainingSetup]] = []
     if setup.seq_len > 256:
         half = setup.seq_len // 2
-        out.append((f"halve the maximum length to {half} (keep it above typical examples)",
-                    f"--seq-len {half}", setup.model_copy(update={"seq_len": half})))
+        out.append(
+            (
+                f"halve the maximum length to {half} (keep it above typical examples)",
+                f"--seq-len {half}",
+                setup.model_copy(update={"seq_len": half}),
+            )
+        )
     if setup.batch_size > 1:
         b = max(1, setup.batch_size // 2)
         acc = setup.grad_accum * (setup.batch_size // b)
-        out.append((f"micro-batch {b} with gradient accumulation {acc} (same effective batch)",
-                    f"--batch-size {b} --grad-accum {acc}",
-                    setup.model_copy(update={"batch_size": b, "grad_accum": acc})))
+        out.append(
+            (
+                f"micro-batch {b} with gradient accumulation {acc} (same effective batch)",
+                f"--batch-size {b} --grad-accum {acc}",
+                setup.model_copy(update={"batch_size": b, "grad_accum": acc}),
+            )
+        )
     if setup.method == "lora":
-        out.append(("QLoRA: 4-bit base weights", "--method qlora",
-                    setup.model_copy(update={"method": "qlora"})))
+        out.append(
+            ("QLoRA: 4-bit base weights", "--method qlora", setup.model_copy(update={"method": "qlora"}))
+        )
     if not setup.grad_ckpt:
-        out.append(("gradient checkpointing (about 20-30% slower)", "--grad-ckpt",
-                    setup.model_copy(update={"grad_ckpt": True})))
+        out.append(
+            (
+                "gradient checkpointing (about 20-30% slower)",
+                "--grad-ckpt",
+                setup.model_copy(update={"grad_ckpt": True}),
+            )
+        )
     if setup.method == "full":
-        out.append(("LoRA instead of full fine-tuning", "--method lora",
-                    setup.model_copy(update={"method": "lora"})))
+        out.append(
+            ("LoRA instead of full fine-tuning", "--method lora", setup.model_copy(update={"method": "lora"}))
+        )
         if setup.optimizer == "adamw" and setup.backend in ("cuda", "rocm"):
-            out.append(("8-bit AdamW (bitsandbytes)", "--optimizer adamw8bit",
-                        setup.model_copy(update={"optimizer": "adamw8bit"})))
+            out.append(
+                (
+                    "8-bit AdamW (bitsandbytes)",
+                    "--optimizer adamw8bit",
+                    setup.model_copy(update={"optimizer": "adamw8bit"}),
+                )
+            )
     if setup.attn == "eager":
         out.append(("memory-efficient attention", "--attn sdpa", setup.model_copy(update={"attn": "sdpa"})))
     return out
@@ -67,8 +88,15 @@ def verdict(
     if name != "fits" and spec is not None and estimator is not None:
         for change, flag, setup in candidate_changes(est.setup):
             after = estimator(spec, setup).device_bytes
-            suggestions.append(Suggestion(change=change, flag=flag, saves_bytes=est.device_bytes - after,
-                                          device_bytes_after=after, fits=after <= target.budget_bytes))
+            suggestions.append(
+                Suggestion(
+                    change=change,
+                    flag=flag,
+                    saves_bytes=est.device_bytes - after,
+                    device_bytes_after=after,
+                    fits=after <= target.budget_bytes,
+                )
+            )
     return Verdict(
         hardware=target.id,
         backend=target.backend,

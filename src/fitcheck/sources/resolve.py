@@ -62,8 +62,13 @@ def spec_from_preset(preset_id: str) -> ModelSpec:
 def _groups(tensors: dict[str, tuple[str, tuple[int, ...]]]) -> tuple[TensorGroup, ...]:
     by: Counter[tuple[str, str]] = Counter()
     for name, (dtype, shape) in tensors.items():
-        kind = "embedding" if "embed" in name or name.endswith("wte.weight") else (
-            "lm_head" if "lm_head" in name else ("norm" if "norm" in name or ".ln_" in name else "layers"))
+        kind = (
+            "embedding"
+            if "embed" in name or name.endswith("wte.weight")
+            else (
+                "lm_head" if "lm_head" in name else ("norm" if "norm" in name or ".ln_" in name else "layers")
+            )
+        )
         by[(kind, dtype)] += math.prod(shape)
     return tuple(TensorGroup(name=k, numel=n, dtype=d) for (k, d), n in sorted(by.items()))
 
@@ -73,7 +78,9 @@ def spec_from_path(path: Path) -> ModelSpec:
     if not path.exists():
         raise NotFoundError(f"{path}: no such file or folder")
     folder = path if path.is_dir() else path.parent
-    cfg_path = path if path.suffix == ".json" and not path.name.endswith("index.json") else folder / "config.json"
+    cfg_path = (
+        path if path.suffix == ".json" and not path.name.endswith("index.json") else folder / "config.json"
+    )
     if not cfg_path.exists():
         raise ModelSourceError(
             f"{folder}: no config.json; fitcheck needs the model's config.json beside its weights"
@@ -81,9 +88,14 @@ def spec_from_path(path: Path) -> ModelSpec:
     cfg = read_config(cfg_path)
     arch = arch_from_hf_config(cfg)
     weights: Path | None = None
-    if path.is_dir() and (any(path.glob("*.safetensors")) or (path / "model.safetensors.index.json").exists()):
-        weights = path
-    elif path.suffix == ".safetensors" or path.name.endswith(".index.json"):
+    if (
+        (
+            path.is_dir()
+            and (any(path.glob("*.safetensors")) or (path / "model.safetensors.index.json").exists())
+        )
+        or path.suffix == ".safetensors"
+        or path.name.endswith(".index.json")
+    ):
         weights = path
     groups: tuple[TensorGroup, ...] = ()
     declared = None
@@ -124,6 +136,7 @@ def resolve_model(text: str) -> ModelSpec:
         return spec_from_size(text)
     hint = suggest(text, [*preset_ids("models"), *_aliases()])
     raise NotFoundError(
-        f"unknown model '{text}'" + (f"; {hint}" if hint else "")
+        f"unknown model '{text}'"
+        + (f"; {hint}" if hint else "")
         + " (a preset id from `fitcheck models`, a size like 7B, or a path to a model folder)"
     )

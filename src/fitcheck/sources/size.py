@@ -15,6 +15,7 @@ How the shape is chosen (docs/methodology.md, "Size strings"):
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from fitcheck.engine.params import count_params
@@ -44,7 +45,7 @@ def _interp(n: float) -> tuple[float, float]:
     pts = _ANCHORS
     if n <= pts[0][0]:
         return pts[0][1], pts[0][2]
-    for (n0, h0, l0), (n1, h1, l1) in zip(pts, pts[1:], strict=False):
+    for (n0, h0, l0), (n1, h1, l1) in itertools.pairwise(pts):
         if n <= n1:
             t = (math.log(n) - math.log(n0)) / (math.log(n1) - math.log(n0))
             return h0 * (h1 / h0) ** t, l0 + (l1 - l0) * t
