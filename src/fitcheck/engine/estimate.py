@@ -127,6 +127,13 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
     accum = setup.grad_accum > 1
     grads_fwd = grads if accum else _c("gradients", 0, "", "gradients")
     inputs_c = _c("inputs", inputs, "input_ids + labels, int64", "activations")
+    dq = 0
+    if setup.method == "qlora":
+        biggest = max(
+            (lin.d_in * lin.d_out for lin in layer_linears(a, a.is_moe) if lin.role != "router"), default=0
+        )
+        dq = biggest * ctx.gamma
+    dequant = _c("dequant_transient", dq, "one 4-bit weight dequantized to the compute dtype", "weights")
 
     if setup.grad_ckpt:
         ckpt = T * L * ctx.rho * a.hidden_size
@@ -165,8 +172,9 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
         head_grad = (inv.lm_head or inv.embedding) * int(states.BYTES[regime.grad_dtype])
     grads_head = _c("gradients", head_grad, "lm_head gradient, allocated first", "gradients")
 
-    forward = _phase("forward", [*persistent, grads_fwd, inputs_c, *saved, fwd_hump])
+    forward = _phase("forward", [*persistent, grads_fwd, inputs_c, *saved, fwd_hump, dequant])
     bwd_start = [*persistent, grads if accum else grads_head, inputs_c, *saved, bwd_hump]
+    bwd_late_extra = [dequant]
     # Late in backward nearly every gradient exists while the first layer's activations are still
     # alive (recomputed from its checkpoint when checkpointing; the other checkpoints are freed).
     one_layer = T * max(per_layer_tok, sparse.total(s))
@@ -177,7 +185,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
         + ("recomputed from its checkpoint" if setup.grad_ckpt else "(the first layer's, last to be freed)"),
         "checkpointing" if setup.grad_ckpt else "activations",
     )
-    bwd_late = [*persistent, grads, inputs_c, late]
+    bwd_late = [*persistent, grads, inputs_c, late, *bwd_late_extra]
     backward = max((_phase("backward", bwd_start), _phase("backward", bwd_late)), key=lambda p: p.total_bytes)
     step = _phase("optimizer_step", [*persistent, grads, ms["optimizer_transient"]])
     phases = (forward, backward, step)
@@ -209,12 +217,18 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
         context_bytes=context,
         device_bytes=peak.total_bytes + reserve + context,
         thumb=thumb(c.total - c.adapter, setup),
-        warnings=_warnings(spec, setup),
+        warnings=_warnings(spec, setup, c.total - c.adapter),
     )
 
 
-def _warnings(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
+def _warnings(spec: ModelSpec, setup: TrainingSetup, derived: int) -> tuple[str, ...]:
     w: list[str] = []
+    declared = spec.declared_params
+    if spec.source_kind == "safetensors" and declared and abs(declared - derived) > 0.01 * declared:
+        w.append(
+            f"the safetensors headers hold {declared:,} parameters but the config describes {derived:,}; "
+            "the estimate follows the config (extra tensors such as a vision tower are not modelled)"
+        )
     if setup.method == "qlora" and setup.backend == "mps":
         w.append(
             "bitsandbytes 4-bit weights work on MPS only in recent releases; MLX with a 4-bit model "
