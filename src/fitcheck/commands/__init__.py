@@ -1,0 +1,1 @@
+"""Typer command groups; each module exposes ``register(app)`` and imports its core lazily."""
