@@ -100,7 +100,7 @@ def _resolve_one(text: str, spec: str, probe_env: ProbeEnv | None) -> Target:
 
         env = probe_env or ProbeEnv.real()
         if text == "auto":
-            return target_from_detection(detect(env))
+            return target_from_detection(detect(env), dict(env.environ))
         mem, _ = probe_cpu(env)
         return cpu_target(_need_cpu(mem))
     entry = catalog.find_entry(text)
