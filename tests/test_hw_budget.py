@@ -149,6 +149,7 @@ def test_bad_headroom(headroom: str) -> None:
         ("2xrtx-4091", NotFoundError, "rtx-4090"),
         ("h100", NotFoundError, "h100-"),
         ("0.5GB", InputError, "no usable memory"),
+        ("3060", InputError, "rtx-3060"),  # a card model, not 3060 GiB
     ],
 )
 def test_bad_targets_say_what_works(spec: str, error: type[Exception], says: str) -> None:

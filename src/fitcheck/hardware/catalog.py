@@ -168,7 +168,7 @@ def get_entry(name: str) -> HardwareEntry:
     """The entry with this id or alias; `NotFoundError` naming the closest ids otherwise."""
     entry = find_entry(name)
     if entry is None:
-        hint = suggest(name.strip().lower(), names())
+        hint = suggest(name.strip().lower(), load_catalog()) or suggest(name.strip().lower(), names())
         raise NotFoundError(
             f"unknown hardware '{name}'"
             + (f"; {hint}" if hint else "")
