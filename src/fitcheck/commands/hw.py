@@ -228,7 +228,8 @@ def render_catalog_table(cat: HwCatalog) -> None:
         title_justify="left",
     )
     for col in _CATALOG_HEADER:
-        table.add_column(col, justify="right" if "GiB" in col or col in {"GB/s", "bf16 TFLOPS"} else "left")
+        right = "GiB" in col or col in {"GB/s", "bf16 TFLOPS"}
+        table.add_column(col, justify="right" if right else "left", no_wrap=col in {"id", "backend"})
     for row in _catalog_rows(cat):
         table.add_row(*row)
     Console().print(table)

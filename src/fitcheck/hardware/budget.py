@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from fitcheck.errors import FitcheckError, InputError
+from fitcheck.errors import FitcheckError, InputError, suggest
 from fitcheck.hardware import catalog
 from fitcheck.hardware.catalog import HardwareEntry
 from fitcheck.hardware.detected import AppleFacts, CpuMemory, Detection, GpuDevice
@@ -56,6 +56,8 @@ PLAIN_IDLE_MIB = DEFAULT_IDLE_MIB["consumer"]
 #: 400MB" (github.com/pytorch/pytorch/issues/109888); HIP: ollama's 457 MiB reserve (ml/device.go).
 DEFAULT_CONTEXT_MIB: dict[str, int] = {"cuda": 400, "rocm": 457, "mps": 0, "cpu": 0}
 MAX_GPUS = 4096
+#: A bare number above this is a card model (``3060``), not GiB: no device has more than 512 GiB.
+MAX_BARE_GIB = 1024
 
 TARGET_HELP = (
     "a target is a catalog id (rtx-4090, a100-80gb; see `fitcheck hw list`), a GPU size (24GB), "
@@ -100,7 +102,7 @@ def _resolve_one(text: str, spec: str, probe_env: ProbeEnv | None) -> Target:
 
         env = probe_env or ProbeEnv.real()
         if text == "auto":
-            return target_from_detection(detect(env))
+            return target_from_detection(detect(env), dict(env.environ))
         mem, _ = probe_cpu(env)
         return cpu_target(_need_cpu(mem))
     entry = catalog.find_entry(text)
@@ -108,6 +110,13 @@ def _resolve_one(text: str, spec: str, probe_env: ProbeEnv | None) -> Target:
         return entry_target(entry)
     if text.endswith("-unified"):
         return unified_target(_size(text.removesuffix("-unified"), spec))
+    if re.fullmatch(r"\d+", text) and int(text) > MAX_BARE_GIB:
+        hint = suggest(text, catalog.load_catalog())
+        raise InputError(
+            f"'{spec}' is not a memory size fitcheck believes"
+            + (f"; {hint}" if hint else "")
+            + f" (write {text}GB if you mean it; {TARGET_HELP})"
+        )
     if _SIZE_RE.match(text):
         return plain_cuda_target(_size(text, spec))
     if _SIZE_PREFIX_RE.match(text):

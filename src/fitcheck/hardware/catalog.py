@@ -168,7 +168,7 @@ def get_entry(name: str) -> HardwareEntry:
     """The entry with this id or alias; `NotFoundError` naming the closest ids otherwise."""
     entry = find_entry(name)
     if entry is None:
-        hint = suggest(name.strip().lower(), names())
+        hint = suggest(name.strip().lower(), load_catalog()) or suggest(name.strip().lower(), names())
         raise NotFoundError(
             f"unknown hardware '{name}'"
             + (f"; {hint}" if hint else "")
@@ -189,8 +189,8 @@ def match_gpu(name: str, total_bytes: int | None, vendor: str | None = None) -> 
 
     Exact name matches come first (``NVIDIA H100 80GB HBM3`` is an example of the SXM5 entry);
     otherwise an entry whose model tokens all appear in the detected name, in order. Among the
-    candidates the one whose memory is nearest to the detected total wins, within
-    `MEMORY_MATCH_TOLERANCE`; with no total, only an unambiguous candidate is returned.
+    candidates the one whose memory is nearest to the detected total (or to a size in the name)
+    wins, within `MEMORY_MATCH_TOLERANCE`; with neither, only an unambiguous candidate is returned.
     """
     key = normalise_name(name)
     pool = [
@@ -198,6 +198,9 @@ def match_gpu(name: str, total_bytes: int | None, vendor: str | None = None) -> 
     ]
     exact = [e for e in pool if key in e.match_keys]
     candidates = exact or [e for e in pool if any(_contains(key, k) for k in e.match_keys)]
+    if total_bytes is None:  # the name may carry the size: "Tesla V100-SXM2-32GB"
+        size = re.search(r"(\d+)\s*GB", name, re.IGNORECASE)
+        total_bytes = int(size.group(1)) << 30 if size else None
     return _by_memory(candidates, total_bytes)
 
 

@@ -74,7 +74,7 @@ def parse_smi_q_mig(text: str) -> dict[str, list[dict[str, int | None]]]:
     out: dict[str, list[dict[str, int | None]]] = {}
     gpu: str | None = None
     current: dict[str, int | None] | None = None
-    in_fb = False
+    in_fb, mig_indent = False, 0
     for line in text.splitlines():
         if re.match(r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9]", line):
             gpu = line.split()[1].upper()
@@ -82,13 +82,16 @@ def parse_smi_q_mig(text: str) -> dict[str, list[dict[str, int | None]]]:
             current, in_fb = None, False
             continue
         stripped = line.strip()
-        if gpu is None:
+        if gpu is None or not stripped:
             continue
+        indent = len(line) - len(line.lstrip())
         if stripped == "MIG Device":
             current = {"index": None, "total": None, "used": None, "free": None}
             out[gpu].append(current)
-            in_fb = False
+            mig_indent, in_fb = indent, False
             continue
+        if current is not None and indent <= mig_indent:
+            current = None  # back at the GPU level: its own "FB Memory Usage" is the whole GPU's
         if current is None:
             continue
         if stripped.endswith("FB Memory Usage"):

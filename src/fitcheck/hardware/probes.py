@@ -318,31 +318,39 @@ def probe_torch_cuda(env: ProbeEnv, want_hip: bool) -> Found:
     if torch is None:
         found.steps.append(ProbeStep(probe="torch", command="import torch", outcome="not installed"))
         return found
-    is_hip = bool(getattr(torch.version, "hip", None))
-    if is_hip != want_hip or not torch.cuda.is_available():
-        found.steps.append(ProbeStep(probe="torch", command="torch.cuda.is_available()", outcome="no device"))
-        return found
-    for i in range(torch.cuda.device_count()):
-        free, total = torch.cuda.mem_get_info(i)
-        props = torch.cuda.get_device_properties(i)
-        found.gpus.append(
-            GpuDevice(
-                index=i,
-                vendor="amd" if is_hip else "nvidia",
-                backend="rocm" if is_hip else "cuda",
-                name=str(props.name),
-                total_bytes=int(total),
-                used_bytes=int(total) - int(free),
-                free_bytes=int(free),
-                compute_capability=None if is_hip else f"{props.major}.{props.minor}",
-                gfx_target=getattr(props, "gcnArchName", None) if is_hip else None,
-                method="torch.cuda.mem_get_info (bytes; this process now holds a CUDA context)",
+    try:
+        is_hip = bool(getattr(torch.version, "hip", None))
+        if is_hip != want_hip or not torch.cuda.is_available():
+            found.steps.append(
+                ProbeStep(probe="torch", command="torch.cuda.is_available()", outcome="no device")
             )
-        )
+            return found
+        found.gpus = [_torch_device(torch, i, is_hip) for i in range(torch.cuda.device_count())]
+    except Exception as exc:  # a broken CUDA/HIP install must not break detection
+        found.steps.append(ProbeStep(probe="torch", command="torch.cuda", outcome=f"failed: {exc}"))
+        found.gpus = []
+        return found
     found.steps.append(
         ProbeStep(probe="torch", command="torch.cuda.mem_get_info", outcome=f"{len(found.gpus)} GPU(s)")
     )
     return found
+
+
+def _torch_device(torch: Any, i: int, is_hip: bool) -> GpuDevice:
+    free, total = torch.cuda.mem_get_info(i)
+    props = torch.cuda.get_device_properties(i)
+    return GpuDevice(
+        index=i,
+        vendor="amd" if is_hip else "nvidia",
+        backend="rocm" if is_hip else "cuda",
+        name=str(props.name),
+        total_bytes=int(total),
+        used_bytes=int(total) - int(free),
+        free_bytes=int(free),
+        compute_capability=None if is_hip else f"{props.major}.{props.minor}",
+        gfx_target=getattr(props, "gcnArchName", None) if is_hip else None,
+        method="torch.cuda.mem_get_info (bytes; this process now holds a CUDA context)",
+    )
 
 
 # ------------------------------------------------------------------------------------------------ AMD
