@@ -92,7 +92,19 @@ def build_model(hf_config: Mapping[str, Any], setup: TrainingSetup, regime: Regi
         # memory does not depend on which experts the (random) router picks.
         kwargs["experts_implementation"] = "grouped_mm"
         notes.append("MoE experts run transformers' grouped_mm path: memory is independent of routing")
-    model = AutoModelForCausalLM.from_config(config, **kwargs)
+    try:
+        model = AutoModelForCausalLM.from_config(config, **kwargs)
+    except ValueError as exc:
+        if kwargs["attn_implementation"] != "sdpa" or "scaled_dot_product_attention" not in str(exc):
+            raise
+        # Gemma 2 (attention logit softcapping) has no SDPA path in transformers 5; users get eager
+        # or FlashAttention-2 (which keeps O(s) like SDPA flash). Trace what transformers can run.
+        kwargs["attn_implementation"] = "eager"
+        model = AutoModelForCausalLM.from_config(config, **kwargs)
+        notes.append(
+            f"{config.model_type} has no SDPA attention in transformers: traced with eager "
+            "(O(s^2) scores); FlashAttention-2 with softcapping would keep O(s)"
+        )
     model.train()
     if setup.grad_ckpt:
         enable_checkpointing(model)

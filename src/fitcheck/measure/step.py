@@ -171,3 +171,44 @@ def unpacked_batches() -> Iterator[None]:
         yield
     finally:
         masking_utils.find_packed_sequence_indices = original  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def device_semantics(regime: Regime, emulate_cuda: bool) -> Iterator[None]:
+    """Kernel-choice patches that make a CPU (or fake CPU) step behave like the CUDA step.
+
+    Dropout takes the fused path (bool mask) and, under autocast, CUDA's op lists apply
+    (fitcheck.measure.autocast); packed-sequence detection is answered without reading values.
+    """
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(unpacked_batches())
+        stack.enter_context(grouped_mm_bf16_only())
+        if emulate_cuda:
+            stack.enter_context(cuda_dropout())
+            if regime.autocast:
+                from fitcheck.measure.autocast import cuda_autocast_policy
+
+                stack.enter_context(cuda_autocast_policy())
+        yield
+
+
+@contextlib.contextmanager
+def grouped_mm_bf16_only() -> Iterator[None]:
+    """Send non-bf16 MoE experts to transformers' ``grouped_mm_fallback`` op.
+
+    ``torch._grouped_mm`` accepts only bf16 on CUDA (its meta kernel checks it), so fp32 experts
+    (AMP from an fp32 model) would fail the trace; the fallback op has the same output buffers and a
+    fake implementation. bf16 experts keep the grouped_mm path.
+    """
+    from transformers.integrations import moe
+
+    original = moe._can_use_grouped_mm
+
+    def can_use(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> bool:
+        return weight.dtype == torch.bfloat16 and bool(original(input, weight, offs))
+
+    moe._can_use_grouped_mm = can_use  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        moe._can_use_grouped_mm = original  # type: ignore[assignment]

@@ -61,7 +61,7 @@ def trace_step(
 
     from fitcheck.measure.build import build_model, trainable_parameters
     from fitcheck.measure.optim import make_optimizer
-    from fitcheck.measure.step import cuda_dropout, make_batch, run_steps, unpacked_batches
+    from fitcheck.measure.step import device_semantics, make_batch, run_steps
     from fitcheck.measure.tracker import LiveStorageMode, ModuleScope, Tracker
 
     regime = regime_for(setup)
@@ -78,7 +78,7 @@ def trace_step(
         batch = make_batch(model.config.vocab_size, setup)
         _register_existing(tracker, model, batch)
         names = {id(m): n for n, m in model.named_modules()}
-        with cuda_dropout(), unpacked_batches(), ModuleScope(tracker, names), LiveStorageMode(tracker):
+        with device_semantics(regime, True), ModuleScope(tracker, names), LiveStorageMode(tracker):
             run_steps(model, optimizer, batch, setup, regime, _TraceProbe(tracker), steps, "cpu")
         tracker.end()
         windows = [_window(tracker, w, top) for w in tracker.windows]
