@@ -15,7 +15,9 @@ SCHEMA_VERSION = 1
 
 Method = Literal["full", "lora", "qlora"]
 Precision = Literal["bf16", "fp16", "fp32"]
-Optimizer = Literal["adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"]
+Optimizer = Literal[
+    "adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"
+]
 Attention = Literal["eager", "sdpa", "flash", "xformers"]
 Trainer = Literal["generic", "hf", "torchtune", "axolotl", "llamafactory", "mlx", "kohya"]
 Backend = Literal["cuda", "rocm", "mps", "cpu"]

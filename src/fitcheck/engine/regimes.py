@@ -16,8 +16,10 @@ hf + master    fp32 weights (AMP), fp32 grads and states; autocast on      16
 torchtune      bf16 everywhere, fused AdamW, chunked cross-entropy         8
 =============  =========================================================  ==========
 
-LoRA: peft keeps adapters in fp32 (``autocast_adapter_dtype=True``) except torchtune, which builds
-them in the model dtype. QLoRA under hf: ``prepare_model_for_kbit_training`` upcasts every
+LoRA: peft keeps adapters in fp32 (``autocast_adapter_dtype=True``), so under ``hf`` each wrapped
+module saves its own cast copy of its input; torchtune builds adapters in the model dtype; ``generic``
+is the textbook accounting (adapters in the compute dtype, no framework quirks), which is what the
+seeds' rules of thumb assume. QLoRA under hf: ``prepare_model_for_kbit_training`` upcasts every
 non-quantized parameter (embeddings, norms, lm_head) to fp32.
 """
 
@@ -61,11 +63,11 @@ def _generic(setup: TrainingSetup) -> Regime:
         name="generic",
         description="weights and grads in the compute dtype, fp32 optimizer moments"
         + (", fp32 master copy" if setup.master_weights else "")
-        + "; LoRA adapters fp32 (peft default)",
+        + "; LoRA adapters in the compute dtype (textbook, no framework quirks)",
         weight_dtype=c,
         trainable_dtype=c,
-        adapter_dtype="fp32",
-        grad_dtype=c if setup.method == "full" else "fp32",
+        adapter_dtype=c,
+        grad_dtype=c,
         optimizer_state_dtype="fp32",
         master_weights=setup.master_weights and c != "fp32",
         autocast=False,

@@ -97,6 +97,18 @@ def _gemma2(cfg: Config) -> dict[str, Any]:
     return d
 
 
+#: `Gemma3TextConfig` defaults (transformers ``configuration_gemma3.py``) for the shape keys a published
+#: config may leave out: google/gemma-3-4b-pt's ``text_config`` lists only hidden_size,
+#: intermediate_size, num_hidden_layers, rope_scaling and sliding_window, and the 4B and 27B
+#: ``text_config`` leave vocab_size to the default (262,208 rows; gemma-3-1b states 262,144).
+_GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 262_208,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+}
+
+
 def _gemma3(cfg: Config) -> dict[str, Any]:
     text = cfg.get("text_config")
     if isinstance(text, Mapping):
@@ -106,6 +118,7 @@ def _gemma3(cfg: Config) -> dict[str, Any]:
         d = _gemma3(merged)
         d["model_type"] = "gemma3"
         return d
+    cfg = {**_GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
     d = _gemma(cfg)
     d.update(
         norms_per_layer=4,

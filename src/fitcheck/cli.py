@@ -1,0 +1,319 @@
+"""Command-line interface: parse, call the core, render, return an exit code. No arithmetic here.
+
+Start-up is kept lean: ``fitcheck --help`` imports typer (click) and nothing heavier; pydantic, yaml
+and rich are imported inside the commands that need them, torch only by ``measure``.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum, StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from fitcheck.errors import ExitCode, FitcheckError
+
+app = typer.Typer(
+    name="fitcheck",
+    help=(
+        "How much memory will a training run need, will it fit, and what settings should I use?\n\n"
+        "Memory is shown in GiB. Sizes you type (24GB, 24GiB) both mean GiB, because GPU and Mac memory "
+        "is sold in binary units (an RTX 4090's 24 GB is 24,564 MiB as the driver reports it).\n\n"
+        "Exit codes: 0 answered / fits, 1 does not fit (check, plan), 2 trouble. Add --debug for a traceback."
+    ),
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class Fmt(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+    markdown = "markdown"
+
+
+class MethodOpt(StrEnum):
+    full = "full"
+    lora = "lora"
+    qlora = "qlora"
+
+
+class PrecisionOpt(StrEnum):
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp32 = "fp32"
+
+
+class OptimizerOpt(StrEnum):
+    adamw = "adamw"
+    adamw8bit = "adamw8bit"
+    paged_adamw8bit = "paged-adamw8bit"
+    adafactor = "adafactor"
+    lion = "lion"
+    lion8bit = "lion8bit"
+    prodigy = "prodigy"
+    sgd = "sgd"
+
+
+class AttnOpt(StrEnum):
+    eager = "eager"
+    sdpa = "sdpa"
+    flash = "flash"
+    xformers = "xformers"
+
+
+class TrainerOpt(StrEnum):
+    generic = "generic"
+    hf = "hf"
+    torchtune = "torchtune"
+    axolotl = "axolotl"
+    llamafactory = "llamafactory"
+    mlx = "mlx"
+    kohya = "kohya"
+
+
+class RuleOpt(StrEnum):
+    detailed = "detailed"
+    thumb = "thumb"
+
+
+ModelArg = Annotated[
+    str,
+    typer.Argument(
+        help="a size (7B, 1.5B, 350M), a preset id, a HF model folder, config.json or *.safetensors"
+    ),
+]
+MethodO = Annotated[MethodOpt, typer.Option("--method", "-m", help="full (also pre-training), lora, qlora")]
+DoraO = Annotated[
+    bool, typer.Option("--dora", help="DoRA on top of LoRA (adds a magnitude vector per module)")
+]
+BatchO = Annotated[int, typer.Option("--batch-size", "-b", help="micro-batch size")]
+AccumO = Annotated[int, typer.Option("--grad-accum", help="gradient accumulation steps (no memory cost)")]
+SeqO = Annotated[int, typer.Option("--seq-len", "-s", help="tokens per example")]
+ResO = Annotated[
+    int | None, typer.Option("--resolution", help="image side in pixels (diffusion models only)")
+]
+PrecO = Annotated[PrecisionOpt, typer.Option("--precision", help="compute dtype")]
+MasterO = Annotated[
+    bool, typer.Option("--master-weights", help="keep an fp32 master copy of trainable weights")
+]
+OptO = Annotated[OptimizerOpt, typer.Option("--optimizer", help="optimizer")]
+CkptO = Annotated[bool, typer.Option("--grad-ckpt/--no-grad-ckpt", help="gradient checkpointing")]
+AttnO = Annotated[AttnOpt, typer.Option("--attn", help="attention kernel")]
+RankO = Annotated[
+    int | None, typer.Option("--lora-rank", help="LoRA rank (kohya's network_dim) [default: 16]")
+]
+AlphaO = Annotated[float | None, typer.Option("--lora-alpha", help="LoRA alpha [default: 2 x rank]")]
+TargetsO = Annotated[
+    str | None, typer.Option("--lora-targets", help="attn, all-linear, or module names [default: all-linear]")
+]
+DropO = Annotated[float | None, typer.Option("--lora-dropout", help="LoRA dropout [default: 0]")]
+DQO = Annotated[bool, typer.Option("--double-quant/--no-double-quant", help="QLoRA double quantization")]
+TrainerO = Annotated[TrainerOpt, typer.Option("--trainer", help="whose implementation details to model")]
+OnO = Annotated[
+    str | None,
+    typer.Option("--on", help="target: catalog id (rtx-4090), 24GB, 36GB-unified, 2x4090, auto, cpu"),
+]
+GpusO = Annotated[int, typer.Option("--gpus", help="data-parallel GPUs (each holds a full replica)")]
+HeadroomO = Annotated[str | None, typer.Option("--headroom", help="safety margin, e.g. 2GB or 10%")]
+FmtO = Annotated[Fmt, typer.Option("--format", "-f", help="output format")]
+RuleO = Annotated[
+    RuleOpt, typer.Option("--rule", help="detailed engine or the source documents' rule of thumb")
+]
+
+
+def _setup(**kw: Any) -> Any:
+    """Build a TrainingSetup from CLI values, refusing options that do not apply."""
+    from pydantic import ValidationError
+
+    from fitcheck.errors import InputError, OptionError
+    from fitcheck.models import TrainingSetup
+
+    if kw.pop("resolution", None) is not None:
+        raise OptionError("--resolution applies to diffusion models; for an LLM use --seq-len")
+    method = kw["method"]
+    lora_opts = {k: kw[k] for k in ("lora_rank", "lora_alpha", "lora_targets", "lora_dropout")}
+    if method == "full":
+        given = [k for k, v in lora_opts.items() if v is not None]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise OptionError(f"{flag} applies to LoRA and QLoRA, not --method full")
+    values = {k: v for k, v in kw.items() if v is not None}
+    try:
+        return TrainingSetup(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else "value"
+        raise InputError(f"--{field.replace('_', '-')}: {err['msg']} (got {err.get('input')!r})") from None
+
+
+def _emit(fmt: Fmt, data: Any, table: Any) -> None:
+    from fitcheck import render
+
+    if fmt is Fmt.table:
+        table()
+    else:
+        sys.stdout.write(render.dump(data, fmt.value))
+
+
+def _target(on: str | None, headroom: str | None, gpus: int) -> Any:
+    if on is None:
+        return None
+    from fitcheck.hardware.budget import resolve_target
+
+    target = resolve_target(on, headroom)
+    if gpus > 1 and target.gpus == 1:
+        target = target.model_copy(update={"gpus": gpus})
+    return target
+
+
+def run_estimate(model: str, setup_kw: dict[str, Any], on: str | None, headroom: str | None) -> Any:
+    """Resolve the model and target, estimate, judge. Shared by estimate and check."""
+    from fitcheck.engine.estimate import estimate
+    from fitcheck.engine.verdict import verdict
+    from fitcheck.sources.resolve import resolve_model
+
+    spec = resolve_model(model)
+    target = _target(on, headroom, setup_kw.get("gpus", 1))
+    if target is not None:
+        setup_kw = {**setup_kw, "backend": target.backend}
+    setup = _setup(**setup_kw)
+    ctx = target.context_bytes if target is not None and target.context_bytes else None
+    est = estimate(spec, setup, ctx)
+    if target is not None:
+
+        def again(s: Any, st: Any) -> Any:
+            return estimate(s, st, ctx)
+
+        est = est.model_copy(update={"target": verdict(est, target, spec, again)})
+    return spec, est
+
+
+def _common(**kw: Any) -> dict[str, Any]:
+    return {k: (v.value if isinstance(v, Enum) else v) for k, v in kw.items()}
+
+
+@app.command()
+def estimate(
+    model: ModelArg,
+    method: MethodO = MethodOpt.lora,
+    dora: DoraO = False,
+    batch_size: BatchO = 1,
+    grad_accum: AccumO = 1,
+    seq_len: SeqO = 2048,
+    resolution: ResO = None,
+    precision: PrecO = PrecisionOpt.bf16,
+    master_weights: MasterO = False,
+    optimizer: OptO = OptimizerOpt.adamw,
+    grad_ckpt: CkptO = False,
+    attn: AttnO = AttnOpt.sdpa,
+    lora_rank: RankO = None,
+    lora_alpha: AlphaO = None,
+    lora_targets: TargetsO = None,
+    lora_dropout: DropO = None,
+    double_quant: DQO = True,
+    trainer: TrainerO = TrainerOpt.generic,
+    on: OnO = None,
+    gpus: GpusO = 1,
+    headroom: HeadroomO = None,
+    rule: RuleO = RuleOpt.detailed,
+    fmt: FmtO = Fmt.table,
+) -> None:
+    """Memory breakdown of one training step, with the rule of thumb beside it (and a verdict with --on)."""
+    kw = _common(
+        method=method,
+        dora=dora,
+        batch_size=batch_size,
+        grad_accum=grad_accum,
+        seq_len=seq_len,
+        resolution=resolution,
+        precision=precision,
+        master_weights=master_weights,
+        optimizer=optimizer,
+        grad_ckpt=grad_ckpt,
+        attn=attn,
+        lora_rank=lora_rank,
+        lora_alpha=lora_alpha,
+        lora_targets=lora_targets,
+        lora_dropout=lora_dropout,
+        double_quant=double_quant,
+        trainer=trainer,
+        gpus=gpus,
+    )
+    spec, est = run_estimate(model, kw, on, headroom)
+    from fitcheck import render
+
+    if rule is RuleOpt.thumb:
+        data = render.thumb_doc(est)
+        _emit(fmt, data, lambda: render.thumb_table(est))
+        return
+    _emit(fmt, render.estimate_doc(est), lambda: render.estimate_table(est, spec))
+
+
+@app.command()
+def models(fmt: FmtO = Fmt.table) -> None:
+    """List the model presets."""
+    from fitcheck import render
+
+    rows = render.model_rows()
+    _emit(fmt, rows, lambda: render.models_table(rows))
+
+
+def _register_optional() -> None:
+    """Commands that live in their own modules (hardware, measure, planner)."""
+    import importlib
+
+    for name in ("hw", "check", "matrix", "measure", "plan"):
+        try:
+            mod = importlib.import_module(f"fitcheck.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"fitcheck.commands.{name}":
+                raise
+            continue
+        mod.register(app)
+
+
+_register_optional()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app, turn errors into one stderr line and an exit code."""
+    from fitcheck._clicompat import click_exceptions
+
+    Exit, ClickException, Abort = click_exceptions()
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    if debug:
+        args.remove("--debug")
+    try:
+        result = app(args=args, prog_name="fitcheck", standalone_mode=False)
+        return int(result) if isinstance(result, int) else 0
+    except FitcheckError as exc:
+        if debug:
+            raise
+        sys.stderr.write(f"fitcheck: error: {exc}\n")
+        return int(exc.exit_code)
+    except Exit as exc:
+        return int(exc.exit_code)
+    except ClickException as exc:
+        if debug:
+            raise
+        sys.stderr.write(f"fitcheck: error: {exc.format_message()}\n")
+        return int(ExitCode.TROUBLE)
+    except Abort:
+        sys.stderr.write("fitcheck: aborted\n")
+        return int(ExitCode.TROUBLE)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug: one line unless --debug
+        if debug:
+            raise
+        sys.stderr.write(f"fitcheck: internal error: {exc.__class__.__name__}: {exc} (rerun with --debug)\n")
+        return int(ExitCode.TROUBLE)

@@ -1,0 +1,177 @@
+"""Activations: what autograd saves per layer and per token, the logits hump, and transients.
+
+The inventory follows the Hugging Face modeling code and PyTorch's saved-tensor rules (an operand is
+saved only when the *other* operand needs a gradient, so a frozen linear saves no input; a conv saves
+its input even with frozen weights), see docs/methodology.md, "Activations". All figures are bytes
+per token unless a name says otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fitcheck.engine.dtypes import nbytes
+from fitcheck.engine.lora import targeted
+from fitcheck.engine.params import Linear, layer_linears
+from fitcheck.models import DecoderArch, Regime, TrainingSetup
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """Dtype facts of one setup, resolved once."""
+
+    gamma: int  # bytes of the compute dtype (what matmuls produce)
+    rho: int  # bytes of the residual stream (the embedding weight's dtype)
+    norm_w: int  # bytes of norm weights
+    adapter: int  # bytes of LoRA weights
+    autocast: bool
+    full: bool
+    lora: bool
+
+    @property
+    def norm_out(self) -> int:
+        return max(self.rho, self.norm_w)
+
+
+def context(setup: TrainingSetup, regime: Regime) -> Ctx:
+    full = setup.method == "full"
+    weight = regime.trainable_dtype if full else regime.weight_dtype
+    embed = "fp32" if regime.kbit_upcast else weight
+    gamma = nbytes(setup.precision) if regime.autocast else nbytes(weight)
+    return Ctx(
+        gamma=gamma,
+        rho=nbytes(embed),
+        norm_w=nbytes(embed),
+        adapter=nbytes(regime.adapter_dtype),
+        autocast=regime.autocast,
+        full=full,
+        lora=not full,
+    )
+
+
+@dataclass
+class LayerActs:
+    """Bytes per token saved by one layer, by named part (sums to ``total``)."""
+
+    parts: dict[str, float] = field(default_factory=dict)
+    scores: float = 0.0  # bytes per token per key position (x seq_len): eager attention only
+
+    def add(self, name: str, value: float) -> None:
+        if value:
+            self.parts[name] = self.parts.get(name, 0.0) + value
+
+    def total(self, seq_len: int) -> float:
+        return sum(self.parts.values()) + self.scores * seq_len
+
+
+def _linear_inputs(c: Ctx, setup: TrainingSetup, a: DecoderArch, lins: list[Linear], x_bytes: int) -> float:
+    """Bytes saved for the inputs of projections that share one input tensor of dtype ``x_bytes``.
+
+    Full fine-tuning: each linear saves its input; under autocast an input that is not already in
+    the compute dtype is cast per op, and each cast copy is saved. LoRA: peft casts the input to the
+    adapter dtype per wrapped module (``_cast_input_dtype``); under autocast lora_A then works on its
+    own compute-dtype copy, which is what it saves.
+    """
+    d_in = lins[0].d_in
+    shared = False
+    per_op = 0.0
+    for lin in lins:
+        if c.full:
+            if c.autocast and x_bytes != c.gamma:
+                per_op += c.gamma * d_in
+            else:
+                shared = True
+        elif targeted(a, setup.lora_targets, lin):
+            if c.autocast and c.adapter != c.gamma:
+                per_op += c.gamma * d_in
+            elif c.adapter != x_bytes:
+                per_op += c.adapter * d_in
+            else:
+                shared = True
+    return per_op + (x_bytes * d_in if shared else 0.0)
+
+
+def _norm(c: Ctx, width: int, family: str) -> float:
+    """RMSNorm saves an fp32 copy of its input; the normalized tensor too if its weight trains.
+
+    Gemma's norm multiplies in fp32 (``output * (1 + weight.float())``), so that copy is fp32.
+    LayerNorm saves its input (fp32 under autocast, which runs layer_norm in fp32).
+    """
+    if family == "layer":
+        return 4 * width if c.autocast else c.rho * width
+    trained = (4 if family == "gemma" else c.rho) * width if c.full else 0
+    return 4 * width + trained
+
+
+def layer_activations(a: DecoderArch, setup: TrainingSetup, regime: Regime, moe: bool = False) -> LayerActs:
+    """Saved bytes per token of one decoder layer (no checkpointing)."""
+    c = context(setup, regime)
+    acts = LayerActs()
+    h, d = a.hidden_size, a.head_dim
+    q_w, kv_w = a.num_heads * d, a.num_kv_heads * d
+    fam = "layer" if a.norm == "layer" else ("gemma" if a.model_type.startswith("gemma") else "rms")
+    lins = layer_linears(a, moe, active=True)
+    attn = [x for x in lins if x.role == "attn"]
+    qkv, o = attn[:-1], attn[-1:]
+
+    acts.add("norm_inputs", _norm(c, h, fam) * (2 if a.norms_per_layer >= 2 else 1))
+    if a.norms_per_layer == 4:
+        acts.add("norm_inputs", _norm(c, h, fam) * 2)
+    acts.add("qkv_inputs", _linear_inputs(c, setup, a, qkv, c.norm_out))
+    if a.qk_norm:
+        acts.add("qk_norm", _norm(c, q_w + kv_w, fam))
+    # q, k, v after RoPE as the attention kernel saves them; K/V at all heads where repeat_kv runs
+    # (eager always; SDPA when the GQA kernel path is not taken).
+    kv_saved = q_w if setup.attn == "eager" else kv_w
+    acts.add("qkv", c.gamma * (q_w + 2 * kv_saved))
+    if setup.attn == "eager":
+        # softmax output in fp32 (saved by softmax) and its compute-dtype copy (saved by the matmul)
+        acts.scores = a.num_heads * (4 + c.gamma)
+        acts.add("attn_out", c.gamma * q_w)
+    else:
+        # flash / memory-efficient kernels save the output and an fp32 logsumexp per head
+        acts.add("attn_out", c.gamma * q_w + 4 * a.num_heads)
+    acts.add("o_input", _linear_inputs(c, setup, a, o, c.gamma))
+    mlp = [x for x in lins if x.role in ("mlp", "expert", "shared_expert")]
+    up = [x for x in mlp if x.d_in == h and x.role != "expert"]
+    down = [x for x in mlp if x.d_out == h and x.role != "expert"]
+    if up:
+        acts.add("mlp_inputs", _linear_inputs(c, setup, a, up, c.norm_out))
+    if moe:
+        acts.add("moe", _moe(a, c))
+    else:
+        width = a.intermediate_size
+        gated = a.mlp == "gated"
+        # gate output (activation input), activation output, up output; the product feeds down_proj
+        acts.add("mlp_hidden", c.gamma * width * (3 if gated else 1))
+        acts.add("mlp_act_out", 0 if gated else c.gamma * width)
+        acts.add("down_input", _linear_inputs(c, setup, a, down, c.gamma) if down else 0)
+    return acts
+
+
+def _moe(a: DecoderArch, c: Ctx) -> float:
+    """Routed experts: each token's top-k experts keep the same tensors as a dense gated MLP of
+    width moe_intermediate_size (gathered input, gate/up output, activation, product); router logits
+    and probabilities in fp32."""
+    k, w, h = a.experts_per_token, a.moe_intermediate_size, a.hidden_size
+    per_expert = c.gamma * (h + 2 * w + 2 * w) if c.full else c.gamma * (2 * w + 2 * w)
+    router = 4 * a.num_experts * 2
+    shared = c.gamma * 4 * a.shared_expert_intermediate_size if a.shared_expert_intermediate_size else 0
+    return k * per_expert + router + shared
+
+
+def logits_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime) -> dict[str, float]:
+    """Bytes per token of the output layer and loss, forward and backward peaks.
+
+    HF ``ForCausalLMLoss``: the lm_head output in the compute dtype, ``logits.float()`` (fp32 copy),
+    log_softmax output saved for backward (fp32); in backward the fp32 gradient of the log-softmax
+    and of its input coexist with the saved output. A final soft-cap (Gemma 2) adds fp32 copies.
+    torchtune's chunked loss upcasts one chunk at a time.
+    """
+    c = context(setup, regime)
+    v = a.vocab_size
+    chunk = 1 / regime.loss_chunks
+    cap = 2 * 4 if a.final_logit_softcapping else 0  # tanh input/output in fp32, saved
+    fwd = v * (c.gamma + (4 + 4) * chunk + cap)
+    bwd = v * (c.gamma * 0 + (4 + 4 + 4) * chunk + cap + c.gamma)
+    return {"forward": fwd, "backward": bwd, "saved": v * (4 * chunk + cap)}

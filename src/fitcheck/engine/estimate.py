@@ -1,0 +1,244 @@
+"""Assemble an estimate: named components per phase, the peak phase, reserve and context.
+
+The peak of a training step is the maximum over its phases of what is alive then (not a plain sum):
+
+* forward: model states (+ gradients when accumulating), saved activations, the logits/loss hump;
+* backward: the same plus the loss gradients at its start, or, with checkpointing, one layer's
+  recomputed activations while the gradients fill in;
+* optimizer_step: model states, all gradients and the optimizer's temporaries.
+"""
+
+from __future__ import annotations
+
+from fitcheck.engine import activations as act
+from fitcheck.engine import states
+from fitcheck.engine.lora import validate_targets
+from fitcheck.engine.overhead import context_bytes, reserve_bytes
+from fitcheck.engine.params import inventory, layer_linears
+from fitcheck.engine.regimes import regime_for
+from fitcheck.engine.thumb import thumb
+from fitcheck.errors import OptionError
+from fitcheck.models import Component, Estimate, ModelSpec, ParamCounts, Phase, Regime, TrainingSetup
+
+M = "docs/methodology.md#"
+
+
+def _c(name: str, value: float, rule: str, anchor: str) -> Component:
+    return Component(name=name, bytes=max(0, round(value)), rule=rule, source=M + anchor)
+
+
+def _phase(name: str, comps: list[Component]) -> Phase:
+    kept = tuple(c for c in comps if c.bytes > 0)
+    return Phase(name=name, components=kept, total_bytes=sum(c.bytes for c in kept))  # type: ignore[arg-type]
+
+
+def _check(spec: ModelSpec, setup: TrainingSetup) -> None:
+    if setup.method != "full":
+        validate_targets(spec.arch, setup.lora_targets)
+    if setup.dora and setup.method == "full":
+        raise OptionError("--dora applies to LoRA and QLoRA, not --method full")
+    if setup.attn == "xformers" and setup.backend == "mps":
+        raise OptionError("xformers is CUDA-only and crashes on Apple silicon; use --attn sdpa")
+    if setup.optimizer in ("adamw8bit", "paged-adamw8bit", "lion8bit") and setup.backend == "mps":
+        raise OptionError(
+            f"--optimizer {setup.optimizer} needs bitsandbytes CUDA kernels; on Apple silicon use "
+            "adamw, adafactor or lion"
+        )
+
+
+def _tensor_count(spec: ModelSpec, setup: TrainingSetup) -> int:
+    a = spec.arch
+    per_layer = sum(1 + lin.bias for lin in layer_linears(a, a.is_moe)) + a.norms_per_layer
+    base = a.num_layers * per_layer + 3
+    if setup.method == "full":
+        return base * 4  # weights, gradients, two optimizer states
+    return base + len(states.trainable_shapes(a, setup)) * 4
+
+
+def model_states(spec: ModelSpec, setup: TrainingSetup, regime: Regime) -> dict[str, Component]:
+    """Weights, adapters, master copy, optimizer states, gradients and the step transient."""
+    a = spec.arch
+    c = states.counts(a, setup)
+    out: dict[str, Component] = {}
+    for name, value in states.weight_bytes(a, setup, regime, c).items():
+        rules = {
+            "weights": f"{c.trainable:,} params x {regime.trainable_dtype}",
+            "weights_frozen": f"{c.total - c.adapter:,} frozen params x {regime.weight_dtype}",
+            "weights_4bit": f"{c.quantized:,} params in NF4: 0.5 B + 64-block absmax"
+            + (" (double-quantized)" if setup.double_quant else " (fp32)"),
+            "weights_unquantized": f"{c.total - c.adapter - c.quantized:,} params (embeddings, norms, "
+            f"lm_head) x {'fp32 (kbit upcast)' if regime.kbit_upcast else regime.weight_dtype}",
+            "adapters": f"{c.adapter:,} LoRA params x {regime.adapter_dtype}",
+        }
+        out[name] = _c(name, value, rules[name], "weights")
+    out["master_weights"] = _c(
+        "master_weights", states.master_bytes(regime, c), "fp32 copy of trainable weights", "master-copy"
+    )
+    opt = states.optimizer_state_bytes(a, setup, regime)
+    out["optimizer_states"] = _c("optimizer_states", opt, f"{setup.optimizer} states", "optimizer-states")
+    grads = states.grad_bytes(setup, regime, c)
+    out["gradients"] = _c("gradients", grads, f"{c.trainable:,} x {regime.grad_dtype}", "gradients")
+    trans = states.step_transient_bytes(a, setup, regime, c.trainable)
+    out["optimizer_transient"] = _c(
+        "optimizer_transient",
+        trans,
+        "fused step: none"
+        if regime.fused_optimizer and trans == 0
+        else "temporaries inside optimizer.step()",
+        "optimizer-step-transients",
+    )
+    return out
+
+
+def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None = None) -> Estimate:
+    """Estimate the memory of one training step of ``spec`` under ``setup``.
+
+    Args:
+        spec: the model.
+        setup: method, batch, sequence, precision, optimizer, ... and the trainer regime.
+        target_context: CUDA context bytes of the target GPU, when one is known.
+    """
+    _check(spec, setup)
+    a = spec.arch
+    regime = regime_for(setup)
+    ms = model_states(spec, setup, regime)
+    c = states.counts(a, setup)
+    T = setup.tokens
+    s = setup.seq_len
+    L = a.num_layers
+    moe_n = a.moe_layers if a.is_moe else 0
+    dense = act.layer_activations(a, setup, regime, moe=False)
+    sparse = act.layer_activations(a, setup, regime, moe=True) if moe_n else dense
+    per_layer_tok = dense.total(s)
+    all_layers = T * ((L - moe_n) * per_layer_tok + moe_n * sparse.total(s))
+    scores = T * s * L * dense.scores
+    lg = act.logits_bytes(a, setup, regime)
+    ctx = act.context(setup, regime)
+    inputs = 16 * T  # input_ids and labels, int64
+    final_norm = T * 4 * a.hidden_size  # final norm's fp32 input copy, saved
+
+    persistent = [
+        ms[k]
+        for k in ("weights", "weights_frozen", "weights_4bit", "weights_unquantized", "adapters")
+        if k in ms
+    ]
+    persistent += [ms["master_weights"], ms["optimizer_states"]]
+    grads = ms["gradients"]
+    accum = setup.grad_accum > 1
+    grads_fwd = grads if accum else _c("gradients", 0, "", "gradients")
+    inputs_c = _c("inputs", inputs, "input_ids + labels, int64", "activations")
+    dq = 0
+    if setup.method == "qlora":
+        biggest = max(
+            (lin.d_in * lin.d_out for lin in layer_linears(a, a.is_moe) if lin.role != "router"), default=0
+        )
+        dq = biggest * ctx.gamma
+    dequant = _c("dequant_transient", dq, "one 4-bit weight dequantized to the compute dtype", "weights")
+
+    if setup.grad_ckpt:
+        ckpt = T * L * ctx.rho * a.hidden_size
+        saved = [
+            _c("checkpoints", ckpt, "one layer input per layer (non-reentrant checkpoint)", "checkpointing"),
+            _c("final_norm", final_norm, "final norm fp32 input", "activations"),
+        ]
+    else:
+        saved = [
+            _c(
+                "activations",
+                all_layers - scores,
+                f"{L} layers x {per_layer_tok - s * dense.scores:,.0f} B/token",
+                "activations",
+            ),
+            _c(
+                "attention_scores",
+                scores,
+                "eager: fp32 softmax + compute-dtype copy, b*heads*s^2 per layer",
+                "attention",
+            ),
+            _c("final_norm", final_norm, "final norm fp32 input", "activations"),
+        ]
+    fwd_hump = _c(
+        "logits_loss", T * lg["forward"], "lm_head output + fp32 upcast + log-softmax", "logits-and-loss"
+    )
+    bwd_hump = _c(
+        "logits_loss",
+        T * lg["backward"],
+        "saved log-softmax + fp32 grads at loss backward",
+        "logits-and-loss",
+    )
+    inv = inventory(a)
+    head_grad = 0
+    if setup.method == "full" and not accum:
+        head_grad = (inv.lm_head or inv.embedding) * int(states.BYTES[regime.grad_dtype])
+    grads_head = _c("gradients", head_grad, "lm_head gradient, allocated first", "gradients")
+
+    forward = _phase("forward", [*persistent, grads_fwd, inputs_c, *saved, fwd_hump, dequant])
+    bwd_start = [*persistent, grads if accum else grads_head, inputs_c, *saved, bwd_hump]
+    bwd_late_extra = [dequant]
+    # Late in backward nearly every gradient exists while the first layer's activations are still
+    # alive (recomputed from its checkpoint when checkpointing; the other checkpoints are freed).
+    one_layer = T * max(per_layer_tok, sparse.total(s))
+    late = _c(
+        "layer_recompute" if setup.grad_ckpt else "activations",
+        one_layer,
+        "one layer's activations "
+        + ("recomputed from its checkpoint" if setup.grad_ckpt else "(the first layer's, last to be freed)"),
+        "checkpointing" if setup.grad_ckpt else "activations",
+    )
+    bwd_late = [*persistent, grads, inputs_c, late, *bwd_late_extra]
+    backward = max((_phase("backward", bwd_start), _phase("backward", bwd_late)), key=lambda p: p.total_bytes)
+    step = _phase("optimizer_step", [*persistent, grads, ms["optimizer_transient"]])
+    phases = (forward, backward, step)
+    peak = max(phases, key=lambda p: p.total_bytes)
+    transient = max(0, peak.total_bytes - sum(x.bytes for x in persistent) - grads.bytes)
+    reserve = reserve_bytes(setup.backend, _tensor_count(spec, setup), transient)
+    context = context_bytes(setup.backend, target_context)
+    params = ParamCounts(
+        total=c.total,
+        trainable=c.trainable,
+        adapter=c.adapter,
+        frozen=c.total - c.trainable,
+        quantized=c.quantized,
+        embedding=inv.embedding,
+        lm_head=inv.lm_head,
+    )
+    return Estimate(
+        model=spec.id,
+        model_name=spec.name,
+        model_source=spec.source_kind,
+        setup=setup,
+        regime=regime,
+        params=params,
+        phases=phases,
+        peak_phase=peak.name,
+        peak_allocated_bytes=peak.total_bytes,
+        allocator_reserve_bytes=reserve,
+        peak_reserved_bytes=peak.total_bytes + reserve,
+        context_bytes=context,
+        device_bytes=peak.total_bytes + reserve + context,
+        thumb=thumb(c.total - c.adapter, setup),
+        warnings=_warnings(spec, setup, c.total - c.adapter),
+    )
+
+
+def _warnings(spec: ModelSpec, setup: TrainingSetup, derived: int) -> tuple[str, ...]:
+    w: list[str] = []
+    declared = spec.declared_params
+    if spec.source_kind == "safetensors" and declared and abs(declared - derived) > 0.01 * declared:
+        w.append(
+            f"the safetensors headers hold {declared:,} parameters but the config describes {derived:,}; "
+            "the estimate follows the config (extra tensors such as a vision tower are not modelled)"
+        )
+    if setup.method == "qlora" and setup.backend == "mps":
+        w.append(
+            "bitsandbytes 4-bit weights work on MPS only in recent releases; MLX with a 4-bit model "
+            "is the native path on Apple silicon (--trainer mlx)"
+        )
+    if setup.attn == "eager" and setup.seq_len >= 4096:
+        w.append("eager attention keeps b x heads x s^2 score tensors per layer; use --attn sdpa or flash")
+    if setup.method == "qlora" and spec.arch.is_moe:
+        w.append(
+            "QLoRA on MoE: experts assumed quantized to 4 bits (transformers 4.x layout); transformers 5 "
+            "stores experts as 3-D parameters that bitsandbytes may leave in 16 bits"
+        )
+    return tuple(w)

@@ -1,0 +1,68 @@
+"""Which projections LoRA wraps, and how many adapter parameters that makes.
+
+``attn``: the attention projections; ``all-linear``: every ``nn.Linear`` inside the decoder layers
+(peft's ``all-linear`` excludes the output layer); otherwise a comma-separated list of module names
+as peft matches them (a name matches a module whose name ends with it).
+"""
+
+from __future__ import annotations
+
+from fitcheck.engine.params import Linear, layer_linears
+from fitcheck.errors import OptionError
+from fitcheck.models import DecoderArch, TrainingSetup
+
+
+def _names(a: DecoderArch) -> list[str]:
+    seen: list[str] = []
+    for moe in {False, a.is_moe}:
+        for lin in layer_linears(a, moe):
+            if lin.is_module and lin.name not in seen:
+                seen.append(lin.name)
+    return seen
+
+
+def targeted(a: DecoderArch, targets: str, lin: Linear) -> bool:
+    """Whether LoRA wraps this projection under the targets spec."""
+    if not lin.is_module:
+        return False
+    if targets == "all-linear":
+        return True
+    if targets == "attn":
+        return lin.role == "attn"
+    wanted = [t.strip() for t in targets.split(",") if t.strip()]
+    short = lin.name.split(".")[-1]
+    return any(lin.name == w or short == w or lin.name.endswith("." + w) for w in wanted)
+
+
+def validate_targets(a: DecoderArch, targets: str) -> None:
+    """Raise `OptionError` when a named target matches no projection of this model."""
+    if targets in ("all-linear", "attn"):
+        return
+    names = _names(a)
+    wanted = [t.strip() for t in targets.split(",") if t.strip()]
+    if not wanted:
+        raise OptionError("--lora-targets is empty: use attn, all-linear or module names")
+    for w in wanted:
+        if not any(n == w or n.split(".")[-1] == w or n.endswith("." + w) for n in names):
+            raise OptionError(
+                f"--lora-targets: this model has no module '{w}'; it has {', '.join(names)} "
+                "(or use attn / all-linear)"
+            )
+
+
+def adapter_params_per_layer(a: DecoderArch, setup: TrainingSetup, moe: bool) -> int:
+    """LoRA parameters in one layer: r(d_in + d_out) per wrapped projection, + d_out with DoRA."""
+    total = 0
+    for lin in layer_linears(a, moe):
+        if targeted(a, setup.lora_targets, lin):
+            per = setup.lora_rank * (lin.d_in + lin.d_out) + (lin.d_out if setup.dora else 0)
+            total += lin.copies * per
+    return total
+
+
+def adapter_params(a: DecoderArch, setup: TrainingSetup) -> int:
+    """All LoRA (and DoRA magnitude) parameters of the model."""
+    moe_n = a.moe_layers if a.is_moe else 0
+    return (a.num_layers - moe_n) * adapter_params_per_layer(a, setup, False) + moe_n * (
+        adapter_params_per_layer(a, setup, True) if moe_n else 0
+    )

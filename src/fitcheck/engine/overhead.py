@@ -1,0 +1,34 @@
+"""Process overhead: CUDA context and the caching allocator's reserve.
+
+The context is data per GPU generation in the hardware catalog; without a target the default is the
+most recent public measurement (docs/methodology.md, "Overhead"). The allocator reserve model is
+provisional: no GPU measurement has been made by this project yet (see docs/accuracy.md).
+"""
+
+from __future__ import annotations
+
+from fitcheck.units import MIB
+
+#: unsloth-zoo PR #1053: torch.cuda.mem_get_info(0) alone created a 426 MiB context
+#: (RTX 6000 Ada, torch 2.10 + cu130); ptrblck (pytorch#107667) "around 400MB" with lazy loading.
+DEFAULT_CUDA_CONTEXT = 426 * MIB
+#: The caching allocator rounds large blocks up to 2 MiB (c10 CUDACachingAllocator.cpp): on average
+#: 1 MiB lost per large live tensor.
+ROUNDING_PER_TENSOR = 1 * MIB
+#: Short-lived blocks fragment the cache: measured reserved/allocated 1.07-1.49 (fitcheck-llm, T4);
+#: Megatron adds 5%. Applied to activations and transients only (weights are allocated once).
+FRAGMENTATION = 0.15
+
+
+def context_bytes(backend: str, target_context: int | None = None) -> int:
+    """Memory the runtime holds outside PyTorch's allocator (CUDA/ROCm context)."""
+    if backend not in ("cuda", "rocm"):
+        return 0
+    return DEFAULT_CUDA_CONTEXT if target_context is None else target_context
+
+
+def reserve_bytes(backend: str, live_tensors: int, transient_bytes: int) -> int:
+    """What the caching allocator holds beyond the allocated peak."""
+    if backend not in ("cuda", "rocm"):
+        return 0
+    return live_tensors * ROUNDING_PER_TENSOR + int(FRAGMENTATION * transient_bytes)

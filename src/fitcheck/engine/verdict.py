@@ -1,0 +1,112 @@
+"""Fit verdict: compare an estimate's device bytes with a target's budget, and say what would fit.
+
+``fits``: device_bytes <= budget (usable minus headroom); ``tight``: fits the usable memory but not
+the headroom; ``does_not_fit``: over the usable memory. Suggestions follow the source documents'
+order (seeds/002 "Se un'esecuzione esaurisce la memoria"): shorter maximum length, smaller
+micro-batch with more accumulation, QLoRA, gradient checkpointing, LoRA instead of full.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fitcheck.models import Estimate, ModelSpec, Suggestion, Target, TrainingSetup, Verdict
+
+Estimator = Callable[[ModelSpec, TrainingSetup], Estimate]
+
+
+def judge(est: Estimate, target: Target) -> tuple[str, int, float]:
+    """(verdict, headroom bytes vs budget, headroom % of usable)."""
+    need = est.device_bytes
+    budget = target.budget_bytes
+    if need <= budget:
+        verdict = "fits"
+    elif need <= target.usable_bytes:
+        verdict = "tight"
+    else:
+        verdict = "does_not_fit"
+    return verdict, budget - need, 100.0 * (target.usable_bytes - need) / target.usable_bytes
+
+
+def candidate_changes(setup: TrainingSetup) -> list[tuple[str, str, TrainingSetup]]:
+    """The seeds' remedies, as concrete setups, in the seeds' order."""
+    out: list[tuple[str, str, TrainingSetup]] = []
+    if setup.seq_len > 256:
+        half = setup.seq_len // 2
+        out.append(
+            (
+                f"halve the maximum length to {half} (keep it above typical examples)",
+                f"--seq-len {half}",
+                setup.model_copy(update={"seq_len": half}),
+            )
+        )
+    if setup.batch_size > 1:
+        b = max(1, setup.batch_size // 2)
+        acc = setup.grad_accum * (setup.batch_size // b)
+        out.append(
+            (
+                f"micro-batch {b} with gradient accumulation {acc} (same effective batch)",
+                f"--batch-size {b} --grad-accum {acc}",
+                setup.model_copy(update={"batch_size": b, "grad_accum": acc}),
+            )
+        )
+    if setup.method == "lora":
+        out.append(
+            ("QLoRA: 4-bit base weights", "--method qlora", setup.model_copy(update={"method": "qlora"}))
+        )
+    if not setup.grad_ckpt:
+        out.append(
+            (
+                "gradient checkpointing (about 20-30% slower)",
+                "--grad-ckpt",
+                setup.model_copy(update={"grad_ckpt": True}),
+            )
+        )
+    if setup.method == "full":
+        out.append(
+            ("LoRA instead of full fine-tuning", "--method lora", setup.model_copy(update={"method": "lora"}))
+        )
+        if setup.optimizer == "adamw" and setup.backend in ("cuda", "rocm"):
+            out.append(
+                (
+                    "8-bit AdamW (bitsandbytes)",
+                    "--optimizer adamw8bit",
+                    setup.model_copy(update={"optimizer": "adamw8bit"}),
+                )
+            )
+    if setup.attn == "eager":
+        out.append(("memory-efficient attention", "--attn sdpa", setup.model_copy(update={"attn": "sdpa"})))
+    return out
+
+
+def verdict(
+    est: Estimate, target: Target, spec: ModelSpec | None = None, estimator: Estimator | None = None
+) -> Verdict:
+    """The verdict, with suggestions (each re-estimated) when the run does not fit."""
+    name, headroom, pct = judge(est, target)
+    suggestions: list[Suggestion] = []
+    if name != "fits" and spec is not None and estimator is not None:
+        for change, flag, setup in candidate_changes(est.setup):
+            after = estimator(spec, setup).device_bytes
+            suggestions.append(
+                Suggestion(
+                    change=change,
+                    flag=flag,
+                    saves_bytes=est.device_bytes - after,
+                    device_bytes_after=after,
+                    fits=after <= target.budget_bytes,
+                )
+            )
+    return Verdict(
+        hardware=target.id,
+        backend=target.backend,
+        budget_bytes=target.budget_bytes,
+        usable_bytes=target.usable_bytes,
+        device_bytes=est.device_bytes,
+        verdict=name,  # type: ignore[arg-type]
+        headroom_bytes=headroom,
+        headroom_pct=round(pct, 1),
+        budget_lines=target.budget_lines,
+        suggestions=tuple(suggestions),
+        notes=target.notes,
+    )

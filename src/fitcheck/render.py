@@ -1,0 +1,273 @@
+"""Rendering: the only module that imports rich. Documents (json/yaml/markdown) and tables.
+
+stdout carries the answer (exactly one document for --format json); warnings go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from fitcheck.models import Estimate, ModelSpec
+from fitcheck.units import GIB, fmt_count, fmt_gib
+
+
+def _g(n: int | float) -> str:
+    return f"{n / GIB:,.2f}"
+
+
+def dump(data: Any, fmt: str) -> str:
+    """Serialise a document (dict or list) as json, yaml or markdown."""
+    if fmt == "json":
+        return json.dumps(data, indent=2) + "\n"
+    if fmt == "yaml":
+        import yaml
+
+        return str(yaml.safe_dump(data, sort_keys=False, width=110))
+    if fmt == "markdown":
+        return to_markdown(data)
+    raise ValueError(fmt)
+
+
+def to_markdown(data: Any) -> str:
+    """Markdown for PR comments: the estimate's peak-phase table, or a list of rows."""
+    if isinstance(data, list):
+        if not data:
+            return "(none)\n"
+        keys = list(data[0])
+        lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+        lines += ["| " + " | ".join(str(r.get(k, "")) for k in keys) + " |" for r in data]
+        return "\n".join(lines) + "\n"
+    if "phases" in data:
+        peak = next(p for p in data["phases"] if p["name"] == data["peak_phase"])
+        s = data["setup"]
+        out = [
+            f"### fitcheck: {data['model_name']} "
+            f"({s['method']}, batch {s['batch_size']} x {s['seq_len']} tokens)",
+            "",
+            "| component | GiB | share | rule |",
+            "|---|---:|---:|---|",
+        ]
+        for c in peak["components"]:
+            share = 100 * c["bytes"] / max(1, peak["total_bytes"])
+            out.append(f"| {c['name']} | {_g(c['bytes'])} | {share:.1f}% | {c['rule']} |")
+        out += [
+            f"| **peak allocated ({data['peak_phase']})** | **{_g(data['peak_allocated_bytes'])}** | | |",
+            f"| allocator reserve | {_g(data['allocator_reserve_bytes'])} | | |",
+            f"| CUDA context | {_g(data['context_bytes'])} | | |",
+            f"| **device total** | **{_g(data['device_bytes'])}** | | |",
+        ]
+        if data.get("thumb"):
+            out.append(f"\nRule of thumb: {_g(data['thumb']['bytes'])} GiB ({data['thumb']['rule']}).")
+        if data.get("target"):
+            t = data["target"]
+            out.append(
+                f"\nOn **{t['hardware']}**: **{t['verdict']}**, budget {_g(t['budget_bytes'])} GiB, "
+                f"headroom {_g(t['headroom_bytes'])} GiB."
+            )
+        return "\n".join(out) + "\n"
+    return "```\n" + json.dumps(data, indent=2) + "\n```\n"
+
+
+def estimate_doc(est: Estimate) -> dict[str, Any]:
+    """The JSON contract (docs/json.md)."""
+    doc = est.model_dump(mode="json")
+    doc["rule"] = "detailed"
+    return doc
+
+
+def thumb_doc(est: Estimate) -> dict[str, Any]:
+    """The --rule thumb document: the seeds' figure, with the detailed one for comparison."""
+    assert est.thumb is not None
+    return {
+        "schema_version": est.schema_version,
+        "rule": "thumb",
+        "model": est.model,
+        "method": est.setup.method,
+        "params": est.params.total - est.params.adapter,
+        "thumb_bytes": est.thumb.bytes,
+        "thumb_rule": est.thumb.rule,
+        "source": est.thumb.source,
+        "detailed_device_bytes": est.device_bytes,
+        "target": est.target.model_dump(mode="json") if est.target else None,
+    }
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def _warn(est: Estimate) -> None:
+    if est.warnings:
+        err = _console(stderr=True)
+        for w in est.warnings:
+            err.print(f"[yellow]warning:[/] {w}")
+
+
+def estimate_table(est: Estimate, spec: ModelSpec) -> None:
+    """The human view: components of the peak phase, totals, thumb, phases, verdict."""
+    from rich.table import Table
+
+    con = _console()
+    s = est.setup
+    peak = est.phase(est.peak_phase)
+    title = (
+        f"{spec.name} · {s.method}{'+dora' if s.dora else ''} · batch {s.batch_size} x {s.seq_len} tokens · "
+        f"{s.precision} · {s.optimizer} · attn {s.attn}{' · grad-ckpt' if s.grad_ckpt else ''} · "
+        f"trainer {est.regime.name}"
+    )
+    t = Table(title=title, title_justify="left", show_lines=False)
+    t.add_column("component")
+    t.add_column("GiB", justify="right")
+    t.add_column("share", justify="right")
+    t.add_column("rule")
+    t.add_column("source", style="dim")
+    for c in peak.components:
+        t.add_row(
+            c.name,
+            _g(c.bytes),
+            f"{100 * c.bytes / max(1, peak.total_bytes):.1f}%",
+            c.rule,
+            c.source.split("#")[-1],
+        )
+    t.add_section()
+    t.add_row(
+        f"[bold]peak allocated[/] ({est.peak_phase})", f"[bold]{_g(est.peak_allocated_bytes)}[/]", "", "", ""
+    )
+    t.add_row(
+        "allocator reserve",
+        _g(est.allocator_reserve_bytes),
+        "",
+        "caching-allocator rounding and fragmentation",
+        "overhead",
+    )
+    t.add_row(
+        "CUDA context" if s.backend in ("cuda", "rocm") else "context",
+        _g(est.context_bytes),
+        "",
+        "",
+        "overhead",
+    )
+    t.add_row(
+        "[bold]device total[/]", f"[bold]{_g(est.device_bytes)}[/]", "", "what nvidia-smi would show", ""
+    )
+    con.print(t)
+    p = est.params
+    con.print(
+        f"params: {fmt_count(p.total)} total, {fmt_count(p.trainable)} trainable"
+        + (f", {fmt_count(p.quantized)} in 4-bit" if p.quantized else "")
+        + " · phases: "
+        + ", ".join(
+            f"{ph.name} {_g(ph.total_bytes)}" + (" (peak)" if ph.name == est.peak_phase else "")
+            for ph in est.phases
+        )
+        + " GiB"
+    )
+    if est.thumb:
+        th = est.thumb
+        con.print(
+            f"rule of thumb: {fmt_gib(th.bytes, 1)} ({th.rule}; source documents) · detailed: "
+            f"{fmt_gib(est.device_bytes, 1)}"
+        )
+    if est.target:
+        _verdict(con, est)
+    _warn(est)
+
+
+def _verdict(con: Any, est: Estimate) -> None:
+    from rich.text import Text
+
+    v = est.target
+    assert v is not None
+    color = {"fits": "green", "tight": "yellow", "does_not_fit": "red"}[v.verdict]
+    width = 50
+    filled = min(width, round(width * v.device_bytes / max(1, v.usable_bytes)))
+    budget_mark = min(width, round(width * v.budget_bytes / max(1, v.usable_bytes)))
+    bar = Text()
+    bar.append("█" * min(filled, budget_mark), style=color)
+    bar.append("█" * max(0, filled - budget_mark), style="red")
+    bar.append("░" * max(0, width - filled), style="dim")
+    con.print(
+        Text.assemble("[", bar, f"] {_g(v.device_bytes)} / {_g(v.usable_bytes)} GiB usable on {v.hardware}")
+    )
+    con.print(
+        f"[bold {color}]{v.verdict.replace('_', ' ')}[/]: budget {_g(v.budget_bytes)} GiB "
+        f"(usable minus headroom), headroom {_g(v.headroom_bytes)} GiB ({v.headroom_pct:+.1f}% of usable)"
+    )
+    for line in v.budget_lines:
+        con.print(f"  [dim]{line.name}: {_g(line.bytes)} GiB {line.note}[/]")
+    for sug in v.suggestions:
+        mark = "[green]fits[/]" if sug.fits else "[red]still too big[/]"
+        con.print(
+            f"  try {sug.flag}: {sug.change}, saves {_g(sug.saves_bytes)} GiB -> "
+            f"{_g(sug.device_bytes_after)} GiB, {mark}"
+        )
+    for note in v.notes:
+        con.print(f"  [dim]note: {note}[/]")
+
+
+def thumb_table(est: Estimate) -> None:
+    con = _console()
+    assert est.thumb is not None
+    th = est.thumb
+    con.print(
+        f"{est.model_name}, {est.setup.method}: rule of thumb [bold]{fmt_gib(th.bytes, 1)}[/] "
+        f"({th.rule}; {th.source})"
+    )
+    con.print(f"detailed engine for comparison: {fmt_gib(est.device_bytes, 1)}")
+    if est.target:
+        v = est.target
+        fits = th.bytes <= v.budget_bytes
+        con.print(f"on {v.hardware} (budget {_g(v.budget_bytes)} GiB): {'fits' if fits else 'too big'}")
+
+
+def model_rows() -> list[dict[str, Any]]:
+    """One row per model preset."""
+    from fitcheck.engine.params import count_params
+    from fitcheck.presets import preset_ids
+    from fitcheck.sources.resolve import spec_from_preset
+
+    rows = []
+    for pid in preset_ids("models"):
+        spec = spec_from_preset(pid)
+        a = spec.arch
+        rows.append(
+            {
+                "id": pid,
+                "name": spec.name,
+                "params": count_params(a),
+                "model_type": a.model_type,
+                "layers": a.num_layers,
+                "hidden": a.hidden_size,
+                "vocab": a.vocab_size,
+                "experts": a.num_experts,
+                "hf_id": spec.hf_id,
+            }
+        )
+    return rows
+
+
+def models_table(rows: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"{len(rows)} model presets")
+    for col in ("id", "params", "type", "layers", "hidden", "vocab", "hf_id"):
+        t.add_column(col, justify="right" if col in ("params", "layers", "hidden", "vocab") else "left")
+    for r in rows:
+        t.add_row(
+            r["id"],
+            fmt_count(r["params"]),
+            r["model_type"] + (f" ({r['experts']}E)" if r["experts"] else ""),
+            str(r["layers"]),
+            str(r["hidden"]),
+            str(r["vocab"]),
+            r["hf_id"] or "",
+        )
+    _console().print(t)
+
+
+def note(msg: str) -> None:
+    sys.stderr.write(msg + "\n")

@@ -1,0 +1,120 @@
+"""Property tests of the engine (hypothesis): monotonicity, orderings and phase sums."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fitcheck.engine.estimate import estimate
+from fitcheck.models import DecoderArch, ModelSpec, TrainingSetup
+from fitcheck.sources.size import spec_from_size
+
+SIZES = ["125M", "350M", "1B", "1.5B", "3B", "7B", "13B"]
+_SPECS = {s: spec_from_size(s) for s in SIZES}
+
+setups = st.builds(
+    TrainingSetup,
+    method=st.sampled_from(["full", "lora", "qlora"]),
+    batch_size=st.integers(1, 16),
+    seq_len=st.integers(16, 8192),
+    grad_accum=st.integers(1, 4),
+    precision=st.sampled_from(["bf16", "fp16", "fp32"]),
+    optimizer=st.sampled_from(["adamw", "adamw8bit", "adafactor", "lion", "sgd", "prodigy"]),
+    grad_ckpt=st.booleans(),
+    attn=st.sampled_from(["eager", "sdpa", "flash"]),
+    lora_rank=st.integers(1, 256),
+    lora_targets=st.sampled_from(["attn", "all-linear", "q_proj,v_proj"]),
+    trainer=st.sampled_from(["generic", "hf", "torchtune"]),
+    master_weights=st.booleans(),
+)
+specs = st.sampled_from(SIZES).map(_SPECS.__getitem__)
+
+
+def peak(spec: ModelSpec, setup: TrainingSetup) -> int:
+    return estimate(spec, setup).peak_allocated_bytes
+
+
+def _lora(setup: TrainingSetup) -> TrainingSetup:
+    return setup.model_copy(update={"method": "lora" if setup.method == "full" else setup.method})
+
+
+@given(specs, setups)
+def test_phases_sum_and_peak_is_largest(spec: ModelSpec, setup: TrainingSetup) -> None:
+    est = estimate(spec, setup)
+    for phase in est.phases:
+        assert sum(c.bytes for c in phase.components) == phase.total_bytes
+    assert est.peak_allocated_bytes == max(p.total_bytes for p in est.phases)
+    assert est.phase(est.peak_phase).total_bytes == est.peak_allocated_bytes
+    assert est.device_bytes == est.peak_reserved_bytes + est.context_bytes
+
+
+@given(specs, setups, st.integers(1, 8))
+def test_peak_monotone_in_batch(spec: ModelSpec, setup: TrainingSetup, extra: int) -> None:
+    bigger = setup.model_copy(update={"batch_size": setup.batch_size + extra})
+    assert peak(spec, bigger) >= peak(spec, setup)
+
+
+@given(specs, setups, st.integers(1, 4096))
+def test_peak_monotone_in_seq_len(spec: ModelSpec, setup: TrainingSetup, extra: int) -> None:
+    longer = setup.model_copy(update={"seq_len": setup.seq_len + extra})
+    assert peak(spec, longer) >= peak(spec, setup)
+
+
+@given(specs, setups, st.integers(1, 128))
+def test_peak_monotone_in_rank(spec: ModelSpec, setup: TrainingSetup, extra: int) -> None:
+    setup = _lora(setup)
+    wider = setup.model_copy(update={"lora_rank": setup.lora_rank + extra})
+    assert peak(spec, wider) >= peak(spec, setup)
+
+
+def _llama(layers: int, heads: int, vocab: int) -> ModelSpec:
+    arch = DecoderArch(
+        model_type="llama",
+        hidden_size=128 * heads,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=128,
+        intermediate_size=344 * heads,
+        vocab_size=vocab,
+    )
+    return ModelSpec(id="t", name="t", source_kind="size", arch=arch)
+
+
+@given(
+    st.integers(2, 40),
+    st.integers(4, 40),
+    st.integers(1000, 130000),
+    st.integers(0, 8),
+    st.integers(0, 8),
+    setups,
+)
+def test_peak_monotone_in_params(
+    layers: int, heads: int, vocab: int, more_l: int, more_h: int, setup: TrainingSetup
+) -> None:
+    # More parameters of the same family (deeper and/or wider, same head size): never less memory.
+    small, big = _llama(layers, heads, vocab), _llama(layers + more_l, heads + more_h, vocab)
+    assert peak(big, setup) >= peak(small, setup)
+
+
+@given(specs, setups, st.integers(1, 64))
+def test_generic_qlora_le_lora_le_full(spec: ModelSpec, setup: TrainingSetup, rank: int) -> None:
+    # Ranks up to 64: far above that, on a 125M model, adapters outgrow the matrices they adapt.
+    setup = setup.model_copy(update={"trainer": "generic", "lora_rank": rank})
+    q, lo, f = (peak(spec, setup.model_copy(update={"method": m})) for m in ("qlora", "lora", "full"))
+    assert q <= lo <= f
+
+
+@given(specs, setups)
+def test_checkpointing_never_raises_peak(spec: ModelSpec, setup: TrainingSetup) -> None:
+    assert spec.arch.num_layers >= 2
+    on = setup.model_copy(update={"grad_ckpt": True})
+    off = setup.model_copy(update={"grad_ckpt": False})
+    assert peak(spec, on) <= peak(spec, off)
+
+
+@given(specs, setups)
+def test_sdpa_never_above_eager(spec: ModelSpec, setup: TrainingSetup) -> None:
+    eager = setup.model_copy(update={"attn": "eager"})
+    sdpa = setup.model_copy(update={"attn": "sdpa"})
+    assert peak(spec, sdpa) <= peak(spec, eager)
