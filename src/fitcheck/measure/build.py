@@ -1,0 +1,176 @@
+"""Build the model a regime trains: config -> transformers model -> dtype, attention, checkpointing, LoRA.
+
+Shared by the tracer (under FakeTensorMode, so nothing is allocated) and the real runs. Every choice
+follows what the trainer of the regime does (engine/regimes.py), so a measurement is the ground truth
+for the same regime the engine estimates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fitcheck.errors import OptionError
+from fitcheck.models import Regime, TrainingSetup
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+#: Keys of a config.json that describe a checkpoint or a runtime, not the architecture.
+_DROP_KEYS = ("architectures", "transformers_version", "torch_dtype", "dtype", "auto_map", "_name_or_path")
+
+#: LoRA ``attn`` target names per family (peft matches a name against the end of a module path).
+ATTN_TARGETS: dict[str, list[str]] = {
+    "gpt2": ["c_attn", "attn.c_proj"],
+    "phi3": ["qkv_proj", "o_proj"],
+}
+DEFAULT_ATTN_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+@dataclass
+class Built:
+    """A model ready to train, and the facts about it the result reports."""
+
+    model: torch.nn.Module
+    model_type: str
+    notes: list[str]
+
+
+def hf_config_object(hf_config: Mapping[str, Any]) -> Any:
+    """A transformers config from a ``config.json`` mapping, set up for training.
+
+    ``use_cache`` is off because HF Trainer 5.x sets ``model.config.use_cache = args.use_cache``
+    (False by default): a KV cache in training would keep every layer's keys and values alive.
+    Multimodal Gemma 3 configs are reduced to their text decoder (the vision tower is not traced).
+    """
+    from transformers import AutoConfig
+
+    cfg = {k: v for k, v in dict(hf_config).items() if k not in _DROP_KEYS}
+    if "quantization_config" in cfg:
+        raise OptionError("config.json carries a quantization_config; measure needs an unquantized config")
+    model_type = str(cfg.pop("model_type"))
+    if isinstance(cfg.get("text_config"), Mapping) and model_type == "gemma3":
+        cfg = {k: v for k, v in cfg["text_config"].items() if k not in _DROP_KEYS}
+        model_type = "gemma3_text"
+        cfg.pop("model_type", None)
+    config = AutoConfig.for_model(model_type, **cfg)
+    config.use_cache = False
+    return config
+
+
+def attn_implementation(setup: TrainingSetup) -> str:
+    """transformers attention implementation: eager, or sdpa for sdpa/flash/xformers.
+
+    FlashAttention-2 and xformers keep the same O(s) tensors as SDPA's flash kernel (q, k, v, out,
+    an fp32 logsumexp), so their memory is traced with SDPA.
+    """
+    return "eager" if setup.attn == "eager" else "sdpa"
+
+
+def build_model(hf_config: Mapping[str, Any], setup: TrainingSetup, regime: Regime) -> Built:
+    """Instantiate the model with random weights in the regime's dtype, then apply checkpointing and LoRA.
+
+    Call it under FakeTensorMode to trace, under ``torch.device(...)`` for a real run.
+    """
+    from transformers import AutoModelForCausalLM
+
+    if setup.method == "qlora":
+        raise OptionError(
+            "QLoRA cannot be measured: bitsandbytes 4-bit layers need real CUDA kernels "
+            "(no fake-tensor path for Params4bit); measure --method lora for the same adapters"
+        )
+    config = hf_config_object(hf_config)
+    notes: list[str] = []
+    kwargs: dict[str, Any] = {
+        "dtype": DTYPES[regime.weight_dtype],
+        "attn_implementation": attn_implementation(setup),
+    }
+    if getattr(config, "num_local_experts", 0) or getattr(config, "num_experts", 0):
+        # transformers 5 default; buffers are sized tokens x top_k whatever the routing, so the
+        # memory does not depend on which experts the (random) router picks.
+        kwargs["experts_implementation"] = "grouped_mm"
+        notes.append("MoE experts run transformers' grouped_mm path: memory is independent of routing")
+    try:
+        model = AutoModelForCausalLM.from_config(config, **kwargs)
+    except ValueError as exc:
+        if kwargs["attn_implementation"] != "sdpa" or "scaled_dot_product_attention" not in str(exc):
+            raise
+        # Gemma 2 (attention logit softcapping) has no SDPA path in transformers 5; users get eager
+        # or FlashAttention-2 (which keeps O(s) like SDPA flash). Trace what transformers can run.
+        kwargs["attn_implementation"] = "eager"
+        model = AutoModelForCausalLM.from_config(config, **kwargs)
+        notes.append(
+            f"{config.model_type} has no SDPA attention in transformers: traced with eager "
+            "(O(s^2) scores); FlashAttention-2 with softcapping would keep O(s)"
+        )
+    model.train()
+    if setup.grad_ckpt:
+        enable_checkpointing(model)
+    if setup.method in ("lora",):
+        model = apply_lora(model, setup, regime, config.model_type)
+    else:
+        for p in model.parameters():
+            p.requires_grad_(True)
+    return Built(model=model, model_type=str(config.model_type), notes=notes)
+
+
+def enable_checkpointing(model: Any) -> None:
+    """Non-reentrant activation checkpointing per decoder layer, as HF Trainer turns it on.
+
+    transformers 5 also registers a hook making the embedding output require grad
+    (``enable_input_require_grads``), which PEFT needs and HF does for every text model.
+    """
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:  # transformers < 5.2
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def lora_targets(setup: TrainingSetup, model_type: str) -> str | list[str]:
+    """peft ``target_modules`` for ``--lora-targets`` (attn, all-linear, or comma-separated names)."""
+    text = setup.lora_targets.strip()
+    if text == "all-linear":
+        return "all-linear"
+    if text == "attn":
+        return ATTN_TARGETS.get(model_type, DEFAULT_ATTN_TARGETS)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise OptionError("--lora-targets is empty: use attn, all-linear or comma-separated module names")
+    return names
+
+
+def apply_lora(model: Any, setup: TrainingSetup, regime: Regime, model_type: str) -> Any:
+    """Wrap with peft LoRA (or DoRA); adapters fp32 unless the regime keeps them in the model dtype.
+
+    peft's ``autocast_adapter_dtype=True`` (its default) upcasts bf16/fp16 adapters to fp32; torchtune
+    builds its LoRA modules in the model dtype, which ``autocast_adapter_dtype=False`` reproduces.
+    """
+    from peft import LoraConfig, get_peft_model
+
+    cfg = LoraConfig(
+        r=setup.lora_rank,
+        lora_alpha=setup.alpha,
+        lora_dropout=setup.lora_dropout,
+        target_modules=lora_targets(setup, model_type),
+        use_dora=setup.dora,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    upcast = regime.adapter_dtype == "fp32"
+    try:
+        peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=upcast)
+    except ValueError as exc:
+        raise OptionError(f"peft could not place the adapters: {exc}") from None
+    want = DTYPES[regime.adapter_dtype]
+    for p in peft_model.parameters():
+        if p.requires_grad and p.dtype != want:  # e.g. fp16 adapters on an fp32 base: follow the regime
+            p.data = p.data.to(want)
+    return peft_model
+
+
+def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """Parameters the optimizer updates."""
+    return [p for p in model.parameters() if p.requires_grad]

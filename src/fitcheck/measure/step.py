@@ -1,0 +1,214 @@
+"""One training step the way each regime's trainer runs it, with phase marks for a probe.
+
+The loop is HF Trainer's ``training_step`` reduced to what decides memory: forward and loss under
+autocast when the regime uses it, backward outside autocast, gradient clipping (hf), the optimizer
+step, then ``zero_grad(set_to_none=True)``. Gradient accumulation runs ``min(grad_accum, 2)``
+micro-batches: the second one is where accumulated gradients meet a full set of activations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import torch
+
+from fitcheck.models import Regime, TrainingSetup
+
+IGNORE_INDEX = -100
+MAX_GRAD_NORM = 1.0
+
+
+class Probe(Protocol):
+    """Something that watches memory and is told where phase boundaries are."""
+
+    def begin(self, phase: str, step: int) -> None: ...
+
+    def step_end(self, step: int, model: torch.nn.Module, optimizer: Any) -> None: ...
+
+
+def make_batch(
+    vocab_size: int, setup: TrainingSetup, device: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random token ids and labels (labels = ids, the causal-LM default); no padding, no attention mask.
+
+    No mask is passed on purpose: an all-ones mask makes transformers test ``mask.all()``, a
+    data-dependent branch fake tensors cannot take, and it selects the same kernels as no mask.
+    """
+    ids = torch.randint(0, vocab_size, (setup.batch_size, setup.seq_len), device=device)
+    return ids, ids.clone()
+
+
+def _autocast(
+    regime: Regime, setup: TrainingSetup, device_type: str
+) -> contextlib.AbstractContextManager[Any]:
+    if not regime.autocast:
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if setup.precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device_type, dtype=dtype)
+
+
+def model_loss(model: Any, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The model's own loss (transformers ``ForCausalLMLoss``: logits upcast to fp32, shift, CE).
+
+    Only the loss leaves this function, like HF Trainer's ``compute_loss``: the bf16 logits die here
+    unless autograd saved them.
+    """
+    return model(input_ids=ids, labels=labels).loss
+
+
+def chunked_loss(model: Any, ids: torch.Tensor, labels: torch.Tensor, chunks: int) -> torch.Tensor:
+    """torchtune's ``CEWithChunkedOutputLoss``: lm_head and fp32 cross-entropy per sequence chunk.
+
+    torchtune's decoder applies the output projection chunk by chunk (``num_output_chunks``) and the
+    loss upcasts one chunk at a time; labels are shifted left and padded with the ignore index.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = base.model(input_ids=ids).last_hidden_state
+    cap = getattr(base.config, "final_logit_softcapping", None)
+    shifted = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], IGNORE_INDEX)], dim=1)
+    total = (shifted != IGNORE_INDEX).sum()
+    logits = []
+    for h in hidden.chunk(chunks, dim=1):
+        out = base.lm_head(h)
+        if cap:
+            out = torch.tanh(out / cap) * cap
+        logits.append(out)
+    del hidden
+    loss: torch.Tensor | float = 0.0
+    for out, lab in zip(logits, shifted.chunk(chunks, dim=1), strict=True):
+        ce = torch.nn.functional.cross_entropy(
+            out.reshape(-1, out.size(-1)).float(), lab.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
+        )
+        loss = loss + ce
+    return loss / total  # type: ignore[return-value]
+
+
+def compute_loss(model: Any, ids: torch.Tensor, labels: torch.Tensor, regime: Regime) -> torch.Tensor:
+    """The loss as the regime computes it (model loss, or torchtune's chunked cross-entropy)."""
+    if regime.loss_chunks > 1:
+        return chunked_loss(model, ids, labels, regime.loss_chunks)
+    return model_loss(model, ids, labels)
+
+
+def clips_gradients(regime: Regime) -> bool:
+    """HF Trainer clips to ``max_grad_norm=1.0`` by default (so do axolotl and LLaMA-Factory on top of it)."""
+    return regime.name == "hf" or regime.name.endswith("(hf)")
+
+
+def run_steps(
+    model: Any,
+    optimizer: Any,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    setup: TrainingSetup,
+    regime: Regime,
+    probe: Probe,
+    steps: int,
+    device_type: str,
+) -> None:
+    """Run ``steps`` optimizer steps, telling ``probe`` where each phase starts."""
+    ids, labels = batch
+    micro = min(setup.grad_accum, 2)
+    params = [p for p in model.parameters() if p.requires_grad]
+    for step in range(1, steps + 1):
+        for _ in range(micro):
+            probe.begin("forward", step)
+            with _autocast(regime, setup, device_type):
+                loss = compute_loss(model, ids, labels, regime)
+            probe.begin("backward", step)
+            (loss / micro).backward()
+            del loss
+        probe.begin("optimizer_step", step)
+        if clips_gradients(regime):
+            torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+        optimizer.step()
+        probe.step_end(step, model, optimizer)
+        optimizer.zero_grad(set_to_none=True)
+
+
+@contextlib.contextmanager
+def cuda_dropout() -> Iterator[None]:
+    """Make ``F.dropout`` take CUDA's fused path (``native_dropout``: a 1-byte bool mask).
+
+    On CPU, ``at::dropout`` multiplies by a noise tensor of the input dtype (2-4 bytes a value);
+    CUDA's fused kernel saves a bool mask. Patching the function keeps autograd's saved tensors those
+    of the CUDA path while running on CPU or fake tensors.
+    """
+    import torch.nn.functional as F
+
+    original = F.dropout
+
+    def dropout(
+        input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False
+    ) -> torch.Tensor:
+        if training and 0.0 < p < 1.0 and input.numel() > 0:
+            out = torch.native_dropout(input, p, True)[0]
+            return input.copy_(out) if inplace else out
+        return original(input, p, training, inplace)
+
+    F.dropout = dropout  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        F.dropout = original  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def unpacked_batches() -> Iterator[None]:
+    """Tell transformers' mask builder the batch holds one sequence per row, without reading it.
+
+    ``find_packed_sequence_indices`` decides from the values of ``position_ids`` whether sequences are
+    packed; on fake tensors it cannot read them and assumes packing, which forces an explicit
+    (b, 1, s, s) mask and ``repeat_kv`` instead of SDPA's ``is_causal`` + ``enable_gqa`` path. Our
+    batches are never packed (positions 0..s-1), so the answer eager mode computes is None.
+    """
+    from transformers import masking_utils
+
+    original = masking_utils.find_packed_sequence_indices
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = original  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def device_semantics(regime: Regime, emulate_cuda: bool) -> Iterator[None]:
+    """Kernel-choice patches that make a CPU (or fake CPU) step behave like the CUDA step.
+
+    Dropout takes the fused path (bool mask) and, under autocast, CUDA's op lists apply
+    (fitcheck.measure.autocast); packed-sequence detection is answered without reading values.
+    """
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(unpacked_batches())
+        stack.enter_context(grouped_mm_bf16_only())
+        if emulate_cuda:
+            stack.enter_context(cuda_dropout())
+            if regime.autocast:
+                from fitcheck.measure.autocast import cuda_autocast_policy
+
+                stack.enter_context(cuda_autocast_policy())
+        yield
+
+
+@contextlib.contextmanager
+def grouped_mm_bf16_only() -> Iterator[None]:
+    """Send non-bf16 MoE experts to transformers' ``grouped_mm_fallback`` op.
+
+    ``torch._grouped_mm`` accepts only bf16 on CUDA (its meta kernel checks it), so fp32 experts
+    (AMP from an fp32 model) would fail the trace; the fallback op has the same output buffers and a
+    fake implementation. bf16 experts keep the grouped_mm path.
+    """
+    from transformers.integrations import moe
+
+    original = moe._can_use_grouped_mm
+
+    def can_use(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> bool:
+        return weight.dtype == torch.bfloat16 and bool(original(input, weight, offs))
+
+    moe._can_use_grouped_mm = can_use  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        moe._can_use_grouped_mm = original  # type: ignore[assignment]

@@ -1,0 +1,177 @@
+"""Trace a training step on fake tensors: the exact tensor-level peak per phase, no memory used.
+
+The model is built from its config inside ``FakeTensorMode`` (a 70B model costs only metadata), the
+regime's step runs for real on fake tensors, and `LiveStorageMode` counts every storage. See
+docs/measure.md for what the trace sees and what it cannot (allocator rounding, CUDA context, kernel
+scratch).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from fitcheck.engine.regimes import regime_for
+from fitcheck.measure.result import LiveTensor, MeasuredStep
+from fitcheck.measure.summary import PhaseWindow, RunFacts, summarize
+from fitcheck.models import TrainingSetup
+
+DEVICE_SEMANTICS = (
+    "fake tensors on the CPU device: CPU kernel choice (SDPA -> flash-attention-for-CPU, which saves "
+    "out + fp32 logsumexp like CUDA flash), CPU autocast op lists, dropout forced onto CUDA's "
+    "native_dropout (bool mask); exact storage bytes, no allocator rounding, no CUDA context"
+)
+TOP_TENSORS = 12
+
+
+class _TraceProbe:
+    """Marks phases on the tracker and tags gradients and optimizer states with their final role."""
+
+    def __init__(self, tracker: Any) -> None:
+        self.tracker = tracker
+
+    def begin(self, phase: str, step: int) -> None:
+        self.tracker.begin(phase, step)
+
+    def step_end(self, step: int, model: Any, optimizer: Any) -> None:
+        from fitcheck.measure.optim import state_tensors
+
+        self.tracker.retag([p.grad for p in model.parameters() if p.grad is not None], "gradients")
+        for key, t in state_tensors(optimizer):
+            self.tracker.retag([t], "master_weights" if key == "master" else "optimizer_states")
+
+
+def trace_step(
+    hf_config: Mapping[str, Any], setup: TrainingSetup, *, steps: int = 2, top: int = TOP_TENSORS
+) -> MeasuredStep:
+    """Trace ``steps`` training steps of the model ``hf_config`` describes under ``setup``'s regime.
+
+    Args:
+        hf_config: a ``config.json`` mapping (``model_type`` and the architecture fields).
+        setup: method, batch, sequence, precision, optimizer, trainer...
+        steps: optimizer steps to run; phases are reported for the last one (>= 2 so states exist).
+        top: how many of the largest live storages to keep per phase peak.
+
+    Raises:
+        OptionError: a setup the tracer cannot run (QLoRA, 8-bit optimizers).
+    """
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from fitcheck.measure.build import build_model, trainable_parameters
+    from fitcheck.measure.optim import make_optimizer
+    from fitcheck.measure.step import device_semantics, make_batch, run_steps
+    from fitcheck.measure.tracker import LiveStorageMode, ModuleScope, Tracker
+
+    regime = regime_for(setup)
+    started = time.perf_counter()
+    tracker = Tracker()
+    fake = FakeTensorMode()
+    with torch.device("meta"):
+        built = build_model(hf_config, setup, regime)
+    model = built.model
+    _fakeify(model, fake)
+    with fake:
+        params = trainable_parameters(model)
+        optimizer = make_optimizer(params, setup, regime)
+        batch = make_batch(model.config.vocab_size, setup)
+        _register_existing(tracker, model, batch)
+        names = {id(m): n for n, m in model.named_modules()}
+        with device_semantics(regime, True), ModuleScope(tracker, names), LiveStorageMode(tracker):
+            run_steps(model, optimizer, batch, setup, regime, _TraceProbe(tracker), steps, "cpu")
+        tracker.end()
+        windows = [_window(tracker, w, top) for w in tracker.windows]
+        facts = RunFacts(
+            mode="trace",
+            device="fake",
+            device_semantics=DEVICE_SEMANTICS,
+            model_type=built.model_type,
+            regime=regime.name,
+            steps=steps,
+            param_bytes=_param_bytes(model),
+            trainable_params=sum(p.numel() for p in params),
+            total_params=sum(p.numel() for p in _unique_params(model)),
+            wall_seconds=time.perf_counter() - started,
+            notes=built.notes,
+        )
+        del optimizer, model, params, batch
+    return summarize(windows, setup, facts)
+
+
+def _fakeify(model: Any, fake: Any) -> None:
+    """Replace meta parameters and buffers by fake CPU tensors of the same shape, dtype and sharing.
+
+    The model is built on the meta device first: peft moves adapters with ``module.to()``, which
+    swaps fake parameters and fails on the weak references FakeTensorMode keeps to them. Assigning
+    into ``_parameters`` directly keeps tied weights tied (one fake tensor per meta tensor).
+    """
+    import torch
+
+    memo: dict[int, Any] = {}
+    with fake:
+        for module in model.modules():
+            for name, p in list(module._parameters.items()):
+                if p is not None:
+                    if id(p) not in memo:
+                        t = torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device="cpu")
+                        memo[id(p)] = torch.nn.Parameter(t, requires_grad=p.requires_grad)
+                    module._parameters[name] = memo[id(p)]
+            for name, b in list(module._buffers.items()):
+                if b is not None:
+                    if id(b) not in memo:
+                        memo[id(b)] = torch.empty_strided(b.shape, b.stride(), dtype=b.dtype, device="cpu")
+                    module._buffers[name] = memo[id(b)]
+
+
+def _unique_params(model: Any) -> list[Any]:
+    seen: set[int] = set()
+    out = []
+    for p in model.parameters():
+        key = p.untyped_storage()._cdata
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def _param_bytes(model: Any) -> int:
+    return sum(p.untyped_storage().nbytes() for p in _unique_params(model))
+
+
+def _register_existing(tracker: Any, model: Any, batch: tuple[Any, Any]) -> None:
+    """Count what exists before the step: weights (frozen / trainable), buffers, the batch."""
+    params = _unique_params(model)
+    tracker.register([p for p in params if not p.requires_grad], "parameters_frozen", "<parameter>")
+    tracker.register([p for p in params if p.requires_grad], "parameters_trainable", "<parameter>")
+    tracker.register(list(model.buffers()), "buffers", "<buffer>")
+    tracker.register(list(batch), "inputs", "<batch>")
+
+
+def _window(tracker: Any, w: Any, top: int) -> PhaseWindow:
+    """A tracker window with its breakdown and largest tensors at the peak."""
+    alive = list(tracker.alive_at(w.peak_seq))
+    breakdown: dict[str, int] = {}
+    for rec in alive:
+        breakdown[rec.category] = breakdown.get(rec.category, 0) + rec.nbytes
+    biggest = sorted(alive, key=lambda r: r.nbytes, reverse=True)[:top]
+    return PhaseWindow(
+        name=w.name,
+        step=w.step,
+        start_bytes=w.start_bytes,
+        peak_bytes=w.peak_bytes,
+        end_bytes=w.end_bytes,
+        breakdown=breakdown if sum(breakdown.values()) == w.peak_bytes else None,
+        top_tensors=[
+            LiveTensor(
+                bytes=r.nbytes,
+                category=r.category,
+                op=r.op,
+                shape=r.shape,
+                dtype=r.dtype,
+                module=r.module,
+                created_in=r.created_in,
+            )
+            for r in biggest
+        ],
+    )
