@@ -122,9 +122,12 @@ def layer_activations(a: DecoderArch, setup: TrainingSetup, regime: Regime, moe:
         acts.add("qk_norm", _norm(c, q_w + kv_w, fam))
     # q, k, v after RoPE as the attention kernel saves them; K/V at all heads where repeat_kv runs
     # (eager always; SDPA when the GQA kernel path is not taken).
-    kv_saved = q_w if setup.attn == "eager" else kv_w
+    # MPS has no memory-efficient SDPA backward: training there materializes the scores like eager
+    # (hardware_detection.md 3.7); the engine treats every kernel as eager on that backend.
+    eager = setup.attn == "eager" or setup.backend == "mps"
+    kv_saved = q_w if eager else kv_w
     acts.add("qkv", c.gamma * (q_w + 2 * kv_saved))
-    if setup.attn == "eager":
+    if eager:
         # softmax output in fp32 (saved by softmax) and its compute-dtype copy (saved by the matmul)
         acts.scores = a.num_heads * (4 + c.gamma)
         acts.add("attn_out", c.gamma * q_w)

@@ -234,6 +234,11 @@ def _warnings(spec: ModelSpec, setup: TrainingSetup, derived: int) -> tuple[str,
             "bitsandbytes 4-bit weights work on MPS only in recent releases; MLX with a 4-bit model "
             "is the native path on Apple silicon (--trainer mlx)"
         )
+    if setup.backend == "mps" and setup.attn != "eager":
+        w.append(
+            "MPS: SDPA has no memory-efficient backward, so attention keeps b x heads x s^2 scores per "
+            "layer in training (counted in attention_scores)"
+        )
     if setup.attn == "eager" and setup.seq_len >= 4096:
         w.append("eager attention keeps b x heads x s^2 score tensors per layer; use --attn sdpa or flash")
     if setup.method == "qlora" and spec.arch.is_moe:
