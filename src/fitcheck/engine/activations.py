@@ -167,14 +167,15 @@ def logits_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime) -> dict[s
     """Bytes per token of the output layer and loss, forward and backward peaks.
 
     HF ``ForCausalLMLoss``: the lm_head output in the compute dtype, ``logits.float()`` (fp32 copy),
-    log_softmax output saved for backward (fp32); in backward the fp32 gradient of the log-softmax
-    and of its input coexist with the saved output. A final soft-cap (Gemma 2) adds fp32 copies.
-    torchtune's chunked loss upcasts one chunk at a time.
+    log_softmax output saved for backward (fp32): 10 bytes per vocabulary entry at the forward peak.
+    In backward the fp32 gradient from nll_loss and the fp32 gradient of the log-softmax input coexist
+    with the saved output: 12 bytes (traced: the three largest tensors at the backward peak). A final
+    soft-cap (Gemma 2) adds fp32 copies. torchtune's chunked loss upcasts one chunk at a time.
     """
     c = context(setup, regime)
     v = a.vocab_size
     chunk = 1 / regime.loss_chunks
     cap = 2 * 4 if a.final_logit_softcapping else 0  # tanh input/output in fp32, saved
     fwd = v * (c.gamma + (4 + 4) * chunk + cap)
-    bwd = v * (c.gamma * 0 + (4 + 4 + 4) * chunk + cap + c.gamma)
+    bwd = v * ((4 + 4 + 4) * chunk + cap)
     return {"forward": fwd, "backward": bwd, "saved": v * (4 * chunk + cap)}

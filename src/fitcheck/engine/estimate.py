@@ -167,13 +167,8 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
         "logits-and-loss",
     )
     inv = inventory(a)
-    head_grad = 0
-    if setup.method == "full" and not accum:
-        head_grad = (inv.lm_head or inv.embedding) * int(states.BYTES[regime.grad_dtype])
-    grads_head = _c("gradients", head_grad, "lm_head gradient, allocated first", "gradients")
-
     forward = _phase("forward", [*persistent, grads_fwd, inputs_c, *saved, fwd_hump, dequant])
-    bwd_start = [*persistent, grads if accum else grads_head, inputs_c, *saved, bwd_hump]
+    bwd_start = [*persistent, grads_fwd, inputs_c, *saved, bwd_hump]
     bwd_late_extra = [dequant]
     # Late in backward nearly every gradient exists while the first layer's activations are still
     # alive (recomputed from its checkpoint when checkpointing; the other checkpoints are freed).
