@@ -170,12 +170,15 @@ def logits_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime) -> dict[s
     log_softmax output saved for backward (fp32): 10 bytes per vocabulary entry at the forward peak.
     In backward the fp32 gradient from nll_loss and the fp32 gradient of the log-softmax input coexist
     with the saved output: 12 bytes (traced: the three largest tensors at the backward peak). A final
-    soft-cap (Gemma 2) adds fp32 copies. torchtune's chunked loss upcasts one chunk at a time.
+    soft-cap (Gemma 2) keeps its tanh output (compute dtype). torchtune's chunked loss upcasts one chunk at a time.
     """
     c = context(setup, regime)
     v = a.vocab_size
     chunk = 1 / regime.loss_chunks
-    cap = 2 * 4 if a.final_logit_softcapping else 0  # tanh input/output in fp32, saved
-    fwd = v * (c.gamma + (4 + 4) * chunk + cap)
-    bwd = v * ((4 + 4 + 4) * chunk + cap)
-    return {"forward": fwd, "backward": bwd, "saved": v * (4 * chunk + cap)}
+    # Gemma 2 soft-cap: logits / cap -> tanh -> * cap in the compute dtype; tanh saves its output.
+    cap = c.gamma if a.final_logit_softcapping else 0
+    # Every chunk's log-softmax output stays saved until backward, so chunking shrinks only the
+    # transient fp32 copy (forward) and the two fp32 gradients (backward) to one chunk's worth.
+    fwd = v * (c.gamma + 4 + 4 * chunk + cap)
+    bwd = v * (4 + 8 * chunk + cap)
+    return {"forward": fwd, "backward": bwd, "saved": v * (4 + cap)}
