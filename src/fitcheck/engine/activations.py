@@ -170,7 +170,8 @@ def logits_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime) -> dict[s
     log_softmax output saved for backward (fp32): 10 bytes per vocabulary entry at the forward peak.
     In backward the fp32 gradient from nll_loss and the fp32 gradient of the log-softmax input coexist
     with the saved output: 12 bytes (traced: the three largest tensors at the backward peak). A final
-    soft-cap (Gemma 2) keeps its tanh output (compute dtype). torchtune's chunked loss upcasts one chunk at a time.
+    soft-cap (Gemma 2) keeps its tanh output (compute dtype). torchtune's chunked loss upcasts one
+    chunk at a time.
     """
     c = context(setup, regime)
     v = a.vocab_size

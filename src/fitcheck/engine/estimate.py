@@ -134,6 +134,18 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
         )
         dq = biggest * ctx.gamma
     dequant = _c("dequant_transient", dq, "one 4-bit weight dequantized to the compute dtype", "weights")
+    copies_all, copies_head, copies_layer = autocast_copies(spec, setup, regime)
+    if setup.grad_ckpt:
+        # the autocast cache keeps trainable weights' casts until the forward ends; frozen weights'
+        # casts live only where a matmul saved them (lm_head; the layer being recomputed)
+        cache_fwd = copies_all if setup.method == "full" else copies_head
+        cast_fwd, cast_bwd = cache_fwd, copies_head
+    else:
+        cast_fwd = cast_bwd = copies_all
+    cast_rule = "bf16 casts of fp32 weights made by autocast and saved for backward"
+    casts_f = _c("autocast_weight_copies", cast_fwd, cast_rule, "autocast-weight-copies")
+    casts_b = _c("autocast_weight_copies", cast_bwd, cast_rule, "autocast-weight-copies")
+    casts_l = _c("autocast_weight_copies", copies_layer, cast_rule, "autocast-weight-copies")
 
     if setup.grad_ckpt:
         ckpt = T * L * ctx.rho * a.hidden_size
@@ -167,9 +179,9 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
         "logits-and-loss",
     )
     inv = inventory(a)
-    forward = _phase("forward", [*persistent, grads_fwd, inputs_c, *saved, fwd_hump, dequant])
-    bwd_start = [*persistent, grads_fwd, inputs_c, *saved, bwd_hump]
-    bwd_late_extra = [dequant]
+    forward = _phase("forward", [*persistent, grads_fwd, inputs_c, *saved, casts_f, fwd_hump, dequant])
+    bwd_start = [*persistent, grads_fwd, inputs_c, *saved, casts_b, bwd_hump]
+    bwd_late_extra = [dequant, casts_l]
     # Late in backward nearly every gradient exists while the first layer's activations are still
     # alive (recomputed from its checkpoint when checkpointing; the other checkpoints are freed).
     one_layer = T * max(per_layer_tok, sparse.total(s))
@@ -214,6 +226,31 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
         thumb=thumb(c.total - c.adapter, setup),
         warnings=_warnings(spec, setup, c.total - c.adapter),
     )
+
+
+def autocast_copies(spec: ModelSpec, setup: TrainingSetup, regime: Regime) -> tuple[int, int, int]:
+    """Bytes of compute-dtype weight casts autocast makes from fp32 weights: (all, lm_head, one layer).
+
+    Under autocast an fp32 weight is cast for every matmul; a matmul whose input needs a gradient
+    saves the cast copy (traced: ``_to_copy`` of the lm_head weight alive at the backward peak).
+    4-bit weights are dequantized instead (``dequant_transient``).
+    """
+    if not regime.autocast:
+        return 0, 0, 0
+    a = spec.arch
+    ctx = act.context(setup, regime)
+    full = setup.method == "full"
+    layer_dtype = regime.trainable_dtype if full else regime.weight_dtype
+    head_dtype = "fp32" if regime.kbit_upcast else layer_dtype
+    inv = inventory(a)
+    head = (inv.lm_head or inv.embedding) * ctx.gamma if states.BYTES[head_dtype] != ctx.gamma else 0
+    if setup.method == "qlora" or states.BYTES[layer_dtype] == ctx.gamma:
+        return head, head, 0
+    moe_n = a.moe_layers if a.is_moe else 0
+    per_dense = sum(lin.d_in * lin.d_out * lin.copies for lin in layer_linears(a, False))
+    per_moe = sum(lin.d_in * lin.d_out * lin.copies for lin in layer_linears(a, True)) if moe_n else 0
+    layers = (a.num_layers - moe_n) * per_dense + moe_n * per_moe
+    return layers * ctx.gamma + head, head, max(per_dense, per_moe) * ctx.gamma
 
 
 def _warnings(spec: ModelSpec, setup: TrainingSetup, derived: int) -> tuple[str, ...]:
