@@ -103,6 +103,18 @@ def _norm(c: Ctx, width: int, family: str) -> float:
     return 4 * width + trained
 
 
+def uses_eager_scores(a: DecoderArch, setup: TrainingSetup) -> bool:
+    """Whether attention materializes b x heads x s^2 scores.
+
+    Eager does; so does every kernel on MPS (no memory-efficient SDPA backward there), and SDPA on a
+    model with attention soft-capping (Gemma 2), which transformers runs with eager attention
+    because SDPA cannot soft-cap. FlashAttention-2 soft-caps and keeps O(s).
+    """
+    if setup.attn == "eager" or setup.backend == "mps":
+        return True
+    return bool(a.attn_logit_softcapping) and setup.attn in ("sdpa", "xformers")
+
+
 def layer_activations(a: DecoderArch, setup: TrainingSetup, regime: Regime, moe: bool = False) -> LayerActs:
     """Saved bytes per token of one decoder layer (no checkpointing)."""
     c = context(setup, regime)
@@ -124,12 +136,14 @@ def layer_activations(a: DecoderArch, setup: TrainingSetup, regime: Regime, moe:
     # (eager always; SDPA when the GQA kernel path is not taken).
     # MPS has no memory-efficient SDPA backward: training there materializes the scores like eager
     # (hardware_detection.md 3.7); the engine treats every kernel as eager on that backend.
-    eager = setup.attn == "eager" or setup.backend == "mps"
+    eager = uses_eager_scores(a, setup)
     kv_saved = q_w if eager else kv_w
     acts.add("qkv", c.gamma * (q_w + 2 * kv_saved))
     if eager:
-        # softmax output in fp32 (saved by softmax) and its compute-dtype copy (saved by the matmul)
-        acts.scores = a.num_heads * (4 + c.gamma)
+        # softmax output in fp32 (saved by softmax) and its compute-dtype copy (saved by the matmul);
+        # with attention soft-capping (Gemma 2) also the tanh output (traced)
+        capped = c.gamma if a.attn_logit_softcapping else 0
+        acts.scores = a.num_heads * (4 + c.gamma + capped)
         acts.add("attn_out", c.gamma * q_w)
     else:
         # flash / memory-efficient kernels save the output and an fp32 logsumexp per head

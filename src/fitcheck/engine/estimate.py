@@ -271,6 +271,11 @@ def _warnings(spec: ModelSpec, setup: TrainingSetup, derived: int) -> tuple[str,
             "MPS: SDPA has no memory-efficient backward, so attention keeps b x heads x s^2 scores per "
             "layer in training (counted in attention_scores)"
         )
+    if spec.arch.attn_logit_softcapping and setup.attn in ("sdpa", "xformers") and setup.backend != "mps":
+        w.append(
+            "attention soft-capping (Gemma 2) has no SDPA path in transformers: it runs eager attention "
+            "with s^2 scores; --attn flash (FlashAttention-2 soft-caps) keeps O(s)"
+        )
     if setup.attn == "eager" and setup.seq_len >= 4096:
         w.append("eager attention keeps b x heads x s^2 score tensors per layer; use --attn sdpa or flash")
     if setup.method == "qlora" and spec.arch.is_moe:
