@@ -118,6 +118,8 @@ def uses_eager_scores(a: DecoderArch, setup: TrainingSetup) -> bool:
 def layer_activations(a: DecoderArch, setup: TrainingSetup, regime: Regime, moe: bool = False) -> LayerActs:
     """Saved bytes per token of one decoder layer (no checkpointing)."""
     c = context(setup, regime)
+    if a.model_type == "gpt2":
+        return _gpt2_layer(a, setup, c)
     acts = LayerActs()
     h, d = a.hidden_size, a.head_dim
     q_w, kv_w = a.num_heads * d, a.num_kv_heads * d
@@ -163,6 +165,37 @@ def layer_activations(a: DecoderArch, setup: TrainingSetup, regime: Regime, moe:
         acts.add("mlp_hidden", c.gamma * width * (3 if gated else 1))
         acts.add("mlp_act_out", 0 if gated else c.gamma * width)
         acts.add("down_input", _linear_inputs(c, setup, a, down, c.gamma) if down else 0)
+    return acts
+
+
+def _gpt2_layer(a: DecoderArch, setup: TrainingSetup, c: Ctx) -> LayerActs:
+    """GPT-2 (``modeling_gpt2.py``): LayerNorm, fused ``c_attn``, dropout everywhere, ``gelu_new``.
+
+    Under autocast, layer_norm and pow run in fp32, so each LayerNorm saves an fp32 copy of its input
+    and ``gelu_new`` keeps three fp32 tensors of the MLP width (the pow input, tanh output and
+    ``1 + tanh``) plus a compute-dtype ``0.5 x``; projections then get compute-dtype cast copies of
+    fp32 inputs. Without autocast the same ops run in the compute dtype. Dropout keeps a 1-byte mask
+    and, on attention probabilities, its output (traced).
+    """
+    acts = LayerActs()
+    h, width = a.hidden_size, a.intermediate_size
+    lins = layer_linears(a, False)
+    c_attn, c_proj, c_fc, mlp_proj = lins
+    act_in = 4 if c.autocast else c.gamma  # dtype of LayerNorm / gelu intermediates
+    ln_out = 4 if c.autocast else c.rho
+    acts.add("norm_inputs", 2 * act_in * h if c.autocast else 2 * c.rho * h)
+    acts.add("qkv_inputs", _linear_inputs(c, setup, a, [c_attn], ln_out))
+    acts.add("qkv", c.gamma * (a.num_heads * a.head_dim + 2 * a.num_kv_heads * a.head_dim))
+    drop = 1 if a.attn_dropout else 0
+    if setup.attn == "eager" or setup.backend == "mps":
+        acts.scores = a.num_heads * ((4 if c.autocast else c.gamma) + c.gamma + drop)
+    else:
+        acts.add("attn_out", 4 * a.num_heads)
+    acts.add("o_input", _linear_inputs(c, setup, a, [c_proj], c.gamma))
+    acts.add("dropout_masks", 2 * h if a.resid_dropout else 0)
+    acts.add("mlp_inputs", _linear_inputs(c, setup, a, [c_fc], ln_out))
+    acts.add("mlp_hidden", width * (3 * act_in + c.gamma))
+    acts.add("down_input", _linear_inputs(c, setup, a, [mlp_proj], act_in))
     return acts
 
 
