@@ -157,7 +157,7 @@ def layer_activations(a: DecoderArch, setup: TrainingSetup, regime: Regime, moe:
     if up:
         acts.add("mlp_inputs", _linear_inputs(c, setup, a, up, c.norm_out))
     if moe:
-        acts.add("moe", _moe(a, c))
+        acts.add("moe", _moe(a, c, setup))
     else:
         width = a.intermediate_size
         gated = a.mlp == "gated"
@@ -199,15 +199,34 @@ def _gpt2_layer(a: DecoderArch, setup: TrainingSetup, c: Ctx) -> LayerActs:
     return acts
 
 
-def _moe(a: DecoderArch, c: Ctx) -> float:
-    """Routed experts: each token's top-k experts keep the same tensors as a dense gated MLP of
-    width moe_intermediate_size (gathered input, gate/up output, activation, product); router logits
-    and probabilities in fp32."""
+def _moe(a: DecoderArch, c: Ctx, setup: TrainingSetup) -> float:
+    """Routed experts (transformers 5 grouped-mm path), per token: each of its top-k experts keeps the
+    gate/up output (the activation's input is a view of it), the activation output and the down
+    output (saved by the routing-weight multiply); trainable experts also keep the gathered input and
+    the product that feeds down_proj. Router logits and probabilities in fp32. A shared expert keeps
+    what a dense gated MLP keeps (traced)."""
     k, w, h = a.experts_per_token, a.moe_intermediate_size, a.hidden_size
-    per_expert = c.gamma * (h + 2 * w + 2 * w) if c.full else c.gamma * (2 * w + 2 * w)
+    experts = [x for x in layer_linears(a, True) if x.role == "expert"]
+    trainable = c.full or any(targeted(a, setup.lora_targets, x) for x in experts)
+    per_expert = c.gamma * (2 * w + w + h + ((h + w) if trainable else 0))
     router = 4 * a.num_experts * 2
     shared = c.gamma * 4 * a.shared_expert_intermediate_size if a.shared_expert_intermediate_size else 0
     return k * per_expert + router + shared
+
+
+def merged_expert_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime) -> int:
+    """One MoE layer's merged expert weights, when LoRA adapts the 3-D expert parameters.
+
+    peft's ``ParamWrapper`` parametrizes each expert tensor as ``W + B A`` (``_LoraFactorsProxy``,
+    ``baddbmm``): a full compute-dtype copy of every expert's weights per layer, saved for backward
+    (traced). Zero when the experts are not adapted.
+    """
+    if setup.method == "full" or not a.is_moe:
+        return 0
+    c = context(setup, regime)
+    experts = [x for x in layer_linears(a, True) if x.role == "expert"]
+    adapted = [x for x in experts if targeted(a, setup.lora_targets, x)]
+    return sum(x.copies * x.d_in * x.d_out for x in adapted) * c.gamma
 
 
 def logits_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime) -> dict[str, float]:

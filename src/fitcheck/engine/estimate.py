@@ -135,6 +135,10 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
         dq = biggest * ctx.gamma
     dequant = _c("dequant_transient", dq, "one 4-bit weight dequantized to the compute dtype", "weights")
     copies_all, copies_head, copies_layer = autocast_copies(spec, setup, regime)
+    merged = act.merged_expert_bytes(a, setup, regime)
+    merged_rule = "experts' weights merged with their LoRA factors (peft ParamWrapper), saved per layer"
+    merged_f = _c("merged_expert_weights", merged * (1 if setup.grad_ckpt else moe_n), merged_rule, "moe")
+    merged_l = _c("merged_expert_weights", merged, merged_rule, "moe")
     if setup.grad_ckpt:
         # the autocast cache keeps trainable weights' casts until the forward ends; frozen weights'
         # casts live only where a matmul saved them (lm_head; the layer being recomputed)
@@ -179,9 +183,11 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
         "logits-and-loss",
     )
     inv = inventory(a)
-    forward = _phase("forward", [*persistent, grads_fwd, inputs_c, *saved, casts_f, fwd_hump, dequant])
-    bwd_start = [*persistent, grads_fwd, inputs_c, *saved, casts_b, bwd_hump]
-    bwd_late_extra = [dequant, casts_l]
+    forward = _phase(
+        "forward", [*persistent, grads_fwd, inputs_c, *saved, casts_f, merged_f, fwd_hump, dequant]
+    )
+    bwd_start = [*persistent, grads_fwd, inputs_c, *saved, casts_b, merged_f, bwd_hump]
+    bwd_late_extra = [dequant, casts_l, merged_l]
     # Late in backward nearly every gradient exists while the first layer's activations are still
     # alive (recomputed from its checkpoint when checkpointing; the other checkpoints are freed).
     one_layer = T * max(per_layer_tok, sparse.total(s))
@@ -278,6 +284,12 @@ def _warnings(spec: ModelSpec, setup: TrainingSetup, derived: int) -> tuple[str,
         )
     if setup.attn == "eager" and setup.seq_len >= 4096:
         w.append("eager attention keeps b x heads x s^2 score tensors per layer; use --attn sdpa or flash")
+    if setup.method != "full" and act.merged_expert_bytes(spec.arch, setup, regime_for(setup)):
+        w.append(
+            "LoRA on MoE experts (all-linear reaches them with transformers 5 + peft): peft merges each "
+            "layer's experts with their factors and keeps that copy for backward; --lora-targets attn "
+            "avoids it, --grad-ckpt keeps one layer's copy"
+        )
     if setup.method == "qlora" and spec.arch.is_moe:
         w.append(
             "QLoRA on MoE: experts assumed quantized to 4 bits (transformers 4.x layout); transformers 5 "

@@ -101,8 +101,9 @@ def trainable_shapes(a: DecoderArch, setup: TrainingSetup) -> list[tuple[int, in
         for n_layers, moe in ((a.num_layers - moe_n, False), (moe_n, True)):
             for lin in layer_linears(a, moe):
                 if n_layers and targeted(a, setup.lora_targets, lin):
-                    k = n_layers * lin.copies
-                    out += [(setup.lora_rank, lin.d_in, k), (lin.d_out, setup.lora_rank, k)]
+                    # peft stores an expert parameter's factors as single tensors of rank r*E
+                    k, r = n_layers, setup.lora_rank * lin.lora_factor * lin.copies
+                    out += [(r, lin.d_in, k), (lin.d_out, r, k)]
                     if setup.dora:
                         out.append((lin.d_out, 1, k))
         return out
