@@ -100,7 +100,10 @@ def test_peak_monotone_in_params(
 @given(specs, setups, st.integers(1, 64))
 def test_generic_qlora_le_lora_le_full(spec: ModelSpec, setup: TrainingSetup, rank: int) -> None:
     # Ranks up to 64: far above that, on a 125M model, adapters outgrow the matrices they adapt.
-    setup = setup.model_copy(update={"trainer": "generic", "lora_rank": rank})
+    # Adafactor is left out: its factored states for a whole model can be smaller than LoRA's extra
+    # adapter weights and their states (a real corner: full fine-tuning can then peak a few KB lower).
+    optimizer = "adamw" if setup.optimizer == "adafactor" else setup.optimizer
+    setup = setup.model_copy(update={"trainer": "generic", "lora_rank": rank, "optimizer": optimizer})
     q, lo, f = (peak(spec, setup.model_copy(update={"method": m})) for m in ("qlora", "lora", "full"))
     assert q <= lo <= f
 
