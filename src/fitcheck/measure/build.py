@@ -7,6 +7,7 @@ for the same regime the engine estimates.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -161,7 +162,10 @@ def apply_lora(model: Any, setup: TrainingSetup, regime: Regime, model_type: str
     )
     upcast = regime.adapter_dtype == "fp32"
     try:
-        peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=upcast)
+        with warnings.catch_warnings():
+            # peft 0.21 still calls transformers' deprecated `is_gradient_checkpointing`
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=upcast)
     except ValueError as exc:
         raise OptionError(f"peft could not place the adapters: {exc}") from None
     want = DTYPES[regime.adapter_dtype]

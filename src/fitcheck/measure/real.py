@@ -28,8 +28,8 @@ MARK = "fitcheck::"
 SEMANTICS = {
     "cuda": "real CUDA run: caching-allocator counters (allocated and reserved), real kernels",
     "mps": "real MPS run: current allocated memory sampled at phase boundaries (lower bound of the peak)",
-    "cpu": "real CPU run: CPU allocator events from torch.profiler (profile_memory=True); CPU kernels "
-    "including their scratch buffers; dropout forced onto native_dropout like the trace",
+    "cpu": "real CPU run: CPU allocator events from torch.profiler (profile_memory=True), real CPU kernels "
+    "and their scratch buffers, with the trace's CUDA rules applied (autocast op lists, fused dropout)",
 }
 
 

@@ -18,9 +18,9 @@ from fitcheck.measure.summary import PhaseWindow, RunFacts, summarize
 from fitcheck.models import TrainingSetup
 
 DEVICE_SEMANTICS = (
-    "fake tensors on the CPU device: CPU kernel choice (SDPA -> flash-attention-for-CPU, which saves "
-    "out + fp32 logsumexp like CUDA flash), CPU autocast op lists, dropout forced onto CUDA's "
-    "native_dropout (bool mask); exact storage bytes, no allocator rounding, no CUDA context"
+    "fake tensors on the CPU device with CUDA rules where they differ: SDPA runs CPU flash attention "
+    "(saves out + fp32 logsumexp, like CUDA flash), CUDA autocast op lists, fused dropout (bool mask); "
+    "exact storage bytes, no allocator rounding, no CUDA context or kernel workspaces"
 )
 TOP_TENSORS = 12
 

@@ -1,0 +1,148 @@
+"""``fitcheck measure MODEL``: trace (or run) one training step and put it beside the estimate.
+
+Thin command: resolve the model, build the setup exactly as ``estimate`` does, estimate, measure
+(`fitcheck.measure.trace.trace_step` on fake tensors by default, `fitcheck.measure.real.real_step`
+with ``--device cpu|cuda|mps``), render. torch, transformers and peft are imported only when the
+command runs; without them it raises `MissingExtraError`.
+
+No ``from __future__ import annotations`` here: the command is defined inside `register` with the
+option types of `fitcheck.cli`, and typer must see those annotations as objects.
+"""
+
+import sys
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from fitcheck.errors import MissingExtraError, OptionError
+
+EXTRA_HINT = (
+    "fitcheck measure needs the torch extra: pip install torch==2.13.0 && pip install 'fitcheck-train[torch]'"
+)
+
+
+class DeviceOpt(StrEnum):
+    """Where the step runs: traced on fake tensors, or for real."""
+
+    fake = "fake"
+    cpu = "cpu"
+    cuda = "cuda"
+    mps = "mps"
+
+
+class MeasureFmt(StrEnum):
+    table = "table"
+    json = "json"
+
+
+#: Engine backend to estimate for, per measurement device (fake tensors follow CUDA semantics).
+BACKEND = {"fake": "cuda", "cpu": "cpu", "cuda": "cuda", "mps": "mps"}
+
+
+def require_torch() -> None:
+    """Raise `MissingExtraError` unless torch, transformers and peft import."""
+    try:
+        import peft  # noqa: F401
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        raise MissingExtraError(EXTRA_HINT) from None
+
+
+def run_measure(model: str, setup_kw: dict[str, Any], device: str, steps: int) -> tuple[Any, Any, Any]:
+    """Resolve, estimate and measure; returns (spec, estimate or None, MeasuredStep)."""
+    from fitcheck.cli import _setup
+    from fitcheck.engine.estimate import estimate
+    from fitcheck.sources.resolve import resolve_model
+
+    require_torch()
+    if steps < 2:
+        raise OptionError("--steps must be at least 2: phases are read once optimizer states exist")
+    spec = resolve_model(model)
+    if spec.hf_config is None:
+        raise OptionError(
+            f"'{model}' has no config.json to build the model from; measure a preset id, a folder, "
+            "or a config.json"
+        )
+    setup = _setup(**{**setup_kw, "backend": BACKEND[device]})
+    est = estimate(spec, setup)
+    sys.stderr.write(
+        f"fitcheck: {'tracing' if device == 'fake' else 'running'} {steps} training steps of {spec.name}"
+        f" on {device}{' (fake tensors, no memory used)' if device == 'fake' else ''}...\n"
+    )
+    if device == "fake":
+        from fitcheck.measure.trace import trace_step
+
+        measured = trace_step(spec.hf_config, setup, steps=steps)
+    else:
+        from fitcheck.measure.real import real_step
+
+        measured = real_step(spec.hf_config, setup, device=device, steps=steps)
+    return spec, est, measured
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``fitcheck measure`` to the CLI, with the same setup options as ``estimate``."""
+    from fitcheck import cli as c
+
+    DeviceO = Annotated[
+        DeviceOpt,
+        typer.Option(
+            "--device", help="fake: trace on fake tensors (no memory, CUDA semantics); or a real run"
+        ),
+    ]
+    StepsO = Annotated[int, typer.Option("--steps", help="training steps to run (phases read from the last)")]
+    MFmtO = Annotated[MeasureFmt, typer.Option("--format", "-f", help="table or json")]
+    TopO = Annotated[int, typer.Option("--top", help="largest tensors at the peak to list (table)")]
+
+    @app.command()
+    def measure(
+        model: c.ModelArg,
+        method: c.MethodO = c.MethodOpt.lora,
+        dora: c.DoraO = False,
+        batch_size: c.BatchO = 1,
+        grad_accum: c.AccumO = 1,
+        seq_len: c.SeqO = 2048,
+        precision: c.PrecO = c.PrecisionOpt.bf16,
+        master_weights: c.MasterO = False,
+        optimizer: c.OptO = c.OptimizerOpt.adamw,
+        grad_ckpt: c.CkptO = False,
+        attn: c.AttnO = c.AttnOpt.sdpa,
+        lora_rank: c.RankO = None,
+        lora_alpha: c.AlphaO = None,
+        lora_targets: c.TargetsO = None,
+        lora_dropout: c.DropO = None,
+        trainer: c.TrainerO = c.TrainerOpt.generic,
+        device: DeviceO = DeviceOpt.fake,
+        steps: StepsO = 2,
+        top: TopO = 6,
+        fmt: MFmtO = MeasureFmt.table,
+    ) -> None:
+        """Trace one training step (or run it with --device) and show it beside the estimate, per phase."""
+        kw = c._common(
+            method=method,
+            dora=dora,
+            batch_size=batch_size,
+            grad_accum=grad_accum,
+            seq_len=seq_len,
+            precision=precision,
+            master_weights=master_weights,
+            optimizer=optimizer,
+            grad_ckpt=grad_ckpt,
+            attn=attn,
+            lora_rank=lora_rank,
+            lora_alpha=lora_alpha,
+            lora_targets=lora_targets,
+            lora_dropout=lora_dropout,
+            trainer=trainer,
+        )
+        spec, est, measured = run_measure(model, kw, device.value, steps)
+        from fitcheck.measure.compare import measure_doc, measure_text
+
+        if fmt is MeasureFmt.json:
+            import json
+
+            sys.stdout.write(json.dumps(measure_doc(spec.id, est, measured), indent=2) + "\n")
+        else:
+            sys.stdout.write(measure_text(spec.name, est, measured, top=top))
