@@ -137,7 +137,7 @@ def _setup(**kw: Any) -> Any:
     if kw.pop("resolution", None) is not None:
         raise OptionError("--resolution applies to diffusion models; for an LLM use --seq-len")
     method = kw["method"]
-    lora_opts = {k: kw[k] for k in ("lora_rank", "lora_alpha", "lora_targets", "lora_dropout")}
+    lora_opts = {k: kw.get(k) for k in ("lora_rank", "lora_alpha", "lora_targets", "lora_dropout")}
     if method == "full":
         given = [k for k, v in lora_opts.items() if v is not None]
         if given:

@@ -75,6 +75,9 @@ class DecoderArch(Frozen):
     final_logit_softcapping: float | None = None
     attn_logit_softcapping: float | None = None
     sliding_window: int | None = None
+    attn_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="dropout on attention probabilities")
+    resid_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="dropout on residual branches")
+    embd_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="dropout on the embeddings")
     extra_params: int = Field(
         default=0, ge=0, description="frozen parameters outside the decoder (a vision tower), kept in memory"
     )

@@ -22,7 +22,7 @@ def presets_root() -> Path:
     """The folder holding ``models/`` and ``hardware/``."""
     here = Path(__file__).resolve().parent
     for candidate in (here / "presets", here.parent.parent / "presets"):
-        if (candidate / "models").is_dir():
+        if (candidate / "models").is_dir() or (candidate / "hardware").is_dir():
             return candidate
     raise FitcheckError("fitcheck's presets folder is missing: reinstall the package")
 

@@ -269,5 +269,31 @@ def models_table(rows: list[dict[str, Any]]) -> None:
     _console().print(t)
 
 
+def matrix_table(rows: list[dict[str, Any]], methods: list[str], on: str, rule: str) -> None:
+    """Model sizes x methods: GiB and whether it fits."""
+    from rich.table import Table
+
+    if not rows:
+        return
+    r0 = rows[0]
+    t = Table(
+        title=f"What fits on {on}: usable {_g(r0['usable_bytes'])} GiB, budget {_g(r0['budget_bytes'])} GiB "
+        f"({'rule of thumb' if rule == 'thumb' else 'detailed estimate'})",
+        title_justify="left",
+    )
+    t.add_column("model")
+    for m in methods:
+        t.add_column(m, justify="right")
+    style = {"fits": "green", "tight": "yellow", "does_not_fit": "red"}
+    word = {"fits": "fits", "tight": "tight", "does_not_fit": "too big"}
+    for r in rows:
+        cells = []
+        for m in methods:
+            v = r[f"{m}_verdict"]
+            cells.append(f"[{style[v]}]{_g(r[f'{m}_bytes'])} {word[v]}[/]")
+        t.add_row(r["model"], *cells)
+    _console().print(t)
+
+
 def note(msg: str) -> None:
     sys.stderr.write(msg + "\n")

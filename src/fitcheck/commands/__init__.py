@@ -1,1 +1,1 @@
-"""CLI commands that live in their own modules; each exposes `register(app)`."""
+"""Typer command groups; each module exposes ``register(app)`` and imports its core lazily."""

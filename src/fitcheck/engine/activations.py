@@ -103,9 +103,23 @@ def _norm(c: Ctx, width: int, family: str) -> float:
     return 4 * width + trained
 
 
+def uses_eager_scores(a: DecoderArch, setup: TrainingSetup) -> bool:
+    """Whether attention materializes b x heads x s^2 scores.
+
+    Eager does; so does every kernel on MPS (no memory-efficient SDPA backward there), and SDPA on a
+    model with attention soft-capping (Gemma 2), which transformers runs with eager attention
+    because SDPA cannot soft-cap. FlashAttention-2 soft-caps and keeps O(s).
+    """
+    if setup.attn == "eager" or setup.backend == "mps":
+        return True
+    return bool(a.attn_logit_softcapping) and setup.attn in ("sdpa", "xformers")
+
+
 def layer_activations(a: DecoderArch, setup: TrainingSetup, regime: Regime, moe: bool = False) -> LayerActs:
     """Saved bytes per token of one decoder layer (no checkpointing)."""
     c = context(setup, regime)
+    if a.model_type == "gpt2":
+        return _gpt2_layer(a, setup, c)
     acts = LayerActs()
     h, d = a.hidden_size, a.head_dim
     q_w, kv_w = a.num_heads * d, a.num_kv_heads * d
@@ -122,11 +136,16 @@ def layer_activations(a: DecoderArch, setup: TrainingSetup, regime: Regime, moe:
         acts.add("qk_norm", _norm(c, q_w + kv_w, fam))
     # q, k, v after RoPE as the attention kernel saves them; K/V at all heads where repeat_kv runs
     # (eager always; SDPA when the GQA kernel path is not taken).
-    kv_saved = q_w if setup.attn == "eager" else kv_w
+    # MPS has no memory-efficient SDPA backward: training there materializes the scores like eager
+    # (hardware_detection.md 3.7); the engine treats every kernel as eager on that backend.
+    eager = uses_eager_scores(a, setup)
+    kv_saved = q_w if eager else kv_w
     acts.add("qkv", c.gamma * (q_w + 2 * kv_saved))
-    if setup.attn == "eager":
-        # softmax output in fp32 (saved by softmax) and its compute-dtype copy (saved by the matmul)
-        acts.scores = a.num_heads * (4 + c.gamma)
+    if eager:
+        # softmax output in fp32 (saved by softmax) and its compute-dtype copy (saved by the matmul);
+        # with attention soft-capping (Gemma 2) also the tanh output (traced)
+        capped = c.gamma if a.attn_logit_softcapping else 0
+        acts.scores = a.num_heads * (4 + c.gamma + capped)
         acts.add("attn_out", c.gamma * q_w)
     else:
         # flash / memory-efficient kernels save the output and an fp32 logsumexp per head
@@ -138,7 +157,7 @@ def layer_activations(a: DecoderArch, setup: TrainingSetup, regime: Regime, moe:
     if up:
         acts.add("mlp_inputs", _linear_inputs(c, setup, a, up, c.norm_out))
     if moe:
-        acts.add("moe", _moe(a, c))
+        acts.add("moe", _moe(a, c, setup))
     else:
         width = a.intermediate_size
         gated = a.mlp == "gated"
@@ -149,29 +168,84 @@ def layer_activations(a: DecoderArch, setup: TrainingSetup, regime: Regime, moe:
     return acts
 
 
-def _moe(a: DecoderArch, c: Ctx) -> float:
-    """Routed experts: each token's top-k experts keep the same tensors as a dense gated MLP of
-    width moe_intermediate_size (gathered input, gate/up output, activation, product); router logits
-    and probabilities in fp32."""
+def _gpt2_layer(a: DecoderArch, setup: TrainingSetup, c: Ctx) -> LayerActs:
+    """GPT-2 (``modeling_gpt2.py``): LayerNorm, fused ``c_attn``, dropout everywhere, ``gelu_new``.
+
+    Under autocast, layer_norm and pow run in fp32, so each LayerNorm saves an fp32 copy of its input
+    and ``gelu_new`` keeps three fp32 tensors of the MLP width (the pow input, tanh output and
+    ``1 + tanh``) plus a compute-dtype ``0.5 x``; projections then get compute-dtype cast copies of
+    fp32 inputs. Without autocast the same ops run in the compute dtype. Dropout keeps a 1-byte mask
+    and, on attention probabilities, its output (traced).
+    """
+    acts = LayerActs()
+    h, width = a.hidden_size, a.intermediate_size
+    lins = layer_linears(a, False)
+    c_attn, c_proj, c_fc, mlp_proj = lins
+    act_in = 4 if c.autocast else c.gamma  # dtype of LayerNorm / gelu intermediates
+    ln_out = 4 if c.autocast else c.rho
+    acts.add("norm_inputs", 2 * act_in * h if c.autocast else 2 * c.rho * h)
+    acts.add("qkv_inputs", _linear_inputs(c, setup, a, [c_attn], ln_out))
+    acts.add("qkv", c.gamma * (a.num_heads * a.head_dim + 2 * a.num_kv_heads * a.head_dim))
+    drop = 1 if a.attn_dropout else 0
+    if setup.attn == "eager" or setup.backend == "mps":
+        acts.scores = a.num_heads * ((4 if c.autocast else c.gamma) + c.gamma + drop)
+    else:
+        acts.add("attn_out", 4 * a.num_heads)
+    acts.add("o_input", _linear_inputs(c, setup, a, [c_proj], c.gamma))
+    acts.add("dropout_masks", 2 * h if a.resid_dropout else 0)
+    acts.add("mlp_inputs", _linear_inputs(c, setup, a, [c_fc], ln_out))
+    acts.add("mlp_hidden", width * (3 * act_in + c.gamma))
+    acts.add("down_input", _linear_inputs(c, setup, a, [mlp_proj], act_in))
+    return acts
+
+
+def _moe(a: DecoderArch, c: Ctx, setup: TrainingSetup) -> float:
+    """Routed experts (transformers 5 grouped-mm path), per token: each of its top-k experts keeps the
+    gate/up output (the activation's input is a view of it), the activation output and the down
+    output (saved by the routing-weight multiply); trainable experts also keep the gathered input and
+    the product that feeds down_proj. Router logits and probabilities in fp32. A shared expert keeps
+    what a dense gated MLP keeps (traced)."""
     k, w, h = a.experts_per_token, a.moe_intermediate_size, a.hidden_size
-    per_expert = c.gamma * (h + 2 * w + 2 * w) if c.full else c.gamma * (2 * w + 2 * w)
+    experts = [x for x in layer_linears(a, True) if x.role == "expert"]
+    trainable = c.full or any(targeted(a, setup.lora_targets, x) for x in experts)
+    per_expert = c.gamma * (2 * w + w + h + ((h + w) if trainable else 0))
     router = 4 * a.num_experts * 2
     shared = c.gamma * 4 * a.shared_expert_intermediate_size if a.shared_expert_intermediate_size else 0
     return k * per_expert + router + shared
+
+
+def merged_expert_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime) -> int:
+    """One MoE layer's merged expert weights, when LoRA adapts the 3-D expert parameters.
+
+    peft's ``ParamWrapper`` parametrizes each expert tensor as ``W + B A`` (``_LoraFactorsProxy``,
+    ``baddbmm``): a full compute-dtype copy of every expert's weights per layer, saved for backward
+    (traced). Zero when the experts are not adapted.
+    """
+    if setup.method == "full" or not a.is_moe:
+        return 0
+    c = context(setup, regime)
+    experts = [x for x in layer_linears(a, True) if x.role == "expert"]
+    adapted = [x for x in experts if targeted(a, setup.lora_targets, x)]
+    return sum(x.copies * x.d_in * x.d_out for x in adapted) * c.gamma
 
 
 def logits_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime) -> dict[str, float]:
     """Bytes per token of the output layer and loss, forward and backward peaks.
 
     HF ``ForCausalLMLoss``: the lm_head output in the compute dtype, ``logits.float()`` (fp32 copy),
-    log_softmax output saved for backward (fp32); in backward the fp32 gradient of the log-softmax
-    and of its input coexist with the saved output. A final soft-cap (Gemma 2) adds fp32 copies.
-    torchtune's chunked loss upcasts one chunk at a time.
+    log_softmax output saved for backward (fp32): 10 bytes per vocabulary entry at the forward peak.
+    In backward the fp32 gradient from nll_loss and the fp32 gradient of the log-softmax input coexist
+    with the saved output: 12 bytes (traced: the three largest tensors at the backward peak). A final
+    soft-cap (Gemma 2) keeps its tanh output (compute dtype). torchtune's chunked loss upcasts one
+    chunk at a time.
     """
     c = context(setup, regime)
     v = a.vocab_size
     chunk = 1 / regime.loss_chunks
-    cap = 2 * 4 if a.final_logit_softcapping else 0  # tanh input/output in fp32, saved
-    fwd = v * (c.gamma + (4 + 4) * chunk + cap)
-    bwd = v * (c.gamma * 0 + (4 + 4 + 4) * chunk + cap + c.gamma)
-    return {"forward": fwd, "backward": bwd, "saved": v * (4 * chunk + cap)}
+    # Gemma 2 soft-cap: logits / cap -> tanh -> * cap in the compute dtype; tanh saves its output.
+    cap = c.gamma if a.final_logit_softcapping else 0
+    # Every chunk's log-softmax output stays saved until backward, so chunking shrinks only the
+    # transient fp32 copy (forward) and the two fp32 gradients (backward) to one chunk's worth.
+    fwd = v * (c.gamma + 4 + 4 * chunk + cap)
+    bwd = v * (4 + 8 * chunk + cap)
+    return {"forward": fwd, "backward": bwd, "saved": v * (4 + cap)}

@@ -134,6 +134,22 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
         )
         dq = biggest * ctx.gamma
     dequant = _c("dequant_transient", dq, "one 4-bit weight dequantized to the compute dtype", "weights")
+    copies_all, copies_head, copies_layer = autocast_copies(spec, setup, regime)
+    merged = act.merged_expert_bytes(a, setup, regime)
+    merged_rule = "experts' weights merged with their LoRA factors (peft ParamWrapper), saved per layer"
+    merged_f = _c("merged_expert_weights", merged * (1 if setup.grad_ckpt else moe_n), merged_rule, "moe")
+    merged_l = _c("merged_expert_weights", merged, merged_rule, "moe")
+    if setup.grad_ckpt:
+        # the autocast cache keeps trainable weights' casts until the forward ends; frozen weights'
+        # casts live only where a matmul saved them (lm_head; the layer being recomputed)
+        cache_fwd = copies_all if setup.method == "full" else copies_head
+        cast_fwd, cast_bwd = cache_fwd, copies_head
+    else:
+        cast_fwd = cast_bwd = copies_all
+    cast_rule = "bf16 casts of fp32 weights made by autocast and saved for backward"
+    casts_f = _c("autocast_weight_copies", cast_fwd, cast_rule, "autocast-weight-copies")
+    casts_b = _c("autocast_weight_copies", cast_bwd, cast_rule, "autocast-weight-copies")
+    casts_l = _c("autocast_weight_copies", copies_layer, cast_rule, "autocast-weight-copies")
 
     if setup.grad_ckpt:
         ckpt = T * L * ctx.rho * a.hidden_size
@@ -167,14 +183,11 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
         "logits-and-loss",
     )
     inv = inventory(a)
-    head_grad = 0
-    if setup.method == "full" and not accum:
-        head_grad = (inv.lm_head or inv.embedding) * int(states.BYTES[regime.grad_dtype])
-    grads_head = _c("gradients", head_grad, "lm_head gradient, allocated first", "gradients")
-
-    forward = _phase("forward", [*persistent, grads_fwd, inputs_c, *saved, fwd_hump, dequant])
-    bwd_start = [*persistent, grads if accum else grads_head, inputs_c, *saved, bwd_hump]
-    bwd_late_extra = [dequant]
+    forward = _phase(
+        "forward", [*persistent, grads_fwd, inputs_c, *saved, casts_f, merged_f, fwd_hump, dequant]
+    )
+    bwd_start = [*persistent, grads_fwd, inputs_c, *saved, casts_b, merged_f, bwd_hump]
+    bwd_late_extra = [dequant, casts_l, merged_l]
     # Late in backward nearly every gradient exists while the first layer's activations are still
     # alive (recomputed from its checkpoint when checkpointing; the other checkpoints are freed).
     one_layer = T * max(per_layer_tok, sparse.total(s))
@@ -221,6 +234,31 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
     )
 
 
+def autocast_copies(spec: ModelSpec, setup: TrainingSetup, regime: Regime) -> tuple[int, int, int]:
+    """Bytes of compute-dtype weight casts autocast makes from fp32 weights: (all, lm_head, one layer).
+
+    Under autocast an fp32 weight is cast for every matmul; a matmul whose input needs a gradient
+    saves the cast copy (traced: ``_to_copy`` of the lm_head weight alive at the backward peak).
+    4-bit weights are dequantized instead (``dequant_transient``).
+    """
+    if not regime.autocast:
+        return 0, 0, 0
+    a = spec.arch
+    ctx = act.context(setup, regime)
+    full = setup.method == "full"
+    layer_dtype = regime.trainable_dtype if full else regime.weight_dtype
+    head_dtype = "fp32" if regime.kbit_upcast else layer_dtype
+    inv = inventory(a)
+    head = (inv.lm_head or inv.embedding) * ctx.gamma if states.BYTES[head_dtype] != ctx.gamma else 0
+    if setup.method == "qlora" or states.BYTES[layer_dtype] == ctx.gamma:
+        return head, head, 0
+    moe_n = a.moe_layers if a.is_moe else 0
+    per_dense = sum(lin.d_in * lin.d_out * lin.copies for lin in layer_linears(a, False))
+    per_moe = sum(lin.d_in * lin.d_out * lin.copies for lin in layer_linears(a, True)) if moe_n else 0
+    layers = (a.num_layers - moe_n) * per_dense + moe_n * per_moe
+    return layers * ctx.gamma + head, head, max(per_dense, per_moe) * ctx.gamma
+
+
 def _warnings(spec: ModelSpec, setup: TrainingSetup, derived: int) -> tuple[str, ...]:
     w: list[str] = []
     declared = spec.declared_params
@@ -234,8 +272,24 @@ def _warnings(spec: ModelSpec, setup: TrainingSetup, derived: int) -> tuple[str,
             "bitsandbytes 4-bit weights work on MPS only in recent releases; MLX with a 4-bit model "
             "is the native path on Apple silicon (--trainer mlx)"
         )
+    if setup.backend == "mps" and setup.attn != "eager":
+        w.append(
+            "MPS: SDPA has no memory-efficient backward, so attention keeps b x heads x s^2 scores per "
+            "layer in training (counted in attention_scores)"
+        )
+    if spec.arch.attn_logit_softcapping and setup.attn in ("sdpa", "xformers") and setup.backend != "mps":
+        w.append(
+            "attention soft-capping (Gemma 2) has no SDPA path in transformers: it runs eager attention "
+            "with s^2 scores; --attn flash (FlashAttention-2 soft-caps) keeps O(s)"
+        )
     if setup.attn == "eager" and setup.seq_len >= 4096:
         w.append("eager attention keeps b x heads x s^2 score tensors per layer; use --attn sdpa or flash")
+    if setup.method != "full" and act.merged_expert_bytes(spec.arch, setup, regime_for(setup)):
+        w.append(
+            "LoRA on MoE experts (all-linear reaches them with transformers 5 + peft): peft merges each "
+            "layer's experts with their factors and keeps that copy for backward; --lora-targets attn "
+            "avoids it, --grad-ckpt keeps one layer's copy"
+        )
     if setup.method == "qlora" and spec.arch.is_moe:
         w.append(
             "QLoRA on MoE: experts assumed quantized to 4 bits (transformers 4.x layout); transformers 5 "

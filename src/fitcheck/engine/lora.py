@@ -1,8 +1,10 @@
 """Which projections LoRA wraps, and how many adapter parameters that makes.
 
-``attn``: the attention projections; ``all-linear``: every ``nn.Linear`` inside the decoder layers
-(peft's ``all-linear`` excludes the output layer); otherwise a comma-separated list of module names
-as peft matches them (a name matches a module whose name ends with it).
+``attn``: the attention projections; ``all-linear``: every projection inside the decoder layers
+(peft's ``all-linear`` excludes the output layer; with transformers >= 5 and peft >= 0.18 it also
+reaches MoE routers and the 3-D expert parameters, through ``ParamWrapper``); otherwise a
+comma-separated list of module names as peft matches them (a name matches a module whose name ends
+with it).
 """
 
 from __future__ import annotations
@@ -16,15 +18,13 @@ def _names(a: DecoderArch) -> list[str]:
     seen: list[str] = []
     for moe in {False, a.is_moe}:
         for lin in layer_linears(a, moe):
-            if lin.is_module and lin.name not in seen:
+            if lin.name not in seen:
                 seen.append(lin.name)
     return seen
 
 
 def targeted(a: DecoderArch, targets: str, lin: Linear) -> bool:
     """Whether LoRA wraps this projection under the targets spec."""
-    if not lin.is_module:
-        return False
     if targets == "all-linear":
         return True
     if targets == "attn":
@@ -55,7 +55,8 @@ def adapter_params_per_layer(a: DecoderArch, setup: TrainingSetup, moe: bool) ->
     total = 0
     for lin in layer_linears(a, moe):
         if targeted(a, setup.lora_targets, lin):
-            per = setup.lora_rank * (lin.d_in + lin.d_out) + (lin.d_out if setup.dora else 0)
+            r = setup.lora_rank * lin.lora_factor
+            per = r * (lin.d_in + lin.d_out) + (lin.d_out if setup.dora else 0)
             total += lin.copies * per
     return total
 

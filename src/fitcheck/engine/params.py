@@ -24,8 +24,11 @@ class Linear:
         copies: how many of it one layer holds (experts) or that one token uses (active).
         bias: whether it has a bias vector.
         role: attention, dense MLP, routed expert, router or shared expert.
-        is_module: an ``nn.Linear`` (or GPT-2 ``Conv1D``) that peft and bitsandbytes can wrap;
-            transformers >= 5 stores MoE experts as 3-D parameters, which they cannot.
+        is_module: an ``nn.Linear`` (or GPT-2 ``Conv1D``) that bitsandbytes can quantize;
+            transformers >= 5 stores MoE experts as 3-D parameters.
+        lora_factor: rank multiplier peft applies: transformers 5 fuses the experts' w1 and w3 into
+            ``gate_up_proj``, and peft >= 0.18 converts a rank-r target on each into rank 2r there
+            (``ParamWrapper``: lora_A ``(2r*E, in)``, lora_B ``(out, 2r*E)``).
     """
 
     name: str
@@ -35,6 +38,7 @@ class Linear:
     bias: bool
     role: Role
     is_module: bool = True
+    lora_factor: int = 1
 
     @property
     def numel(self) -> int:
@@ -83,7 +87,7 @@ def moe_linears(a: DecoderArch, copies: int) -> list[Linear]:
     """Routed experts (``copies`` of them), the router and the shared expert of an MoE layer."""
     h, w = a.hidden_size, a.moe_intermediate_size
     out = [
-        Linear("experts.gate_up_proj", h, 2 * w, copies, False, "expert", is_module=False),
+        Linear("experts.gate_up_proj", h, 2 * w, copies, False, "expert", is_module=False, lora_factor=2),
         Linear("experts.down_proj", w, h, copies, False, "expert", is_module=False),
         Linear("gate", h, a.num_experts, 1, False, "router", is_module=False),
     ]

@@ -101,8 +101,9 @@ def trainable_shapes(a: DecoderArch, setup: TrainingSetup) -> list[tuple[int, in
         for n_layers, moe in ((a.num_layers - moe_n, False), (moe_n, True)):
             for lin in layer_linears(a, moe):
                 if n_layers and targeted(a, setup.lora_targets, lin):
-                    k = n_layers * lin.copies
-                    out += [(setup.lora_rank, lin.d_in, k), (lin.d_out, setup.lora_rank, k)]
+                    # peft stores an expert parameter's factors as single tensors of rank r*E
+                    k, r = n_layers, setup.lora_rank * lin.lora_factor * lin.copies
+                    out += [(r, lin.d_in, k), (lin.d_out, r, k)]
                     if setup.dora:
                         out.append((lin.d_out, 1, k))
         return out
@@ -128,7 +129,10 @@ def trainable_shapes(a: DecoderArch, setup: TrainingSetup) -> list[tuple[int, in
 def optimizer_state_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime) -> int:
     """Optimizer states for every trainable tensor."""
     param_b = nbytes(regime.adapter_dtype if setup.method != "full" else regime.trainable_dtype)
-    sb = 4 if regime.optimizer_state_dtype == "fp32" else param_b
+    # fp32 moments are the seeds' AdamW accounting; other optimizers keep states in the param dtype
+    # (torch SGD momentum_buffer, lion-pytorch exp_avg, prodigyopt: zeros_like(p)).
+    adam = setup.optimizer == "adamw"
+    sb = 4 if regime.optimizer_state_dtype == "fp32" and adam else param_b
     total = 0.0
     for rows, cols, k in trainable_shapes(a, setup):
         n = rows * cols
@@ -154,16 +158,21 @@ def step_transient_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime, t
 
     foreach AdamW allocates ``_foreach_sqrt(exp_avg_sq)``: one full-size copy of the second moment
     (torch/optim/adamw.py, _multi_tensor_adamw). Fused AdamW and the 8-bit kernels update in place.
-    The for-loop fallback (generic regime, fp32 moments on 16-bit params) holds an fp32 copy of
-    the gradient, the denominator and the update of one tensor at a time.
+    The for-loop step of the generic regime (fp32 moments on 16-bit params) holds ``sqrt(v)`` and the
+    update of one tensor at a time (traced: two fp32 tensors of the largest parameter's size).
     """
-    if setup.optimizer in ("adamw", "lion", "prodigy", "sgd"):
+    param_b = nbytes(regime.trainable_dtype if setup.method == "full" else regime.adapter_dtype)
+    if setup.optimizer == "sgd":
+        return 0  # foreach SGD updates momentum and weights in place
+    if setup.optimizer in ("lion", "prodigy"):
+        return 2 * param_b * largest_trainable(a, setup)  # per-tensor update temporaries
+    if setup.optimizer == "adamw":
         if regime.fused_optimizer:
             return 0
-        if regime.optimizer_state_dtype == "fp32" and regime.trainable_dtype != "fp32":
-            return 3 * 4 * largest_trainable(a, setup)
-        state_b = 4 if regime.optimizer_state_dtype == "fp32" else nbytes(regime.trainable_dtype)
-        return trainable * state_b if setup.optimizer == "adamw" else 0
+        if regime.optimizer_state_dtype == "fp32" and param_b != 4:
+            # for-loop step on 16-bit params with fp32 moments: sqrt(v) and the update, one tensor at a time
+            return 2 * 4 * largest_trainable(a, setup)
+        return trainable * param_b
     if setup.optimizer == "adafactor":
         return 2 * 4 * largest_trainable(a, setup)  # update and its square, fp32, one tensor
     return 0

@@ -15,17 +15,20 @@ from fitcheck.models import Estimate, ModelSpec, Suggestion, Target, TrainingSet
 Estimator = Callable[[ModelSpec, TrainingSetup], Estimate]
 
 
+def judge_bytes(need: int, budget: int, usable: int) -> str:
+    """``fits`` within the budget, ``tight`` within usable memory only, else ``does_not_fit``."""
+    if need <= budget:
+        return "fits"
+    if need <= usable:
+        return "tight"
+    return "does_not_fit"
+
+
 def judge(est: Estimate, target: Target) -> tuple[str, int, float]:
     """(verdict, headroom bytes vs budget, headroom % of usable)."""
     need = est.device_bytes
-    budget = target.budget_bytes
-    if need <= budget:
-        verdict = "fits"
-    elif need <= target.usable_bytes:
-        verdict = "tight"
-    else:
-        verdict = "does_not_fit"
-    return verdict, budget - need, 100.0 * (target.usable_bytes - need) / target.usable_bytes
+    verdict = judge_bytes(need, target.budget_bytes, target.usable_bytes)
+    return verdict, target.budget_bytes - need, 100.0 * (target.usable_bytes - need) / target.usable_bytes
 
 
 def candidate_changes(setup: TrainingSetup) -> list[tuple[str, str, TrainingSetup]]:

@@ -45,6 +45,7 @@ def _common(cfg: Config) -> dict[str, Any]:
         "vocab_size": int(_need(cfg, "vocab_size")),
         "activation": str(_opt(cfg, "hidden_act", _opt(cfg, "hidden_activation", "silu"))),
         "sliding_window": cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None,
+        "attn_dropout": float(_opt(cfg, "attention_dropout", 0.0)),
     }
 
 
@@ -201,6 +202,10 @@ def _gpt2(cfg: Config) -> dict[str, Any]:
         "mlp_bias": True,
         "fused_qkv": True,
         "learned_positions": int(_opt(cfg, "n_positions", 1024)),
+        # GPT2Config defaults: 0.1 each (configuration_gpt2.py); HF trains with them on.
+        "attn_dropout": float(_opt(cfg, "attn_pdrop", 0.1)),
+        "resid_dropout": float(_opt(cfg, "resid_pdrop", 0.1)),
+        "embd_dropout": float(_opt(cfg, "embd_pdrop", 0.1)),
     }
 
 

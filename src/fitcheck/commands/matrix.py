@@ -1,0 +1,75 @@
+"""``fitcheck matrix --on HW``: what fits, model sizes x methods (like the seeds' 36 GB table).
+
+No ``from __future__ import annotations``: typer must see the option types as objects.
+"""
+
+from typing import Annotated, Any
+
+import typer
+
+DEFAULT_MODELS = "0.5B,1.5B,3B,7B,14B,32B,70B"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``matrix`` command."""
+    from fitcheck import cli as c
+
+    @app.command()
+    def matrix(
+        on: Annotated[str, typer.Option("--on", help="target: catalog id, 24GB, 36GB-unified, 2x4090, auto")],
+        models: Annotated[
+            str, typer.Option("--models", help="comma-separated sizes or preset ids")
+        ] = DEFAULT_MODELS,
+        methods: Annotated[
+            str, typer.Option("--methods", help="comma-separated methods")
+        ] = "full,lora,qlora",
+        rule: c.RuleO = c.RuleOpt.detailed,
+        batch_size: c.BatchO = 1,
+        seq_len: c.SeqO = 2048,
+        grad_ckpt: c.CkptO = False,
+        optimizer: c.OptO = c.OptimizerOpt.adamw,
+        trainer: c.TrainerO = c.TrainerOpt.generic,
+        headroom: c.HeadroomO = None,
+        fmt: c.FmtO = c.Fmt.table,
+    ) -> None:
+        """Which model sizes fit with which method, in GiB (--rule thumb: the seeds' rule of thumb)."""
+        from fitcheck.errors import InputError
+
+        chosen = [m.strip() for m in methods.split(",") if m.strip()]
+        bad = [m for m in chosen if m not in ("full", "lora", "qlora")]
+        if bad or not chosen:
+            raise InputError(
+                f"--methods: '{','.join(bad) or methods}' is not a method; use full, lora, qlora"
+            )
+        names = [m.strip() for m in models.split(",") if m.strip()]
+        if not names:
+            raise InputError("--models is empty: give sizes (7B) or preset ids, comma-separated")
+        base = c._common(
+            batch_size=batch_size, seq_len=seq_len, grad_ckpt=grad_ckpt, optimizer=optimizer, trainer=trainer
+        )
+        rows = build(names, chosen, base, on, headroom, rule.value)
+        from fitcheck import render
+
+        c._emit(fmt, rows, lambda: render.matrix_table(rows, chosen, on, rule.value))
+
+
+def build(
+    names: list[str], methods: list[str], base: dict[str, Any], on: str, headroom: str | None, rule: str
+) -> list[dict[str, Any]]:
+    """One row per model: for each method, GiB needed and the verdict."""
+    from fitcheck.cli import run_estimate
+    from fitcheck.engine.verdict import judge_bytes
+
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        row: dict[str, Any] = {"model": name}
+        for method in methods:
+            _, est = run_estimate(name, {**base, "method": method}, on, headroom)
+            v = est.target
+            need = est.thumb.bytes if rule == "thumb" and est.thumb else est.device_bytes
+            row[f"{method}_bytes"] = need
+            row[f"{method}_verdict"] = judge_bytes(need, v.budget_bytes, v.usable_bytes)
+        row["usable_bytes"] = est.target.usable_bytes
+        row["budget_bytes"] = est.target.budget_bytes
+        rows.append(row)
+    return rows

@@ -1,0 +1,575 @@
+"""Usable memory: turn a ``--on`` spec (catalog id, ``24GB``, ``36GB-unified``, ``2x4090``, ``auto``,
+``cpu``) into a `Target` whose `BudgetLine` steps show the arithmetic.
+
+Budget lines are signed byte amounts: the lines before ``usable`` sum to it, and ``usable`` minus
+``headroom`` is ``budget`` (what an estimate's ``device_bytes`` is compared with). The CUDA
+context is *not* subtracted here: it is counted once, on the estimate side, from
+``Target.context_bytes``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from fitcheck.errors import FitcheckError, InputError, suggest
+from fitcheck.hardware import catalog
+from fitcheck.hardware.catalog import HardwareEntry
+from fitcheck.hardware.detected import AppleFacts, CpuMemory, Detection, GpuDevice
+from fitcheck.hardware.env import ProbeEnv
+from fitcheck.models import Backend, BudgetLine, Target
+from fitcheck.units import GIB, MIB, fmt_gib, parse_memory
+
+#: Default headroom: 5 % of usable memory, at least 0.5 GiB. The research notes found no measured
+#: fragmentation overhead and recommend 5-10 % (hardware_detection.md 1.11); the floor covers the
+#: allocator's fixed costs (cuBLAS workspaces, 20 MiB segment rounding) that do not shrink with a
+#: small card.
+DEFAULT_HEADROOM_FRACTION = 0.05
+MIN_HEADROOM_BYTES = 512 * MIB
+
+#: The source documents: on a Mac "about three quarters" of unified memory is free for training
+#: (36 GB laptop -> 27 GB usable). Metal's recommendedMaxWorkingSetSize, when measured, replaces it.
+APPLE_USABLE_NUM, APPLE_USABLE_DEN = 3, 4
+APPLE_RANGE_NOTE = (
+    "Metal's recommendedMaxWorkingSetSize has been observed between 2/3 of RAM (16-32 GB Macs, older "
+    "macOS) and 0.84 (128 GB, macOS 26); 75 % is the source documents' rule, the measured value replaces "
+    "it on the Mac"
+)
+APPLE_NOTES = (
+    "PyTorch's MPS allocator may allocate past the working set (default "
+    "PYTORCH_MPS_HIGH_WATERMARK_RATIO=1.7 x recommendedMaxWorkingSetSize) and slide into swap, about 10x "
+    "slower, before it reports out of memory",
+    "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 lifts PyTorch's cap entirely (risk: heavy swap, system "
+    "instability); 1.0 (with PYTORCH_MPS_LOW_WATERMARK_RATIO <= 1.0) fails fast at the working set instead",
+    "attention under MPS keeps O(s^2) fp32 score tensors in training (SDPA has no memory-efficient "
+    "backward on MPS), so long sequences cost far more than on CUDA flash/SDPA kernels",
+)
+
+#: Idle use (total - free at idle, MiB) when a card's own figure is unknown. Datacenter: the
+#: largest headless driver reservation observed (H200, 613 MiB incl. rounding); consumer and
+#: workstation cards usually drive a desktop: RTX 4080 SUPER with a display, 1028 MiB (exporter
+#: captures, github.com/utkuozdemir/nvidia_gpu_exporter internal/captures).
+DEFAULT_IDLE_MIB = {"datacenter": 613, "workstation": 1028, "consumer": 1028}
+#: A plain size (``24GB``) is read as a consumer card with a display.
+PLAIN_IDLE_MIB = DEFAULT_IDLE_MIB["consumer"]
+#: Context per process when the GPU is not in the catalog: PyTorch with lazy loading, "around
+#: 400MB" (github.com/pytorch/pytorch/issues/109888); HIP: ollama's 457 MiB reserve (ml/device.go).
+DEFAULT_CONTEXT_MIB: dict[str, int] = {"cuda": 400, "rocm": 457, "mps": 0, "cpu": 0}
+MAX_GPUS = 4096
+#: A bare number above this is a card model (``3060``), not GiB: no device has more than 512 GiB.
+MAX_BARE_GIB = 1024
+
+TARGET_HELP = (
+    "a target is a catalog id (rtx-4090, a100-80gb; see `fitcheck hw list`), a GPU size (24GB), "
+    "a Mac's unified memory (36GB-unified), a count of devices (2x4090), auto or cpu"
+)
+_COUNT_RE = re.compile(r"^(\d+)\s*[x×]\s*(\S.*)$")
+_SIZE_RE = re.compile(r"^[+-]?\d*\.?\d+\s*(?:gib|gb|g|mib|mb|m|tib|tb|t)?$")
+_SIZE_PREFIX_RE = re.compile(r"^[+-]?\d*\.?\d+\s*(?:gib|gb|g|mib|mb|m|tib|tb|t)?-")
+
+
+def resolve_target(spec: str, headroom: str | None = None, probe_env: ProbeEnv | None = None) -> Target:
+    """The machine a run is judged against, from ``--on`` and ``--headroom``.
+
+    Args:
+        spec: catalog id or alias, ``24GB``/``24GiB``/``24`` (a CUDA GPU of that size),
+            ``36GB-unified`` (a Mac), ``2x4090`` (N data-parallel copies, per-GPU budget
+            unchanged), ``auto`` (detect this machine) or ``cpu`` (this machine's RAM).
+        headroom: safety margin, ``2GB`` or ``10%`` of usable memory; None for the default
+            (5 % of usable, at least 0.5 GiB).
+        probe_env: the machine to probe for ``auto`` and ``cpu`` (tests inject recorded output);
+            None probes the live machine.
+
+    Raises:
+        InputError: malformed sizes (``0GB``, ``-24GB``, ``36GB-unfied``) or counts, or headroom.
+        NotFoundError: an unknown catalog id, with the closest ids.
+    """
+    text = spec.strip().lower()
+    if not text:
+        raise InputError(f"--on is empty: {TARGET_HELP}")
+    count_match = _COUNT_RE.match(text)
+    if count_match and catalog.find_entry(text) is None:
+        base = _resolve_one(count_match.group(2).strip(), spec, probe_env)
+        target = _times(base, int(count_match.group(1)), spec)
+    else:
+        target = _resolve_one(text, spec, probe_env)
+    return apply_headroom(target, headroom)
+
+
+def _resolve_one(text: str, spec: str, probe_env: ProbeEnv | None) -> Target:
+    if text in {"auto", "cpu"}:
+        from fitcheck.hardware.probes import detect, probe_cpu
+
+        env = probe_env or ProbeEnv.real()
+        if text == "auto":
+            return target_from_detection(detect(env), dict(env.environ))
+        mem, _ = probe_cpu(env)
+        return cpu_target(_need_cpu(mem))
+    entry = catalog.find_entry(text)
+    if entry is not None:
+        return entry_target(entry)
+    if text.endswith("-unified"):
+        return unified_target(_size(text.removesuffix("-unified"), spec))
+    if re.fullmatch(r"\d+", text) and int(text) > MAX_BARE_GIB:
+        hint = suggest(text, catalog.load_catalog())
+        raise InputError(
+            f"'{spec}' is not a memory size fitcheck believes"
+            + (f"; {hint}" if hint else "")
+            + f" (write {text}GB if you mean it; {TARGET_HELP})"
+        )
+    if _SIZE_RE.match(text):
+        return plain_cuda_target(_size(text, spec))
+    if _SIZE_PREFIX_RE.match(text):
+        raise InputError(
+            f"'{spec}' is not a target: did you mean {spec.strip().split('-')[0]}-unified? {TARGET_HELP}"
+        )
+    catalog.get_entry(text)  # raises NotFoundError with suggestions
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _size(text: str, spec: str) -> int:
+    try:
+        return parse_memory(text)
+    except InputError:
+        raise InputError(
+            f"'{spec}' is not a usable size: memory must be a number above zero; {TARGET_HELP}"
+        ) from None
+
+
+def _times(base: Target, count: int, spec: str) -> Target:
+    if not 1 <= count <= MAX_GPUS:
+        raise InputError(f"'{spec}': the device count must be between 1 and {MAX_GPUS}")
+    if base.backend in {"mps", "cpu"}:
+        raise InputError(
+            f"'{spec}': data parallel across several {base.backend} devices is not modelled; {TARGET_HELP}"
+        )
+    note = (
+        f"{count} GPUs, data parallel: each keeps its own copy, so the per-GPU budget is unchanged "
+        "(sharding with ZeRO/FSDP is a property of the run, not of the target)"
+    )
+    return base.model_copy(
+        update={
+            "id": f"{count}x{base.id}",
+            "name": f"{count} x {base.name}",
+            "gpus": count,
+            "notes": (*base.notes, note),
+        }
+    )
+
+
+# -------------------------------------------------------------------------------------------- headroom
+
+
+def parse_headroom(text: str | None, usable_bytes: int) -> tuple[int, str]:
+    """Headroom in bytes and how it was chosen: ``2GB``, ``10%`` of usable, or the default."""
+    if text is None:
+        amount = max(round(usable_bytes * DEFAULT_HEADROOM_FRACTION), MIN_HEADROOM_BYTES)
+        return amount, "default: 5 % of usable memory, at least 0.5 GiB (allocator fragmentation, workspaces)"
+    raw = text.strip().lower()
+    if raw.endswith("%"):
+        try:
+            pct = float(raw[:-1])
+        except ValueError:
+            pct = -1.0
+        if not 0 <= pct < 100:
+            raise InputError(f"--headroom '{text}': a percentage must be between 0% and 99%, e.g. 10%")
+        return round(usable_bytes * pct / 100), f"{pct:g} % of usable memory"
+    if re.fullmatch(r"0*\.?0*\s*(gib|gb|g|mib|mb|m)?", raw) and any(c.isdigit() for c in raw):
+        return 0, "none (--headroom 0)"
+    try:
+        return parse_memory(raw), f"--headroom {text}"
+    except InputError:
+        raise InputError(
+            f"--headroom '{text}' is not a size or a percentage: use e.g. 2GB, 512MB or 10%"
+        ) from None
+
+
+def apply_headroom(target: Target, headroom: str | None) -> Target:
+    """Set the headroom and append the ``headroom`` and ``budget`` lines."""
+    amount, how = parse_headroom(headroom, target.usable_bytes)
+    if amount > target.usable_bytes and headroom is not None:
+        raise InputError(
+            f"--headroom {headroom} is more than the {fmt_gib(target.usable_bytes)} usable on {target.id}"
+        )
+    amount = min(amount, target.usable_bytes)
+    lines = (
+        *target.budget_lines,
+        BudgetLine(name="headroom", bytes=-amount, note=how),
+        BudgetLine(
+            name="budget",
+            bytes=target.usable_bytes - amount,
+            note="what the estimate's device_bytes must fit",
+        ),
+    )
+    return target.model_copy(update={"headroom_bytes": amount, "budget_lines": lines})
+
+
+# ------------------------------------------------------------------------------------- catalog / plain
+
+
+def _context(entry: HardwareEntry | None, backend: str) -> int:
+    return (entry.context_mib if entry else DEFAULT_CONTEXT_MIB[backend]) * MIB
+
+
+def _usable_line(lines: Sequence[BudgetLine], note: str) -> tuple[BudgetLine, ...]:
+    return (*lines, BudgetLine(name="usable", bytes=sum(line.bytes for line in lines), note=note))
+
+
+def entry_target(entry: HardwareEntry) -> Target:
+    """A catalog device, not detected: the driver's total where known, minus typical idle use (GPU) or a
+    quarter (Mac)."""
+    if entry.backend == "mps":
+        target = unified_target(entry.total_bytes)
+        notes = list(target.notes)
+        if entry.working_set_observed_mib:
+            notes.insert(
+                0, f"observed recommendedMaxWorkingSetSize for this Mac: {entry.working_set_observed_mib} MiB"
+            )
+        return target.model_copy(
+            update={
+                "id": entry.id,
+                "name": entry.name,
+                "bf16": entry.bf16_supported,
+                "source": f"catalog presets/hardware/{entry.id}.yaml",
+                "notes": (*entry.notes, *notes),
+            }
+        )
+    total = entry.total_bytes
+    if entry.driver_total_mib is not None:
+        total_note = (
+            f"driver-reported total {entry.driver_total_mib} MiB ({entry.sources['driver_total_mib'][0]})"
+        )
+    else:
+        total_note = f"{entry.memory_gib:g} GiB as marketed (no driver total observed for this card)"
+    if entry.idle_used_mib is not None:
+        idle, idle_note = (
+            entry.idle_used_mib,
+            f"observed idle use of this card ({entry.sources['idle_used_mib'][0]})",
+        )
+    else:
+        idle = DEFAULT_IDLE_MIB[entry.segment]
+        idle_note = f"typical idle use of a {entry.segment} GPU (driver reservation, desktop), {idle} MiB"
+    lines = _usable_line(
+        (
+            BudgetLine(name="device_memory", bytes=total, note=total_note),
+            BudgetLine(name="idle_use", bytes=-idle * MIB, note=idle_note),
+        ),
+        "memory a new process can expect to find free",
+    )
+    return Target(
+        id=entry.id,
+        name=entry.name,
+        backend=entry.backend,
+        memory_bytes=total,
+        usable_bytes=_positive(lines[-1].bytes, entry.id),
+        headroom_bytes=0,
+        budget_lines=lines,
+        context_bytes=_context(entry, entry.backend),
+        bf16=entry.bf16_supported,
+        source=f"catalog presets/hardware/{entry.id}.yaml",
+        notes=(*entry.notes, _context_note(entry.context_mib, entry.backend)),
+    )
+
+
+def _context_note(context_mib: int, backend: str) -> str:
+    what = "HIP" if backend == "rocm" else "CUDA"
+    return f"the {what} context ({context_mib} MiB per process) is counted on the estimate side, not here"
+
+
+def _positive(amount: int, what: str) -> int:
+    if amount <= 0:
+        raise InputError(
+            f"'{what}' leaves no usable memory once typical idle use is taken: give a larger size"
+        )
+    return amount
+
+
+def plain_cuda_target(memory_bytes: int) -> Target:
+    """``24GB``: a CUDA GPU of that size (binary units), minus a consumer card's typical idle use."""
+    label = f"{memory_bytes / GIB:g}"
+    lines = _usable_line(
+        (
+            BudgetLine(
+                name="device_memory",
+                bytes=memory_bytes,
+                note=f"{label} GiB as typed (24GB and 24GiB both mean GiB)",
+            ),
+            BudgetLine(
+                name="idle_use",
+                bytes=-PLAIN_IDLE_MIB * MIB,
+                note=f"typical idle use of a consumer GPU driving a display, {PLAIN_IDLE_MIB} MiB",
+            ),
+        ),
+        "memory a new process can expect to find free",
+    )
+    return Target(
+        id=f"cuda-{label}gib",
+        name=f"CUDA GPU with {label} GiB",
+        backend="cuda",
+        memory_bytes=memory_bytes,
+        usable_bytes=_positive(lines[-1].bytes, f"{label}GB"),
+        headroom_bytes=0,
+        budget_lines=lines,
+        context_bytes=DEFAULT_CONTEXT_MIB["cuda"] * MIB,
+        bf16=True,
+        source="size given on the command line",
+        notes=(
+            "bf16 assumed (Ampere or newer); name the card (e.g. rtx-2080-ti) for its real capabilities",
+            _context_note(DEFAULT_CONTEXT_MIB["cuda"], "cuda"),
+        ),
+    )
+
+
+def unified_target(memory_bytes: int, facts: AppleFacts | None = None) -> Target:
+    """A Mac: the GPU working set out of unified memory (measured when known, else 75 %)."""
+    label = f"{memory_bytes / GIB:g}"
+    usable, note = _working_set(memory_bytes, facts)
+    lines = (
+        BudgetLine(name="unified_memory", bytes=memory_bytes, note=f"{label} GiB unified memory"),
+        BudgetLine(
+            name="os_and_apps", bytes=usable - memory_bytes, note="macOS, other apps, GPU wiring limit"
+        ),
+        BudgetLine(name="usable", bytes=usable, note=note),
+    )
+    notes = [APPLE_RANGE_NOTE, *APPLE_NOTES]
+    if facts is not None and facts.rosetta:
+        notes.insert(0, "x86_64 Python under Rosetta: PyTorch cannot use MPS; install an arm64 Python")
+    return Target(
+        id=f"mac-{label}gib-unified",
+        name=f"Mac with {label} GiB unified memory",
+        backend="mps",
+        memory_bytes=memory_bytes,
+        usable_bytes=usable,
+        headroom_bytes=0,
+        budget_lines=lines,
+        context_bytes=0,
+        bf16=True,
+        source="size given on the command line",
+        notes=tuple(notes),
+    )
+
+
+def _working_set(memory_bytes: int, facts: AppleFacts | None) -> tuple[int, str]:
+    if facts is not None and facts.recommended_max_bytes:
+        return (
+            facts.recommended_max_bytes,
+            "Metal recommendedMaxWorkingSetSize (torch.mps.recommended_max_memory())",
+        )
+    if facts is not None and facts.wired_limit_mib:
+        limit = min(memory_bytes, facts.wired_limit_mib * MIB)
+        return limit, f"GPU wired limit set by sysctl iogpu.wired_limit_mb={facts.wired_limit_mib}"
+    usable = memory_bytes * APPLE_USABLE_NUM // APPLE_USABLE_DEN
+    return usable, "GPU working set: 75 % of unified memory (source documents: about three quarters)"
+
+
+# -------------------------------------------------------------------------------------------- detected
+
+
+def cpu_target(mem: CpuMemory) -> Target:
+    """This machine's RAM: MemAvailable, capped by the container's cgroup limit."""
+    steps = [
+        BudgetLine(name="ram_total", bytes=mem.total_bytes, note="MemTotal"),
+        BudgetLine(
+            name="in_use",
+            bytes=mem.available_bytes - mem.total_bytes,
+            note="used by the OS and other processes",
+        ),
+    ]
+    if mem.usable_bytes < mem.available_bytes:
+        steps.append(
+            BudgetLine(
+                name="cgroup_limit",
+                bytes=mem.usable_bytes - mem.available_bytes,
+                note=f"container limit {fmt_gib(mem.cgroup_limit_bytes or 0)}, "
+                f"{fmt_gib(mem.cgroup_used_bytes or 0)} already charged",
+            )
+        )
+    lines = _usable_line(steps, mem.method)
+    return Target(
+        id="cpu",
+        name="CPU (system RAM)",
+        backend="cpu",
+        memory_bytes=mem.total_bytes,
+        usable_bytes=_positive(lines[-1].bytes, "cpu"),
+        headroom_bytes=0,
+        budget_lines=lines,
+        context_bytes=0,
+        bf16=True,
+        detected=True,
+        source=mem.method,
+    )
+
+
+def _need_cpu(mem: CpuMemory | None) -> CpuMemory:
+    if mem is None:
+        raise FitcheckError(
+            "could not read this machine's memory; give --on a size instead, e.g. 24GB or 36GB-unified"
+        )
+    return mem
+
+
+def target_from_detection(det: Detection, environ: dict[str, str] | None = None) -> Target:
+    """The target `auto` resolves to: the detected GPU(s), the Mac, or system RAM."""
+    if det.gpus:
+        return gpu_target(det.gpus, det.backend, environ or {})
+    if det.apple is not None:
+        return apple_target(det.apple)
+    return cpu_target(_need_cpu(det.cpu))
+
+
+def apple_target(facts: AppleFacts) -> Target:
+    """A detected Mac: hw.memsize and the measured working set or wired limit when known."""
+    entry = catalog.match_apple(facts.chip, facts.memory_bytes)
+    base = unified_target(facts.memory_bytes, facts)
+    return base.model_copy(
+        update={
+            "id": entry.id if entry else base.id,
+            "name": f"{facts.chip} ({facts.memory_bytes / GIB:g} GiB)",
+            "detected": True,
+            "source": facts.method,
+        }
+    )
+
+
+def visible(gpus: Sequence[GpuDevice], environ: dict[str, str]) -> list[GpuDevice]:
+    """GPUs selected by CUDA_VISIBLE_DEVICES when it lists indices (UUIDs and MIG ids: all kept)."""
+    raw = environ.get("CUDA_VISIBLE_DEVICES")
+    if raw is None or not re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", raw):
+        return list(gpus)
+    wanted = [int(x) for x in raw.split(",")]
+    return [g for i in wanted for g in gpus if g.index == i]
+
+
+def gpu_target(gpus: Sequence[GpuDevice], backend: Backend, environ: dict[str, str]) -> Target:
+    """Detected GPUs: identical cards count as data-parallel copies sized by the fullest one;
+    mixed cards: the one with the most free memory, the others noted."""
+    shown = visible(gpus, environ) or list(gpus)
+    groups: dict[tuple[str, int], list[GpuDevice]] = {}
+    for g in shown:
+        groups.setdefault((g.name, g.total_bytes), []).append(g)
+    notes: list[str] = []
+    if len(groups) == 1:
+        same = next(iter(groups.values()))
+        device = min(same, key=_free)
+        count = len(same)
+        if count > 1:
+            notes.append(
+                f"{count} identical GPUs: sized by the one with the least free memory (GPU {device.index})"
+            )
+    else:
+        device = max(shown, key=_free)
+        count = 1
+        others = ", ".join(
+            f"GPU {g.index} {g.name} ({fmt_gib(_free(g))} free)" for g in shown if g is not device
+        )
+        notes.append(
+            f"mixed GPUs: sized for GPU {device.index}, the one with the most free memory; "
+            f"also here: {others}"
+        )
+    return _device_target(device, backend, count, notes)
+
+
+def _free(g: GpuDevice) -> int:
+    if g.free_bytes is not None:
+        return g.free_bytes
+    return g.total_bytes - (g.used_bytes or 0) - (g.reserved_bytes or 0)
+
+
+def _device_target(device: GpuDevice, backend: Backend, count: int, notes: list[str]) -> Target:
+    entry = catalog.match_gpu(device.name, device.total_bytes, device.vendor)
+    if device.mig_enabled and device.mig_instances:
+        lines, memory = _mig_lines(device, notes)
+    else:
+        lines, memory = _gpu_lines(device, entry), device.total_bytes
+    if device.display_active:
+        notes.append("this GPU drives a display: desktop apps can take more memory while you train")
+    context_mib = entry.context_mib if entry else _generation_context(device, backend)
+    return Target(
+        id=entry.id if entry else f"detected-{backend}",
+        name=(f"{count} x " if count > 1 else "") + device.name,
+        backend=backend,
+        gpus=count,
+        memory_bytes=memory,
+        usable_bytes=_positive(lines[-1].bytes, device.name),
+        headroom_bytes=0,
+        budget_lines=lines,
+        context_bytes=context_mib * MIB,
+        bf16=_bf16(device, entry),
+        detected=True,
+        source=device.method,
+        notes=(*notes, _context_note(context_mib, backend)),
+    )
+
+
+def _generation_context(device: GpuDevice, backend: str) -> int:
+    if backend == "cuda" and device.compute_capability and float(device.compute_capability) >= 10:
+        return 555  # Blackwell: bare context measured at 555 MiB (github.com/ggml-org/llama.cpp/pull/23604)
+    return DEFAULT_CONTEXT_MIB[backend]
+
+
+def _bf16(device: GpuDevice, entry: HardwareEntry | None) -> bool:
+    if device.compute_capability:
+        return float(device.compute_capability) >= 8.0
+    return entry.bf16_supported if entry else True
+
+
+def _gpu_lines(device: GpuDevice, entry: HardwareEntry | None) -> tuple[BudgetLine, ...]:
+    total = device.total_bytes
+    lines = [BudgetLine(name="device_memory", bytes=total, note=f"{device.method}: total")]
+    if device.free_bytes is not None:
+        used = device.used_bytes or 0
+        reserved = total - used - device.free_bytes
+        reported = (
+            f", reports {device.reserved_bytes // MIB} MiB" if device.reserved_bytes is not None else ""
+        )
+        lines.append(
+            BudgetLine(
+                name="driver_reserved",
+                bytes=-reserved,
+                note=f"total - used - free (driver{reported}; MiB rounding)",
+            )
+        )
+        lines.append(
+            BudgetLine(name="other_processes", bytes=-used, note="memory.used: other processes, desktop")
+        )
+        return _usable_line(lines, "free memory now, as the driver reports it")
+    if device.used_bytes is not None:
+        lines.append(
+            BudgetLine(name="other_processes", bytes=-device.used_bytes, note="used, as the tool reports it")
+        )
+        return _usable_line(lines, "total - used (the tool reports no free figure)")
+    idle = (
+        entry.idle_used_mib if entry and entry.idle_used_mib is not None else DEFAULT_IDLE_MIB["consumer"]
+    ) * MIB
+    lines.append(BudgetLine(name="idle_use", bytes=-idle, note="no usage reported: typical idle use assumed"))
+    return _usable_line(lines, "total - typical idle use")
+
+
+def _mig_lines(device: GpuDevice, notes: list[str]) -> tuple[tuple[BudgetLine, ...], int]:
+    """Size against MIG device 0: CUDA enumerates one MIG device, the first, unless told otherwise."""
+    inst = device.mig_instances[0]
+    profile = f" {inst.profile}" if inst.profile else ""
+    others = ", ".join(f"{m.profile or m.index} ({fmt_gib(m.total_bytes)})" for m in device.mig_instances[1:])
+    notes.append(
+        f"GPU {device.index} is in MIG mode: sized against MIG device 0{profile}, the slice a CUDA "
+        "process sees by default (pick another with CUDA_VISIBLE_DEVICES=MIG-<uuid>)"
+        + (f"; other slices: {others}" if others else "")
+    )
+    used = inst.used_bytes or 0
+    free = inst.free_bytes if inst.free_bytes is not None else inst.total_bytes - used
+    lines = _usable_line(
+        (
+            BudgetLine(
+                name="mig_slice",
+                bytes=inst.total_bytes,
+                note=f"MIG device 0{profile} of GPU {device.index} (nvidia-smi -q)",
+            ),
+            BudgetLine(
+                name="other_processes",
+                bytes=free - inst.total_bytes,
+                note="used in the slice (incl. MiB rounding)",
+            ),
+        ),
+        "free memory of the MIG slice",
+    )
+    return lines, inst.total_bytes
