@@ -44,8 +44,9 @@ TINY = {
         "num_key_value_heads": 2,
         "vocab_size": V,
     },
+    # attn_pdrop=0: with attention dropout the trace takes CUDA's flash path, which the CPU kernel refuses
     "gpt2": {"model_type": "gpt2", "n_embd": 256, "n_layer": 2, "n_head": 4, "vocab_size": V,
-             "bos_token_id": 0, "eos_token_id": 0},
+             "bos_token_id": 0, "eos_token_id": 0, "attn_pdrop": 0.0},
     "gemma2": {
         "model_type": "gemma2",
         "hidden_size": 256,
@@ -143,6 +144,16 @@ def test_chunked_loss_lowers_the_logits_hump() -> None:
     hf = trace_step(LLAMA, small(method="full", trainer="hf"))
     tt = trace_step(LLAMA, small(method="full", trainer="torchtune"))
     assert tt.phase("forward").peak_bytes < hf.phase("forward").peak_bytes
+
+
+@pytest.mark.slow
+def test_attention_dropout_takes_the_flash_path() -> None:
+    """CUDA SDPA applies attention dropout inside flash; no (b, heads, s, s) tensor may appear."""
+    cfg = {**TINY["gpt2"], "attn_pdrop": 0.1}
+    setup = TrainingSetup(batch_size=1, seq_len=512, method="lora", trainer="hf")
+    r = trace_step(cfg, setup)
+    for ph in r.phases:
+        assert all(t.shape[-2:] != (512, 512) for t in ph.top_tensors), ph.name
 
 
 @pytest.mark.slow

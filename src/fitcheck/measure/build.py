@@ -7,6 +7,7 @@ for the same regime the engine estimates.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,7 @@ DEFAULT_ATTN_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 class Built:
     """A model ready to train, and the facts about it the result reports."""
 
-    model: torch.nn.Module
+    model: Any  # a transformers PreTrainedModel or a peft PeftModel
     model_type: str
     notes: list[str]
 
@@ -78,8 +79,8 @@ def build_model(hf_config: Mapping[str, Any], setup: TrainingSetup, regime: Regi
 
     if setup.method == "qlora":
         raise OptionError(
-            "QLoRA cannot be measured: bitsandbytes 4-bit layers need real CUDA kernels "
-            "(no fake-tensor path for Params4bit); measure --method lora for the same adapters"
+            "QLoRA cannot be measured yet: bitsandbytes' Params4bit cannot wrap a fake tensor (checked with "
+            "bitsandbytes 0.50.2), so 4-bit layers do not trace; measure --method lora for the same adapters"
         )
     config = hf_config_object(hf_config)
     notes: list[str] = []
@@ -152,7 +153,7 @@ def apply_lora(model: Any, setup: TrainingSetup, regime: Regime, model_type: str
 
     cfg = LoraConfig(
         r=setup.lora_rank,
-        lora_alpha=setup.alpha,
+        lora_alpha=setup.alpha,  # type: ignore[arg-type]  # typed int in peft, used as a number
         lora_dropout=setup.lora_dropout,
         target_modules=lora_targets(setup, model_type),
         use_dora=setup.dora,
@@ -161,7 +162,10 @@ def apply_lora(model: Any, setup: TrainingSetup, regime: Regime, model_type: str
     )
     upcast = regime.adapter_dtype == "fp32"
     try:
-        peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=upcast)
+        with warnings.catch_warnings():
+            # peft 0.21 still calls transformers' deprecated `is_gradient_checkpointing`
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=upcast)
     except ValueError as exc:
         raise OptionError(f"peft could not place the adapters: {exc}") from None
     want = DTYPES[regime.adapter_dtype]

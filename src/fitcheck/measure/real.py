@@ -29,7 +29,8 @@ SEMANTICS = {
     "cuda": "real CUDA run: caching-allocator counters (allocated and reserved), real kernels",
     "mps": "real MPS run: current allocated memory sampled at phase boundaries (lower bound of the peak)",
     "cpu": "real CPU run: CPU allocator events from torch.profiler (profile_memory=True), real CPU kernels "
-    "and their scratch buffers, with the trace's CUDA rules applied (autocast op lists, fused dropout)",
+    "and their scratch buffers, with the trace's CUDA rules applied (autocast op lists, fused dropout) "
+    "except SDPA with attention dropout, which stays on the CPU math kernel (O(s^2))",
 }
 
 

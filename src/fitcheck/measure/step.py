@@ -65,13 +65,14 @@ def chunked_loss(model: Any, ids: torch.Tensor, labels: torch.Tensor, chunks: in
     loss upcasts one chunk at a time; labels are shifted left and padded with the ignore index.
     """
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    hidden = base.model(input_ids=ids).last_hidden_state
+    head = base.get_output_embeddings()
+    hidden = base.base_model(input_ids=ids).last_hidden_state  # the decoder stack (model, transformer)
     cap = getattr(base.config, "final_logit_softcapping", None)
     shifted = torch.cat([labels[:, 1:], torch.full_like(labels[:, :1], IGNORE_INDEX)], dim=1)
     total = (shifted != IGNORE_INDEX).sum()
     logits = []
     for h in hidden.chunk(chunks, dim=1):
-        out = base.lm_head(h)
+        out = head(h)
         if cap:
             out = torch.tanh(out / cap) * cap
         logits.append(out)
@@ -174,11 +175,13 @@ def unpacked_batches() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def device_semantics(regime: Regime, emulate_cuda: bool) -> Iterator[None]:
+def device_semantics(regime: Regime, emulate_cuda: bool, fake: bool = False) -> Iterator[None]:
     """Kernel-choice patches that make a CPU (or fake CPU) step behave like the CUDA step.
 
     Dropout takes the fused path (bool mask) and, under autocast, CUDA's op lists apply
-    (fitcheck.measure.autocast); packed-sequence detection is answered without reading values.
+    (fitcheck.measure.autocast); packed-sequence detection is answered without reading values. On
+    fake tensors only, SDPA with attention dropout takes the flash kernel as on CUDA (the real CPU
+    flash kernel refuses dropout, so a real CPU run keeps the math fallback).
     """
     with contextlib.ExitStack() as stack:
         stack.enter_context(unpacked_batches())
@@ -189,7 +192,38 @@ def device_semantics(regime: Regime, emulate_cuda: bool) -> Iterator[None]:
                 from fitcheck.measure.autocast import cuda_autocast_policy
 
                 stack.enter_context(cuda_autocast_policy())
+            if fake:
+                stack.enter_context(flash_with_dropout())
         yield
+
+
+@contextlib.contextmanager
+def flash_with_dropout() -> Iterator[None]:
+    """Route maskless SDPA with ``dropout_p > 0`` to the flash kernel, as CUDA's backend choice does.
+
+    CPU SDPA sends attention dropout to the math kernel, which materialises fp32 (b, heads, s, s)
+    scores, their dropout mask and the product; CUDA's flash kernel applies dropout inside and saves
+    only out, an fp32 logsumexp and the RNG seed. The CPU flash op has the same outputs and a meta
+    kernel, so calling it on fake tensors gives the CUDA memory. (GPT-2 ships attn_pdrop=0.1.)
+    """
+    import torch.nn.functional as F
+
+    original = F.scaled_dot_product_attention
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+
+    def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Any = None,
+             dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+             enable_gqa: bool = False) -> torch.Tensor:  # fmt: skip
+        if dropout_p > 0.0 and attn_mask is None and query.dim() == 4:
+            return flash(query, key, value, dropout_p, is_causal, scale=scale)[0]
+        return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                        scale=scale, enable_gqa=enable_gqa)  # fmt: skip
+
+    F.scaled_dot_product_attention = sdpa  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original  # type: ignore[assignment]
 
 
 @contextlib.contextmanager

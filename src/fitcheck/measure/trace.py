@@ -78,7 +78,7 @@ def trace_step(
         batch = make_batch(model.config.vocab_size, setup)
         _register_existing(tracker, model, batch)
         names = {id(m): n for n, m in model.named_modules()}
-        with device_semantics(regime, True), ModuleScope(tracker, names), LiveStorageMode(tracker):
+        with device_semantics(regime, True, fake=True), ModuleScope(tracker, names), LiveStorageMode(tracker):
             run_steps(model, optimizer, batch, setup, regime, _TraceProbe(tracker), steps, "cpu")
         tracker.end()
         windows = [_window(tracker, w, top) for w in tracker.windows]

@@ -117,7 +117,11 @@ class Tracker:
             created_in=f"{self.phase}@{self.step}",
             alloc_seq=self.seq,
         )
-        rec.ref = weakref.ref(st, lambda _r, k=key: self._free(k))
+
+        def on_free(_ref: Any, k: int = key) -> None:
+            self._free(k)
+
+        rec.ref = weakref.ref(st, on_free)
         self.records[key] = rec
         self.log.append(rec)
         self._grow(rec.nbytes)
