@@ -91,6 +91,14 @@ def _linear_inputs(c: Ctx, setup: TrainingSetup, a: DecoderArch, lins: list[Line
     return per_op + (x_bytes * d_in if shared else 0.0)
 
 
+def _dora_outputs(c: Ctx, setup: TrainingSetup, a: DecoderArch, lins: list[Linear]) -> float:
+    """DoRA rescales ``(m/||W + BA|| - 1) * base_out + m/||W + BA|| * lora_out``: both multiplies save
+    their output operand because the magnitude trains, so each wrapped module keeps its base output
+    and its LoRA output (peft ``lora/dora.py``; traced)."""
+    lora_out = c.gamma if c.autocast else c.adapter
+    return sum((c.gamma + lora_out) * x.d_out for x in lins if targeted(a, setup.lora_targets, x))
+
+
 def _norm(c: Ctx, width: int, family: str) -> float:
     """RMSNorm saves an fp32 copy of its input; the normalized tensor too if its weight trains.
 
@@ -151,6 +159,8 @@ def layer_activations(a: DecoderArch, setup: TrainingSetup, regime: Regime, moe:
         # flash / memory-efficient kernels save the output and an fp32 logsumexp per head
         acts.add("attn_out", c.gamma * q_w + 4 * a.num_heads)
     acts.add("o_input", _linear_inputs(c, setup, a, o, c.gamma))
+    if setup.dora and not c.full:
+        acts.add("dora_outputs", _dora_outputs(c, setup, a, lins))
     mlp = [x for x in lins if x.role in ("mlp", "expert", "shared_expert")]
     up = [x for x in mlp if x.d_in == h and x.role != "expert"]
     down = [x for x in mlp if x.d_out == h and x.role != "expert"]
@@ -196,6 +206,8 @@ def _gpt2_layer(a: DecoderArch, setup: TrainingSetup, c: Ctx) -> LayerActs:
     acts.add("mlp_inputs", _linear_inputs(c, setup, a, [c_fc], ln_out))
     acts.add("mlp_hidden", width * (3 * act_in + c.gamma))
     acts.add("down_input", _linear_inputs(c, setup, a, [mlp_proj], act_in))
+    if setup.dora and not c.full:
+        acts.add("dora_outputs", _dora_outputs(c, setup, a, lins))
     return acts
 
 
