@@ -199,7 +199,17 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
         "checkpointing" if setup.grad_ckpt else "activations",
     )
     bwd_late = [*persistent, grads, inputs_c, late, *bwd_late_extra]
-    backward = max((_phase("backward", bwd_start), _phase("backward", bwd_late)), key=lambda p: p.total_bytes)
+    # Tied embeddings trained: at the very end the lm_head's weight gradient (held since the loss
+    # backward), the embedding's own and their sum coexist (traced on Gemma 2 9B).
+    tied = 0
+    if setup.method == "full" and a.tie_embeddings:
+        tied = 2 * inv.embedding * int(states.BYTES[regime.grad_dtype])
+    tied_c = _c(
+        "tied_embedding_grads", tied, "lm_head and embedding gradients before they are summed", "gradients"
+    )
+    bwd_end = [*persistent, grads, inputs_c, tied_c]
+    candidates = (bwd_start, bwd_late, bwd_end)
+    backward = max((_phase("backward", c) for c in candidates), key=lambda p: p.total_bytes)
     step = _phase("optimizer_step", [*persistent, grads, ms["optimizer_transient"]])
     phases = (forward, backward, step)
     peak = max(phases, key=lambda p: p.total_bytes)
