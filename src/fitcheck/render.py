@@ -97,7 +97,11 @@ def thumb_doc(est: Estimate) -> dict[str, Any]:
 def _console(stderr: bool = False) -> Any:
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    con = Console(stderr=stderr, highlight=False)
+    if not con.is_terminal and "COLUMNS" not in __import__("os").environ:
+        # CI logs and pipes: rich would wrap at 80 columns; the tables need about 120
+        con = Console(stderr=stderr, highlight=False, width=120)
+    return con
 
 
 def _warn(est: Estimate) -> None:
