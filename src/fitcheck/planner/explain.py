@@ -48,6 +48,10 @@ def _tps(c: Candidate) -> str:
     return f"{x:,.0f}" if x >= 1000 else f"{x:.1f}"
 
 
+def _pct(x: float) -> str:
+    return f"{x:.1f}%" if x >= 0.1 else "under 0.1%"
+
+
 def _pct_slower(slow: Candidate, fast: Candidate) -> float:
     return 100.0 * (1 - slow.throughput.tokens_per_s / fast.throughput.tokens_per_s)
 
@@ -297,7 +301,7 @@ def _why_not(c: Candidate, chosen: Candidate, methods: tuple[str, ...]) -> str:
     if s.seq_len < x.seq_len:
         return f"fits, but with {s.seq_len} tokens instead of {x.seq_len}"
     if c.throughput.tokens_per_s < chosen.throughput.tokens_per_s:
-        return f"fits, {_pct_slower(c, chosen):.1f}% slower ({_tps(c)} vs {_tps(chosen)} tokens/s)"
+        return f"fits, {_pct(_pct_slower(c, chosen))} slower ({_tps(c)} vs {_tps(chosen)} tokens/s)"
     for dim in ("precision", "attn", "optimizer", "grad_ckpt", "batch_size"):
         a, b = getattr(x, dim), getattr(s, dim)
         if a != b:
