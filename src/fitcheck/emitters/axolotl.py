@@ -79,7 +79,7 @@ def emit(plan: Plan, ctx: EmitContext) -> str:
         Item("micro_batch_size", s.batch_size),
         Item("gradient_accumulation_steps", s.grad_accum, f"effective batch {c.effective_batch}"),
         Item("num_epochs", float(plan.request.epochs or 1.0)),
-        Item("optimizer", hf.optim_name(s.optimizer, s.backend)),
+        Item("optimizer", hf.optim_name(s.optimizer)),
         Item("lr_scheduler", "cosine"),
         Item("learning_rate", learning_rate(s)),
         Item("bf16", s.precision == "bf16"),

@@ -49,10 +49,9 @@ DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 DATASET = "trl-lib/Capybara"
 
 
-def optim_name(optimizer: str, backend: str) -> str:
-    """The optim name; fused AdamW only where torch has the fused kernel for the device (not MPS)."""
-    if optimizer == "adamw" and backend == "mps":
-        return "adamw_torch"
+def optim_name(optimizer: str) -> str:
+    """The optim name. Fused AdamW runs on every backend fitcheck plans for (torch's fused-kernel
+    devices include cuda, mps and cpu: torch/utils/_foreach_utils.py), as the engine's hf regime assumes."""
     return OPTIM[optimizer]
 
 
@@ -117,7 +116,7 @@ def emit(plan: Plan, ctx: EmitContext) -> str:
         ),
         Item("bf16", s.precision == "bf16"),
         Item("fp16", s.precision == "fp16"),
-        Item("optim", optim_name(s.optimizer, s.backend)),
+        Item("optim", optim_name(s.optimizer)),
         Item("learning_rate", learning_rate(s)),
         Item("num_train_epochs", float(plan.request.epochs or 1.0)),
         Item("logging_steps", 10),

@@ -119,7 +119,7 @@ def emit(plan: Plan, ctx: EmitContext) -> str:
             not s.grad_ckpt,
             "LLaMA-Factory checkpoints by default" if not s.grad_ckpt else "",
         ),
-        Item("optim", hf.optim_name(s.optimizer, s.backend)),
+        Item("optim", hf.optim_name(s.optimizer)),
         Item("logging_steps", 10),
         Item("report_to", "none"),
     ]
