@@ -99,8 +99,13 @@ def header(plan: Plan, ctx: EmitContext, what: str, runs_with: str) -> list[str]
         + f" = {c.effective_batch}, {s.seq_len} tokens, {s.precision}, attention {s.attn}, {s.optimizer}, "
         f"checkpointing {ckpt}; about {c.throughput.tokens_per_s:,.0f} tokens/s",
         f"run: {runs_with}",
-        f"reproduce: {ctx.command}",
     ]
+    if t.gpus > 1:
+        lines.append(
+            f"data parallel: one process per GPU, e.g. accelerate launch --num_processes {t.gpus} "
+            f"(or torchrun --nproc_per_node {t.gpus})"
+        )
+    lines.append(f"reproduce: {ctx.command}")
     return lines
 
 
