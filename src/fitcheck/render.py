@@ -301,3 +301,129 @@ def matrix_table(rows: list[dict[str, Any]], methods: list[str], on: str, rule: 
 
 def note(msg: str) -> None:
     sys.stderr.write(msg + "\n")
+
+
+# ------------------------------------------------------------------------------------------ plan
+
+
+def _setup_line(s: Any) -> str:
+    """A configuration in one line: method, micro-batch x accumulation, length, dtype, kernel, ..."""
+    return (
+        f"{s.method}{'+dora' if s.dora else ''} · {s.batch_size}x{s.grad_accum} · {s.seq_len} tok · "
+        f"{s.precision} · {s.attn} · {s.optimizer}{' · ckpt' if s.grad_ckpt else ''}"
+    )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def plan_doc(plan: Any) -> dict[str, Any]:
+    """The JSON contract of ``fitcheck plan`` (docs/planner.md): the Plan model's dump."""
+    return dict(plan.model_dump(mode="json"))
+
+
+def plan_markdown(plan: Any) -> str:
+    """Markdown for a PR comment: the chosen configuration, its reasons, the runners-up."""
+    t = plan.target
+    if not plan.fits:
+        out = [
+            f"### fitcheck plan: {plan.model_name} on {t.name}: **nothing fits**",
+            "",
+            f"The least any configuration needs is {_g(plan.min_device_bytes)} GiB; the budget is "
+            f"{_g(t.budget_bytes)} GiB.",
+            "",
+        ]
+        out += [f"- `{c.flag}`: {c.change} ({_g(c.device_bytes)} GiB)" for c in plan.changes]
+        return "\n".join(out) + "\n"
+    c = plan.chosen
+    tp = c.throughput
+    out = [
+        f"### fitcheck plan: {plan.model_name} on {t.name}",
+        "",
+        f"`{_setup_line(c.setup)}`: {_g(c.device_bytes)} of {_g(c.budget_bytes)} GiB, "
+        f"about {tp.tokens_per_s:,.0f} tokens/s",
+        "",
+        "| choice | reason | rule |",
+        "|---|---|---|",
+    ]
+    out += [f"| {r.choice} | {r.text} | {r.rule} |" for r in plan.reasons]
+    out += ["", "| runner-up | GiB | tokens/s | why not |", "|---|---:|---:|---|"]
+    for r in plan.runners_up:
+        x = r.candidate
+        tps = f"{x.throughput.tokens_per_s:,.0f}"
+        out.append(f"| {_setup_line(x.setup)} | {_g(x.device_bytes)} | {tps} | {r.reason} |")
+    return "\n".join(out) + "\n"
+
+
+def plan_table(plan: Any, stderr: bool = False) -> None:
+    """The human view of a plan (on stderr when stdout carries an emitted file)."""
+    from rich.table import Table
+
+    con = _console(stderr=stderr)
+    t = plan.target
+    if not plan.fits:
+        con.print(
+            f"[bold red]nothing fits[/] {plan.model_name} on {t.name}: the least any of the "
+            f"{plan.grid_points} configurations needs is {_g(plan.min_device_bytes)} GiB, "
+            f"budget {_g(t.budget_bytes)} GiB"
+        )
+        for i, ch in enumerate(plan.changes):
+            lead = "smallest change" if i == 0 else "or"
+            con.print(f"  {lead}: [bold]{ch.flag}[/] — {ch.change} ({_g(ch.device_bytes)} GiB)")
+        if not plan.changes:
+            con.print("  no single change found: try a smaller model or a device with more memory")
+        return
+    c = plan.chosen
+    s, tp = c.setup, c.throughput
+    con.print(
+        f"[bold]{plan.model_name}[/] on [bold]{t.name}[/] ({t.backend}): [bold green]fits[/] — "
+        f"{_g(c.device_bytes)} of {_g(c.budget_bytes)} GiB budget, about {tp.tokens_per_s:,.0f} tokens/s"
+    )
+    run = Table(show_header=False, box=None, pad_edge=False)
+    run.add_column(style="dim")
+    run.add_column()
+    rows = [
+        ("method", s.method + ("+dora" if s.dora else "") + f" (trainer {s.trainer})"),
+        ("micro-batch", f"{s.batch_size} x accumulation {s.grad_accum} = {c.effective_batch}"),
+        ("sequence", f"{s.seq_len} tokens"),
+        ("precision", s.precision),
+        ("attention", s.attn),
+        ("optimizer", s.optimizer),
+        ("checkpointing", "on" if s.grad_ckpt else "off"),
+        (
+            "speed",
+            f"{tp.tokens_per_s:,.0f} tokens/s · step {_duration(tp.step_s)} · MFU {100 * tp.mfu:.0f}% · "
+            f"{tp.bound}-bound",
+        ),
+    ]
+    if tp.dataset_s is not None:
+        rows.append(("dataset", f"{tp.optimizer_steps:,} optimizer steps, about {_duration(tp.dataset_s)}"))
+    for k, v in rows:
+        run.add_row(k, v)
+    con.print(run)
+    why = Table(title="why", title_justify="left")
+    for col in ("choice", "reason", "rule"):
+        why.add_column(col, style="dim" if col == "rule" else None)
+    for r in plan.reasons:
+        why.add_row(r.choice, r.text, r.rule)
+    con.print(why)
+    if plan.runners_up:
+        ru = Table(title="runners-up", title_justify="left")
+        for col in ("configuration", "GiB", "tokens/s", "why not"):
+            ru.add_column(col, justify="right" if col in ("GiB", "tokens/s") else "left")
+        for r in plan.runners_up:
+            x = r.candidate
+            ru.add_row(
+                _setup_line(x.setup), _g(x.device_bytes), f"{x.throughput.tokens_per_s:,.0f}", r.reason
+            )
+        con.print(ru)
+    for e in plan.env:
+        state = "[green]set[/]" if e.active else "[dim]left off[/]"
+        con.print(f"env {state} {e.name}={e.value}: {e.why}")

@@ -14,13 +14,19 @@ hf             bf16 weights (transformers 5 loads dtype="auto"), bf16      8
                grads, fused AdamW states in the param dtype; autocast on
 hf + master    fp32 weights (AMP), fp32 grads and states; autocast on      16
 torchtune      bf16 everywhere, fused AdamW, chunked cross-entropy         8
+axolotl        as hf (HF Trainer underneath)                               8
+llamafactory   trainable params cast to fp32 (AMP), fp32 grads and states  16
+mlx            model dtype everywhere (no autocast), states zeros_like     8
 =============  =========================================================  ==========
 
 LoRA: peft keeps adapters in fp32 (``autocast_adapter_dtype=True``), so under ``hf`` each wrapped
 module saves its own cast copy of its input; torchtune builds adapters in the model dtype; ``generic``
 is the textbook accounting (adapters in the compute dtype, no framework quirks), which is what the
 seeds' rules of thumb assume. QLoRA under hf: ``prepare_model_for_kbit_training`` upcasts every
-non-quantized parameter (embeddings, norms, lm_head) to fp32.
+non-quantized parameter (embeddings, norms, lm_head) to fp32; axolotl and LLaMA-Factory do not keep
+that upcast (axolotl casts norms and embeddings back to the load dtype, LLaMA-Factory never calls it).
+mlx-lm builds LoRA adapters in fp32 (``mx.random.uniform`` / ``mx.zeros`` default dtype) on a model
+kept in its stored dtype, with no autocast.
 """
 
 from __future__ import annotations
@@ -31,6 +37,19 @@ SRC_SEEDS = "seeds/002 (12 B/param: 16-bit weight + 16-bit grad + two fp32 Adam 
 SRC_HF = "transformers 5.x Trainer (bf16=True autocast, optim adamw_torch_fused default), peft defaults"
 SRC_TT = "torchtune recipes (dtype bf16, fused AdamW, CEWithChunkedOutputLoss num_output_chunks=8)"
 SRC_KBIT = "peft utils/other.py prepare_model_for_kbit_training: non-INT8/4-bit params cast to fp32"
+SRC_AXO = (
+    "axolotl loaders/model.py _configure_embedding_dtypes @067b021c: norms and embeddings cast back to "
+    "torch_dtype after prepare_model_for_kbit_training; HF Trainer otherwise"
+)
+SRC_LMF = (
+    "LLaMA-Factory model/adapter.py init_adapter @ff6d4d12: trainable params cast to fp32 unless pure_bf16; "
+    "no prepare_model_for_kbit_training (model_utils/checkpointing.py prepare_model_for_training)"
+)
+SRC_MLX = (
+    "mlx-lm tuner/lora.py LoRALinear @d78bf58e (adapters mx.random.uniform/mx.zeros, float32), "
+    "mlx.optimizers states zeros_like(param), tuner/trainer.py default_loss (cross_entropy on model-dtype "
+    "logits); no autocast in MLX"
+)
 
 
 def _compute(setup: TrainingSetup) -> Dtype:
@@ -40,14 +59,18 @@ def _compute(setup: TrainingSetup) -> Dtype:
 def regime_for(setup: TrainingSetup) -> Regime:
     """The regime for the setup's trainer, method and precision.
 
-    Trainers without a regime of their own yet (axolotl, llamafactory use HF Trainer underneath;
-    mlx and kohya are handled by their own issues) map to the closest one, named in the result.
+    axolotl and LLaMA-Factory train through the HF Trainer, so their regimes start from ``hf`` and
+    change what their own model loading changes (the names keep the ``(hf)`` suffix). kohya is for
+    diffusion models and maps to ``generic`` until its own issue models it.
     """
     trainer = setup.trainer
-    if trainer in ("axolotl", "llamafactory"):
-        base = regime_for(setup.model_copy(update={"trainer": "hf"}))
-        return base.model_copy(update={"name": f"{trainer} (hf)", "description": base.description})
-    if trainer in ("mlx", "kohya"):
+    if trainer == "axolotl":
+        return _axolotl(setup)
+    if trainer == "llamafactory":
+        return _llamafactory(setup)
+    if trainer == "mlx":
+        return _mlx(setup)
+    if trainer == "kohya":
         base = regime_for(setup.model_copy(update={"trainer": "generic"}))
         return base.model_copy(update={"name": f"{trainer} (generic)"})
     if trainer == "hf":
@@ -122,4 +145,64 @@ def _torchtune(setup: TrainingSetup) -> Regime:
         fused_optimizer=True,
         loss_chunks=8,
         source=SRC_TT,
+    )
+
+
+def _axolotl(setup: TrainingSetup) -> Regime:
+    """axolotl: the HF Trainer regime, except that QLoRA keeps norms and embeddings in the load dtype."""
+    base = _hf(setup)
+    if setup.method != "qlora":
+        return base.model_copy(update={"name": "axolotl (hf)", "source": SRC_HF + "; " + SRC_AXO})
+    return base.model_copy(
+        update={
+            "name": "axolotl (hf)",
+            "description": base.description.replace(
+                "non-4-bit params upcast to fp32 by prepare_model_for_kbit_training",
+                "norms and embeddings cast back to the load dtype after prepare_model_for_kbit_training",
+            ),
+            "kbit_upcast": False,
+            "source": SRC_HF + "; " + SRC_AXO,
+        }
+    )
+
+
+def _llamafactory(setup: TrainingSetup) -> Regime:
+    """LLaMA-Factory: trainable params upcast to fp32 (full fine-tuning becomes AMP), no kbit upcast."""
+    full = setup.method == "full"
+    base = _hf(setup.model_copy(update={"master_weights": True}) if full else setup)
+    c = _compute(setup)
+    if full:
+        what = f"trainable params cast to fp32, autocast {c}, fp32 grads and AdamW states"
+    else:
+        what = f"{c} base, adapters fp32 (cast_trainable_params_to_fp32), autocast {c}"
+    return base.model_copy(
+        update={
+            "name": "llamafactory (hf)",
+            "description": "LLaMA-Factory on HF Trainer: " + what,
+            "kbit_upcast": False,
+            "source": SRC_HF + "; " + SRC_LMF,
+        }
+    )
+
+
+def _mlx(setup: TrainingSetup) -> Regime:
+    """mlx-lm: no autocast, the model dtype everywhere, fp32 adapters; the optimizer update is functional."""
+    c = _compute(setup)
+    full = setup.method == "full"
+    return Regime(
+        name="mlx",
+        description=f"mlx-lm: {c} model (no autocast), "
+        + ("states in the param dtype" if full else "LoRA adapters, their grads and states fp32")
+        + "; the optimizer builds new state arrays before the old ones are freed",
+        weight_dtype=c,
+        trainable_dtype=c,
+        adapter_dtype="fp32",
+        grad_dtype=c if full else "fp32",
+        optimizer_state_dtype="param",
+        master_weights=False,
+        autocast=False,
+        logits_fp32=False,
+        kbit_upcast=False,
+        fused_optimizer=False,
+        source=SRC_MLX,
     )

@@ -1,0 +1,379 @@
+"""``fitcheck plan MODEL``: the fastest configuration that fits, explained, and trainer configs for it.
+
+Thin command: parse, resolve the model and target, look the device's speed up in the catalog, call
+`fitcheck.planner.plan.make_plan`, render, write the ``--emit`` files, return the exit code (0 a plan
+fits, 1 none does, 2 trouble). pydantic, yaml and rich are imported inside the command only.
+
+No ``from __future__ import annotations`` here: the command is defined inside `register` with the
+option types of `fitcheck.cli`, and typer must see those annotations as objects.
+"""
+
+import re
+import shlex
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fitcheck.errors import InputError, OptionError
+
+DEFAULT_EFFECTIVE_BATCH = 16  # fitcheck.planner.models.DEFAULT_EFFECTIVE_BATCH (kept light here)
+_COUNT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
+_SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+
+
+class PlanMethod(StrEnum):
+    """``auto`` tries full fine-tuning, then LoRA, then QLoRA."""
+
+    auto = "auto"
+    full = "full"
+    lora = "lora"
+    qlora = "qlora"
+
+
+def parse_tokens(text: str) -> int:
+    """``--dataset-tokens 250M``: a token count with an optional K/M/B/T suffix."""
+    m = _COUNT_RE.match(text)
+    if not m:
+        raise InputError(f"--dataset-tokens '{text}' is not a count: use e.g. 250M, 1.5B or 2000000")
+    value = round(float(m.group(1)) * _SCALE[m.group(2).upper()])
+    if value < 1:
+        raise InputError(f"--dataset-tokens '{text}' must be at least 1 token")
+    return value
+
+
+def resolve_emits(emits: list[str], fmt: str | None, output_dir: str) -> list[tuple[str, str | None]]:
+    """(format, destination path or None for stdout) per ``--emit``; ``-o -`` sends one file to stdout."""
+    from fitcheck.emitters import format_for
+
+    if fmt is not None and not emits:
+        raise OptionError("--emit-format needs --emit FILE (or --emit - for stdout)")
+    to_stdout = output_dir == "-"
+    out: list[tuple[str, str | None]] = []
+    for name in emits:
+        kind = format_for(name, fmt)
+        if name == "-" or to_stdout:
+            out.append((kind, None))
+        else:
+            out.append((kind, str(Path(output_dir) / name)))
+    if sum(dest is None for _, dest in out) > 1:
+        raise OptionError("stdout takes one file: give -o DIR to write several")
+    return out
+
+
+def choose_trainer(explicit: str | None, kinds: list[str]) -> str:
+    """``--trainer``, else the one trainer the emitted configs run, else hf (the TRL file)."""
+    from fitcheck.emitters import DIFFUSION_ONLY, TRAINERS
+
+    for kind in kinds:
+        if kind in DIFFUSION_ONLY:
+            raise OptionError(
+                f"{kind} is a kohya sd-scripts config for diffusion models; for a language model emit "
+                "hf.yaml, axolotl.yaml, llamafactory.yaml or mlx.yaml"
+            )
+    wanted = sorted({t for k in kinds if (t := TRAINERS[k]) is not None})
+    if len(wanted) > 1:
+        raise OptionError(
+            f"{' and '.join(k for k in kinds if TRAINERS[k])} run different trainers, and one plan is "
+            "estimated for one trainer: run fitcheck plan once per trainer"
+        )
+    if explicit is not None and wanted and wanted[0] != explicit:
+        raise OptionError(f"--trainer {explicit} does not run {kinds[0]}; it needs --trainer {wanted[0]}")
+    return explicit or (wanted[0] if wanted else "hf")
+
+
+def reproduce(model: str, opts: dict[str, Any], emit_name: str) -> str:
+    """The ``fitcheck plan`` line that writes the same file (non-default options only)."""
+    parts = ["fitcheck", "plan", model]
+    for flag, value in opts.items():
+        if value is None or value is False:
+            continue
+        parts += [flag] if value is True else [flag, str(value)]
+    parts += ["--emit", emit_name]
+    return shlex.join(parts)
+
+
+def model_reference(model: str, spec: Any) -> str | None:
+    """What a trainer loads: the preset's Hugging Face id, or the local folder the model came from."""
+    if spec.source_kind == "preset":
+        return spec.hf_id if spec.hf_id else None
+    if spec.source_kind == "size":
+        return None
+    path = Path(model)
+    folder = path if path.is_dir() else path.parent
+    return str(folder)
+
+
+def device_for(target: Any) -> Any:
+    """The target's speed figures: its catalog entry, else the backend's labelled assumption."""
+    from fitcheck.hardware.catalog import find_entry
+    from fitcheck.planner.device import catalog_id, default_perf, perf_from_entry
+
+    entry = find_entry(catalog_id(target))
+    return perf_from_entry(entry) if entry is not None else default_perf(target)
+
+
+def other_targets(target: Any, headroom: str | None) -> list[Any]:
+    """Catalog devices of the target's backend, with the same headroom rule (for "a bigger device")."""
+    from fitcheck.hardware.budget import apply_headroom, entry_target
+    from fitcheck.hardware.catalog import entries
+
+    if target.backend == "cpu":
+        return []
+    return [apply_headroom(entry_target(e), headroom) for e in entries(target.backend)]
+
+
+def run_plan(model: str, kw: dict[str, Any], emits: list[str], fmt_name: str | None, output_dir: str) -> Any:
+    """Resolve, plan and (when it fits) render the emitted files; returns (plan, [(kind, dest, text)])."""
+    from fitcheck import cli as c
+    from fitcheck import emitters
+    from fitcheck.emitters.common import EmitContext
+    from fitcheck.planner.models import PlanRequest
+    from fitcheck.planner.plan import make_plan
+    from fitcheck.sources.resolve import resolve_model
+
+    wanted = resolve_emits(emits, fmt_name, output_dir)
+    trainer = choose_trainer(kw.pop("trainer"), [k for k, _ in wanted])
+    spec = resolve_model(model)
+    target = c._target(kw.pop("on"), kw["headroom"], kw["gpus"])
+    device = device_for(target)
+    method = kw["method"]
+    base = c._setup(
+        method="full" if method == "full" else "lora",
+        resolution=kw["resolution"],
+        dora=kw["dora"],
+        master_weights=kw["master_weights"],
+        lora_rank=kw["lora_rank"],
+        lora_alpha=kw["lora_alpha"],
+        lora_targets=kw["lora_targets"],
+        lora_dropout=kw["lora_dropout"],
+        double_quant=kw["double_quant"],
+        trainer=trainer,
+        backend=target.backend,
+        gpus=target.gpus,
+        seq_len=kw["seq_len"],
+    )
+    if kw["master_weights"] and trainer not in ("generic", "hf"):
+        raise OptionError(
+            f"--master-weights: {trainer} decides its own precision; drop it (or use --trainer hf)"
+        )
+    req = PlanRequest(
+        base=base,
+        method=method,
+        effective_batch=kw["effective_batch"],
+        seq_len=kw["seq_len"],
+        min_seq_len=kw["min_seq_len"],
+        batch_size=kw["batch_size"],
+        grad_ckpt=kw["grad_ckpt"],
+        optimizer=kw["optimizer"],
+        attn=kw["attn"],
+        precision=kw["precision"],
+        dataset_tokens=parse_tokens(kw["dataset_tokens"]) if kw["dataset_tokens"] else None,
+        epochs=kw["epochs"],
+    )
+    plan = make_plan(spec, target, device, req, other_targets(target, kw["headroom"]))
+    files: list[tuple[str, str | None, str]] = []
+    if plan.fits:
+        ref = model_reference(model, spec)
+        for kind, dest in wanted:
+            em = emitters.get(kind)
+            name = Path(dest).name if dest else kind
+            ctx = EmitContext(spec=spec, model_ref=ref, command=reproduce(model, kw["canonical"], name))
+            em.check(plan, ctx)
+            files.append((kind, dest, em.emit(plan, ctx)))
+    return plan, files
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``fitcheck plan`` to the CLI, with the setup options of ``estimate`` that make sense."""
+    from fitcheck import cli as c
+
+    OnPlanO = Annotated[
+        str,
+        typer.Option(
+            "--on", help="target: auto (this machine), catalog id (rtx-4090), 24GB, 36GB-unified, cpu"
+        ),
+    ]
+    MethodPO = Annotated[
+        PlanMethod, typer.Option("--method", "-m", help="auto: full if it fits, then LoRA, then QLoRA")
+    ]
+    EffO = Annotated[
+        int,
+        typer.Option(
+            "--effective-batch", help="examples per optimizer step: micro-batch x accumulation x GPUs", min=1
+        ),
+    ]
+    MinSeqO = Annotated[
+        int | None,
+        typer.Option(
+            "--min-seq-len", help="shortest length to fall back to [default: --seq-len, never shorter]"
+        ),
+    ]
+    MicroO = Annotated[
+        int | None, typer.Option("--batch-size", "-b", help="fix the micro-batch [default: searched]")
+    ]
+    PrecPO = Annotated[c.PrecisionOpt | None, typer.Option("--precision", help="fix the compute dtype")]
+    OptPO = Annotated[c.OptimizerOpt | None, typer.Option("--optimizer", help="fix the optimizer")]
+    CkptPO = Annotated[
+        bool | None, typer.Option("--grad-ckpt/--no-grad-ckpt", help="fix checkpointing [default: searched]")
+    ]
+    AttnPO = Annotated[c.AttnOpt | None, typer.Option("--attn", help="fix the attention kernel")]
+    TrainerPO = Annotated[
+        c.TrainerOpt | None,
+        typer.Option("--trainer", help="whose regime to plan for [default: the emitted config's, else hf]"),
+    ]
+    EmitO = Annotated[
+        list[str] | None,
+        typer.Option(
+            "--emit", help="write a config: hf.yaml, axolotl.yaml, llamafactory.yaml, mlx.yaml, env.sh"
+        ),
+    ]
+    EmitFmtO = Annotated[
+        str | None, typer.Option("--emit-format", help="format of --emit files whose names do not say it")
+    ]
+    OutO = Annotated[str, typer.Option("--output-dir", "-o", help="folder for --emit files, or - for stdout")]
+    ForceO = Annotated[bool, typer.Option("--force", help="overwrite existing files")]
+    TokensO = Annotated[
+        str | None, typer.Option("--dataset-tokens", help="tokens in the dataset (250M, 1.5B): time per run")
+    ]
+    EpochsO = Annotated[
+        float | None, typer.Option("--epochs", help="passes over the dataset [default: 1]", min=0)
+    ]
+
+    @app.command()
+    def plan(
+        model: c.ModelArg,
+        on: OnPlanO = "auto",
+        method: MethodPO = PlanMethod.auto,
+        effective_batch: EffO = DEFAULT_EFFECTIVE_BATCH,
+        seq_len: c.SeqO = 2048,
+        min_seq_len: MinSeqO = None,
+        batch_size: MicroO = None,
+        resolution: c.ResO = None,
+        dora: c.DoraO = False,
+        precision: PrecPO = None,
+        master_weights: c.MasterO = False,
+        optimizer: OptPO = None,
+        grad_ckpt: CkptPO = None,
+        attn: AttnPO = None,
+        lora_rank: c.RankO = None,
+        lora_alpha: c.AlphaO = None,
+        lora_targets: c.TargetsO = None,
+        lora_dropout: c.DropO = None,
+        double_quant: c.DQO = True,
+        trainer: TrainerPO = None,
+        gpus: c.GpusO = 1,
+        headroom: c.HeadroomO = None,
+        emit: EmitO = None,
+        emit_format: EmitFmtO = None,
+        output_dir: OutO = ".",
+        force: ForceO = False,
+        dataset_tokens: TokensO = None,
+        epochs: EpochsO = None,
+        fmt: c.FmtO = c.Fmt.table,
+    ) -> None:
+        """The fastest configuration that fits (exit 0; 1 when none does), with reasons and configs."""
+        kw = c._common(
+            on=on,
+            method=method,
+            effective_batch=effective_batch,
+            seq_len=seq_len,
+            min_seq_len=min_seq_len,
+            batch_size=batch_size,
+            resolution=resolution,
+            dora=dora,
+            precision=precision,
+            master_weights=master_weights,
+            optimizer=optimizer,
+            grad_ckpt=grad_ckpt,
+            attn=attn,
+            lora_rank=lora_rank,
+            lora_alpha=lora_alpha,
+            lora_targets=lora_targets,
+            lora_dropout=lora_dropout,
+            double_quant=double_quant,
+            trainer=trainer,
+            gpus=gpus,
+            headroom=headroom,
+            dataset_tokens=dataset_tokens,
+            epochs=epochs,
+        )
+        kw["canonical"] = _canonical(kw)
+        if output_dir == "-" and fmt is not c.Fmt.table:
+            raise OptionError(
+                "-o - puts the emitted file on stdout; it cannot also carry --format " + fmt.value
+            )
+        result, files = run_plan(model, kw, list(emit or []), emit_format, output_dir)
+        _check_destinations(files, force)
+        _render(result, fmt, to_stderr=any(dest is None for _, dest, _ in files))
+        _write(files, force)
+        for w in result.warnings:
+            sys.stderr.write(f"fitcheck: warning: {w}\n")
+        if emit and not result.fits:
+            sys.stderr.write("fitcheck: nothing written: no configuration fits\n")
+        if not result.fits:
+            raise typer.Exit(code=1)
+
+
+def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
+    """The options that shape the plan, as flags, in a stable order (for the reproduce line)."""
+    ckpt = {True: "--grad-ckpt", False: "--no-grad-ckpt", None: None}[kw["grad_ckpt"]]
+    flags: dict[str, Any] = {
+        "--on": kw["on"],
+        "--method": kw["method"] if kw["method"] != "auto" else None,
+        "--effective-batch": kw["effective_batch"]
+        if kw["effective_batch"] != DEFAULT_EFFECTIVE_BATCH
+        else None,
+        "--seq-len": kw["seq_len"] if kw["seq_len"] != 2048 else None,
+        "--min-seq-len": kw["min_seq_len"],
+        "--batch-size": kw["batch_size"],
+        "--precision": kw["precision"],
+        "--optimizer": kw["optimizer"],
+        "--attn": kw["attn"],
+        "--dora": kw["dora"],
+        "--master-weights": kw["master_weights"],
+        "--lora-rank": kw["lora_rank"],
+        "--lora-alpha": kw["lora_alpha"],
+        "--lora-targets": kw["lora_targets"],
+        "--lora-dropout": kw["lora_dropout"],
+        "--no-double-quant": not kw["double_quant"],
+        "--trainer": kw["trainer"],
+        "--gpus": kw["gpus"] if kw["gpus"] != 1 else None,
+        "--headroom": kw["headroom"],
+        "--dataset-tokens": kw["dataset_tokens"],
+        "--epochs": kw["epochs"],
+    }
+    if ckpt:
+        flags[ckpt] = True
+    return flags
+
+
+def _render(plan: Any, fmt: Any, to_stderr: bool) -> None:
+    from fitcheck import render
+
+    if fmt.value == "table":
+        render.plan_table(plan, stderr=to_stderr)
+    elif fmt.value == "markdown":
+        sys.stdout.write(render.plan_markdown(plan))
+    else:
+        sys.stdout.write(render.dump(render.plan_doc(plan), fmt.value))
+
+
+def _check_destinations(files: list[tuple[str, str | None, str]], force: bool) -> None:
+    """Refuse before printing anything: an existing file without --force, a folder in the way."""
+    from fitcheck.emitters.writer import check_destinations
+
+    check_destinations([Path(dest) for _, dest, _ in files if dest is not None], force)
+
+
+def _write(files: list[tuple[str, str | None, str]], force: bool) -> None:
+    from fitcheck.emitters.writer import write_all
+
+    on_disk = [(Path(dest), text) for _, dest, text in files if dest is not None]
+    for _, dest, text in files:
+        if dest is None:
+            sys.stdout.write(text)
+    for path in write_all(on_disk, force):
+        sys.stderr.write(f"fitcheck: wrote {path}\n")

@@ -1,0 +1,92 @@
+"""``axolotl.yaml``: an axolotl config (``axolotl train axolotl.yaml``).
+
+axolotl validates with pydantic (``AxolotlInputConfig``): wrong types are errors, unknown top-level
+keys are silently dropped, so every key written here is checked against the schema's field list in
+the tests (tests/data/trainer_keys/axolotl_keys.txt, axolotl @067b021c, cross-checked with 0.19.0).
+Attention is ``attn_implementation`` (axolotl >= 0.17; the old booleans still map to it).
+"""
+
+from __future__ import annotations
+
+from fitcheck.emitters import hf
+from fitcheck.emitters.common import (
+    EmitContext,
+    Item,
+    chosen,
+    comment_block,
+    header,
+    integer_alpha,
+    learning_rate,
+    lora_modules,
+    model_ref,
+    run_name,
+    yaml_text,
+)
+from fitcheck.errors import OptionError
+from fitcheck.planner.models import Plan
+
+NAME = "axolotl.yaml"
+TRAINER = "axolotl"
+DESCRIPTION = "axolotl config (axolotl >= 0.17: attn_implementation)"
+
+ATTN = {"flash": "flash_attention_2", "sdpa": "sdpa", "xformers": "xformers", "eager": "eager"}
+#: A small public instruction set from axolotl's own examples; replace it with yours.
+DATASET = {"path": "mhenrichsen/alpaca_2k_test", "type": "alpaca"}
+
+
+def check(plan: Plan, ctx: EmitContext) -> None:
+    """Refuse a plan axolotl cannot run as written."""
+    s = chosen(plan).setup
+    if s.trainer != TRAINER:
+        raise OptionError(f"{NAME} runs the axolotl regime; this plan was made for --trainer {s.trainer}")
+    if s.attn not in ATTN:
+        raise OptionError(f"{NAME} cannot select --attn {s.attn}")
+    if s.optimizer not in hf.OPTIM:
+        raise OptionError(f"{NAME} has no --optimizer {s.optimizer}; it offers {', '.join(hf.OPTIM)}")
+    if s.method != "full":
+        integer_alpha(s, NAME)
+    model_ref(ctx, NAME)
+
+
+def emit(plan: Plan, ctx: EmitContext) -> str:
+    """The axolotl config text."""
+    check(plan, ctx)
+    c = chosen(plan)
+    s = c.setup
+    items = [Item("base_model", model_ref(ctx, NAME))]
+    if s.method == "qlora":
+        items.append(Item("load_in_4bit", True, "QLoRA: NF4 base weights"))
+    if s.method != "full":
+        targets = lora_modules(ctx.spec.arch, s)
+        items += [
+            Item("adapter", s.method),
+            Item("lora_r", s.lora_rank),
+            Item("lora_alpha", integer_alpha(s, NAME)),
+            Item("lora_dropout", float(s.lora_dropout)),
+            Item("lora_target_linear", True) if targets is None else Item("lora_target_modules", targets),
+        ]
+        if s.dora:
+            items.append(Item("peft_use_dora", True))
+    if s.method == "qlora" and not s.double_quant:
+        items.append(
+            Item("bnb_config_kwargs", {"bnb_4bit_use_double_quant": False}, "axolotl's default is on")
+        )
+    items += [
+        Item("datasets", [DATASET], "replace with your dataset"),
+        Item("val_set_size", 0.0),
+        Item("output_dir", run_name(plan)),
+        Item("sequence_len", s.seq_len, "tokens per example (memory grows with it)"),
+        Item("micro_batch_size", s.batch_size),
+        Item("gradient_accumulation_steps", s.grad_accum, f"effective batch {c.effective_batch}"),
+        Item("num_epochs", float(plan.request.epochs or 1.0)),
+        Item("optimizer", hf.optim_name(s.optimizer)),
+        Item("lr_scheduler", "cosine"),
+        Item("learning_rate", learning_rate(s)),
+        Item("bf16", s.precision == "bf16"),
+        Item("fp16", s.precision == "fp16"),
+        Item("gradient_checkpointing", s.grad_ckpt),
+        Item("attn_implementation", ATTN[s.attn]),
+        Item("logging_steps", 10),
+    ]
+    head = header(plan, ctx, "axolotl config", f"axolotl train {NAME}")
+    return comment_block(head) + yaml_text(items)

@@ -1,0 +1,207 @@
+"""What every emitter shares: the context, the header comment, a small YAML writer, module names.
+
+The YAML writer is ours rather than ``yaml.safe_dump`` so that the files carry comments on their
+memory knobs and are byte-stable (golden files). It writes only what the emitters need: scalars,
+lists of scalars, one level of mapping, and lists of flat mappings; strings are double-quoted JSON
+strings (valid YAML), floats always carry a dot (``2.0e-05``) so YAML 1.1 readers see numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fitcheck import __version__
+from fitcheck.engine.params import layer_linears
+from fitcheck.errors import OptionError
+from fitcheck.models import DecoderArch, ModelSpec, TrainingSetup
+from fitcheck.planner.models import Candidate, Plan
+from fitcheck.units import GIB
+
+#: Learning rates written when the user gives none: the TRL/PEFT examples' usual values, not tuned.
+LR_ADAPTER = 2.0e-4
+LR_FULL = 2.0e-5
+OUTPUT_DIR = "outputs"
+
+
+@dataclass(frozen=True)
+class EmitContext:
+    """Facts an emitter needs beyond the plan.
+
+    Attributes:
+        spec: the model (module names, family).
+        model_ref: what the trainer loads (a Hugging Face id or a local folder); None when MODEL was
+            a size string, which names no real weights.
+        command: the ``fitcheck plan ...`` line that reproduces the file.
+    """
+
+    spec: ModelSpec
+    model_ref: str | None
+    command: str
+
+
+@dataclass(frozen=True)
+class Item:
+    """One top-level YAML key with its value and an optional trailing comment."""
+
+    key: str
+    value: Any
+    comment: str = ""
+
+
+def chosen(plan: Plan) -> Candidate:
+    """The plan's chosen candidate; emitters are only called for plans that fit."""
+    if plan.chosen is None:
+        raise OptionError("no configuration fits, so there is nothing to write")
+    return plan.chosen
+
+
+def model_ref(ctx: EmitContext, what: str) -> str:
+    """The model to load, or an error saying a size string names no weights."""
+    if ctx.model_ref is None:
+        raise OptionError(
+            f"{what} needs a real model to load; MODEL was a size. Plan a preset id, a Hugging Face "
+            "folder or "
+            "a config.json instead"
+        )
+    return ctx.model_ref
+
+
+def gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def header(plan: Plan, ctx: EmitContext, what: str, runs_with: str) -> list[str]:
+    """The opening comment: producer, hardware, estimated peak, the plan, how to reproduce it."""
+    c = chosen(plan)
+    s = c.setup
+    t = plan.target
+    est = plan.estimate
+    peak = (
+        f"{gib(c.device_bytes)} on the device"
+        + (f" (allocated peak {gib(est.peak_allocated_bytes)} in {est.peak_phase})" if est else "")
+        + f", {100 * c.device_bytes / max(1, t.budget_bytes):.0f}% of the budget"
+    )
+    ckpt = "on" if s.grad_ckpt else "off"
+    lines = [
+        f"{what}: written by fitcheck {__version__} (fitcheck plan) for {plan.model_name}",
+        f"hardware: {t.name} ({t.backend}"
+        + (f", {t.gpus} GPUs data parallel" if t.gpus > 1 else "")
+        + f"), budget {gib(t.budget_bytes)} = usable {gib(t.usable_bytes)}"
+        + f" - headroom {gib(t.headroom_bytes)}",
+        f"estimated peak: {peak}; regime {est.regime.name if est else s.trainer}",
+        f"plan: {s.method}{'+dora' if s.dora else ''}, micro-batch {s.batch_size}"
+        + f" x accumulation {s.grad_accum}"
+        + (f" x {s.gpus} GPUs" if s.gpus > 1 else "")
+        + f" = {c.effective_batch}, {s.seq_len} tokens, {s.precision}, attention {s.attn}, {s.optimizer}, "
+        f"checkpointing {ckpt}; about {c.throughput.tokens_per_s:,.0f} tokens/s",
+        f"run: {runs_with}",
+    ]
+    if t.gpus > 1:
+        lines.append(
+            f"data parallel: one process per GPU, e.g. accelerate launch --num_processes {t.gpus} "
+            f"(or torchrun --nproc_per_node {t.gpus})"
+        )
+    lines.append(f"reproduce: {ctx.command}")
+    return lines
+
+
+def comment_block(lines: Sequence[str], mark: str = "#") -> str:
+    return "".join(f"{mark} {line}".rstrip() + "\n" for line in lines)
+
+
+# ------------------------------------------------------------------------------------------ YAML
+
+
+def scalar(v: Any) -> str:
+    """A YAML scalar: null, true/false, an int, a float with a dot, or a double-quoted string."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError("non-finite float")
+        text = repr(v)
+        if "e" in text:
+            mant, exp = text.split("e")
+            if "." not in mant:
+                mant += ".0"
+            text = f"{mant}e{exp}"
+        return text
+    if isinstance(v, str):
+        return json.dumps(v)
+    raise TypeError(f"not a YAML scalar: {v!r}")
+
+
+def _value_lines(v: Any, indent: int) -> list[str]:
+    pad = " " * indent
+    if isinstance(v, dict):
+        out: list[str] = []
+        for k, x in v.items():
+            if isinstance(x, (dict, list)):
+                out.append(f"{pad}{k}:")
+                out += _value_lines(x, indent + 2)
+            else:
+                out.append(f"{pad}{k}: {scalar(x)}")
+        return out
+    if isinstance(v, list):
+        out = []
+        for x in v:
+            if isinstance(x, dict):
+                inner = _value_lines(x, indent + 2)
+                out.append(f"{pad}- {inner[0].lstrip()}")
+                out += inner[1:]
+            else:
+                out.append(f"{pad}- {scalar(x)}")
+        return out
+    raise TypeError(v)
+
+
+def yaml_text(items: Sequence[Item]) -> str:
+    """Top-level keys in order; a list or mapping value goes on the following lines."""
+    out: list[str] = []
+    for it in items:
+        tail = f"  # {it.comment}" if it.comment else ""
+        if isinstance(it.value, (dict, list)) and it.value:
+            out.append(f"{it.key}:{tail}")
+            out += _value_lines(it.value, 2)
+        elif isinstance(it.value, (dict, list)):
+            out.append(f"{it.key}: {'{}' if isinstance(it.value, dict) else '[]'}{tail}")
+        else:
+            out.append(f"{it.key}: {scalar(it.value)}{tail}")
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------------- LoRA module names
+
+
+def lora_modules(a: DecoderArch, setup: TrainingSetup) -> list[str] | None:
+    """The module names LoRA wraps; None for ``all-linear`` (every trainer has a switch for it)."""
+    if setup.lora_targets == "all-linear":
+        return None
+    if setup.lora_targets == "attn":
+        return [lin.name for lin in layer_linears(a, False) if lin.role == "attn" and lin.is_module]
+    return [t.strip() for t in setup.lora_targets.split(",") if t.strip()]
+
+
+def integer_alpha(setup: TrainingSetup, where: str) -> int:
+    """LoRA alpha as the integer HF-based configs require."""
+    alpha = setup.alpha
+    if alpha != int(alpha):
+        raise OptionError(f"{where} takes an integer LoRA alpha; --lora-alpha {alpha:g} cannot be written")
+    return int(alpha)
+
+
+def learning_rate(setup: TrainingSetup) -> float:
+    return LR_FULL if setup.method == "full" else LR_ADAPTER
+
+
+def run_name(plan: Plan) -> str:
+    s = chosen(plan).setup
+    return f"{OUTPUT_DIR}/{plan.model}-{s.method}"

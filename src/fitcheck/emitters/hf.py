@@ -1,0 +1,128 @@
+"""``hf.yaml``: one file for ``trl sft --config hf.yaml`` (TRL's ScriptArguments + SFTConfig + ModelConfig).
+
+TRL's parser reads model loading (``dtype``, ``attn_implementation``), PEFT (``use_peft``, ``lora_*``),
+4-bit quantization (``load_in_4bit``, ``bnb_4bit_quant_type``, ``use_bnb_nested_quant``) and every
+``SFTConfig``/``TrainingArguments`` field from one flat YAML; an unknown key reaches ``accelerate
+launch`` and stops the run (trainer_formats.md 2.3). Only keys every transformers 5.x and TRL 1.x
+release accepts are written: ``gradient_checkpointing`` (not 5.23's ``activation_checkpointing``),
+no ``warmup_ratio``/``logging_dir``/``overwrite_output_dir`` (removed in 5.x), both ``bf16`` and
+``fp16`` explicitly (SFTConfig's ``bf16`` default follows ``fp16``), and ``gradient_checkpointing``
+explicitly (SFTConfig turns it on by default).
+"""
+
+from __future__ import annotations
+
+from fitcheck.emitters.common import (
+    EmitContext,
+    Item,
+    chosen,
+    comment_block,
+    header,
+    integer_alpha,
+    learning_rate,
+    lora_modules,
+    model_ref,
+    run_name,
+    yaml_text,
+)
+from fitcheck.errors import OptionError
+from fitcheck.planner.models import Plan
+
+NAME = "hf.yaml"
+TRAINER = "hf"
+DESCRIPTION = "TRL `trl sft --config` file (transformers Trainer, PEFT, bitsandbytes)"
+
+#: fitcheck optimizer -> TrainingArguments.optim (OptimizerNames, transformers 5.x; trainer_keys).
+OPTIM = {
+    "adamw": "adamw_torch_fused",
+    "adamw8bit": "adamw_8bit",
+    "paged-adamw8bit": "paged_adamw_8bit",
+    "adafactor": "adafactor",
+    "lion": "lion_32bit",
+    "lion8bit": "lion_8bit",
+    "sgd": "sgd",
+}
+#: fitcheck attention -> attn_implementation (transformers AttentionInterface names).
+ATTN = {"flash": "flash_attention_2", "sdpa": "sdpa", "eager": "eager"}
+DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+#: A public chat dataset TRL's own examples use; replace it with yours.
+DATASET = "trl-lib/Capybara"
+
+
+def optim_name(optimizer: str) -> str:
+    """The optim name. Fused AdamW runs on every backend fitcheck plans for (torch's fused-kernel
+    devices include cuda, mps and cpu: torch/utils/_foreach_utils.py), as the engine's hf regime assumes."""
+    return OPTIM[optimizer]
+
+
+def check(plan: Plan, ctx: EmitContext, trainer_name: str = TRAINER, what: str = NAME) -> None:
+    """Refuse a plan this format cannot express."""
+    s = chosen(plan).setup
+    if s.trainer != trainer_name:
+        raise OptionError(
+            f"{what} runs the {trainer_name} regime; this plan was made for --trainer {s.trainer}"
+        )
+    if s.attn not in ATTN:
+        raise OptionError(f"{what} cannot select --attn {s.attn}; transformers offers flash, sdpa or eager")
+    if s.optimizer not in OPTIM:
+        raise OptionError(f"{what} has no --optimizer {s.optimizer}; it offers {', '.join(OPTIM)}")
+    if s.method != "full":
+        integer_alpha(s, what)
+    model_ref(ctx, what)
+
+
+def emit(plan: Plan, ctx: EmitContext) -> str:
+    """The TRL config text."""
+    check(plan, ctx)
+    c = chosen(plan)
+    s = c.setup
+    amp = s.master_weights and s.precision != "fp32"
+    items = [
+        Item("model_name_or_path", model_ref(ctx, NAME)),
+        Item(
+            "dtype",
+            "float32" if amp else DTYPE[s.precision],
+            "load fp32 weights, autocast to the compute dtype (--master-weights)"
+            if amp
+            else "weights as loaded",
+        ),
+        Item("attn_implementation", ATTN[s.attn], "O(s) attention memory" if s.attn != "eager" else ""),
+    ]
+    if s.method != "full":
+        targets = lora_modules(ctx.spec.arch, s)
+        items += [
+            Item("use_peft", True),
+            Item("lora_r", s.lora_rank),
+            Item("lora_alpha", integer_alpha(s, NAME)),
+            Item("lora_dropout", float(s.lora_dropout)),
+            Item("lora_target_modules", targets or ["all-linear"]),
+        ]
+        if s.dora:
+            items.append(Item("use_dora", True))
+    if s.method == "qlora":
+        items += [
+            Item("load_in_4bit", True, "QLoRA: NF4 base weights, about 0.5 B/param"),
+            Item("bnb_4bit_quant_type", "nf4"),
+            Item("use_bnb_nested_quant", s.double_quant, "double quantization of the NF4 constants"),
+        ]
+    items += [
+        Item("dataset_name", DATASET, "replace with your dataset"),
+        Item("output_dir", run_name(plan)),
+        Item("max_length", s.seq_len, "tokens per example (memory grows with it)"),
+        Item("per_device_train_batch_size", s.batch_size, "micro-batch"),
+        Item("gradient_accumulation_steps", s.grad_accum, f"effective batch {c.effective_batch}"),
+        Item(
+            "gradient_checkpointing", s.grad_ckpt, "recompute activations in backward" if s.grad_ckpt else ""
+        ),
+        Item("bf16", s.precision == "bf16"),
+        Item("fp16", s.precision == "fp16"),
+        Item("optim", optim_name(s.optimizer)),
+        Item("learning_rate", learning_rate(s)),
+        Item("num_train_epochs", float(plan.request.epochs or 1.0)),
+        Item("logging_steps", 10),
+        Item("report_to", "none"),
+    ]
+    if s.backend == "cpu":
+        items.append(Item("use_cpu", True, "train on the CPU (bf16 needs it outside CUDA)"))
+    head = header(plan, ctx, "TRL SFT config", f"trl sft --config {NAME}")
+    return comment_block(head) + yaml_text(items)

@@ -1,0 +1,129 @@
+"""``llamafactory.yaml``: a LLaMA-Factory SFT config (``llamafactory-cli train llamafactory.yaml``).
+
+LLaMA-Factory parses one flat mapping with ``HfArgumentParser``: an unknown key is an error
+(unless ``ALLOW_EXTRA_ARGS=1``), so every key is checked in the tests against its own fields
+(tests/data/trainer_keys/llamafactory_keys.txt, @ff6d4d12) and the TrainingArguments fields of the
+transformers it pins (<= 5.8.0). Gradient checkpointing is on by default there, so the file says
+``disable_gradient_checkpointing`` explicitly.
+"""
+
+from __future__ import annotations
+
+from fitcheck.emitters import hf
+from fitcheck.emitters.common import (
+    EmitContext,
+    Item,
+    chosen,
+    comment_block,
+    header,
+    integer_alpha,
+    learning_rate,
+    lora_modules,
+    model_ref,
+    run_name,
+    yaml_text,
+)
+from fitcheck.errors import OptionError
+from fitcheck.models import DecoderArch
+from fitcheck.planner.models import Plan
+
+NAME = "llamafactory.yaml"
+TRAINER = "llamafactory"
+DESCRIPTION = "LLaMA-Factory SFT config"
+
+ATTN = {"flash": "fa2", "sdpa": "sdpa", "eager": "disabled"}
+#: The demo set shipped in LLaMA-Factory's data/ folder (data/dataset_info.json); replace it with yours.
+DATASET = "alpaca_en_demo"
+#: Chat template per model family (LLaMA-Factory data/template.py register_template names).
+TEMPLATES = {
+    "qwen2": "qwen",
+    "qwen2_moe": "qwen",
+    "qwen3": "qwen3",
+    "qwen3_moe": "qwen3",
+    "gemma": "gemma",
+    "gemma2": "gemma",
+    "gemma3": "gemma",
+    "gemma3_text": "gemma",
+    "mistral": "mistral",
+    "mixtral": "mistral",
+    "phi3": "phi",
+}
+
+
+def template(a: DecoderArch) -> str:
+    """The chat template; Llama 3 has a 128k vocabulary, Llama 2 32k."""
+    if a.model_type == "llama":
+        return "llama3" if a.vocab_size >= 128_000 else "llama2"
+    return TEMPLATES.get(a.model_type, "default")
+
+
+def check(plan: Plan, ctx: EmitContext) -> None:
+    """Refuse a plan LLaMA-Factory cannot run as written."""
+    s = chosen(plan).setup
+    if s.trainer != TRAINER:
+        raise OptionError(
+            f"{NAME} runs the llamafactory regime; this plan was made for --trainer {s.trainer}"
+        )
+    if s.attn not in ATTN:
+        raise OptionError(f"{NAME} cannot select --attn {s.attn}; LLaMA-Factory offers fa2, sdpa or disabled")
+    if s.optimizer not in hf.OPTIM:
+        raise OptionError(f"{NAME} has no --optimizer {s.optimizer}; it offers {', '.join(hf.OPTIM)}")
+    if s.method != "full":
+        integer_alpha(s, NAME)
+    model_ref(ctx, NAME)
+
+
+def emit(plan: Plan, ctx: EmitContext) -> str:
+    """The LLaMA-Factory config text."""
+    check(plan, ctx)
+    c = chosen(plan)
+    s = c.setup
+    items = [Item("model_name_or_path", model_ref(ctx, NAME))]
+    if s.method == "qlora":
+        items += [
+            Item("quantization_bit", 4, "QLoRA: NF4 base weights"),
+            Item("quantization_method", "bnb"),
+            Item("quantization_type", "nf4"),
+            Item("double_quantization", s.double_quant),
+        ]
+    items += [
+        Item("stage", "sft"),
+        Item("do_train", True),
+        Item("finetuning_type", "full" if s.method == "full" else "lora"),
+    ]
+    if s.method != "full":
+        targets = lora_modules(ctx.spec.arch, s)
+        items += [
+            Item("lora_rank", s.lora_rank),
+            Item("lora_alpha", integer_alpha(s, NAME)),
+            Item("lora_dropout", float(s.lora_dropout)),
+            Item("lora_target", "all" if targets is None else ",".join(targets)),
+        ]
+        if s.dora:
+            items.append(Item("use_dora", True))
+    items += [
+        Item("dataset", DATASET, "replace with your dataset (data/dataset_info.json)"),
+        Item("template", template(ctx.spec.arch)),
+        Item("cutoff_len", s.seq_len, "tokens per example (memory grows with it)"),
+        Item("output_dir", run_name(plan)),
+        Item("per_device_train_batch_size", s.batch_size, "micro-batch"),
+        Item("gradient_accumulation_steps", s.grad_accum, f"effective batch {c.effective_batch}"),
+        Item("learning_rate", learning_rate(s)),
+        Item("num_train_epochs", float(plan.request.epochs or 1.0)),
+        Item("lr_scheduler_type", "cosine"),
+        Item("bf16", s.precision == "bf16"),
+        Item("fp16", s.precision == "fp16"),
+        Item("flash_attn", ATTN[s.attn]),
+        Item(
+            "disable_gradient_checkpointing",
+            not s.grad_ckpt,
+            "LLaMA-Factory checkpoints by default" if not s.grad_ckpt else "",
+        ),
+        Item("optim", hf.optim_name(s.optimizer)),
+        Item("logging_steps", 10),
+        Item("report_to", "none"),
+    ]
+    if s.backend == "cpu":
+        items.append(Item("use_cpu", True))
+    head = header(plan, ctx, "LLaMA-Factory config", f"llamafactory-cli train {NAME}")
+    return comment_block(head) + yaml_text(items)

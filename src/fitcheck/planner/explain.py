@@ -1,0 +1,350 @@
+"""Why the plan is what it is: one reason per choice, and the runners-up with why they lost.
+
+Each reason names the rule that decided it (`fitcheck.planner.rules.RULES`) and compares the
+choice with the best alternative in the grid, so "gradient checkpointing: needed to fit" is a fact
+read from the evaluated grid, not a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from fitcheck.models import Target
+from fitcheck.planner import rules as R
+from fitcheck.planner.models import Candidate, DevicePerf, PlanRequest, Reason, RunnerUp
+from fitcheck.units import GIB
+
+#: Runners-up listed on each side of the chosen plan.
+RUNNERS_UP_ABOVE = 5
+RUNNERS_UP_BELOW = 5
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def _r(rule: str, choice: str, text: str | None = None) -> Reason:
+    rid, ch, txt, src = R.reason_for(rule, choice, text)
+    return Reason(rule=rid, choice=ch, text=txt, source=src)
+
+
+def _same_tier(c: Candidate, chosen: Candidate) -> bool:
+    return c.setup.method == chosen.setup.method and c.setup.seq_len == chosen.setup.seq_len
+
+
+def _best(cands: Sequence[Candidate], pred: Callable[[Candidate], bool]) -> Candidate | None:
+    """The best-ranked fitting candidate matching ``pred`` (``cands`` is in rank order)."""
+    return next((c for c in cands if c.fits and pred(c)), None)
+
+
+def _least(cands: Sequence[Candidate], pred: Callable[[Candidate], bool]) -> int | None:
+    """The smallest device bytes among candidates matching ``pred``."""
+    needs = [c.device_bytes for c in cands if pred(c)]
+    return min(needs) if needs else None
+
+
+def _tps(c: Candidate) -> str:
+    x = c.throughput.tokens_per_s
+    return f"{x:,.0f}" if x >= 1000 else f"{x:.1f}"
+
+
+def _pct(x: float) -> str:
+    return f"{x:.1f}%" if x >= 0.1 else "under 0.1%"
+
+
+def _pct_slower(slow: Candidate, fast: Candidate) -> float:
+    return 100.0 * (1 - slow.throughput.tokens_per_s / fast.throughput.tokens_per_s)
+
+
+def reasons(
+    chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest, target: Target, device: DevicePerf
+) -> list[Reason]:
+    """One reason per decided dimension, each with its rule and source."""
+    out = [*_method(chosen, cands, req), *_seq(chosen, cands, req)]
+    out += _batch(chosen, cands, req, target)
+    out += _ckpt(chosen, cands, req)
+    out += _optimizer(chosen, cands, req, target)
+    out += _attention(chosen, req, device)
+    out += _precision(chosen, req, device)
+    if chosen.setup.method == "qlora" and target.backend == "mps" and chosen.setup.trainer != "mlx":
+        out.append(_r("qlora-mps", "method"))
+    t = chosen.throughput
+    out.append(
+        _r(
+            "throughput",
+            "objective",
+            f"{t.tokens_per_s:,.0f} tokens/s estimated ({t.bound}-bound, MFU {100 * t.mfu:.0f}%), "
+            f"{_gib(chosen.device_bytes)} of the {_gib(chosen.budget_bytes)} budget",
+        )
+    )
+    return out
+
+
+def _method(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest) -> list[Reason]:
+    if req.method != "auto":
+        return []
+    m = chosen.setup.method
+    order = R.methods(req)
+    missed = []
+    for earlier in order[: order.index(m)]:
+        least = _least(cands, lambda c, e=earlier: c.setup.method == e)  # type: ignore[misc]
+        missed.append(f"{earlier} does not fit (needs at least {_gib(least or 0)})")
+    text = "; ".join(missed) + f"; {m} fits" if missed else f"{m} fine-tuning fits"
+    return [_r("method-auto", "method", f"--method auto: {text}")]
+
+
+def _seq(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest) -> list[Reason]:
+    if req.floor_seq_len == req.seq_len:
+        return []
+    s = chosen.setup.seq_len
+    if s == req.seq_len:
+        return [_r("seq-floor", "sequence length", f"the requested {s} tokens fit")]
+    longer = [x for x in R.seq_lens(req) if x > s]
+    least = _least(cands, lambda c: c.setup.seq_len in longer and c.setup.method == chosen.setup.method)
+    return [
+        _r(
+            "seq-floor",
+            "sequence length",
+            f"{s} tokens: the longest that fits ({longer[-1]} needs at least {_gib(least or 0)}); "
+            f"never below --min-seq-len {req.floor_seq_len}",
+        )
+    ]
+
+
+def _batch(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest, target: Target) -> list[Reason]:
+    s = chosen.setup
+    gpus = f" x {s.gpus} GPUs" if s.gpus > 1 else ""
+    out = [
+        _r(
+            "effective-batch",
+            "micro-batch",
+            f"micro-batch {s.batch_size} x accumulation {s.grad_accum}{gpus} = effective batch "
+            f"{req.effective_batch}",
+        )
+    ]
+    if req.batch_size is not None:
+        return out
+    allowed = R.micro_batches(req, target)
+    bigger = [b for b in allowed if b > s.batch_size]
+
+    def like(c: Candidate, b: int) -> bool:
+        """Same configuration as the chosen one but for the micro-batch (and its accumulation)."""
+        x = c.setup
+        return (
+            _same_tier(c, chosen)
+            and x.batch_size == b
+            and (x.grad_ckpt, x.optimizer, x.attn, x.precision)
+            == (s.grad_ckpt, s.optimizer, s.attn, s.precision)
+        )
+
+    blocked = next((b for b in bigger if not any(c.fits for c in cands if like(c, b))), None)
+    if target.backend in ("cuda", "rocm"):
+        more = (
+            f"; micro-batch {blocked} does not fit (needs at least "
+            f"{_gib(_least(cands, lambda c: like(c, blocked)) or 0)})"
+            if blocked
+            else ""
+        )
+        out.append(
+            _r(
+                "tensor-core-batch",
+                "micro-batch",
+                f"micro-batch from {', '.join(map(str, allowed))} (powers of two or multiples of 8 dividing "
+                f"{req.effective_batch // target.gpus}){more}",
+            )
+        )
+        gib = target.memory_bytes / GIB
+        if (
+            target.backend == "cuda"
+            and 11.5 <= gib <= 16.5
+            and s.batch_size <= 2
+            and s.grad_accum > 1
+            and blocked
+        ):
+            out.append(
+                _r(
+                    "small-card-accum",
+                    "micro-batch",
+                    f"a {gib:.0f} GiB card: micro-batch {s.batch_size} with accumulation {s.grad_accum}, "
+                    "because larger micro-batches do not fit",
+                )
+            )
+    elif target.backend == "mps":
+        out.append(_r("mps-small-batch", "micro-batch"))
+    return out
+
+
+def _ckpt(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest) -> list[Reason]:
+    if req.grad_ckpt is not None:
+        return [_r("grad-ckpt", "checkpointing", f"{'on' if req.grad_ckpt else 'off'}, as asked")]
+    s = chosen.setup
+    if not s.grad_ckpt:
+        twin = next(
+            (
+                c
+                for c in cands
+                if _same_tier(c, chosen)
+                and c.setup.grad_ckpt
+                and c.setup.batch_size == s.batch_size
+                and c.setup.optimizer == s.optimizer
+                and c.setup.attn == s.attn
+                and c.setup.precision == s.precision
+            ),
+            None,
+        )
+        cost = f" (it would cost {_pct_slower(twin, chosen):.0f}% of the throughput)" if twin else ""
+        return [_r("grad-ckpt", "checkpointing", f"off: the plan fits without it{cost}")]
+    without = _best(cands, lambda c: _same_tier(c, chosen) and not c.setup.grad_ckpt)
+    if without is None:
+        least = _least(cands, lambda c: _same_tier(c, chosen) and not c.setup.grad_ckpt)
+        text = f"on: needed to fit (without it the least any configuration needs is {_gib(least or 0)})"
+    else:
+        text = (
+            f"on: it lets micro-batch {s.batch_size} fit, {_pct_slower(without, chosen):.0f}% faster "
+            "than the "
+            f"best configuration without it (micro-batch {without.setup.batch_size})"
+        )
+    return [_r("grad-ckpt", "checkpointing", text)]
+
+
+def _optimizer(
+    chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest, target: Target
+) -> list[Reason]:
+    s = chosen.setup
+    out: list[Reason] = []
+    if s.trainer == "mlx":
+        out.append(_r("mlx-native", "optimizer"))
+    elif target.backend == "mps":
+        out.append(_r("mps-optimizers", "optimizer"))
+    if req.optimizer is not None:
+        return out
+    if s.optimizer == "adamw8bit":
+        plain = _best(cands, lambda c: _same_tier(c, chosen) and c.setup.optimizer == "adamw")
+        if plain is None:
+            text = "8-bit AdamW: needed to fit (with AdamW nothing fits at this method and length)"
+        else:
+            text = (
+                f"8-bit AdamW: it lets a configuration {_pct_slower(plain, chosen):.0f}% faster fit than the "
+                "best with AdamW"
+            )
+        out.append(_r("adamw8bit-to-fit", "optimizer", text))
+    elif target.backend == "cuda" and "adamw8bit" in R.optimizers(req, "cuda"):
+        out.append(_r("adamw8bit-to-fit", "optimizer", f"{s.optimizer}: 8-bit AdamW is not needed to fit"))
+    elif s.optimizer != "adamw":
+        out.append(
+            _r(
+                "mps-optimizers" if target.backend == "mps" else "tie-order",
+                "optimizer",
+                f"{s.optimizer}: AdamW does not fit at this configuration",
+            )
+        )
+    return out
+
+
+def _attention(chosen: Candidate, req: PlanRequest, device: DevicePerf) -> list[Reason]:
+    a = chosen.setup.attn
+    if req.attn is not None:
+        return [_r("sdpa" if a == "sdpa" else "flash-ampere", "attention", f"{a}, as asked")]
+    if a == "flash":
+        return [
+            _r(
+                "flash-ampere",
+                "attention",
+                f"FlashAttention-2: compute capability {device.compute_capability}",
+            )
+        ]
+    if a == "xformers":
+        return [_r("xformers", "attention")]
+    out: list[Reason] = []
+    if device.backend == "mps":
+        out.append(_r("no-xformers-mps", "attention"))
+    why = {
+        "cuda": "SDPA: FlashAttention-2 needs compute capability 8.0 or newer"
+        + (
+            f" ({device.name}: {device.compute_capability})"
+            if device.compute_capability
+            else " (unknown here)"
+        ),
+        "rocm": "SDPA: PyTorch's fused kernels on ROCm",
+        "mps": "SDPA, mapped to Metal",
+        "cpu": "SDPA: PyTorch's fused CPU kernel",
+    }[device.backend]
+    if chosen.setup.trainer == "mlx":
+        why = "mlx-lm's fused scaled_dot_product_attention (the only kernel it has)"
+    out.append(_r("sdpa", "attention", why))
+    return out
+
+
+def _precision(chosen: Candidate, req: PlanRequest, device: DevicePerf) -> list[Reason]:
+    p = chosen.setup.precision
+    if req.precision is not None:
+        return [_r("bf16-hw", "precision", f"{p}, as asked")]
+    if device.backend == "mps" and not device.bf16_native:
+        return [_r("mps-bf16", "precision", f"{p}: {device.chip or 'this Mac'} emulates bf16 through fp32")]
+    if device.backend == "cpu":
+        return [_r("bf16-hw", "precision", f"{p}: CPU autocast runs bf16")]
+    cc = f" (compute capability {device.compute_capability})" if device.compute_capability else ""
+    text = f"{p}: the hardware has bf16{cc}" if p == "bf16" else f"{p}: no bf16 in hardware{cc}"
+    return [_r("bf16-hw", "precision", text)]
+
+
+# ------------------------------------------------------------------------------------- runners-up
+
+
+def _why_not(c: Candidate, chosen: Candidate, methods: tuple[str, ...]) -> str:
+    if not c.fits:
+        tight = " (tight: within usable memory, not the headroom)" if c.verdict == "tight" else ""
+        return f"does not fit: needs {_gib(c.device_bytes)}, budget {_gib(c.budget_bytes)}{tight}"
+    s, x = c.setup, chosen.setup
+    if methods.index(s.method) > methods.index(x.method):
+        return f"fits, but --method auto prefers {x.method} (full, then LoRA, then QLoRA)"
+    if s.seq_len < x.seq_len:
+        return f"fits, but with {s.seq_len} tokens instead of {x.seq_len}"
+    if c.throughput.tokens_per_s < chosen.throughput.tokens_per_s:
+        return f"fits, {_pct(_pct_slower(c, chosen))} slower ({_tps(c)} vs {_tps(chosen)} tokens/s)"
+    for dim in ("precision", "attn", "optimizer", "grad_ckpt", "batch_size"):
+        a, b = getattr(x, dim), getattr(s, dim)
+        if a != b:
+            return f"same estimated speed; the tie order puts {dim} {a} before {b}"
+    return "same configuration"
+
+
+def _signature(c: Candidate) -> tuple[object, ...]:
+    s = c.setup
+    return (
+        s.method,
+        s.seq_len,
+        s.optimizer,
+        s.grad_ckpt,
+        s.batch_size,
+        c.device_bytes,
+        c.throughput.tokens_per_s,
+    )
+
+
+def runners_up(
+    chosen: Candidate | None, cands: Sequence[Candidate], methods: tuple[str, ...]
+) -> list[RunnerUp]:
+    """Up to 5 better-ranked points that do not fit and 5 fitting points ranked below, with reasons.
+
+    Points that differ only in a memory-neutral choice of an already listed one (bf16/fp16,
+    flash/sdpa) are skipped: they would repeat the same line.
+    """
+    if chosen is None:
+        return []
+    i = next(k for k, c in enumerate(cands) if c is chosen)
+    seen = {_signature(chosen)}
+    unique_above: list[Candidate] = []
+    for c in cands[:i]:  # first occurrence of a signature is its best-ranked variant
+        if _signature(c) not in seen:
+            seen.add(_signature(c))
+            unique_above.append(c)
+    above = unique_above[-RUNNERS_UP_ABOVE:]
+    below: list[Candidate] = []
+    for c in cands[i + 1 :]:
+        if len(below) == RUNNERS_UP_BELOW:
+            break
+        if c.fits and _signature(c) not in seen:
+            seen.add(_signature(c))
+            below.append(c)
+    return [RunnerUp(candidate=c, reason=_why_not(c, chosen, methods)) for c in [*above, *below]]

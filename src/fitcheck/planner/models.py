@@ -1,0 +1,173 @@
+"""Data contracts of the planner: what is asked, the device's speed, each candidate and the plan.
+
+Frozen pydantic models like the rest of fitcheck (`fitcheck.models`); the JSON of ``fitcheck plan
+--format json`` is `Plan`'s dump (docs/planner.md). Byte counts are integers ending in ``_bytes``;
+times are seconds ending in ``_s``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from fitcheck.models import (
+    SCHEMA_VERSION,
+    Attention,
+    Backend,
+    Estimate,
+    Frozen,
+    Optimizer,
+    Precision,
+    Target,
+    TrainingSetup,
+    VerdictName,
+)
+
+MethodChoice = Literal["auto", "full", "lora", "qlora"]
+
+#: Default effective batch (examples per optimizer step, all GPUs): micro-batches of 1-16 with
+#: accumulation reach it, the range the source documents use (seeds/000: batch 1-2 x accumulation 4
+#: on small cards, 4-16 on large ones); a common SFT setting (TRL/axolotl examples use 8-32).
+DEFAULT_EFFECTIVE_BATCH = 16
+
+
+class DevicePerf(Frozen):
+    """How fast the target computes and moves memory (hardware catalog, or a labelled assumption)."""
+
+    id: str
+    name: str
+    backend: Backend
+    bf16_tflops: float = Field(gt=0, description="dense tensor TFLOPS at bf16 (fp32 accumulate)")
+    fp16_tflops: float = Field(gt=0)
+    fp32_tflops: float = Field(
+        gt=0, description="plain fp32 (PyTorch does not use TF32 for matmul by default)"
+    )
+    bandwidth_gbps: float = Field(gt=0, description="memory bandwidth, GB/s (10^9)")
+    compute_capability: str | None = None
+    bf16_native: bool = Field(description="bf16 in hardware (CUDA compute capability >= 8.0)")
+    chip: str | None = Field(default=None, description="Apple chip brand string")
+    memory_bytes: int = Field(default=0, ge=0)
+    sources: tuple[str, ...] = ()
+    assumed: tuple[str, ...] = Field(default=(), description="figures that are assumptions, not data")
+
+    def tflops(self, precision: str) -> float:
+        """Peak dense TFLOPS for a compute dtype."""
+        return {"bf16": self.bf16_tflops, "fp16": self.fp16_tflops, "fp32": self.fp32_tflops}[precision]
+
+    @property
+    def cc(self) -> float | None:
+        """Compute capability as a number (8.6), None when unknown or not CUDA."""
+        return float(self.compute_capability) if self.compute_capability else None
+
+
+class PlanRequest(Frozen):
+    """What the user fixed and what the planner may choose.
+
+    ``base`` carries everything kept as asked (LoRA rank/alpha/targets/dropout, DoRA, master weights,
+    double quantization, trainer, backend, GPUs); a ``None`` constraint is a searched dimension.
+    """
+
+    base: TrainingSetup
+    method: MethodChoice = "auto"
+    effective_batch: int = Field(default=DEFAULT_EFFECTIVE_BATCH, ge=1, le=1 << 20)
+    seq_len: int = Field(default=2048, ge=1, le=10_000_000, description="the longest length, as asked")
+    min_seq_len: int | None = Field(default=None, ge=1, description="never below this; default seq_len")
+    batch_size: int | None = Field(default=None, ge=1)
+    grad_ckpt: bool | None = None
+    optimizer: Optimizer | None = None
+    attn: Attention | None = None
+    precision: Precision | None = None
+    dataset_tokens: int | None = Field(default=None, ge=1)
+    epochs: float | None = Field(default=None, gt=0)
+
+    @property
+    def floor_seq_len(self) -> int:
+        return self.min_seq_len if self.min_seq_len is not None else self.seq_len
+
+
+class Throughput(Frozen):
+    """Estimated speed of one configuration (docs/planner.md, "Throughput model")."""
+
+    flops_per_token: float = Field(description="model FLOPs per trained token, incl. recompute and attention")
+    tokens_per_s: float = Field(description="all GPUs; 6 significant digits, equal figures are ties")
+    micro_step_s: float
+    step_s: float = Field(description="one optimizer step: accumulation x micro-step + the update")
+    bound: Literal["compute", "memory"]
+    mfu: float = Field(description="model FLOPs utilisation: achieved / peak dense TFLOPS")
+    optimizer_steps: int | None = None
+    dataset_s: float | None = Field(default=None, description="time for --dataset-tokens x --epochs")
+
+
+class Candidate(Frozen):
+    """One point of the grid with its memory and speed."""
+
+    setup: TrainingSetup
+    effective_batch: int
+    device_bytes: int
+    budget_bytes: int
+    verdict: VerdictName
+    throughput: Throughput
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict == "fits"
+
+
+class RunnerUp(Frozen):
+    """A candidate next to the chosen one, and why it was not chosen."""
+
+    candidate: Candidate
+    reason: str
+
+
+class Reason(Frozen):
+    """Why one choice of the plan was made: the rule, what it decided, its source."""
+
+    rule: str = Field(description="stable id of the rule (docs/planner.md)")
+    choice: str = Field(description="what it decided: micro-batch, attention, optimizer, ...")
+    text: str
+    source: str
+
+
+class EnvVar(Frozen):
+    """An environment variable for env.sh: set (active) or shown commented out with its risk."""
+
+    name: str
+    value: str
+    active: bool
+    why: str
+    source: str
+
+
+class Change(Frozen):
+    """A change that makes some configuration fit when none does."""
+
+    change: str
+    flag: str
+    device_bytes: int = Field(description="the smallest need after the change")
+    budget_bytes: int
+
+
+class Plan(Frozen):
+    """The planner's answer."""
+
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    model_name: str
+    target: Target
+    device: DevicePerf
+    request: PlanRequest
+    fits: bool
+    chosen: Candidate | None = None
+    estimate: Estimate | None = Field(default=None, description="the chosen configuration's full estimate")
+    reasons: tuple[Reason, ...] = ()
+    runners_up: tuple[RunnerUp, ...] = ()
+    env: tuple[EnvVar, ...] = ()
+    min_device_bytes: int = Field(description="the smallest need over the whole grid")
+    changes: tuple[Change, ...] = Field(
+        default=(), description="when nothing fits: what would, smallest first"
+    )
+    grid_points: int
+    estimates_run: int
+    warnings: tuple[str, ...] = ()

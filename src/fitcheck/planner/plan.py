@@ -1,0 +1,209 @@
+"""``make_plan``: check the request, search the grid, explain the choice, or say what would fit.
+
+Pure: the model spec, target, device speed and the catalog's other targets come in as data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fitcheck.engine.estimate import estimate
+from fitcheck.engine.verdict import verdict
+from fitcheck.models import ModelSpec, Target, TrainingSetup
+from fitcheck.planner import rules as R
+from fitcheck.planner.advice import env_vars
+from fitcheck.planner.explain import reasons, runners_up
+from fitcheck.planner.models import Candidate, Change, DevicePerf, Plan, PlanRequest
+from fitcheck.planner.search import evaluate_grid
+from fitcheck.units import GIB
+
+#: Shortest sequence length suggested when nothing fits.
+MIN_SUGGESTED_SEQ = 128
+#: Model sizes (billions of parameters) tried as "a smaller model", at most 90% of the model's size.
+SMALLER_SIZES_B = (70, 34, 14, 8, 7, 3, 1.5, 1, 0.5, 0.25, 0.125)
+SMALLER_AT_MOST = 0.9
+
+
+def make_plan(
+    spec: ModelSpec,
+    target: Target,
+    device: DevicePerf,
+    req: PlanRequest,
+    other_targets: Sequence[Target] = (),
+) -> Plan:
+    """The fastest configuration that fits, with reasons and runners-up; or the smallest change.
+
+    Args:
+        spec: the model.
+        target: the machine (budget from `fitcheck.hardware.budget`).
+        device: its speed (`fitcheck.planner.device`).
+        req: what is fixed and what is searched.
+        other_targets: catalog devices of the same backend, for "a bigger device" when nothing fits.
+
+    Raises:
+        OptionError: an impossible request (xformers on MPS, an 8-bit optimizer on MPS, ...).
+    """
+    R.check_request(spec, target, device, req)
+    req = _normalise(req, target)
+    grid, cands, runs = evaluate_grid(spec, target, device, req)
+    chosen = next((c for c in cands if c.fits), None)
+    least = min(c.device_bytes for c in cands)
+    warnings = [f"speed figures assumed: {'; '.join(device.assumed)}"] if device.assumed else []
+    common: dict[str, Any] = {
+        "model": spec.id,
+        "model_name": spec.name,
+        "target": target,
+        "device": device,
+        "request": req,
+        "min_device_bytes": least,
+        "grid_points": len(grid.points),
+    }
+    if chosen is None:
+        changes = smallest_changes(spec, target, device, req, cands, other_targets)
+        return Plan(
+            fits=False, changes=tuple(changes), estimates_run=runs, warnings=tuple(warnings), **common
+        )
+    est = estimate(spec, chosen.setup, target.context_bytes or None)
+    est = est.model_copy(update={"target": verdict(est, target)})
+    warnings += est.warnings
+    return Plan(
+        fits=True,
+        chosen=chosen,
+        estimate=est,
+        reasons=tuple(reasons(chosen, cands, req, target, device)),
+        runners_up=tuple(runners_up(chosen, cands, grid.methods)),
+        env=env_vars(chosen, target),
+        estimates_run=runs,
+        warnings=tuple(warnings),
+        **common,
+    )
+
+
+def _normalise(req: PlanRequest, target: Target) -> PlanRequest:
+    """Fill what the target decides: backend and GPUs; MLX's 4-bit format has no double quantization."""
+    update: dict[str, object] = {"backend": target.backend, "gpus": target.gpus}
+    if req.base.trainer == "mlx":
+        update["double_quant"] = False
+    return req.model_copy(update={"base": req.base.model_copy(update=update)})
+
+
+def _fits_with(spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest) -> Candidate | None:
+    _, cands, _ = evaluate_grid(spec, target, device, req)
+    return next((c for c in cands if c.fits), None)
+
+
+def _least(cands: Sequence[Candidate]) -> Candidate:
+    return min(cands, key=lambda c: c.device_bytes)
+
+
+def smallest_changes(
+    spec: ModelSpec,
+    target: Target,
+    device: DevicePerf,
+    req: PlanRequest,
+    cands: Sequence[Candidate],
+    other_targets: Sequence[Target] = (),
+) -> list[Change]:
+    """Changes that make something fit, smallest first: a fixed choice freed, another method, a shorter
+    sequence, a smaller model, a bigger device (each checked by estimating it)."""
+    out: list[Change] = []
+    budget = target.budget_bytes
+
+    def add(change: str, flag: str, c: Candidate | None) -> None:
+        if c is not None:
+            out.append(Change(change=change, flag=flag, device_bytes=c.device_bytes, budget_bytes=budget))
+
+    freed = {
+        "batch_size": ("--batch-size", req.batch_size is not None),
+        "grad_ckpt": ("--no-grad-ckpt", req.grad_ckpt is False),
+        "optimizer": ("--optimizer", req.optimizer is not None),
+        "precision": ("--precision", req.precision == "fp32"),
+        "attn": ("--attn", req.attn == "eager"),
+    }
+    for field, (flag, fixed) in freed.items():
+        if fixed:
+            add(
+                f"let fitcheck choose {field.replace('_', ' ')}",
+                f"drop {flag}",
+                _fits_with(spec, target, device, req.model_copy(update={field: None})),
+            )
+    later = {"full": ("lora", "qlora"), "lora": ("qlora",)}.get(req.method, ())
+    for m in later:
+        c = _fits_with(spec, target, device, req.model_copy(update={"method": m}))
+        add(
+            f"{'QLoRA: 4-bit base weights' if m == 'qlora' else 'LoRA instead of full fine-tuning'}",
+            f"--method {m}",
+            c,
+        )
+        if c is not None:
+            break
+    seq = req.floor_seq_len // 2
+    while seq >= MIN_SUGGESTED_SEQ:
+        c = _fits_with(spec, target, device, req.model_copy(update={"seq_len": seq, "min_seq_len": None}))
+        if c is not None:
+            add(
+                f"a maximum length of {seq} tokens (check that typical examples still fit)",
+                f"--seq-len {seq}",
+                c,
+            )
+            break
+        seq //= 2
+    frugal = _least(cands).setup
+    smaller = _smaller_model(spec, target, frugal)
+    if smaller is not None:
+        size, need = smaller
+        out.append(
+            Change(
+                change=f"a smaller model: about {size} parameters",
+                flag=size,
+                device_bytes=need,
+                budget_bytes=budget,
+            )
+        )
+    bigger = _bigger_device(spec, target, frugal, other_targets)
+    if bigger is not None:
+        t, need = bigger
+        out.append(
+            Change(
+                change=f"a bigger device: {t.name} ({t.budget_bytes / GIB:.1f} GiB budget)",
+                flag=f"--on {t.id}",
+                device_bytes=need,
+                budget_bytes=t.budget_bytes,
+            )
+        )
+    return out
+
+
+def _smaller_model(spec: ModelSpec, target: Target, frugal: TrainingSetup) -> tuple[str, int] | None:
+    """The largest Llama-shaped size below this model that fits with the most frugal setup."""
+    from fitcheck.engine.params import count_params
+    from fitcheck.sources.size import spec_from_size
+
+    total = count_params(spec.arch)
+    setup = frugal
+    if frugal.lora_targets not in ("all-linear", "attn"):
+        setup = frugal.model_copy(update={"lora_targets": "all-linear"})
+    for b in SMALLER_SIZES_B:
+        if b * 1e9 > SMALLER_AT_MOST * total:
+            continue
+        label = f"{b:g}B"
+        need = estimate(spec_from_size(label), setup, target.context_bytes or None).device_bytes
+        if need <= target.budget_bytes:
+            return label, need
+    return None
+
+
+def _bigger_device(
+    spec: ModelSpec, target: Target, frugal: TrainingSetup, others: Sequence[Target]
+) -> tuple[Target, int] | None:
+    """The smallest device of the same backend whose budget holds the most frugal setup."""
+    pool = sorted(
+        (t for t in others if t.backend == target.backend and t.budget_bytes > target.budget_bytes),
+        key=lambda t: (t.budget_bytes, t.id),
+    )
+    for t in pool:
+        need = estimate(spec, frugal, t.context_bytes or None).device_bytes
+        if need <= t.budget_bytes:
+            return t, need
+    return None

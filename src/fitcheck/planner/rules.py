@@ -1,0 +1,361 @@
+"""Backend rules: which values each searched dimension may take on this device and trainer.
+
+Facts are tables (one row per rule, with its source); the functions below only read them. A value
+the user fixes is checked against the same facts: what cannot run (xformers on Apple silicon, a
+bitsandbytes 8-bit optimizer under MPS, FlashAttention-2 before Ampere) or cannot be written for the
+trainer is an `OptionError` (exit 2) that names an alternative.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fitcheck.errors import OptionError
+from fitcheck.models import ModelSpec, Target
+from fitcheck.planner.models import DevicePerf, PlanRequest
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One backend rule, shown as a reason wherever it decides something."""
+
+    id: str
+    text: str
+    source: str
+
+
+_RULES = (
+    Rule(
+        "effective-batch",
+        "micro-batch x gradient accumulation x GPUs = the effective batch",
+        "issue #5; seeds/000 (Nvidia 2: accumulation simulates a larger batch without its memory)",
+    ),
+    Rule(
+        "tensor-core-batch",
+        "micro-batch a power of two or a multiple of 8, so matrix shapes fill Tensor Core tiles",
+        "seeds/000 (Nvidia 1: train_batch_size 4, 8 or 16; matrices in multiples of 8 or 16)",
+    ),
+    Rule(
+        "small-card-accum",
+        "12-16 GB cards: micro-batch 1-2 with gradient accumulation when larger micro-batches do not fit",
+        "seeds/000 (Nvidia 2: batch 1 or 2 with gradient_accumulation_steps=4 on 12-16 GB)",
+    ),
+    Rule(
+        "mps-small-batch",
+        "Apple silicon: micro-batch 1-2; larger ones saturate the GPU and throttle without a speed-up",
+        "seeds/000 (Apple 1: batch piu' piccolo, 1 o 2)",
+    ),
+    Rule(
+        "flash-ampere",
+        "FlashAttention-2 on NVIDIA Ampere or newer (compute capability >= 8.0)",
+        "seeds/000 (Nvidia 3: XFormers o FlashAttention-2); Dao-AILab/flash-attention README "
+        "(Ampere, Ada, Hopper)",
+    ),
+    Rule(
+        "xformers",
+        "xformers memory-efficient attention where the trainer offers it (axolotl) and FlashAttention-2 "
+        "is not available",
+        "seeds/000 (Nvidia 3)",
+    ),
+    Rule(
+        "sdpa",
+        "PyTorch SDPA otherwise: fused O(s) kernels on CUDA, ROCm and CPU; native Metal on Apple silicon",
+        "seeds/000 (Apple 3: SDPA mapped to Metal); design.md section 6",
+    ),
+    Rule(
+        "no-xformers-mps",
+        "never xformers on Apple silicon: its binaries are CUDA-only and crash",
+        "seeds/000 (Apple 3); facebookresearch/xformers#731",
+    ),
+    Rule(
+        "bf16-hw",
+        "bf16 only where the hardware has it (NVIDIA compute capability >= 8.0), fp16 otherwise",
+        "design.md section 6; hardware_detection.md 6.3 "
+        "(torch.cuda.is_bf16_supported(including_emulation=False))",
+    ),
+    Rule(
+        "mps-bf16",
+        "Apple M1/M2: bf16 is emulated through fp32, so fp16",
+        "transformers PR #40458; pytorch/pytorch#119641 (bf16 on MPS from macOS 14)",
+    ),
+    Rule(
+        "adamw8bit-to-fit",
+        "8-bit AdamW (bitsandbytes) on CUDA only when it is needed to fit: optimizer states 8 -> 2 B/param",
+        "seeds/001 (AdamW8bit: da 8 a 2 byte per parametro)",
+    ),
+    Rule(
+        "mps-optimizers",
+        "Apple silicon: no bitsandbytes optimizers; AdamW, Adafactor or Lion",
+        "seeds/001 (ottimizzatori nativi: AdamW, Adafactor, Lion); bitsandbytes PR #1983 (MPS: 4-bit yes, "
+        "optimizers no)",
+    ),
+    Rule(
+        "mlx-native",
+        "mlx-lm, the native path on Apple silicon: optimizers adam, adamw, muon, sgd, adafactor; QLoRA "
+        "trains a pre-quantized 4-bit MLX model",
+        "tests/data/trainer_keys/mlx_lm_lora_keys.txt (ml-explore/mlx-lm @d78bf58e); design.md section 6",
+    ),
+    Rule(
+        "grad-ckpt",
+        "gradient checkpointing only when it is needed: recomputing the forward costs about a third more "
+        "FLOPs (the source documents: 20-30% slower)",
+        "seeds/002 (gradient checkpointing: circa il 20-30% piu' lento)",
+    ),
+    Rule(
+        "method-auto",
+        "--method auto: full fine-tuning if any configuration fits, then LoRA, then QLoRA",
+        "issue #5; seeds/002 (LoRA instead of full fine-tuning; switch to QLoRA)",
+    ),
+    Rule(
+        "seq-floor",
+        "the longest sequence length that fits, never below --min-seq-len (default: the requested length)",
+        "seeds/002 (shorten the maximum length first, but never below typical examples)",
+    ),
+    Rule(
+        "qlora-mps",
+        "QLoRA through bitsandbytes on MPS works only in recent releases; mlx-lm with a 4-bit model is the "
+        "native path",
+        "hardware_detection.md 3.7 (bitsandbytes PR #1983, 2026-07, torch >= 2.9); design.md section 6",
+    ),
+    Rule(
+        "expandable-segments",
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when the plan is within 10% of the budget: "
+        "fewer fragmented blocks in the caching allocator",
+        "PyTorch docs, CUDA semantics: optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF",
+    ),
+    Rule(
+        "mps-watermark",
+        "PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 lifts PyTorch's MPS allocation cap; risk: the run can "
+        "push macOS "
+        "into swap (about 10x slower) or freeze it",
+        "seeds/000 (Apple 2); hardware_detection.md 3.6 (0.0 'may cause system failure')",
+    ),
+    Rule(
+        "mps-fallback",
+        "PYTORCH_ENABLE_MPS_FALLBACK=1 runs an operator MPS lacks on the CPU instead of stopping the run",
+        "hardware_detection.md 3.7 (pytorch/pytorch#77764; docs mps_environment_variables)",
+    ),
+    Rule(
+        "throughput",
+        "the highest estimated throughput among the configurations that fit with the headroom",
+        "issue #5; docs/planner.md (throughput model)",
+    ),
+    Rule(
+        "tie-order",
+        "equal estimated throughput: bf16 > fp16 > fp32; flash > xformers > sdpa > eager; "
+        "adamw > adafactor > "
+        "lion > sgd > 8-bit; no checkpointing first; larger micro-batch first (smaller on Apple silicon)",
+        "docs/planner.md (tie order)",
+    ),
+)
+RULES: dict[str, Rule] = {r.id: r for r in _RULES}
+
+#: Attention kernels and optimizers each trainer's config can name (emitters write these).
+TRAINER_ATTN: dict[str, tuple[str, ...]] = {
+    "hf": ("flash", "sdpa", "eager"),
+    "axolotl": ("flash", "xformers", "sdpa", "eager"),
+    "llamafactory": ("flash", "sdpa", "eager"),
+    "mlx": ("sdpa",),
+    "torchtune": ("sdpa",),
+    "generic": ("flash", "xformers", "sdpa", "eager"),
+    "kohya": ("xformers", "sdpa", "eager"),
+}
+_HF_OPT = ("adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "sgd")
+TRAINER_OPT: dict[str, tuple[str, ...]] = {
+    "hf": _HF_OPT,
+    "axolotl": _HF_OPT,
+    "llamafactory": _HF_OPT,
+    "mlx": ("adamw", "adafactor", "sgd"),
+    "torchtune": ("adamw", "adamw8bit", "paged-adamw8bit", "sgd"),
+    "generic": ("adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"),
+    "kohya": ("adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"),
+}
+#: Optimizers that need bitsandbytes' CUDA kernels (HF's ``lion`` is bitsandbytes' ``lion_32bit``).
+BNB_OPT = frozenset({"adamw8bit", "paged-adamw8bit", "lion8bit"})
+HF_BNB_LION = frozenset({"hf", "axolotl", "llamafactory"})
+#: Backends each trainer runs on.
+TRAINER_BACKENDS: dict[str, tuple[str, ...]] = {
+    "hf": ("cuda", "rocm", "mps", "cpu"),
+    "axolotl": ("cuda", "rocm"),
+    "llamafactory": ("cuda", "rocm", "mps", "cpu"),
+    "mlx": ("mps",),
+    "torchtune": ("cuda", "rocm", "mps", "cpu"),
+    "generic": ("cuda", "rocm", "mps", "cpu"),
+    "kohya": ("cuda", "rocm", "mps", "cpu"),
+}
+#: Searched optimizers per backend, in the tie order.
+SEARCH_OPT: dict[str, tuple[str, ...]] = {
+    "cuda": ("adamw", "adamw8bit"),
+    "rocm": ("adamw",),
+    "mps": ("adamw", "adafactor", "lion"),
+    "cpu": ("adamw", "adafactor"),
+}
+#: Tie order per dimension (earlier wins when throughput is equal).
+PRECISION_ORDER = ("bf16", "fp16", "fp32")
+ATTN_ORDER = ("flash", "xformers", "sdpa", "eager")
+OPT_ORDER = ("adamw", "adafactor", "lion", "sgd", "prodigy", "adamw8bit", "paged-adamw8bit", "lion8bit")
+METHOD_ORDER = ("full", "lora", "qlora")
+
+
+def reason_for(rule_id: str, choice: str, text: str | None = None) -> tuple[str, str, str, str]:
+    """(rule, choice, text, source) for a `Reason`, the rule's own text unless one is given."""
+    rule = RULES[rule_id]
+    return rule.id, choice, text or rule.text, rule.source
+
+
+# ------------------------------------------------------------------------------------------ checks
+
+
+def check_request(spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest) -> None:
+    """Refuse what cannot run or cannot be written, naming an alternative (exit 2)."""
+    trainer, backend = req.base.trainer, target.backend
+    if trainer == "kohya":
+        raise OptionError(
+            f"kohya (sd-scripts) trains diffusion models; {spec.name} is a language model: use --trainer hf, "
+            "axolotl, llamafactory or mlx"
+        )
+    if backend not in TRAINER_BACKENDS[trainer]:
+        alt = "mlx or hf" if backend == "mps" else "hf or llamafactory"
+        where = {"mps": "Apple silicon", "cpu": "a CPU", "cuda": "NVIDIA GPUs", "rocm": "AMD GPUs"}[backend]
+        runs = " and ".join(TRAINER_BACKENDS[trainer])
+        raise OptionError(f"--trainer {trainer} runs on {runs}, not on {where}; use --trainer {alt}")
+    if req.attn is not None:
+        _check_attn(req.attn, trainer, backend, device)
+    if req.optimizer is not None:
+        _check_optimizer(req.optimizer, trainer, backend)
+    if req.precision is not None:
+        _check_precision(req.precision, backend, device)
+    per_gpu, rest = divmod(req.effective_batch, target.gpus)
+    if rest:
+        raise OptionError(
+            f"--effective-batch {req.effective_batch} is not a multiple of the {target.gpus} GPUs; "
+            f"use {max(1, per_gpu) * target.gpus}"
+        )
+    if req.batch_size is not None and per_gpu % req.batch_size:
+        raise OptionError(
+            f"--batch-size {req.batch_size} does not divide the per-GPU effective batch {per_gpu}: "
+            f"use one of {', '.join(str(d) for d in _divisors(per_gpu))}"
+        )
+    if req.floor_seq_len > req.seq_len:
+        raise OptionError(f"--min-seq-len {req.floor_seq_len} is above --seq-len {req.seq_len}")
+    if req.method == "full" and req.base.dora:
+        raise OptionError("--dora applies to LoRA and QLoRA, not --method full")
+
+
+def _check_attn(attn: str, trainer: str, backend: str, device: DevicePerf) -> None:
+    if attn == "xformers" and backend == "mps":
+        raise OptionError("xformers is CUDA-only and crashes on Apple silicon; use --attn sdpa")
+    if attn in ("flash", "xformers") and backend != "cuda":
+        raise OptionError(f"--attn {attn} needs an NVIDIA GPU; on {backend} use --attn sdpa")
+    if attn == "flash" and device.cc is not None and device.cc < 8.0:
+        raise OptionError(
+            f"FlashAttention-2 needs compute capability 8.0 or newer; {device.name} has "
+            f"{device.compute_capability}: "
+            "use --attn sdpa" + (" or xformers (axolotl)" if backend == "cuda" else "")
+        )
+    if attn not in TRAINER_ATTN[trainer]:
+        can = ", ".join(TRAINER_ATTN[trainer])
+        raise OptionError(f"--trainer {trainer} cannot select --attn {attn}; it offers {can}")
+
+
+def _check_optimizer(opt: str, trainer: str, backend: str) -> None:
+    if backend == "mps" and (opt in BNB_OPT or (opt == "lion" and trainer in HF_BNB_LION)):
+        native = "adamw, adafactor or lion" if trainer not in HF_BNB_LION else "adamw or adafactor"
+        raise OptionError(
+            f"--optimizer {opt} needs bitsandbytes CUDA kernels; on Apple silicon use {native}"
+            + (" (the HF Trainer's lion is bitsandbytes')" if opt == "lion" else "")
+        )
+    if backend == "cpu" and (opt in BNB_OPT or (opt == "lion" and trainer in HF_BNB_LION)):
+        raise OptionError(
+            f"--optimizer {opt} needs bitsandbytes GPU kernels; on a CPU use adamw or adafactor"
+        )
+    if opt not in TRAINER_OPT[trainer]:
+        can = ", ".join(TRAINER_OPT[trainer])
+        raise OptionError(f"--trainer {trainer} has no --optimizer {opt}; it offers {can}")
+
+
+def _check_precision(precision: str, backend: str, device: DevicePerf) -> None:
+    if precision == "bf16" and not device.bf16_native and backend in ("cuda", "rocm"):
+        raise OptionError(
+            f"{device.name} has no bf16 in hardware (compute capability {device.compute_capability or '?'} "
+            "< 8.0): use --precision fp16"
+        )
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+# ------------------------------------------------------------------------------------ candidates
+
+
+def methods(req: PlanRequest) -> tuple[str, ...]:
+    """The methods to search, in preference order (auto: full, then LoRA, then QLoRA)."""
+    if req.method != "auto":
+        return (req.method,)
+    return METHOD_ORDER if not req.base.dora else ("lora", "qlora")
+
+
+def seq_lens(req: PlanRequest) -> tuple[int, ...]:
+    """The requested length, then halvings down to (and including) --min-seq-len."""
+    out = [req.seq_len]
+    floor = req.floor_seq_len
+    while out[-1] // 2 >= floor:
+        out.append(out[-1] // 2)
+    if out[-1] != floor:
+        out.append(floor)
+    return tuple(out)
+
+
+def micro_batches(req: PlanRequest, target: Target) -> tuple[int, ...]:
+    """Micro-batches that divide the per-GPU effective batch and suit the backend."""
+    per_gpu = req.effective_batch // target.gpus
+    if req.batch_size is not None:
+        return (req.batch_size,)
+    divs = _divisors(per_gpu)
+    pow2 = [d for d in divs if d & (d - 1) == 0]
+    if target.backend in ("cuda", "rocm"):
+        out = sorted(set(pow2) | {d for d in divs if d % 8 == 0})
+    elif target.backend == "mps":
+        out = [d for d in pow2 if d <= 2]
+    else:
+        out = pow2
+    return tuple(out)
+
+
+def precisions(req: PlanRequest, device: DevicePerf) -> tuple[str, ...]:
+    """Compute dtypes the hardware runs natively, in the tie order."""
+    if req.precision is not None:
+        return (req.precision,)
+    if device.backend == "cpu":
+        return ("bf16", "fp32")
+    return ("bf16", "fp16") if device.bf16_native else ("fp16",)
+
+
+def attentions(req: PlanRequest, device: DevicePerf) -> tuple[str, ...]:
+    """Memory-efficient kernels the device and trainer offer, in the tie order (eager only when asked)."""
+    if req.attn is not None:
+        return (req.attn,)
+    trainer = req.base.trainer
+    out: list[str] = []
+    if device.backend == "cuda" and device.cc is not None and device.cc >= 8.0:
+        out.append("flash")
+    if device.backend == "cuda" and "xformers" in TRAINER_ATTN[trainer]:
+        out.append("xformers")
+    out.append("sdpa")
+    return tuple(a for a in out if a in TRAINER_ATTN[trainer])
+
+
+def optimizers(req: PlanRequest, backend: str) -> tuple[str, ...]:
+    """Optimizers to search on this backend that the trainer can name, in the tie order."""
+    if req.optimizer is not None:
+        return (req.optimizer,)
+    trainer = req.base.trainer
+    out = [o for o in SEARCH_OPT[backend] if o in TRAINER_OPT[trainer]]
+    if backend == "mps" and trainer in HF_BNB_LION:
+        out = [o for o in out if o != "lion"]
+    return tuple(out)
+
+
+def checkpointing(req: PlanRequest) -> tuple[bool, ...]:
+    return (req.grad_ckpt,) if req.grad_ckpt is not None else (False, True)

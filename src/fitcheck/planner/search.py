@@ -1,0 +1,193 @@
+"""The search: every configuration of the grid, estimated, ranked; the best one that fits.
+
+The grid is the product of the dimensions `fitcheck.planner.rules` allows (method, sequence length,
+precision, attention kernel, optimizer, checkpointing, micro-batch; accumulation follows from the
+effective batch). Every point gets a memory estimate (`fitcheck.engine.estimate`) and a throughput
+(`fitcheck.planner.throughput`). The ranking is lexicographic (docs/planner.md, "Objective"):
+
+1. method preference (``--method auto``: full, then LoRA, then QLoRA);
+2. the longest sequence length (never below ``--min-seq-len``);
+3. the highest estimated tokens/s;
+4. the tie order of `rules` (bf16 > fp16, flash > sdpa, adamw > 8-bit, no checkpointing, ...).
+
+The chosen plan is the first point in that order whose device bytes fit the budget (usable memory
+minus headroom). Points that differ only in ways the memory engine does not see (bf16 vs fp16,
+flash vs SDPA vs xformers) share one estimate; a test checks that they are equal.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fitcheck.engine.estimate import estimate
+from fitcheck.engine.states import counts
+from fitcheck.models import ModelSpec, Target, TrainingSetup
+from fitcheck.planner import rules as R
+from fitcheck.planner.models import Candidate, DevicePerf, PlanRequest
+from fitcheck.planner.throughput import throughput
+
+#: Attention kernels with the same memory in the engine (O(s) saved tensors).
+FUSED_ATTN = frozenset({"flash", "sdpa", "xformers"})
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration of the grid."""
+
+    method: str
+    seq_len: int
+    precision: str
+    attn: str
+    optimizer: str
+    grad_ckpt: bool
+    batch_size: int
+    grad_accum: int
+
+
+@dataclass
+class Grid:
+    """The searched values per dimension, and the points."""
+
+    methods: tuple[str, ...]
+    seq_lens: tuple[int, ...]
+    precisions: tuple[str, ...]
+    attentions: tuple[str, ...]
+    optimizers: tuple[str, ...]
+    checkpointing: tuple[bool, ...]
+    micro_batches: tuple[int, ...]
+    per_gpu: int
+    points: list[Point] = field(default_factory=list)
+
+
+def build_grid(req: PlanRequest, target: Target, device: DevicePerf) -> Grid:
+    """All points of the grid for this request, device and trainer."""
+    g = Grid(
+        methods=R.methods(req),
+        seq_lens=R.seq_lens(req),
+        precisions=R.precisions(req, device),
+        attentions=R.attentions(req, device),
+        optimizers=R.optimizers(req, target.backend),
+        checkpointing=R.checkpointing(req),
+        micro_batches=R.micro_batches(req, target),
+        per_gpu=req.effective_batch // target.gpus,
+    )
+    for m, s, p, a, o, c, b in itertools.product(
+        g.methods, g.seq_lens, g.precisions, g.attentions, g.optimizers, g.checkpointing, g.micro_batches
+    ):
+        g.points.append(Point(m, s, p, a, o, c, b, g.per_gpu // b))
+    return g
+
+
+def setup_for(base: TrainingSetup, p: Point) -> TrainingSetup:
+    """The TrainingSetup of a point (everything else as asked)."""
+    return base.model_copy(
+        update={
+            "method": p.method,
+            "seq_len": p.seq_len,
+            "precision": p.precision,
+            "attn": p.attn,
+            "optimizer": p.optimizer,
+            "grad_ckpt": p.grad_ckpt,
+            "batch_size": p.batch_size,
+            "grad_accum": p.grad_accum,
+            "dora": base.dora and p.method != "full",
+        }
+    )
+
+
+def memory_key(p: Point) -> tuple[object, ...]:
+    """Points with equal keys have equal estimates (16-bit dtypes alike; fused kernels alike)."""
+    width = 4 if p.precision == "fp32" else 2
+    kernel = "fused" if p.attn in FUSED_ATTN else p.attn
+    return (p.method, p.seq_len, width, kernel, p.optimizer, p.grad_ckpt, p.batch_size, p.grad_accum)
+
+
+class Evaluator:
+    """Estimates and throughputs of grid points, memoised."""
+
+    def __init__(
+        self, spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, est: Callable[..., int]
+    ) -> None:
+        self.spec, self.target, self.device, self.req = spec, target, device, req
+        self._est = est
+        self._mem: dict[tuple[object, ...], int] = {}
+        self._trainable: dict[str, int] = {}
+        self.estimates_run = 0
+
+    def device_bytes(self, p: Point, setup: TrainingSetup) -> int:
+        key = memory_key(p)
+        if key not in self._mem:
+            self._mem[key] = self._est(setup)
+            self.estimates_run += 1
+        return self._mem[key]
+
+    def trainable(self, setup: TrainingSetup) -> int:
+        if setup.method not in self._trainable:
+            self._trainable[setup.method] = counts(self.spec.arch, setup).trainable
+        return self._trainable[setup.method]
+
+    def candidate(self, p: Point) -> Candidate:
+        setup = setup_for(self.req.base, p)
+        need = self.device_bytes(p, setup)
+        t = self.target
+        verdict = (
+            "fits" if need <= t.budget_bytes else ("tight" if need <= t.usable_bytes else "does_not_fit")
+        )
+        return Candidate(
+            setup=setup,
+            effective_batch=self.req.effective_batch,
+            device_bytes=need,
+            budget_bytes=t.budget_bytes,
+            verdict=verdict,  # type: ignore[arg-type]
+            throughput=throughput(
+                self.spec.arch,
+                setup,
+                self.device,
+                self.trainable(setup),
+                self.req.dataset_tokens,
+                self.req.epochs,
+            ),
+        )
+
+
+def device_bytes_fn(spec: ModelSpec, target: Target) -> Callable[[TrainingSetup], int]:
+    """The engine's device bytes for a setup on this target (its CUDA context)."""
+    ctx = target.context_bytes or None
+
+    def need(setup: TrainingSetup) -> int:
+        return estimate(spec, setup, ctx).device_bytes
+
+    return need
+
+
+def rank_key(c: Candidate, methods: tuple[str, ...], backend: str) -> tuple[object, ...]:
+    """Lexicographic ranking: method preference, longest sequence, throughput, tie order."""
+    s = c.setup
+    batch = s.batch_size if backend == "mps" else -s.batch_size
+    return (
+        methods.index(s.method),
+        -s.seq_len,
+        -c.throughput.tokens_per_s,
+        R.PRECISION_ORDER.index(s.precision),
+        R.ATTN_ORDER.index(s.attn),
+        R.OPT_ORDER.index(s.optimizer),
+        s.grad_ckpt,
+        batch,
+    )
+
+
+def evaluate_grid(
+    spec: ModelSpec,
+    target: Target,
+    device: DevicePerf,
+    req: PlanRequest,
+    est: Callable[[TrainingSetup], int] | None = None,
+) -> tuple[Grid, list[Candidate], int]:
+    """Every grid point as a candidate, ranked best first; and how many estimates ran."""
+    grid = build_grid(req, target, device)
+    ev = Evaluator(spec, target, device, req, est or device_bytes_fn(spec, target))
+    cands = [ev.candidate(p) for p in grid.points]
+    cands.sort(key=lambda c: rank_key(c, grid.methods, target.backend))
+    return grid, cands, ev.estimates_run

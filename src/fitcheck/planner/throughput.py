@@ -1,0 +1,171 @@
+"""Throughput model: FLOPs per token, a roofline per micro-step, tokens per second.
+
+A planning model, not a benchmark (docs/planner.md, "Throughput model"):
+
+* FLOPs per token: a matmul with a weight of ``n`` parameters costs ``2n`` forward; backward costs
+  ``2n`` for the input gradient and ``2n`` for the weight gradient, so full training is about ``6N``
+  (Kaplan et al. 2020, section 2.1). A frozen weight (LoRA, QLoRA) needs no weight gradient: ``4N``
+  plus ``6`` per adapter parameter. Causal attention adds ``4 L s d_attn / 2`` forward (fused kernels
+  skip the masked half; eager computes it all) and twice that backward. Checkpointing recomputes the
+  forward once more.
+* Compute time: FLOPs / (dense TFLOPS of the compute dtype x a utilisation per backend).
+* Memory time: the weights are read once per pass (forward, backward, recompute), full fine-tuning
+  writes its gradients, eager attention moves its score tensors; the micro-step takes the larger of
+  compute and memory time (a roofline, like torch.distributed._tools.RuntimeEstimator's cost model).
+* QLoRA dequantizes every 4-bit weight on each pass, a separate memory-bound kernel: added, not
+  overlapped.
+* The optimizer update reads weights and gradients and writes weights once per optimizer step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fitcheck.engine.dtypes import nbytes
+from fitcheck.engine.lora import adapter_params
+from fitcheck.engine.params import layer_linears
+from fitcheck.engine.regimes import regime_for
+from fitcheck.engine.states import quantizable_tensors
+from fitcheck.models import DecoderArch, TrainingSetup
+from fitcheck.planner.models import DevicePerf, Throughput
+
+#: Fraction of the dense peak a fine-tuning step sustains, per backend: (fraction, why).
+UTILISATION: dict[str, tuple[float, str]] = {
+    "cuda": (
+        0.40,
+        "below the 46-52% MFU of large pre-training runs (PaLM, arXiv 2204.02311 Table 3; Megatron-LM, "
+        "arXiv 2104.04473), because fine-tuning stacks run unfused norms, RoPE and loss between matmuls",
+    ),
+    "rocm": (0.30, "assumed below CUDA: fewer fused kernels in the ROCm training stack (no measurement)"),
+    "mps": (0.30, "assumed: PyTorch MPS and MLX run many small Metal kernels (no measurement)"),
+    "cpu": (0.30, "assumed: oneDNN matmuls between memory-bound elementwise ops (no measurement)"),
+}
+#: Causal attention: fused kernels (flash, SDPA, xformers) skip the masked upper triangle.
+CAUSAL_FRACTION = {"eager": 1.0, "sdpa": 0.5, "flash": 0.5, "xformers": 0.5}
+#: bitsandbytes dequantization reads the packed 4-bit weight (0.5 B + constants) and writes a 16-bit copy.
+DEQUANT_BYTES_PER_PARAM = 0.5 + 2.0
+SIGNIFICANT = 6
+
+
+@dataclass(frozen=True)
+class Flops:
+    """FLOPs per token of one setup, by part."""
+
+    forward: float
+    backward: float
+    recompute: float
+
+    @property
+    def total(self) -> float:
+        return self.forward + self.backward + self.recompute
+
+    @property
+    def model(self) -> float:
+        """Without recompute: what MFU counts (PaLM appendix B)."""
+        return self.forward + self.backward
+
+
+def matmul_params(a: DecoderArch) -> int:
+    """Weights one token multiplies through: active layer projections (top-k experts) and the lm_head."""
+    moe_n = a.moe_layers if a.is_moe else 0
+    total = 0
+    for n_layers, moe in ((a.num_layers - moe_n, False), (moe_n, True)):
+        if n_layers:
+            total += n_layers * sum(lin.copies * lin.d_in * lin.d_out for lin in layer_linears(a, moe, True))
+    return total + a.vocab_size * a.hidden_size
+
+
+def attention_flops(a: DecoderArch, seq_len: int, attn: str) -> float:
+    """Forward attention FLOPs per token: QK^T and AV over the keys, causal half for fused kernels."""
+    return 4.0 * a.num_layers * a.num_heads * a.head_dim * seq_len * CAUSAL_FRACTION[attn]
+
+
+def flops_per_token(a: DecoderArch, setup: TrainingSetup) -> Flops:
+    """Training FLOPs per token (forward, backward, recompute)."""
+    n = matmul_params(a)
+    adapters = adapter_params(a, setup) if setup.method != "full" else 0
+    att = attention_flops(a, setup.seq_len, setup.attn)
+    fwd = 2.0 * n + 2.0 * adapters + att
+    weight_grads = 2.0 * n if setup.method == "full" else 2.0 * adapters
+    bwd = 2.0 * n + 2.0 * adapters + weight_grads + 2.0 * att
+    return Flops(forward=fwd, backward=bwd, recompute=fwd if setup.grad_ckpt else 0.0)
+
+
+def round_sig(x: float, digits: int = SIGNIFICANT) -> float:
+    """Round to significant digits, so that equal estimates compare equal."""
+    return float(f"{x:.{digits}g}")
+
+
+@dataclass(frozen=True)
+class MicroStep:
+    """Seconds of one micro-step by part."""
+
+    compute_s: float
+    memory_s: float
+    dequant_s: float
+
+    @property
+    def total_s(self) -> float:
+        return max(self.compute_s, self.memory_s) + self.dequant_s
+
+
+def micro_step(a: DecoderArch, setup: TrainingSetup, device: DevicePerf, flops: Flops) -> MicroStep:
+    """Roofline time of one micro-step on one device."""
+    util = UTILISATION[device.backend][0]
+    tokens = setup.batch_size * setup.seq_len
+    compute = tokens * flops.total / (device.tflops(setup.precision) * 1e12 * util)
+    bw = device.bandwidth_gbps * 1e9
+    wbytes = 4 if setup.precision == "fp32" else 2
+    passes = 3 if setup.grad_ckpt else 2
+    n = matmul_params(a)
+    traffic = float(n * wbytes * passes)
+    if setup.method == "full":
+        gbytes = nbytes(regime_for(setup).grad_dtype)
+        traffic += n * gbytes * (2 if setup.grad_accum > 1 else 1)
+    if setup.attn == "eager":
+        gamma = 4 if setup.precision == "fp32" else 2
+        traffic += 3.0 * tokens * a.num_layers * a.num_heads * setup.seq_len * (4 + gamma)
+    dequant = 0.0
+    if setup.method == "qlora":
+        dequant = passes * quantizable_tensors(a)[0] * DEQUANT_BYTES_PER_PARAM / bw
+    return MicroStep(compute_s=compute, memory_s=traffic / bw, dequant_s=dequant)
+
+
+def update_seconds(a: DecoderArch, setup: TrainingSetup, device: DevicePerf, trainable: int) -> float:
+    """The optimizer update: read weights and gradients, write weights (state traffic not modelled)."""
+    regime = regime_for(setup)
+    pdt = regime.trainable_dtype if setup.method == "full" else regime.adapter_dtype
+    return trainable * (2 * nbytes(pdt) + nbytes(regime.grad_dtype)) / (device.bandwidth_gbps * 1e9)
+
+
+def throughput(
+    a: DecoderArch,
+    setup: TrainingSetup,
+    device: DevicePerf,
+    trainable: int,
+    dataset_tokens: int | None = None,
+    epochs: float | None = None,
+) -> Throughput:
+    """Tokens per second, step time and (with a dataset size) the time for the whole run."""
+    flops = flops_per_token(a, setup)
+    ms = micro_step(a, setup, device, flops)
+    step = setup.grad_accum * ms.total_s + update_seconds(a, setup, device, trainable)
+    tokens_per_step = setup.batch_size * setup.grad_accum * setup.gpus * setup.seq_len
+    tps = tokens_per_step / step
+    peak = device.tflops(setup.precision) * 1e12 * setup.gpus
+    steps: int | None = None
+    total: float | None = None
+    if dataset_tokens is not None:
+        steps = max(1, math.ceil(dataset_tokens * (epochs or 1.0) / tokens_per_step))
+        total = round_sig(steps * step)
+    return Throughput(
+        flops_per_token=round_sig(flops.total),
+        tokens_per_s=round_sig(tps),
+        micro_step_s=round_sig(ms.total_s),
+        step_s=round_sig(step),
+        bound="compute" if ms.compute_s >= ms.memory_s else "memory",
+        mfu=round(flops.model * tps / peak, 4),
+        optimizer_steps=steps,
+        dataset_s=total,
+    )
