@@ -181,22 +181,47 @@ def estimate_table(est: Estimate, spec: ModelSpec) -> None:
     _warn(est)
 
 
+_SEGMENT_COLORS = (
+    "cyan", "magenta", "green", "yellow", "blue", "bright_red", "bright_cyan", "bright_magenta",
+)  # fmt: skip
+
+
+def _segments(est: Estimate) -> list[tuple[str, int]]:
+    """The peak phase's components, then reserve and context: what fills the device."""
+    peak = est.phase(est.peak_phase)
+    parts = [(c.name, c.bytes) for c in peak.components if c.bytes >= (1 << 20)]
+    parts += [("allocator_reserve", est.allocator_reserve_bytes), ("context", est.context_bytes)]
+    return [(n, b) for n, b in parts if b > 0]
+
+
 def _verdict(con: Any, est: Estimate) -> None:
     from rich.text import Text
 
     v = est.target
     assert v is not None
     color = {"fits": "green", "tight": "yellow", "does_not_fit": "red"}[v.verdict]
-    width = 50
-    filled = min(width, round(width * v.device_bytes / max(1, v.usable_bytes)))
-    budget_mark = min(width, round(width * v.budget_bytes / max(1, v.usable_bytes)))
-    bar = Text()
-    bar.append("█" * min(filled, budget_mark), style=color)
-    bar.append("█" * max(0, filled - budget_mark), style="red")
-    bar.append("░" * max(0, width - filled), style="dim")
-    con.print(
-        Text.assemble("[", bar, f"] {_g(v.device_bytes)} / {_g(v.usable_bytes)} GiB usable on {v.hardware}")
-    )
+    width = 60
+    scale = width / max(1, v.usable_bytes, v.device_bytes)
+    bar, legend = Text(), Text()
+    used = 0
+    for i, (name, nbytes) in enumerate(_segments(est)):
+        style = _SEGMENT_COLORS[i % len(_SEGMENT_COLORS)]
+        cells = round((used + nbytes) * scale) - round(used * scale)
+        used += nbytes
+        bar.append("█" * cells, style=style)
+        legend.append("■ ", style=style)
+        legend.append(f"{name} {_g(nbytes)}  ")
+    budget_col = round(v.budget_bytes * scale)
+    usable_col = round(v.usable_bytes * scale)
+    filled = round(used * scale)
+    bar.append("░" * max(0, usable_col - filled), style="dim")
+    marks = [" "] * (max(usable_col, filled) + 1)
+    marks[min(budget_col, len(marks) - 1)] = "^"
+    marks[min(usable_col, len(marks) - 1)] = "|"
+    where = f"  {_g(v.device_bytes)} GiB of {_g(v.usable_bytes)} usable on {v.hardware}"
+    con.print(Text.assemble(bar, where))
+    con.print(Text("".join(marks) + "  ^ budget (usable minus headroom)  | usable memory", style="dim"))
+    con.print(legend)
     con.print(
         f"[bold {color}]{v.verdict.replace('_', ' ')}[/]: budget {_g(v.budget_bytes)} GiB "
         f"(usable minus headroom), headroom {_g(v.headroom_bytes)} GiB ({v.headroom_pct:+.1f}% of usable)"
