@@ -181,7 +181,7 @@ def run_estimate(model: str, setup_kw: dict[str, Any], on: str | None, headroom:
     spec = resolve_model(model)
     target = _target(on, headroom, setup_kw.get("gpus", 1))
     if target is not None:
-        setup_kw = {**setup_kw, "backend": target.backend}
+        setup_kw = {**setup_kw, "backend": target.backend, "gpus": max(target.gpus, setup_kw.get("gpus", 1))}
     setup = _setup(**setup_kw)
     ctx = target.context_bytes if target is not None and target.context_bytes else None
     est = estimate(spec, setup, ctx)
