@@ -88,8 +88,11 @@ def check(spec: DiffusionSpec, setup: TrainingSetup) -> None:
         )
     if setup.cache_text_encoder_outputs and setup.train_text_encoder and spec.family != "flux":
         raise OptionError("--cache-text-encoder-outputs cannot be combined with --train-text-encoder")
-    if setup.lora_targets not in ("all-linear", "attn", "kohya"):
-        raise OptionError("--lora-targets for diffusion: kohya's default modules only (all-linear)")
+    if setup.lora_targets not in ("all-linear", "conv"):
+        raise OptionError(
+            "--lora-targets for diffusion: all-linear (kohya's default modules) or conv (also the 3x3 "
+            "convolutions, conv_dim = rank)"
+        )
     if setup.lora_dropout:
         raise OptionError("--lora-dropout is not modelled for diffusion (kohya network_dropout)")
 

@@ -48,8 +48,9 @@ def step_transient_bytes(optimizer: str, shapes: list[Shape], param_bytes: int) 
 
     - torch AdamW, foreach (the CUDA default kohya gets): ``_foreach_sqrt(exp_avg_sq)``, one copy of
       every second moment at once (torch/optim/adamw.py ``_multi_tensor_adamw``);
-    - Adafactor: per tensor, fp32 copies of the gradient and (for 16-bit weights) of the weight, the
-      update and ``_approx_sq_grad``'s product, one tensor at a time (the largest decides);
+    - Adafactor (transformers): per tensor, fp32 copies of the gradient and (for 16-bit weights) of
+      the weight, ``grad**2 + eps``, and ``_approx_sq_grad``'s product with its two factors, one
+      tensor at a time (the largest decides; traced: tests/data/calibration/diffusion);
     - Lion (lion-pytorch), Prodigy: per-tensor temporaries of the parameter's size;
     - bitsandbytes 8-bit and SGD: updated in place.
     """
@@ -60,8 +61,12 @@ def step_transient_bytes(optimizer: str, shapes: list[Shape], param_bytes: int) 
     if optimizer == "adamw":
         return total * param_bytes
     if optimizer == "adafactor":
+        # grad.float(), p.float() (16-bit weights only), grad**2 + eps, and the new update from
+        # _approx_sq_grad, whose row and column factors (n / shape[-1] each) are alive with it.
         copies = 3 if param_bytes == 4 else 4
-        return copies * 4 * largest
+        return max(
+            4 * (copies * math.prod(s) + (2 * math.prod(s) // s[-1] if len(s) >= 2 else 0)) for s in shapes
+        )
     if optimizer in ("lion", "prodigy"):
         return 2 * param_bytes * largest
     return 0

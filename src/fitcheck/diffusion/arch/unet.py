@@ -282,7 +282,8 @@ class UNet2DConditionModel(Module):
         emb = self.time_embedding(t_emb)
         del t_emb
         if self.add_embedding is not None:
-            add = s.new((b, self.add_in), emb.dtype)
+            # concat(text_embeds, time-id embeddings) -> add_embedding; grads reach text_embeds
+            add = ops.combine([inp["text_embeds"]], (b, self.add_in), emb.dtype)
             emb = ops.add(emb, self.add_embedding(add))
             del add
         x = self.conv_in(x)
