@@ -49,6 +49,7 @@ GRID: list[tuple[str, tuple[int, ...], tuple[str, ...], list[dict[str, Any]]]] =
     ("sd15", (512,), ("sdpa",), [{"method": "full", "optimizer": "adamw", "grad_ckpt": False}]),
     ("sd15", (512,), ("sdpa",), [{**LORA, "lora_targets": "conv", "grad_ckpt": False, "batch_size": 2}]),
     ("sd21", (768,), ("eager",), [{**LORA, "grad_ckpt": True, "batch_size": 2}]),
+    ("sd15", (512,), ("sdpa",), [{**LORA, "fp8_base": True, "grad_ckpt": ckpt} for ckpt in (False, True)]),
     ("sdxl", (1024,), ("sdpa",), [{**LORA, "grad_ckpt": True, "batch_size": 2, "optimizer": "lion"}]),
 ]
 
@@ -61,6 +62,8 @@ def record_name(model: str, setup: Any) -> str:
     bits += [setup.optimizer, "ckpt" if setup.grad_ckpt else "nockpt", f"b{setup.batch_size}"]
     if setup.full_bf16:
         bits.append("fullbf16")
+    if setup.fp8_base:
+        bits.append("fp8")
     return "_".join(bits)
 
 

@@ -87,41 +87,43 @@ def images_per_second(
     return images / (images * per_image + step_time)
 
 
-def _candidates(spec: DiffusionSpec, setup: TrainingSetup, res: int) -> list[TrainingSetup]:
+def _families(spec: DiffusionSpec, setup: TrainingSetup, res: int) -> list[list[TrainingSetup]]:
+    """Candidate setups grouped by everything but the micro-batch (ascending within a group), so
+    the search can stop a group at the first batch that does not fit."""
     eff = setup.batch_size * setup.grad_accum
     batches = (1, 2) if setup.backend == "mps" else BATCHES
-    if setup.backend == "cuda" or setup.backend == "rocm":
+    if setup.backend in ("cuda", "rocm"):
         opts = [setup.optimizer, "adamw8bit", "adafactor"]
     else:
         opts = [setup.optimizer, "adafactor", "lion"]
     optimizers = list(dict.fromkeys(o for o in opts if not (setup.backend == "mps" and "8bit" in o)))
-    fp8 = [False]
+    fp8 = [setup.fp8_base]
     if setup.method == "lora" and setup.precision != "fp32" and setup.backend in ("cuda", "rocm"):
-        fp8.append(True)
+        fp8 = list(dict.fromkeys([setup.fp8_base, True]))
     fullbf16 = [setup.full_bf16]
     if setup.method == "full" and setup.precision == "bf16" and not setup.full_bf16:
         fullbf16.append(True)
-    cache_te = not setup.train_text_encoder and spec.family not in ("sd1", "sd2")
-    out = []
-    for b, ckpt, opt, f8, fb in itertools.product(batches, (False, True), optimizers, fp8, fullbf16):
-        accum = max(1, math.ceil(eff / b))
-        out.append(
-            setup.model_copy(
-                update={
-                    "batch_size": b,
-                    "grad_accum": accum,
-                    "grad_ckpt": ckpt,
-                    "optimizer": opt,
-                    "fp8_base": f8 or setup.fp8_base,
-                    "full_bf16": fb,
-                    "resolution": res,
-                    "cache_latents": True,
-                    "cache_text_encoder_outputs": cache_te or setup.cache_text_encoder_outputs,
-                    "attn": "sdpa" if setup.attn == "xformers" and setup.backend == "mps" else setup.attn,
-                }
-            )
+    cache_te = setup.cache_text_encoder_outputs or (
+        not setup.train_text_encoder and spec.family not in ("sd1", "sd2")
+    )
+    groups = []
+    for ckpt, opt, f8, fb in itertools.product((False, True), optimizers, fp8, fullbf16):
+        common = {
+            "grad_ckpt": ckpt,
+            "optimizer": opt,
+            "fp8_base": f8,
+            "full_bf16": fb,
+            "resolution": res,
+            "cache_latents": True,
+            "cache_text_encoder_outputs": cache_te,
+        }
+        groups.append(
+            [
+                setup.model_copy(update={**common, "batch_size": b, "grad_accum": max(1, math.ceil(eff / b))})
+                for b in batches
+            ]
         )
-    return out
+    return groups
 
 
 def plan_diffusion(
@@ -137,37 +139,39 @@ def plan_diffusion(
         min_resolution: lowest resolution to step down to (multiples of 64) when nothing fits.
     """
     setup = setup.model_copy(update={"backend": target.backend})
+    if setup.attn == "xformers" and setup.backend == "mps":
+        setup = setup.model_copy(update={"attn": "sdpa"})  # never xformers on Apple silicon
     check(spec, setup)
     tflops, bandwidth, own = _catalog(target)
     res0 = setup.resolution or spec.native_resolution
     floor = min_resolution or res0
-    resolutions = [res0] + list(range((res0 - 64) // 64 * 64, floor - 1, -64))
+    resolutions = [res0, *range((res0 - 64) // 64 * 64, floor - 1, -64)]
     considered = 0
     best: tuple[float, int, TrainingSetup, Estimate] | None = None
     smallest: tuple[int, TrainingSetup, Estimate] | None = None
     for res in resolutions:
-        for cand in _candidates(spec, setup, res):
-            try:
-                est = estimate_diffusion(spec, cand, target.context_bytes or None)
-            except OptionError:
-                continue
-            considered += 1
-            if smallest is None or est.device_bytes < smallest[0]:
-                smallest = (est.device_bytes, cand, est)
-            if judge(est, target)[0] != "fits":
-                continue
-            speed = images_per_second(spec, cand, tflops, bandwidth)
-            key = (speed * (1 - DEPARTURE * _risk(cand, setup)), -est.device_bytes)
-            if best is None or key > (best[0], best[1]):
-                best = (key[0], key[1], cand, est)
+        for group in _families(spec, setup, res):
+            for cand in group:
+                try:
+                    est = estimate_diffusion(spec, cand, target.context_bytes or None)
+                except OptionError:
+                    break
+                considered += 1
+                if smallest is None or est.device_bytes < smallest[0]:
+                    smallest = (est.device_bytes, cand, est)
+                if judge(est, target)[0] != "fits":
+                    break  # a larger micro-batch needs more memory
+                speed = images_per_second(spec, cand, tflops, bandwidth)
+                key = (speed * (1 - DEPARTURE * _risk(cand, setup)), -est.device_bytes)
+                if best is None or key > (best[0], best[1]):
+                    best = (key[0], key[1], cand, est)
         if best is not None:
             break
     if best is None:
         assert smallest is not None, "no setup could be estimated"
         _, cand, est = smallest
-        reasons = ("nothing fits: this is the smallest setup found",) + _reasons(
-            spec, setup, cand, est, target
-        )
+        why = _reasons(spec, setup, cand, est, target)
+        reasons = ("nothing fits: this is the smallest setup found", *why)
         speed = images_per_second(spec, cand, tflops, bandwidth)
         return DiffusionPlan(
             setup=cand,
@@ -208,7 +212,8 @@ def _reasons(
     out = [
         f"micro-batch {cand.batch_size} x accumulation {cand.grad_accum}: "
         + (f"the fastest that fits{tc}" if fits else "the smallest")
-        + f"; {est.device_bytes / gib:.1f} GiB of a {target.budget_bytes / gib:.1f} GiB budget on {target.id}",
+        + f"; {est.device_bytes / gib:.1f} GiB of a {target.budget_bytes / gib:.1f} GiB budget"
+        + f" on {target.id}",
         "latents cached: the VAE encodes once and leaves the GPU (color_aug and random_crop stay off)",
     ]
     if cand.cache_text_encoder_outputs:

@@ -72,6 +72,8 @@ def attach_kohya_lora(model: Any, setup: TrainingSetup, dtype: str) -> list[Any]
     params: list[Any] = []
     r = setup.lora_rank
     for child in targets:
+        down: torch.nn.Module
+        up: torch.nn.Module
         with torch.device("meta"):
             if isinstance(child, torch.nn.Linear):
                 down = torch.nn.Linear(child.in_features, r, bias=False)
