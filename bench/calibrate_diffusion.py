@@ -98,7 +98,7 @@ def main() -> int:
                         "part": spec.denoiser.name,
                         "part_class": spec.denoiser.class_name,
                         "config_source": spec.denoiser.source,
-                        "setup": setup.model_dump(mode="json", exclude_defaults=True),
+                        "setup": setup.model_dump(mode="json"),
                         "traced": {
                             "peak_allocated_bytes": step.peak_allocated_bytes,
                             "peak_phase": step.peak_phase,

@@ -261,3 +261,20 @@ def test_refuses_llm_options() -> None:
         est("sdxl", method="qlora")
     with pytest.raises(OptionError):
         est("sdxl", lora_dropout=0.1)
+
+
+def test_component_sources_resolve_in_the_docs() -> None:
+    """Every component's ``source`` anchor exists in docs/diffusion.md."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[1] / "docs" / "diffusion.md").read_text(encoding="utf-8")
+    anchors = set(re.findall(r'<a id="([^"]+)"></a>', doc))
+    anchors |= {
+        re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", doc, re.M)
+    }
+    seen = set()
+    for kw in ({}, {"method": "full", "grad_accum": 2}, {"attn": "eager", "resolution": 512}):
+        e = est("sdxl", **kw)
+        seen |= {c.source.split("#")[1] for p in e.phases for c in p.components}
+    assert seen and seen <= anchors, seen - anchors
