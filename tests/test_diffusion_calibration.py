@@ -1,10 +1,12 @@
 """The diffusion engine against traced peaks of real diffusers UNets (tests/data/calibration/diffusion).
 
-Every record was produced by ``bench/calibrate_diffusion.py``: a kohya-style step of
+The UNet records come from ``bench/calibrate_diffusion.py``: a kohya-style step of
 ``diffusers.UNet2DConditionModel`` built from the preset's published config, traced on fake
-tensors (exact storage bytes). The engine must agree within 3% on the allocated peak, and on each
-phase's peak, for every record. One small record is re-traced here (when diffusers is installed)
-so that a change in torch or diffusers that moves the reference shows up as a failure.
+tensors (exact storage bytes). The ``kohya_*`` records come from ``bench/calibrate_kohya_dit.py``:
+the same step of sd-scripts' own FLUX.1 and SD 3.5 models (the layout the DiT estimates follow).
+The engine must agree within 3% on the allocated peak, and on each phase's peak, for every record.
+One small record is re-traced here (when diffusers is installed) so that a change in torch or
+diffusers that moves the reference shows up as a failure.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def denoiser_only(model: str) -> DiffusionSpec:
 
 
 def test_grid_covers_the_acceptance() -> None:
-    """SD 1.5 and SDXL, two resolutions each, eager and SDPA."""
+    """SD 1.5 and SDXL, two resolutions each, eager and SDPA; and every DiT preset family."""
     seen = {
         (r["model"], r["setup"].get("resolution"), r["setup"].get("attn", "sdpa")) for r in map(load, RECORDS)
     }
@@ -44,16 +46,21 @@ def test_grid_covers_the_acceptance() -> None:
         for res in resolutions:
             for attn in ("eager", "sdpa"):
                 assert (model, res, attn) in seen, (model, res, attn)
+    models = {m for m, _, _ in seen}
+    assert {"flux.1-dev", "flux.1-schnell", "sd35-medium", "sd35-large", "sd21"} <= models
 
 
 @pytest.mark.parametrize("path", RECORDS, ids=lambda p: p.stem)
 def test_record_provenance(path: Path) -> None:
     rec = load(path)
     assert rec["name"] == path.stem
-    assert rec["command"].endswith("bench/calibrate_diffusion.py")
-    for tool in ("torch", "diffusers", "python"):
+    kohya = rec["name"].startswith("kohya_")
+    script = "bench/calibrate_kohya_dit.py" if kohya else "bench/calibrate_diffusion.py"
+    assert script in rec["command"]
+    for tool in ("torch", "python", "sd-scripts" if kohya else "diffusers"):
         assert tool in rec["tool_versions"], tool
-    assert rec["config_source"].startswith("https://huggingface.co/")
+    site = "https://github.com/kohya-ss/sd-scripts/blob/" if kohya else "https://huggingface.co/"
+    assert rec["config_source"].startswith(site)
     for phase in rec["traced"]["phases"]:
         assert sum(phase["breakdown"].values()) == phase["peak_bytes"]
 

@@ -51,11 +51,14 @@ def build_unet(config: dict[str, Any]) -> Any:
         return UNet2DConditionModel.from_config(config)
 
 
-def attach_kohya_lora(model: Any, setup: TrainingSetup, dtype: str) -> list[Any]:
-    """kohya networks/lora.py: wrap the forward of every targeted layer; return the LoRA parameters."""
+def attach_kohya_lora(
+    model: Any, setup: TrainingSetup, dtype: str, classes: tuple[str, ...] | None = None
+) -> list[Any]:
+    """kohya networks/lora*.py: wrap the forward of every targeted layer; return the LoRA parameters."""
     import torch
 
-    classes = LORA_CLASSES["unet_conv" if setup.lora_targets == "conv" else "unet"]
+    if classes is None:
+        classes = LORA_CLASSES["unet_conv" if setup.lora_targets == "conv" else "unet"]
     targets: list[Any] = []
     seen: set[int] = set()
     for _, mod in model.named_modules():
@@ -103,21 +106,14 @@ def attach_kohya_lora(model: Any, setup: TrainingSetup, dtype: str) -> list[Any]
     return params
 
 
-def trace_denoiser_step(spec: DiffusionSpec, setup: TrainingSetup, *, steps: int = 2, top: int = 8) -> Any:
-    """Trace ``steps`` training steps of the spec's UNet under ``setup``; a `MeasuredStep`.
+def trace_denoiser_step(spec: DiffusionSpec, setup: TrainingSetup) -> Any:
+    """Trace two training steps of the spec's UNet under ``setup``; a `MeasuredStep`.
 
     Raises:
         OptionError: a denoiser other than a UNet, or an optimizer with no fake-tensor path.
     """
     import torch
     from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from fitcheck.measure.autocast import cuda_autocast_policy
-    from fitcheck.measure.optim import make_optimizer, state_tensors
-    from fitcheck.measure.summary import RunFacts, summarize
-    from fitcheck.measure.trace import _fakeify, _param_bytes, _unique_params, _window
-    from fitcheck.measure.tracker import LiveStorageMode, ModuleScope, Tracker
 
     part = spec.denoiser
     if part.class_name != "UNet2DConditionModel":
@@ -135,19 +131,14 @@ def trace_denoiser_step(spec: DiffusionSpec, setup: TrainingSetup, *, steps: int
     model.set_attn_processor(AttnProcessor() if setup.attn == "eager" else AttnProcessor2_0())
     if setup.grad_ckpt:
         model.enable_gradient_checkpointing()
-    model.train()
-    fake = FakeTensorMode()
-    _fakeify(model, fake)
-    tracker = Tracker()
     c = rg.compute_dtype(setup)
-    cdt = _dtype(c)
     res = setup.resolution or spec.native_resolution
     h = res // VAE_FACTOR
     b = setup.batch_size
     cfg = part.config
-    with fake:
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = make_optimizer(params, setup, regime)
+
+    def make_inputs() -> tuple[list[Any], Any, Any]:
+        cdt = _dtype(c)
         sample = torch.randn(b, int(cfg.get("in_channels", 4)), h, h, dtype=cdt)
         ctx = torch.randn(b, spec.text_tokens, int(cfg.get("cross_attention_dim", 768)), dtype=cdt)
         ts = torch.randint(0, 1000, (b,))
@@ -161,21 +152,66 @@ def trace_denoiser_step(spec: DiffusionSpec, setup: TrainingSetup, *, steps: int
                 "time_ids": torch.randn(b, 6, dtype=cdt),
             }
         target = torch.randn(b, int(cfg.get("out_channels", 4)), h, h)
-        inputs = [sample, ctx, *(added or {}).values()]
+
+        def call() -> Any:
+            return model(sample, ts, ctx, added_cond_kwargs=added).sample
+
+        return [sample, ctx, *(added or {}).values()], [ts, target], (call, target)
+
+    return trace_module(model, make_inputs, setup, regime, started, part.class_name, len(lora))
+
+
+def trace_module(
+    model: Any,
+    make_inputs: Any,
+    setup: TrainingSetup,
+    regime: Any,
+    started: float,
+    model_type: str,
+    n_lora: int,
+) -> Any:
+    """Trace two kohya-style steps of ``model`` (already built, dtyped, LoRA-wrapped) on fake tensors.
+
+    ``make_inputs()`` (called inside fake mode) returns (tensors that get ``requires_grad`` with
+    checkpointing, other tensors, (call, target)): ``call()`` runs the forward and returns the
+    prediction, compared with ``target`` by an fp32 MSE loss.
+    """
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from fitcheck.measure.autocast import cuda_autocast_policy
+    from fitcheck.measure.optim import make_optimizer, state_tensors
+    from fitcheck.measure.summary import RunFacts, summarize
+    from fitcheck.measure.trace import _fakeify, _param_bytes, _unique_params, _window
+    from fitcheck.measure.tracker import LiveStorageMode, ModuleScope, Tracker
+
+    model.train()
+    fake = FakeTensorMode()
+    _fakeify(model, fake)
+    tracker = Tracker()
+    c = rg.compute_dtype(setup)
+    steps = 2
+    with fake:
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = make_optimizer(params, setup, regime)
+        grads_in, others, (call, target) = make_inputs()
         if setup.grad_ckpt:
-            for t in inputs:
-                t.requires_grad_(True)  # kohya: noisy_latents / text conds requires_grad_(True)
+            for t in grads_in:
+                t.requires_grad_(True)  # kohya: noisy latents / text conds requires_grad_(True)
         uniq = _unique_params(model)
         tracker.register([p for p in uniq if not p.requires_grad], "parameters_frozen", "<parameter>")
         tracker.register([p for p in uniq if p.requires_grad], "parameters_trainable", "<parameter>")
-        tracker.register([*inputs, ts, target], "inputs", "<batch>")
+        tracker.register(list(model.buffers()), "buffers", "<buffer>")
+        tracker.register([*grads_in, *others], "inputs", "<batch>")
         names = {id(m): n for n, m in model.named_modules()}
-        autocast = torch.autocast("cpu", dtype=cdt) if c != "fp32" else torch.autocast("cpu", enabled=False)
+        autocast = (
+            torch.autocast("cpu", dtype=_dtype(c)) if c != "fp32" else torch.autocast("cpu", enabled=False)
+        )
         with cuda_autocast_policy(), ModuleScope(tracker, names), LiveStorageMode(tracker):
             for step in range(1, steps + 1):
                 tracker.begin("forward", step)
                 with autocast:
-                    pred = model(sample, ts, ctx, added_cond_kwargs=added).sample
+                    pred = call()
                 loss = torch.nn.functional.mse_loss(pred.float(), target.float(), reduction="none").mean()
                 del pred
                 tracker.begin("backward", step)
@@ -187,19 +223,19 @@ def trace_denoiser_step(spec: DiffusionSpec, setup: TrainingSetup, *, steps: int
                 tracker.retag([t for _, t in state_tensors(optimizer)], "optimizer_states")
                 optimizer.zero_grad(set_to_none=True)
         tracker.end()
-        windows = [_window(tracker, w, top) for w in tracker.windows]
+        windows = [_window(tracker, w, 8) for w in tracker.windows]
         facts = RunFacts(
             mode="trace",
             device="fake",
             device_semantics=DEVICE_SEMANTICS,
-            model_type=part.class_name,
+            model_type=model_type,
             regime=regime.name,
             steps=steps,
             param_bytes=_param_bytes(model),
             trainable_params=sum(p.numel() for p in params),
             total_params=sum(p.numel() for p in uniq),
             wall_seconds=time.perf_counter() - started,
-            notes=[f"{len(lora)} LoRA tensors (kohya LoRAModule)"] if lora else [],
+            notes=[f"{n_lora} LoRA tensors (kohya LoRAModule)"] if n_lora else [],
         )
-        del optimizer, model, params, inputs, sample, ctx, target
+        del optimizer, model, params, grads_in, others, call, target
     return summarize(windows, setup, facts)

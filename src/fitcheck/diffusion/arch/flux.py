@@ -133,12 +133,11 @@ class DoubleStreamBlock(Module):
     def __call__(self, img: T, txt: T, vec: T, pe: T, run: Run) -> tuple[T, T]:
         im, iq, ik, iv = self.img.pre(img, vec)
         tm, tq, tk, tv = self.txt.pre(txt, vec)
+        # like DoubleStreamBlock._forward, the per-stream and joint q/k/v stay referenced until return
         q = ops.cat([tq, iq], 1)
         k = ops.cat([tk, ik], 1)
         v = ops.cat([tv, iv], 1)
-        del iq, ik, iv, tq, tk, tv
         attn = rope_attention(q, k, v, self.heads, run, pe)
-        del q, k, v
         txt_attn, img_attn = ops.split(attn, [txt.shape[1], img.shape[1]], 1)
         img = self.img.post(img, img_attn, im)
         txt = self.txt.post(txt, txt_attn, tm)

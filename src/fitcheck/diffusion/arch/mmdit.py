@@ -24,7 +24,11 @@ from fitcheck.diffusion.sim.nn import Conv2d, LayerNorm, Linear, Module, Seq
 
 
 class QKRMSNorm(Module):
-    """``rmsnorm(x) * weight`` in the input dtype (sd3_models.RMSNorm with a learnable scale)."""
+    """sd3_models.RMSNorm: ``x * rsqrt(mean(x^2) + eps) * weight.to(x.dtype)``.
+
+    Under autocast ``pow`` and ``rsqrt`` run in fp32, so ``x * rsqrt`` promotes to fp32 and q and k
+    leave the norm in fp32 (nothing casts them back before attention).
+    """
 
     def __init__(self, d: int) -> None:
         super().__init__()
@@ -32,7 +36,6 @@ class QKRMSNorm(Module):
 
     def __call__(self, x: T) -> T:
         y = ops.mul(x, ops.rsqrt(ops.shift(ops.mean_last(ops.pow2(x)))))
-        y = ops.to(y, x.dtype)
         return ops.mul(y, ops.to(ops.param(self.weight), y.dtype))
 
 
@@ -102,17 +105,22 @@ class JointBlock(Module):
         if xb.attn2 is not None:
             q2 = xb.attn2.pre(modulate(xn, xm[6], xm[7]))
         del xn
+        # like sd3_models.MMDiTBlock._forward, the per-stream q/k/v (ctx_qkv, x_qkv) and the joint
+        # q/k/v stay referenced until the block returns
         q = ops.cat([cq, xq], 1)
         k = ops.cat([ck, xk], 1)
         v = ops.cat([cv, xv], 1)
-        del cq, ck, cv, xq, xk, xv
-        attn = attention(q, k, v, self.heads, run)
-        del q, k, v
+        attn = _attention(q, k, v, self.heads, run)
         ctx_attn, x_attn = ops.split(attn, [ctx.shape[1], x.shape[1]], 1)
-        attn2 = attention(*q2, self.heads, run) if q2 is not None else None
+        attn2 = _attention(*q2, self.heads, run) if q2 is not None else None
         x = xb.post(x, x_attn, xm, attn2)
         new_ctx = None if cb.pre_only else cb.post(ctx, ctx_attn, cm, None)
         return new_ctx, x
+
+
+def _attention(q: T, k: T, v: T, heads: int, run: Run) -> T:
+    """sd3_models.attention: ``sdpa(q, k.to(q), v.to(q))``; q and k arrive in fp32 from the norm."""
+    return attention(q, ops.to(k, q.dtype), ops.to(v, q.dtype), heads, run)
 
 
 class MMDiT(Module):
