@@ -259,7 +259,7 @@ def model_rows() -> list[dict[str, Any]]:
                 "id": pid,
                 "name": d.name,
                 "params": d.total_params,
-                "model_type": f"{d.family} ({d.denoiser.class_name})",
+                "model_type": f"{d.family} " + ("unet" if d.denoiser.name == "unet" else "dit"),
                 "layers": None,
                 "hidden": None,
                 "vocab": None,
