@@ -85,7 +85,8 @@ class RuleOpt(StrEnum):
 ModelArg = Annotated[
     str,
     typer.Argument(
-        help="a size (7B, 1.5B, 350M), a preset id, a HF model folder, config.json or *.safetensors"
+        help="a size (7B, 1.5B, 350M), a preset id, a HF model or diffusers folder, config.json or "
+        "*.safetensors"
     ),
 ]
 MethodO = Annotated[MethodOpt, typer.Option("--method", "-m", help="full (also pre-training), lora, qlora")]
@@ -94,7 +95,7 @@ DoraO = Annotated[
 ]
 BatchO = Annotated[int, typer.Option("--batch-size", "-b", help="micro-batch size")]
 AccumO = Annotated[int, typer.Option("--grad-accum", help="gradient accumulation steps (no memory cost)")]
-SeqO = Annotated[int, typer.Option("--seq-len", "-s", help="tokens per example")]
+SeqO = Annotated[int | None, typer.Option("--seq-len", "-s", help="tokens per example (LLM) [default: 2048]")]
 ResO = Annotated[
     int | None, typer.Option("--resolution", help="image side in pixels (diffusion models only)")
 ]
@@ -122,6 +123,20 @@ OnO = Annotated[
 GpusO = Annotated[int, typer.Option("--gpus", help="data-parallel GPUs (each holds a full replica)")]
 HeadroomO = Annotated[str | None, typer.Option("--headroom", help="safety margin, e.g. 2GB or 10%")]
 FmtO = Annotated[Fmt, typer.Option("--format", "-f", help="output format")]
+CacheLatO = Annotated[
+    bool, typer.Option("--cache-latents", help="diffusion: VAE encodes before training (off the GPU)")
+]
+CacheTEO = Annotated[
+    bool, typer.Option("--cache-text-encoder-outputs", help="diffusion: text encoders off the GPU")
+]
+TrainTEO = Annotated[
+    bool, typer.Option("--train-text-encoder", help="diffusion: train the text encoder(s) too")
+]
+Fp8O = Annotated[
+    bool, typer.Option("--fp8-base", help="diffusion: frozen base weights in fp8 (kohya fp8_base)")
+]
+FullBf16O = Annotated[bool, typer.Option("--full-bf16", help="diffusion: bf16 weights and grads (kohya)")]
+FullFp16O = Annotated[bool, typer.Option("--full-fp16", help="diffusion: fp16 weights and grads (kohya)")]
 RuleO = Annotated[
     RuleOpt, typer.Option("--rule", help="detailed engine or the source documents' rule of thumb")
 ]
@@ -134,8 +149,6 @@ def _setup(**kw: Any) -> Any:
     from fitcheck.errors import InputError, OptionError
     from fitcheck.models import TrainingSetup
 
-    if kw.pop("resolution", None) is not None:
-        raise OptionError("--resolution applies to diffusion models; for an LLM use --seq-len")
     method = kw["method"]
     lora_opts = {k: kw.get(k) for k in ("lora_rank", "lora_alpha", "lora_targets", "lora_dropout")}
     if method == "full":
@@ -174,10 +187,14 @@ def _target(on: str | None, headroom: str | None, gpus: int) -> Any:
 
 def run_estimate(model: str, setup_kw: dict[str, Any], on: str | None, headroom: str | None) -> Any:
     """Resolve the model and target, estimate, judge. Shared by estimate and check."""
+    from fitcheck.diffusion.sources import resolve_diffusion
     from fitcheck.engine.estimate import estimate
     from fitcheck.engine.verdict import verdict
     from fitcheck.sources.resolve import resolve_model
 
+    dspec = resolve_diffusion(model)
+    if dspec is not None:
+        return _run_diffusion(dspec, setup_kw, on, headroom)
     spec = resolve_model(model)
     target = _target(on, headroom, setup_kw.get("gpus", 1))
     if target is not None:
@@ -194,6 +211,24 @@ def run_estimate(model: str, setup_kw: dict[str, Any], on: str | None, headroom:
     return spec, est
 
 
+def _run_diffusion(spec: Any, setup_kw: dict[str, Any], on: str | None, headroom: str | None) -> Any:
+    """The diffusion path of `run_estimate` (fitcheck.diffusion)."""
+    from fitcheck.diffusion.estimate import estimate_diffusion
+    from fitcheck.diffusion.verdict import diffusion_verdict
+    from fitcheck.errors import OptionError
+
+    if setup_kw.get("seq_len") is not None:
+        raise OptionError(f"--seq-len applies to LLMs; {spec.name} is a diffusion model: use --resolution")
+    target = _target(on, headroom, setup_kw.get("gpus", 1))
+    if target is not None:
+        setup_kw = {**setup_kw, "backend": target.backend}
+    setup = _setup(**setup_kw)
+    est = estimate_diffusion(spec, setup, target.context_bytes or None if target is not None else None)
+    if target is not None:
+        est = est.model_copy(update={"target": diffusion_verdict(est, target, spec)})
+    return spec, est
+
+
 def _common(**kw: Any) -> dict[str, Any]:
     return {k: (v.value if isinstance(v, Enum) else v) for k, v in kw.items()}
 
@@ -205,8 +240,14 @@ def estimate(
     dora: DoraO = False,
     batch_size: BatchO = 1,
     grad_accum: AccumO = 1,
-    seq_len: SeqO = 2048,
+    seq_len: SeqO = None,
     resolution: ResO = None,
+    cache_latents: CacheLatO = False,
+    cache_text_encoder_outputs: CacheTEO = False,
+    train_text_encoder: TrainTEO = False,
+    fp8_base: Fp8O = False,
+    full_bf16: FullBf16O = False,
+    full_fp16: FullFp16O = False,
     precision: PrecO = PrecisionOpt.bf16,
     master_weights: MasterO = False,
     optimizer: OptO = OptimizerOpt.adamw,
@@ -232,6 +273,12 @@ def estimate(
         grad_accum=grad_accum,
         seq_len=seq_len,
         resolution=resolution,
+        cache_latents=cache_latents,
+        cache_text_encoder_outputs=cache_text_encoder_outputs,
+        train_text_encoder=train_text_encoder,
+        fp8_base=fp8_base,
+        full_bf16=full_bf16,
+        full_fp16=full_fp16,
         precision=precision,
         master_weights=master_weights,
         optimizer=optimizer,
@@ -249,6 +296,10 @@ def estimate(
     from fitcheck import render
 
     if rule is RuleOpt.thumb:
+        if est.thumb is None:
+            from fitcheck.errors import OptionError
+
+            raise OptionError("--rule thumb: the source documents give no rule of thumb for diffusion models")
         data = render.thumb_doc(est)
         _emit(fmt, data, lambda: render.thumb_table(est))
         return
@@ -257,7 +308,7 @@ def estimate(
 
 @app.command()
 def models(fmt: FmtO = Fmt.table) -> None:
-    """List the model presets."""
+    """List the model presets (LLMs and diffusion pipelines)."""
     from fitcheck import render
 
     rows = render.model_rows()

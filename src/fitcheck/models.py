@@ -145,6 +145,21 @@ class TrainingSetup(Frozen):
     trainer: Trainer = "generic"
     backend: Backend = "cuda"
     gpus: int = Field(default=1, ge=1, le=4096)
+    # Diffusion only (docs/diffusion.md); the LLM engine refuses them when set.
+    resolution: int | None = Field(default=None, ge=64, le=8192, description="image side in pixels")
+    cache_latents: bool = Field(default=False, description="VAE encodes once before training (VAE off)")
+    cache_text_encoder_outputs: bool = Field(default=False, description="text encoders off the device")
+    train_text_encoder: bool = Field(default=False, description="train the text encoder(s) too")
+    fp8_base: bool = Field(default=False, description="frozen base weights stored in fp8 (e4m3)")
+    full_bf16: bool = Field(default=False, description="trainable weights and grads in bf16 (kohya)")
+    full_fp16: bool = Field(default=False, description="trainable weights and grads in fp16 (kohya)")
+
+    @property
+    def diffusion_options(self) -> tuple[str, ...]:
+        """The diffusion-only fields that are set (the LLM engine refuses them)."""
+        names: tuple[str, ...] = ("resolution", "cache_latents", "cache_text_encoder_outputs")
+        names += ("train_text_encoder", "fp8_base", "full_bf16", "full_fp16")
+        return tuple(n for n in names if getattr(self, n) not in (None, False))
 
     @property
     def alpha(self) -> float:

@@ -42,9 +42,9 @@ def to_markdown(data: Any) -> str:
     if "phases" in data:
         peak = next(p for p in data["phases"] if p["name"] == data["peak_phase"])
         s = data["setup"]
+        shape = f"{s['resolution']} px" if s.get("resolution") else f"{s['seq_len']} tokens"
         out = [
-            f"### fitcheck: {data['model_name']} "
-            f"({s['method']}, batch {s['batch_size']} x {s['seq_len']} tokens)",
+            f"### fitcheck: {data['model_name']} ({s['method']}, batch {s['batch_size']} x {shape})",
             "",
             "| component | GiB | share | rule |",
             "|---|---:|---:|---|",
@@ -111,15 +111,16 @@ def _warn(est: Estimate) -> None:
             err.print(f"[yellow]warning:[/] {w}")
 
 
-def estimate_table(est: Estimate, spec: ModelSpec) -> None:
+def estimate_table(est: Estimate, spec: ModelSpec | Any) -> None:
     """The human view: components of the peak phase, totals, thumb, phases, verdict."""
     from rich.table import Table
 
     con = _console()
     s = est.setup
     peak = est.phase(est.peak_phase)
+    shape = f"{s.resolution} px" if s.resolution else f"{s.seq_len} tokens"
     title = (
-        f"{spec.name} · {s.method}{'+dora' if s.dora else ''} · batch {s.batch_size} x {s.seq_len} tokens · "
+        f"{spec.name} · {s.method}{'+dora' if s.dora else ''} · batch {s.batch_size} x {shape} · "
         f"{s.precision} · {s.optimizer} · attn {s.attn}{' · grad-ckpt' if s.grad_ckpt else ''} · "
         f"trainer {est.regime.name}"
     )
@@ -254,7 +255,7 @@ def thumb_table(est: Estimate) -> None:
 
 
 def model_rows() -> list[dict[str, Any]]:
-    """One row per model preset."""
+    """One row per model preset: LLMs, then diffusion pipelines (``kind``)."""
     from fitcheck.engine.params import count_params
     from fitcheck.presets import preset_ids
     from fitcheck.sources.resolve import spec_from_preset
@@ -274,6 +275,26 @@ def model_rows() -> list[dict[str, Any]]:
                 "vocab": a.vocab_size,
                 "experts": a.num_experts,
                 "hf_id": spec.hf_id,
+                "kind": "llm",
+            }
+        )
+    from fitcheck.diffusion.sources import diffusion_ids
+    from fitcheck.diffusion.sources import spec_from_preset as diffusion_preset
+
+    for pid in diffusion_ids():
+        d = diffusion_preset(pid)
+        rows.append(
+            {
+                "id": pid,
+                "name": d.name,
+                "params": d.total_params,
+                "model_type": f"{d.family} " + ("unet" if d.denoiser.name == "unet" else "dit"),
+                "layers": None,
+                "hidden": None,
+                "vocab": None,
+                "experts": 0,
+                "hf_id": d.hf_id,
+                "kind": "diffusion",
             }
         )
     return rows
@@ -283,16 +304,17 @@ def models_table(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
     t = Table(title=f"{len(rows)} model presets")
-    for col in ("id", "params", "type", "layers", "hidden", "vocab", "hf_id"):
+    for col in ("id", "kind", "params", "type", "layers", "hidden", "vocab", "hf_id"):
         t.add_column(col, justify="right" if col in ("params", "layers", "hidden", "vocab") else "left")
     for r in rows:
         t.add_row(
             r["id"],
+            r["kind"],
             fmt_count(r["params"]),
             r["model_type"] + (f" ({r['experts']}E)" if r["experts"] else ""),
-            str(r["layers"]),
-            str(r["hidden"]),
-            str(r["vocab"]),
+            "" if r["layers"] is None else str(r["layers"]),
+            "" if r["hidden"] is None else str(r["hidden"]),
+            "" if r["vocab"] is None else str(r["vocab"]),
             r["hf_id"] or "",
         )
     _console().print(t)

@@ -33,6 +33,11 @@ def _phase(name: str, comps: list[Component]) -> Phase:
 
 
 def _check(spec: ModelSpec, setup: TrainingSetup) -> None:
+    given = setup.diffusion_options
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        hint = "; for an LLM use --seq-len" if given[0] == "resolution" else ""
+        raise OptionError(f"{flag} applies to diffusion models, not to {spec.name}{hint}")
     if setup.method != "full":
         validate_targets(spec.arch, setup.lora_targets)
     if setup.dora and setup.method == "full":

@@ -1,0 +1,230 @@
+"""One simulated training step: build the parts, apply the regime, run the step through the simulator.
+
+The step is kohya's ``process_batch``: (latents not cached) VAE encode under ``no_grad``; (outputs
+not cached) the text encoders, with gradients when they train; the denoiser under
+``accelerator.autocast()``; an fp32 MSE loss; backward. What the simulator returns is everything
+beyond the model states (weights, gradients kept after the step, optimizer states), which
+``fitcheck.diffusion.estimate`` adds from the regime.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from fitcheck.diffusion.arch import build
+from fitcheck.diffusion.arch.common import Run
+from fitcheck.diffusion.regime import PartPlan, compute_dtype, plan_parts, trainable_dtype
+from fitcheck.diffusion.sim import ops
+from fitcheck.diffusion.sim.core import BYTES, Sim, T, simulating
+from fitcheck.diffusion.sim.nn import Conv2d, Linear, Module, lora_targets
+from fitcheck.diffusion.spec import DiffusionSpec
+from fitcheck.models import TrainingSetup
+
+#: kohya's LoRA targets: the module classes each network module wraps (networks/lora.py,
+#: lora_flux.py, lora_sd3.py ``*_TARGET_REPLACE_MODULE``); conv LoRA adds the 3x3 classes.
+LORA_CLASSES: dict[str, tuple[str, ...]] = {
+    "unet": ("Transformer2DModel",),
+    "unet_conv": ("Transformer2DModel", "ResnetBlock2D", "Downsample2D", "Upsample2D"),
+    "flux": ("DoubleStreamBlock", "SingleStreamBlock"),
+    "sd3": ("SingleDiTBlock",),
+    "clip": ("CLIPAttention", "CLIPMLP"),
+}
+MIB = 2**20
+#: The VAE's spatial reduction (8 for every supported family: 4 resolution levels).
+VAE_FACTOR = 8
+
+
+@dataclass
+class StepResult:
+    """Peaks of the step beyond model states, by category, plus what the states are sized from."""
+
+    forward_peak: int
+    forward_cats: dict[str, int]
+    backward_peak: int
+    backward_cats: dict[str, int]
+    trainable_shapes: dict[str, list[tuple[int, ...]]] = field(default_factory=dict)
+    adapter_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    flops_forward: int = 0
+    tensors: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def attn_kernel(setup: TrainingSetup) -> str:
+    """The attention the memory follows: eager keeps scores; so does SDPA on MPS (math backend)."""
+    if setup.attn == "eager" or (setup.backend == "mps" and setup.attn in ("sdpa", "flash")):
+        return "eager"
+    return "sdpa"
+
+
+def latent_size(setup: TrainingSetup, spec: DiffusionSpec) -> tuple[int, int]:
+    res = setup.resolution or spec.native_resolution
+    return res // VAE_FACTOR, res // VAE_FACTOR
+
+
+def _apply(
+    mod: Module, plan: PartPlan, setup: TrainingSetup, classes: tuple[str, ...]
+) -> list[tuple[int, ...]]:
+    """Set dtypes and trainability; attach kohya LoRA modules. Returns the adapters' shapes."""
+    full = plan.train == "full"
+    for _, p in mod.named_params():
+        p.dtype = plan.dtype
+        p.trainable = full and p.kind != "buffer"
+    shapes: list[tuple[int, ...]] = []
+    if plan.train != "lora":
+        return shapes
+    lora_dtype = trainable_dtype(setup) if (setup.full_bf16 or setup.full_fp16) else "fp32"
+    conv = setup.lora_targets == "conv"
+    for _, m in lora_targets(mod, classes):
+        # Linear and 1x1 conv layers get network_dim; 3x3 convs only with conv LoRA (conv_dim).
+        if not (isinstance(m, Linear) or (isinstance(m, Conv2d) and (m.k == 1 or conv))):
+            continue
+        lora = m.attach(setup.lora_rank)
+        for p in (lora.down, lora.up):
+            p.dtype = lora_dtype
+            p.trainable = True
+            shapes.append(p.shape)
+    return shapes
+
+
+def _lora_classes(spec: DiffusionSpec, setup: TrainingSetup) -> tuple[str, ...]:
+    if spec.family == "flux":
+        return LORA_CLASSES["flux"]
+    if spec.family == "sd3":
+        return LORA_CLASSES["sd3"]
+    return LORA_CLASSES["unet_conv" if setup.lora_targets == "conv" else "unet"]
+
+
+def simulate(spec: DiffusionSpec, setup: TrainingSetup) -> StepResult:
+    """Run the step in the simulator (cached: the planner asks for the same setups repeatedly)."""
+    key = json.dumps([spec.model_dump(mode="json"), setup.model_dump(mode="json")], sort_keys=True)
+    return _simulate(key)
+
+
+@functools.lru_cache(maxsize=512)
+def _simulate(key: str) -> StepResult:
+    spec_d, setup_d = json.loads(key)
+    spec = DiffusionSpec.model_validate(spec_d)
+    setup = TrainingSetup.model_validate(setup_d)
+    return _run(spec, setup)
+
+
+def _run(spec: DiffusionSpec, setup: TrainingSetup) -> StepResult:
+    plans = plan_parts(spec, setup)
+    mods: dict[str, Module] = {}
+    trainable: dict[str, list[tuple[int, ...]]] = {}
+    adapters: list[tuple[int, ...]] = []
+    tensors = 0
+    for pl in plans:
+        if not pl.on_device:
+            continue
+        m = build(pl.part.class_name, pl.part.config)
+        classes = _lora_classes(spec, setup) if pl.part.role == "denoiser" else LORA_CLASSES["clip"]
+        adapters += _apply(m, pl, setup, classes)
+        if pl.train == "full":
+            trainable[pl.name] = [p.shape for _, p in m.named_params() if p.trainable]
+        tensors += _large_tensors(m)
+        mods[pl.name] = m
+    c = compute_dtype(setup)
+    autocast = c if c != "fp32" else None
+    run = Run(attn=attn_kernel(setup), ckpt=setup.grad_ckpt)
+    b = setup.batch_size
+    lat = latent_size(setup, spec)
+    res = (lat[0] * VAE_FACTOR, lat[1] * VAE_FACTOR)
+    s = Sim()
+    flops = 0
+    with simulating(s):
+        s.begin("forward")
+        if setup.grad_accum > 1:
+            _preexisting_grads(s, mods)
+        vae = next((pl for pl in plans if pl.part.role == "vae" and pl.on_device), None)
+        if vae is not None:
+            s.default_cat = "vae_encode"
+            with s.no_grad():
+                latents = mods[vae.name].encode(b, res, vae.dtype, Run("sdpa"))  # type: ignore[attr-defined]
+            del latents
+        linked = _text_encoders(s, plans, mods, run, b, autocast)
+        s.default_cat = "activations"
+        den = next(pl for pl in plans if pl.part.role == "denoiser")
+        model: Any = mods[den.name]
+        inp = model.inputs(b, lat, spec.text_tokens, c)
+        _link(inp, linked)
+        if setup.grad_ckpt:
+            for t in inp.values():
+                t.rg = True  # kohya: noisy_latents.requires_grad_(True) (and text conds) with checkpointing
+        flops0 = s.flops
+        with s.autocasting(autocast):
+            pred = model(inp, run)
+        flops = s.flops - flops0
+        target = s.new(pred.shape, "fp32", "inputs")
+        loss = ops.mean_all(ops.mse(ops.to(pred, "fp32"), target))
+        del pred, inp, linked
+        s.begin("backward")
+        s.backward(loss)
+        del loss, target
+    fw, bw = s.phases["forward"], s.phases["backward"]
+    return StepResult(
+        forward_peak=fw.peak,
+        forward_cats=dict(fw.cats),
+        backward_peak=bw.peak,
+        backward_cats=dict(bw.cats),
+        trainable_shapes=trainable,
+        adapter_shapes=adapters,
+        flops_forward=flops // max(1, b),
+        tensors=tensors,
+    )
+
+
+def _large_tensors(m: Module) -> int:
+    """Tensors the caching allocator rounds up (over 1 MiB): weights, and for trained ones their
+    gradient and optimizer states (counted as two more)."""
+    n = 0
+    for _, p in m.named_params():
+        if p.numel * BYTES[p.dtype] >= MIB:
+            n += 3 if p.trainable else 1
+    return n
+
+
+def _preexisting_grads(s: Sim, mods: dict[str, Module]) -> None:
+    """With gradient accumulation the next micro-batch finds ``.grad`` allocated (counted as a state)."""
+    for m in mods.values():
+        for _, p in m.named_params():
+            if p.trainable:
+                s.param_grads[id(p)] = None
+        for _, sub in m.named_modules():
+            lora = getattr(sub, "lora", None)
+            if lora is not None:
+                s.param_grads[id(lora.down)] = None
+                s.param_grads[id(lora.up)] = None
+
+
+def _text_encoders(
+    s: Sim, plans: list[PartPlan], mods: dict[str, Module], run: Run, b: int, autocast: str | None
+) -> list[T]:
+    """Run the text encoders on the device; return the outputs of those that train (they link)."""
+    linked: list[T] = []
+    for pl in plans:
+        if pl.part.role != "text_encoder" or not pl.on_device:
+            continue
+        enc: Any = mods[pl.name]
+        if pl.train == "none":
+            s.default_cat = "text_encoder_activations"
+            with s.no_grad(), s.autocasting(autocast):
+                out = enc.encode(b, Run(run.attn), pl.dtype)
+            del out
+        else:
+            s.default_cat = "text_encoder_activations"
+            with s.autocasting(autocast):
+                out = enc.encode(b, run, pl.dtype)
+            linked.append(out)
+    return linked
+
+
+def _link(inp: dict[str, T], outs: list[T]) -> None:
+    """Make the denoiser's text input depend on trained encoders' outputs (so backward reaches them)."""
+    if outs:
+        key = "context" if "context" in inp else "txt"
+        old = inp[key]
+        inp[key] = ops.combine(outs, old.shape, old.dtype)
