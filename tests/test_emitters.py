@@ -361,5 +361,4 @@ def test_format_from_name() -> None:
         emitters.format_for("train.yaml")
     with pytest.raises(OptionError, match="did you mean"):
         emitters.format_for("x", "hf.yml")
-    with pytest.raises(OptionError, match="not available in this build"):
-        emitters.get("kohya.toml")
+    assert emitters.format_for("sdxl.kohya.toml") == "kohya.toml"

@@ -346,6 +346,57 @@ def matrix_table(rows: list[dict[str, Any]], methods: list[str], on: str, rule: 
     _console().print(t)
 
 
+def diffusion_plan_doc(plan: Any, spec: Any, target: Any) -> dict[str, Any]:
+    """``fitcheck plan --format json`` for a diffusion model."""
+    return {
+        "schema_version": 1,
+        "kind": "diffusion",
+        "model": spec.id,
+        "target": target.model_dump(mode="json"),
+        "fits": plan.fits,
+        "chosen": plan.setup.model_dump(mode="json"),
+        "images_per_second": plan.images_per_second,
+        "estimate": estimate_doc(plan.estimate),
+        "reasons": list(plan.reasons),
+        "notes": list(plan.notes),
+        "considered": plan.considered,
+    }
+
+
+def diffusion_plan_table(plan: Any, spec: Any, target: Any, stderr: bool = False) -> None:
+    """The human view of a diffusion plan: headline, chosen settings, reasons, notes."""
+    from rich.table import Table
+
+    con = _console(stderr=stderr)
+    s, est = plan.setup, plan.estimate
+    head = "fits" if plan.fits else "[red]nothing fits[/] (the smallest setup found)"
+    con.print(
+        f"[bold]{spec.name}[/] on {target.name} ({target.backend}): {head} — {_g(est.device_bytes)} of "
+        f"{_g(target.budget_bytes)} GiB budget, about {plan.images_per_second:.2f} images/s"
+    )
+    t = Table(show_header=False, box=None)
+    rows = [
+        ("method", f"{s.method} (kohya sd-scripts)" + ("" if s.method == "full" else f", r{s.lora_rank}")),
+        ("resolution", f"{s.resolution or spec.native_resolution} px (bucketing keeps about res^2 pixels)"),
+        ("micro-batch", f"{s.batch_size} x accumulation {s.grad_accum}"),
+        ("precision", s.precision + (" · full_bf16" if s.full_bf16 else "")
+         + (" · fp8 base" if s.fp8_base else "")),
+        ("optimizer", s.optimizer),
+        ("attention", s.attn),
+        ("checkpointing", "on" if s.grad_ckpt else "off"),
+        ("caching", ", ".join(x for x, on in (("latents", s.cache_latents),
+                                             ("text-encoder outputs", s.cache_text_encoder_outputs)) if on)
+         or "none"),
+    ]  # fmt: skip
+    for k, v in rows:
+        t.add_row(k, v)
+    con.print(t)
+    for r in plan.reasons:
+        con.print(f"  · {r}")
+    for n in plan.notes:
+        con.print(f"  [dim]note: {n}[/]")
+
+
 def note(msg: str) -> None:
     sys.stderr.write(msg + "\n")
 

@@ -205,6 +205,12 @@ def register(app: typer.Typer) -> None:
             "--effective-batch", help="examples per optimizer step: micro-batch x accumulation x GPUs", min=1
         ),
     ]
+    MinResO = Annotated[
+        int | None,
+        typer.Option(
+            "--min-resolution", help="diffusion: lowest resolution to fall back to [default: --resolution]"
+        ),
+    ]
     MinSeqO = Annotated[
         int | None,
         typer.Option(
@@ -250,6 +256,7 @@ def register(app: typer.Typer) -> None:
         effective_batch: EffO = DEFAULT_EFFECTIVE_BATCH,
         seq_len: c.SeqO = 2048,
         min_seq_len: MinSeqO = None,
+        min_resolution: MinResO = None,
         batch_size: MicroO = None,
         resolution: c.ResO = None,
         dora: c.DoraO = False,
@@ -300,6 +307,19 @@ def register(app: typer.Typer) -> None:
             dataset_tokens=dataset_tokens,
             epochs=epochs,
         )
+        from fitcheck.diffusion.sources import resolve_diffusion
+
+        dspec = resolve_diffusion(model)
+        if dspec is not None:
+            emits = list(emit or [])
+            code = plan_diffusion_command(
+                dspec, kw, min_resolution, emits, emit_format, output_dir, force, fmt.value
+            )
+            if code:
+                raise typer.Exit(code=code)
+            return
+        if min_resolution is not None:
+            raise OptionError("--min-resolution applies to diffusion models; for an LLM use --min-seq-len")
         kw["canonical"] = _canonical(kw)
         if output_dir == "-" and fmt is not c.Fmt.table:
             raise OptionError(
@@ -315,6 +335,80 @@ def register(app: typer.Typer) -> None:
             sys.stderr.write("fitcheck: nothing written: no configuration fits\n")
         if not result.fits:
             raise typer.Exit(code=1)
+
+
+def dataset_name(config_name: str) -> str:
+    """The dataset file beside a kohya config: ``kohya.toml`` -> ``dataset.toml``,
+    ``sdxl.kohya.toml`` -> ``sdxl.dataset.toml``."""
+    stem = config_name.removesuffix("kohya.toml")
+    return stem + "dataset.toml"
+
+
+def plan_diffusion_command(
+    spec: Any,
+    kw: dict[str, Any],
+    min_resolution: int | None,
+    emits: list[str],
+    emit_format: str | None,
+    output_dir: str,
+    force: bool,
+    fmt: str,
+) -> int:
+    """``fitcheck plan`` for a diffusion model: `plan_diffusion`, render, kohya files; the exit code."""
+    from fitcheck.cli import _setup
+    from fitcheck.diffusion.plan import plan_diffusion
+    from fitcheck.emitters.kohya import emit_kohya
+    from fitcheck.hardware.budget import resolve_target
+
+    for name in emits:
+        kind = resolve_emits([name], emit_format, output_dir)[0][0]
+        if kind != "kohya.toml":
+            raise OptionError(
+                f"{kind} is a config for LLM trainers; for {spec.id} (a diffusion model) use "
+                "--emit kohya.toml"
+            )
+    for flag in ("min_seq_len", "dataset_tokens", "epochs"):
+        if kw.get(flag) is not None:
+            raise OptionError(f"--{flag.replace('_', '-')} applies to LLMs, not to {spec.id}")
+    target = resolve_target(kw["on"], kw["headroom"])
+    method = kw["method"] if kw["method"] != "auto" else "lora"
+    effective = kw["effective_batch"] if kw["effective_batch"] != DEFAULT_EFFECTIVE_BATCH else 1
+    setup_kw = {
+        k: v
+        for k, v in {
+            "method": method, "dora": kw["dora"], "resolution": kw["resolution"],
+            "precision": kw["precision"], "master_weights": kw["master_weights"],
+            "optimizer": kw["optimizer"],
+            "grad_ckpt": kw["grad_ckpt"], "attn": kw["attn"], "lora_rank": kw["lora_rank"],
+            "lora_alpha": kw["lora_alpha"], "lora_dropout": kw["lora_dropout"], "trainer": "kohya",
+            "batch_size": kw["batch_size"] or 1, "grad_accum": max(1, effective // (kw["batch_size"] or 1)),
+            "backend": target.backend,
+        }.items()
+        if v is not None
+    }  # fmt: skip
+    setup_kw["grad_ckpt"] = bool(kw["grad_ckpt"])
+    setup = _setup(**setup_kw)
+    result = plan_diffusion(spec, setup, target, min_resolution)
+    files: list[tuple[str, str | None, str]] = []
+    if result.fits:
+        for kind, dest in resolve_emits(emits, emit_format, output_dir):
+            config_name = Path(dest).name if dest else "kohya.toml"
+            names = (config_name, dataset_name(config_name))
+            texts = emit_kohya(spec, result.setup, result.estimate, target, names=names)
+            folder = Path(dest).parent if dest else None
+            for fname, text in texts.items():
+                files.append((kind, str(folder / fname) if folder is not None else None, text))
+    _check_destinations(files, force)
+    from fitcheck import render
+
+    if fmt == "table":
+        render.diffusion_plan_table(result, spec, target, stderr=any(d is None for _, d, _ in files))
+    else:
+        sys.stdout.write(render.dump(render.diffusion_plan_doc(result, spec, target), fmt))
+    _write(files, force)
+    if emits and not result.fits:
+        sys.stderr.write("fitcheck: nothing written: no configuration fits\n")
+    return 0 if result.fits else 1
 
 
 def _canonical(kw: dict[str, Any]) -> dict[str, Any]:

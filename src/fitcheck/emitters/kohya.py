@@ -72,7 +72,7 @@ def _learning_rate(setup: TrainingSetup) -> float:
 
 
 def training_config(
-    spec: DiffusionSpec, setup: TrainingSetup, dreambooth: bool = False
+    spec: DiffusionSpec, setup: TrainingSetup, dreambooth: bool = False, dataset_name: str = DATASET
 ) -> dict[str, dict[str, Any]]:
     """The ``--config_file`` content as tables of sd-scripts option names (tables are cosmetic)."""
     script = script_for(spec, setup, dreambooth).removesuffix(".py")
@@ -88,7 +88,7 @@ def training_config(
     if spec.family == "sd3":
         model |= {"clip_l": "/path/to/clip_l.safetensors", "clip_g": "/path/to/clip_g.safetensors"}
         model["t5xxl"] = "/path/to/t5xxl_fp16.safetensors"
-    dataset: dict[str, Any] = {"dataset_config": DATASET, "resolution": f"{res},{res}"}
+    dataset: dict[str, Any] = {"dataset_config": dataset_name, "resolution": f"{res},{res}"}
     if setup.cache_latents:
         dataset |= {"cache_latents": True, "cache_latents_to_disk": True}
     mp = {"bf16": "bf16", "fp16": "fp16", "fp32": "no"}[setup.precision]
@@ -182,26 +182,37 @@ def emit_kohya(
     estimate: Estimate,
     target: Target | None = None,
     dreambooth: bool = False,
+    names: tuple[str, str] = (CONFIG, DATASET),
 ) -> dict[str, str]:
-    """The two files, by name: the training config (``--config_file``) and the dataset config."""
+    """The two files, by name: the training config (``--config_file``) and the dataset config.
+
+    ``names`` are the two file names (the config names the dataset file in ``dataset_config``, and its
+    header's run line names the config).
+    """
+    config_name, dataset_name = names
     script = script_for(spec, setup, dreambooth)
-    head = _header(spec, setup, estimate, target, script)
-    train = head + to_toml(training_config(spec, setup, dreambooth))
+    head = _header(spec, setup, estimate, target, script, names)
+    train = head + to_toml(training_config(spec, setup, dreambooth, dataset_name))
     data = (
         f"# kohya sd-scripts --dataset_config for {script} (fitcheck {__version__}); resolution and batch\n"
         "# match the training config. Buckets keep about resolution^2 pixels, so other aspect ratios\n"
         "# cost about the same memory. Paths are placeholders.\n\n"
     ) + to_toml(dataset_config(spec, setup, dreambooth))
-    return {CONFIG: train, DATASET: data}
+    return {config_name: train, dataset_name: data}
 
 
 def _header(
-    spec: DiffusionSpec, setup: TrainingSetup, est: Estimate, target: Target | None, script: str
+    spec: DiffusionSpec,
+    setup: TrainingSetup,
+    est: Estimate,
+    target: Target | None,
+    script: str,
+    names: tuple[str, str] = (CONFIG, DATASET),
 ) -> str:
     lines = [
         f"# kohya sd-scripts training config for {spec.name} ({spec.id}), written by fitcheck {__version__}.",
-        f"# Run:  accelerate launch --num_cpu_threads_per_process 1 {script} --config_file {CONFIG}",
-        f"# ({script} reads {DATASET} through dataset_config; both files sit in the sd-scripts folder.)",
+        f"# Run:  accelerate launch --num_cpu_threads_per_process 1 {script} --config_file {names[0]}",
+        f"# ({script} reads {names[1]} through dataset_config; both files sit in the sd-scripts folder.)",
         f"# Estimated peak: {est.peak_allocated_bytes / GIB:.2f} GiB allocated ({est.peak_phase}), "
         f"{est.device_bytes / GIB:.2f} GiB on the device.",
     ]
