@@ -7,6 +7,7 @@ and rich are imported inside the commands that need them, torch only by ``measur
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from enum import Enum, StrEnum
 from typing import Annotated, Any
 
@@ -233,9 +234,7 @@ def _common(**kw: Any) -> dict[str, Any]:
     return {k: (v.value if isinstance(v, Enum) else v) for k, v in kw.items()}
 
 
-@app.command()
-def estimate(
-    model: ModelArg,
+def _training_template(
     method: MethodO = MethodOpt.lora,
     dora: DoraO = False,
     batch_size: BatchO = 1,
@@ -259,39 +258,61 @@ def estimate(
     lora_dropout: DropO = None,
     double_quant: DQO = True,
     trainer: TrainerO = TrainerOpt.generic,
-    on: OnO = None,
     gpus: GpusO = 1,
+) -> None:
+    """The training options every command that sizes a run takes (one vocabulary, design.md s.2)."""
+
+
+def training_options(*, exclude: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command the shared training options (`_training_template`), minus ``exclude``.
+
+    The command declares its own parameters plus ``training: dict`` and receives the shared options
+    there (enum values as plain strings); its own parameters of the same name win. typer reads the
+    combined signature, so ``--help`` lists every option once.
+    """
+    import functools
+    import inspect
+
+    shared = list(inspect.signature(_training_template, eval_str=True).parameters.values())
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(fn, eval_str=True)
+        own = [p for n, p in sig.parameters.items() if n != "training"]
+        own_names = {p.name for p in own}
+        extra = [
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in shared
+            if p.name not in own_names and p.name not in exclude
+        ]
+        positional = [p for p in own if p.default is inspect.Parameter.empty]
+        optional = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p not in positional]
+        extra_names = {p.name for p in extra}
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            training = _common(**{k: v for k, v in kwargs.items() if k in extra_names})
+            rest = {k: v for k, v in kwargs.items() if k not in extra_names}
+            return fn(*args, **rest, training=training)
+
+        wrapper.__signature__ = sig.replace(parameters=[*positional, *extra, *optional])  # type: ignore[attr-defined]
+        return wrapper
+
+    return deco
+
+
+@app.command()
+@training_options()
+def estimate(
+    model: ModelArg,
+    on: OnO = None,
     headroom: HeadroomO = None,
     rule: RuleO = RuleOpt.detailed,
     fmt: FmtO = Fmt.table,
+    *,
+    training: dict[str, Any],
 ) -> None:
     """Memory breakdown of one training step, with the rule of thumb beside it (and a verdict with --on)."""
-    kw = _common(
-        method=method,
-        dora=dora,
-        batch_size=batch_size,
-        grad_accum=grad_accum,
-        seq_len=seq_len,
-        resolution=resolution,
-        cache_latents=cache_latents,
-        cache_text_encoder_outputs=cache_text_encoder_outputs,
-        train_text_encoder=train_text_encoder,
-        fp8_base=fp8_base,
-        full_bf16=full_bf16,
-        full_fp16=full_fp16,
-        precision=precision,
-        master_weights=master_weights,
-        optimizer=optimizer,
-        grad_ckpt=grad_ckpt,
-        attn=attn,
-        lora_rank=lora_rank,
-        lora_alpha=lora_alpha,
-        lora_targets=lora_targets,
-        lora_dropout=lora_dropout,
-        double_quant=double_quant,
-        trainer=trainer,
-        gpus=gpus,
-    )
+    kw = training
     spec, est = run_estimate(model, kw, on, headroom)
     from fitcheck import render
 

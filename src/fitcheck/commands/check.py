@@ -7,7 +7,7 @@ Exit 0 when the run fits (also ``tight`` unless ``--strict``), 1 when it does no
 No ``from __future__ import annotations``: typer must see the option types as objects.
 """
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -17,41 +17,20 @@ def register(app: typer.Typer) -> None:
     from fitcheck import cli as c
 
     @app.command()
+    @c.training_options()
     def check(
         model: c.ModelArg,
         on: Annotated[
             str, typer.Option("--on", help="target (required): catalog id, 24GB, 36GB-unified, 2x4090, auto")
         ],
         strict: Annotated[bool, typer.Option("--strict", help="exit 1 for 'tight' too")] = False,
-        method: c.MethodO = c.MethodOpt.lora,
-        dora: c.DoraO = False,
-        batch_size: c.BatchO = 1,
-        grad_accum: c.AccumO = 1,
-        seq_len: c.SeqO = 2048,
-        resolution: c.ResO = None,
-        precision: c.PrecO = c.PrecisionOpt.bf16,
-        master_weights: c.MasterO = False,
-        optimizer: c.OptO = c.OptimizerOpt.adamw,
-        grad_ckpt: c.CkptO = False,
-        attn: c.AttnO = c.AttnOpt.sdpa,
-        lora_rank: c.RankO = None,
-        lora_alpha: c.AlphaO = None,
-        lora_targets: c.TargetsO = None,
-        lora_dropout: c.DropO = None,
-        double_quant: c.DQO = True,
-        trainer: c.TrainerO = c.TrainerOpt.generic,
-        gpus: c.GpusO = 1,
         headroom: c.HeadroomO = None,
         fmt: c.FmtO = c.Fmt.table,
+        *,
+        training: dict[str, Any],
     ) -> int:
         """Does it fit? Exit 0 fits (and tight unless --strict), 1 does not fit, 2 trouble."""
-        kw = c._common(
-            method=method, dora=dora, batch_size=batch_size, grad_accum=grad_accum, seq_len=seq_len,
-            resolution=resolution, precision=precision, master_weights=master_weights, optimizer=optimizer,
-            grad_ckpt=grad_ckpt, attn=attn, lora_rank=lora_rank, lora_alpha=lora_alpha,
-            lora_targets=lora_targets, lora_dropout=lora_dropout, double_quant=double_quant,
-            trainer=trainer, gpus=gpus,
-        )  # fmt: skip
+        kw = training
         spec, est = c.run_estimate(model, kw, on, headroom)
         from fitcheck import render
 

@@ -36,6 +36,12 @@ class MeasureFmt(StrEnum):
     json = "json"
 
 
+#: Options that size diffusion runs; `measure` traces LLMs only.
+DIFFUSION_ONLY = (
+    "resolution", "cache_latents", "cache_text_encoder_outputs", "train_text_encoder", "fp8_base",
+    "full_bf16", "full_fp16",
+)  # fmt: skip
+
 #: Engine backend to estimate for, per measurement device (fake tensors follow CUDA semantics).
 BACKEND = {"fake": "cuda", "cpu": "cpu", "cuda": "cuda", "mps": "mps"}
 
@@ -97,46 +103,18 @@ def register(app: typer.Typer) -> None:
     TopO = Annotated[int, typer.Option("--top", help="largest tensors at the peak to list (table)")]
 
     @app.command()
+    @c.training_options(exclude=(*DIFFUSION_ONLY, "gpus", "double_quant"))
     def measure(
         model: c.ModelArg,
-        method: c.MethodO = c.MethodOpt.lora,
-        dora: c.DoraO = False,
-        batch_size: c.BatchO = 1,
-        grad_accum: c.AccumO = 1,
-        seq_len: c.SeqO = 2048,
-        precision: c.PrecO = c.PrecisionOpt.bf16,
-        master_weights: c.MasterO = False,
-        optimizer: c.OptO = c.OptimizerOpt.adamw,
-        grad_ckpt: c.CkptO = False,
-        attn: c.AttnO = c.AttnOpt.sdpa,
-        lora_rank: c.RankO = None,
-        lora_alpha: c.AlphaO = None,
-        lora_targets: c.TargetsO = None,
-        lora_dropout: c.DropO = None,
-        trainer: c.TrainerO = c.TrainerOpt.generic,
         device: DeviceO = DeviceOpt.fake,
         steps: StepsO = 2,
         top: TopO = 6,
         fmt: MFmtO = MeasureFmt.table,
+        *,
+        training: dict[str, Any],
     ) -> None:
         """Trace one training step (or run it with --device) and show it beside the estimate, per phase."""
-        kw = c._common(
-            method=method,
-            dora=dora,
-            batch_size=batch_size,
-            grad_accum=grad_accum,
-            seq_len=seq_len,
-            precision=precision,
-            master_weights=master_weights,
-            optimizer=optimizer,
-            grad_ckpt=grad_ckpt,
-            attn=attn,
-            lora_rank=lora_rank,
-            lora_alpha=lora_alpha,
-            lora_targets=lora_targets,
-            lora_dropout=lora_dropout,
-            trainer=trainer,
-        )
+        kw = training
         spec, est, measured = run_measure(model, kw, device.value, steps)
         from fitcheck.measure.compare import measure_doc, measure_text
 
