@@ -36,7 +36,9 @@ def read_yaml(path: Path, max_bytes: int = MAX_PRESET_BYTES) -> Any:
         raise FitcheckError(f"{path} is {size} bytes, over the {max_bytes}-byte limit for a preset file")
     try:
         with path.open("r", encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
+            # libyaml's safe loader when present: same safe constructors, about 10x faster
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            return yaml.load(fh, Loader=loader)  # a safe loader, never the full one
     except yaml.YAMLError as exc:
         raise FitcheckError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
 

@@ -262,8 +262,10 @@ def resolve_diffusion(text: str) -> DiffusionSpec | None:
     ``model_index.json`` file, or a ``.safetensors`` file whose tensor names are a diffusion
     layout and that has no ``config.json`` beside it (LLM checkpoints do).
     """
+    from fitcheck.units import looks_like_size
+
     low = text.lower()
-    if low in diffusion_ids() or low in _aliases():
+    if low in diffusion_ids() or (not looks_like_size(text) and low in _aliases()):
         return spec_from_preset(low)
     p = Path(text).expanduser()
     if p.is_dir() and (p / "model_index.json").exists():

@@ -130,10 +130,12 @@ def resolve_model(text: str) -> ModelSpec:
     if p.exists() or text.endswith((".json", ".safetensors")) or "/" in text:
         return spec_from_path(p)
     low = text.lower()
-    if low in preset_ids("models") or low in _aliases():
+    if low in preset_ids("models"):
         return spec_from_preset(low)
-    if looks_like_size(text):
+    if looks_like_size(text):  # before the aliases, which need every preset file read
         return spec_from_size(text)
+    if low in _aliases():
+        return spec_from_preset(low)
     hint = suggest(text, [*preset_ids("models"), *_aliases()])
     raise NotFoundError(
         f"unknown model '{text}'"
