@@ -63,6 +63,11 @@ def test_peak_monotone_in_seq_len(spec: ModelSpec, setup: TrainingSetup, extra: 
 @given(specs, setups, st.integers(1, 128))
 def test_peak_monotone_in_rank(spec: ModelSpec, setup: TrainingSetup, extra: int) -> None:
     setup = _lora(setup)
+    if setup.optimizer in ("adamw8bit", "paged-adamw8bit", "lion8bit"):
+        # bitsandbytes keeps 32-bit states for tensors under 4096 elements (min_8bit_size), so a
+        # rank-1 lora_A can cost more optimizer memory than a rank-2 one: a real, tested exception
+        # (test_bnb_small_tensors_keep_32bit_states); the property is checked on the other optimizers.
+        setup = setup.model_copy(update={"optimizer": "adamw"})
     wider = setup.model_copy(update={"lora_rank": setup.lora_rank + extra})
     assert peak(spec, wider) >= peak(spec, setup)
 
@@ -121,3 +126,15 @@ def test_sdpa_never_above_eager(spec: ModelSpec, setup: TrainingSetup) -> None:
     eager = setup.model_copy(update={"attn": "eager"})
     sdpa = setup.model_copy(update={"attn": "sdpa"})
     assert peak(spec, sdpa) <= peak(spec, eager)
+
+
+def test_bnb_small_tensors_keep_32bit_states() -> None:
+    from fitcheck.engine.regimes import regime_for
+    from fitcheck.engine.states import optimizer_state_bytes
+
+    arch = _llama(2, 25, 32000).arch  # hidden 3200: a rank-1 lora_A has 3200 elements, rank 2 has 6400
+    small, large = (TrainingSetup(method="lora", optimizer="adamw8bit", lora_rank=r, lora_targets="q_proj")
+                    for r in (1, 2))  # fmt: skip
+    b1 = optimizer_state_bytes(arch, small, regime_for(small))
+    b2 = optimizer_state_bytes(arch, large, regime_for(large))
+    assert b1 > b2  # 8 B/param under the threshold vs about 2 B/param above it
