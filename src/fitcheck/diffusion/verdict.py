@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from fitcheck.diffusion.estimate import estimate_diffusion
 from fitcheck.diffusion.spec import DiffusionSpec
-from fitcheck.engine.verdict import judge
-from fitcheck.errors import OptionError
-from fitcheck.models import Estimate, Suggestion, Target, TrainingSetup, Verdict
+from fitcheck.engine.verdict import verdict
+from fitcheck.models import Estimate, Target, TrainingSetup, Verdict
 
 
 def remedies(spec: DiffusionSpec, setup: TrainingSetup) -> list[tuple[str, str, TrainingSetup]]:
@@ -73,34 +72,9 @@ def remedies(spec: DiffusionSpec, setup: TrainingSetup) -> list[tuple[str, str, 
 
 def diffusion_verdict(est: Estimate, target: Target, spec: DiffusionSpec) -> Verdict:
     """The verdict against ``target``; when it does not fit, each remedy re-estimated."""
-    name, headroom, pct = judge(est, target)
-    suggestions: list[Suggestion] = []
     ctx = target.context_bytes or None
-    if name != "fits":
-        for change, flag, setup in remedies(spec, est.setup):
-            try:
-                after = estimate_diffusion(spec, setup, ctx).device_bytes
-            except OptionError:
-                continue
-            suggestions.append(
-                Suggestion(
-                    change=change,
-                    flag=flag,
-                    saves_bytes=est.device_bytes - after,
-                    device_bytes_after=after,
-                    fits=after <= target.budget_bytes,
-                )
-            )
-    return Verdict(
-        hardware=target.id,
-        backend=target.backend,
-        budget_bytes=target.budget_bytes,
-        usable_bytes=target.usable_bytes,
-        device_bytes=est.device_bytes,
-        verdict=name,  # type: ignore[arg-type]
-        headroom_bytes=headroom,
-        headroom_pct=round(pct, 1),
-        budget_lines=target.budget_lines,
-        suggestions=tuple(suggestions),
-        notes=target.notes,
-    )
+
+    def again(s: DiffusionSpec, setup: TrainingSetup) -> Estimate:
+        return estimate_diffusion(s, setup, ctx)
+
+    return verdict(est, target, spec, again, changes=remedies(spec, est.setup))

@@ -9,10 +9,11 @@ micro-batch with more accumulation, QLoRA, gradient checkpointing, LoRA instead 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from fitcheck.models import Estimate, ModelSpec, Suggestion, Target, TrainingSetup, Verdict
+from fitcheck.models import Estimate, Suggestion, Target, TrainingSetup, Verdict
 
-Estimator = Callable[[ModelSpec, TrainingSetup], Estimate]
+Estimator = Callable[[Any, TrainingSetup], Estimate]
 
 
 def judge_bytes(need: int, budget: int, usable: int) -> str:
@@ -83,14 +84,29 @@ def candidate_changes(setup: TrainingSetup) -> list[tuple[str, str, TrainingSetu
 
 
 def verdict(
-    est: Estimate, target: Target, spec: ModelSpec | None = None, estimator: Estimator | None = None
+    est: Estimate,
+    target: Target,
+    spec: Any = None,
+    estimator: Estimator | None = None,
+    changes: list[tuple[str, str, TrainingSetup]] | None = None,
 ) -> Verdict:
-    """The verdict, with suggestions (each re-estimated) when the run does not fit."""
+    """The verdict, with suggestions (each re-estimated) when the run does not fit.
+
+    Args:
+        changes: the candidate remedies, cheapest first; by default the seeds' LLM order
+            (`candidate_changes`). A remedy the estimator refuses (an option that does not apply) is
+            left out.
+    """
+    from fitcheck.errors import OptionError
+
     name, headroom, pct = judge(est, target)
     suggestions: list[Suggestion] = []
     if name != "fits" and spec is not None and estimator is not None:
-        for change, flag, setup in candidate_changes(est.setup):
-            after = estimator(spec, setup).device_bytes
+        for change, flag, setup in candidate_changes(est.setup) if changes is None else changes:
+            try:
+                after = estimator(spec, setup).device_bytes
+            except OptionError:
+                continue
             suggestions.append(
                 Suggestion(
                     change=change,
