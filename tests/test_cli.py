@@ -165,3 +165,18 @@ def test_estimate_imports_no_torch_or_numpy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stderr.strip().endswith("[]")
+
+
+def test_no_direct_click_import() -> None:
+    # typer >= 0.25 vendors click and no longer installs it: a bare `pip install -e .` has no click,
+    # while the test extras pull it in through other packages, so only this check catches a regression.
+    src = Path(__file__).parents[1] / "src" / "fitcheck"
+    offenders = [
+        str(p.relative_to(src))
+        for p in src.rglob("*.py")
+        if any(
+            line.strip().startswith(("import click", "from click"))
+            for line in p.read_text(encoding="utf-8").splitlines()
+        )
+    ]
+    assert offenders == []

@@ -375,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     except ClickException as exc:
         if debug:
             raise
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `fitcheck`: the help, not an error line
+            sys.stderr.write(exc.format_message() + "\n")
+            return int(ExitCode.TROUBLE)
         sys.stderr.write(f"fitcheck: error: {exc.format_message()}\n")
         return int(ExitCode.TROUBLE)
     except Abort:
