@@ -282,6 +282,11 @@ def _warnings(spec: ModelSpec, setup: TrainingSetup, derived: int) -> tuple[str,
             f"the safetensors headers hold {declared:,} parameters but the config describes {derived:,}; "
             "the estimate follows the config (extra tensors such as a vision tower are not modelled)"
         )
+    if setup.method == "qlora" and setup.trainer == "hf" and not setup.grad_ckpt:
+        w.append(
+            "peft's prepare_model_for_kbit_training turns gradient checkpointing on by default "
+            "(use_gradient_checkpointing=True); add --grad-ckpt to estimate that run"
+        )
     if setup.method == "qlora" and setup.backend == "mps":
         w.append(
             "bitsandbytes 4-bit weights work on MPS only in recent releases; MLX with a 4-bit model "
