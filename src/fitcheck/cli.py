@@ -118,8 +118,12 @@ DropO = Annotated[float | None, typer.Option("--lora-dropout", help="LoRA dropou
 DQO = Annotated[bool, typer.Option("--double-quant/--no-double-quant", help="QLoRA double quantization")]
 TrainerO = Annotated[TrainerOpt, typer.Option("--trainer", help="whose implementation details to model")]
 OnO = Annotated[
-    str | None,
-    typer.Option("--on", help="target: catalog id (rtx-4090), 24GB, 36GB-unified, 2x4090, auto, cpu"),
+    str,
+    typer.Option(
+        "--on",
+        help="target: catalog id (rtx-4090), 24GB, 36GB-unified, 2x4090, auto (detect this machine), cpu, "
+        "or none (no verdict)",
+    ),
 ]
 GpusO = Annotated[int, typer.Option("--gpus", help="data-parallel GPUs (each holds a full replica)")]
 HeadroomO = Annotated[str | None, typer.Option("--headroom", help="safety margin, e.g. 2GB or 10%")]
@@ -176,7 +180,7 @@ def _emit(fmt: Fmt, data: Any, table: Any) -> None:
 
 
 def _target(on: str | None, headroom: str | None, gpus: int) -> Any:
-    if on is None:
+    if on is None or on.strip().lower() == "none":
         return None
     from fitcheck.hardware.budget import resolve_target
 
@@ -209,6 +213,9 @@ def run_estimate(model: str, setup_kw: dict[str, Any], on: str | None, headroom:
             return estimate(s, st, ctx)
 
         est = est.model_copy(update={"target": verdict(est, target, spec, again)})
+        if on == "auto" and target.backend == "cpu":
+            note = "no GPU detected: sized against this machine's RAM; --on rtx-4090 (or 24GB) sizes a GPU"
+            est = est.model_copy(update={"warnings": (*est.warnings, note)})
     return spec, est
 
 
@@ -304,7 +311,7 @@ def training_options(*, exclude: tuple[str, ...] = ()) -> Callable[[Callable[...
 @training_options()
 def estimate(
     model: ModelArg,
-    on: OnO = None,
+    on: OnO = "auto",
     headroom: HeadroomO = None,
     rule: RuleO = RuleOpt.detailed,
     fmt: FmtO = Fmt.table,
