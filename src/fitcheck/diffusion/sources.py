@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fitcheck.diffusion.spec import TEXT_TOKENS, DiffusionSpec, PartSpec, count_part
-from fitcheck.errors import ModelSourceError, NotFoundError
+from fitcheck.errors import ModelSourceError
 from fitcheck.presets import load_preset, preset_ids
 
 KIND = "diffusion"
@@ -279,11 +279,3 @@ def resolve_diffusion(text: str) -> DiffusionSpec | None:
         if is_diffusion_checkpoint(tensors):
             return spec_from_checkpoint(p, tensors)
     return None
-
-
-def require_diffusion(text: str) -> DiffusionSpec:
-    """Like `resolve_diffusion` but an error when ``text`` is not a diffusion model."""
-    spec = resolve_diffusion(text)
-    if spec is None:
-        raise NotFoundError(f"'{text}' is not a diffusion preset, diffusers folder or diffusion checkpoint")
-    return spec

@@ -22,7 +22,6 @@ from fitcheck.emitters.common import (
     run_name,
     yaml_text,
 )
-from fitcheck.errors import OptionError
 from fitcheck.planner.models import Plan
 
 NAME = "axolotl.yaml"
@@ -35,17 +34,8 @@ DATASET = {"path": "mhenrichsen/alpaca_2k_test", "type": "alpaca"}
 
 
 def check(plan: Plan, ctx: EmitContext) -> None:
-    """Refuse a plan axolotl cannot run as written."""
-    s = chosen(plan).setup
-    if s.trainer != TRAINER:
-        raise OptionError(f"{NAME} runs the axolotl regime; this plan was made for --trainer {s.trainer}")
-    if s.attn not in ATTN:
-        raise OptionError(f"{NAME} cannot select --attn {s.attn}")
-    if s.optimizer not in hf.OPTIM:
-        raise OptionError(f"{NAME} has no --optimizer {s.optimizer}; it offers {', '.join(hf.OPTIM)}")
-    if s.method != "full":
-        integer_alpha(s, NAME)
-    model_ref(ctx, NAME)
+    """Refuse a plan axolotl cannot run as written (the HF Trainer checks, axolotl's attention table)."""
+    hf.check(plan, ctx, TRAINER, NAME, attn=ATTN, attn_hint="")
 
 
 def emit(plan: Plan, ctx: EmitContext) -> str:

@@ -12,6 +12,8 @@ explicitly (SFTConfig turns it on by default).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fitcheck.emitters.common import (
     EmitContext,
     Item,
@@ -55,15 +57,26 @@ def optim_name(optimizer: str) -> str:
     return OPTIM[optimizer]
 
 
-def check(plan: Plan, ctx: EmitContext, trainer_name: str = TRAINER, what: str = NAME) -> None:
-    """Refuse a plan this format cannot express."""
+def check(
+    plan: Plan,
+    ctx: EmitContext,
+    trainer_name: str = TRAINER,
+    what: str = NAME,
+    attn: Mapping[str, str] | None = None,
+    attn_hint: str = "; transformers offers flash, sdpa or eager",
+) -> None:
+    """Refuse a plan this format cannot express.
+
+    The HF-Trainer-based formats (axolotl, LLaMA-Factory) share these checks with their own regime
+    name, attention table and hint.
+    """
     s = chosen(plan).setup
     if s.trainer != trainer_name:
         raise OptionError(
             f"{what} runs the {trainer_name} regime; this plan was made for --trainer {s.trainer}"
         )
-    if s.attn not in ATTN:
-        raise OptionError(f"{what} cannot select --attn {s.attn}; transformers offers flash, sdpa or eager")
+    if s.attn not in (ATTN if attn is None else attn):
+        raise OptionError(f"{what} cannot select --attn {s.attn}{attn_hint}")
     if s.optimizer not in OPTIM:
         raise OptionError(f"{what} has no --optimizer {s.optimizer}; it offers {', '.join(OPTIM)}")
     if s.method != "full":

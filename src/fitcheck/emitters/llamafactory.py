@@ -23,7 +23,6 @@ from fitcheck.emitters.common import (
     run_name,
     yaml_text,
 )
-from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch
 from fitcheck.planner.models import Plan
 
@@ -58,19 +57,8 @@ def template(a: DecoderArch) -> str:
 
 
 def check(plan: Plan, ctx: EmitContext) -> None:
-    """Refuse a plan LLaMA-Factory cannot run as written."""
-    s = chosen(plan).setup
-    if s.trainer != TRAINER:
-        raise OptionError(
-            f"{NAME} runs the llamafactory regime; this plan was made for --trainer {s.trainer}"
-        )
-    if s.attn not in ATTN:
-        raise OptionError(f"{NAME} cannot select --attn {s.attn}; LLaMA-Factory offers fa2, sdpa or disabled")
-    if s.optimizer not in hf.OPTIM:
-        raise OptionError(f"{NAME} has no --optimizer {s.optimizer}; it offers {', '.join(hf.OPTIM)}")
-    if s.method != "full":
-        integer_alpha(s, NAME)
-    model_ref(ctx, NAME)
+    """Refuse a plan LLaMA-Factory cannot run as written (the HF Trainer checks, its attention names)."""
+    hf.check(plan, ctx, TRAINER, NAME, attn=ATTN, attn_hint="; LLaMA-Factory offers fa2, sdpa or disabled")
 
 
 def emit(plan: Plan, ctx: EmitContext) -> str:

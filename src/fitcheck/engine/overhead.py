@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from fitcheck.units import MIB
 
-#: unsloth-zoo PR #1053: torch.cuda.mem_get_info(0) alone created a 426 MiB context
-#: (RTX 6000 Ada, torch 2.10 + cu130); ptrblck (pytorch#107667) "around 400MB" with lazy loading.
-DEFAULT_CUDA_CONTEXT = 426 * MIB
+#: Context per process when the GPU is not in the catalog (the catalog holds one per generation):
+#: PyTorch with lazy module loading, "around 400MB" (ptrblck, github.com/pytorch/pytorch/issues/109888;
+#: unsloth-zoo PR #1053 saw 426 MiB on an RTX 6000 Ada); HIP: ollama's 457 MiB reserve (ml/device.go).
+#: The one table of these defaults: the hardware budget rules read it too.
+DEFAULT_CONTEXT_MIB: dict[str, int] = {"cuda": 400, "rocm": 457, "mps": 0, "cpu": 0}
 #: The caching allocator rounds large blocks up to 2 MiB (c10 CUDACachingAllocator.cpp): on average
 #: 1 MiB lost per large live tensor.
 ROUNDING_PER_TENSOR = 1 * MIB
@@ -22,9 +24,9 @@ FRAGMENTATION = 0.15
 
 def context_bytes(backend: str, target_context: int | None = None) -> int:
     """Memory the runtime holds outside PyTorch's allocator (CUDA/ROCm context)."""
-    if backend not in ("cuda", "rocm"):
-        return 0
-    return DEFAULT_CUDA_CONTEXT if target_context is None else target_context
+    if target_context is not None:
+        return target_context
+    return DEFAULT_CONTEXT_MIB[backend] * MIB
 
 
 def reserve_bytes(backend: str, live_tensors: int, transient_bytes: int) -> int:

@@ -121,8 +121,7 @@ def trainable_shapes(a: DecoderArch, setup: TrainingSetup) -> list[tuple[int, in
                 out.append((lin.d_out, lin.d_in, n_layers * lin.copies))
                 if lin.bias:
                     out.append((lin.d_out, 1, n_layers * lin.copies))
-    norms = inv.norms + inv.positions * 0
-    out.append((norms, 1, 1))
+    out.append((inv.norms, 1, 1))
     return out
 
 

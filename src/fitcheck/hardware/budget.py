@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from fitcheck.engine.overhead import DEFAULT_CONTEXT_MIB
 from fitcheck.errors import FitcheckError, InputError, suggest
 from fitcheck.hardware import catalog
 from fitcheck.hardware.catalog import HardwareEntry
@@ -52,9 +53,6 @@ APPLE_NOTES = (
 DEFAULT_IDLE_MIB = {"datacenter": 613, "workstation": 1028, "consumer": 1028}
 #: A plain size (``24GB``) is read as a consumer card with a display.
 PLAIN_IDLE_MIB = DEFAULT_IDLE_MIB["consumer"]
-#: Context per process when the GPU is not in the catalog: PyTorch with lazy loading, "around
-#: 400MB" (github.com/pytorch/pytorch/issues/109888); HIP: ollama's 457 MiB reserve (ml/device.go).
-DEFAULT_CONTEXT_MIB: dict[str, int] = {"cuda": 400, "rocm": 457, "mps": 0, "cpu": 0}
 MAX_GPUS = 4096
 #: A bare number above this is a card model (``3060``), not GiB: no device has more than 512 GiB.
 MAX_BARE_GIB = 1024
