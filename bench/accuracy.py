@@ -44,14 +44,14 @@ SETUPS: dict[str, dict[str, Any]] = {
 def rows() -> list[dict[str, Any]]:
     from fitcheck.engine.estimate import estimate
     from fitcheck.measure.trace import trace_step
-    from fitcheck.models import TrainingSetup
+    from fitcheck.models import LlmSetup
     from fitcheck.sources.resolve import spec_from_preset
 
     out = []
     for model in MODELS:
         spec = spec_from_preset(model)
         for label, kw in SETUPS.items():
-            setup = TrainingSetup(**kw)
+            setup = LlmSetup(**kw)
             t = time.perf_counter()
             meas = trace_step(spec.hf_config or {}, setup)
             est = estimate(spec, setup)
@@ -67,7 +67,7 @@ def grid() -> dict[str, list[float]]:
     import yaml
 
     from fitcheck.engine.estimate import estimate
-    from fitcheck.models import ModelSpec, TrainingSetup
+    from fitcheck.models import LlmSetup, ModelSpec
     from fitcheck.sources.hf_config import arch_from_hf_config
 
     errs: dict[str, list[float]] = {"fit": [], "holdout": []}
@@ -76,7 +76,7 @@ def grid() -> dict[str, list[float]]:
         for rec in data["records"] if isinstance(data, dict) else data:
             spec = ModelSpec(id=rec["id"], name=rec["id"], source_kind="hf_config",
                              arch=arch_from_hf_config(rec["hf_config"]))  # fmt: skip
-            est = estimate(spec, TrainingSetup(**rec["setup"]))
+            est = estimate(spec, LlmSetup(**rec["setup"]))
             meas = rec["measured"]["peak_allocated_bytes"]
             errs[rec["split"]].append(100 * (est.peak_allocated_bytes - meas) / meas)
     return errs

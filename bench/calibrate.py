@@ -1,7 +1,7 @@
 """Generate the calibration records under tests/data/calibration/ (one YAML file per architecture).
 
 Each record is one training setup of a small random-weight model of a real family, traced on fake
-tensors (`fitcheck.measure.trace.trace_step`): the exact ``hf_config``, the `TrainingSetup` fields,
+tensors (`fitcheck.measure.trace.trace_step`): the exact ``hf_config``, the `LlmSetup` fields,
 the per-phase peaks with their breakdown and largest tensors, tool versions, device semantics, the
 command that regenerates it, and ``split: fit|holdout`` (a hash of the record id and setup, fixed
 up front, so engine rules can be checked on records they were not fitted on).
@@ -123,9 +123,9 @@ def split_of(record_id: str, setup: dict[str, Any]) -> str:
 def measure_record(record_id: str, arch: str, fields: dict[str, Any]) -> dict[str, Any]:
     """Trace one record and return it as a plain mapping."""
     from fitcheck.measure.trace import trace_step
-    from fitcheck.models import TrainingSetup
+    from fitcheck.models import LlmSetup
 
-    setup = TrainingSetup(**fields)
+    setup = LlmSetup(**fields)
     measured = trace_step(ARCHS[arch], setup, top=TOP)
     return {
         "id": record_id,
@@ -187,7 +187,7 @@ def generate(only: set[str] | None, out: Path) -> None:
 def report(out: Path) -> None:
     """Engine estimate vs each record (per phase and peak), with mean |error| by split."""
     from fitcheck.engine.estimate import estimate
-    from fitcheck.models import ModelSpec, TrainingSetup
+    from fitcheck.models import LlmSetup, ModelSpec
     from fitcheck.sources.hf_config import arch_from_hf_config
 
     errors: dict[str, list[float]] = {"fit": [], "holdout": []}
@@ -199,7 +199,7 @@ def report(out: Path) -> None:
                 id=rec["id"], name=rec["id"], source_kind="hf_config",
                 arch=arch_from_hf_config(rec["hf_config"]), hf_config=rec["hf_config"],
             )  # fmt: skip
-            setup = TrainingSetup(**{**rec["setup"], "backend": "cuda"})
+            setup = LlmSetup(**{**rec["setup"], "backend": "cuda"})
             try:
                 est = estimate(spec, setup)
             except Exception as exc:  # an engine gap is a result too

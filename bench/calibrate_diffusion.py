@@ -71,7 +71,7 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     from fitcheck.diffusion.sources import spec_from_preset
     from fitcheck.diffusion.trace import trace_denoiser_step
-    from fitcheck.models import TrainingSetup
+    from fitcheck.models import DiffusionSetup
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="regenerate records whose name contains this")
@@ -84,7 +84,7 @@ def main() -> int:
         for res in resolutions:
             for attn in attns:
                 for kw in setups:
-                    setup = TrainingSetup(resolution=res, attn=attn, **kw)
+                    setup = DiffusionSetup(resolution=res, attn=attn, **kw)
                     name = record_name(model, setup)
                     if args.list:
                         print(name)

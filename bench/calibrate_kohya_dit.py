@@ -229,7 +229,7 @@ def trace_flux(sd_scripts: Path, model_id: str, setup: Any) -> Any:
 
 def main() -> int:
     sys.path.insert(0, str(ROOT / "src"))
-    from fitcheck.models import TrainingSetup
+    from fitcheck.models import DiffusionSetup
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sd-scripts", type=Path, required=True, help="an sd-scripts checkout")
@@ -237,7 +237,7 @@ def main() -> int:
     ap.add_argument("--only", default="")
     args = ap.parse_args()
     for model_id, kw in GRID:
-        setup = TrainingSetup(**kw)
+        setup = DiffusionSetup(**kw)
         short = model_id.replace(".", "").replace("-", "")
         name = f"kohya_{short}_{setup.resolution}px_lora_r{setup.lora_rank}_" + (
             "ckpt" if setup.grad_ckpt else "nockpt"

@@ -75,7 +75,7 @@ def main() -> None:
 
     from fitcheck.engine.estimate import estimate
     from fitcheck.measure.real import real_step
-    from fitcheck.models import TrainingSetup
+    from fitcheck.models import LlmSetup
     from fitcheck.sources.resolve import spec_from_preset
 
     ap = argparse.ArgumentParser()
@@ -93,7 +93,7 @@ def main() -> None:
             doc["stopped"] = f"time budget of {args.budget_s:.0f} s reached"
             break
         spec = spec_from_preset(model)
-        setup = TrainingSetup(**{**kw, "backend": "cuda" if args.device == "cuda" else "cpu"})
+        setup = LlmSetup(**{**kw, "backend": "cuda" if args.device == "cuda" else "cpu"})
         rec: dict[str, Any] = {"model": model, "setup": setup.model_dump(mode="json")}
         try:
             meas = real_step(spec.hf_config or {}, setup, device=args.device, steps=3)

@@ -13,9 +13,9 @@ import argparse
 import statistics
 import time
 
-from fitcheck.commands.plan import device_for, other_targets
+from fitcheck.api import device_for, other_targets
 from fitcheck.hardware.budget import resolve_target
-from fitcheck.models import TrainingSetup
+from fitcheck.models import LlmSetup
 from fitcheck.planner.models import Plan, PlanRequest
 from fitcheck.planner.plan import make_plan
 from fitcheck.sources.resolve import resolve_model
@@ -38,7 +38,7 @@ def one(model: str, on: str, method: str, trainer: str, floor: int | None) -> tu
     target = resolve_target(on)
     device = device_for(target)
     others = other_targets(target, None)
-    base = TrainingSetup(trainer=trainer, backend=target.backend, gpus=target.gpus)
+    base = LlmSetup(trainer=trainer, backend=target.backend, gpus=target.gpus)
     req = PlanRequest(base=base, method=method, min_seq_len=floor)
     t = time.perf_counter()
     plan = make_plan(spec, target, device, req, others)

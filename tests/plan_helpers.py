@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fitcheck.commands.plan import device_for, other_targets
 from fitcheck.hardware.budget import apply_headroom, cpu_target, resolve_target
 from fitcheck.hardware.detected import CpuMemory
-from fitcheck.models import Target, TrainingSetup
+from fitcheck.models import LlmSetup, Target
 from fitcheck.planner.models import Plan, PlanRequest
-from fitcheck.planner.plan import make_plan
-from fitcheck.sources.resolve import resolve_model
 
 GIB = 1 << 30
 BASE_KEYS = ("trainer", "dora", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "double_quant")
@@ -29,11 +26,14 @@ def target(on: str) -> Target:
 def request(t: Target, **kw: Any) -> PlanRequest:
     base_kw = {k: kw.pop(k) for k in BASE_KEYS if k in kw}
     base_kw.setdefault("trainer", "hf")
-    base = TrainingSetup(backend=t.backend, gpus=t.gpus, **base_kw)
+    base = LlmSetup(backend=t.backend, gpus=t.gpus, **base_kw)
     return PlanRequest(base=base, **kw)
 
 
 def plan_for(model: str, on: str, **kw: Any) -> Plan:
-    """make_plan for a model id and a target id (``cpu``: a 64 GiB machine)."""
-    t = target(on)
-    return make_plan(resolve_model(model), t, device_for(t), request(t, **kw), other_targets(t, None))
+    """`fitcheck.api.plan` for a model id and a target id (``cpu``: a 64 GiB machine, no probing)."""
+    from fitcheck import api
+
+    result = api.plan(model, target(on), **kw)
+    assert isinstance(result, Plan)
+    return result

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from fitcheck.engine.estimate import estimate
-from fitcheck.models import ModelSpec, TrainingSetup
+from fitcheck.models import LlmSetup, ModelSpec
 from fitcheck.sources.hf_config import arch_from_hf_config
 
 DATA = Path(__file__).parent / "data" / "calibration"
@@ -47,7 +47,7 @@ def test_engine_within_3_percent_of_trace(rec: dict[str, Any]) -> None:
     spec = ModelSpec(
         id=rec["id"], name=rec["id"], source_kind="hf_config", arch=arch_from_hf_config(rec["hf_config"])
     )
-    est = estimate(spec, TrainingSetup(**rec["setup"]))
+    est = estimate(spec, LlmSetup(**rec["setup"]))
     measured = rec["measured"]["peak_allocated_bytes"]
     error = (est.peak_allocated_bytes - measured) / measured
     assert abs(error) <= TOLERANCE, f"{rec['id']} ({rec['split']}): {error:+.2%}"

@@ -45,11 +45,12 @@ def test_check_trouble_exit_2() -> None:
 
 def _tight_args() -> list[str]:
     """A setup whose device bytes land between the budget and the usable memory of a 24GB target."""
-    from fitcheck.cli import run_estimate
+    from fitcheck import api
 
+    spec, target = api.resolve("qwen2.5-0.5b"), api.target("24GB")
     for seq in range(256, 16384, 64):
-        kw = {"method": "lora", "seq_len": seq}
-        _, est = run_estimate("qwen2.5-0.5b", kw, "24GB", None)
+        est = api.check(spec, target, method="lora", seq_len=seq)
+        assert est.target is not None
         if est.target.verdict == "tight":
             return ["check", "qwen2.5-0.5b", "--method", "lora", "--seq-len", str(seq), "--on", "24GB"]
     pytest.fail("no tight setup found")

@@ -42,7 +42,7 @@ def test_estimate_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert rc == 0
     doc = json.loads(out)
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert doc["setup"]["method"] == "qlora" and doc["setup"]["seq_len"] == 4096
     assert [p["name"] for p in doc["phases"]] == ["forward", "backward", "optimizer_step"]
     for p in doc["phases"]:

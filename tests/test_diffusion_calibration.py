@@ -20,7 +20,7 @@ import pytest
 from fitcheck.diffusion.estimate import estimate_diffusion
 from fitcheck.diffusion.sources import spec_from_preset
 from fitcheck.diffusion.spec import DiffusionSpec
-from fitcheck.models import TrainingSetup
+from fitcheck.models import DiffusionSetup
 
 DIR = Path(__file__).parent / "data" / "calibration" / "diffusion"
 RECORDS = sorted(DIR.glob("*.json"))
@@ -68,7 +68,7 @@ def test_record_provenance(path: Path) -> None:
 @pytest.mark.parametrize("path", RECORDS, ids=lambda p: p.stem)
 def test_engine_agrees_with_the_trace(path: Path) -> None:
     rec = load(path)
-    est = estimate_diffusion(denoiser_only(rec["model"]), TrainingSetup(**rec["setup"]))
+    est = estimate_diffusion(denoiser_only(rec["model"]), DiffusionSetup(**rec["setup"]))
     traced = rec["traced"]
     err = est.peak_allocated_bytes / traced["peak_allocated_bytes"] - 1
     assert abs(err) <= TOLERANCE, (
@@ -87,5 +87,5 @@ def test_retrace_one_record() -> None:
     from fitcheck.diffusion.trace import trace_denoiser_step
 
     rec = load(DIR / "sd15_512px_sdpa_lora_r16_adamw_ckpt_b1.json")
-    step = trace_denoiser_step(denoiser_only("sd15"), TrainingSetup(**rec["setup"]))
+    step = trace_denoiser_step(denoiser_only("sd15"), DiffusionSetup(**rec["setup"]))
     assert step.peak_allocated_bytes == rec["traced"]["peak_allocated_bytes"]

@@ -23,13 +23,13 @@ from fitcheck.diffusion.estimate import estimate_diffusion
 from fitcheck.diffusion.sources import spec_from_preset
 from fitcheck.errors import OptionError
 from fitcheck.hardware.budget import resolve_target
-from fitcheck.models import TrainingSetup
+from fitcheck.models import DiffusionSetup
 
 GIB = 2**30
 
 
 def est(model: str, **kw: object):  # type: ignore[no-untyped-def]
-    return estimate_diffusion(spec_from_preset(model), TrainingSetup(**kw))  # type: ignore[arg-type]
+    return estimate_diffusion(spec_from_preset(model), DiffusionSetup(**kw))  # type: ignore[arg-type]
 
 
 def verdict(model: str, on: str, **kw: object) -> str:
@@ -37,7 +37,7 @@ def verdict(model: str, on: str, **kw: object) -> str:
 
     target = resolve_target(on, None)
     spec = spec_from_preset(model)
-    e = estimate_diffusion(spec, TrainingSetup(backend=target.backend, **kw), target.context_bytes)  # type: ignore[arg-type]
+    e = estimate_diffusion(spec, DiffusionSetup(backend=target.backend, **kw), target.context_bytes)  # type: ignore[arg-type]
     return diffusion_verdict(e, target, spec).verdict
 
 
@@ -250,8 +250,8 @@ def test_accumulation_keeps_gradients_through_forward() -> None:
 
 
 def test_mps_sdpa_counts_scores() -> None:
-    cuda = estimate_diffusion(spec_from_preset("sd15"), TrainingSetup(backend="cuda"))
-    mps = estimate_diffusion(spec_from_preset("sd15"), TrainingSetup(backend="mps"))
+    cuda = estimate_diffusion(spec_from_preset("sd15"), DiffusionSetup(backend="cuda"))
+    mps = estimate_diffusion(spec_from_preset("sd15"), DiffusionSetup(backend="mps"))
     assert mps.peak_allocated_bytes > cuda.peak_allocated_bytes
     assert any("math kernel" in w for w in mps.warnings)
 

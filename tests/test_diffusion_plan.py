@@ -8,12 +8,12 @@ from fitcheck.diffusion.plan import images_per_second, plan_diffusion
 from fitcheck.diffusion.sources import spec_from_preset
 from fitcheck.emitters.kohya import CONFIG, emit_kohya
 from fitcheck.hardware.budget import resolve_target
-from fitcheck.models import TrainingSetup
+from fitcheck.models import DiffusionSetup
 
 
 def test_sdxl_lora_on_12gb() -> None:
     spec, target = spec_from_preset("sdxl"), resolve_target("rtx-3060-12gb", None)
-    plan = plan_diffusion(spec, TrainingSetup(), target)
+    plan = plan_diffusion(spec, DiffusionSetup(), target)
     s = plan.setup
     assert plan.fits and plan.estimate.device_bytes <= target.budget_bytes
     assert s.resolution == 1024 and s.cache_latents and s.cache_text_encoder_outputs
@@ -26,14 +26,14 @@ def test_sdxl_lora_on_12gb() -> None:
 
 
 def test_flux_on_24gb_needs_fp8() -> None:
-    plan = plan_diffusion(spec_from_preset("flux.1-dev"), TrainingSetup(), resolve_target("rtx-4090", None))
+    plan = plan_diffusion(spec_from_preset("flux.1-dev"), DiffusionSetup(), resolve_target("rtx-4090", None))
     assert plan.fits and plan.setup.fp8_base and plan.setup.grad_ckpt
     assert any("fp8" in r for r in plan.reasons)
 
 
 def test_apple_silicon_rules() -> None:
     plan = plan_diffusion(
-        spec_from_preset("sd15"), TrainingSetup(attn="xformers"), resolve_target("apple-m3-max-36gb", None)
+        spec_from_preset("sd15"), DiffusionSetup(attn="xformers"), resolve_target("apple-m3-max-36gb", None)
     )
     s = plan.setup
     assert (
@@ -44,7 +44,7 @@ def test_apple_silicon_rules() -> None:
 
 def test_nothing_fits_returns_the_smallest() -> None:
     plan = plan_diffusion(
-        spec_from_preset("flux.1-dev"), TrainingSetup(), resolve_target("8GB", None), min_resolution=512
+        spec_from_preset("flux.1-dev"), DiffusionSetup(), resolve_target("8GB", None), min_resolution=512
     )
     assert not plan.fits and plan.setup.resolution == 512 and plan.reasons[0].startswith("nothing fits")
 
@@ -53,7 +53,7 @@ def test_lower_resolution_when_allowed() -> None:
     """SD 1.5 full fine-tuning at 1024 px does not fit 8 GB; stepping down (64 px at a time) does."""
     target = resolve_target("8GB", None)
     spec = spec_from_preset("sd15")
-    asked = TrainingSetup(method="full", resolution=1024, precision="bf16")
+    asked = DiffusionSetup(method="full", resolution=1024, precision="bf16")
     assert not plan_diffusion(spec, asked, target).fits
     plan = plan_diffusion(spec, asked, target, min_resolution=512)
     assert plan.fits and plan.setup.resolution < 1024 and any("lowered" in r for r in plan.reasons)
@@ -61,7 +61,7 @@ def test_lower_resolution_when_allowed() -> None:
 
 def test_checkpointing_and_fp8_cost_speed() -> None:
     spec = spec_from_preset("sdxl")
-    base = TrainingSetup(resolution=1024, cache_latents=True, cache_text_encoder_outputs=True)
+    base = DiffusionSetup(resolution=1024, cache_latents=True, cache_text_encoder_outputs=True)
     fast = images_per_second(spec, base, 165.0, 1008.0)
     assert images_per_second(spec, base.model_copy(update={"grad_ckpt": True}), 165.0, 1008.0) < fast
     assert images_per_second(spec, base.model_copy(update={"fp8_base": True}), 165.0, 1008.0) < fast

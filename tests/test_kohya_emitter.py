@@ -20,7 +20,7 @@ import pytest
 from fitcheck.diffusion.estimate import estimate_diffusion
 from fitcheck.diffusion.sources import spec_from_preset
 from fitcheck.emitters.kohya import CONFIG, DATASET, SCRIPTS, emit_kohya, script_for, to_toml
-from fitcheck.models import TrainingSetup
+from fitcheck.models import DiffusionSetup
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "golden" / "kohya"
@@ -219,9 +219,9 @@ CASES: list[tuple[str, str, dict[str, Any], bool]] = [
 ]
 
 
-def emit(model: str, kw: dict[str, Any], dreambooth: bool) -> tuple[str, dict[str, str], TrainingSetup]:
+def emit(model: str, kw: dict[str, Any], dreambooth: bool) -> tuple[str, dict[str, str], DiffusionSetup]:
     spec = spec_from_preset(model)
-    setup = TrainingSetup(**kw)
+    setup = DiffusionSetup(**kw)
     if setup.attn == "xformers" and setup.backend == "mps":
         setup = setup.model_copy(update={"attn": "sdpa"})  # the engine refuses xformers on MPS
     est = estimate_diffusion(spec, setup)

@@ -14,7 +14,7 @@ import yaml
 from fitcheck.errors import MissingExtraError
 from fitcheck.measure.compare import comparison_rows, measure_text
 from fitcheck.measure.result import MeasuredStep, PhasePeak
-from fitcheck.models import TrainingSetup
+from fitcheck.models import LlmSetup
 
 CALIBRATION = Path(__file__).parent / "data" / "calibration"
 
@@ -32,7 +32,7 @@ def measured(**over: Any) -> MeasuredStep:
         "device": "fake",
         "device_semantics": "test",
         "model_type": "llama",
-        "setup": TrainingSetup(),
+        "setup": LlmSetup(),
         "regime": "generic",
         "steps": 2,
         "measured_step": 2,
@@ -111,5 +111,5 @@ def test_calibration_records_are_consistent() -> None:
     assert 0.2 < splits.count("holdout") / len(splits) < 0.45
     for r in records:
         m = MeasuredStep(**r["measured"])
-        assert m.setup == TrainingSetup(**r["setup"])
+        assert m.setup == LlmSetup(**r["setup"])
         assert "bench/calibrate.py" in r["command"]

@@ -17,7 +17,7 @@ pytest.importorskip("peft")
 from fitcheck.measure.real import real_step  # noqa: E402
 from fitcheck.measure.trace import trace_step  # noqa: E402
 from fitcheck.measure.tracker import LiveStorageMode, Tracker  # noqa: E402
-from fitcheck.models import TrainingSetup  # noqa: E402
+from fitcheck.models import LlmSetup  # noqa: E402
 
 V = 32000
 LLAMA = {
@@ -60,8 +60,8 @@ TINY = {
 }  # fmt: skip
 
 
-def small(**kw: object) -> TrainingSetup:
-    return TrainingSetup(batch_size=2, seq_len=128, **kw)  # type: ignore[arg-type]
+def small(**kw: object) -> LlmSetup:
+    return LlmSetup(batch_size=2, seq_len=128, **kw)  # type: ignore[arg-type]
 
 
 # --- the accounting itself (no model) ---------------------------------------------------------
@@ -150,7 +150,7 @@ def test_chunked_loss_lowers_the_logits_hump() -> None:
 def test_attention_dropout_takes_the_flash_path() -> None:
     """CUDA SDPA applies attention dropout inside flash; no (b, heads, s, s) tensor may appear."""
     cfg = {**TINY["gpt2"], "attn_pdrop": 0.1}
-    setup = TrainingSetup(batch_size=1, seq_len=512, method="lora", trainer="hf")
+    setup = LlmSetup(batch_size=1, seq_len=512, method="lora", trainer="hf")
     r = trace_step(cfg, setup)
     for ph in r.phases:
         assert all(t.shape[-2:] != (512, 512) for t in ph.top_tensors), ph.name

@@ -6,10 +6,10 @@ import itertools
 
 import pytest
 
-from fitcheck.commands.plan import device_for
+from fitcheck.api import device_for
 from fitcheck.engine.estimate import estimate
 from fitcheck.engine.states import counts
-from fitcheck.models import TrainingSetup
+from fitcheck.models import LlmSetup
 from fitcheck.planner.plan import make_plan
 from fitcheck.planner.search import evaluate_grid
 from fitcheck.planner.throughput import throughput
@@ -114,7 +114,7 @@ def test_chosen_is_best_fitting_point_of_the_grid(
     assert plan.grid_points == len(grid)
     fitting = []
     for m, p, a, o, ckpt, b in grid:
-        setup = TrainingSetup(
+        setup = LlmSetup(
             method=m,
             precision=p,
             attn=a,
@@ -150,9 +150,7 @@ def test_memory_equivalent_points_share_estimates() -> None:
     for method, trainer, ckpt, b in variants:
         seen = set()
         for p, a in itertools.product(("bf16", "fp16"), ("flash", "sdpa", "xformers")):
-            s = TrainingSetup(
-                method=method, trainer=trainer, precision=p, attn=a, grad_ckpt=ckpt, batch_size=b
-            )
+            s = LlmSetup(method=method, trainer=trainer, precision=p, attn=a, grad_ckpt=ckpt, batch_size=b)
             seen.add(estimate(spec, s).device_bytes)
         assert len(seen) == 1, (method, trainer, ckpt, b)
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from fitcheck.models import DecoderArch, TrainingSetup
+from fitcheck.models import DecoderArch, LlmSetup
 from fitcheck.planner.models import DevicePerf
 from fitcheck.planner.throughput import (
     UTILISATION,
@@ -49,7 +49,7 @@ def test_matmul_params_by_hand() -> None:
 
 def test_full_training_is_six_n_plus_attention() -> None:
     n = matmul_params(ARCH)
-    s = TrainingSetup(method="full", seq_len=32, attn="flash")
+    s = LlmSetup(method="full", seq_len=32, attn="flash")
     att = 4 * 2 * 4 * 16 * 32 * 0.5
     assert attention_flops(ARCH, 32, "flash") == att
     f = flops_per_token(ARCH, s)
@@ -59,7 +59,7 @@ def test_full_training_is_six_n_plus_attention() -> None:
 
 def test_lora_needs_no_weight_gradients_for_frozen_weights() -> None:
     n = matmul_params(ARCH)
-    s = TrainingSetup(method="lora", seq_len=32, attn="flash", lora_rank=4, lora_targets="attn")
+    s = LlmSetup(method="lora", seq_len=32, attn="flash", lora_rank=4, lora_targets="attn")
     adapters = 2 * 4 * (64 + 64) + 2 * 4 * (64 + 32)  # q, o: r(64+64); k, v: r(64+32)
     att = attention_flops(ARCH, 32, "flash")
     f = flops_per_token(ARCH, s)
@@ -68,7 +68,7 @@ def test_lora_needs_no_weight_gradients_for_frozen_weights() -> None:
 
 
 def test_checkpointing_recomputes_the_forward() -> None:
-    s = TrainingSetup(method="full", seq_len=32)
+    s = LlmSetup(method="full", seq_len=32)
     plain = flops_per_token(ARCH, s)
     ckpt = flops_per_token(ARCH, s.model_copy(update={"grad_ckpt": True}))
     assert ckpt.total == pytest.approx(plain.total + plain.forward)
@@ -82,7 +82,7 @@ def test_eager_attention_computes_the_masked_half() -> None:
 
 
 def test_compute_bound_throughput_is_peak_times_utilisation_over_flops() -> None:
-    s = TrainingSetup(method="full", seq_len=4096, batch_size=64, grad_accum=1, attn="flash")
+    s = LlmSetup(method="full", seq_len=4096, batch_size=64, grad_accum=1, attn="flash")
     f = flops_per_token(ARCH, s)
     ms = micro_step(ARCH, s, GPU, f)
     assert ms.compute_s > ms.memory_s
@@ -91,7 +91,7 @@ def test_compute_bound_throughput_is_peak_times_utilisation_over_flops() -> None
 
 
 def test_small_batches_are_memory_bound_and_larger_ones_faster() -> None:
-    s = TrainingSetup(method="full", seq_len=1, batch_size=1, grad_accum=16, attn="flash")
+    s = LlmSetup(method="full", seq_len=1, batch_size=1, grad_accum=16, attn="flash")
     one = throughput(ARCH, s, GPU, trainable=10_000)
     assert one.bound == "memory"
     big = s.model_copy(update={"batch_size": 16, "grad_accum": 1})
@@ -100,21 +100,21 @@ def test_small_batches_are_memory_bound_and_larger_ones_faster() -> None:
 
 
 def test_qlora_is_slower_than_lora_by_its_dequantization() -> None:
-    s = TrainingSetup(method="lora", seq_len=256, batch_size=1, grad_accum=16)
+    s = LlmSetup(method="lora", seq_len=256, batch_size=1, grad_accum=16)
     lora = throughput(ARCH, s, GPU, trainable=1000)
     qlora = throughput(ARCH, s.model_copy(update={"method": "qlora"}), GPU, trainable=1000)
     assert qlora.tokens_per_s < lora.tokens_per_s
 
 
 def test_fp32_runs_at_the_fp32_rate() -> None:
-    s = TrainingSetup(method="full", seq_len=4096, batch_size=64)
+    s = LlmSetup(method="full", seq_len=4096, batch_size=64)
     bf16 = throughput(ARCH, s, GPU, trainable=1)
     fp32 = throughput(ARCH, s.model_copy(update={"precision": "fp32"}), GPU, trainable=1)
     assert bf16.tokens_per_s / fp32.tokens_per_s == pytest.approx(4.0, rel=0.01)
 
 
 def test_dataset_time_is_steps_times_step_time() -> None:
-    s = TrainingSetup(method="full", seq_len=512, batch_size=4, grad_accum=4)
+    s = LlmSetup(method="full", seq_len=512, batch_size=4, grad_accum=4)
     t = throughput(ARCH, s, GPU, trainable=1000, dataset_tokens=10_000_000, epochs=2)
     steps = math.ceil(10_000_000 * 2 / (16 * 512))
     assert t.optimizer_steps == steps
@@ -123,7 +123,7 @@ def test_dataset_time_is_steps_times_step_time() -> None:
 
 
 def test_data_parallel_gpus_multiply_tokens_per_step() -> None:
-    s = TrainingSetup(method="full", seq_len=512, batch_size=4, grad_accum=4)
+    s = LlmSetup(method="full", seq_len=512, batch_size=4, grad_accum=4)
     one = throughput(ARCH, s, GPU, trainable=1000)
     two = throughput(ARCH, s.model_copy(update={"gpus": 2}), GPU, trainable=1000)
     assert two.tokens_per_s == pytest.approx(2 * one.tokens_per_s, rel=1e-5)

@@ -7,7 +7,7 @@ import pytest
 from fitcheck.engine.estimate import estimate
 from fitcheck.engine.regimes import regime_for
 from fitcheck.engine.states import counts
-from fitcheck.models import TrainingSetup
+from fitcheck.models import LlmSetup
 from fitcheck.sources.resolve import resolve_model
 
 
@@ -22,10 +22,10 @@ def _component(est, phase: str, name: str) -> int:  # type: ignore[no-untyped-de
 
 def test_axolotl_is_hf_except_qlora_upcast(spec) -> None:  # type: ignore[no-untyped-def]
     for method in ("full", "lora"):
-        hf = estimate(spec, TrainingSetup(method=method, trainer="hf"))
-        axo = estimate(spec, TrainingSetup(method=method, trainer="axolotl"))
+        hf = estimate(spec, LlmSetup(method=method, trainer="hf"))
+        axo = estimate(spec, LlmSetup(method=method, trainer="axolotl"))
         assert axo.device_bytes == hf.device_bytes
-    setup = TrainingSetup(method="qlora", trainer="axolotl")
+    setup = LlmSetup(method="qlora", trainer="axolotl")
     est = estimate(spec, setup)
     c = counts(spec.arch, setup)
     dense = c.total - c.adapter - c.quantized
@@ -34,29 +34,29 @@ def test_axolotl_is_hf_except_qlora_upcast(spec) -> None:  # type: ignore[no-unt
 
 
 def test_llamafactory_full_is_amp_fp32_trainables(spec) -> None:  # type: ignore[no-untyped-def]
-    setup = TrainingSetup(method="full", trainer="llamafactory")
+    setup = LlmSetup(method="full", trainer="llamafactory")
     est = estimate(spec, setup)
     n = est.params.trainable
     assert _component(est, "optimizer_step", "weights") == 4 * n
     assert _component(est, "optimizer_step", "gradients") == 4 * n
-    amp = estimate(spec, TrainingSetup(method="full", trainer="hf", master_weights=True))
+    amp = estimate(spec, LlmSetup(method="full", trainer="hf", master_weights=True))
     assert est.device_bytes == amp.device_bytes
 
 
 def test_llamafactory_lora_keeps_base_in_compute_dtype(spec) -> None:  # type: ignore[no-untyped-def]
-    setup = TrainingSetup(method="lora", trainer="llamafactory")
+    setup = LlmSetup(method="lora", trainer="llamafactory")
     est = estimate(spec, setup)
     c = counts(spec.arch, setup)
     assert _component(est, "optimizer_step", "weights_frozen") == (c.total - c.adapter) * 2
     assert _component(est, "optimizer_step", "adapters") == c.adapter * 4
-    assert not regime_for(TrainingSetup(method="qlora", trainer="llamafactory")).kbit_upcast
+    assert not regime_for(LlmSetup(method="qlora", trainer="llamafactory")).kbit_upcast
 
 
 def test_mlx_regime(spec) -> None:  # type: ignore[no-untyped-def]
-    lora = regime_for(TrainingSetup(method="lora", trainer="mlx"))
+    lora = regime_for(LlmSetup(method="lora", trainer="mlx"))
     assert (lora.adapter_dtype, lora.grad_dtype, lora.autocast) == ("fp32", "fp32", False)
-    full = regime_for(TrainingSetup(method="full", trainer="mlx", precision="fp16"))
+    full = regime_for(LlmSetup(method="full", trainer="mlx", precision="fp16"))
     assert (full.trainable_dtype, full.grad_dtype, full.optimizer_state_dtype) == ("fp16", "fp16", "param")
-    est = estimate(spec, TrainingSetup(method="full", trainer="mlx"))
+    est = estimate(spec, LlmSetup(method="full", trainer="mlx"))
     n = est.params.trainable
     assert _component(est, "optimizer_step", "optimizer_states") == 2 * 2 * n  # AdamW m, v in bf16

@@ -147,30 +147,8 @@ RuleO = Annotated[
 ]
 
 
-def _setup(**kw: Any) -> Any:
-    """Build a TrainingSetup from CLI values, refusing options that do not apply."""
-    from pydantic import ValidationError
-
-    from fitcheck.errors import InputError, OptionError
-    from fitcheck.models import TrainingSetup
-
-    method = kw["method"]
-    lora_opts = {k: kw.get(k) for k in ("lora_rank", "lora_alpha", "lora_targets", "lora_dropout")}
-    if method == "full":
-        given = [k for k, v in lora_opts.items() if v is not None]
-        if given:
-            flag = "--" + given[0].replace("_", "-")
-            raise OptionError(f"{flag} applies to LoRA and QLoRA, not --method full")
-    values = {k: v for k, v in kw.items() if v is not None}
-    try:
-        return TrainingSetup(**values)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = str(err["loc"][0]) if err["loc"] else "value"
-        raise InputError(f"--{field.replace('_', '-')}: {err['msg']} (got {err.get('input')!r})") from None
-
-
-def _emit(fmt: Fmt, data: Any, table: Any) -> None:
+def print_doc(fmt: Fmt, data: Any, table: Callable[[], None]) -> None:
+    """Print a command's answer: the rich table, or exactly one JSON/YAML/markdown document."""
     from fitcheck import render
 
     if fmt is Fmt.table:
@@ -179,65 +157,8 @@ def _emit(fmt: Fmt, data: Any, table: Any) -> None:
         sys.stdout.write(render.dump(data, fmt.value))
 
 
-def _target(on: str | None, headroom: str | None, gpus: int) -> Any:
-    if on is None or on.strip().lower() == "none":
-        return None
-    from fitcheck.hardware.budget import resolve_target
-
-    target = resolve_target(on, headroom)
-    if gpus > 1 and target.gpus == 1:
-        target = target.model_copy(update={"gpus": gpus})
-    return target
-
-
-def run_estimate(model: str, setup_kw: dict[str, Any], on: str | None, headroom: str | None) -> Any:
-    """Resolve the model and target, estimate, judge. Shared by estimate and check."""
-    from fitcheck.diffusion.sources import resolve_diffusion
-    from fitcheck.engine.estimate import estimate
-    from fitcheck.engine.verdict import verdict
-    from fitcheck.sources.resolve import resolve_model
-
-    dspec = resolve_diffusion(model)
-    if dspec is not None:
-        return _run_diffusion(dspec, setup_kw, on, headroom)
-    spec = resolve_model(model)
-    target = _target(on, headroom, setup_kw.get("gpus", 1))
-    if target is not None:
-        setup_kw = {**setup_kw, "backend": target.backend, "gpus": max(target.gpus, setup_kw.get("gpus", 1))}
-    setup = _setup(**setup_kw)
-    ctx = target.context_bytes if target is not None and target.context_bytes else None
-    est = estimate(spec, setup, ctx)
-    if target is not None:
-
-        def again(s: Any, st: Any) -> Any:
-            return estimate(s, st, ctx)
-
-        est = est.model_copy(update={"target": verdict(est, target, spec, again)})
-        if on == "auto" and target.backend == "cpu":
-            note = "no GPU detected: sized against this machine's RAM; --on rtx-4090 (or 24GB) sizes a GPU"
-            est = est.model_copy(update={"warnings": (*est.warnings, note)})
-    return spec, est
-
-
-def _run_diffusion(spec: Any, setup_kw: dict[str, Any], on: str | None, headroom: str | None) -> Any:
-    """The diffusion path of `run_estimate` (fitcheck.diffusion)."""
-    from fitcheck.diffusion.estimate import estimate_diffusion
-    from fitcheck.diffusion.verdict import diffusion_verdict
-    from fitcheck.errors import OptionError
-
-    if setup_kw.get("seq_len") is not None:
-        raise OptionError(f"--seq-len applies to LLMs; {spec.name} is a diffusion model: use --resolution")
-    target = _target(on, headroom, setup_kw.get("gpus", 1))
-    if target is not None:
-        setup_kw = {**setup_kw, "backend": target.backend}
-    setup = _setup(**setup_kw)
-    est = estimate_diffusion(spec, setup, target.context_bytes or None if target is not None else None)
-    if target is not None:
-        est = est.model_copy(update={"target": diffusion_verdict(est, target, spec)})
-    return spec, est
-
-
-def _common(**kw: Any) -> dict[str, Any]:
+def plain(**kw: Any) -> dict[str, Any]:
+    """Option values as plain data (enum members as their strings)."""
     return {k: (v.value if isinstance(v, Enum) else v) for k, v in kw.items()}
 
 
@@ -297,7 +218,7 @@ def training_options(*, exclude: tuple[str, ...] = ()) -> Callable[[Callable[...
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            training = _common(**{k: v for k, v in kwargs.items() if k in extra_names})
+            training = plain(**{k: v for k, v in kwargs.items() if k in extra_names})
             rest = {k: v for k, v in kwargs.items() if k not in extra_names}
             return fn(*args, **rest, training=training)
 
@@ -319,28 +240,28 @@ def estimate(
     training: dict[str, Any],
 ) -> None:
     """Memory breakdown of one training step, with the rule of thumb beside it (and a verdict with --on)."""
-    kw = training
-    spec, est = run_estimate(model, kw, on, headroom)
-    from fitcheck import render
+    from fitcheck import api, render
 
+    spec = api.resolve(model)
+    est = api.estimate(spec, on=on, headroom=headroom, **training)
     if rule is RuleOpt.thumb:
         if est.thumb is None:
             from fitcheck.errors import OptionError
 
             raise OptionError("--rule thumb: the source documents give no rule of thumb for diffusion models")
         data = render.thumb_doc(est)
-        _emit(fmt, data, lambda: render.thumb_table(est))
+        print_doc(fmt, data, lambda: render.thumb_table(est))
         return
-    _emit(fmt, render.estimate_doc(est), lambda: render.estimate_table(est, spec))
+    print_doc(fmt, render.estimate_doc(est), lambda: render.estimate_table(est, spec))
 
 
 @app.command()
 def models(fmt: FmtO = Fmt.table) -> None:
     """List the model presets (LLMs and diffusion pipelines)."""
-    from fitcheck import render
+    from fitcheck import api, render
 
-    rows = render.model_rows()
-    _emit(fmt, rows, lambda: render.models_table(rows))
+    rows = api.models()
+    print_doc(fmt, [r.model_dump(mode="json") for r in rows], lambda: render.models_table(rows))
 
 
 def _register_optional() -> None:

@@ -7,23 +7,26 @@ error rather than a silently ignored key. Byte counts are integers and their nam
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 1
+from fitcheck.vocab import (
+    Attention,
+    Backend,
+    DiffusionTrainer,
+    Dtype,
+    Kind,
+    LlmTrainer,
+    Method,
+    Optimizer,
+    PhaseName,
+    Precision,
+    Trainer,
+    VerdictName,
+)
 
-Method = Literal["full", "lora", "qlora"]
-Precision = Literal["bf16", "fp16", "fp32"]
-Optimizer = Literal[
-    "adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"
-]
-Attention = Literal["eager", "sdpa", "flash", "xformers"]
-Trainer = Literal["generic", "hf", "torchtune", "axolotl", "llamafactory", "mlx", "kohya"]
-Backend = Literal["cuda", "rocm", "mps", "cpu"]
-PhaseName = Literal["forward", "backward", "optimizer_step"]
-VerdictName = Literal["fits", "tight", "does_not_fit"]
-Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "nf4", "fp4"]
+SCHEMA_VERSION = 2
 
 OPTIMIZERS: tuple[str, ...] = Optimizer.__args__  # type: ignore[attr-defined]
 ATTENTIONS: tuple[str, ...] = Attention.__args__  # type: ignore[attr-defined]
@@ -124,16 +127,14 @@ class ModelSpec(Frozen):
     notes: tuple[str, ...] = ()
 
 
-class TrainingSetup(Frozen):
-    """What the user asked for. Defaults are documented in docs/cli.md."""
+class SetupBase(Frozen):
+    """Options every workload takes. Defaults are documented in docs/cli.md."""
 
+    kind: Kind
     method: Method = "lora"
-    dora: bool = False
     batch_size: int = Field(default=1, ge=1, le=65536)
     grad_accum: int = Field(default=1, ge=1, le=65536)
-    seq_len: int = Field(default=2048, ge=1, le=10_000_000)
     precision: Precision = "bf16"
-    master_weights: bool = False
     optimizer: Optimizer = "adamw"
     grad_ckpt: bool = False
     attn: Attention = "sdpa"
@@ -141,11 +142,34 @@ class TrainingSetup(Frozen):
     lora_alpha: float | None = Field(default=None, description="defaults to 2 x rank")
     lora_targets: str = Field(default="all-linear", description="attn, all-linear, or comma-separated names")
     lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
-    double_quant: bool = True
-    trainer: Trainer = "generic"
     backend: Backend = "cuda"
+
+    @property
+    def alpha(self) -> float:
+        return self.lora_alpha if self.lora_alpha is not None else 2.0 * self.lora_rank
+
+
+class LlmSetup(SetupBase):
+    """A decoder (LLM) training run: the closed-form engine (`fitcheck.engine`)."""
+
+    kind: Literal["llm"] = "llm"
+    dora: bool = False
+    seq_len: int = Field(default=2048, ge=1, le=10_000_000)
+    master_weights: bool = False
+    double_quant: bool = True
+    trainer: LlmTrainer = "generic"
     gpus: int = Field(default=1, ge=1, le=4096)
-    # Diffusion only (docs/diffusion.md); the LLM engine refuses them when set.
+
+    @property
+    def tokens(self) -> int:
+        return self.batch_size * self.seq_len
+
+
+class DiffusionSetup(SetupBase):
+    """A diffusion (UNet/DiT) run as kohya sd-scripts trains it (the simulator, `fitcheck.diffusion`)."""
+
+    kind: Literal["diffusion"] = "diffusion"
+    trainer: DiffusionTrainer = "kohya"
     resolution: int | None = Field(default=None, ge=64, le=8192, description="image side in pixels")
     cache_latents: bool = Field(default=False, description="VAE encodes once before training (VAE off)")
     cache_text_encoder_outputs: bool = Field(default=False, description="text encoders off the device")
@@ -154,20 +178,27 @@ class TrainingSetup(Frozen):
     full_bf16: bool = Field(default=False, description="trainable weights and grads in bf16 (kohya)")
     full_fp16: bool = Field(default=False, description="trainable weights and grads in fp16 (kohya)")
 
-    @property
-    def diffusion_options(self) -> tuple[str, ...]:
-        """The diffusion-only fields that are set (the LLM engine refuses them)."""
-        names: tuple[str, ...] = ("resolution", "cache_latents", "cache_text_encoder_outputs")
-        names += ("train_text_encoder", "fp8_base", "full_bf16", "full_fp16")
-        return tuple(n for n in names if getattr(self, n) not in (None, False))
 
-    @property
-    def alpha(self) -> float:
-        return self.lora_alpha if self.lora_alpha is not None else 2.0 * self.lora_rank
+#: The setup of one run, by workload: JSON carries ``kind`` and only the fields that apply to it.
+TrainingSetup = Annotated[LlmSetup | DiffusionSetup, Field(discriminator="kind")]
+#: The same union for type hints (and for records written before ``kind`` existed: smart-mode union).
+AnySetup = LlmSetup | DiffusionSetup
+SetupKind = Kind
 
-    @property
-    def tokens(self) -> int:
-        return self.batch_size * self.seq_len
+
+class ModelInfo(Frozen):
+    """One model preset as ``fitcheck models`` lists it."""
+
+    id: str
+    name: str
+    kind: Kind
+    params: int
+    model_type: str
+    layers: int | None = None
+    hidden: int | None = None
+    vocab: int | None = None
+    experts: int = 0
+    hf_id: str | None = None
 
 
 class Component(Frozen):

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
-from fitcheck.models import Estimate, ModelSpec
+from fitcheck.models import Estimate, ModelInfo, ModelSpec
 from fitcheck.units import GIB, fmt_count, fmt_gib
 
 
@@ -118,9 +119,10 @@ def estimate_table(est: Estimate, spec: ModelSpec | Any) -> None:
     con = _console()
     s = est.setup
     peak = est.phase(est.peak_phase)
-    shape = f"{s.resolution} px" if s.resolution else f"{s.seq_len} tokens"
+    shape = f"{s.resolution} px" if s.kind == "diffusion" else f"{s.seq_len} tokens"
+    dora = s.kind == "llm" and s.dora
     title = (
-        f"{spec.name} · {s.method}{'+dora' if s.dora else ''} · batch {s.batch_size} x {shape} · "
+        f"{spec.name} · {s.method}{'+dora' if dora else ''} · batch {s.batch_size} x {shape} · "
         f"{s.precision} · {s.optimizer} · attn {s.attn}{' · grad-ckpt' if s.grad_ckpt else ''} · "
         f"trainer {est.regime.name}"
     )
@@ -254,53 +256,8 @@ def thumb_table(est: Estimate) -> None:
         con.print(f"on {v.hardware} (budget {_g(v.budget_bytes)} GiB): {'fits' if fits else 'too big'}")
 
 
-def model_rows() -> list[dict[str, Any]]:
-    """One row per model preset: LLMs, then diffusion pipelines (``kind``)."""
-    from fitcheck.engine.params import count_params
-    from fitcheck.presets import preset_ids
-    from fitcheck.sources.resolve import spec_from_preset
-
-    rows = []
-    for pid in preset_ids("models"):
-        spec = spec_from_preset(pid)
-        a = spec.arch
-        rows.append(
-            {
-                "id": pid,
-                "name": spec.name,
-                "params": count_params(a),
-                "model_type": a.model_type,
-                "layers": a.num_layers,
-                "hidden": a.hidden_size,
-                "vocab": a.vocab_size,
-                "experts": a.num_experts,
-                "hf_id": spec.hf_id,
-                "kind": "llm",
-            }
-        )
-    from fitcheck.diffusion.sources import diffusion_ids
-    from fitcheck.diffusion.sources import spec_from_preset as diffusion_preset
-
-    for pid in diffusion_ids():
-        d = diffusion_preset(pid)
-        rows.append(
-            {
-                "id": pid,
-                "name": d.name,
-                "params": d.total_params,
-                "model_type": f"{d.family} " + ("unet" if d.denoiser.name == "unet" else "dit"),
-                "layers": None,
-                "hidden": None,
-                "vocab": None,
-                "experts": 0,
-                "hf_id": d.hf_id,
-                "kind": "diffusion",
-            }
-        )
-    return rows
-
-
-def models_table(rows: list[dict[str, Any]]) -> None:
+def models_table(rows: Sequence[ModelInfo]) -> None:
+    """``fitcheck models``: one row per preset."""
     from rich.table import Table
 
     t = Table(title=f"{len(rows)} model presets")
@@ -308,14 +265,14 @@ def models_table(rows: list[dict[str, Any]]) -> None:
         t.add_column(col, justify="right" if col in ("params", "layers", "hidden", "vocab") else "left")
     for r in rows:
         t.add_row(
-            r["id"],
-            r["kind"],
-            fmt_count(r["params"]),
-            r["model_type"] + (f" ({r['experts']}E)" if r["experts"] else ""),
-            "" if r["layers"] is None else str(r["layers"]),
-            "" if r["hidden"] is None else str(r["hidden"]),
-            "" if r["vocab"] is None else str(r["vocab"]),
-            r["hf_id"] or "",
+            r.id,
+            r.kind,
+            fmt_count(r.params),
+            r.model_type + (f" ({r.experts}E)" if r.experts else ""),
+            "" if r.layers is None else str(r.layers),
+            "" if r.hidden is None else str(r.hidden),
+            "" if r.vocab is None else str(r.vocab),
+            r.hf_id or "",
         )
     _console().print(t)
 
@@ -327,11 +284,12 @@ def matrix_table(rows: list[dict[str, Any]], methods: list[str], on: str, rule: 
     if not rows:
         return
     r0 = rows[0]
-    t = Table(
-        title=f"What fits on {on}: usable {_g(r0['usable_bytes'])} GiB, budget {_g(r0['budget_bytes'])} GiB "
-        f"({'rule of thumb' if rule == 'thumb' else 'detailed estimate'})",
-        title_justify="left",
-    )
+    how = "rule of thumb" if rule == "thumb" else "detailed estimate"
+    title = f"Memory needed, GiB ({how}; --on a device for a verdict)"
+    if r0.get("budget_bytes") is not None:
+        usable, budget = _g(r0["usable_bytes"]), _g(r0["budget_bytes"])
+        title = f"What fits on {on}: usable {usable} GiB, budget {budget} GiB ({how})"
+    t = Table(title=title, title_justify="left")
     t.add_column("model")
     for m in methods:
         t.add_column(m, justify="right")
@@ -341,7 +299,8 @@ def matrix_table(rows: list[dict[str, Any]], methods: list[str], on: str, rule: 
         cells = []
         for m in methods:
             v = r[f"{m}_verdict"]
-            cells.append(f"[{style[v]}]{_g(r[f'{m}_bytes'])} {word[v]}[/]")
+            need = _g(r[f"{m}_bytes"])
+            cells.append(need if v is None else f"[{style[v]}]{need} {word[v]}[/]")
         t.add_row(r["model"], *cells)
     _console().print(t)
 

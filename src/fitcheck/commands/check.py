@@ -1,7 +1,8 @@
 """``fitcheck check MODEL --on HW``: the fit question for scripts and CI.
 
 Exit 0 when the run fits (also ``tight`` unless ``--strict``), 1 when it does not fit, 2 for trouble.
-``--on`` is required: a CI runner without a GPU would otherwise be sized against its own RAM.
+``--on`` is required: a CI runner without a GPU would otherwise be sized against its own RAM; ``--on
+none`` is trouble (exit 2), since ``check`` exists to give a verdict.
 ``--format json`` prints the same document as ``estimate``.
 
 No ``from __future__ import annotations``: typer must see the option types as objects.
@@ -30,11 +31,12 @@ def register(app: typer.Typer) -> None:
         training: dict[str, Any],
     ) -> int:
         """Does it fit? Exit 0 fits (and tight unless --strict), 1 does not fit, 2 trouble."""
-        kw = training
-        spec, est = c.run_estimate(model, kw, on, headroom)
-        from fitcheck import render
+        from fitcheck import api, render
 
-        c._emit(fmt, render.estimate_doc(est), lambda: render.estimate_table(est, spec))
+        spec = api.resolve(model)
+        est = api.check(spec, on, headroom=headroom, **training)
+        assert est.target is not None
+        c.print_doc(fmt, render.estimate_doc(est), lambda: render.estimate_table(est, spec))
         return exit_code(est.target.verdict, strict)
 
 

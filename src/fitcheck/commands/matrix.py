@@ -16,7 +16,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def matrix(
-        on: Annotated[str, typer.Option("--on", help="target: catalog id, 24GB, 36GB-unified, 2x4090, auto")],
+        on: Annotated[
+            str, typer.Option("--on", help="target: catalog id, 24GB, 36GB-unified, 2x4090, auto, none")
+        ],
         models: Annotated[
             str, typer.Option("--models", help="comma-separated sizes or preset ids")
         ] = DEFAULT_MODELS,
@@ -25,7 +27,7 @@ def register(app: typer.Typer) -> None:
         ] = "full,lora,qlora",
         rule: c.RuleO = c.RuleOpt.detailed,
         batch_size: c.BatchO = 1,
-        seq_len: c.SeqO = 2048,
+        seq_len: c.SeqO = None,
         grad_ckpt: c.CkptO = False,
         optimizer: c.OptO = c.OptimizerOpt.adamw,
         trainer: c.TrainerO = c.TrainerOpt.generic,
@@ -44,32 +46,35 @@ def register(app: typer.Typer) -> None:
         names = [m.strip() for m in models.split(",") if m.strip()]
         if not names:
             raise InputError("--models is empty: give sizes (7B) or preset ids, comma-separated")
-        base = c._common(
+        base = c.plain(
             batch_size=batch_size, seq_len=seq_len, grad_ckpt=grad_ckpt, optimizer=optimizer, trainer=trainer
         )
-        rows = build(names, chosen, base, on, headroom, rule.value)
-        from fitcheck import render
+        from fitcheck import api, render
 
-        c._emit(fmt, rows, lambda: render.matrix_table(rows, chosen, on, rule.value))
+        target = api.target(on, headroom)  # probed once for every cell
+        rows = build(names, chosen, base, target, rule.value)
+        c.print_doc(fmt, rows, lambda: render.matrix_table(rows, chosen, on, rule.value))
 
 
 def build(
-    names: list[str], methods: list[str], base: dict[str, Any], on: str, headroom: str | None, rule: str
+    names: list[str], methods: list[str], base: dict[str, Any], target: Any, rule: str
 ) -> list[dict[str, Any]]:
-    """One row per model: for each method, GiB needed and the verdict."""
-    from fitcheck.cli import run_estimate
+    """One row per model: for each method, GiB needed and the verdict (None without a target)."""
+    from fitcheck import api
     from fitcheck.engine.verdict import judge_bytes
 
     rows: list[dict[str, Any]] = []
     for name in names:
+        spec = api.resolve(name)
         row: dict[str, Any] = {"model": name}
         for method in methods:
-            _, est = run_estimate(name, {**base, "method": method}, on, headroom)
-            v = est.target
+            est = api.estimate(spec, on=target, **{**base, "method": method})
             need = est.thumb.bytes if rule == "thumb" and est.thumb else est.device_bytes
             row[f"{method}_bytes"] = need
-            row[f"{method}_verdict"] = judge_bytes(need, v.budget_bytes, v.usable_bytes)
-        row["usable_bytes"] = est.target.usable_bytes
-        row["budget_bytes"] = est.target.budget_bytes
+            row[f"{method}_verdict"] = (
+                judge_bytes(need, target.budget_bytes, target.usable_bytes) if target is not None else None
+            )
+        row["usable_bytes"] = target.usable_bytes if target is not None else None
+        row["budget_bytes"] = target.budget_bytes if target is not None else None
         rows.append(row)
     return rows

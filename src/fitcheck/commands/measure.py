@@ -58,21 +58,26 @@ def require_torch() -> None:
 
 def run_measure(model: str, setup_kw: dict[str, Any], device: str, steps: int) -> tuple[Any, Any, Any]:
     """Resolve, estimate and measure; returns (spec, estimate or None, MeasuredStep)."""
-    from fitcheck.cli import _setup
-    from fitcheck.engine.estimate import estimate
-    from fitcheck.sources.resolve import resolve_model
+    from fitcheck import api
+    from fitcheck.models import LlmSetup, ModelSpec
 
     require_torch()
     if steps < 2:
         raise OptionError("--steps must be at least 2: phases are read once optimizer states exist")
-    spec = resolve_model(model)
+    spec = api.resolve(model)
+    if not isinstance(spec, ModelSpec):
+        raise OptionError(
+            f"measure traces LLM training steps; {spec.name} is a diffusion model (its traces: "
+            "bench/calibrate_diffusion.py)"
+        )
     if spec.hf_config is None:
         raise OptionError(
             f"'{model}' has no config.json to build the model from; measure a preset id, a folder, "
             "or a config.json"
         )
-    setup = _setup(**{**setup_kw, "backend": BACKEND[device]})
-    est = estimate(spec, setup)
+    setup = api.setup_for(spec, {**setup_kw, "backend": BACKEND[device]})
+    assert isinstance(setup, LlmSetup)
+    est = api.estimate_setup(spec, setup)
     sys.stderr.write(
         f"fitcheck: {'tracing' if device == 'fake' else 'running'} {steps} training steps of {spec.name}"
         f" on {device}{' (fake tensors, no memory used)' if device == 'fake' else ''}...\n"

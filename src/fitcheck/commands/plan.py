@@ -1,8 +1,8 @@
 """``fitcheck plan MODEL``: the fastest configuration that fits, explained, and trainer configs for it.
 
-Thin command: parse, resolve the model and target, look the device's speed up in the catalog, call
-`fitcheck.planner.plan.make_plan`, render, write the ``--emit`` files, return the exit code (0 a plan
-fits, 1 none does, 2 trouble). pydantic, yaml and rich are imported inside the command only.
+Thin command: parse, call `fitcheck.api.plan` (model, target, device speed, search), render, write the
+``--emit`` files, return the exit code (0 a plan fits, 1 none does, 2 trouble). pydantic, yaml and
+rich are imported inside the command only.
 
 No ``from __future__ import annotations`` here: the command is defined inside `register` with the
 option types of `fitcheck.cli`, and typer must see those annotations as objects.
@@ -19,7 +19,6 @@ import typer
 
 from fitcheck.errors import InputError, OptionError
 
-DEFAULT_EFFECTIVE_BATCH = 16  # fitcheck.planner.models.DEFAULT_EFFECTIVE_BATCH (kept light here)
 _COUNT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 
@@ -106,74 +105,26 @@ def model_reference(model: str, spec: Any) -> str | None:
     return str(folder)
 
 
-def device_for(target: Any) -> Any:
-    """The target's speed figures: its catalog entry, else the backend's labelled assumption."""
-    from fitcheck.hardware.catalog import find_entry
-    from fitcheck.planner.device import catalog_id, default_perf, perf_from_entry
-
-    entry = find_entry(catalog_id(target))
-    return perf_from_entry(entry) if entry is not None else default_perf(target)
-
-
-def other_targets(target: Any, headroom: str | None) -> list[Any]:
-    """Catalog devices of the target's backend, with the same headroom rule (for "a bigger device")."""
-    from fitcheck.hardware.budget import apply_headroom, entry_target
-    from fitcheck.hardware.catalog import entries
-
-    if target.backend == "cpu":
-        return []
-    return [apply_headroom(entry_target(e), headroom) for e in entries(target.backend)]
+def plan_options(kw: dict[str, Any]) -> dict[str, Any]:
+    """The command's values as `fitcheck.api.plan` options (``--dataset-tokens 250M`` counted)."""
+    opts = {k: v for k, v in kw.items() if k not in ("on", "headroom", "canonical")}
+    if opts.get("dataset_tokens") is not None:
+        opts["dataset_tokens"] = parse_tokens(opts["dataset_tokens"])
+    return opts
 
 
-def run_plan(model: str, kw: dict[str, Any], emits: list[str], fmt_name: str | None, output_dir: str) -> Any:
-    """Resolve, plan and (when it fits) render the emitted files; returns (plan, [(kind, dest, text)])."""
-    from fitcheck import cli as c
-    from fitcheck import emitters
+def run_plan(
+    model: str, spec: Any, kw: dict[str, Any], emits: list[str], fmt_name: str | None, output_dir: str
+) -> Any:
+    """Plan an LLM and (when it fits) render the emitted files; returns (plan, [(kind, dest, text)])."""
+    from fitcheck import api, emitters
     from fitcheck.emitters.common import EmitContext
-    from fitcheck.planner.models import PlanRequest
-    from fitcheck.planner.plan import make_plan
-    from fitcheck.sources.resolve import resolve_model
+    from fitcheck.planner.models import Plan
 
     wanted = resolve_emits(emits, fmt_name, output_dir)
-    trainer = choose_trainer(kw.pop("trainer"), [k for k, _ in wanted])
-    spec = resolve_model(model)
-    target = c._target(kw.pop("on"), kw["headroom"], kw["gpus"])
-    device = device_for(target)
-    method = kw["method"]
-    base = c._setup(
-        method="full" if method == "full" else "lora",
-        resolution=kw["resolution"],
-        dora=kw["dora"],
-        master_weights=kw["master_weights"],
-        lora_rank=kw["lora_rank"],
-        lora_alpha=kw["lora_alpha"],
-        lora_targets=kw["lora_targets"],
-        lora_dropout=kw["lora_dropout"],
-        double_quant=kw["double_quant"],
-        trainer=trainer,
-        backend=target.backend,
-        gpus=target.gpus,
-        seq_len=kw["seq_len"],
-    )
-    if kw["master_weights"] and trainer not in ("generic", "hf"):
-        raise OptionError(
-            f"--master-weights: {trainer} decides its own precision; drop it (or use --trainer hf)"
-        )
-    req = PlanRequest(
-        base=base,
-        method=method,
-        effective_batch=kw["effective_batch"],
-        seq_len=kw["seq_len"],
-        min_seq_len=kw["min_seq_len"],
-        batch_size=kw["batch_size"],
-        grad_ckpt=kw["grad_ckpt"],
-        optimizer=kw["optimizer"],
-        attn=kw["attn"],
-        precision=kw["precision"],
-        dataset_tokens=parse_tokens(kw["dataset_tokens"]) if kw["dataset_tokens"] else None,
-        epochs=kw["epochs"],
-    )
-    plan = make_plan(spec, target, device, req, other_targets(target, kw["headroom"]))
+    trainer = choose_trainer(kw["trainer"], [k for k, _ in wanted])
+    plan = api.plan(spec, kw["on"], headroom=kw["headroom"], **{**plan_options(kw), "trainer": trainer})
+    assert isinstance(plan, Plan)
     files: list[tuple[str, str | None, str]] = []
     if plan.fits:
         ref = model_reference(model, spec)
@@ -200,9 +151,12 @@ def register(app: typer.Typer) -> None:
         PlanMethod, typer.Option("--method", "-m", help="auto: full if it fits, then LoRA, then QLoRA")
     ]
     EffO = Annotated[
-        int,
+        int | None,
         typer.Option(
-            "--effective-batch", help="examples per optimizer step: micro-batch x accumulation x GPUs", min=1
+            "--effective-batch",
+            help="examples per optimizer step: micro-batch x accumulation x GPUs [default: 16 for LLMs, "
+            "1 for diffusion]",
+            min=1,
         ),
     ]
     MinResO = Annotated[
@@ -253,8 +207,8 @@ def register(app: typer.Typer) -> None:
         model: c.ModelArg,
         on: OnPlanO = "auto",
         method: MethodPO = PlanMethod.auto,
-        effective_batch: EffO = DEFAULT_EFFECTIVE_BATCH,
-        seq_len: c.SeqO = 2048,
+        effective_batch: EffO = None,
+        seq_len: c.SeqO = None,
         min_seq_len: MinSeqO = None,
         min_resolution: MinResO = None,
         batch_size: MicroO = None,
@@ -282,7 +236,7 @@ def register(app: typer.Typer) -> None:
         fmt: c.FmtO = c.Fmt.table,
     ) -> None:
         """The fastest configuration that fits (exit 0; 1 when none does), with reasons and configs."""
-        kw = c._common(
+        kw = c.plain(
             on=on,
             method=method,
             effective_batch=effective_batch,
@@ -306,26 +260,24 @@ def register(app: typer.Typer) -> None:
             headroom=headroom,
             dataset_tokens=dataset_tokens,
             epochs=epochs,
+            min_resolution=min_resolution,
         )
-        from fitcheck.diffusion.sources import resolve_diffusion
+        from fitcheck import api
 
-        dspec = resolve_diffusion(model)
-        if dspec is not None:
+        spec = api.resolve(model)
+        if api.kind_of(spec) == "diffusion":
             emits = list(emit or [])
-            code = plan_diffusion_command(
-                dspec, kw, min_resolution, emits, emit_format, output_dir, force, fmt.value
-            )
+            code = plan_diffusion_command(spec, kw, emits, emit_format, output_dir, force, fmt.value)
             if code:
                 raise typer.Exit(code=code)
             return
-        if min_resolution is not None:
-            raise OptionError("--min-resolution applies to diffusion models; for an LLM use --min-seq-len")
+        api.refuse_foreign(spec, kw)
         kw["canonical"] = _canonical(kw)
         if output_dir == "-" and fmt is not c.Fmt.table:
             raise OptionError(
                 "-o - puts the emitted file on stdout; it cannot also carry --format " + fmt.value
             )
-        result, files = run_plan(model, kw, list(emit or []), emit_format, output_dir)
+        result, files = run_plan(model, spec, kw, list(emit or []), emit_format, output_dir)
         _check_destinations(files, force)
         _render(result, fmt, to_stderr=any(dest is None for _, dest, _ in files))
         _write(files, force)
@@ -347,18 +299,16 @@ def dataset_name(config_name: str) -> str:
 def plan_diffusion_command(
     spec: Any,
     kw: dict[str, Any],
-    min_resolution: int | None,
     emits: list[str],
     emit_format: str | None,
     output_dir: str,
     force: bool,
     fmt: str,
 ) -> int:
-    """``fitcheck plan`` for a diffusion model: `plan_diffusion`, render, kohya files; the exit code."""
-    from fitcheck.cli import _setup
-    from fitcheck.diffusion.plan import plan_diffusion
+    """``fitcheck plan`` for a diffusion model: `fitcheck.api.plan`, render, kohya files; the exit code."""
+    from fitcheck import api
+    from fitcheck.diffusion.plan import DiffusionPlan
     from fitcheck.emitters.kohya import emit_kohya
-    from fitcheck.hardware.budget import resolve_target
 
     for name in emits:
         kind = resolve_emits([name], emit_format, output_dir)[0][0]
@@ -367,28 +317,13 @@ def plan_diffusion_command(
                 f"{kind} is a config for LLM trainers; for {spec.id} (a diffusion model) use "
                 "--emit kohya.toml"
             )
-    for flag in ("min_seq_len", "dataset_tokens", "epochs"):
-        if kw.get(flag) is not None:
-            raise OptionError(f"--{flag.replace('_', '-')} applies to LLMs, not to {spec.id}")
-    target = resolve_target(kw["on"], kw["headroom"])
-    method = kw["method"] if kw["method"] != "auto" else "lora"
-    effective = kw["effective_batch"] if kw["effective_batch"] != DEFAULT_EFFECTIVE_BATCH else 1
-    setup_kw = {
-        k: v
-        for k, v in {
-            "method": method, "dora": kw["dora"], "resolution": kw["resolution"],
-            "precision": kw["precision"], "master_weights": kw["master_weights"],
-            "optimizer": kw["optimizer"],
-            "grad_ckpt": kw["grad_ckpt"], "attn": kw["attn"], "lora_rank": kw["lora_rank"],
-            "lora_alpha": kw["lora_alpha"], "lora_dropout": kw["lora_dropout"], "trainer": "kohya",
-            "batch_size": kw["batch_size"] or 1, "grad_accum": max(1, effective // (kw["batch_size"] or 1)),
-            "backend": target.backend,
-        }.items()
-        if v is not None
-    }  # fmt: skip
-    setup_kw["grad_ckpt"] = bool(kw["grad_ckpt"])
-    setup = _setup(**setup_kw)
-    result = plan_diffusion(spec, setup, target, min_resolution)
+    target = api.target(kw["on"], kw["headroom"])
+    if target is None:
+        from fitcheck.hardware.budget import unlimited_target
+
+        target = unlimited_target()
+    result = api.plan(spec, target, headroom=kw["headroom"], **plan_options(kw))
+    assert isinstance(result, DiffusionPlan)
     files: list[tuple[str, str | None, str]] = []
     if result.fits:
         for kind, dest in resolve_emits(emits, emit_format, output_dir):
@@ -417,10 +352,8 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
     flags: dict[str, Any] = {
         "--on": kw["on"],
         "--method": kw["method"] if kw["method"] != "auto" else None,
-        "--effective-batch": kw["effective_batch"]
-        if kw["effective_batch"] != DEFAULT_EFFECTIVE_BATCH
-        else None,
-        "--seq-len": kw["seq_len"] if kw["seq_len"] != 2048 else None,
+        "--effective-batch": kw["effective_batch"],
+        "--seq-len": kw["seq_len"],
         "--min-seq-len": kw["min_seq_len"],
         "--batch-size": kw["batch_size"],
         "--precision": kw["precision"],

@@ -15,7 +15,7 @@ from fitcheck.diffusion.sim.core import BYTES
 from fitcheck.diffusion.spec import DiffusionSpec
 from fitcheck.diffusion.step import StepResult, attn_kernel, simulate
 from fitcheck.engine.overhead import context_bytes, reserve_bytes
-from fitcheck.models import Component, Estimate, ParamCounts, Phase, TrainingSetup
+from fitcheck.models import Component, DiffusionSetup, Estimate, ParamCounts, Phase
 
 D = "docs/diffusion.md#"
 
@@ -63,7 +63,7 @@ def _phase(name: str, comps: list[Component]) -> Phase:
     return Phase(name=name, components=kept, total_bytes=sum(c.bytes for c in kept))  # type: ignore[arg-type]
 
 
-def model_states(spec: DiffusionSpec, setup: TrainingSetup, step: StepResult) -> dict[str, Component]:
+def model_states(spec: DiffusionSpec, setup: DiffusionSetup, step: StepResult) -> dict[str, Component]:
     """Weights per part on the device, adapters, gradients, optimizer states, step transient."""
     out: dict[str, Component] = {}
     for pl in rg.plan_parts(spec, setup):
@@ -125,7 +125,7 @@ def _sim_components(cats: dict[str, int], skip_grads: bool) -> list[Component]:
 
 
 def estimate_diffusion(
-    spec: DiffusionSpec, setup: TrainingSetup, target_context: int | None = None
+    spec: DiffusionSpec, setup: DiffusionSetup, target_context: int | None = None
 ) -> Estimate:
     """Estimate one training step of ``spec`` under ``setup`` (kohya sd-scripts' regime).
 
@@ -189,7 +189,7 @@ def estimate_diffusion(
     )
 
 
-def _warnings(spec: DiffusionSpec, setup: TrainingSetup) -> tuple[str, ...]:
+def _warnings(spec: DiffusionSpec, setup: DiffusionSetup) -> tuple[str, ...]:
     w: list[str] = []
     res = setup.resolution or spec.native_resolution
     if attn_kernel(setup) == "eager" and setup.attn != "eager":

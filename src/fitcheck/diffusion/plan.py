@@ -28,7 +28,7 @@ from fitcheck.diffusion.spec import DiffusionSpec
 from fitcheck.diffusion.step import simulate
 from fitcheck.engine.verdict import judge
 from fitcheck.errors import OptionError
-from fitcheck.models import Estimate, Frozen, Target, TrainingSetup
+from fitcheck.models import DiffusionSetup, Estimate, Frozen, Target
 
 #: Model FLOPs utilisation assumed for ranking (fitcheck's assumption, not a measurement).
 MFU = 0.4
@@ -47,7 +47,7 @@ DEPARTURE = 0.05
 class DiffusionPlan(Frozen):
     """The chosen setup with its estimate, estimated speed and the reasons."""
 
-    setup: TrainingSetup
+    setup: DiffusionSetup
     estimate: Estimate
     fits: bool
     images_per_second: float = Field(description="estimated; see docs/diffusion.md#speed")
@@ -69,7 +69,7 @@ def _catalog(target: Target) -> tuple[float, float, bool]:
 
 
 def images_per_second(
-    spec: DiffusionSpec, setup: TrainingSetup, tflops: float, bandwidth_gbps: float
+    spec: DiffusionSpec, setup: DiffusionSetup, tflops: float, bandwidth_gbps: float
 ) -> float:
     """Estimated training throughput of ``setup`` (see the module docstring)."""
     step = simulate(spec, setup.model_copy(update={"batch_size": 1, "grad_accum": 1}))
@@ -87,7 +87,7 @@ def images_per_second(
     return images / (images * per_image + step_time)
 
 
-def _families(spec: DiffusionSpec, setup: TrainingSetup, res: int) -> list[list[TrainingSetup]]:
+def _families(spec: DiffusionSpec, setup: DiffusionSetup, res: int) -> list[list[DiffusionSetup]]:
     """Candidate setups grouped by everything but the micro-batch (ascending within a group), so
     the search can stop a group at the first batch that does not fit."""
     eff = setup.batch_size * setup.grad_accum
@@ -127,7 +127,7 @@ def _families(spec: DiffusionSpec, setup: TrainingSetup, res: int) -> list[list[
 
 
 def plan_diffusion(
-    spec: DiffusionSpec, setup: TrainingSetup, target: Target, min_resolution: int | None = None
+    spec: DiffusionSpec, setup: DiffusionSetup, target: Target, min_resolution: int | None = None
 ) -> DiffusionPlan:
     """The fastest setup that fits ``target`` (or, when none does, the smallest), with reasons.
 
@@ -147,8 +147,8 @@ def plan_diffusion(
     floor = min_resolution or res0
     resolutions = [res0, *range((res0 - 64) // 64 * 64, floor - 1, -64)]
     considered = 0
-    best: tuple[float, int, TrainingSetup, Estimate] | None = None
-    smallest: tuple[int, TrainingSetup, Estimate] | None = None
+    best: tuple[float, int, DiffusionSetup, Estimate] | None = None
+    smallest: tuple[int, DiffusionSetup, Estimate] | None = None
     for res in resolutions:
         for group in _families(spec, setup, res):
             for cand in group:
@@ -194,7 +194,7 @@ def plan_diffusion(
     )
 
 
-def _risk(cand: TrainingSetup, asked: TrainingSetup) -> int:
+def _risk(cand: DiffusionSetup, asked: DiffusionSetup) -> int:
     """Departures from what was asked (fp8, full_bf16, another optimizer), each worth `DEPARTURE`."""
     return (
         int(cand.fp8_base and not asked.fp8_base)
@@ -204,7 +204,7 @@ def _risk(cand: TrainingSetup, asked: TrainingSetup) -> int:
 
 
 def _reasons(
-    spec: DiffusionSpec, asked: TrainingSetup, cand: TrainingSetup, est: Estimate, target: Target
+    spec: DiffusionSpec, asked: DiffusionSetup, cand: DiffusionSetup, est: Estimate, target: Target
 ) -> tuple[str, ...]:
     gib = 2**30
     fits = judge(est, target)[0] == "fits"
@@ -240,7 +240,7 @@ def _reasons(
     return tuple(out)
 
 
-def _notes(cand: TrainingSetup, own_figures: bool) -> tuple[str, ...]:
+def _notes(cand: DiffusionSetup, own_figures: bool) -> tuple[str, ...]:
     notes = [
         "bucketing: kohya keeps about resolution^2 pixels per bucket (enable_bucket), so other aspect "
         "ratios need about the same memory as the square resolution estimated here",

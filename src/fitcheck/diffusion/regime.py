@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from fitcheck.diffusion.spec import DiffusionSpec, PartSpec
 from fitcheck.errors import OptionError
-from fitcheck.models import Regime, TrainingSetup
+from fitcheck.models import DiffusionSetup, Regime
 
 SRC_KOHYA = (
     "kohya-ss/sd-scripts 48d368f: train_network.py, sdxl_train.py, flux_train_network.py (dtypes per part)"
@@ -40,12 +40,12 @@ class PartPlan:
         return self.part.name
 
 
-def compute_dtype(setup: TrainingSetup) -> str:
+def compute_dtype(setup: DiffusionSetup) -> str:
     """kohya's ``weight_dtype``: the ``mixed_precision`` dtype (fp32 when mixed precision is off)."""
     return setup.precision
 
 
-def trainable_dtype(setup: TrainingSetup) -> str:
+def trainable_dtype(setup: DiffusionSetup) -> str:
     """Dtype of trained weights: fp32 (accelerate AMP) unless ``full_bf16``/``full_fp16``."""
     if setup.full_bf16:
         return "bf16"
@@ -54,14 +54,10 @@ def trainable_dtype(setup: TrainingSetup) -> str:
     return "fp32"
 
 
-def check(spec: DiffusionSpec, setup: TrainingSetup) -> None:
+def check(spec: DiffusionSpec, setup: DiffusionSetup) -> None:
     """Refuse setups kohya sd-scripts refuses (its asserts in train()) or that fitcheck cannot model."""
     if setup.method == "qlora":
         raise OptionError("--method qlora is for LLMs; for diffusion use --method lora with --fp8-base")
-    if setup.dora:
-        raise OptionError("--dora is not modelled for diffusion (kohya's networks.lora has no DoRA)")
-    if setup.trainer not in ("generic", "kohya"):
-        raise OptionError(f"--trainer {setup.trainer} does not train diffusion models; use --trainer kohya")
     if setup.full_bf16 and setup.precision != "bf16":
         raise OptionError("--full-bf16 needs --precision bf16 (kohya asserts mixed_precision='bf16')")
     if setup.full_fp16 and setup.precision != "fp16":
@@ -97,7 +93,7 @@ def check(spec: DiffusionSpec, setup: TrainingSetup) -> None:
         raise OptionError("--lora-dropout is not modelled for diffusion (kohya network_dropout)")
 
 
-def plan_parts(spec: DiffusionSpec, setup: TrainingSetup) -> list[PartPlan]:
+def plan_parts(spec: DiffusionSpec, setup: DiffusionSetup) -> list[PartPlan]:
     """Residency, dtype and training role of every part."""
     c = compute_dtype(setup)
     frozen = "fp8" if setup.fp8_base else c
@@ -127,7 +123,7 @@ def trainable_text_encoder(spec: DiffusionSpec, part: PartSpec) -> bool:
     return part.class_name.startswith("CLIP")
 
 
-def regime(spec: DiffusionSpec, setup: TrainingSetup) -> Regime:
+def regime(spec: DiffusionSpec, setup: DiffusionSetup) -> Regime:
     """The `Regime` record of the estimate (the dtypes of the denoiser's tensors)."""
     full = setup.method == "full"
     c = compute_dtype(setup)

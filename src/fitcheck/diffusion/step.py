@@ -21,7 +21,7 @@ from fitcheck.diffusion.sim import ops
 from fitcheck.diffusion.sim.core import BYTES, Sim, T, simulating
 from fitcheck.diffusion.sim.nn import Conv2d, Linear, Module, lora_targets
 from fitcheck.diffusion.spec import DiffusionSpec
-from fitcheck.models import TrainingSetup
+from fitcheck.models import DiffusionSetup
 
 #: kohya's LoRA targets: the module classes each network module wraps (networks/lora.py,
 #: lora_flux.py, lora_sd3.py ``*_TARGET_REPLACE_MODULE``); conv LoRA adds the 3x3 classes.
@@ -52,20 +52,20 @@ class StepResult:
     notes: list[str] = field(default_factory=list)
 
 
-def attn_kernel(setup: TrainingSetup) -> str:
+def attn_kernel(setup: DiffusionSetup) -> str:
     """The attention the memory follows: eager keeps scores; so does SDPA on MPS (math backend)."""
     if setup.attn == "eager" or (setup.backend == "mps" and setup.attn in ("sdpa", "flash")):
         return "eager"
     return "sdpa"
 
 
-def latent_size(setup: TrainingSetup, spec: DiffusionSpec) -> tuple[int, int]:
+def latent_size(setup: DiffusionSetup, spec: DiffusionSpec) -> tuple[int, int]:
     res = setup.resolution or spec.native_resolution
     return res // VAE_FACTOR, res // VAE_FACTOR
 
 
 def _apply(
-    mod: Module, plan: PartPlan, setup: TrainingSetup, classes: tuple[str, ...]
+    mod: Module, plan: PartPlan, setup: DiffusionSetup, classes: tuple[str, ...]
 ) -> list[tuple[int, ...]]:
     """Set dtypes and trainability; attach kohya LoRA modules. Returns the adapters' shapes."""
     full = plan.train == "full"
@@ -89,7 +89,7 @@ def _apply(
     return shapes
 
 
-def _lora_classes(spec: DiffusionSpec, setup: TrainingSetup) -> tuple[str, ...]:
+def _lora_classes(spec: DiffusionSpec, setup: DiffusionSetup) -> tuple[str, ...]:
     if spec.family == "flux":
         return LORA_CLASSES["flux"]
     if spec.family == "sd3":
@@ -97,7 +97,7 @@ def _lora_classes(spec: DiffusionSpec, setup: TrainingSetup) -> tuple[str, ...]:
     return LORA_CLASSES["unet_conv" if setup.lora_targets == "conv" else "unet"]
 
 
-def simulate(spec: DiffusionSpec, setup: TrainingSetup) -> StepResult:
+def simulate(spec: DiffusionSpec, setup: DiffusionSetup) -> StepResult:
     """Run the step in the simulator (cached: the planner asks for the same setups repeatedly)."""
     key = json.dumps([spec.model_dump(mode="json"), setup.model_dump(mode="json")], sort_keys=True)
     return _simulate(key)
@@ -107,11 +107,11 @@ def simulate(spec: DiffusionSpec, setup: TrainingSetup) -> StepResult:
 def _simulate(key: str) -> StepResult:
     spec_d, setup_d = json.loads(key)
     spec = DiffusionSpec.model_validate(spec_d)
-    setup = TrainingSetup.model_validate(setup_d)
+    setup = DiffusionSetup.model_validate(setup_d)
     return _run(spec, setup)
 
 
-def _run(spec: DiffusionSpec, setup: TrainingSetup) -> StepResult:
+def _run(spec: DiffusionSpec, setup: DiffusionSetup) -> StepResult:
     plans = plan_parts(spec, setup)
     mods: dict[str, Module] = {}
     trainable: dict[str, list[tuple[int, ...]]] = {}

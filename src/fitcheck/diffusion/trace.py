@@ -27,7 +27,7 @@ from fitcheck.diffusion import regime as rg
 from fitcheck.diffusion.spec import DiffusionSpec
 from fitcheck.diffusion.step import LORA_CLASSES, VAE_FACTOR
 from fitcheck.errors import OptionError
-from fitcheck.models import TrainingSetup
+from fitcheck.models import DiffusionSetup
 
 DEVICE_SEMANTICS = (
     "fake tensors on the CPU device with CUDA autocast op lists; SDPA runs CPU flash attention (saves "
@@ -52,7 +52,7 @@ def build_unet(config: dict[str, Any]) -> Any:
 
 
 def attach_kohya_lora(
-    model: Any, setup: TrainingSetup, dtype: str, classes: tuple[str, ...] | None = None
+    model: Any, setup: DiffusionSetup, dtype: str, classes: tuple[str, ...] | None = None
 ) -> list[Any]:
     """kohya networks/lora*.py: wrap the forward of every targeted layer; return the LoRA parameters."""
     import torch
@@ -106,7 +106,7 @@ def attach_kohya_lora(
     return params
 
 
-def trace_denoiser_step(spec: DiffusionSpec, setup: TrainingSetup) -> Any:
+def trace_denoiser_step(spec: DiffusionSpec, setup: DiffusionSetup) -> Any:
     """Trace two training steps of the spec's UNet under ``setup``; a `MeasuredStep`.
 
     Raises:
@@ -164,7 +164,7 @@ def trace_denoiser_step(spec: DiffusionSpec, setup: TrainingSetup) -> Any:
 def trace_module(
     model: Any,
     make_inputs: Any,
-    setup: TrainingSetup,
+    setup: DiffusionSetup,
     regime: Any,
     started: float,
     model_type: str,

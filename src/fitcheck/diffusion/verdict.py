@@ -11,12 +11,12 @@ from __future__ import annotations
 from fitcheck.diffusion.estimate import estimate_diffusion
 from fitcheck.diffusion.spec import DiffusionSpec
 from fitcheck.engine.verdict import verdict
-from fitcheck.models import Estimate, Target, TrainingSetup, Verdict
+from fitcheck.models import DiffusionSetup, Estimate, Target, Verdict
 
 
-def remedies(spec: DiffusionSpec, setup: TrainingSetup) -> list[tuple[str, str, TrainingSetup]]:
+def remedies(spec: DiffusionSpec, setup: DiffusionSetup) -> list[tuple[str, str, DiffusionSetup]]:
     """(change, flag, setup) candidates, cheapest first."""
-    out: list[tuple[str, str, TrainingSetup]] = []
+    out: list[tuple[str, str, DiffusionSetup]] = []
 
     def add(change: str, flag: str, **update: object) -> None:
         out.append((change, flag, setup.model_copy(update=update)))
@@ -74,7 +74,8 @@ def diffusion_verdict(est: Estimate, target: Target, spec: DiffusionSpec) -> Ver
     """The verdict against ``target``; when it does not fit, each remedy re-estimated."""
     ctx = target.context_bytes or None
 
-    def again(s: DiffusionSpec, setup: TrainingSetup) -> Estimate:
+    def again(s: DiffusionSpec, setup: DiffusionSetup) -> Estimate:
         return estimate_diffusion(s, setup, ctx)
 
+    assert isinstance(est.setup, DiffusionSetup)
     return verdict(est, target, spec, again, changes=remedies(spec, est.setup))

@@ -17,7 +17,7 @@ from typing import Any
 from fitcheck import __version__
 from fitcheck.engine.params import layer_linears
 from fitcheck.errors import OptionError
-from fitcheck.models import DecoderArch, ModelSpec, TrainingSetup
+from fitcheck.models import DecoderArch, LlmSetup, ModelSpec
 from fitcheck.planner.models import Candidate, Plan
 from fitcheck.units import GIB
 
@@ -181,7 +181,7 @@ def yaml_text(items: Sequence[Item]) -> str:
 # ------------------------------------------------------------------------------- LoRA module names
 
 
-def lora_modules(a: DecoderArch, setup: TrainingSetup) -> list[str] | None:
+def lora_modules(a: DecoderArch, setup: LlmSetup) -> list[str] | None:
     """The module names LoRA wraps; None for ``all-linear`` (every trainer has a switch for it)."""
     if setup.lora_targets == "all-linear":
         return None
@@ -190,7 +190,7 @@ def lora_modules(a: DecoderArch, setup: TrainingSetup) -> list[str] | None:
     return [t.strip() for t in setup.lora_targets.split(",") if t.strip()]
 
 
-def integer_alpha(setup: TrainingSetup, where: str) -> int:
+def integer_alpha(setup: LlmSetup, where: str) -> int:
     """LoRA alpha as the integer HF-based configs require."""
     alpha = setup.alpha
     if alpha != int(alpha):
@@ -198,7 +198,7 @@ def integer_alpha(setup: TrainingSetup, where: str) -> int:
     return int(alpha)
 
 
-def learning_rate(setup: TrainingSetup) -> float:
+def learning_rate(setup: LlmSetup) -> float:
     return LR_FULL if setup.method == "full" else LR_ADAPTER
 
 

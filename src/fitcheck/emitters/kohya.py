@@ -21,7 +21,7 @@ from typing import Any
 
 from fitcheck import __version__
 from fitcheck.diffusion.spec import DiffusionSpec
-from fitcheck.models import Estimate, Target, TrainingSetup
+from fitcheck.models import DiffusionSetup, Estimate, Target
 from fitcheck.units import GIB
 
 CONFIG = "kohya_config.toml"
@@ -58,21 +58,21 @@ OPTIMIZERS = {
 ADAFACTOR_ARGS = ["scale_parameter=False", "relative_step=False", "warmup_init=False"]
 
 
-def script_for(spec: DiffusionSpec, setup: TrainingSetup, dreambooth: bool = False) -> str:
+def script_for(spec: DiffusionSpec, setup: DiffusionSetup, dreambooth: bool = False) -> str:
     """The sd-scripts entry point that trains ``spec`` with ``setup``."""
     if dreambooth and setup.method == "full" and spec.family in ("sd1", "sd2"):
         return "train_db.py"
     return SCRIPTS[(spec.family, setup.method)]
 
 
-def _learning_rate(setup: TrainingSetup) -> float:
+def _learning_rate(setup: DiffusionSetup) -> float:
     if setup.optimizer == "prodigy":
         return 1.0  # Prodigy estimates the step size; sd-scripts docs use lr 1
     return 1e-4 if setup.method == "lora" else 1e-5
 
 
 def training_config(
-    spec: DiffusionSpec, setup: TrainingSetup, dreambooth: bool = False, dataset_name: str = DATASET
+    spec: DiffusionSpec, setup: DiffusionSetup, dreambooth: bool = False, dataset_name: str = DATASET
 ) -> dict[str, dict[str, Any]]:
     """The ``--config_file`` content as tables of sd-scripts option names (tables are cosmetic)."""
     script = script_for(spec, setup, dreambooth).removesuffix(".py")
@@ -145,7 +145,7 @@ def training_config(
     return out
 
 
-def dataset_config(spec: DiffusionSpec, setup: TrainingSetup, dreambooth: bool = False) -> dict[str, Any]:
+def dataset_config(spec: DiffusionSpec, setup: DiffusionSetup, dreambooth: bool = False) -> dict[str, Any]:
     """The ``--dataset_config`` content (ConfigSanitizer's general / datasets / subsets)."""
     script = script_for(spec, setup, dreambooth)
     res = setup.resolution or spec.native_resolution
@@ -178,7 +178,7 @@ def dataset_config(spec: DiffusionSpec, setup: TrainingSetup, dreambooth: bool =
 
 def emit_kohya(
     spec: DiffusionSpec,
-    setup: TrainingSetup,
+    setup: DiffusionSetup,
     estimate: Estimate,
     target: Target | None = None,
     dreambooth: bool = False,
@@ -203,7 +203,7 @@ def emit_kohya(
 
 def _header(
     spec: DiffusionSpec,
-    setup: TrainingSetup,
+    setup: DiffusionSetup,
     est: Estimate,
     target: Target | None,
     script: str,

@@ -23,7 +23,7 @@ from fitcheck.emitters.common import (
     yaml_text,
 )
 from fitcheck.errors import OptionError
-from fitcheck.models import DecoderArch, TrainingSetup
+from fitcheck.models import DecoderArch, LlmSetup
 from fitcheck.planner.models import Plan
 
 NAME = "mlx.yaml"
@@ -50,7 +50,7 @@ Q_GROUP = 64
 DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
-def lora_keys(a: DecoderArch, setup: TrainingSetup) -> list[str] | None:
+def lora_keys(a: DecoderArch, setup: LlmSetup) -> list[str] | None:
     """``lora_parameters.keys``: module paths inside a block; None for every linear layer."""
     names = lora_modules(a, setup)
     if names is None:
@@ -63,7 +63,7 @@ def lora_keys(a: DecoderArch, setup: TrainingSetup) -> list[str] | None:
     return [BLOCK_PATH[n.split(".")[-1]] for n in names]
 
 
-def converted(ref: str, setup: TrainingSetup) -> tuple[str, str] | None:
+def converted(ref: str, setup: LlmSetup) -> tuple[str, str] | None:
     """(local folder, mlx_lm.convert command) when the model must be converted first."""
     stem = ref.rstrip("/").split("/")[-1]
     if setup.method == "qlora":

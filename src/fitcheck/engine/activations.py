@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from fitcheck.engine.dtypes import nbytes
 from fitcheck.engine.lora import targeted
 from fitcheck.engine.params import Linear, layer_linears
-from fitcheck.models import DecoderArch, Regime, TrainingSetup
+from fitcheck.models import DecoderArch, LlmSetup, Regime
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Ctx:
         return max(self.rho, self.norm_w)
 
 
-def context(setup: TrainingSetup, regime: Regime) -> Ctx:
+def context(setup: LlmSetup, regime: Regime) -> Ctx:
     full = setup.method == "full"
     weight = regime.trainable_dtype if full else regime.weight_dtype
     embed = "fp32" if regime.kbit_upcast else weight
@@ -64,7 +64,7 @@ class LayerActs:
         return sum(self.parts.values()) + self.scores * seq_len
 
 
-def _linear_inputs(c: Ctx, setup: TrainingSetup, a: DecoderArch, lins: list[Linear], x_bytes: int) -> float:
+def _linear_inputs(c: Ctx, setup: LlmSetup, a: DecoderArch, lins: list[Linear], x_bytes: int) -> float:
     """Bytes saved for the inputs of projections that share one input tensor of dtype ``x_bytes``.
 
     Full fine-tuning: each linear saves its input; under autocast an input that is not already in
@@ -91,7 +91,7 @@ def _linear_inputs(c: Ctx, setup: TrainingSetup, a: DecoderArch, lins: list[Line
     return per_op + (x_bytes * d_in if shared else 0.0)
 
 
-def _dora_outputs(c: Ctx, setup: TrainingSetup, a: DecoderArch, lins: list[Linear]) -> float:
+def _dora_outputs(c: Ctx, setup: LlmSetup, a: DecoderArch, lins: list[Linear]) -> float:
     """DoRA rescales ``(m/||W + BA|| - 1) * base_out + m/||W + BA|| * lora_out``: both multiplies save
     their output operand because the magnitude trains, so each wrapped module keeps its base output
     and its LoRA output (peft ``lora/dora.py``; traced)."""
@@ -111,7 +111,7 @@ def _norm(c: Ctx, width: int, family: str) -> float:
     return 4 * width + trained
 
 
-def uses_eager_scores(a: DecoderArch, setup: TrainingSetup) -> bool:
+def uses_eager_scores(a: DecoderArch, setup: LlmSetup) -> bool:
     """Whether attention materializes b x heads x s^2 scores.
 
     Eager does; so does every kernel on MPS (no memory-efficient SDPA backward there), and SDPA on a
@@ -123,7 +123,7 @@ def uses_eager_scores(a: DecoderArch, setup: TrainingSetup) -> bool:
     return bool(a.attn_logit_softcapping) and setup.attn in ("sdpa", "xformers")
 
 
-def layer_activations(a: DecoderArch, setup: TrainingSetup, regime: Regime, moe: bool = False) -> LayerActs:
+def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool = False) -> LayerActs:
     """Saved bytes per token of one decoder layer (no checkpointing)."""
     c = context(setup, regime)
     if a.model_type == "gpt2":
@@ -178,7 +178,7 @@ def layer_activations(a: DecoderArch, setup: TrainingSetup, regime: Regime, moe:
     return acts
 
 
-def _gpt2_layer(a: DecoderArch, setup: TrainingSetup, c: Ctx) -> LayerActs:
+def _gpt2_layer(a: DecoderArch, setup: LlmSetup, c: Ctx) -> LayerActs:
     """GPT-2 (``modeling_gpt2.py``): LayerNorm, fused ``c_attn``, dropout everywhere, ``gelu_new``.
 
     Under autocast, layer_norm and pow run in fp32, so each LayerNorm saves an fp32 copy of its input
@@ -211,7 +211,7 @@ def _gpt2_layer(a: DecoderArch, setup: TrainingSetup, c: Ctx) -> LayerActs:
     return acts
 
 
-def _moe(a: DecoderArch, c: Ctx, setup: TrainingSetup) -> float:
+def _moe(a: DecoderArch, c: Ctx, setup: LlmSetup) -> float:
     """Routed experts (transformers 5 grouped-mm path), per token: each of its top-k experts keeps the
     gate/up output (the activation's input is a view of it), the activation output and the down
     output (saved by the routing-weight multiply); trainable experts also keep the gathered input and
@@ -226,7 +226,7 @@ def _moe(a: DecoderArch, c: Ctx, setup: TrainingSetup) -> float:
     return k * per_expert + router + shared
 
 
-def merged_expert_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime) -> int:
+def merged_expert_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
     """One MoE layer's merged expert weights, when LoRA adapts the 3-D expert parameters.
 
     peft's ``ParamWrapper`` parametrizes each expert tensor as ``W + B A`` (``_LoraFactorsProxy``,
@@ -241,7 +241,7 @@ def merged_expert_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime) ->
     return sum(x.copies * x.d_in * x.d_out for x in adapted) * c.gamma
 
 
-def logits_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime) -> dict[str, float]:
+def logits_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> dict[str, float]:
     """Bytes per token of the output layer and loss, forward and backward peaks.
 
     HF ``ForCausalLMLoss``: the lm_head output in the compute dtype, ``logits.float()`` (fp32 copy),

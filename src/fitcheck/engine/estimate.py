@@ -18,7 +18,7 @@ from fitcheck.engine.params import inventory, layer_linears
 from fitcheck.engine.regimes import regime_for
 from fitcheck.engine.thumb import thumb
 from fitcheck.errors import OptionError
-from fitcheck.models import Component, Estimate, ModelSpec, ParamCounts, Phase, Regime, TrainingSetup
+from fitcheck.models import Component, Estimate, LlmSetup, ModelSpec, ParamCounts, Phase, Regime
 
 M = "docs/methodology.md#"
 
@@ -32,12 +32,7 @@ def _phase(name: str, comps: list[Component]) -> Phase:
     return Phase(name=name, components=kept, total_bytes=sum(c.bytes for c in kept))  # type: ignore[arg-type]
 
 
-def _check(spec: ModelSpec, setup: TrainingSetup) -> None:
-    given = setup.diffusion_options
-    if given:
-        flag = "--" + given[0].replace("_", "-")
-        hint = "; for an LLM use --seq-len" if given[0] == "resolution" else ""
-        raise OptionError(f"{flag} applies to diffusion models, not to {spec.name}{hint}")
+def _check(spec: ModelSpec, setup: LlmSetup) -> None:
     if setup.method != "full":
         validate_targets(spec.arch, setup.lora_targets)
     if setup.dora and setup.method == "full":
@@ -51,7 +46,7 @@ def _check(spec: ModelSpec, setup: TrainingSetup) -> None:
         )
 
 
-def _tensor_count(spec: ModelSpec, setup: TrainingSetup) -> int:
+def _tensor_count(spec: ModelSpec, setup: LlmSetup) -> int:
     a = spec.arch
     per_layer = sum(1 + lin.bias for lin in layer_linears(a, a.is_moe)) + a.norms_per_layer
     base = a.num_layers * per_layer + 3
@@ -60,7 +55,7 @@ def _tensor_count(spec: ModelSpec, setup: TrainingSetup) -> int:
     return base + len(states.trainable_shapes(a, setup)) * 4
 
 
-def model_states(spec: ModelSpec, setup: TrainingSetup, regime: Regime) -> dict[str, Component]:
+def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, Component]:
     """Weights, adapters, master copy, optimizer states, gradients and the step transient."""
     a = spec.arch
     c = states.counts(a, setup)
@@ -95,7 +90,7 @@ def model_states(spec: ModelSpec, setup: TrainingSetup, regime: Regime) -> dict[
     return out
 
 
-def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None = None) -> Estimate:
+def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None) -> Estimate:
     """Estimate the memory of one training step of ``spec`` under ``setup``.
 
     Args:
@@ -249,7 +244,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup, target_context: int | None =
     )
 
 
-def autocast_copies(spec: ModelSpec, setup: TrainingSetup, regime: Regime) -> tuple[int, int, int]:
+def autocast_copies(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[int, int, int]:
     """Bytes of compute-dtype weight casts autocast makes from fp32 weights: (all, lm_head, one layer).
 
     Under autocast an fp32 weight is cast for every matmul; a matmul whose input needs a gradient
@@ -274,7 +269,7 @@ def autocast_copies(spec: ModelSpec, setup: TrainingSetup, regime: Regime) -> tu
     return layers * ctx.gamma + head, head, max(per_dense, per_moe) * ctx.gamma
 
 
-def _warnings(spec: ModelSpec, setup: TrainingSetup, derived: int) -> tuple[str, ...]:
+def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]:
     w: list[str] = []
     declared = spec.declared_params
     if spec.source_kind == "safetensors" and declared and abs(declared - derived) > 0.01 * declared:

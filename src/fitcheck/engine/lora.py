@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fitcheck.engine.params import Linear, layer_linears
 from fitcheck.errors import OptionError
-from fitcheck.models import DecoderArch, TrainingSetup
+from fitcheck.models import DecoderArch, LlmSetup
 
 
 def _names(a: DecoderArch) -> list[str]:
@@ -50,7 +50,7 @@ def validate_targets(a: DecoderArch, targets: str) -> None:
             )
 
 
-def adapter_params_per_layer(a: DecoderArch, setup: TrainingSetup, moe: bool) -> int:
+def adapter_params_per_layer(a: DecoderArch, setup: LlmSetup, moe: bool) -> int:
     """LoRA parameters in one layer: r(d_in + d_out) per wrapped projection, + d_out with DoRA."""
     total = 0
     for lin in layer_linears(a, moe):
@@ -61,7 +61,7 @@ def adapter_params_per_layer(a: DecoderArch, setup: TrainingSetup, moe: bool) ->
     return total
 
 
-def adapter_params(a: DecoderArch, setup: TrainingSetup) -> int:
+def adapter_params(a: DecoderArch, setup: LlmSetup) -> int:
     """All LoRA (and DoRA magnitude) parameters of the model."""
     moe_n = a.moe_layers if a.is_moe else 0
     return (a.num_layers - moe_n) * adapter_params_per_layer(a, setup, False) + moe_n * (

@@ -31,7 +31,7 @@ kept in its stored dtype, with no autocast.
 
 from __future__ import annotations
 
-from fitcheck.models import Dtype, Regime, TrainingSetup
+from fitcheck.models import Dtype, LlmSetup, Regime
 
 SRC_SEEDS = "seeds/002 (12 B/param: 16-bit weight + 16-bit grad + two fp32 Adam moments)"
 SRC_HF = "transformers 5.x Trainer (bf16=True autocast, optim adamw_torch_fused default), peft defaults"
@@ -52,11 +52,11 @@ SRC_MLX = (
 )
 
 
-def _compute(setup: TrainingSetup) -> Dtype:
+def _compute(setup: LlmSetup) -> Dtype:
     return setup.precision
 
 
-def regime_for(setup: TrainingSetup) -> Regime:
+def regime_for(setup: LlmSetup) -> Regime:
     """The regime for the setup's trainer, method and precision.
 
     axolotl and LLaMA-Factory train through the HF Trainer, so their regimes start from ``hf`` and
@@ -80,7 +80,7 @@ def regime_for(setup: TrainingSetup) -> Regime:
     return _generic(setup)
 
 
-def _generic(setup: TrainingSetup) -> Regime:
+def _generic(setup: LlmSetup) -> Regime:
     c = _compute(setup)
     return Regime(
         name="generic",
@@ -101,7 +101,7 @@ def _generic(setup: TrainingSetup) -> Regime:
     )
 
 
-def _hf(setup: TrainingSetup) -> Regime:
+def _hf(setup: LlmSetup) -> Regime:
     c = _compute(setup)
     amp = setup.master_weights or c == "fp32"
     weights: Dtype = "fp32" if amp else c
@@ -128,7 +128,7 @@ def _hf(setup: TrainingSetup) -> Regime:
     )
 
 
-def _torchtune(setup: TrainingSetup) -> Regime:
+def _torchtune(setup: LlmSetup) -> Regime:
     c = _compute(setup)
     return Regime(
         name="torchtune",
@@ -148,7 +148,7 @@ def _torchtune(setup: TrainingSetup) -> Regime:
     )
 
 
-def _axolotl(setup: TrainingSetup) -> Regime:
+def _axolotl(setup: LlmSetup) -> Regime:
     """axolotl: the HF Trainer regime, except that QLoRA keeps norms and embeddings in the load dtype."""
     base = _hf(setup)
     if setup.method != "qlora":
@@ -166,7 +166,7 @@ def _axolotl(setup: TrainingSetup) -> Regime:
     )
 
 
-def _llamafactory(setup: TrainingSetup) -> Regime:
+def _llamafactory(setup: LlmSetup) -> Regime:
     """LLaMA-Factory: trainable params upcast to fp32 (full fine-tuning becomes AMP), no kbit upcast."""
     full = setup.method == "full"
     base = _hf(setup.model_copy(update={"master_weights": True}) if full else setup)
@@ -185,7 +185,7 @@ def _llamafactory(setup: TrainingSetup) -> Regime:
     )
 
 
-def _mlx(setup: TrainingSetup) -> Regime:
+def _mlx(setup: LlmSetup) -> Regime:
     """mlx-lm: no autocast, the model dtype everywhere, fp32 adapters; the optimizer update is functional."""
     c = _compute(setup)
     full = setup.method == "full"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from fitcheck.engine.dtypes import BYTES, nbytes
 from fitcheck.engine.lora import adapter_params
 from fitcheck.engine.params import inventory, layer_linears
-from fitcheck.models import DecoderArch, Regime, TrainingSetup
+from fitcheck.models import DecoderArch, LlmSetup, Regime
 
 #: bitsandbytes 4-bit: blocks of 64 weights share one absmax (fp32, or uint8 with double quantization,
 #: whose own absmax is fp32 per 256 blocks); per-tensor code tables (functional.py quantize_4bit).
@@ -49,7 +49,7 @@ def quantizable_tensors(a: DecoderArch) -> tuple[int, int]:
     return numel, tensors
 
 
-def counts(a: DecoderArch, setup: TrainingSetup) -> Counts:
+def counts(a: DecoderArch, setup: LlmSetup) -> Counts:
     """How many parameters are trainable, adapters, 4-bit, frozen."""
     total = inventory(a).total
     adapters = adapter_params(a, setup) if setup.method != "full" else 0
@@ -91,7 +91,7 @@ def optimizer_bytes_per_param(optimizer: str, state_dtype_bytes: int) -> float:
     return table[optimizer]
 
 
-def trainable_shapes(a: DecoderArch, setup: TrainingSetup) -> list[tuple[int, int, int]]:
+def trainable_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[int, int, int]]:
     """(rows, cols, how many) of every trainable tensor; vectors have cols = 1."""
     if setup.method != "full":
         out: list[tuple[int, int, int]] = []
@@ -125,7 +125,7 @@ def trainable_shapes(a: DecoderArch, setup: TrainingSetup) -> list[tuple[int, in
     return out
 
 
-def optimizer_state_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime) -> int:
+def optimizer_state_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
     """Optimizer states for every trainable tensor."""
     param_b = nbytes(regime.adapter_dtype if setup.method != "full" else regime.trainable_dtype)
     # fp32 moments are the seeds' AdamW accounting; other optimizers keep states in the param dtype
@@ -147,12 +147,12 @@ def optimizer_state_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime) 
     return int(total)
 
 
-def largest_trainable(a: DecoderArch, setup: TrainingSetup) -> int:
+def largest_trainable(a: DecoderArch, setup: LlmSetup) -> int:
     """Elements of the largest trainable tensor (sizes per-tensor optimizer temporaries)."""
     return max(rows * cols for rows, cols, _ in trainable_shapes(a, setup))
 
 
-def step_transient_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime, trainable: int) -> int:
+def step_transient_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, trainable: int) -> int:
     """Temporaries alive inside ``optimizer.step()``.
 
     foreach AdamW allocates ``_foreach_sqrt(exp_avg_sq)``: one full-size copy of the second moment
@@ -177,7 +177,7 @@ def step_transient_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime, t
     return 0
 
 
-def weight_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime, c: Counts) -> dict[str, int]:
+def weight_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, c: Counts) -> dict[str, int]:
     """Resident weights by kind: base (dense or 4-bit), the layers left unquantized, adapters."""
     if setup.method == "full":
         return {"weights": c.trainable * nbytes(regime.trainable_dtype)}
@@ -194,7 +194,7 @@ def weight_bytes(a: DecoderArch, setup: TrainingSetup, regime: Regime, c: Counts
     return out
 
 
-def grad_bytes(setup: TrainingSetup, regime: Regime, c: Counts) -> int:
+def grad_bytes(setup: LlmSetup, regime: Regime, c: Counts) -> int:
     """Gradients: one per trainable parameter in its dtype; accumulation adds nothing."""
     return c.trainable * int(BYTES[regime.grad_dtype])
 

@@ -7,7 +7,7 @@ is a fit through the seeds' two QLoRA figures (8B about 9 GB; 27-32B about 22-26
 
 from __future__ import annotations
 
-from fitcheck.models import Thumb, TrainingSetup
+from fitcheck.models import LlmSetup, Thumb
 from fitcheck.units import GIB
 
 SOURCE = "seeds/002 'La regola empirica' (LoRA 2 GB/B + 3, full 12 GB/B + 4, 16 with master copy)"
@@ -21,7 +21,7 @@ RULES: dict[str, tuple[float, float, str]] = {
 BAND = 0.15
 
 
-def thumb(params: int, setup: TrainingSetup) -> Thumb:
+def thumb(params: int, setup: LlmSetup) -> Thumb:
     """The rule-of-thumb total for this many parameters and this method."""
     key: str = setup.method
     if key == "full" and setup.master_weights:

@@ -9,11 +9,12 @@ micro-batch with more accumulation, QLoRA, gradient checkpointing, LoRA instead 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from fitcheck.models import Estimate, Suggestion, Target, TrainingSetup, Verdict
+from fitcheck.models import DiffusionSetup, Estimate, LlmSetup, Suggestion, Target, Verdict
 
-Estimator = Callable[[Any, TrainingSetup], Estimate]
+#: The setup model of the workload being judged (its remedies and estimator take the same kind).
+S = TypeVar("S", LlmSetup, DiffusionSetup)
 
 
 def judge_bytes(need: int, budget: int, usable: int) -> str:
@@ -32,9 +33,9 @@ def judge(est: Estimate, target: Target) -> tuple[str, int, float]:
     return verdict, target.budget_bytes - need, 100.0 * (target.usable_bytes - need) / target.usable_bytes
 
 
-def candidate_changes(setup: TrainingSetup) -> list[tuple[str, str, TrainingSetup]]:
+def candidate_changes(setup: LlmSetup) -> list[tuple[str, str, LlmSetup]]:
     """The seeds' remedies, as concrete setups, in the seeds' order."""
-    out: list[tuple[str, str, TrainingSetup]] = []
+    out: list[tuple[str, str, LlmSetup]] = []
     if setup.seq_len > 256:
         half = setup.seq_len // 2
         out.append(
@@ -87,8 +88,8 @@ def verdict(
     est: Estimate,
     target: Target,
     spec: Any = None,
-    estimator: Estimator | None = None,
-    changes: list[tuple[str, str, TrainingSetup]] | None = None,
+    estimator: Callable[[Any, S], Estimate] | None = None,
+    changes: list[tuple[str, str, S]] | None = None,
 ) -> Verdict:
     """The verdict, with suggestions (each re-estimated) when the run does not fit.
 
@@ -102,7 +103,10 @@ def verdict(
     name, headroom, pct = judge(est, target)
     suggestions: list[Suggestion] = []
     if name != "fits" and spec is not None and estimator is not None:
-        for change, flag, setup in candidate_changes(est.setup) if changes is None else changes:
+        if changes is None:
+            assert isinstance(est.setup, LlmSetup), "diffusion passes its own remedies"
+            changes = candidate_changes(est.setup)  # type: ignore[assignment]
+        for change, flag, setup in changes or ():
             try:
                 after = estimator(spec, setup).device_bytes
             except OptionError:

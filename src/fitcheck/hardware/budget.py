@@ -571,3 +571,23 @@ def _mig_lines(device: GpuDevice, notes: list[str]) -> tuple[tuple[BudgetLine, .
         "free memory of the MIG slice",
     )
     return lines, inst.total_bytes
+
+
+#: ``plan --on none``: a budget no run reaches (1 PiB), so every configuration is judged by speed only.
+UNLIMITED_BYTES = 1 << 50
+
+
+def unlimited_target(backend: Backend = "cuda") -> Target:
+    """``--on none`` for ``plan``: no memory limit (the plan ranks by speed on the backend's assumed
+    device; its ``min_device_bytes`` is the least memory any configuration needs)."""
+    return Target(
+        id="none",
+        name="no target (no memory limit)",
+        backend=backend,
+        memory_bytes=UNLIMITED_BYTES,
+        usable_bytes=UNLIMITED_BYTES,
+        headroom_bytes=0,
+        context_bytes=DEFAULT_CONTEXT_MIB[backend] * MIB if backend in DEFAULT_CONTEXT_MIB else 0,
+        source="--on none",
+        notes=("--on none: no memory limit; name a device (--on rtx-4090, 24GB) for a verdict",),
+    )

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from fitcheck.errors import OptionError
-from fitcheck.models import Regime, TrainingSetup
+from fitcheck.models import LlmSetup, Regime
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -61,7 +61,7 @@ def hf_config_object(hf_config: Mapping[str, Any]) -> Any:
     return config
 
 
-def attn_implementation(setup: TrainingSetup) -> str:
+def attn_implementation(setup: LlmSetup) -> str:
     """transformers attention implementation: eager, or sdpa for sdpa/flash/xformers.
 
     FlashAttention-2 and xformers keep the same O(s) tensors as SDPA's flash kernel (q, k, v, out,
@@ -70,7 +70,7 @@ def attn_implementation(setup: TrainingSetup) -> str:
     return "eager" if setup.attn == "eager" else "sdpa"
 
 
-def build_model(hf_config: Mapping[str, Any], setup: TrainingSetup, regime: Regime) -> Built:
+def build_model(hf_config: Mapping[str, Any], setup: LlmSetup, regime: Regime) -> Built:
     """Instantiate the model with random weights in the regime's dtype, then apply checkpointing and LoRA.
 
     Call it under FakeTensorMode to trace, under ``torch.device(...)`` for a real run.
@@ -130,7 +130,7 @@ def enable_checkpointing(model: Any) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
-def lora_targets(setup: TrainingSetup, model_type: str) -> str | list[str]:
+def lora_targets(setup: LlmSetup, model_type: str) -> str | list[str]:
     """peft ``target_modules`` for ``--lora-targets`` (attn, all-linear, or comma-separated names)."""
     text = setup.lora_targets.strip()
     if text == "all-linear":
@@ -143,7 +143,7 @@ def lora_targets(setup: TrainingSetup, model_type: str) -> str | list[str]:
     return names
 
 
-def apply_lora(model: Any, setup: TrainingSetup, regime: Regime, model_type: str) -> Any:
+def apply_lora(model: Any, setup: LlmSetup, regime: Regime, model_type: str) -> Any:
     """Wrap with peft LoRA (or DoRA); adapters fp32 unless the regime keeps them in the model dtype.
 
     peft's ``autocast_adapter_dtype=True`` (its default) upcasts bf16/fp16 adapters to fp32; torchtune

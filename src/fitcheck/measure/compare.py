@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fitcheck.measure.result import MeasuredStep
-from fitcheck.models import Estimate
+from fitcheck.models import Estimate, LlmSetup
 from fitcheck.units import GIB, fmt_count
 
 
@@ -63,8 +63,10 @@ def _g(n: int | None) -> str:
 def measure_text(model_name: str, est: Estimate | None, meas: MeasuredStep, top: int = 6) -> str:
     """The human table: phases side by side, the breakdown at the measured peak, the largest tensors."""
     s = meas.setup
+    dora = "+dora" if isinstance(s, LlmSetup) and s.dora else ""
+    shape = str(s.seq_len) if isinstance(s, LlmSetup) else f"{s.resolution} px"
     lines = [
-        f"{model_name} · {s.method}{'+dora' if s.dora else ''} · batch {s.batch_size} x {s.seq_len} · "
+        f"{model_name} · {s.method}{dora} · batch {s.batch_size} x {shape} · "
         f"{s.precision} · {s.optimizer} · attn {s.attn}{' · grad-ckpt' if s.grad_ckpt else ''} · "
         f"trainer {meas.regime} · measured: {meas.mode} on {meas.device} (step {meas.measured_step})",
         "",

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from fitcheck.errors import OptionError
-from fitcheck.models import Regime, TrainingSetup
+from fitcheck.models import AnySetup, Regime
 
 LR = 1e-4
 UNSUPPORTED = {
@@ -88,7 +88,7 @@ class Lion(torch.optim.Optimizer):
                 m.mul_(b2).add_(p.grad, alpha=1 - b2)
 
 
-def make_optimizer(params: list[torch.nn.Parameter], setup: TrainingSetup, regime: Regime) -> Any:
+def make_optimizer(params: list[torch.nn.Parameter], setup: AnySetup, regime: Regime) -> Any:
     """The optimizer the regime's trainer builds for ``setup.optimizer``.
 
     Raises:

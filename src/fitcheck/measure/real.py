@@ -22,7 +22,7 @@ from fitcheck.engine.regimes import regime_for
 from fitcheck.errors import OptionError
 from fitcheck.measure.result import MeasuredStep
 from fitcheck.measure.summary import PhaseWindow, RunFacts, summarize
-from fitcheck.models import TrainingSetup
+from fitcheck.models import LlmSetup
 
 MARK = "fitcheck::"
 SEMANTICS = {
@@ -103,7 +103,7 @@ class _AllocatorProbe:
 
 
 def real_step(
-    hf_config: Mapping[str, Any], setup: TrainingSetup, *, device: str = "cpu", steps: int = 2
+    hf_config: Mapping[str, Any], setup: LlmSetup, *, device: str = "cpu", steps: int = 2
 ) -> MeasuredStep:
     """Run ``steps`` real training steps on ``device`` and report per-phase peaks.
 
@@ -149,7 +149,7 @@ def real_step(
 
 
 def _run(
-    hf_config: Mapping[str, Any], setup: TrainingSetup, regime: Any, device: str, steps: int, probe: Any
+    hf_config: Mapping[str, Any], setup: LlmSetup, regime: Any, device: str, steps: int, probe: Any
 ) -> tuple[Any, dict[str, int]]:
     """Build, train ``steps`` steps under ``probe``, and return the build and the parameter facts."""
     import torch

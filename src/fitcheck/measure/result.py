@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from fitcheck.models import Frozen, PhaseName, TrainingSetup
+from fitcheck.models import AnySetup, Frozen, PhaseName
 
 MEASURE_SCHEMA_VERSION = 1
 
@@ -88,7 +88,7 @@ class MeasuredStep(Frozen):
     device: str = Field(description="fake (traced), cpu, cuda or mps")
     device_semantics: str = Field(description="which kernels and rules the numbers reflect")
     model_type: str
-    setup: TrainingSetup
+    setup: AnySetup
     regime: str
     steps: int = Field(ge=1)
     measured_step: int = Field(

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import torch
 
-from fitcheck.models import Regime, TrainingSetup
+from fitcheck.models import LlmSetup, Regime
 
 IGNORE_INDEX = -100
 MAX_GRAD_NORM = 1.0
@@ -28,9 +28,7 @@ class Probe(Protocol):
     def step_end(self, step: int, model: torch.nn.Module, optimizer: Any) -> None: ...
 
 
-def make_batch(
-    vocab_size: int, setup: TrainingSetup, device: Any = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def make_batch(vocab_size: int, setup: LlmSetup, device: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Random token ids and labels (labels = ids, the causal-LM default); no padding, no attention mask.
 
     No mask is passed on purpose: an all-ones mask makes transformers test ``mask.all()``, a
@@ -40,9 +38,7 @@ def make_batch(
     return ids, ids.clone()
 
 
-def _autocast(
-    regime: Regime, setup: TrainingSetup, device_type: str
-) -> contextlib.AbstractContextManager[Any]:
+def _autocast(regime: Regime, setup: LlmSetup, device_type: str) -> contextlib.AbstractContextManager[Any]:
     if not regime.autocast:
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if setup.precision == "bf16" else torch.float16
@@ -102,7 +98,7 @@ def run_steps(
     model: Any,
     optimizer: Any,
     batch: tuple[torch.Tensor, torch.Tensor],
-    setup: TrainingSetup,
+    setup: LlmSetup,
     regime: Regime,
     probe: Probe,
     steps: int,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 
 from fitcheck.measure.result import LiveTensor, MeasuredStep, Mode, PhasePeak
-from fitcheck.models import TrainingSetup
+from fitcheck.models import AnySetup
 
 PHASES = ("forward", "backward", "optimizer_step")
 
@@ -62,7 +62,7 @@ def tool_versions() -> dict[str, str]:
     return out
 
 
-def summarize(windows: Sequence[PhaseWindow], setup: TrainingSetup, facts: RunFacts) -> MeasuredStep:
+def summarize(windows: Sequence[PhaseWindow], setup: AnySetup, facts: RunFacts) -> MeasuredStep:
     """Per-phase peaks of the last step (optimizer states exist from step 2 on)."""
     last = max(w.step for w in windows)
     phases: list[PhasePeak] = []

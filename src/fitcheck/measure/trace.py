@@ -15,7 +15,7 @@ from typing import Any
 from fitcheck.engine.regimes import regime_for
 from fitcheck.measure.result import LiveTensor, MeasuredStep
 from fitcheck.measure.summary import PhaseWindow, RunFacts, summarize
-from fitcheck.models import TrainingSetup
+from fitcheck.models import LlmSetup
 
 DEVICE_SEMANTICS = (
     "fake tensors on the CPU device with CUDA rules where they differ: SDPA runs CPU flash attention "
@@ -43,7 +43,7 @@ class _TraceProbe:
 
 
 def trace_step(
-    hf_config: Mapping[str, Any], setup: TrainingSetup, *, steps: int = 2, top: int = TOP_TENSORS
+    hf_config: Mapping[str, Any], setup: LlmSetup, *, steps: int = 2, top: int = TOP_TENSORS
 ) -> MeasuredStep:
     """Trace ``steps`` training steps of the model ``hf_config`` describes under ``setup``'s regime.
 

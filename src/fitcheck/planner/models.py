@@ -17,14 +17,13 @@ from fitcheck.models import (
     Backend,
     Estimate,
     Frozen,
+    LlmSetup,
     Optimizer,
     Precision,
     Target,
-    TrainingSetup,
     VerdictName,
 )
-
-MethodChoice = Literal["auto", "full", "lora", "qlora"]
+from fitcheck.vocab import MethodChoice
 
 #: Default effective batch (examples per optimizer step, all GPUs): micro-batches of 1-16 with
 #: accumulation reach it, the range the source documents use (seeds/000: batch 1-2 x accumulation 4
@@ -68,7 +67,7 @@ class PlanRequest(Frozen):
     double quantization, trainer, backend, GPUs); a ``None`` constraint is a searched dimension.
     """
 
-    base: TrainingSetup
+    base: LlmSetup
     method: MethodChoice = "auto"
     effective_batch: int = Field(default=DEFAULT_EFFECTIVE_BATCH, ge=1, le=1 << 20)
     seq_len: int = Field(default=2048, ge=1, le=10_000_000, description="the longest length, as asked")
@@ -102,7 +101,7 @@ class Throughput(Frozen):
 class Candidate(Frozen):
     """One point of the grid with its memory and speed."""
 
-    setup: TrainingSetup
+    setup: LlmSetup
     effective_batch: int
     device_bytes: int
     budget_bytes: int

@@ -10,7 +10,7 @@ from typing import Any
 
 from fitcheck.engine.estimate import estimate
 from fitcheck.engine.verdict import verdict
-from fitcheck.models import ModelSpec, Target, TrainingSetup
+from fitcheck.models import LlmSetup, ModelSpec, Target
 from fitcheck.planner import rules as R
 from fitcheck.planner.advice import env_vars
 from fitcheck.planner.explain import reasons, runners_up
@@ -175,7 +175,7 @@ def smallest_changes(
     return out
 
 
-def _smaller_model(spec: ModelSpec, target: Target, frugal: TrainingSetup) -> tuple[str, int] | None:
+def _smaller_model(spec: ModelSpec, target: Target, frugal: LlmSetup) -> tuple[str, int] | None:
     """The largest Llama-shaped size below this model that fits with the most frugal setup."""
     from fitcheck.engine.params import count_params
     from fitcheck.sources.size import spec_from_size
@@ -195,7 +195,7 @@ def _smaller_model(spec: ModelSpec, target: Target, frugal: TrainingSetup) -> tu
 
 
 def _bigger_device(
-    spec: ModelSpec, target: Target, frugal: TrainingSetup, others: Sequence[Target]
+    spec: ModelSpec, target: Target, frugal: LlmSetup, others: Sequence[Target]
 ) -> tuple[Target, int] | None:
     """The smallest device of the same backend whose budget holds the most frugal setup."""
     pool = sorted(

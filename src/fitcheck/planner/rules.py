@@ -209,11 +209,6 @@ def reason_for(rule_id: str, choice: str, text: str | None = None) -> tuple[str,
 def check_request(spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest) -> None:
     """Refuse what cannot run or cannot be written, naming an alternative (exit 2)."""
     trainer, backend = req.base.trainer, target.backend
-    if trainer == "kohya":
-        raise OptionError(
-            f"kohya (sd-scripts) trains diffusion models; {spec.name} is a language model: use --trainer hf, "
-            "axolotl, llamafactory or mlx"
-        )
     if backend not in TRAINER_BACKENDS[trainer]:
         alt = "mlx or hf" if backend == "mps" else "hf or llamafactory"
         where = {"mps": "Apple silicon", "cpu": "a CPU", "cuda": "NVIDIA GPUs", "rocm": "AMD GPUs"}[backend]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from fitcheck.engine.estimate import estimate
 from fitcheck.engine.states import counts
-from fitcheck.models import ModelSpec, Target, TrainingSetup
+from fitcheck.models import LlmSetup, ModelSpec, Target
 from fitcheck.planner import rules as R
 from fitcheck.planner.models import Candidate, DevicePerf, PlanRequest
 from fitcheck.planner.throughput import throughput
@@ -80,8 +80,8 @@ def build_grid(req: PlanRequest, target: Target, device: DevicePerf) -> Grid:
     return g
 
 
-def setup_for(base: TrainingSetup, p: Point) -> TrainingSetup:
-    """The TrainingSetup of a point (everything else as asked)."""
+def setup_for(base: LlmSetup, p: Point) -> LlmSetup:
+    """The LlmSetup of a point (everything else as asked)."""
     return base.model_copy(
         update={
             "method": p.method,
@@ -116,14 +116,14 @@ class Evaluator:
         self._trainable: dict[str, int] = {}
         self.estimates_run = 0
 
-    def device_bytes(self, p: Point, setup: TrainingSetup) -> int:
+    def device_bytes(self, p: Point, setup: LlmSetup) -> int:
         key = memory_key(p)
         if key not in self._mem:
             self._mem[key] = self._est(setup)
             self.estimates_run += 1
         return self._mem[key]
 
-    def trainable(self, setup: TrainingSetup) -> int:
+    def trainable(self, setup: LlmSetup) -> int:
         if setup.method not in self._trainable:
             self._trainable[setup.method] = counts(self.spec.arch, setup).trainable
         return self._trainable[setup.method]
@@ -152,11 +152,11 @@ class Evaluator:
         )
 
 
-def device_bytes_fn(spec: ModelSpec, target: Target) -> Callable[[TrainingSetup], int]:
+def device_bytes_fn(spec: ModelSpec, target: Target) -> Callable[[LlmSetup], int]:
     """The engine's device bytes for a setup on this target (its CUDA context)."""
     ctx = target.context_bytes or None
 
-    def need(setup: TrainingSetup) -> int:
+    def need(setup: LlmSetup) -> int:
         return estimate(spec, setup, ctx).device_bytes
 
     return need
@@ -183,7 +183,7 @@ def evaluate_grid(
     target: Target,
     device: DevicePerf,
     req: PlanRequest,
-    est: Callable[[TrainingSetup], int] | None = None,
+    est: Callable[[LlmSetup], int] | None = None,
 ) -> tuple[Grid, list[Candidate], int]:
     """Every grid point as a candidate, ranked best first; and how many estimates ran."""
     grid = build_grid(req, target, device)

@@ -27,7 +27,7 @@ from fitcheck.engine.lora import adapter_params
 from fitcheck.engine.params import layer_linears
 from fitcheck.engine.regimes import regime_for
 from fitcheck.engine.states import quantizable_tensors
-from fitcheck.models import DecoderArch, TrainingSetup
+from fitcheck.models import DecoderArch, LlmSetup
 from fitcheck.planner.models import DevicePerf, Throughput
 
 #: Fraction of the dense peak a fine-tuning step sustains, per backend: (fraction, why).
@@ -81,7 +81,7 @@ def attention_flops(a: DecoderArch, seq_len: int, attn: str) -> float:
     return 4.0 * a.num_layers * a.num_heads * a.head_dim * seq_len * CAUSAL_FRACTION[attn]
 
 
-def flops_per_token(a: DecoderArch, setup: TrainingSetup) -> Flops:
+def flops_per_token(a: DecoderArch, setup: LlmSetup) -> Flops:
     """Training FLOPs per token (forward, backward, recompute)."""
     n = matmul_params(a)
     adapters = adapter_params(a, setup) if setup.method != "full" else 0
@@ -110,7 +110,7 @@ class MicroStep:
         return max(self.compute_s, self.memory_s) + self.dequant_s
 
 
-def micro_step(a: DecoderArch, setup: TrainingSetup, device: DevicePerf, flops: Flops) -> MicroStep:
+def micro_step(a: DecoderArch, setup: LlmSetup, device: DevicePerf, flops: Flops) -> MicroStep:
     """Roofline time of one micro-step on one device."""
     util = UTILISATION[device.backend][0]
     tokens = setup.batch_size * setup.seq_len
@@ -132,7 +132,7 @@ def micro_step(a: DecoderArch, setup: TrainingSetup, device: DevicePerf, flops: 
     return MicroStep(compute_s=compute, memory_s=traffic / bw, dequant_s=dequant)
 
 
-def update_seconds(a: DecoderArch, setup: TrainingSetup, device: DevicePerf, trainable: int) -> float:
+def update_seconds(a: DecoderArch, setup: LlmSetup, device: DevicePerf, trainable: int) -> float:
     """The optimizer update: read weights and gradients, write weights (state traffic not modelled)."""
     regime = regime_for(setup)
     pdt = regime.trainable_dtype if setup.method == "full" else regime.adapter_dtype
@@ -141,7 +141,7 @@ def update_seconds(a: DecoderArch, setup: TrainingSetup, device: DevicePerf, tra
 
 def throughput(
     a: DecoderArch,
-    setup: TrainingSetup,
+    setup: LlmSetup,
     device: DevicePerf,
     trainable: int,
     dataset_tokens: int | None = None,

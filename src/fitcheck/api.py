@@ -1,0 +1,477 @@
+"""The fitcheck library: the CLI is a thin layer over these functions.
+
+Every function takes the CLI's option names as keyword arguments (underscores for dashes) and returns
+the pydantic models the JSON serialises (docs/api.md, docs/json.md)::
+
+    from fitcheck.api import estimate
+    e = estimate("llama-3.1-8b", method="lora", seq_len=4096, grad_ckpt=True, on="rtx-4090")
+    e.peak_allocated_bytes, e.target.verdict
+
+One path for every workload: `resolve` -> `setup_for` (one setup model, a union on ``kind``) ->
+the workload's estimator (closed form for decoders, the simulator for UNets/DiTs) -> the verdict.
+A model or target resolved once (`resolve`, `target`) can be passed back in, so a command that sizes
+many runs probes the machine once.
+
+Imports stay light: pydantic and the engines are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal, get_type_hints
+
+from typing_extensions import TypedDict, Unpack  # pydantic validates only this TypedDict on 3.11
+
+from fitcheck.errors import InputError, OptionError
+from fitcheck.vocab import Attention, Method, MethodChoice, Optimizer, Precision, Trainer
+
+if TYPE_CHECKING:
+    from fitcheck.diffusion.plan import DiffusionPlan
+    from fitcheck.diffusion.spec import DiffusionSpec
+    from fitcheck.hardware.env import ProbeEnv
+    from fitcheck.hardware.report import HwCatalog, HwReport
+    from fitcheck.models import DiffusionSetup, Estimate, LlmSetup, ModelInfo, ModelSpec, Target
+    from fitcheck.planner.models import DevicePerf, Plan
+
+    Spec = ModelSpec | DiffusionSpec
+    Setup = LlmSetup | DiffusionSetup
+    AnyPlan = Plan | DiffusionPlan
+
+
+class _Common(TypedDict, total=False):
+    """Options every sizing command takes; None (or leaving a key out) means the workload's default."""
+
+    dora: bool
+    grad_accum: int
+    seq_len: int | None
+    resolution: int | None
+    cache_latents: bool
+    cache_text_encoder_outputs: bool
+    train_text_encoder: bool
+    fp8_base: bool
+    full_bf16: bool
+    full_fp16: bool
+    master_weights: bool
+    lora_rank: int | None
+    lora_alpha: float | None
+    lora_targets: str | None
+    lora_dropout: float | None
+    double_quant: bool | None
+    trainer: Trainer | None
+    gpus: int | None
+
+
+class TrainingOptions(_Common, total=False):
+    """The training options of `estimate` and `check` (docs/cli.md; the CLI's flags, underscored)."""
+
+    method: Method
+    batch_size: int
+    precision: Precision
+    optimizer: Optimizer
+    grad_ckpt: bool
+    attn: Attention
+
+
+class PlanOptions(_Common, total=False):
+    """The options of `plan`: a None choice is searched; ``method="auto"`` tries full, LoRA, QLoRA."""
+
+    method: MethodChoice
+    batch_size: int | None
+    precision: Precision | None
+    optimizer: Optimizer | None
+    grad_ckpt: bool | None
+    attn: Attention | None
+    effective_batch: int | None
+    min_seq_len: int | None
+    min_resolution: int | None
+    dataset_tokens: int | None
+    epochs: float | None
+
+
+#: Options that apply to one workload only, and the value that means "not given" (a flag's off).
+LLM_ONLY: dict[str, object] = {
+    "seq_len": None,
+    "dora": False,
+    "master_weights": False,
+    "double_quant": True,
+    "gpus": 1,
+    "min_seq_len": None,
+    "dataset_tokens": None,
+    "epochs": None,
+}
+DIFFUSION_ONLY: dict[str, object] = {
+    "resolution": None,
+    "cache_latents": False,
+    "cache_text_encoder_outputs": False,
+    "train_text_encoder": False,
+    "fp8_base": False,
+    "full_bf16": False,
+    "full_fp16": False,
+    "min_resolution": None,
+}
+_LORA = ("lora_rank", "lora_alpha", "lora_targets", "lora_dropout")
+#: The LLM hint for a diffusion-only option and back (what to use instead).
+_HINT = {
+    "resolution": "; for an LLM use --seq-len",
+    "seq_len": ": use --resolution",
+    "min_resolution": "; for an LLM use --min-seq-len",
+    "min_seq_len": ": use --min-resolution",
+}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+# --- models and targets ----------------------------------------------------------------------------
+
+
+def resolve(model: str) -> Spec:
+    """The model: a diffusion pipeline (`DiffusionSpec`) or a decoder (`ModelSpec`).
+
+    ``model`` is a size (7B), a preset id or alias, a Hugging Face folder, ``config.json``, a
+    diffusers folder or a ``.safetensors`` file.
+    """
+    from fitcheck.diffusion.sources import resolve_diffusion
+    from fitcheck.sources.resolve import resolve_model
+
+    dspec = resolve_diffusion(model)
+    return dspec if dspec is not None else resolve_model(model)
+
+
+def kind_of(spec: Spec) -> Literal["llm", "diffusion"]:
+    """The workload of a resolved model."""
+    from fitcheck.models import ModelSpec
+
+    return "llm" if isinstance(spec, ModelSpec) else "diffusion"
+
+
+def target(
+    on: str | None, headroom: str | None = None, gpus: int | None = None, probe_env: ProbeEnv | None = None
+) -> Target | None:
+    """The machine to judge against (``--on``), None for ``none``; ``auto`` probes this machine."""
+    if on is None or on.strip().lower() == "none":
+        return None
+    from fitcheck.hardware.budget import resolve_target
+
+    t = resolve_target(on, headroom, probe_env)
+    if gpus is not None and gpus > 1 and t.gpus == 1:
+        t = t.model_copy(update={"gpus": gpus})
+    return t
+
+
+def _spec(model: str | Spec) -> Spec:
+    return resolve(model) if isinstance(model, str) else model
+
+
+def _target(on: str | Target | None, headroom: str | None, gpus: int | None) -> Target | None:
+    return on if on is None or not isinstance(on, str) else target(on, headroom, gpus)
+
+
+# --- setups ----------------------------------------------------------------------------------------
+
+
+def refuse_foreign(spec: Spec, options: dict[str, object]) -> None:
+    """A flag that does not apply to the model's workload is an error (design.md s.2)."""
+    kind = kind_of(spec)
+    foreign = DIFFUSION_ONLY if kind == "llm" else LLM_ONLY
+    for name, unset in foreign.items():
+        value = options.get(name)
+        if value is not None and value != unset:
+            if kind == "llm":
+                raise OptionError(
+                    f"{_flag(name)} applies to diffusion models, not to {spec.name}{_HINT.get(name, '')}"
+                )
+            raise OptionError(
+                f"{_flag(name)} applies to LLMs; {spec.name} is a diffusion model{_HINT.get(name, '')}"
+            )
+    trainer = options.get("trainer")
+    if kind == "llm" and trainer == "kohya":
+        raise OptionError(
+            f"--trainer kohya trains diffusion models (kohya sd-scripts); for {spec.name} use generic, hf, "
+            "torchtune, axolotl, llamafactory or mlx"
+        )
+    if kind == "diffusion" and trainer not in (None, "generic", "kohya"):
+        raise OptionError(f"--trainer {trainer} does not train diffusion models; use --trainer kohya")
+    if options.get("method") == "full":
+        given = [k for k in _LORA if options.get(k) is not None]
+        if given:
+            raise OptionError(f"{_flag(given[0])} applies to LoRA and QLoRA, not --method full")
+
+
+def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None) -> Setup:
+    """The setup of one run: the model's workload decides the model (`LlmSetup` | `DiffusionSetup`).
+
+    Raises:
+        OptionError: an option that does not apply to this workload or method.
+        InputError: a value out of range (one line naming the flag).
+    """
+    from pydantic import ValidationError
+
+    from fitcheck.models import DiffusionSetup, LlmSetup
+
+    refuse_foreign(spec, options)
+    kind = kind_of(spec)
+    model = LlmSetup if kind == "llm" else DiffusionSetup
+    values = {k: v for k, v in options.items() if v is not None and k in model.model_fields}
+    if kind == "diffusion":
+        values["trainer"] = "kohya"
+    if tgt is not None:
+        values["backend"] = tgt.backend
+        if kind == "llm":
+            values["gpus"] = max(tgt.gpus, int(values.get("gpus", 1)))  # type: ignore[call-overload]
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else "value"
+        raise InputError(f"{_flag(field)}: {err['msg']} (got {err.get('input')!r})") from None
+
+
+def _validate(options: Mapping[str, object], kind: type) -> dict[str, object]:
+    """Check option names and types (a misspelt keyword is an error, not ignored)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    unknown = sorted(set(options) - set(get_type_hints(kind)))
+    if unknown:
+        raise OptionError(f"unknown option {unknown[0]!r}")
+    try:
+        return dict(TypeAdapter(kind).validate_python(dict(options)))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else "value"
+        if err["type"] == "extra_forbidden":
+            raise OptionError(f"unknown option {field!r}") from None
+        raise InputError(f"{_flag(field)}: {err['msg']} (got {err.get('input')!r})") from None
+
+
+# --- estimate, check -------------------------------------------------------------------------------
+
+
+def estimate(
+    model: str | Spec,
+    *,
+    on: str | Target | None = None,
+    headroom: str | None = None,
+    **options: Unpack[TrainingOptions],
+) -> Estimate:
+    """Memory of one training step, with a verdict when ``on`` names a machine (None: no verdict).
+
+    Raises:
+        FitcheckError: an unknown model or target, or an option that does not apply (exit 2 in the CLI).
+    """
+    opts = _validate(options, TrainingOptions)
+    spec = _spec(model)
+    gpus = opts.get("gpus")
+    tgt = _target(on, headroom, gpus if isinstance(gpus, int) else None)
+    setup = setup_for(spec, opts, tgt)
+    return estimate_setup(spec, setup, tgt, auto=on == "auto")
+
+
+def estimate_setup(spec: Spec, setup: Setup, tgt: Target | None = None, auto: bool = False) -> Estimate:
+    """Run the workload's estimator on a built setup, then the verdict (one path for both)."""
+    from fitcheck.diffusion.estimate import estimate_diffusion
+    from fitcheck.diffusion.verdict import diffusion_verdict
+    from fitcheck.engine.estimate import estimate as estimate_llm
+    from fitcheck.engine.verdict import verdict
+    from fitcheck.models import LlmSetup, ModelSpec
+
+    ctx = tgt.context_bytes or None if tgt is not None else None
+    if isinstance(spec, ModelSpec):
+        assert isinstance(setup, LlmSetup)
+        est = estimate_llm(spec, setup, ctx)
+        if tgt is None:
+            return est
+
+        def again(s: ModelSpec, st: LlmSetup) -> Estimate:
+            return estimate_llm(s, st, ctx)
+
+        est = est.model_copy(update={"target": verdict(est, tgt, spec, again)})
+    else:
+        assert not isinstance(setup, LlmSetup)
+        est = estimate_diffusion(spec, setup, ctx)
+        if tgt is None:
+            return est
+        est = est.model_copy(update={"target": diffusion_verdict(est, tgt, spec)})
+    if auto and tgt.backend == "cpu":
+        note = "no GPU detected: sized against this machine's RAM; --on rtx-4090 (or 24GB) sizes a GPU"
+        est = est.model_copy(update={"warnings": (*est.warnings, note)})
+    return est
+
+
+def check(
+    model: str | Spec,
+    on: str | Target | None,
+    *,
+    headroom: str | None = None,
+    **options: Unpack[TrainingOptions],
+) -> Estimate:
+    """`estimate` with its verdict; ``on`` is required (``check`` exists to give a verdict).
+
+    Raises:
+        OptionError: ``on`` is None or ``none``.
+    """
+    if on is None or (isinstance(on, str) and on.strip().lower() == "none"):
+        raise OptionError(
+            "check gives a verdict: name the training GPU with --on (rtx-4090, 24GB, 2x4090, auto); "
+            "for a figure without one use fitcheck estimate"
+        )
+    est = estimate(model, on=on, headroom=headroom, **options)
+    assert est.target is not None
+    return est
+
+
+# --- plan ------------------------------------------------------------------------------------------
+
+
+def plan(
+    model: str | Spec,
+    on: str | Target | None = None,
+    *,
+    headroom: str | None = None,
+    **options: Unpack[PlanOptions],
+) -> AnyPlan:
+    """The fastest configuration that fits ``on``, explained (docs/planner.md).
+
+    ``on=None`` (``--on none``) plans with no memory limit on the backend's assumed device: the
+    fastest configuration, with the least memory any configuration needs in ``min_device_bytes``.
+    """
+    opts = _validate(options, PlanOptions)
+    spec = _spec(model)
+    refuse_foreign(spec, opts)
+    gpus = opts.get("gpus")
+    tgt = _target(on, headroom, gpus if isinstance(gpus, int) else None)
+    if tgt is None:
+        from fitcheck.hardware.budget import unlimited_target
+
+        tgt = unlimited_target()
+    if kind_of(spec) == "llm":
+        return _plan_llm(spec, tgt, opts, headroom)  # type: ignore[arg-type]
+    return _plan_diffusion(spec, tgt, opts)  # type: ignore[arg-type]
+
+
+def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: str | None) -> Plan:
+    from fitcheck.planner.models import DEFAULT_EFFECTIVE_BATCH, PlanRequest
+    from fitcheck.planner.plan import make_plan
+
+    trainer = opts.get("trainer") or "hf"
+    if opts.get("master_weights") and trainer not in ("generic", "hf"):
+        raise OptionError(
+            f"--master-weights: {trainer} decides its own precision; drop it (or use --trainer hf)"
+        )
+    method = opts.get("method") or "auto"
+    base_opts = {k: opts.get(k) for k in ("dora", "master_weights", *_LORA, "double_quant", "seq_len")}
+    base = setup_for(
+        spec, {**base_opts, "method": "full" if method == "full" else "lora", "trainer": trainer}, tgt
+    )
+    seq_len = opts.get("seq_len") or 2048
+    req = PlanRequest(
+        base=base,  # type: ignore[arg-type]
+        method=method,  # type: ignore[arg-type]
+        effective_batch=opts.get("effective_batch") or DEFAULT_EFFECTIVE_BATCH,  # type: ignore[arg-type]
+        seq_len=seq_len,  # type: ignore[arg-type]
+        min_seq_len=opts.get("min_seq_len"),  # type: ignore[arg-type]
+        batch_size=opts.get("batch_size"),  # type: ignore[arg-type]
+        grad_ckpt=opts.get("grad_ckpt"),  # type: ignore[arg-type]
+        optimizer=opts.get("optimizer"),  # type: ignore[arg-type]
+        attn=opts.get("attn"),  # type: ignore[arg-type]
+        precision=opts.get("precision"),  # type: ignore[arg-type]
+        dataset_tokens=opts.get("dataset_tokens"),  # type: ignore[arg-type]
+        epochs=opts.get("epochs"),  # type: ignore[arg-type]
+    )
+    return make_plan(spec, tgt, device_for(tgt), req, other_targets(tgt, headroom))
+
+
+def _plan_diffusion(spec: DiffusionSpec, tgt: Target, opts: dict[str, object]) -> DiffusionPlan:
+    from fitcheck.diffusion.plan import plan_diffusion
+
+    method = opts.get("method") or "auto"
+    batch = opts.get("batch_size") or 1
+    effective = opts.get("effective_batch") or 1
+    asked = {
+        **{k: v for k, v in opts.items() if k not in ("effective_batch", "min_resolution", "grad_ckpt")},
+        "method": "lora" if method == "auto" else method,
+        "batch_size": batch,
+        "grad_accum": max(1, effective // batch),  # type: ignore[operator]
+        "grad_ckpt": bool(opts.get("grad_ckpt")),
+    }
+    setup = setup_for(spec, asked, tgt)
+    return plan_diffusion(spec, setup, tgt, opts.get("min_resolution"))  # type: ignore[arg-type]
+
+
+def device_for(tgt: Target) -> DevicePerf:
+    """The target's speed figures: its catalog entry, else the backend's labelled assumption."""
+    from fitcheck.hardware.catalog import find_entry
+    from fitcheck.planner.device import catalog_id, default_perf, perf_from_entry
+
+    entry = find_entry(catalog_id(tgt))
+    return perf_from_entry(entry) if entry is not None else default_perf(tgt)
+
+
+def other_targets(tgt: Target, headroom: str | None) -> list[Target]:
+    """Catalog devices of the target's backend, with the same headroom rule (for "a bigger device")."""
+    from fitcheck.hardware.budget import apply_headroom, entry_target
+    from fitcheck.hardware.catalog import entries
+
+    if tgt.backend == "cpu" or tgt.id == "none":
+        return []
+    return [apply_headroom(entry_target(e), headroom) for e in entries(tgt.backend)]
+
+
+# --- catalogs --------------------------------------------------------------------------------------
+
+
+def models() -> list[ModelInfo]:
+    """Every model preset: LLMs, then diffusion pipelines."""
+    from fitcheck.diffusion.sources import diffusion_ids
+    from fitcheck.diffusion.sources import spec_from_preset as diffusion_preset
+    from fitcheck.engine.params import count_params
+    from fitcheck.models import ModelInfo
+    from fitcheck.presets import preset_ids
+    from fitcheck.sources.resolve import spec_from_preset
+
+    rows: list[ModelInfo] = []
+    for pid in preset_ids("models"):
+        spec = spec_from_preset(pid)
+        a = spec.arch
+        rows.append(
+            ModelInfo(
+                id=pid,
+                name=spec.name,
+                params=count_params(a),
+                model_type=a.model_type,
+                layers=a.num_layers,
+                hidden=a.hidden_size,
+                vocab=a.vocab_size,
+                experts=a.num_experts,
+                hf_id=spec.hf_id,
+                kind="llm",
+            )
+        )
+    for pid in diffusion_ids():
+        d = diffusion_preset(pid)
+        rows.append(
+            ModelInfo(
+                id=pid,
+                name=d.name,
+                params=d.total_params,
+                model_type=f"{d.family} " + ("unet" if d.denoiser.name == "unet" else "dit"),
+                hf_id=d.hf_id,
+                kind="diffusion",
+            )
+        )
+    return rows
+
+
+def hardware(backend: str | None = None) -> HwCatalog:
+    """The hardware catalog (ids for ``on``), optionally one backend's devices."""
+    from fitcheck.hardware.report import catalog_table
+
+    return catalog_table(backend)
+
+
+def detect(headroom: str | None = None, probe_env: ProbeEnv | None = None) -> HwReport:
+    """This machine: devices, memory and the usable budget, with how each figure was measured."""
+    from fitcheck.hardware.report import detect_report
+
+    return detect_report(probe_env, headroom=headroom)

@@ -1,0 +1,22 @@
+"""The option vocabulary as plain ``Literal`` types (no pydantic): the models, the API and the CLI
+share these names, and `fitcheck.api` can name them without importing pydantic at start-up."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Method = Literal["full", "lora", "qlora"]
+MethodChoice = Literal["auto", "full", "lora", "qlora"]
+Precision = Literal["bf16", "fp16", "fp32"]
+Optimizer = Literal[
+    "adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"
+]
+Attention = Literal["eager", "sdpa", "flash", "xformers"]
+LlmTrainer = Literal["generic", "hf", "torchtune", "axolotl", "llamafactory", "mlx"]
+DiffusionTrainer = Literal["kohya"]
+Trainer = Literal["generic", "hf", "torchtune", "axolotl", "llamafactory", "mlx", "kohya"]
+Backend = Literal["cuda", "rocm", "mps", "cpu"]
+Kind = Literal["llm", "diffusion"]
+PhaseName = Literal["forward", "backward", "optimizer_step"]
+VerdictName = Literal["fits", "tight", "does_not_fit"]
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "nf4", "fp4"]
