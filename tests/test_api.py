@@ -165,3 +165,14 @@ def test_the_example_in_docs_api_md_runs(capsys: pytest.CaptureFixture[str]) -> 
     assert out[0].split()[0] in ("forward", "backward", "optimizer_step")
     assert [line.split()[0] for line in out[1:4]] == ["full", "lora", "qlora"]
     assert out[4].startswith("diffusion ") and out[5].startswith("True ")
+
+
+def test_layering_render_and_hardware_import_nothing_from_engine() -> None:
+    """Shared facts live in fitcheck.facts; render and hardware read them, never the engine."""
+    for path in [SRC / "render.py", *sorted((SRC / "hardware").glob("*.py"))]:
+        text = path.read_text()
+        assert "fitcheck.engine" not in text, f"{path.name} imports from fitcheck.engine"
+    for path in sorted((SRC / "facts").glob("*.py")):
+        text = path.read_text()
+        for layer in ("engine", "diffusion", "planner", "hardware", "render", "api"):
+            assert f"fitcheck.{layer}" not in text, f"facts/{path.name} imports fitcheck.{layer}"

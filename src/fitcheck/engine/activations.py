@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fitcheck.engine.dtypes import nbytes
 from fitcheck.engine.lora import targeted
 from fitcheck.engine.params import Linear, layer_linears
+from fitcheck.facts.dtypes import nbytes
 from fitcheck.models import DecoderArch, LlmSetup, Regime
 
 

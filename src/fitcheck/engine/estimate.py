@@ -78,7 +78,7 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
     out["optimizer_states"] = _c("optimizer_states", opt, f"{setup.optimizer} states", "optimizer-states")
     grads = states.grad_bytes(setup, regime, c)
     out["gradients"] = _c("gradients", grads, f"{c.trainable:,} x {regime.grad_dtype}", "gradients")
-    trans = states.step_transient_bytes(a, setup, regime, c.trainable)
+    trans = states.step_transient_bytes(a, setup, regime)
     out["optimizer_transient"] = _c(
         "optimizer_transient",
         trans,

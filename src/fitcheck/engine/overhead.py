@@ -7,13 +7,11 @@ provisional: no GPU measurement has been made by this project yet (see docs/accu
 
 from __future__ import annotations
 
+from fitcheck.facts.context import DEFAULT_CONTEXT_MIB
 from fitcheck.units import MIB
 
-#: Context per process when the GPU is not in the catalog (the catalog holds one per generation):
-#: PyTorch with lazy module loading, "around 400MB" (ptrblck, github.com/pytorch/pytorch/issues/109888;
-#: unsloth-zoo PR #1053 saw 426 MiB on an RTX 6000 Ada); HIP: ollama's 457 MiB reserve (ml/device.go).
-#: The one table of these defaults: the hardware budget rules read it too.
-DEFAULT_CONTEXT_MIB: dict[str, int] = {"cuda": 400, "rocm": 457, "mps": 0, "cpu": 0}
+# Context per process when the GPU is not in the catalog (the catalog holds one per generation):
+# the one table of defaults is fitcheck.facts.context.
 #: The caching allocator rounds large blocks up to 2 MiB (c10 CUDACachingAllocator.cpp): on average
 #: 1 MiB lost per large live tensor.
 ROUNDING_PER_TENSOR = 1 * MIB

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fitcheck.engine.dtypes import BYTES, nbytes
 from fitcheck.engine.lora import adapter_params
 from fitcheck.engine.params import inventory, layer_linears
+from fitcheck.facts import optimizers as opt
+from fitcheck.facts.dtypes import BYTES, nbytes
+from fitcheck.facts.optimizers import Shape
 from fitcheck.models import DecoderArch, LlmSetup, Regime
 
 #: bitsandbytes 4-bit: blocks of 64 weights share one absmax (fp32, or uint8 with double quantization,
@@ -19,10 +21,6 @@ NF4_BLOCK = 64
 DQ_BLOCK = 256
 NF4_TENSOR_CONST = 16 * 4  # the 16-entry NF4 code (fp32)
 DQ_TENSOR_CONST = 256 * 4 + 4  # the 8-bit dynamic code of the second level, plus its offset
-#: bitsandbytes 8-bit optimizers: one uint8 per state element + an fp32 absmax per 256-element block;
-#: tensors under 4096 elements keep 32-bit states (optim/optimizer.py, min_8bit_size).
-BNB8_BLOCK = 256
-BNB8_MIN_SIZE = 4096
 
 
 @dataclass(frozen=True)
@@ -73,24 +71,6 @@ def nf4_bytes(numel: int, tensors: int, double_quant: bool) -> int:
     return packed + consts
 
 
-def optimizer_bytes_per_param(optimizer: str, state_dtype_bytes: int) -> float:
-    """Optimizer state bytes per trainable parameter (dense tensors).
-
-    Adafactor is handled separately (factored); 8-bit rules apply to tensors of 4096+ elements.
-    """
-    eight_bit = 1 + 4 / BNB8_BLOCK
-    table = {
-        "adamw": 2 * state_dtype_bytes,  # exp_avg, exp_avg_sq (torch.optim.AdamW zeros_like)
-        "adamw8bit": 2 * eight_bit,
-        "paged-adamw8bit": 2 * eight_bit,
-        "lion": 1 * state_dtype_bytes,  # exp_avg only
-        "lion8bit": 1 * eight_bit,
-        "prodigy": 4 * state_dtype_bytes,  # exp_avg, exp_avg_sq, s, p0 (prodigyopt)
-        "sgd": 1 * state_dtype_bytes,  # momentum buffer
-    }
-    return table[optimizer]
-
-
 def trainable_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[int, int, int]]:
     """(rows, cols, how many) of every trainable tensor; vectors have cols = 1."""
     if setup.method != "full":
@@ -125,56 +105,40 @@ def trainable_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[int, int, in
     return out
 
 
+def tensor_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[Shape, int]]:
+    """Trainable tensors as (shape, how many) for the optimizer table: vectors are 1-D."""
+    return [((rows, cols) if cols > 1 else (rows,), k) for rows, cols, k in trainable_shapes(a, setup)]
+
+
+def _param_bytes(setup: LlmSetup, regime: Regime) -> int:
+    return nbytes(regime.adapter_dtype if setup.method != "full" else regime.trainable_dtype)
+
+
 def optimizer_state_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
-    """Optimizer states for every trainable tensor."""
-    param_b = nbytes(regime.adapter_dtype if setup.method != "full" else regime.trainable_dtype)
+    """Optimizer states for every trainable tensor (`fitcheck.facts.optimizers`)."""
+    param_b = _param_bytes(setup, regime)
     # fp32 moments are the seeds' AdamW accounting; other optimizers keep states in the param dtype
     # (torch SGD momentum_buffer, lion-pytorch exp_avg, prodigyopt: zeros_like(p)).
-    adam = setup.optimizer == "adamw"
-    sb = 4 if regime.optimizer_state_dtype == "fp32" and adam else param_b
-    total = 0.0
-    for rows, cols, k in trainable_shapes(a, setup):
-        n = rows * cols
-        if setup.optimizer == "adafactor":
-            # factored second moment for matrices (row + column vectors), full for vectors; no
-            # first moment (transformers.optimization.Adafactor default beta1=None).
-            total += k * 4 * ((rows + cols) if cols > 1 and rows > 1 else n)
-        elif setup.optimizer in ("adamw8bit", "paged-adamw8bit", "lion8bit") and n < BNB8_MIN_SIZE:
-            states = 1 if setup.optimizer == "lion8bit" else 2
-            total += k * n * 4 * states
-        else:
-            total += k * n * optimizer_bytes_per_param(setup.optimizer, sb)
-    return int(total)
+    fp32_moments = regime.optimizer_state_dtype == "fp32" and setup.optimizer == "adamw"
+    return opt.state_bytes(setup.optimizer, tensor_shapes(a, setup), 4 if fp32_moments else param_b)
 
 
-def largest_trainable(a: DecoderArch, setup: LlmSetup) -> int:
-    """Elements of the largest trainable tensor (sizes per-tensor optimizer temporaries)."""
-    return max(rows * cols for rows, cols, _ in trainable_shapes(a, setup))
+def adam_impl(setup: LlmSetup, regime: Regime) -> opt.AdamImpl:
+    """Which AdamW step the trainer runs: fused (hf, torchtune), a for-loop over fp32 moments of
+    16-bit weights (generic), else torch's foreach default."""
+    if regime.fused_optimizer:
+        return "fused"
+    if regime.optimizer_state_dtype == "fp32" and _param_bytes(setup, regime) != 4:
+        return "loop-fp32"
+    return "foreach"
 
 
-def step_transient_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, trainable: int) -> int:
-    """Temporaries alive inside ``optimizer.step()``.
-
-    foreach AdamW allocates ``_foreach_sqrt(exp_avg_sq)``: one full-size copy of the second moment
-    (torch/optim/adamw.py, _multi_tensor_adamw). Fused AdamW and the 8-bit kernels update in place.
-    The for-loop step of the generic regime (fp32 moments on 16-bit params) holds ``sqrt(v)`` and the
-    update of one tensor at a time (traced: two fp32 tensors of the largest parameter's size).
-    """
-    param_b = nbytes(regime.trainable_dtype if setup.method == "full" else regime.adapter_dtype)
-    if setup.optimizer == "sgd":
-        return 0  # foreach SGD updates momentum and weights in place
-    if setup.optimizer in ("lion", "prodigy"):
-        return 2 * param_b * largest_trainable(a, setup)  # per-tensor update temporaries
-    if setup.optimizer == "adamw":
-        if regime.fused_optimizer:
-            return 0
-        if regime.optimizer_state_dtype == "fp32" and param_b != 4:
-            # for-loop step on 16-bit params with fp32 moments: sqrt(v) and the update, one tensor at a time
-            return 2 * 4 * largest_trainable(a, setup)
-        return trainable * param_b
-    if setup.optimizer == "adafactor":
-        return 2 * 4 * largest_trainable(a, setup)  # update and its square, fp32, one tensor
-    return 0
+def step_transient_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
+    """Temporaries alive inside ``optimizer.step()`` (`fitcheck.facts.optimizers.step_temporary_bytes`)."""
+    shapes = tensor_shapes(a, setup)
+    return opt.step_temporary_bytes(
+        setup.optimizer, shapes, _param_bytes(setup, regime), adam_impl(setup, regime)
+    )
 
 
 def weight_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, c: Counts) -> dict[str, int]:

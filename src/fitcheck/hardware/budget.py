@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from fitcheck.engine.overhead import DEFAULT_CONTEXT_MIB
 from fitcheck.errors import FitcheckError, InputError, suggest
+from fitcheck.facts.context import DEFAULT_CONTEXT_MIB
 from fitcheck.hardware import catalog
 from fitcheck.hardware.catalog import HardwareEntry
 from fitcheck.hardware.detected import AppleFacts, CpuMemory, Detection, GpuDevice

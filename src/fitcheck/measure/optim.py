@@ -67,7 +67,8 @@ class Fp32MomentAdamW(torch.optim.Optimizer):
 
 
 class Lion(torch.optim.Optimizer):
-    """Lion (Chen et al. 2023) with one momentum state in the parameter dtype, as lion-pytorch keeps it."""
+    """Lion (Chen et al. 2023) as lion-pytorch steps it: one momentum state in the parameter dtype, and
+    its update expression (github.com/lucidrains/lion-pytorch, lion_pytorch.py ``update_fn``)."""
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float = LR) -> None:
         super().__init__(params, {"lr": lr, "betas": (0.9, 0.99), "weight_decay": 0.0})
@@ -83,7 +84,8 @@ class Lion(torch.optim.Optimizer):
                 if not state:
                     state["exp_avg"] = torch.zeros_like(p)
                 m = state["exp_avg"]
-                update = m.mul(b1).add_(p.grad, alpha=1 - b1).sign_()
+                # lion-pytorch update_fn: clone, then an out-of-place add (two tensors briefly alive)
+                update = m.clone().mul_(b1).add(p.grad, alpha=1 - b1).sign_()
                 p.add_(update, alpha=-group["lr"])
                 m.mul_(b2).add_(p.grad, alpha=1 - b2)
 

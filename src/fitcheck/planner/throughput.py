@@ -22,11 +22,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fitcheck.engine.dtypes import nbytes
 from fitcheck.engine.lora import adapter_params
 from fitcheck.engine.params import layer_linears
 from fitcheck.engine.regimes import regime_for
 from fitcheck.engine.states import quantizable_tensors
+from fitcheck.facts.dtypes import nbytes
 from fitcheck.models import DecoderArch, LlmSetup
 from fitcheck.planner.models import DevicePerf, Throughput
 

@@ -1,0 +1,112 @@
+"""Optimizers: state bytes per element, temporaries inside ``step()``, the implementation a trainer runs.
+
+One table for both estimators (the decoder engine and the diffusion simulator); shapes are N-D
+(convolutions are 4-D, LLM vectors 1-D). Rules and sources per row; docs/methodology.md, "Model states".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Shape = tuple[int, ...]
+#: A trainable tensor shape and how many tensors have it.
+Shapes = Sequence[tuple[Shape, int]]
+
+#: bitsandbytes 8-bit optimizers: one uint8 per state element + an fp32 absmax per 256-element block;
+#: tensors under 4096 elements keep 32-bit states (bitsandbytes optim/optimizer.py, min_8bit_size).
+BNB8_BLOCK = 256
+BNB8_MIN_SIZE = 4096
+EIGHT_BIT = ("adamw8bit", "paged-adamw8bit", "lion8bit")
+
+#: How an AdamW step allocates: torch's foreach path (``_foreach_sqrt(exp_avg_sq)``, one copy of every
+#: second moment at once), the fused kernel (in place), or a for-loop step over fp32 moments of 16-bit
+#: parameters (``sqrt(v)`` and the update of one tensor at a time, fp32).
+AdamImpl = Literal["foreach", "fused", "loop-fp32"]
+
+
+@dataclass(frozen=True)
+class OptimizerRow:
+    """One optimizer: state tensors per parameter element, and where that comes from."""
+
+    states: int
+    source: str
+
+
+OPTIMIZERS: dict[str, OptimizerRow] = {
+    "adamw": OptimizerRow(2, "torch.optim.AdamW: exp_avg, exp_avg_sq (zeros_like(param))"),
+    "adamw8bit": OptimizerRow(2, "bitsandbytes AdamW8bit: two uint8 states + fp32 absmax per 256"),
+    "paged-adamw8bit": OptimizerRow(2, "bitsandbytes PagedAdamW8bit: as AdamW8bit, in paged memory"),
+    "adafactor": OptimizerRow(
+        1,
+        "transformers.optimization.Adafactor (beta1=None): factored fp32 second moment, row "
+        "shape[:-1] + column shape[:-2]+shape[-1:] for 2+-D tensors, full for vectors",
+    ),
+    "lion": OptimizerRow(1, "lion-pytorch Lion: exp_avg (zeros_like(param))"),
+    "lion8bit": OptimizerRow(1, "bitsandbytes Lion8bit: one uint8 state + fp32 absmax per 256"),
+    "prodigy": OptimizerRow(4, "prodigyopt Prodigy: exp_avg, exp_avg_sq, s, p0 (zeros_like(param))"),
+    "sgd": OptimizerRow(1, "torch.optim.SGD momentum_buffer"),
+}
+
+#: Temporaries of one step, per optimizer (the largest tensor decides for per-tensor loops):
+STEP_SOURCES: dict[str, str] = {
+    "adamw": "torch/optim/adamw.py: foreach holds _foreach_sqrt(exp_avg_sq) for all tensors; fused is in "
+    "place; a for-loop step over fp32 moments holds sqrt(v) and the update of one tensor (traced)",
+    "adafactor": "transformers Adafactor.step, per tensor: grad.float(), p.float() (16-bit weights only), "
+    "grad**2 + eps, and the update from _approx_sq_grad with its row and column factors (traced: "
+    "tests/data/calibration, llama2-11 and mixtral-11; tests/data/calibration/diffusion)",
+    "lion": "lion-pytorch update_fn: exp_avg.clone().mul_(beta1).add(grad, ...) holds two tensors of the "
+    "parameter's size (github.com/lucidrains/lion-pytorch, lion_pytorch.py; traced: qwen2-11, qwen3_moe-11)",
+    "prodigy": "prodigyopt: per-tensor temporaries of the parameter's size (two)",
+    "sgd": "torch foreach SGD: momentum and weights updated in place",
+    "8-bit": "bitsandbytes 8-bit kernels update states and weights in place",
+}
+
+
+def _numel(shape: Shape) -> int:
+    return math.prod(shape)
+
+
+def _adafactor_elems(shape: Shape) -> int:
+    if len(shape) >= 2:
+        return _numel(shape[:-1]) + _numel(shape[:-2]) * shape[-1]
+    return _numel(shape)
+
+
+def state_bytes(optimizer: str, shapes: Iterable[tuple[Shape, int]], state_elem_bytes: int) -> int:
+    """Optimizer states kept between steps, for trainable tensors whose states are ``state_elem_bytes``
+    per element (the parameter dtype, or fp32 moments); Adafactor's are fp32, 8-bit ones uint8."""
+    total = 0.0
+    states = OPTIMIZERS[optimizer].states
+    for shape, k in shapes:
+        n = _numel(shape)
+        if optimizer == "adafactor":
+            total += k * 4 * _adafactor_elems(shape)
+        elif optimizer in EIGHT_BIT:
+            total += k * states * (n * 4 if n < BNB8_MIN_SIZE else n + 4 * math.ceil(n / BNB8_BLOCK))
+        else:
+            total += k * states * n * state_elem_bytes
+    return int(total)
+
+
+def step_temporary_bytes(optimizer: str, shapes: Shapes, param_bytes: int, adam: AdamImpl = "foreach") -> int:
+    """Temporaries alive inside ``optimizer.step()`` (`STEP_SOURCES` gives each rule's source)."""
+    if not shapes:
+        return 0
+    largest = max(_numel(s) for s, _ in shapes)
+    if optimizer == "adamw":
+        if adam == "fused":
+            return 0
+        if adam == "loop-fp32":
+            return 2 * 4 * largest
+        return sum(k * _numel(s) for s, k in shapes) * param_bytes
+    if optimizer == "adafactor":
+        copies = 3 if param_bytes == 4 else 4
+        return max(
+            4 * (copies * _numel(s) + (2 * _numel(s) // s[-1] if len(s) >= 2 else 0)) for s, _ in shapes
+        )
+    if optimizer in ("lion", "prodigy"):
+        return 2 * param_bytes * largest
+    return 0  # sgd, 8-bit: in place
