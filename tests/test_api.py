@@ -176,3 +176,43 @@ def test_layering_render_and_hardware_import_nothing_from_engine() -> None:
         text = path.read_text()
         for layer in ("engine", "diffusion", "planner", "hardware", "render", "api"):
             assert f"fitcheck.{layer}" not in text, f"facts/{path.name} imports fitcheck.{layer}"
+
+
+def test_component_registry_and_docs_json_agree() -> None:
+    """One registry of component ids (id, rule's docs anchor) used by both estimators and docs/json.md."""
+    from fitcheck.components import REGISTRY
+
+    text = (SRC.parents[1] / "docs" / "json.md").read_text()
+    table = text.split("| id | counts |", 1)[1].split("\n\n", 1)[0]
+    documented = set(re.findall(r"^\| `([a-z0-9_]+)` \|", table, re.M))
+    assert documented == set(REGISTRY)
+    for row in REGISTRY.values():
+        assert row.llm or row.diffusion, row.id
+        for doc, anchor in (("methodology.md", row.llm), ("diffusion.md", row.diffusion)):
+            if anchor:
+                page = (SRC.parents[1] / "docs" / doc).read_text()
+                heads = re.findall(r"^#+ (.*)$", page, re.M)
+                slugs = {re.sub(r"[^a-z0-9 _-]", "", h.lower()).replace(" ", "-") for h in heads}
+                slugs |= set(re.findall(r'<a id="([^"]+)">', page))
+                missing = [] if anchor in slugs else [f"{row.id}: {doc}#{anchor}"]
+                assert not missing, f"{missing} is not a heading or anchor"
+
+
+@pytest.mark.parametrize(
+    ("model", "options"),
+    [
+        ("llama-3.1-8b", {"method": "qlora", "grad_ckpt": True}),
+        ("mixtral-8x7b", {"method": "lora"}),
+        ("gemma-2-9b", {"method": "full", "master_weights": True}),
+        ("sd15", {"method": "full", "optimizer": "adafactor"}),
+        ("sdxl", {"train_text_encoder": True}),
+    ],
+)
+def test_every_component_an_estimator_names_is_registered(model: str, options: dict) -> None:
+    from fitcheck.components import REGISTRY
+
+    est = api.estimate(model, **options)
+    kind = est.setup.kind
+    for ph in est.phases:
+        for c in ph.components:
+            assert c.source == REGISTRY[c.name].source(kind)

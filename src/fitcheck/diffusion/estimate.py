@@ -9,58 +9,33 @@ encoder transients, autocast weight casts) comes from the simulated step
 
 from __future__ import annotations
 
+from fitcheck.assembly import assemble
+from fitcheck.assembly import phase as _phase
+from fitcheck.components import component
 from fitcheck.diffusion import regime as rg
 from fitcheck.diffusion import states
 from fitcheck.diffusion.sim.core import BYTES
 from fitcheck.diffusion.spec import DiffusionSpec
 from fitcheck.diffusion.step import StepResult, attn_kernel, simulate
-from fitcheck.engine.overhead import context_bytes, reserve_bytes
-from fitcheck.models import Component, DiffusionSetup, Estimate, ParamCounts, Phase
+from fitcheck.models import Component, DiffusionSetup, Estimate, ParamCounts
 
-D = "docs/diffusion.md#"
-
-#: Simulator categories -> (component name, rule, anchor in docs/diffusion.md).
-CATEGORIES: dict[str, tuple[str, str, str]] = {
-    "inputs": ("inputs", "noisy latents, text states, target (fp32 loss inputs)", "the-step"),
-    "activations": ("activations", "tensors autograd saved for backward (simulated op by op)", "activations"),
-    "attention_scores": (
-        "attention_scores",
-        "eager attention: fp32 softmax + compute-dtype copy",
-        "attention",
-    ),
-    "checkpoints": ("checkpoints", "inputs kept by each checkpointed block", "gradient-checkpointing"),
-    "weight_casts": (
-        "weight_casts",
-        "autocast copies of trained fp32 weights (cached per forward)",
-        "autocast",
-    ),
-    "activation_grads": ("activation_gradients", "gradients of activations alive in backward", "backward"),
-    "backward_temporaries": ("backward_temporaries", "scratch of backward ops (reductions)", "backward"),
-    "gradients": ("gradients", "parameter gradients produced so far", "model-states"),
-    "vae_encode": (
-        "vae_encode",
-        "VAE encoder at full resolution under no_grad (latents not cached)",
-        "parts",
-    ),
-    "text_encoder_activations": ("text_encoder_activations", "text encoder forward", "parts"),
+#: Simulator categories -> (component id, rule); ids and docs anchors: `fitcheck.components`.
+CATEGORIES: dict[str, tuple[str, str]] = {
+    "inputs": ("inputs", "noisy latents, text states, target (fp32 loss inputs)"),
+    "activations": ("activations", "tensors autograd saved for backward (simulated op by op)"),
+    "attention_scores": ("attention_scores", "eager attention: fp32 softmax + compute-dtype copy"),
+    "checkpoints": ("checkpoints", "inputs kept by each checkpointed block"),
+    "weight_casts": ("weight_casts", "autocast copies of trained fp32 weights (cached per forward)"),
+    "activation_grads": ("activation_gradients", "gradients of activations alive in backward"),
+    "backward_temporaries": ("backward_temporaries", "scratch of backward ops (reductions)"),
+    "gradients": ("gradients", "parameter gradients produced so far"),
+    "vae_encode": ("vae_encode", "VAE encoder at full resolution under no_grad (latents not cached)"),
+    "text_encoder_activations": ("text_encoder_activations", "text encoder forward"),
 }
 
 
-def _c(name: str, value: int, rule: str, anchor: str) -> Component:
-    return Component(name=name, bytes=max(0, int(value)), rule=rule, source=D + anchor)
-
-
-def _phase(name: str, comps: list[Component]) -> Phase:
-    merged: dict[str, Component] = {}
-    for c in comps:
-        if c.bytes <= 0:
-            continue
-        if c.name in merged:
-            old = merged[c.name]
-            c = old.model_copy(update={"bytes": old.bytes + c.bytes})
-        merged[c.name] = c
-    kept = tuple(merged.values())
-    return Phase(name=name, components=kept, total_bytes=sum(c.bytes for c in kept))  # type: ignore[arg-type]
+def _c(name: str, value: int, rule: str) -> Component:
+    return component(name, int(value), rule, "diffusion")
 
 
 def model_states(spec: DiffusionSpec, setup: DiffusionSetup, step: StepResult) -> dict[str, Component]:
@@ -74,7 +49,6 @@ def model_states(spec: DiffusionSpec, setup: DiffusionSetup, step: StepResult) -
             f"{pl.name}_weights",
             n * BYTES[pl.dtype],
             f"{n:,} x {pl.dtype}" + (" (trained)" if pl.train == "full" else ""),
-            "parts",
         )
     td = rg.trainable_dtype(setup)
     lora_b = BYTES[td] if (setup.full_bf16 or setup.full_fp16) else 4
@@ -84,26 +58,19 @@ def model_states(spec: DiffusionSpec, setup: DiffusionSetup, step: StepResult) -
             "adapters",
             n_adapter * lora_b,
             f"{n_adapter:,} LoRA params x {'fp32' if lora_b == 4 else td}",
-            "lora",
         )
     full_shapes = [s for shapes in step.trainable_shapes.values() for s in shapes]
     n_full = sum(_numel(s) for s in full_shapes)
     grads = n_adapter * lora_b + n_full * BYTES[td]
-    out["gradients"] = _c(
-        "gradients", grads, f"{n_adapter + n_full:,} trainable params, in their dtype", "model-states"
-    )
+    out["gradients"] = _c("gradients", grads, f"{n_adapter + n_full:,} trainable params, in their dtype")
     opt = states.state_bytes(setup.optimizer, step.adapter_shapes, lora_b)
     opt += states.state_bytes(setup.optimizer, full_shapes, BYTES[td])
-    out["optimizer_states"] = _c(
-        "optimizer_states", opt, f"{setup.optimizer} states per trainable tensor", "optimizer"
-    )
+    out["optimizer_states"] = _c("optimizer_states", opt, f"{setup.optimizer} states per trainable tensor")
     trans = max(
         states.step_transient_bytes(setup.optimizer, step.adapter_shapes, lora_b),
         states.step_transient_bytes(setup.optimizer, full_shapes, BYTES[td]),
     )
-    out["optimizer_transient"] = _c(
-        "optimizer_transient", trans, "temporaries inside optimizer.step()", "optimizer"
-    )
+    out["optimizer_transient"] = _c("optimizer_transient", trans, "temporaries inside optimizer.step()")
     return out
 
 
@@ -119,8 +86,8 @@ def _sim_components(cats: dict[str, int], skip_grads: bool) -> list[Component]:
     for cat, value in cats.items():
         if cat == "gradients" and skip_grads:
             continue
-        name, rule, anchor = CATEGORIES.get(cat, (cat, "simulated step", "activations"))
-        out.append(_c(name, value, rule, anchor))
+        name, rule = CATEGORIES[cat]
+        out.append(_c(name, value, rule))
     return out
 
 
@@ -152,12 +119,7 @@ def estimate_diffusion(
         "backward", [*persistent, *([grads] if accum else []), *_sim_components(step.backward_cats, accum)]
     )
     opt_step = _phase("optimizer_step", [*persistent, grads, ms["optimizer_transient"]])
-    phases = (forward, backward, opt_step)
-    peak = max(phases, key=lambda p: p.total_bytes)
     steady = sum(c.bytes for c in persistent) + grads.bytes
-    tensors = step.tensors
-    reserve = reserve_bytes(setup.backend, tensors, max(0, peak.total_bytes - steady))
-    context = context_bytes(setup.backend, target_context)
     n_adapter = sum(_numel(s) for s in step.adapter_shapes)
     n_full = sum(_numel(s) for shapes in step.trainable_shapes.values() for s in shapes)
     total = spec.total_params + n_adapter
@@ -170,21 +132,17 @@ def estimate_diffusion(
         embedding=0,
         lm_head=0,
     )
-    return Estimate(
+    return assemble(
         model=spec.id,
         model_name=spec.name,
         model_source=spec.source_kind,
         setup=setup,
         regime=rg.regime(spec, setup),
         params=params,
-        phases=phases,
-        peak_phase=peak.name,
-        peak_allocated_bytes=peak.total_bytes,
-        allocator_reserve_bytes=reserve,
-        peak_reserved_bytes=peak.total_bytes + reserve,
-        context_bytes=context,
-        device_bytes=peak.total_bytes + reserve + context,
-        thumb=None,
+        phases=(forward, backward, opt_step),
+        steady_bytes=steady,
+        live_tensors=step.tensors,
+        target_context=target_context,
         warnings=_warnings(spec, setup),
     )
 

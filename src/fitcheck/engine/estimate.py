@@ -10,26 +10,22 @@ The peak of a training step is the maximum over its phases of what is alive then
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from fitcheck.assembly import assemble, phase
+from fitcheck.components import component
 from fitcheck.engine import activations as act
 from fitcheck.engine import states
 from fitcheck.engine.lora import validate_targets
-from fitcheck.engine.overhead import context_bytes, reserve_bytes
 from fitcheck.engine.params import inventory, layer_linears
 from fitcheck.engine.regimes import regime_for
 from fitcheck.engine.thumb import thumb
 from fitcheck.errors import OptionError
 from fitcheck.models import Component, Estimate, LlmSetup, ModelSpec, ParamCounts, Phase, Regime
 
-M = "docs/methodology.md#"
 
-
-def _c(name: str, value: float, rule: str, anchor: str) -> Component:
-    return Component(name=name, bytes=max(0, round(value)), rule=rule, source=M + anchor)
-
-
-def _phase(name: str, comps: list[Component]) -> Phase:
-    kept = tuple(c for c in comps if c.bytes > 0)
-    return Phase(name=name, components=kept, total_bytes=sum(c.bytes for c in kept))  # type: ignore[arg-type]
+def _c(name: str, value: float, rule: str) -> Component:
+    return component(name, value, rule, "llm")
 
 
 def _check(spec: ModelSpec, setup: LlmSetup) -> None:
@@ -70,14 +66,14 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
             f"lm_head) x {'fp32 (kbit upcast)' if regime.kbit_upcast else regime.weight_dtype}",
             "adapters": f"{c.adapter:,} LoRA params x {regime.adapter_dtype}",
         }
-        out[name] = _c(name, value, rules[name], "weights")
+        out[name] = _c(name, value, rules[name])
     out["master_weights"] = _c(
-        "master_weights", states.master_bytes(regime, c), "fp32 copy of trainable weights", "master-copy"
+        "master_weights", states.master_bytes(regime, c), "fp32 copy of trainable weights"
     )
     opt = states.optimizer_state_bytes(a, setup, regime)
-    out["optimizer_states"] = _c("optimizer_states", opt, f"{setup.optimizer} states", "optimizer-states")
+    out["optimizer_states"] = _c("optimizer_states", opt, f"{setup.optimizer} states")
     grads = states.grad_bytes(setup, regime, c)
-    out["gradients"] = _c("gradients", grads, f"{c.trainable:,} x {regime.grad_dtype}", "gradients")
+    out["gradients"] = _c("gradients", grads, f"{c.trainable:,} x {regime.grad_dtype}")
     trans = states.step_transient_bytes(a, setup, regime)
     out["optimizer_transient"] = _c(
         "optimizer_transient",
@@ -85,13 +81,146 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
         "fused step: none"
         if regime.fused_optimizer and trans == 0
         else "temporaries inside optimizer.step()",
-        "optimizer-step-transients",
     )
     return out
 
 
+#: Model-state components alive through the whole step, in the order phases list them.
+PERSISTENT: tuple[str, ...] = ("weights", "weights_frozen", "weights_4bit", "weights_unquantized")
+PERSISTENT += ("adapters", "master_weights", "optimizer_states")
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What the forward pass keeps for backward, and the transients around it, by the moment they live."""
+
+    inputs: Component
+    saved: tuple[Component, ...]  # activations and scores, or checkpoints; the final norm's input
+    logits_fwd: Component  # the loss hump at the end of the forward
+    logits_bwd: Component  # ... and at the start of backward
+    casts_fwd: Component  # autocast weight casts alive in forward / at backward's start / late
+    casts_bwd: Component
+    casts_layer: Component
+    merged_fwd: Component  # MoE experts merged with their LoRA factors: all layers / one layer
+    merged_layer: Component
+    dequant: Component  # one 4-bit weight dequantized
+    late: Component  # one layer's activations late in backward
+    tied: Component  # tied embedding gradients at the very end of backward
+
+
+def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved:
+    """Activations saved for backward (all layers, or checkpoints), the loss hump and the transients."""
+    a = spec.arch
+    T, s, L = setup.tokens, setup.seq_len, a.num_layers
+    moe_n = a.moe_layers if a.is_moe else 0
+    dense = act.layer_activations(a, setup, regime, moe=False)
+    sparse = act.layer_activations(a, setup, regime, moe=True) if moe_n else dense
+    per_layer_tok = dense.total(s)
+    ctx = act.context(setup, regime)
+    final_norm = _c("final_norm", T * 4 * a.hidden_size, "final norm fp32 input")
+    if setup.grad_ckpt:
+        ckpt = T * L * ctx.rho * a.hidden_size
+        ckpt_rule = "one layer input per layer (non-reentrant checkpoint)"
+        saved: tuple[Component, ...] = (_c("checkpoints", ckpt, ckpt_rule), final_norm)
+    else:
+        all_layers = T * ((L - moe_n) * per_layer_tok + moe_n * sparse.total(s))
+        scores = T * s * L * dense.scores
+        per_tok = f"{L} layers x {per_layer_tok - s * dense.scores:,.0f} B/token"
+        scores_rule = "eager: fp32 softmax + compute-dtype copy, b*heads*s^2 per layer"
+        saved = (
+            _c("activations", all_layers - scores, per_tok),
+            _c("attention_scores", scores, scores_rule),
+            final_norm,
+        )
+    lg = act.logits_bytes(a, setup, regime)
+    # Late in backward nearly every gradient exists while the first layer's activations are still
+    # alive (recomputed from its checkpoint when checkpointing; the other checkpoints are freed).
+    late = _c(
+        "layer_recompute" if setup.grad_ckpt else "activations",
+        T * max(per_layer_tok, sparse.total(s)),
+        "one layer's activations "
+        + ("recomputed from its checkpoint" if setup.grad_ckpt else "(the first layer's, last to be freed)"),
+    )
+    casts_fwd, casts_bwd, casts_layer = _casts(spec, setup, regime)
+    merged_fwd, merged_layer = _merged_experts(spec, setup, regime)
+    return Saved(
+        inputs=_c("inputs", 16 * T, "input_ids + labels, int64"),
+        saved=saved,
+        logits_fwd=_c("logits_loss", T * lg["forward"], "lm_head output + fp32 upcast + log-softmax"),
+        logits_bwd=_c("logits_loss", T * lg["backward"], "saved log-softmax + fp32 grads at loss backward"),
+        casts_fwd=casts_fwd,
+        casts_bwd=casts_bwd,
+        casts_layer=casts_layer,
+        merged_fwd=merged_fwd,
+        merged_layer=merged_layer,
+        dequant=_dequant(spec, setup, regime),
+        late=late,
+        tied=_tied_grads(spec, setup, regime),
+    )
+
+
+def _dequant(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
+    dq = 0.0
+    if setup.method == "qlora":
+        a = spec.arch
+        lins = (lin.d_in * lin.d_out for lin in layer_linears(a, a.is_moe) if lin.role != "router")
+        dq = max(lins, default=0) * act.context(setup, regime).gamma
+    return _c("dequant_transient", dq, "one 4-bit weight dequantized to the compute dtype")
+
+
+def _casts(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[Component, Component, Component]:
+    """Autocast weight casts alive in forward, at the start of backward, and late (one layer)."""
+    copies_all, copies_head, copies_layer = autocast_copies(spec, setup, regime)
+    if setup.grad_ckpt:
+        # the autocast cache keeps trainable weights' casts until the forward ends; frozen weights'
+        # casts live only where a matmul saved them (lm_head; the layer being recomputed)
+        cast_fwd = copies_all if setup.method == "full" else copies_head
+        cast_bwd = copies_head
+    else:
+        cast_fwd = cast_bwd = copies_all
+    rule = "bf16 casts of fp32 weights made by autocast and saved for backward"
+    return tuple(_c("autocast_weight_copies", n, rule) for n in (cast_fwd, cast_bwd, copies_layer))  # type: ignore[return-value]
+
+
+def _merged_experts(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[Component, Component]:
+    a = spec.arch
+    moe_n = a.moe_layers if a.is_moe else 0
+    merged = act.merged_expert_bytes(a, setup, regime)
+    rule = "experts' weights merged with their LoRA factors (peft ParamWrapper), saved per layer"
+    all_layers = _c("merged_expert_weights", merged * (1 if setup.grad_ckpt else moe_n), rule)
+    return all_layers, _c("merged_expert_weights", merged, rule)
+
+
+def _tied_grads(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
+    """Tied embeddings trained: at the very end the lm_head's weight gradient (held since the loss
+    backward), the embedding's own and their sum coexist (traced on Gemma 2 9B)."""
+    tied = 0
+    if setup.method == "full" and spec.arch.tie_embeddings:
+        tied = 2 * inventory(spec.arch).embedding * int(states.BYTES[regime.grad_dtype])
+    return _c("tied_embedding_grads", tied, "lm_head and embedding gradients before they are summed")
+
+
+def step_phases(ms: dict[str, Component], sv: Saved, accumulating: bool) -> tuple[Phase, Phase, Phase]:
+    """What is alive at the peak of forward, backward (its start, late, or end) and the optimizer step."""
+    persistent = [ms[k] for k in PERSISTENT if k in ms]
+    grads = ms["gradients"]
+    grads_fwd = grads if accumulating else _c("gradients", 0, "")
+    held = [*persistent, grads_fwd, sv.inputs, *sv.saved]
+    forward = phase("forward", [*held, sv.casts_fwd, sv.merged_fwd, sv.logits_fwd, sv.dequant])
+    bwd_start = [*held, sv.casts_bwd, sv.merged_fwd, sv.logits_bwd]
+    bwd_late = [*persistent, grads, sv.inputs, sv.late, sv.dequant, sv.casts_layer, sv.merged_layer]
+    bwd_end = [*persistent, grads, sv.inputs, sv.tied]
+    candidates = (phase("backward", c) for c in (bwd_start, bwd_late, bwd_end))
+    backward = max(candidates, key=lambda p: p.total_bytes)
+    step = phase("optimizer_step", [*persistent, grads, ms["optimizer_transient"]])
+    return forward, backward, step
+
+
 def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None) -> Estimate:
     """Estimate the memory of one training step of ``spec`` under ``setup``.
+
+    Named steps: the regime (dtypes), model states, saved activations, the three phases, then the
+    one assembly shared with the diffusion estimator (`fitcheck.assembly.assemble`).
 
     Args:
         spec: the model.
@@ -99,123 +228,12 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         target_context: CUDA context bytes of the target GPU, when one is known.
     """
     _check(spec, setup)
-    a = spec.arch
     regime = regime_for(setup)
     ms = model_states(spec, setup, regime)
-    c = states.counts(a, setup)
-    T = setup.tokens
-    s = setup.seq_len
-    L = a.num_layers
-    moe_n = a.moe_layers if a.is_moe else 0
-    dense = act.layer_activations(a, setup, regime, moe=False)
-    sparse = act.layer_activations(a, setup, regime, moe=True) if moe_n else dense
-    per_layer_tok = dense.total(s)
-    all_layers = T * ((L - moe_n) * per_layer_tok + moe_n * sparse.total(s))
-    scores = T * s * L * dense.scores
-    lg = act.logits_bytes(a, setup, regime)
-    ctx = act.context(setup, regime)
-    inputs = 16 * T  # input_ids and labels, int64
-    final_norm = T * 4 * a.hidden_size  # final norm's fp32 input copy, saved
-
-    persistent = [
-        ms[k]
-        for k in ("weights", "weights_frozen", "weights_4bit", "weights_unquantized", "adapters")
-        if k in ms
-    ]
-    persistent += [ms["master_weights"], ms["optimizer_states"]]
-    grads = ms["gradients"]
-    accum = setup.grad_accum > 1
-    grads_fwd = grads if accum else _c("gradients", 0, "", "gradients")
-    inputs_c = _c("inputs", inputs, "input_ids + labels, int64", "activations")
-    dq = 0
-    if setup.method == "qlora":
-        biggest = max(
-            (lin.d_in * lin.d_out for lin in layer_linears(a, a.is_moe) if lin.role != "router"), default=0
-        )
-        dq = biggest * ctx.gamma
-    dequant = _c("dequant_transient", dq, "one 4-bit weight dequantized to the compute dtype", "weights")
-    copies_all, copies_head, copies_layer = autocast_copies(spec, setup, regime)
-    merged = act.merged_expert_bytes(a, setup, regime)
-    merged_rule = "experts' weights merged with their LoRA factors (peft ParamWrapper), saved per layer"
-    merged_f = _c("merged_expert_weights", merged * (1 if setup.grad_ckpt else moe_n), merged_rule, "moe")
-    merged_l = _c("merged_expert_weights", merged, merged_rule, "moe")
-    if setup.grad_ckpt:
-        # the autocast cache keeps trainable weights' casts until the forward ends; frozen weights'
-        # casts live only where a matmul saved them (lm_head; the layer being recomputed)
-        cache_fwd = copies_all if setup.method == "full" else copies_head
-        cast_fwd, cast_bwd = cache_fwd, copies_head
-    else:
-        cast_fwd = cast_bwd = copies_all
-    cast_rule = "bf16 casts of fp32 weights made by autocast and saved for backward"
-    casts_f = _c("autocast_weight_copies", cast_fwd, cast_rule, "autocast-weight-copies")
-    casts_b = _c("autocast_weight_copies", cast_bwd, cast_rule, "autocast-weight-copies")
-    casts_l = _c("autocast_weight_copies", copies_layer, cast_rule, "autocast-weight-copies")
-
-    if setup.grad_ckpt:
-        ckpt = T * L * ctx.rho * a.hidden_size
-        saved = [
-            _c("checkpoints", ckpt, "one layer input per layer (non-reentrant checkpoint)", "checkpointing"),
-            _c("final_norm", final_norm, "final norm fp32 input", "activations"),
-        ]
-    else:
-        saved = [
-            _c(
-                "activations",
-                all_layers - scores,
-                f"{L} layers x {per_layer_tok - s * dense.scores:,.0f} B/token",
-                "activations",
-            ),
-            _c(
-                "attention_scores",
-                scores,
-                "eager: fp32 softmax + compute-dtype copy, b*heads*s^2 per layer",
-                "attention",
-            ),
-            _c("final_norm", final_norm, "final norm fp32 input", "activations"),
-        ]
-    fwd_hump = _c(
-        "logits_loss", T * lg["forward"], "lm_head output + fp32 upcast + log-softmax", "logits-and-loss"
-    )
-    bwd_hump = _c(
-        "logits_loss",
-        T * lg["backward"],
-        "saved log-softmax + fp32 grads at loss backward",
-        "logits-and-loss",
-    )
-    inv = inventory(a)
-    forward = _phase(
-        "forward", [*persistent, grads_fwd, inputs_c, *saved, casts_f, merged_f, fwd_hump, dequant]
-    )
-    bwd_start = [*persistent, grads_fwd, inputs_c, *saved, casts_b, merged_f, bwd_hump]
-    bwd_late_extra = [dequant, casts_l, merged_l]
-    # Late in backward nearly every gradient exists while the first layer's activations are still
-    # alive (recomputed from its checkpoint when checkpointing; the other checkpoints are freed).
-    one_layer = T * max(per_layer_tok, sparse.total(s))
-    late = _c(
-        "layer_recompute" if setup.grad_ckpt else "activations",
-        one_layer,
-        "one layer's activations "
-        + ("recomputed from its checkpoint" if setup.grad_ckpt else "(the first layer's, last to be freed)"),
-        "checkpointing" if setup.grad_ckpt else "activations",
-    )
-    bwd_late = [*persistent, grads, inputs_c, late, *bwd_late_extra]
-    # Tied embeddings trained: at the very end the lm_head's weight gradient (held since the loss
-    # backward), the embedding's own and their sum coexist (traced on Gemma 2 9B).
-    tied = 0
-    if setup.method == "full" and a.tie_embeddings:
-        tied = 2 * inv.embedding * int(states.BYTES[regime.grad_dtype])
-    tied_c = _c(
-        "tied_embedding_grads", tied, "lm_head and embedding gradients before they are summed", "gradients"
-    )
-    bwd_end = [*persistent, grads, inputs_c, tied_c]
-    candidates = (bwd_start, bwd_late, bwd_end)
-    backward = max((_phase("backward", c) for c in candidates), key=lambda p: p.total_bytes)
-    step = _phase("optimizer_step", [*persistent, grads, ms["optimizer_transient"]])
-    phases = (forward, backward, step)
-    peak = max(phases, key=lambda p: p.total_bytes)
-    transient = max(0, peak.total_bytes - sum(x.bytes for x in persistent) - grads.bytes)
-    reserve = reserve_bytes(setup.backend, _tensor_count(spec, setup), transient)
-    context = context_bytes(setup.backend, target_context)
+    sv = saved_activations(spec, setup, regime)
+    phases = step_phases(ms, sv, setup.grad_accum > 1)
+    c = states.counts(spec.arch, setup)
+    inv = inventory(spec.arch)
     params = ParamCounts(
         total=c.total,
         trainable=c.trainable,
@@ -225,7 +243,7 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         embedding=inv.embedding,
         lm_head=inv.lm_head,
     )
-    return Estimate(
+    return assemble(
         model=spec.id,
         model_name=spec.name,
         model_source=spec.source_kind,
@@ -233,12 +251,9 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         regime=regime,
         params=params,
         phases=phases,
-        peak_phase=peak.name,
-        peak_allocated_bytes=peak.total_bytes,
-        allocator_reserve_bytes=reserve,
-        peak_reserved_bytes=peak.total_bytes + reserve,
-        context_bytes=context,
-        device_bytes=peak.total_bytes + reserve + context,
+        steady_bytes=sum(ms[k].bytes for k in (*PERSISTENT, "gradients") if k in ms),
+        live_tensors=_tensor_count(spec, setup),
+        target_context=target_context,
         thumb=thumb(c.total - c.adapter, setup),
         warnings=_warnings(spec, setup, c.total - c.adapter),
     )
