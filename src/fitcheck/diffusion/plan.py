@@ -8,11 +8,12 @@ outputs are cached whenever kohya allows: it costs no step time), fp8 base weigh
 
 Speed is estimated, not measured: images/s from the denoiser's FLOPs per image (counted by the
 simulator: 2 x multiply-adds of every matmul, convolution and attention), x3 for forward and
-backward, x4 with checkpointing (one more forward), at a fixed model-FLOPs utilisation of the
-target's dense tensor TFLOPS, plus memory-bound terms from its bandwidth: the optimizer step over
-the trainable parameters, and with fp8 base the per-use cast of every frozen weight. The MFU is an
-assumption used to rank setups (docs/diffusion.md, "Speed"); the ranking, not the absolute number,
-is what the planner relies on.
+backward, x4 with checkpointing (one more forward), over the LLM planner's device model (the same
+`DevicePerf` from the catalog, or the backend's labelled assumption, and the same sourced
+utilisation per backend, `fitcheck.planner.throughput.UTILISATION`), plus memory-bound terms from
+its bandwidth: the optimizer step over the trainable parameters, and with fp8 base the per-use cast
+of every frozen weight (docs/diffusion.md, "Speed"); the ranking, not the absolute number, is what
+the planner relies on.
 """
 
 from __future__ import annotations
@@ -29,12 +30,10 @@ from fitcheck.diffusion.step import simulate
 from fitcheck.engine.verdict import judge
 from fitcheck.errors import OptionError
 from fitcheck.models import DiffusionSetup, Estimate, Frozen, Target
+from fitcheck.planner.device import catalog_id, default_perf, perf_from_entry
+from fitcheck.planner.models import DevicePerf
+from fitcheck.planner.throughput import UTILISATION
 
-#: Model FLOPs utilisation assumed for ranking (fitcheck's assumption, not a measurement).
-MFU = 0.4
-#: Dense tensor TFLOPS used when the target's catalog entry has none (ranking only).
-DEFAULT_TFLOPS = 100.0
-DEFAULT_BANDWIDTH_GBPS = 1000.0
 #: Bytes read and written per trainable parameter by one optimizer step (param, grad, states).
 STEP_BYTES = {"adamw": 28, "adamw8bit": 16, "paged-adamw8bit": 16, "adafactor": 16, "lion": 20}
 STEP_BYTES |= {"lion8bit": 14, "prodigy": 44, "sgd": 20}
@@ -56,25 +55,25 @@ class DiffusionPlan(Frozen):
     considered: int
 
 
-def _catalog(target: Target) -> tuple[float, float, bool]:
-    """(dense bf16/fp16 TFLOPS, bandwidth GB/s, whether the figures are the target's own)."""
+def _device(target: Target) -> DevicePerf:
+    """The target's speed figures: its catalog entry, else the backend's labelled assumption."""
     from fitcheck.hardware.catalog import find_entry
 
-    entry = find_entry(target.id)
-    if entry is None:
-        return DEFAULT_TFLOPS, DEFAULT_BANDWIDTH_GBPS, False
-    tflops = entry.bf16_tensor_tflops_dense or entry.fp16_tensor_tflops_dense or entry.fp32_tflops
-    bw = float(getattr(entry, "bandwidth_gbps", 0) or DEFAULT_BANDWIDTH_GBPS)
-    return float(tflops or DEFAULT_TFLOPS), bw, tflops is not None
+    entry = find_entry(catalog_id(target))
+    return perf_from_entry(entry) if entry is not None else default_perf(target)
 
 
 def images_per_second(
-    spec: DiffusionSpec, setup: DiffusionSetup, tflops: float, bandwidth_gbps: float
+    spec: DiffusionSpec,
+    setup: DiffusionSetup,
+    tflops: float,
+    bandwidth_gbps: float,
+    utilisation: float = UTILISATION["cuda"][0],
 ) -> float:
     """Estimated training throughput of ``setup`` (see the module docstring)."""
     step = simulate(spec, setup.model_copy(update={"batch_size": 1, "grad_accum": 1}))
     passes = 4 if setup.grad_ckpt else 3
-    compute = passes * step.flops_forward / (tflops * 1e12 * MFU)
+    compute = passes * step.flops_forward / (tflops * 1e12 * utilisation)
     per_image = compute
     if setup.fp8_base:
         frozen = sum(p.part.params for p in plan_parts(spec, setup) if p.on_device and p.dtype == "fp8")
@@ -142,7 +141,9 @@ def plan_diffusion(
     if setup.attn == "xformers" and setup.backend == "mps":
         setup = setup.model_copy(update={"attn": "sdpa"})  # never xformers on Apple silicon
     check(spec, setup)
-    tflops, bandwidth, own = _catalog(target)
+    device = _device(target)
+    tflops, bandwidth = device.tflops(setup.precision), device.bandwidth_gbps
+    util = UTILISATION[device.backend][0]
     res0 = setup.resolution or spec.native_resolution
     floor = min_resolution or res0
     resolutions = [res0, *range((res0 - 64) // 64 * 64, floor - 1, -64)]
@@ -161,7 +162,7 @@ def plan_diffusion(
                     smallest = (est.device_bytes, cand, est)
                 if judge(est, target)[0] != "fits":
                     break  # a larger micro-batch needs more memory
-                speed = images_per_second(spec, cand, tflops, bandwidth)
+                speed = images_per_second(spec, cand, tflops, bandwidth, util)
                 key = (speed * (1 - DEPARTURE * _risk(cand, setup)), -est.device_bytes)
                 if best is None or key > (best[0], best[1]):
                     best = (key[0], key[1], cand, est)
@@ -172,14 +173,14 @@ def plan_diffusion(
         _, cand, est = smallest
         why = _reasons(spec, setup, cand, est, target)
         reasons = ("nothing fits: this is the smallest setup found", *why)
-        speed = images_per_second(spec, cand, tflops, bandwidth)
+        speed = images_per_second(spec, cand, tflops, bandwidth, util)
         return DiffusionPlan(
             setup=cand,
             estimate=est,
             fits=False,
             images_per_second=round(speed, 4),
             reasons=reasons,
-            notes=_notes(cand, own),
+            notes=_notes(cand, device),
             considered=considered,
         )
     _, _, cand, est = best
@@ -187,9 +188,9 @@ def plan_diffusion(
         setup=cand,
         estimate=est,
         fits=True,
-        images_per_second=round(images_per_second(spec, cand, tflops, bandwidth), 4),
+        images_per_second=round(images_per_second(spec, cand, tflops, bandwidth, util), 4),
         reasons=_reasons(spec, setup, cand, est, target),
-        notes=_notes(cand, own),
+        notes=_notes(cand, device),
         considered=considered,
     )
 
@@ -240,13 +241,11 @@ def _reasons(
     return tuple(out)
 
 
-def _notes(cand: DiffusionSetup, own_figures: bool) -> tuple[str, ...]:
+def _notes(cand: DiffusionSetup, device: DevicePerf) -> tuple[str, ...]:
     notes = [
         "bucketing: kohya keeps about resolution^2 pixels per bucket (enable_bucket), so other aspect "
         "ratios need about the same memory as the square resolution estimated here",
     ]
-    if not own_figures:
-        notes.append(
-            "images/s uses default TFLOPS/bandwidth (the target has no catalog figures): ranking only"
-        )
+    if device.assumed:
+        notes.append(f"speed figures assumed (images/s for ranking only): {'; '.join(device.assumed)}")
     return tuple(notes)
