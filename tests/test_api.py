@@ -216,3 +216,26 @@ def test_every_component_an_estimator_names_is_registered(model: str, options: d
     for ph in est.phases:
         for c in ph.components:
             assert c.source == REGISTRY[c.name].source(kind)
+
+
+def test_kohya_implements_the_emitter_protocol() -> None:
+    """One protocol, emit(plan, ctx) -> {filename: text}: kohya writes its config and dataset files."""
+    from fitcheck import emitters
+    from fitcheck.emitters.common import EmitContext
+    from fitcheck.emitters.kohya import emit_kohya
+
+    spec = api.resolve("sd15")
+    p = api.plan(spec, "rtx-4090")
+    ctx = EmitContext(spec=spec, model_ref=None, command="fitcheck plan sd15", filename="sd15.kohya.toml")
+    em = emitters.get("kohya.toml")
+    assert (em.NAME, em.TRAINER) == ("kohya.toml", "kohya")
+    files = em.emit(p, ctx)
+    assert list(files) == ["sd15.kohya.toml", "sd15.dataset.toml"]
+    assert files == emit_kohya(spec, p.setup, p.estimate, p.target, names=tuple(files))  # type: ignore[union-attr,arg-type]
+    with pytest.raises(OptionError, match="diffusion"):
+        em.check(p, EmitContext(spec=api.resolve("7B"), model_ref=None, command="x"))
+
+
+def test_diffusion_plan_json_carries_schema_version_2(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, "plan", "sd15", "--on", "rtx-4090", "--format", "json")
+    assert rc == 0 and json.loads(out)["schema_version"] == 2

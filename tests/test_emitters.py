@@ -65,7 +65,9 @@ def emit_text(fmt: str, model: str, on: str, **kw: Any) -> str:
     plan = plan_for(model, on, trainer=trainer, **kw)
     spec = resolve_model(model)
     ctx = EmitContext(spec=spec, model_ref=model_reference(model, spec), command="fitcheck plan (test)")
-    return emitters.get(fmt).emit(plan, ctx)
+    files = emitters.get(fmt).emit(plan, ctx)
+    assert list(files) == [fmt]  # one file, named after the format when the user gave no name
+    return files[fmt]
 
 
 def matrix_for(fmt: str) -> list[Any]:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from fitcheck.models import Estimate, ModelInfo, ModelSpec
+from fitcheck.models import SCHEMA_VERSION, Estimate, ModelInfo, ModelSpec
 from fitcheck.units import GIB, fmt_count, fmt_gib
 
 
@@ -308,7 +308,7 @@ def matrix_table(rows: list[dict[str, Any]], methods: list[str], on: str, rule: 
 def diffusion_plan_doc(plan: Any, spec: Any, target: Any) -> dict[str, Any]:
     """``fitcheck plan --format json`` for a diffusion model."""
     return {
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "kind": "diffusion",
         "model": spec.id,
         "target": target.model_dump(mode="json"),

@@ -113,27 +113,38 @@ def plan_options(kw: dict[str, Any]) -> dict[str, Any]:
     return opts
 
 
+def emit_files(
+    plan: Any, spec: Any, model: str, wanted: list[tuple[str, str | None]], canonical: dict[str, Any]
+) -> list[tuple[str, str | None, str]]:
+    """Every ``--emit`` through the one emitter protocol: (format, destination or None, text) per file."""
+    from fitcheck import emitters
+    from fitcheck.emitters.common import EmitContext
+
+    ref = model_reference(model, spec)
+    files: list[tuple[str, str | None, str]] = []
+    for kind, dest in wanted:
+        em = emitters.get(kind)
+        name = Path(dest).name if dest else kind
+        ctx = EmitContext(spec=spec, model_ref=ref, command=reproduce(model, canonical, name), filename=name)
+        em.check(plan, ctx)
+        folder = Path(dest).parent if dest else None
+        for fname, text in em.emit(plan, ctx).items():
+            files.append((kind, str(folder / fname) if folder is not None else None, text))
+    return files
+
+
 def run_plan(
     model: str, spec: Any, kw: dict[str, Any], emits: list[str], fmt_name: str | None, output_dir: str
 ) -> Any:
     """Plan an LLM and (when it fits) render the emitted files; returns (plan, [(kind, dest, text)])."""
-    from fitcheck import api, emitters
-    from fitcheck.emitters.common import EmitContext
+    from fitcheck import api
     from fitcheck.planner.models import Plan
 
     wanted = resolve_emits(emits, fmt_name, output_dir)
     trainer = choose_trainer(kw["trainer"], [k for k, _ in wanted])
     plan = api.plan(spec, kw["on"], headroom=kw["headroom"], **{**plan_options(kw), "trainer": trainer})
     assert isinstance(plan, Plan)
-    files: list[tuple[str, str | None, str]] = []
-    if plan.fits:
-        ref = model_reference(model, spec)
-        for kind, dest in wanted:
-            em = emitters.get(kind)
-            name = Path(dest).name if dest else kind
-            ctx = EmitContext(spec=spec, model_ref=ref, command=reproduce(model, kw["canonical"], name))
-            em.check(plan, ctx)
-            files.append((kind, dest, em.emit(plan, ctx)))
+    files = emit_files(plan, spec, model, wanted, kw["canonical"]) if plan.fits else []
     return plan, files
 
 
@@ -289,13 +300,6 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(code=1)
 
 
-def dataset_name(config_name: str) -> str:
-    """The dataset file beside a kohya config: ``kohya.toml`` -> ``dataset.toml``,
-    ``sdxl.kohya.toml`` -> ``sdxl.dataset.toml``."""
-    stem = config_name.removesuffix("kohya.toml")
-    return stem + "dataset.toml"
-
-
 def plan_diffusion_command(
     spec: Any,
     kw: dict[str, Any],
@@ -308,7 +312,6 @@ def plan_diffusion_command(
     """``fitcheck plan`` for a diffusion model: `fitcheck.api.plan`, render, kohya files; the exit code."""
     from fitcheck import api
     from fitcheck.diffusion.plan import DiffusionPlan
-    from fitcheck.emitters.kohya import emit_kohya
 
     for name in emits:
         kind = resolve_emits([name], emit_format, output_dir)[0][0]
@@ -324,15 +327,8 @@ def plan_diffusion_command(
         target = unlimited_target()
     result = api.plan(spec, target, headroom=kw["headroom"], **plan_options(kw))
     assert isinstance(result, DiffusionPlan)
-    files: list[tuple[str, str | None, str]] = []
-    if result.fits:
-        for kind, dest in resolve_emits(emits, emit_format, output_dir):
-            config_name = Path(dest).name if dest else "kohya.toml"
-            names = (config_name, dataset_name(config_name))
-            texts = emit_kohya(spec, result.setup, result.estimate, target, names=names)
-            folder = Path(dest).parent if dest else None
-            for fname, text in texts.items():
-                files.append((kind, str(folder / fname) if folder is not None else None, text))
+    wanted = resolve_emits(emits, emit_format, output_dir)
+    files = emit_files(result, spec, spec.id, wanted, _canonical(kw)) if result.fits else []
     _check_destinations(files, force)
     from fitcheck import render
 

@@ -48,6 +48,7 @@ class DiffusionPlan(Frozen):
 
     setup: DiffusionSetup
     estimate: Estimate
+    target: Target
     fits: bool
     images_per_second: float = Field(description="estimated; see docs/diffusion.md#speed")
     reasons: tuple[str, ...]
@@ -177,6 +178,7 @@ def plan_diffusion(
         return DiffusionPlan(
             setup=cand,
             estimate=est,
+            target=target,
             fits=False,
             images_per_second=round(speed, 4),
             reasons=reasons,
@@ -187,6 +189,7 @@ def plan_diffusion(
     return DiffusionPlan(
         setup=cand,
         estimate=est,
+        target=target,
         fits=True,
         images_per_second=round(images_per_second(spec, cand, tflops, bandwidth, util), 4),
         reasons=_reasons(spec, setup, cand, est, target),

@@ -2,7 +2,8 @@
 
 Each module is pure (text in, text out) and provides ``NAME``, ``TRAINER`` (the regime the plan
 must have been estimated with; None for trainer-neutral files), ``DESCRIPTION``, ``check(plan,
-ctx)`` (raise `OptionError` when the format cannot express the plan) and ``emit(plan, ctx) -> str``.
+ctx)`` (raise `OptionError` when the format cannot express the plan) and ``emit(plan, ctx) ->
+{file name: text}`` (one file for the LLM trainers' configs, two for kohya: config and dataset).
 Writing files is separate (`fitcheck.emitters.writer`). The registry maps format names to module
 paths, so nothing is imported until a format is used.
 """
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from fitcheck.errors import OptionError, suggest
 
 if TYPE_CHECKING:
+    from fitcheck.diffusion.plan import DiffusionPlan
     from fitcheck.emitters.common import EmitContext
     from fitcheck.planner.models import Plan
 
@@ -26,12 +28,12 @@ class Emitter(Protocol):
     TRAINER: str | None
     DESCRIPTION: str
 
-    def check(self, plan: Plan, ctx: EmitContext) -> None: ...
+    def check(self, plan: Plan | DiffusionPlan, ctx: EmitContext) -> None: ...
 
-    def emit(self, plan: Plan, ctx: EmitContext) -> str: ...
+    def emit(self, plan: Plan | DiffusionPlan, ctx: EmitContext) -> dict[str, str]: ...
 
 
-#: Format name -> module. ``kohya.toml`` is delivered by the diffusion work (its slot is kept here).
+#: Format name -> module.
 REGISTRY: dict[str, str] = {
     "hf.yaml": "fitcheck.emitters.hf",
     "axolotl.yaml": "fitcheck.emitters.axolotl",

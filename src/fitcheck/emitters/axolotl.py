@@ -38,7 +38,12 @@ def check(plan: Plan, ctx: EmitContext) -> None:
     hf.check(plan, ctx, TRAINER, NAME, attn=ATTN, attn_hint="")
 
 
-def emit(plan: Plan, ctx: EmitContext) -> str:
+def emit(plan: Plan, ctx: EmitContext) -> dict[str, str]:
+    """{file name: text} (the emitter protocol, `fitcheck.emitters.Emitter`)."""
+    return {ctx.filename or NAME: text(plan, ctx)}
+
+
+def text(plan: Plan, ctx: EmitContext) -> str:
     """The axolotl config text."""
     check(plan, ctx)
     c = chosen(plan)
@@ -47,7 +52,7 @@ def emit(plan: Plan, ctx: EmitContext) -> str:
     if s.method == "qlora":
         items.append(Item("load_in_4bit", True, "QLoRA: NF4 base weights"))
     if s.method != "full":
-        targets = lora_modules(ctx.spec.arch, s)
+        targets = lora_modules(ctx.arch, s)
         items += [
             Item("adapter", s.method),
             Item("lora_r", s.lora_rank),

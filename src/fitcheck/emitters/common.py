@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fitcheck import __version__
+from fitcheck.diffusion.spec import DiffusionSpec
 from fitcheck.engine.params import layer_linears
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup, ModelSpec
@@ -36,11 +37,21 @@ class EmitContext:
         model_ref: what the trainer loads (a Hugging Face id or a local folder); None when MODEL was
             a size string, which names no real weights.
         command: the ``fitcheck plan ...`` line that reproduces the file.
+        filename: the name the user gave the file (``--emit run.hf.yaml``); empty: the format's name.
+            An emitter that writes several files (kohya: config and dataset) names the others after it.
     """
 
-    spec: ModelSpec
+    spec: ModelSpec | DiffusionSpec
     model_ref: str | None
     command: str
+    filename: str = ""
+
+    @property
+    def arch(self) -> DecoderArch:
+        """The decoder's architecture (the LLM trainers' configs need module names)."""
+        if not isinstance(self.spec, ModelSpec):
+            raise OptionError(f"{self.spec.id} is a diffusion model: its trainer config is kohya.toml")
+        return self.spec.arch
 
 
 @dataclass(frozen=True)

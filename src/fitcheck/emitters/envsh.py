@@ -21,7 +21,12 @@ def check(plan: Plan, ctx: EmitContext) -> None:
     chosen(plan)
 
 
-def emit(plan: Plan, ctx: EmitContext) -> str:
+def emit(plan: Plan, ctx: EmitContext) -> dict[str, str]:
+    """{file name: text} (the emitter protocol, `fitcheck.emitters.Emitter`)."""
+    return {ctx.filename or NAME: text(plan, ctx)}
+
+
+def text(plan: Plan, ctx: EmitContext) -> str:
     """The shell text: comments and ``export`` lines."""
     check(plan, ctx)
     head = header(plan, ctx, "environment for this plan", f"source {NAME} (bash or zsh), then start training")

@@ -84,7 +84,12 @@ def check(
     model_ref(ctx, what)
 
 
-def emit(plan: Plan, ctx: EmitContext) -> str:
+def emit(plan: Plan, ctx: EmitContext) -> dict[str, str]:
+    """{file name: text} (the emitter protocol, `fitcheck.emitters.Emitter`)."""
+    return {ctx.filename or NAME: text(plan, ctx)}
+
+
+def text(plan: Plan, ctx: EmitContext) -> str:
     """The TRL config text."""
     check(plan, ctx)
     c = chosen(plan)
@@ -102,7 +107,7 @@ def emit(plan: Plan, ctx: EmitContext) -> str:
         Item("attn_implementation", ATTN[s.attn], "O(s) attention memory" if s.attn != "eager" else ""),
     ]
     if s.method != "full":
-        targets = lora_modules(ctx.spec.arch, s)
+        targets = lora_modules(ctx.arch, s)
         items += [
             Item("use_peft", True),
             Item("lora_r", s.lora_rank),

@@ -17,13 +17,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fitcheck import __version__
 from fitcheck.diffusion.spec import DiffusionSpec
+from fitcheck.errors import OptionError
 from fitcheck.models import DiffusionSetup, Estimate, Target
+
+if TYPE_CHECKING:
+    from fitcheck.diffusion.plan import DiffusionPlan
+    from fitcheck.emitters.common import EmitContext
 from fitcheck.units import GIB
 
+NAME = "kohya.toml"
+TRAINER = "kohya"
+DESCRIPTION = "kohya sd-scripts training config (--config_file) and its dataset config"
 CONFIG = "kohya_config.toml"
 DATASET = "kohya_dataset.toml"
 
@@ -174,6 +182,31 @@ def dataset_config(spec: DiffusionSpec, setup: DiffusionSetup, dreambooth: bool 
     if not setup.cache_text_encoder_outputs:
         general["shuffle_caption"] = False  # cached text-encoder outputs require unshuffled captions
     return {"general": general, "datasets": [ds]}
+
+
+def dataset_name(config_name: str) -> str:
+    """The dataset file beside a kohya config: ``kohya.toml`` -> ``dataset.toml``,
+    ``sdxl.kohya.toml`` -> ``sdxl.dataset.toml``."""
+    return config_name.removesuffix("kohya.toml") + "dataset.toml"
+
+
+def check(plan: DiffusionPlan, ctx: EmitContext) -> None:
+    """Only a plan that fits is written, for a diffusion model."""
+    if not plan.fits:
+        raise OptionError("no configuration fits, so there is nothing to write")
+    if not isinstance(ctx.spec, DiffusionSpec):
+        raise OptionError(
+            "kohya.toml is a kohya sd-scripts config for diffusion models; for a language model emit "
+            "hf.yaml, axolotl.yaml, llamafactory.yaml or mlx.yaml"
+        )
+
+
+def emit(plan: DiffusionPlan, ctx: EmitContext) -> dict[str, str]:
+    """{config name: text, dataset name: text} (the emitter protocol, `fitcheck.emitters.Emitter`)."""
+    check(plan, ctx)
+    assert isinstance(ctx.spec, DiffusionSpec)
+    config = ctx.filename or NAME
+    return emit_kohya(ctx.spec, plan.setup, plan.estimate, plan.target, names=(config, dataset_name(config)))
 
 
 def emit_kohya(

@@ -61,7 +61,12 @@ def check(plan: Plan, ctx: EmitContext) -> None:
     hf.check(plan, ctx, TRAINER, NAME, attn=ATTN, attn_hint="; LLaMA-Factory offers fa2, sdpa or disabled")
 
 
-def emit(plan: Plan, ctx: EmitContext) -> str:
+def emit(plan: Plan, ctx: EmitContext) -> dict[str, str]:
+    """{file name: text} (the emitter protocol, `fitcheck.emitters.Emitter`)."""
+    return {ctx.filename or NAME: text(plan, ctx)}
+
+
+def text(plan: Plan, ctx: EmitContext) -> str:
     """The LLaMA-Factory config text."""
     check(plan, ctx)
     c = chosen(plan)
@@ -80,7 +85,7 @@ def emit(plan: Plan, ctx: EmitContext) -> str:
         Item("finetuning_type", "full" if s.method == "full" else "lora"),
     ]
     if s.method != "full":
-        targets = lora_modules(ctx.spec.arch, s)
+        targets = lora_modules(ctx.arch, s)
         items += [
             Item("lora_rank", s.lora_rank),
             Item("lora_alpha", integer_alpha(s, NAME)),
@@ -91,7 +96,7 @@ def emit(plan: Plan, ctx: EmitContext) -> str:
             items.append(Item("use_dora", True))
     items += [
         Item("dataset", DATASET, "replace with your dataset (data/dataset_info.json)"),
-        Item("template", template(ctx.spec.arch)),
+        Item("template", template(ctx.arch)),
         Item("cutoff_len", s.seq_len, "tokens per example (memory grows with it)"),
         Item("output_dir", run_name(plan)),
         Item("per_device_train_batch_size", s.batch_size, "micro-batch"),

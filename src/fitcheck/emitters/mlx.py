@@ -88,7 +88,7 @@ def check(plan: Plan, ctx: EmitContext) -> None:
     if s.attn != "sdpa":
         raise OptionError(f"mlx-lm has one attention kernel; --attn {s.attn} cannot be written")
     if s.method != "full":
-        lora_keys(ctx.spec.arch, s)
+        lora_keys(ctx.arch, s)
     model_ref(ctx, NAME)
 
 
@@ -99,7 +99,12 @@ def iters(plan: Plan) -> int:
     return steps * c.setup.grad_accum if steps else DEFAULT_ITERS
 
 
-def emit(plan: Plan, ctx: EmitContext) -> str:
+def emit(plan: Plan, ctx: EmitContext) -> dict[str, str]:
+    """{file name: text} (the emitter protocol, `fitcheck.emitters.Emitter`)."""
+    return {ctx.filename or NAME: text(plan, ctx)}
+
+
+def text(plan: Plan, ctx: EmitContext) -> str:
     """The mlx-lm config text."""
     check(plan, ctx)
     c = chosen(plan)
@@ -130,7 +135,7 @@ def emit(plan: Plan, ctx: EmitContext) -> str:
     ]
     if s.method != "full":
         params: dict[str, object] = {}
-        keys = lora_keys(ctx.spec.arch, s)
+        keys = lora_keys(ctx.arch, s)
         if keys is not None:
             params["keys"] = keys
         params.update(rank=s.lora_rank, scale=float(s.alpha / s.lora_rank), dropout=float(s.lora_dropout))
