@@ -239,3 +239,12 @@ def test_kohya_implements_the_emitter_protocol() -> None:
 def test_diffusion_plan_json_carries_schema_version_2(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run(capsys, "plan", "sd15", "--on", "rtx-4090", "--format", "json")
     assert rc == 0 and json.loads(out)["schema_version"] == 2
+
+
+def test_units_are_defined_only_in_units_py() -> None:
+    pattern = re.compile(r"^(GIB|MIB|KIB|GB)\s*=|1 << (10|20|30)\b|2\s*\*\*\s*(20|30)\b", re.M)
+    for path in sorted(SRC.rglob("*.py")):
+        if path.name == "units.py":
+            continue
+        text = "\n".join(line for line in path.read_text().splitlines() if "le=1 << 20" not in line)
+        assert not pattern.search(text), f"{path.relative_to(SRC)} defines a unit; import it from units.py"

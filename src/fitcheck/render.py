@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fitcheck.models import SCHEMA_VERSION, Estimate, ModelInfo, ModelSpec
-from fitcheck.units import GIB, fmt_count, fmt_gib
+from fitcheck.units import GIB, MIB, fmt_count, fmt_gib
 
 
 def _g(n: int | float) -> str:
@@ -192,7 +192,7 @@ _SEGMENT_COLORS = (
 def _segments(est: Estimate) -> list[tuple[str, int]]:
     """The peak phase's components, then reserve and context: what fills the device."""
     peak = est.phase(est.peak_phase)
-    parts = [(c.name, c.bytes) for c in peak.components if c.bytes >= (1 << 20)]
+    parts = [(c.name, c.bytes) for c in peak.components if c.bytes >= MIB]
     parts += [("allocator_reserve", est.allocator_reserve_bytes), ("context", est.context_bytes)]
     return [(n, b) for n, b in parts if b > 0]
 

@@ -14,6 +14,9 @@ from fitcheck.errors import InputError
 
 GIB = 1 << 30
 MIB = 1 << 20
+KIB = 1 << 10
+#: Bandwidth and marketing gigabytes are decimal (GB/s = 10^9 bytes per second).
+GB = 10**9
 
 #: Largest parameter count accepted from a size string (10 trillion): beyond any model that exists.
 MAX_PARAMS = 10**13

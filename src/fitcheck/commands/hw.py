@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from fitcheck.units import GIB
+
 if TYPE_CHECKING:
     from fitcheck.hardware.env import ProbeEnv
     from fitcheck.hardware.report import HwCatalog, HwReport
     from fitcheck.models import Frozen
-
-GIB = 1 << 30
 
 
 class OutputFormat(StrEnum):

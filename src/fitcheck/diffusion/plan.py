@@ -33,6 +33,7 @@ from fitcheck.models import DiffusionSetup, Estimate, Frozen, Target
 from fitcheck.planner.device import catalog_id, default_perf, perf_from_entry
 from fitcheck.planner.models import DevicePerf
 from fitcheck.planner.throughput import UTILISATION
+from fitcheck.units import GB, GIB
 
 #: Bytes read and written per trainable parameter by one optimizer step (param, grad, states).
 STEP_BYTES = {"adamw": 28, "adamw8bit": 16, "paged-adamw8bit": 16, "adafactor": 16, "lion": 20}
@@ -79,10 +80,10 @@ def images_per_second(
     if setup.fp8_base:
         frozen = sum(p.part.params for p in plan_parts(spec, setup) if p.on_device and p.dtype == "fp8")
         # each use reads fp8 and writes/reads a 16-bit copy: 5 B per weight, forward (+ recompute)
-        per_image += (passes - 2) * 5 * frozen / (bandwidth_gbps * 1e9) / setup.batch_size
+        per_image += (passes - 2) * 5 * frozen / (bandwidth_gbps * GB) / setup.batch_size
     trainable = sum(math.prod(s) for s in step.adapter_shapes)
     trainable += sum(math.prod(s) for shapes in step.trainable_shapes.values() for s in shapes)
-    step_time = trainable * STEP_BYTES.get(setup.optimizer, 28) / (bandwidth_gbps * 1e9)
+    step_time = trainable * STEP_BYTES.get(setup.optimizer, 28) / (bandwidth_gbps * GB)
     images = setup.batch_size * setup.grad_accum
     return images / (images * per_image + step_time)
 
@@ -210,13 +211,12 @@ def _risk(cand: DiffusionSetup, asked: DiffusionSetup) -> int:
 def _reasons(
     spec: DiffusionSpec, asked: DiffusionSetup, cand: DiffusionSetup, est: Estimate, target: Target
 ) -> tuple[str, ...]:
-    gib = 2**30
     fits = judge(est, target)[0] == "fits"
     tc = " (Tensor Cores prefer 4, 8, 16: source documents)" if cand.batch_size in (4, 8, 16) else ""
     out = [
         f"micro-batch {cand.batch_size} x accumulation {cand.grad_accum}: "
         + (f"the fastest that fits{tc}" if fits else "the smallest")
-        + f"; {est.device_bytes / gib:.1f} GiB of a {target.budget_bytes / gib:.1f} GiB budget"
+        + f"; {est.device_bytes / GIB:.1f} GiB of a {target.budget_bytes / GIB:.1f} GiB budget"
         + f" on {target.id}",
         "latents cached: the VAE encodes once and leaves the GPU (color_aug and random_crop stay off)",
     ]

@@ -22,6 +22,7 @@ from fitcheck.diffusion.sim.core import BYTES, Sim, T, simulating
 from fitcheck.diffusion.sim.nn import Conv2d, Linear, Module, lora_targets
 from fitcheck.diffusion.spec import DiffusionSpec
 from fitcheck.models import DiffusionSetup
+from fitcheck.units import MIB
 
 #: kohya's LoRA targets: the module classes each network module wraps (networks/lora.py,
 #: lora_flux.py, lora_sd3.py ``*_TARGET_REPLACE_MODULE``); conv LoRA adds the 3x3 classes.
@@ -32,7 +33,6 @@ LORA_CLASSES: dict[str, tuple[str, ...]] = {
     "sd3": ("SingleDiTBlock",),
     "clip": ("CLIPAttention", "CLIPMLP"),
 }
-MIB = 2**20
 #: The VAE's spatial reduction (8 for every supported family: 4 resolution levels).
 VAE_FACTOR = 8
 

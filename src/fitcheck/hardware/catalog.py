@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 from fitcheck.errors import FitcheckError, NotFoundError, suggest
 from fitcheck.models import Backend, Frozen
 from fitcheck.presets import load_preset, preset_ids
+from fitcheck.units import GIB
 
 Vendor = Literal["nvidia", "amd", "apple"]
 Segment = Literal["consumer", "workstation", "datacenter", "mac"]
@@ -107,7 +108,7 @@ class HardwareEntry(Frozen):
         """Device memory as the driver reports it (observed MiB where known, else memory_gib)."""
         if self.driver_total_mib is not None:
             return self.driver_total_mib << 20
-        return round(self.memory_gib * (1 << 30))
+        return round(self.memory_gib * GIB)
 
     @property
     def match_keys(self) -> frozenset[str]:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from fitcheck.units import MIB
+
 #: (return code, stdout, stderr) of one command.
 RunResult = tuple[int, str, str]
 Runner = Callable[[Sequence[str]], RunResult]
@@ -30,7 +32,7 @@ RC_NOT_FOUND = 127
 #: exit status reported for a command that ran past the timeout (what coreutils timeout returns).
 RC_TIMEOUT = 124
 #: files read by probes are small (/proc/meminfo, cgroup files); cap reads defensively.
-MAX_READ_BYTES = 1 << 20
+MAX_READ_BYTES = MIB
 
 
 def run_command(cmd: Sequence[str], timeout_s: float = COMMAND_TIMEOUT_S) -> RunResult:

@@ -13,8 +13,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-MIB = 1 << 20
-KIB = 1 << 10
+from fitcheck.units import KIB, MIB
 
 _INVALID_FIELD_RE = re.compile(r"Field\s+[\"“”']([^\"“”']+)[\"“”']\s+is not a valid field to query")
 _PLACEHOLDER_RE = re.compile(r"^\[.*\]$")

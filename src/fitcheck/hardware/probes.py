@@ -50,8 +50,6 @@ AMD_IGPU_GFX = frozenset({"gfx90c", "gfx1035", "gfx1036", "gfx1037", "gfx1103", 
 #: A carve-out this small is an iGPU whatever its name.
 AMD_IGPU_MAX_BYTES = 2 << 30
 
-MIB = 1 << 20
-
 
 @dataclass
 class Found:

@@ -107,48 +107,11 @@ def smallest_changes(
 ) -> list[Change]:
     """Changes that make something fit, smallest first: a fixed choice freed, another method, a shorter
     sequence, a smaller model, a bigger device (each checked by estimating it)."""
-    out: list[Change] = []
     budget = target.budget_bytes
-
-    def add(change: str, flag: str, c: Candidate | None) -> None:
-        if c is not None:
-            out.append(Change(change=change, flag=flag, device_bytes=c.device_bytes, budget_bytes=budget))
-
-    freed = {
-        "batch_size": ("--batch-size", req.batch_size is not None),
-        "grad_ckpt": ("--no-grad-ckpt", req.grad_ckpt is False),
-        "optimizer": ("--optimizer", req.optimizer is not None),
-        "precision": ("--precision", req.precision == "fp32"),
-        "attn": ("--attn", req.attn == "eager"),
-    }
-    for field, (flag, fixed) in freed.items():
-        if fixed:
-            add(
-                f"let fitcheck choose {field.replace('_', ' ')}",
-                f"drop {flag}",
-                _fits_with(spec, target, device, req.model_copy(update={field: None})),
-            )
-    later = {"full": ("lora", "qlora"), "lora": ("qlora",)}.get(req.method, ())
-    for m in later:
-        c = _fits_with(spec, target, device, req.model_copy(update={"method": m}))
-        add(
-            f"{'QLoRA: 4-bit base weights' if m == 'qlora' else 'LoRA instead of full fine-tuning'}",
-            f"--method {m}",
-            c,
-        )
-        if c is not None:
-            break
-    seq = req.floor_seq_len // 2
-    while seq >= MIN_SUGGESTED_SEQ:
-        c = _fits_with(spec, target, device, req.model_copy(update={"seq_len": seq, "min_seq_len": None}))
-        if c is not None:
-            add(
-                f"a maximum length of {seq} tokens (check that typical examples still fit)",
-                f"--seq-len {seq}",
-                c,
-            )
-            break
-        seq //= 2
+    out = [
+        Change(change=change, flag=flag, device_bytes=c.device_bytes, budget_bytes=budget)
+        for change, flag, c in _request_changes(spec, target, device, req)
+    ]
     frugal = _least(cands).setup
     smaller = _smaller_model(spec, target, frugal)
     if smaller is not None:
@@ -172,6 +135,55 @@ def smallest_changes(
                 budget_bytes=t.budget_bytes,
             )
         )
+    return out
+
+
+def _request_changes(
+    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest
+) -> list[tuple[str, str, Candidate]]:
+    """(change, flag, what then fits) for changes to the request: a fixed choice freed, the next
+    method, a shorter maximum length."""
+    out: list[tuple[str, str, Candidate]] = []
+
+    def add(change: str, flag: str, c: Candidate | None) -> None:
+        if c is not None:
+            out.append((change, flag, c))
+
+    freed = {
+        "batch_size": ("--batch-size", req.batch_size is not None),
+        "grad_ckpt": ("--no-grad-ckpt", req.grad_ckpt is False),
+        "optimizer": ("--optimizer", req.optimizer is not None),
+        "precision": ("--precision", req.precision == "fp32"),
+        "attn": ("--attn", req.attn == "eager"),
+    }
+    for field, (flag, fixed) in freed.items():
+        if fixed:
+            freer = req.model_copy(update={field: None})
+            add(
+                f"let fitcheck choose {field.replace('_', ' ')}",
+                f"drop {flag}",
+                _fits_with(spec, target, device, freer),
+            )
+    for m in {"full": ("lora", "qlora"), "lora": ("qlora",)}.get(req.method, ()):
+        c = _fits_with(spec, target, device, req.model_copy(update={"method": m}))
+        add(
+            "QLoRA: 4-bit base weights" if m == "qlora" else "LoRA instead of full fine-tuning",
+            f"--method {m}",
+            c,
+        )
+        if c is not None:
+            break
+    seq = req.floor_seq_len // 2
+    while seq >= MIN_SUGGESTED_SEQ:
+        c = _fits_with(spec, target, device, req.model_copy(update={"seq_len": seq, "min_seq_len": None}))
+        if c is not None:
+            add(
+                f"a maximum length of {seq} tokens (check that typical examples still fit)",
+                f"--seq-len {seq}",
+                c,
+            )
+            break
+        seq //= 2
     return out
 
 

@@ -29,6 +29,7 @@ from fitcheck.engine.states import quantizable_tensors
 from fitcheck.facts.dtypes import nbytes
 from fitcheck.models import DecoderArch, LlmSetup
 from fitcheck.planner.models import DevicePerf, Throughput
+from fitcheck.units import GB
 
 #: Fraction of the dense peak a fine-tuning step sustains, per backend: (fraction, why).
 UTILISATION: dict[str, tuple[float, str]] = {
@@ -115,7 +116,7 @@ def micro_step(a: DecoderArch, setup: LlmSetup, device: DevicePerf, flops: Flops
     util = UTILISATION[device.backend][0]
     tokens = setup.batch_size * setup.seq_len
     compute = tokens * flops.total / (device.tflops(setup.precision) * 1e12 * util)
-    bw = device.bandwidth_gbps * 1e9
+    bw = device.bandwidth_gbps * GB
     wbytes = 4 if setup.precision == "fp32" else 2
     passes = 3 if setup.grad_ckpt else 2
     n = matmul_params(a)
@@ -136,7 +137,7 @@ def update_seconds(a: DecoderArch, setup: LlmSetup, device: DevicePerf, trainabl
     """The optimizer update: read weights and gradients, write weights (state traffic not modelled)."""
     regime = regime_for(setup)
     pdt = regime.trainable_dtype if setup.method == "full" else regime.adapter_dtype
-    return trainable * (2 * nbytes(pdt) + nbytes(regime.grad_dtype)) / (device.bandwidth_gbps * 1e9)
+    return trainable * (2 * nbytes(pdt) + nbytes(regime.grad_dtype)) / (device.bandwidth_gbps * GB)
 
 
 def throughput(
