@@ -90,6 +90,32 @@ ModelArg = Annotated[
         "*.safetensors"
     ),
 ]
+ModelOptArg = Annotated[
+    str | None,
+    typer.Argument(
+        help="a size (7B, 1.5B, 350M), a preset id, a HF model or diffusers folder, config.json or "
+        "*.safetensors; optional with --from when the file names its base model (MODEL given here wins)",
+        show_default=False,
+    ),
+]
+FromO = Annotated[
+    str | None,
+    typer.Option(
+        "--from",
+        help="read model and setup from a trainer config (axolotl, LLaMA-Factory, TRL, torchtune, kohya, "
+        "kohya_ss, mlx-lm, DeepSpeed, accelerate); flags given here override it",
+        show_default=False,
+    ),
+]
+FromFmtO = Annotated[
+    str | None,
+    typer.Option(
+        "--from-format",
+        help="the --from file's trainer when detection cannot tell: axolotl, llamafactory, trl, torchtune, "
+        "kohya, kohya_ss, mlx, deepspeed, accelerate",
+        show_default=False,
+    ),
+]
 MethodO = Annotated[MethodOpt, typer.Option("--method", "-m", help="full (also pre-training), lora, qlora")]
 DoraO = Annotated[
     bool, typer.Option("--dora", help="DoRA on top of LoRA (adds a magnitude vector per module)")
@@ -162,6 +188,80 @@ def plain(**kw: Any) -> dict[str, Any]:
     return {k: (v.value if isinstance(v, Enum) else v) for k, v in kw.items()}
 
 
+class FromFile:
+    """What ``--from`` (and ``--trainer``) decided: the model, the merged setup values, provenance."""
+
+    def __init__(self, model: str, values: dict[str, Any], origin: dict[str, str], shown: bool) -> None:
+        self.model = model
+        self.values = values
+        self.origin = origin
+        self.shown = shown  # JSON carries setup_origin (with --from or an explicit --trainer)
+
+    def origin_of(self, setup: Any, given: frozenset[str]) -> dict[str, str]:
+        """Every setup field's origin (``kind`` is the model's, not a setting); the backend follows ``--on``."""
+        fields = [name for name in type(setup).model_fields if name != "kind"]
+        out = {name: self.origin.get(name, "fitcheck default") for name in fields}
+        if "backend" in out:
+            out["backend"] = "command line" if "on" in given else "fitcheck default"
+        return out
+
+
+def merge_from(
+    model: str | None, training: dict[str, Any], path: str | None, fmt: str | None, given: frozenset[str]
+) -> FromFile:
+    """Merge command line, ``--from`` file and trainer defaults (fitcheck.readers.merge); report on stderr."""
+    from fitcheck.errors import InputError
+    from typing import get_type_hints
+
+    from fitcheck.api import TrainingOptions
+    from fitcheck.readers import read_config
+    from fitcheck.readers.merge import resolve
+    from fitcheck.readers.report import lines
+
+    if fmt is not None and path is None:
+        raise InputError("--from-format needs --from FILE")
+    read = read_config(path, fmt) if path is not None else None
+    merged = resolve(training, given, read, tuple(get_type_hints(TrainingOptions)))
+    note = None
+    if read is not None and model is not None and read.model and read.model != model:
+        note = f"MODEL {model} on the command line overrides the file's base model {read.model}"
+    if model is None:
+        if read is None or not read.model:
+            raise InputError("give MODEL" + (f": {path} names no base model" if read is not None else ""))
+        model = file_model(read.model)
+    if read is not None or "trainer" in given:
+        for line in lines(read, merged, note):
+            sys.stderr.write(f"fitcheck: {line}\n")
+    values = {k: v for k, v in merged.values.items()}
+    return FromFile(model, values, merged.origin, read is not None or "trainer" in given)
+
+
+def file_model(ref: str) -> str:
+    """The model a file names; a placeholder path whose stem is a preset id (``/path/to/sdxl.safetensors``,
+    as fitcheck's kohya emitter writes) means that preset."""
+    from pathlib import Path
+
+    p = Path(ref)
+    if p.exists() or "/" not in ref or not ref.endswith((".safetensors", ".ckpt")):
+        return ref
+    from fitcheck.presets import preset_ids
+
+    known = {*preset_ids("models"), *preset_ids("diffusion")}
+    return p.stem if p.stem in known else ref
+
+
+def with_origin(doc: dict[str, Any], est: Any, prov: FromFile, given: frozenset[str]) -> dict[str, Any]:
+    """The estimate document, with ``setup_origin`` after ``setup`` when --from or --trainer decided it."""
+    if not prov.shown:
+        return doc
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        out[key] = value
+        if key == "setup":
+            out["setup_origin"] = prov.origin_of(est.setup, given)
+    return out
+
+
 def _training_template(
     method: MethodO = MethodOpt.lora,
     dora: DoraO = False,
@@ -231,8 +331,10 @@ def training_options(*, exclude: tuple[str, ...] = ()) -> Callable[[Callable[...
 @app.command()
 @training_options()
 def estimate(
-    model: ModelArg,
+    model: ModelOptArg = None,
     on: OnO = "auto",
+    from_file: FromO = None,
+    from_format: FromFmtO = None,
     headroom: HeadroomO = None,
     rule: RuleO = RuleOpt.detailed,
     fmt: FmtO = Fmt.table,
@@ -241,9 +343,12 @@ def estimate(
 ) -> None:
     """Memory breakdown of one training step, with the rule of thumb beside it (and a verdict with --on)."""
     from fitcheck import api, render
+    from fitcheck._clicompat import given_parameters
 
-    spec = api.resolve(model)
-    est = api.estimate(spec, on=on, headroom=headroom, **training)
+    given = given_parameters()
+    prov = merge_from(model, training, from_file, from_format, given)
+    spec = api.resolve(prov.model)
+    est = api.estimate(spec, on=on, headroom=headroom, **prov.values)
     if rule is RuleOpt.thumb:
         if est.thumb is None:
             from fitcheck.errors import OptionError
@@ -252,7 +357,8 @@ def estimate(
         data = render.thumb_doc(est)
         print_doc(fmt, data, lambda: render.thumb_table(est))
         return
-    print_doc(fmt, render.estimate_doc(est), lambda: render.estimate_table(est, spec))
+    doc = with_origin(render.estimate_doc(est), est, prov, given)
+    print_doc(fmt, doc, lambda: render.estimate_table(est, spec))
 
 
 @app.command()

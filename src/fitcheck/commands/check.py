@@ -20,23 +20,29 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @c.training_options()
     def check(
-        model: c.ModelArg,
+        model: c.ModelOptArg = None,
+        *,
         on: Annotated[
             str, typer.Option("--on", help="target (required): catalog id, 24GB, 36GB-unified, 2x4090, auto")
         ],
         strict: Annotated[bool, typer.Option("--strict", help="exit 1 for 'tight' too")] = False,
+        from_file: c.FromO = None,
+        from_format: c.FromFmtO = None,
         headroom: c.HeadroomO = None,
         fmt: c.FmtO = c.Fmt.table,
-        *,
         training: dict[str, Any],
     ) -> int:
         """Does it fit? Exit 0 fits (and tight unless --strict), 1 does not fit, 2 trouble."""
         from fitcheck import api, render
+        from fitcheck._clicompat import given_parameters
 
-        spec = api.resolve(model)
-        est = api.check(spec, on, headroom=headroom, **training)
+        given = given_parameters()
+        prov = c.merge_from(model, training, from_file, from_format, given)
+        spec = api.resolve(prov.model)
+        est = api.check(spec, on, headroom=headroom, **prov.values)
         assert est.target is not None
-        c.print_doc(fmt, render.estimate_doc(est), lambda: render.estimate_table(est, spec))
+        doc = c.with_origin(render.estimate_doc(est), est, prov, given)
+        c.print_doc(fmt, doc, lambda: render.estimate_table(est, spec))
         return exit_code(est.target.verdict, strict)
 
 

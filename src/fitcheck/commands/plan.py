@@ -215,8 +215,10 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def plan(
-        model: c.ModelArg,
+        model: c.ModelOptArg = None,
         on: OnPlanO = "auto",
+        from_file: c.FromO = None,
+        from_format: c.FromFmtO = None,
         method: MethodPO = PlanMethod.auto,
         effective_batch: EffO = None,
         seq_len: c.SeqO = None,
@@ -273,6 +275,7 @@ def register(app: typer.Typer) -> None:
             epochs=epochs,
             min_resolution=min_resolution,
         )
+        model = plan_from(model, kw, from_file, from_format)
         from fitcheck import api
 
         spec = api.resolve(model)
@@ -298,6 +301,39 @@ def register(app: typer.Typer) -> None:
             sys.stderr.write("fitcheck: nothing written: no configuration fits\n")
         if not result.fits:
             raise typer.Exit(code=1)
+
+
+#: What a ``--from`` file fixes for the planner; the rest (micro-batch, checkpointing, optimizer,
+#: attention, precision) stays searched unless given on the command line.
+PLAN_FIXED = ("method", "dora", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "double_quant",
+              "master_weights", "seq_len", "resolution", "trainer", "gpus")  # fmt: skip
+
+
+def plan_from(model: str | None, kw: dict[str, Any], path: str | None, fmt: str | None) -> str:
+    """Apply a ``--from`` file to the plan options in ``kw`` (command line first); returns MODEL.
+
+    The file fixes the model, method, LoRA shape, sequence length or resolution, trainer and GPUs,
+    and the effective batch (micro-batch x accumulation x GPUs); the planner searches the rest.
+    """
+    from fitcheck import cli as c
+    from fitcheck._clicompat import given_parameters
+
+    if path is None and fmt is None:
+        if model is None:
+            raise InputError("give MODEL (or --from FILE naming one)")
+        return model
+    given = given_parameters()
+    setup_kw = {k: v for k, v in kw.items() if k in PLAN_FIXED or k in ("batch_size", "grad_accum")}
+    if setup_kw.get("method") == "auto":
+        setup_kw["method"] = None
+    prov = c.merge_from(model, setup_kw, path, fmt, given)
+    for name in PLAN_FIXED:
+        if name not in given and prov.origin.get(name) in ("file", "trainer default") and name in prov.values:
+            kw[name] = prov.values[name]
+    if "effective_batch" not in given and prov.origin.get("batch_size") == "file":
+        per_step = int(prov.values["batch_size"]) * int(prov.values.get("grad_accum", 1))
+        kw["effective_batch"] = per_step * int(kw.get("gpus") or 1)
+    return prov.model
 
 
 def plan_diffusion_command(

@@ -1,0 +1,103 @@
+"""Readers: trainer config files -> model and setup values (``--from FILE``).
+
+One module per format, each a pure function from a parsed mapping to a `ReadResult`; a detector
+(`fitcheck.readers.detect`), the trainer defaults table (`fitcheck.readers.defaults`) and the
+precedence merge (`fitcheck.readers.merge`). `read_config` is the one entry point that touches
+the file system: a bounded read of the file (and, for kohya, of the dataset file it names).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+from fitcheck.errors import OptionError, suggest
+from fitcheck.readers.base import Doc, ReadResult, parse, read_text, syntax_of
+from fitcheck.readers.detect import detect
+
+#: ``--from-format`` name -> (module, function, syntax of its files).
+FORMATS: dict[str, tuple[str, str, str]] = {
+    "axolotl": ("fitcheck.readers.axolotl", "read", "yaml"),
+    "llamafactory": ("fitcheck.readers.llamafactory", "read", "yaml"),
+    "trl": ("fitcheck.readers.trl", "read", "yaml"),
+    "torchtune": ("fitcheck.readers.torchtune", "read", "yaml"),
+    "mlx": ("fitcheck.readers.mlx", "read", "yaml"),
+    "kohya": ("fitcheck.readers.kohya", "read", "toml"),
+    "kohya_ss": ("fitcheck.readers.kohya", "read_gui", "json"),
+    "deepspeed": ("fitcheck.readers.deepspeed", "read", "json"),
+    "accelerate": ("fitcheck.readers.accelerate", "read", "yaml"),
+}
+#: Other names users type for a format (fitcheck's own emitter names among them).
+ALIASES = {"hf": "trl", "llama-factory": "llamafactory", "mlx-lm": "mlx", "ds": "deepspeed"}
+
+
+def format_name(name: str) -> str:
+    """A ``--from-format`` value, checked."""
+    key = ALIASES.get(name.lower(), name.lower())
+    if key not in FORMATS:
+        hint = suggest(name, [*FORMATS, *ALIASES])
+        raise OptionError(
+            f"unknown --from-format '{name}'"
+            + (f"; {hint}" if hint else "")
+            + f" (formats: {', '.join(FORMATS)})"
+        )
+    return key
+
+
+def read_config(path: str, fmt: str | None = None) -> ReadResult:
+    """Read a trainer config: detect (or take) its format and run that format's reader."""
+    syntax = syntax_of(path)
+    wanted = format_name(fmt) if fmt else None
+    if wanted is not None:
+        syntax = FORMATS[wanted][2] if syntax_of(path) == "yaml" and Path(path).suffix == "" else syntax
+    data = parse(read_text(path), syntax, path)
+    found = wanted or detect(data, syntax)
+    if found is None:
+        raise OptionError(
+            f"cannot tell which trainer {path} is for; give --from-format ({', '.join(FORMATS)})"
+        )
+    module, func, _ = FORMATS[found]
+    reader = getattr(importlib.import_module(module), func)
+    if found == "kohya":
+        return reader(data, path, _kohya_dataset(data, path))
+    if found == "mlx":
+        return reader(data, path, _mlx_bits(data))
+    result: ReadResult = reader(data, path)
+    return result
+
+
+def _kohya_dataset(data: Doc, path: str) -> Doc | None:
+    """The ``dataset_config`` file beside the training TOML (sd-scripts reads it from the working
+    folder; a relative path is tried beside the config first)."""
+    from fitcheck.readers.kohya import dataset_file
+
+    name = dataset_file(data)
+    if name is None:
+        return None
+    for candidate in (Path(path).parent / name, Path(name)):
+        if candidate.is_file():
+            return parse(read_text(str(candidate)), syntax_of(str(candidate)), str(candidate))
+    from fitcheck.errors import NotFoundError
+
+    raise NotFoundError(f"--from {path}: its dataset_config {name} is not beside it (nor in this folder)")
+
+
+def _mlx_bits(data: Doc) -> int | None:
+    """Bits of a local MLX model folder's ``quantization`` block (mlx_lm/utils.py load_model)."""
+    model = data.get("model")
+    if not isinstance(model, str):
+        return None
+    config = Path(model) / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        doc = json.loads(read_text(str(config)))
+    except (ValueError, OSError):
+        return None
+    quant = doc.get("quantization") if isinstance(doc, dict) else None
+    bits = quant.get("bits") if isinstance(quant, dict) else None
+    return bits if isinstance(bits, int) else 0
+
+
+__all__ = ["FORMATS", "ReadResult", "format_name", "read_config"]

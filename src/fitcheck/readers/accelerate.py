@@ -1,0 +1,138 @@
+"""accelerate config YAML (``accelerate launch --config_file cfg.yaml``).
+
+Mapping, after accelerate's launcher (huggingface/accelerate src/accelerate/commands/config/
+config_args.py ClusterConfig, commands/launch.py; 1.15.0; trainer_keys/accelerate_config_keys.txt):
+``distributed_type`` (MULTI_GPU: DDP, DEEPSPEED, FSDP), ``num_processes`` (GPUs in all, over
+``num_machines`` nodes), ``mixed_precision``; ``deepspeed_config`` (``zero_stage``,
+``offload_optimizer_device``, ``offload_param_device``, ``gradient_accumulation_steps``, or
+``deepspeed_config_file``: a DeepSpeed JSON read with its own ``--from``); ``fsdp_config``
+(``fsdp_version``, ``fsdp_sharding_strategy`` or, for FSDP2, ``fsdp_reshard_after_forward``,
+``fsdp_offload_params``, ``fsdp_activation_checkpointing``).
+"""
+
+from __future__ import annotations
+
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_int
+from fitcheck.readers.deepspeed import STAGES
+
+FORMAT = "accelerate"
+TRAINER = "hf"
+SHARDING = {
+    "FULL_SHARD": "fsdp",
+    "SHARD_GRAD_OP": "fsdp-grad-op",
+    "HYBRID_SHARD": "fsdp-hybrid",
+    "NO_SHARD": "ddp",
+    "1": "fsdp",
+    "2": "fsdp-grad-op",
+    "4": "fsdp-hybrid",
+}
+PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}
+
+
+def read(data: Doc, path: str) -> ReadResult:
+    """Read an accelerate config."""
+    k = Keys(data)
+    r = Reading(FORMAT, TRAINER, k, path)
+    p = path
+    kind = str(k.get("distributed_type", "NO")).upper()
+    procs = as_int(k.get("num_processes"), "num_processes", p)
+    nodes = as_int(k.get("num_machines"), "num_machines", p)
+    if procs:
+        per_node = max(1, procs // (nodes or 1))  # accelerate counts processes over all machines
+        r.set("gpus", per_node, "num_processes")
+    if nodes and nodes > 1:
+        r.set("nodes", nodes, "num_machines")
+    mp = k.get("mixed_precision")
+    if isinstance(mp, str):
+        r.set("precision", PRECISION.get(mp), "mixed_precision")
+        if mp not in PRECISION:
+            r.note(f"mixed_precision {mp!r} has no fitcheck model")
+    if kind == "MULTI_GPU":
+        r.set("strategy", "ddp", "distributed_type")
+    elif kind == "DEEPSPEED":
+        _deepspeed(r, k)
+    elif kind == "FSDP":
+        _fsdp(r, k)
+    k.touch(
+        "compute_environment",
+        "machine_rank",
+        "main_training_function",
+        "rdzv_backend",
+        "same_network",
+        "use_cpu",
+        "debug",
+        "downcast_bf16",
+        "enable_cpu_affinity",
+        "tpu_env",
+        "tpu_use_cluster",
+        "tpu_use_sudo",
+        "gpu_ids",
+        "main_process_ip",
+        "main_process_port",
+    )
+    return r.result()
+
+
+def _deepspeed(r: Reading, k: Keys) -> None:
+    ds = k.sub("deepspeed_config")
+    if ds is None:
+        return
+    p = r.path
+    config_file = ds.get("deepspeed_config_file")
+    if config_file:
+        r.note(
+            f"deepspeed_config_file {config_file}: read its ZeRO stage and offload with --from {config_file}"
+        )
+    stage = as_int(ds.get("zero_stage"), "deepspeed_config.zero_stage", p)
+    if stage is not None:
+        r.set("strategy", STAGES.get(stage), "deepspeed_config.zero_stage")
+    opt = str(ds.get("offload_optimizer_device", "none")).lower()
+    par = str(ds.get("offload_param_device", "none")).lower()
+    if par in ("cpu", "nvme") and stage == 3:
+        r.set("offload", "all", "deepspeed_config.offload_param_device")
+    elif opt in ("cpu", "nvme"):
+        r.set("offload", "optimizer", "deepspeed_config.offload_optimizer_device")
+    elif ds.has("offload_optimizer_device") or ds.has("offload_param_device"):
+        r.set("offload", "none", "deepspeed_config.offload_optimizer_device")
+    r.set(
+        "grad_accum",
+        as_int(ds.get("gradient_accumulation_steps"), "gradient_accumulation_steps", p),
+        "deepspeed_config.gradient_accumulation_steps",
+    )
+    ds.touch("zero3_init_flag", "zero3_save_16bit_model", "gradient_clipping", "deepspeed_multinode_launcher")
+
+
+def _fsdp(r: Reading, k: Keys) -> None:
+    fs = k.sub("fsdp_config")
+    if fs is None:
+        r.set("strategy", "fsdp", "distributed_type")
+        return
+    p = r.path
+    version = as_int(fs.get("fsdp_version"), "fsdp_config.fsdp_version", p) or 1
+    if version == 2:
+        reshard = as_bool(fs.get("fsdp_reshard_after_forward"), "fsdp_reshard_after_forward", p)
+        r.set(
+            "strategy",
+            "fsdp-grad-op" if reshard is False else "fsdp",
+            "fsdp_config.fsdp_reshard_after_forward",
+        )
+    else:
+        strategy = str(fs.get("fsdp_sharding_strategy", "FULL_SHARD")).upper()
+        r.set("strategy", SHARDING.get(strategy, "fsdp"), "fsdp_config.fsdp_sharding_strategy")
+        if version == 1:
+            r.note("fsdp_version 1: the legacy FSDP wrapper")
+    if as_bool(fs.get("fsdp_offload_params"), "fsdp_offload_params", p):
+        r.set("offload", "all", "fsdp_config.fsdp_offload_params")
+    act = as_bool(fs.get("fsdp_activation_checkpointing"), "fsdp_activation_checkpointing", p)
+    r.set("grad_ckpt", True if act else None, "fsdp_config.fsdp_activation_checkpointing")
+    fs.touch(
+        "fsdp_auto_wrap_policy",
+        "fsdp_backward_prefetch",
+        "fsdp_cpu_ram_efficient_loading",
+        "fsdp_forward_prefetch",
+        "fsdp_state_dict_type",
+        "fsdp_sync_module_states",
+        "fsdp_use_orig_params",
+        "fsdp_transformer_layer_cls_to_wrap",
+        "fsdp_min_num_params",
+    )

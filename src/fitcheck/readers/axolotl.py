@@ -1,0 +1,184 @@
+"""axolotl YAML (``axolotl train config.yml``).
+
+Mapping, after axolotl's schema and loaders (axolotl-ai-cloud/axolotl src/axolotl/utils/schemas/*.py
+@067b021c, tests/data/trainer_keys/axolotl_keys.txt): ``adapter: lora|qlora`` (no adapter: full
+fine-tuning); ``load_in_4bit`` under LoRA is QLoRA, ``load_in_8bit`` an int8 base, ``gptq: true`` a GPTQ
+base; ``lora_target_linear: true`` targets every linear layer, else ``lora_target_modules``;
+``lora_modules_to_save`` are trained in full; ``sequence_len``, ``micro_batch_size``,
+``gradient_accumulation_steps`` (or ``batch_size`` / ``micro_batch_size``, normalize_config);
+``gradient_checkpointing: true|offload``; ``bf16: true|auto`` / ``fp16``; ``optimizer`` is a
+transformers optim name; attention is ``attn_implementation`` (>= 0.17) or the legacy booleans
+``flash_attention``, ``sdp_attention``, ``xformers_attention``, ``eager_attention`` (axolotl maps them
+to it); the Liger plugin's ``liger_fused_linear_cross_entropy`` and the Cut Cross Entropy plugin's
+``cut_cross_entropy`` replace the loss; ``deepspeed`` names a DeepSpeed JSON; ``fsdp_config`` FSDP.
+"""
+
+from __future__ import annotations
+
+from fitcheck.readers import names
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
+from fitcheck.readers.hfargs import distributed
+
+FORMAT = "axolotl"
+TRAINER = "axolotl"
+
+#: axolotl's legacy attention booleans (mapped to attn_implementation by axolotl >= 0.17).
+LEGACY_ATTN = {
+    "flash_attention": "flash",
+    "sdp_attention": "sdpa",
+    "xformers_attention": "xformers",
+    "eager_attention": "eager",
+}
+#: The ``attention:`` shorthand some axolotl examples use (examples/llama-3/fft-8b-liger-fsdp.yaml).
+SHORT_ATTN = {"flash": "flash", "sdpa": "sdpa", "eager": "eager", "xformers": "xformers"}
+
+
+def read(data: Doc, path: str) -> ReadResult:
+    """Read an axolotl config."""
+    k = Keys(data)
+    r = Reading(FORMAT, TRAINER, k, path)
+    model = k.get("base_model")
+    r.model = str(model) if model else None
+    _method(r, k)
+    r.set("seq_len", as_int(k.get("sequence_len"), "sequence_len", path), "sequence_len")
+    micro = as_int(k.get("micro_batch_size"), "micro_batch_size", path)
+    r.set("batch_size", micro, "micro_batch_size")
+    accum = as_int(k.get("gradient_accumulation_steps"), "gradient_accumulation_steps", path)
+    total = as_int(k.get("batch_size"), "batch_size", path)
+    if accum is None and total is not None:
+        accum = max(1, total // (micro or 1))  # normalize_config: batch_size // micro_batch_size
+        r.set("grad_accum", accum, "batch_size")
+    else:
+        r.set("grad_accum", accum, "gradient_accumulation_steps")
+    _checkpointing(r, k)
+    _precision(r, k)
+    optim = k.get("optimizer")
+    if isinstance(optim, str):
+        r.set("optimizer", names.optimizer(names.HF_OPTIM, optim, "optimizer", r.notes), "optimizer")
+    _attention(r, k)
+    _loss(r, k)
+    if as_bool(k.get("sample_packing"), "sample_packing", path):
+        r.note("sample_packing: rows are filled to sequence_len tokens, as the estimate already assumes")
+    k.touch("pad_to_sequence_len")
+    distributed(r, k)
+    _fsdp(r, k)
+    return r.result()
+
+
+def _method(r: Reading, k: Keys) -> None:
+    p = r.path
+    adapter = k.get("adapter")
+    four = as_bool(k.get("load_in_4bit"), "load_in_4bit", p)
+    eight = as_bool(k.get("load_in_8bit"), "load_in_8bit", p)
+    lora_keys = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_linear", "lora_target_modules")
+    if adapter is None:
+        r.set("method", "full", "adapter")
+        k.touch(*lora_keys, "lora_modules_to_save", "peft_use_dora")
+        if four or eight:
+            r.note("load_in_4bit/8bit without an adapter: axolotl refuses to train a quantized model in full")
+        return
+    if adapter not in ("lora", "qlora"):
+        r.note(f"adapter {adapter!r} has no fitcheck memory model; sized as LoRA")
+    qlora = adapter == "qlora" or bool(four)
+    r.set("method", "qlora" if qlora else "lora", "adapter")
+    if eight and not qlora:
+        r.set("base_quant", "int8", "load_in_8bit")
+    if as_bool(k.get("gptq"), "gptq", p):
+        r.set("base_quant", "gptq", "gptq")
+    r.set("lora_rank", as_int(k.get("lora_r"), "lora_r", p), "lora_r")
+    r.set("lora_alpha", as_float(k.get("lora_alpha"), "lora_alpha", p), "lora_alpha")
+    r.set("lora_dropout", as_float(k.get("lora_dropout"), "lora_dropout", p), "lora_dropout")
+    if as_bool(k.get("lora_target_linear"), "lora_target_linear", p):
+        r.set("lora_targets", "all-linear", "lora_target_linear")
+        k.touch("lora_target_modules")
+    else:
+        mods = names.modules(k.get("lora_target_modules"))
+        r.set("lora_targets", names.targets(mods), "lora_target_modules")
+    r.set("dora", as_bool(k.get("peft_use_dora"), "peft_use_dora", p), "peft_use_dora")
+    save = names.modules(k.get("lora_modules_to_save"))
+    r.set("train_modules", ",".join(save) or None, "lora_modules_to_save")
+    bnb = k.sub("bnb_config_kwargs")
+    if bnb is not None and qlora:
+        r.set(
+            "double_quant",
+            as_bool(bnb.get("bnb_4bit_use_double_quant"), "bnb_4bit_use_double_quant", p),
+            "bnb_config_kwargs.bnb_4bit_use_double_quant",
+        )
+
+
+def _checkpointing(r: Reading, k: Keys) -> None:
+    value = k.get("gradient_checkpointing")
+    if value in ("offload", "offload_disk"):
+        r.set("grad_ckpt", True, "gradient_checkpointing")
+        r.set("offload_activations", True, "gradient_checkpointing")
+    elif value is not None:
+        r.set("grad_ckpt", as_bool(value, "gradient_checkpointing", r.path), "gradient_checkpointing")
+    k.touch("gradient_checkpointing_kwargs")
+    if k.get("activation_offloading") not in (None, False):
+        r.set("offload_activations", True, "activation_offloading")
+
+
+def _precision(r: Reading, k: Keys) -> None:
+    bf16, fp16 = k.get("bf16"), k.get("fp16")
+    if bf16 is True or (bf16 == "auto" and k.has("bf16") and fp16 is not True):
+        r.set("precision", "bf16", "bf16")
+    elif as_bool(fp16, "fp16", r.path):
+        r.set("precision", "fp16", "fp16")
+    elif bf16 is False and fp16 is False:
+        r.set("precision", "fp32", "bf16")
+    k.touch("tf32")
+
+
+def _attention(r: Reading, k: Keys) -> None:
+    impl = k.get("attn_implementation")
+    if isinstance(impl, str):
+        found = names.HF_ATTN.get(impl)
+        r.set("attn", found, "attn_implementation")
+        if found is None:
+            r.note(f"attn_implementation {impl!r} has no fitcheck model; sdpa is assumed")
+    short = k.get("attention")
+    if isinstance(short, str) and "attn" not in r.values:
+        r.set("attn", SHORT_ATTN.get(short), "attention")
+    for key, kernel in LEGACY_ATTN.items():
+        if as_bool(k.get(key), key, r.path) and "attn" not in r.values:
+            r.set("attn", kernel, key)
+
+
+def _loss(r: Reading, k: Keys) -> None:
+    plugins = names.modules(k.get("plugins"))
+    if as_bool(k.get("cut_cross_entropy"), "cut_cross_entropy", r.path):
+        r.set("loss", "cce", "cut_cross_entropy")
+    elif as_bool(k.get("liger_fused_linear_cross_entropy"), "liger_fused_linear_cross_entropy", r.path):
+        r.set("loss", "liger", "liger_fused_linear_cross_entropy")
+    liger = [
+        key
+        for key in ("liger_rope", "liger_rms_norm", "liger_glu_activation", "liger_layer_norm")
+        if k.has(key)
+    ]
+    k.touch(*liger)
+    if liger:
+        r.note(f"{', '.join(liger)}: Liger's fused kernels change activation memory little; not modelled")
+    if plugins and "loss" not in r.values:
+        r.note(f"plugins {', '.join(plugins)}: no loss kernel switched on")
+
+
+def _fsdp(r: Reading, k: Keys) -> None:
+    cfg = k.sub("fsdp_config")
+    version = as_int(k.get("fsdp_version"), "fsdp_version", r.path)
+    if cfg is None:
+        return
+    version = version or as_int(cfg.get("fsdp_version"), "fsdp_version", r.path)
+    strategy = cfg.get("fsdp_sharding_strategy")
+    reshard = cfg.get("reshard_after_forward", cfg.get("fsdp_reshard_after_forward"))
+    if strategy == "SHARD_GRAD_OP" or reshard is False:
+        r.set("strategy", "fsdp-grad-op", "fsdp_config")
+    elif strategy == "HYBRID_SHARD":
+        r.set("strategy", "fsdp-hybrid", "fsdp_config")
+    elif "strategy" not in r.values:
+        r.set("strategy", "fsdp", "fsdp_config")
+    if as_bool(cfg.get("offload_params", cfg.get("fsdp_offload_params")), "offload_params", r.path):
+        r.set("offload", "all", "fsdp_config.offload_params")
+    if as_bool(cfg.get("activation_checkpointing"), "activation_checkpointing", r.path):
+        r.set("grad_ckpt", True, "fsdp_config.activation_checkpointing")
+    if version:
+        r.note(f"fsdp_version {version}")

@@ -1,0 +1,243 @@
+"""What every reader shares: the typed result, key bookkeeping, bounded safe loading, name tables.
+
+A reader is a pure function ``read(data, path) -> ReadResult``: a parsed mapping in, the model it
+names, the setup values it sets (in fitcheck's vocabulary), the keys it did not use and notes out.
+Loading text (bounded, safe YAML, ``tomllib``, ``json``) is the only I/O, and it lives here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fitcheck.errors import InputError, NotFoundError
+
+#: A setup value as a trainer file gives it, already in fitcheck's vocabulary.
+Value = str | int | float | bool
+#: A parsed config document (YAML, JSON and TOML all load into this shape).
+Doc = Mapping[str, object]
+
+#: Trainer configs are a few kB; anything past this is not a config (bounded read).
+MAX_BYTES = 1 << 20
+
+#: Setup fields fitcheck's setup model may not have yet (added by the multi-GPU and engine work):
+#: read anyway, and reported as "read, not yet modelled" when the setup model lacks them.
+PENDING_FIELDS = (
+    "strategy",
+    "offload",
+    "nodes",
+    "loss",
+    "base_quant",
+    "train_modules",
+    "offload_activations",
+)
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """What one trainer file says about a run.
+
+    Attributes:
+        format: the reader that read it (``axolotl``, ``trl``, ...).
+        path: the file.
+        trainer: the fitcheck ``--trainer`` whose regime the file runs (``hf`` for TRL).
+        model: the base model the file names (a Hub id, a local path, a preset id), or None.
+        values: setup field -> value, in fitcheck's vocabulary (only what the file sets).
+        keys: setup field -> the file key(s) it came from (provenance for the user).
+        unused: file keys fitcheck does not use (dotted for nested ones), listed for the user.
+        notes: what the reader inferred or could not model, one sentence each.
+    """
+
+    format: str
+    path: str
+    trainer: str
+    model: str | None
+    values: Mapping[str, Value]
+    keys: Mapping[str, str]
+    unused: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def origin(self) -> dict[str, str]:
+        """Every value here came from the file."""
+        return dict.fromkeys(self.values, "file")
+
+
+class Keys:
+    """A mapping whose reads are recorded, so the keys nobody read can be listed (never dropped)."""
+
+    def __init__(self, data: Doc, prefix: str = "") -> None:
+        self.data = data
+        self.prefix = prefix
+        self.used: set[str] = set()
+        self.children: list[Keys] = []
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def get(self, key: str, default: object = None) -> object:
+        self.used.add(key)
+        value = self.data.get(key)
+        return default if value is None else value
+
+    def sub(self, key: str) -> Keys | None:
+        """A nested mapping, tracked key by key (``model.lora_rank``); None when absent."""
+        self.used.add(key)
+        value = self.data.get(key)
+        if not isinstance(value, Mapping):
+            return None
+        child = Keys(value, f"{self.prefix}{key}.")
+        self.children.append(child)
+        return child
+
+    def touch(self, *keys: str) -> None:
+        """Mark keys read that matter only as a group (checked elsewhere)."""
+        self.used.update(keys)
+
+    def unused(self) -> list[str]:
+        out = [
+            f"{self.prefix}{k}"
+            for k, v in self.data.items()
+            if k not in self.used and v is not None and v != "" and not _is_empty(v)
+        ]
+        for child in self.children:
+            out += child.unused()
+        return out
+
+
+def _is_empty(v: object) -> bool:
+    return isinstance(v, (list, dict)) and not v
+
+
+@dataclass
+class Reading:
+    """A reader's working state: the values set so far, where from, and notes."""
+
+    format: str
+    trainer: str
+    keys: Keys
+    path: str
+    values: dict[str, Value] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    model: str | None = None
+
+    def set(self, name: str, value: Value | None, key: str) -> None:
+        """Record a setup value and the file key it came from (None: the file did not say)."""
+        if value is None:
+            return
+        self.values[name] = value
+        self.sources[name] = key
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def result(self) -> ReadResult:
+        return ReadResult(
+            format=self.format,
+            path=self.path,
+            trainer=self.trainer,
+            model=self.model,
+            values=dict(self.values),
+            keys=dict(self.sources),
+            unused=tuple(sorted(self.keys.unused())),
+            notes=tuple(self.notes),
+        )
+
+
+# ------------------------------------------------------------------------------------ value checks
+
+
+def as_int(value: object, key: str, path: str) -> int | None:
+    """An integer setting; ``"auto"`` (resolved by the trainer at run time) reads as unset."""
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InputError(f"{path}: {key} must be a whole number (got {value!r})")
+    try:
+        number = float(value)
+    except ValueError:
+        raise InputError(f"{path}: {key} must be a whole number (got {value!r})") from None
+    if number != int(number):
+        raise InputError(f"{path}: {key} must be a whole number (got {value!r})")
+    return int(number)
+
+
+def as_float(value: object, key: str, path: str) -> float | None:
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InputError(f"{path}: {key} must be a number (got {value!r})")
+    try:
+        return float(value)
+    except ValueError:
+        raise InputError(f"{path}: {key} must be a number (got {value!r})") from None
+
+
+def as_bool(value: object, key: str, path: str) -> bool | None:
+    """A flag; YAML/TOML/JSON booleans, and the strings a hand-written file may carry."""
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
+        return value.strip().lower() in ("true", "yes", "1")
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise InputError(f"{path}: {key} must be true or false (got {value!r})")
+
+
+# ----------------------------------------------------------------------------------------- loading
+
+
+def read_text(path: str) -> str:
+    """The file's text: bounded, UTF-8, one clear error otherwise."""
+    p = Path(path)
+    if not p.is_file():
+        raise NotFoundError(f"--from {path}: no such file")
+    size = p.stat().st_size
+    if size > MAX_BYTES:
+        raise InputError(f"--from {path}: {size} bytes is too large for a trainer config (limit 1 MiB)")
+    try:
+        with p.open("rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputError(f"--from {path}: not a UTF-8 text file") from None
+    except OSError as exc:
+        raise InputError(f"--from {path}: cannot read it ({exc.strerror})") from None
+
+
+def parse(text: str, syntax: str, path: str) -> Doc:
+    """Parse YAML (safe loader), JSON or TOML (``tomllib``) into a mapping; malformed -> InputError."""
+    try:
+        if syntax == "toml":
+            import tomllib
+
+            data: object = tomllib.loads(text)
+        elif syntax == "json":
+            import json
+
+            data = json.loads(text)
+        else:
+            import yaml
+
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            data = yaml.load(text, Loader=loader)
+    except Exception as exc:  # every parser's own error type, reported as one line
+        raise InputError(f"--from {path}: not valid {syntax.upper()}: {_first_line(exc)}") from None
+    if not isinstance(data, Mapping):
+        raise InputError(f"--from {path}: expected a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def _first_line(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    return text[:200] or type(exc).__name__
+
+
+def syntax_of(path: str) -> str:
+    """yaml, json or toml, from the file name (YAML by default: most trainer configs are YAML)."""
+    suffix = Path(path).suffix.lower()
+    return {".json": "json", ".toml": "toml"}.get(suffix, "yaml")

@@ -1,0 +1,112 @@
+"""DeepSpeed config JSON (``deepspeed --deepspeed_config ds.json``, or ``deepspeed: ds.json`` in a trainer).
+
+Mapping, after DeepSpeed's config models (deepspeedai/DeepSpeed deepspeed/runtime/config.py,
+runtime/zero/config.py, runtime/zero/offload_config.py, runtime/precision_config.py; 0.19.8;
+trainer_keys/deepspeed_keys.txt): ``zero_optimization.stage`` 0-3 (0: plain data parallel),
+``offload_optimizer.device`` cpu|nvme moves optimizer states (and the fp32 master copy) off the GPU,
+``offload_param.device`` moves parameters too (stage 3 only); ``bf16.enabled`` / ``fp16.enabled``;
+``train_micro_batch_size_per_gpu`` and ``gradient_accumulation_steps``. The HF Trainer fills
+``"auto"`` values from its own arguments (trainer_formats.md section 6), so they read as unset.
+Bucket sizes (``reduce_bucket_size``, ``allgather_bucket_size``, ``stage3_prefetch_bucket_size``)
+size communication buffers: read and reported, modelled by the multi-GPU work.
+"""
+
+from __future__ import annotations
+
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
+
+FORMAT = "deepspeed"
+TRAINER = "hf"
+STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
+BUCKETS = ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size")
+#: DeepSpeed ``optimizer.type`` -> fitcheck optimizer (runtime/config.py optimizer names).
+OPTIM = {"adam": "adamw", "adamw": "adamw", "cpuadam": "adamw", "fusedadam": "adamw", "lion": "lion"}
+
+
+def read(data: Doc, path: str) -> ReadResult:
+    """Read a DeepSpeed JSON."""
+    k = Keys(data)
+    r = Reading(FORMAT, TRAINER, k, path)
+    p = path
+    r.set(
+        "batch_size",
+        as_int(k.get("train_micro_batch_size_per_gpu"), "train_micro_batch_size_per_gpu", p),
+        "train_micro_batch_size_per_gpu",
+    )
+    r.set(
+        "grad_accum",
+        as_int(k.get("gradient_accumulation_steps"), "gradient_accumulation_steps", p),
+        "gradient_accumulation_steps",
+    )
+    k.touch("train_batch_size", "gradient_clipping")
+    for key, prec in (("bf16", "bf16"), ("fp16", "fp16")):
+        block = k.sub(key)
+        if block is not None and as_bool(block.get("enabled"), f"{key}.enabled", p):
+            r.set("precision", prec, f"{key}.enabled")
+    zero = k.sub("zero_optimization")
+    if zero is not None:
+        _zero(r, zero)
+    opt = k.sub("optimizer")
+    if opt is not None:
+        kind = str(opt.get("type", "")).lower()
+        r.set("optimizer", OPTIM.get(kind), "optimizer.type")
+        if kind and kind not in OPTIM:
+            r.note(f"optimizer.type {kind!r} has no fitcheck memory model")
+        opt.touch("params")
+    act = k.sub("activation_checkpointing")
+    if act is not None:
+        act.touch(*act.data.keys())
+        r.note(
+            "activation_checkpointing: applies only to models using deepspeed.checkpointing; "
+            "the trainer's own flag decides"
+        )
+    return r.result()
+
+
+def _zero(r: Reading, z: Keys) -> None:
+    p = r.path
+    stage = as_int(z.get("stage"), "zero_optimization.stage", p)
+    if stage is not None:
+        if stage not in STAGES:
+            from fitcheck.errors import InputError
+
+            raise InputError(f"--from {p}: zero_optimization.stage must be 0, 1, 2 or 3 (got {stage})")
+        r.set("strategy", STAGES[stage], "zero_optimization.stage")
+    off_opt = _device(z.sub("offload_optimizer"))
+    off_par = _device(z.sub("offload_param"))
+    if off_par and stage == 3:
+        r.set("offload", "all", "zero_optimization.offload_param")
+    elif off_opt:
+        r.set("offload", "optimizer", "zero_optimization.offload_optimizer")
+    elif off_opt is False or off_par is False:
+        r.set("offload", "none", "zero_optimization.offload_optimizer")
+    if off_par and stage != 3:
+        r.note("offload_param takes effect at stage 3 only (DeepSpeed ignores it here)")
+    if "nvme" in (off_opt, off_par):
+        r.note("nvme offload: sized as CPU offload for the GPU; the NVMe space is not modelled")
+    sizes = {key: as_float(z.get(key), f"zero_optimization.{key}", p) for key in BUCKETS}
+    given = {key: v for key, v in sizes.items() if v is not None}
+    if given:
+        r.note("buckets: " + ", ".join(f"{key}={int(v):d}" for key, v in given.items()))
+    z.touch(
+        "overlap_comm",
+        "contiguous_gradients",
+        "sub_group_size",
+        "stage3_param_persistence_threshold",
+        "stage3_max_live_parameters",
+        "stage3_max_reuse_distance",
+        "max_live_parameters",
+        "max_reuse_distance",
+        "stage3_gather_16bit_weights_on_model_save",
+        "gather_16bit_weights_on_model_save",
+        "round_robin_gradients",
+    )
+
+
+def _device(block: Keys | None) -> str | bool | None:
+    """``cpu``/``nvme`` when offloading, False for ``none``, None when absent."""
+    if block is None:
+        return None
+    device = str(block.get("device", "none")).lower()
+    block.touch("pin_memory", "nvme_path", "buffer_count", "ratio", "fast_init")
+    return device if device in ("cpu", "nvme") else False

@@ -1,0 +1,84 @@
+"""Which trainer wrote a config: from the file's syntax and the keys only that trainer uses.
+
+Each rule names keys a trainer's parser owns (trainer_keys lists); the first rule that matches wins,
+in an order where a more specific trainer comes before a more general one (LLaMA-Factory and TRL
+both take ``model_name_or_path``; LLaMA-Factory's own keys decide). ``--from-format`` overrides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fitcheck.readers.base import Doc
+
+
+def _any(*keys: str) -> Callable[[Doc], bool]:
+    return lambda d: any(k in d for k in keys)
+
+
+def _component(d: Doc) -> bool:
+    return any(isinstance(v, dict) and "_component_" in v for v in d.values())
+
+
+def _kohya_table(d: Doc) -> bool:
+    flat = dict(d)
+    for v in d.values():
+        if isinstance(v, dict):
+            flat.update(v)
+    return any(
+        k in flat
+        for k in (
+            "network_module",
+            "pretrained_model_name_or_path",
+            "train_batch_size",
+            "mixed_precision",
+            "dataset_config",
+            "network_dim",
+        )
+    )
+
+
+#: (syntax, format, test) in the order they are tried.
+RULES: tuple[tuple[str, str, Callable[[Doc], bool]], ...] = (
+    ("toml", "kohya", _kohya_table),
+    ("json", "kohya_ss", _any("LoRA_type", "max_resolution", "network_dim", "sdxl")),
+    (
+        "json",
+        "deepspeed",
+        _any(
+            "zero_optimization",
+            "train_micro_batch_size_per_gpu",
+            "train_batch_size",
+            "bf16",
+            "fp16",
+            "zero_allow_untested_optimizer",
+        ),
+    ),
+    ("yaml", "axolotl", _any("base_model", "micro_batch_size", "sequence_len", "adapter")),
+    ("yaml", "accelerate", _any("distributed_type", "compute_environment", "num_processes")),
+    ("yaml", "torchtune", _component),
+    ("yaml", "mlx", _any("fine_tune_type", "lora_parameters", "grad_checkpoint", "iters", "max_seq_length")),
+    (
+        "yaml",
+        "llamafactory",
+        _any(
+            "finetuning_type",
+            "stage",
+            "cutoff_len",
+            "lora_target",
+            "quantization_bit",
+            "template",
+            "flash_attn",
+            "disable_gradient_checkpointing",
+        ),
+    ),
+    ("yaml", "trl", _any("model_name_or_path", "use_peft", "max_length", "dataset_name", "lora_r")),
+)
+
+
+def detect(data: Doc, syntax: str) -> str | None:
+    """The format of a parsed config, or None when no rule matches."""
+    for rule_syntax, fmt, test in RULES:
+        if rule_syntax == syntax and test(data):
+            return fmt
+    return None

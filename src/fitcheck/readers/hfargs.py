@@ -1,0 +1,62 @@
+"""The transformers ``TrainingArguments`` keys that TRL and LLaMA-Factory files share.
+
+Both parse one flat mapping with ``HfArgumentParser`` (trainer_formats.md 2, 4), so the memory keys
+of ``TrainingArguments`` mean the same in both: micro-batch, accumulation, checkpointing, mixed
+precision, optimizer, liger kernels, and the distributed hooks (``deepspeed``, ``fsdp``).
+Source: transformers src/transformers/training_args.py (5.x fields in trainer_keys).
+"""
+
+from __future__ import annotations
+
+from fitcheck.readers import names
+from fitcheck.readers.base import Keys, Reading, as_bool, as_int
+
+#: transformers ``fsdp`` option words -> fitcheck strategy (FSDP's ShardingStrategy names).
+FSDP_WORDS = {"full_shard": "fsdp", "shard_grad_op": "fsdp-grad-op", "hybrid_shard": "fsdp-hybrid"}
+
+
+def training_args(r: Reading, k: Keys) -> None:
+    """Read the TrainingArguments memory keys into ``r``."""
+    p = r.path
+    r.set(
+        "batch_size",
+        as_int(k.get("per_device_train_batch_size"), "per_device_train_batch_size", p),
+        "per_device_train_batch_size",
+    )
+    r.set(
+        "grad_accum",
+        as_int(k.get("gradient_accumulation_steps"), "gradient_accumulation_steps", p),
+        "gradient_accumulation_steps",
+    )
+    for key in ("activation_checkpointing", "gradient_checkpointing"):  # 5.23 renamed it
+        if k.has(key):
+            r.set("grad_ckpt", as_bool(k.get(key), key, p), key)
+    bf16, fp16 = as_bool(k.get("bf16"), "bf16", p), as_bool(k.get("fp16"), "fp16", p)
+    if bf16:
+        r.set("precision", "bf16", "bf16")
+    elif fp16:
+        r.set("precision", "fp16", "fp16")
+    optim = k.get("optim")
+    if isinstance(optim, str):
+        r.set("optimizer", names.optimizer(names.HF_OPTIM, optim, "optim", r.notes), "optim")
+    if as_bool(k.get("use_liger_kernel"), "use_liger_kernel", p):
+        r.set("loss", "liger", "use_liger_kernel")
+    distributed(r, k)
+
+
+def distributed(r: Reading, k: Keys) -> None:
+    """``fsdp`` words and ``deepspeed`` (a path: read it with its own ``--from``)."""
+    fsdp = k.get("fsdp")
+    words = (
+        fsdp.split() if isinstance(fsdp, str) else [str(w) for w in fsdp] if isinstance(fsdp, list) else []
+    )
+    for word in words:
+        if word in FSDP_WORDS:
+            r.set("strategy", FSDP_WORDS[word], "fsdp")
+        if word == "offload":
+            r.set("offload", "all", "fsdp")
+    ds = k.get("deepspeed")
+    if isinstance(ds, str) and ds:
+        r.note(f"deepspeed: {ds} is a separate file; its ZeRO stage and offload are read with --from {ds}")
+    elif isinstance(ds, dict):
+        r.note("deepspeed: an inline DeepSpeed config; write it to a .json file to read it with --from")

@@ -1,0 +1,243 @@
+"""kohya sd-scripts ``--config_file`` TOML (with its ``--dataset_config``) and kohya_ss GUI presets.
+
+sd-scripts flattens every table of the TOML onto its argparse namespace (``train_util.
+read_config_from_file``), so table names do not matter. Mapping, after sd-scripts @48d368f
+(library/train_util.py, train_network.py, library/config_util.py; trainer_formats.md section 1):
+``network_module`` makes a LoRA run (none: full fine-tuning), ``network_dim`` is the rank,
+``network_alpha`` alpha (default 1), ``network_args`` ``conv_dim`` adds the conv layers,
+``network_train_unet_only`` keeps the text encoders frozen; ``resolution`` ("W,H") and
+``train_batch_size``, both overridden by the dataset file's ``resolution`` / ``batch_size``
+(config_util's dataset blueprint takes precedence); ``mixed_precision`` (default ``no``),
+``full_bf16``/``full_fp16``, ``fp8_base``; ``cache_latents``, ``cache_text_encoder_outputs``
+(``_to_disk`` turns them on too); attention ``mem_eff_attn`` > ``xformers`` > ``sdpa`` (the order
+``replace_unet_modules`` applies), none of them: plain attention; ``optimizer_type``
+(case-insensitive), or the legacy ``use_8bit_adam`` / ``use_lion_optimizer``.
+
+kohya_ss (bmaltais/kohya_ss ``presets/lora/*.json``) saves the GUI's fields: ``LoRA_type``,
+``max_resolution``, ``optimizer``, ``xformers`` ("xformers", "sdpa" or "none"), ``sdxl``,
+``sdxl_cache_text_encoder_outputs``, and trains the text encoder unless ``text_encoder_lr`` is 0
+(kohya_gui/lora_gui.py: network_train_unet_only when only the U-Net has a learning rate).
+"""
+
+from __future__ import annotations
+
+import math
+
+from fitcheck.readers import names
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
+
+FORMAT = "kohya"
+FORMAT_GUI = "kohya_ss"
+TRAINER = "kohya"
+#: kohya_ss LoRA_type values sized as plain LoRA, and those that add the conv layers (LoCon).
+GUI_LORA = {"Standard": "lora", "Kohya LoCon": "conv", "LyCORIS/LoCon": "conv", "Kohya DyLoRA": "lora"}
+
+
+def dataset_file(data: Doc) -> str | None:
+    """The ``dataset_config`` path the training TOML names (read beside it), if any."""
+    for table in (data, *(v for v in data.values() if isinstance(v, dict))):
+        value = table.get("dataset_config")
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _flatten(data: Doc) -> dict[str, object]:
+    """sd-scripts' flattening: every table's keys at the top, a later table winning."""
+    flat: dict[str, object] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(value)
+        else:
+            flat[key] = value
+    return flat
+
+
+def read(data: Doc, path: str, dataset: Doc | None = None) -> ReadResult:
+    """Read an sd-scripts training TOML; ``dataset`` is its ``--dataset_config`` file when found."""
+    k = Keys(_flatten(data))
+    r = Reading(FORMAT, TRAINER, k, path)
+    model = k.get("pretrained_model_name_or_path")
+    r.model = str(model) if model else None
+    module = k.get("network_module")
+    if module:
+        r.set("method", "lora", "network_module")
+        if module not in ("networks.lora", "networks.lora_flux", "networks.lora_sd3"):
+            r.note(f"network_module {module}: sized as LoRA")
+        _network(r, k)
+    else:
+        r.set("method", "full", "network_module")
+        r.set(
+            "train_text_encoder",
+            as_bool(k.get("train_text_encoder"), "train_text_encoder", path),
+            "train_text_encoder",
+        )
+    r.set("resolution", _resolution(k.get("resolution"), "resolution", r), "resolution")
+    r.set("batch_size", as_int(k.get("train_batch_size"), "train_batch_size", path), "train_batch_size")
+    _common(r, k)
+    k.touch("dataset_config")
+    if dataset is not None:
+        _dataset(r, dataset)
+    return r.result()
+
+
+def _network(r: Reading, k: Keys) -> None:
+    p = r.path
+    r.set("lora_rank", as_int(k.get("network_dim"), "network_dim", p), "network_dim")
+    r.set("lora_alpha", as_float(k.get("network_alpha"), "network_alpha", p), "network_alpha")
+    r.set("lora_dropout", as_float(k.get("network_dropout"), "network_dropout", p), "network_dropout")
+    args = names.modules(k.get("network_args"))
+    if any(a.replace(" ", "").startswith("conv_dim=") for a in args):
+        r.set("lora_targets", "conv", "network_args")
+    unet_only = as_bool(k.get("network_train_unet_only"), "network_train_unet_only", p)
+    if unet_only is not None:
+        r.set("train_text_encoder", not unet_only, "network_train_unet_only")
+
+
+def _common(r: Reading, k: Keys) -> None:
+    """The keys the TOML and the GUI preset share."""
+    p = r.path
+    r.set(
+        "grad_accum",
+        as_int(k.get("gradient_accumulation_steps"), "gradient_accumulation_steps", p),
+        "gradient_accumulation_steps",
+    )
+    r.set(
+        "grad_ckpt",
+        as_bool(k.get("gradient_checkpointing"), "gradient_checkpointing", p),
+        "gradient_checkpointing",
+    )
+    mp = k.get("mixed_precision")
+    if isinstance(mp, str):
+        r.set("precision", {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}.get(mp), "mixed_precision")
+    for key in ("full_bf16", "full_fp16"):
+        if as_bool(k.get(key), key, p):
+            r.set(key, True, key)
+    for key in ("fp8_base", "fp8_base_unet"):
+        if as_bool(k.get(key), key, p):
+            r.set("fp8_base", True, key)
+    for key in ("cache_latents", "cache_latents_to_disk"):
+        if as_bool(k.get(key), key, p):
+            r.set("cache_latents", True, key)
+    for key in (
+        "cache_text_encoder_outputs",
+        "cache_text_encoder_outputs_to_disk",
+        "sdxl_cache_text_encoder_outputs",
+    ):
+        if as_bool(k.get(key), key, p):
+            r.set("cache_text_encoder_outputs", True, key)
+    _attention(r, k)
+    _optimizer(r, k)
+    if as_bool(k.get("cpu_offload_checkpointing"), "cpu_offload_checkpointing", p):
+        r.set("offload_activations", True, "cpu_offload_checkpointing")
+    swap = as_int(k.get("blocks_to_swap"), "blocks_to_swap", p)
+    if swap:
+        r.note(f"blocks_to_swap {swap}: block swapping to the CPU is not modelled (an upper bound)")
+
+
+def _attention(r: Reading, k: Keys) -> None:
+    xf = k.get("xformers")
+    if isinstance(xf, str):  # kohya_ss GUI: "xformers", "sdpa" or "none"
+        kernel = {"xformers": "xformers", "sdpa": "sdpa", "none": "eager"}.get(xf)
+        r.set("attn", kernel, "xformers")
+        return
+    flags = {key: as_bool(k.get(key), key, r.path) for key in ("mem_eff_attn", "xformers", "sdpa")}
+    if flags["mem_eff_attn"]:
+        r.set("attn", "flash", "mem_eff_attn")  # sd-scripts' own FlashAttention-style kernel: O(s)
+    elif flags["xformers"]:
+        r.set("attn", "xformers", "xformers")
+    elif flags["sdpa"]:
+        r.set("attn", "sdpa", "sdpa")
+    elif any(v is False for v in flags.values()):
+        r.set("attn", "eager", "sdpa")
+
+
+def _optimizer(r: Reading, k: Keys) -> None:
+    p = r.path
+    opt = k.get("optimizer_type", k.get("optimizer"))
+    if isinstance(opt, str):
+        key = "optimizer_type" if k.has("optimizer_type") else "optimizer"
+        r.set("optimizer", names.optimizer(names.KOHYA_OPTIM, opt, key, r.notes), key)
+    elif as_bool(k.get("use_8bit_adam"), "use_8bit_adam", p):
+        r.set("optimizer", "adamw8bit", "use_8bit_adam")
+    elif as_bool(k.get("use_lion_optimizer"), "use_lion_optimizer", p):
+        r.set("optimizer", "lion", "use_lion_optimizer")
+    k.touch("optimizer_args")
+
+
+def _resolution(value: object, key: str, r: Reading) -> int | None:
+    """One side in pixels: ``"W,H"``, ``W``, ``[W, H]``; a non-square size as the side of equal area."""
+    if value is None or value == "":
+        return None
+    parts: list[object] = (
+        value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
+    )
+    sides = [as_int(str(v).strip(), key, r.path) for v in parts]
+    if not sides or any(s is None or s <= 0 for s in sides) or len(sides) > 2:
+        return None
+    w, h = (sides[0], sides[-1])
+    assert w is not None and h is not None
+    if w != h:
+        side = math.isqrt(w * h)
+        r.note(f"{key} {w}x{h}: sized as {side}x{side} (the same number of pixels)")
+        return side
+    return w
+
+
+def _dataset(r: Reading, doc: Doc) -> None:
+    """The dataset file's ``resolution`` and ``batch_size`` (first dataset; general as fallback)."""
+    general = doc.get("general") if isinstance(doc.get("general"), dict) else {}
+    sets = doc.get("datasets")
+    first = sets[0] if isinstance(sets, list) and sets and isinstance(sets[0], dict) else {}
+    assert isinstance(general, dict) and isinstance(first, dict)
+    for field, key in (("resolution", "resolution"), ("batch_size", "batch_size")):
+        value = first.get(key, general.get(key))
+        if value is None:
+            continue
+        where = f"dataset_config {key}"
+        got = _resolution(value, where, r) if field == "resolution" else as_int(value, where, r.path)
+        r.set(field, got, where)
+    if isinstance(sets, list) and len(sets) > 1:
+        r.note(f"dataset_config has {len(sets)} datasets: sized with the first")
+
+
+def read_gui(data: Doc, path: str) -> ReadResult:
+    """Read a kohya_ss GUI preset (JSON)."""
+    k = Keys(data)
+    r = Reading(FORMAT_GUI, TRAINER, k, path)
+    model = k.get("pretrained_model_name_or_path")
+    r.model = str(model) if model else _gui_model(k, r)
+    kind = k.get("LoRA_type")
+    if kind is not None or k.has("network_dim"):
+        style = GUI_LORA.get(str(kind), "lora")
+        if kind is not None and str(kind) not in GUI_LORA:
+            r.note(f"LoRA_type {kind}: sized as LoRA")
+        r.set("method", "lora", "LoRA_type")
+        _network(r, k)
+        if style == "conv":
+            r.set("lora_targets", "conv", "LoRA_type")
+        te = as_float(k.get("text_encoder_lr"), "text_encoder_lr", path)
+        if te is not None:
+            r.set("train_text_encoder", te != 0.0, "text_encoder_lr")
+    else:
+        r.set("method", "full", "LoRA_type")
+    r.set("resolution", _resolution(k.get("max_resolution"), "max_resolution", r), "max_resolution")
+    r.set("batch_size", as_int(k.get("train_batch_size"), "train_batch_size", path), "train_batch_size")
+    _common(r, k)
+    k.touch("conv_dim", "conv_alpha", "unet_lr")
+    return r.result()
+
+
+def _gui_model(k: Keys, r: Reading) -> str | None:
+    """A kohya_ss preset names no model file; its model-kind flags name the family's preset."""
+    for key, preset in (
+        ("flux1_checkbox", "flux.1-dev"),
+        ("sd3_checkbox", "sd35-medium"),
+        ("sdxl", "sdxl"),
+        ("v2", "sd21"),
+    ):
+        if as_bool(k.get(key), key, r.path):
+            r.note(f"{key}: the preset names no model file; sized as {preset} unless MODEL is given")
+            return preset
+    k.touch("v_parameterization")
+    return None

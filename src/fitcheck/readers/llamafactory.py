@@ -1,0 +1,97 @@
+"""LLaMA-Factory YAML (``llamafactory-cli train config.yaml``).
+
+Mapping, after LLaMA-Factory's hparams (hiyouga/LLaMA-Factory src/llamafactory/hparams/*.py
+@ff6d4d12, tests/data/trainer_keys/llamafactory_keys.txt): ``finetuning_type: lora|full`` (default
+lora; ``freeze`` and ``oft`` are not modelled); ``quantization_bit: 4`` with bitsandbytes is QLoRA,
+``8`` an int8 base, ``quantization_method: gptq|awq`` a pre-quantized base; ``lora_target: all``
+(default) targets every linear layer; ``additional_target`` modules are trained in full;
+``lora_alpha`` defaults to 2 x ``lora_rank`` (finetuning_args.py __post_init__); ``cutoff_len``
+is the sequence length; ``disable_gradient_checkpointing`` turns off the checkpointing it does by
+default (model/model_utils/checkpointing.py); ``flash_attn: auto|disabled|sdpa|fa2|fa3``;
+``enable_liger_kernel``; ``pure_bf16`` keeps trainable weights in bf16 (no fp32 cast). The
+TrainingArguments keys are shared with TRL (`fitcheck.readers.hfargs`).
+"""
+
+from __future__ import annotations
+
+from fitcheck.readers import names
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
+from fitcheck.readers.hfargs import training_args
+
+FORMAT = "llamafactory"
+TRAINER = "llamafactory"
+
+#: ``flash_attn`` -> fitcheck kernel (model/model_utils/attention.py; auto leaves transformers' sdpa).
+ATTN = {"auto": "sdpa", "sdpa": "sdpa", "fa2": "flash", "fa3": "flash", "disabled": "eager"}
+#: bitsandbytes method names LLaMA-Factory accepts (QuantizationMethod: bnb; older files: bitsandbytes).
+BNB = ("bnb", "bitsandbytes")
+
+
+def read(data: Doc, path: str) -> ReadResult:
+    """Read a LLaMA-Factory config."""
+    k = Keys(data)
+    r = Reading(FORMAT, TRAINER, k, path)
+    model = k.get("model_name_or_path")
+    r.model = str(model) if model else None
+    stage = k.get("stage")
+    if stage not in (None, "sft", "pt"):
+        r.note(f"stage {stage!r}: sized as one policy model (reference/reward models not counted)")
+    k.touch("do_train")
+    training_args(r, k)
+    if as_bool(k.get("pure_bf16"), "pure_bf16", path):
+        r.set("precision", "bf16", "pure_bf16")
+        r.note("pure_bf16: trainable weights stay bf16 (no fp32 cast); sized with the llamafactory regime")
+    _method(r, k)
+    r.set("seq_len", as_int(k.get("cutoff_len"), "cutoff_len", path), "cutoff_len")
+    disable = as_bool(k.get("disable_gradient_checkpointing"), "disable_gradient_checkpointing", path)
+    if disable is not None:
+        r.set("grad_ckpt", not disable, "disable_gradient_checkpointing")
+    attn = k.get("flash_attn")
+    if isinstance(attn, str):
+        r.set("attn", ATTN.get(attn), "flash_attn")
+    if as_bool(k.get("enable_liger_kernel"), "enable_liger_kernel", path):
+        r.set("loss", "liger", "enable_liger_kernel")
+    if as_bool(k.get("use_unsloth_gc"), "use_unsloth_gc", path):
+        r.set("offload_activations", True, "use_unsloth_gc")
+    for key in ("packing", "neat_packing"):
+        if as_bool(k.get(key), key, path):
+            r.note(f"{key}: rows are filled to cutoff_len tokens, as the estimate already assumes")
+    return r.result()
+
+
+def _method(r: Reading, k: Keys) -> None:
+    p = r.path
+    kind = k.get("finetuning_type", "lora")
+    lora_keys = ("lora_rank", "lora_alpha", "lora_dropout", "lora_target", "use_dora", "additional_target")
+    if kind == "full":
+        r.set("method", "full", "finetuning_type")
+        k.touch(*lora_keys)
+        return
+    if kind != "lora":
+        r.note(f"finetuning_type {kind!r} has no fitcheck memory model; sized as LoRA")
+    bits = as_int(k.get("quantization_bit"), "quantization_bit", p)
+    method = k.get("quantization_method", "bnb")
+    k.touch("quantization_type")
+    if bits == 4 and method in BNB:
+        r.set("method", "qlora", "quantization_bit")
+        r.set(
+            "double_quant",
+            as_bool(k.get("double_quantization"), "double_quantization", p),
+            "double_quantization",
+        )
+    else:
+        r.set("method", "lora", "finetuning_type")
+        if bits == 8 and method in BNB:
+            r.set("base_quant", "int8", "quantization_bit")
+        elif bits is not None and method in ("gptq", "awq"):
+            r.set("base_quant", str(method), "quantization_method")
+        elif bits is not None:
+            r.note(f"quantization_method {method} with {bits} bits has no fitcheck memory model")
+        k.touch("double_quantization")
+    r.set("lora_rank", as_int(k.get("lora_rank"), "lora_rank", p), "lora_rank")
+    r.set("lora_alpha", as_float(k.get("lora_alpha"), "lora_alpha", p), "lora_alpha")
+    r.set("lora_dropout", as_float(k.get("lora_dropout"), "lora_dropout", p), "lora_dropout")
+    r.set("lora_targets", names.targets(names.modules(k.get("lora_target"))), "lora_target")
+    r.set("dora", as_bool(k.get("use_dora"), "use_dora", p), "use_dora")
+    extra = names.modules(k.get("additional_target"))
+    r.set("train_modules", ",".join(extra) or None, "additional_target")

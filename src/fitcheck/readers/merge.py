@@ -1,0 +1,108 @@
+"""Precedence and provenance: command line > file > trainer default > fitcheck default.
+
+`resolve` takes what the command line gave (and which of those flags were typed), what a
+``--from`` file says and the trainer's defaults, and returns the values to build the setup with,
+the origin of every field (``setup_origin`` in the JSON), and the values read that the setup model
+cannot hold yet ("read, not yet modelled").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from fitcheck.readers.base import ReadResult, Value
+from fitcheck.readers.defaults import TABLE, Default, defaults_for
+
+FILE = "file"
+TRAINER_DEFAULT = "trainer default"
+FITCHECK_DEFAULT = "fitcheck default"
+COMMAND_LINE = "command line"
+LORA_FIELDS = ("lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "dora")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The merged setup values and where each came from.
+
+    Attributes:
+        values: setup field -> value, for the fields something set (the rest keep the model default).
+        origin: setup field -> ``file`` | ``trainer default`` | ``fitcheck default`` | ``command line``.
+        pending: values read from the file whose setup fields fitcheck does not model yet.
+        sources: for ``trainer default`` fields, the cited source of the default.
+    """
+
+    values: dict[str, Value]
+    origin: dict[str, str]
+    pending: dict[str, Value] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def resolve(
+    cli: Mapping[str, object],
+    explicit: Collection[str],
+    read: ReadResult | None,
+    setup_fields: Collection[str],
+) -> Resolved:
+    """Merge command line, file and defaults for the fields of the setup model.
+
+    Args:
+        cli: every shared option's value as the command received it (typed or its default).
+        explicit: the option names the user typed (click's parameter source is COMMANDLINE).
+        read: the ``--from`` file, if any.
+        setup_fields: the fields of the setup model (a field it lacks is reported as pending).
+    """
+    trainer = _trainer(cli, explicit, read)
+    defaults = _defaults(trainer, explicit, read)
+    file_values = dict(read.values) if read is not None else {}
+    values: dict[str, Value] = {}
+    origin: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for name in setup_fields:
+        if name in explicit and cli.get(name) is not None:
+            values[name], origin[name] = _value(cli[name]), COMMAND_LINE
+        elif name in file_values:
+            values[name], origin[name] = file_values[name], FILE
+        elif name in defaults:
+            values[name], origin[name] = defaults[name].value, TRAINER_DEFAULT
+            sources[name] = defaults[name].source
+        elif cli.get(name) is not None:
+            values[name], origin[name] = _value(cli[name]), FITCHECK_DEFAULT
+        else:
+            origin[name] = FITCHECK_DEFAULT
+    if "trainer" in setup_fields:
+        values["trainer"] = trainer
+        origin["trainer"] = COMMAND_LINE if "trainer" in explicit else FILE if read else origin["trainer"]
+    if values.get("method") == "full":
+        for name in LORA_FIELDS:
+            if origin.get(name) != COMMAND_LINE and name in values:
+                del values[name]
+                origin[name] = FITCHECK_DEFAULT
+    pending = {k: v for k, v in file_values.items() if k not in setup_fields}
+    return Resolved(values=values, origin=origin, pending=pending, sources=sources)
+
+
+def _value(v: object) -> Value:
+    if isinstance(v, (str, int, float, bool)):
+        return v
+    return str(v)
+
+
+def _trainer(cli: Mapping[str, object], explicit: Collection[str], read: ReadResult | None) -> str:
+    if "trainer" in explicit and cli.get("trainer") is not None:
+        return str(cli["trainer"])
+    if read is not None:
+        return read.trainer
+    return str(cli.get("trainer") or "generic")
+
+
+def _defaults(trainer: str, explicit: Collection[str], read: ReadResult | None) -> dict[str, Default]:
+    """Trainer-scope defaults of the trainer in use, and file-scope ones of the file's format."""
+    out: dict[str, Default] = {}
+    if read is not None and read.format in TABLE:
+        out.update(defaults_for(read.format, ("trainer", "file")))
+    if read is None or "trainer" in explicit or read.format not in TABLE:
+        if read is None and "trainer" not in explicit:
+            return out
+        out.update(defaults_for(trainer, ("trainer",)))
+    return out

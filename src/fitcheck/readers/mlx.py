@@ -1,0 +1,79 @@
+"""mlx-lm LoRA/DoRA/full YAML (``mlx_lm.lora --config config.yaml``).
+
+Mapping, after mlx-lm's own code (ml-explore/mlx-lm mlx_lm/lora.py CONFIG_DEFAULTS and main,
+mlx_lm/tuner/utils.py linear_to_lora_layers, @d78bf58e; tests/data/trainer_keys/mlx_lm_lora_keys.txt):
+``fine_tune_type: lora|dora|full``; ``lora_parameters`` has ``rank``, ``scale`` (the update's direct
+multiplier, so alpha = scale x rank), ``dropout`` and ``keys`` (module paths inside a block; unset:
+every linear layer); ``max_seq_length``; ``batch_size``; ``grad_accumulation_steps``;
+``grad_checkpoint``; ``optimizer``. QLoRA in mlx-lm is LoRA on a model quantized ahead of time: the
+YAML cannot say so except through the model it loads, so a local model whose config.json carries a
+4-bit ``quantization`` block, or a model named ``...4bit...``, reads as QLoRA (with a note).
+``num_layers`` other than -1 adapts only the last layers, which fitcheck does not model (noted).
+"""
+
+from __future__ import annotations
+
+import re
+
+from fitcheck.readers import names
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
+
+FORMAT = "mlx"
+TRAINER = "mlx"
+_FOUR_BIT = re.compile(r"(?:^|[-_/.])(?:4bit|4-bit|q4|int4)(?:$|[-_/.])", re.IGNORECASE)
+
+
+def read(data: Doc, path: str, quantized_bits: int | None = None) -> ReadResult:
+    """Read an mlx-lm config; ``quantized_bits`` is what the model folder's config.json says, if known."""
+    k = Keys(data)
+    r = Reading(FORMAT, TRAINER, k, path)
+    model = k.get("model")
+    r.model = str(model) if model else None
+    kind = k.get("fine_tune_type", "lora")
+    if kind == "full":
+        r.set("method", "full", "fine_tune_type")
+        k.touch("lora_parameters")
+    else:
+        if kind not in ("lora", "dora"):
+            r.note(f"fine_tune_type {kind!r} is not one mlx-lm knows (lora, dora, full)")
+        four = quantized_bits == 4 or (quantized_bits is None and r.model and _FOUR_BIT.search(r.model))
+        r.set("method", "qlora" if four else "lora", "model" if four else "fine_tune_type")
+        if four and quantized_bits is None:
+            r.note(f"model {r.model} reads as a 4-bit MLX model from its name: QLoRA")
+        r.set("dora", kind == "dora", "fine_tune_type")
+        _lora(r, k)
+    r.set("batch_size", as_int(k.get("batch_size"), "batch_size", path), "batch_size")
+    r.set(
+        "grad_accum",
+        as_int(k.get("grad_accumulation_steps"), "grad_accumulation_steps", path),
+        "grad_accumulation_steps",
+    )
+    r.set("seq_len", as_int(k.get("max_seq_length"), "max_seq_length", path), "max_seq_length")
+    r.set("grad_ckpt", as_bool(k.get("grad_checkpoint"), "grad_checkpoint", path), "grad_checkpoint")
+    optim = k.get("optimizer")
+    if isinstance(optim, str):
+        r.set("optimizer", names.optimizer(names.MLX_OPTIM, optim.lower(), "optimizer", r.notes), "optimizer")
+    k.touch("optimizer_config")
+    layers = as_int(k.get("num_layers"), "num_layers", path)
+    if layers is not None and layers != -1 and kind != "full":
+        r.note(f"num_layers {layers}: mlx-lm adapts only the last {layers} blocks; sized as every block")
+    return r.result()
+
+
+def _lora(r: Reading, k: Keys) -> None:
+    params = k.sub("lora_parameters")
+    if params is None:
+        return
+    p = r.path
+    rank = as_int(params.get("rank"), "lora_parameters.rank", p)
+    scale = as_float(params.get("scale"), "lora_parameters.scale", p)
+    r.set("lora_rank", rank, "lora_parameters.rank")
+    if scale is not None:
+        r.set("lora_alpha", scale * (rank or 8), "lora_parameters.scale")
+    r.set(
+        "lora_dropout",
+        as_float(params.get("dropout"), "lora_parameters.dropout", p),
+        "lora_parameters.dropout",
+    )
+    keys = names.modules(params.get("keys"))
+    r.set("lora_targets", names.targets(keys), "lora_parameters.keys")

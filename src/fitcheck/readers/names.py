@@ -1,0 +1,130 @@
+"""Trainer names -> fitcheck names: optimizers, dtypes, attention kernels. One table per kind.
+
+Only names whose memory fitcheck models are mapped; another name is reported, not guessed.
+Sources: transformers ``OptimizerNames`` (src/transformers/training_args.py, the 5.x list in
+docs/trainer_keys: hf_training_arguments.txt), sd-scripts ``train_util.get_optimizer`` @48d368f,
+mlx-lm ``lora.py`` optimizer choices @d78bf58, torchtune/bitsandbytes/torchao optimizer classes.
+"""
+
+from __future__ import annotations
+
+#: transformers ``optim`` (and axolotl ``optimizer``) -> fitcheck optimizer. The paged and fused
+#: variants keep the same states (paged ones page them to the CPU under pressure).
+HF_OPTIM: dict[str, str] = {
+    "adamw_torch": "adamw",
+    "adamw_torch_fused": "adamw",
+    "adamw_hf": "adamw",
+    "adamw_apex_fused": "adamw",
+    "adamw_anyprecision": "adamw",
+    "paged_adamw_32bit": "adamw",
+    "optimi_adamw": "adamw",
+    "adamw_bnb_8bit": "adamw8bit",
+    "adamw_8bit": "adamw8bit",
+    "adamw_torch_8bit": "adamw8bit",
+    "ao_adamw_8bit": "adamw8bit",
+    "paged_adamw_8bit": "paged-adamw8bit",
+    "adafactor": "adafactor",
+    "lion_32bit": "lion",
+    "paged_lion_32bit": "lion",
+    "lion_8bit": "lion8bit",
+    "paged_lion_8bit": "lion8bit",
+    "sgd": "sgd",
+}
+
+#: sd-scripts ``optimizer_type`` (matched case-insensitively, as get_optimizer does).
+KOHYA_OPTIM: dict[str, str] = {
+    "": "adamw",
+    "adamw": "adamw",
+    "adamw8bit": "adamw8bit",
+    "pagedadamw": "adamw",
+    "pagedadamw32bit": "adamw",
+    "pagedadamw8bit": "paged-adamw8bit",
+    "lion": "lion",
+    "lion8bit": "lion8bit",
+    "pagedlion8bit": "lion8bit",
+    "adafactor": "adafactor",
+    "prodigy": "prodigy",
+    "sgdnesterov": "sgd",
+}
+
+#: mlx-lm ``optimizer`` (mlx_lm/lora.py choices). Adam and AdamW keep the same two states.
+MLX_OPTIM: dict[str, str] = {"adam": "adamw", "adamw": "adamw", "adafactor": "adafactor", "sgd": "sgd"}
+
+#: torchtune ``optimizer._component_`` class name (last dotted part) -> fitcheck optimizer.
+TORCH_OPTIM: dict[str, str] = {
+    "AdamW": "adamw",
+    "Adam": "adamw",
+    "AdamW8bit": "adamw8bit",
+    "PagedAdamW8bit": "paged-adamw8bit",
+    "PagedAdamW": "adamw",
+    "Lion": "lion",
+    "Lion8bit": "lion8bit",
+    "Adafactor": "adafactor",
+    "SGD": "sgd",
+}
+
+#: torch dtype names as configs write them -> fitcheck precision.
+DTYPES: dict[str, str] = {
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "torch.bfloat16": "bf16",
+    "float16": "fp16",
+    "fp16": "fp16",
+    "half": "fp16",
+    "torch.float16": "fp16",
+    "float32": "fp32",
+    "fp32": "fp32",
+    "float": "fp32",
+    "torch.float32": "fp32",
+}
+
+#: transformers ``attn_implementation`` (and axolotl's) -> fitcheck attention kernel.
+HF_ATTN: dict[str, str] = {
+    "eager": "eager",
+    "sdpa": "sdpa",
+    "flash_attention_2": "flash",
+    "flash_attention_3": "flash",
+    "flash": "flash",
+    "xformers": "xformers",
+}
+
+#: HF module names for torchtune's (torchtune/modules/peft: lora_attn_modules, MLP w1/w2/w3).
+TORCHTUNE_MODULES: dict[str, str] = {
+    "q_proj": "q_proj",
+    "k_proj": "k_proj",
+    "v_proj": "v_proj",
+    "output_proj": "o_proj",
+    "w1": "gate_proj",
+    "w2": "down_proj",
+    "w3": "up_proj",
+}
+
+#: The linear layers of a Llama-style block (what "every linear layer" means for the targets).
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def modules(value: object) -> list[str]:
+    """Module names from a list or a comma-separated string."""
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return []
+
+
+def optimizer(table: dict[str, str], name: str, key: str, notes: list[str]) -> str | None:
+    """The fitcheck optimizer for a trainer's name, or None with a note when fitcheck has no model."""
+    found = table.get(name) if table is not KOHYA_OPTIM else table.get(name.lower())
+    if found is None:
+        notes.append(f"{key} {name!r} has no fitcheck memory model; the optimizer default is used")
+    return found
+
+
+def targets(modules: list[str]) -> str | None:
+    """fitcheck ``--lora-targets`` for a list of module names (``all-linear`` when it is all of them)."""
+    short = [m.split(".")[-1] for m in modules]
+    if not short:
+        return None
+    if "all-linear" in short or "all" in short or set(ALL_LINEAR) <= set(short):
+        return "all-linear"
+    return ",".join(dict.fromkeys(short))

@@ -1,0 +1,47 @@
+"""The lines ``--from`` prints on stderr: where the setup came from, what was not used or modelled.
+
+Pure text (the CLI writes it): one line per kind, so a CI log shows the whole story in a few lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fitcheck.readers.base import ReadResult, Value
+from fitcheck.readers.merge import Resolved
+
+
+def _pairs(values: Mapping[str, Value]) -> str:
+    return ", ".join(f"{k}={_show(v)}" for k, v in values.items())
+
+
+def _show(v: Value) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v == int(v):
+        return str(int(v))
+    return str(v)
+
+
+def lines(read: ReadResult | None, merged: Resolved, model_note: str | None = None) -> list[str]:
+    """The stderr lines (without the ``fitcheck:`` prefix) for a run with or without ``--from``."""
+    out: list[str] = []
+    if read is not None:
+        got = {k: merged.values[k] for k, o in merged.origin.items() if o == "file" and k in merged.values}
+        out.append(f"from {read.path} ({read.format}): {_pairs(got) or 'no setup values'}")
+        if model_note:
+            out.append(model_note)
+    defaulted = {
+        k: merged.values[k] for k, o in merged.origin.items() if o == "trainer default" and k in merged.values
+    }
+    if defaulted:
+        out.append(
+            f"{merged.values.get('trainer', '')} defaults (the file leaves them out): {_pairs(defaulted)}"
+        )
+    if merged.pending:
+        out.append(f"read, not yet modelled: {_pairs(merged.pending)}")
+    if read is not None:
+        out += [f"{read.path}: {n}" for n in read.notes]
+        if read.unused:
+            out.append(f"{read.path}: not used (no memory effect fitcheck models): {', '.join(read.unused)}")
+    return out

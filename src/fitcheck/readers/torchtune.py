@@ -1,0 +1,131 @@
+"""torchtune recipe YAML (``tune run <recipe> --config config.yaml``).
+
+Mapping, after torchtune's recipes and builders (pytorch/torchtune recipes/lora_finetune_single_device.py,
+full_finetune_single_device.py, the *_distributed recipes, torchtune/models/*/_model_builders.py;
+0.6.1; tests/data/trainer_keys/torchtune_keys.txt): the ``model._component_`` builder names the
+method (``lora_*`` LoRA, ``qlora_*`` QLoRA with an NF4 base, otherwise full) and the model
+(``llama3_2_1b`` is Llama 3.2 1B); ``lora_attn_modules`` (torchtune names q_proj, k_proj, v_proj,
+output_proj), ``apply_lora_to_mlp`` (w1, w2, w3), ``apply_lora_to_output`` (the output projection);
+``tokenizer.max_seq_len``; ``batch_size``; ``gradient_accumulation_steps``;
+``enable_activation_checkpointing`` / ``enable_activation_offloading``; ``dtype``;
+``optimizer._component_``; ``optimizer_in_bwd``; ``loss._component_`` (chunked or linear
+cross-entropy); ``fsdp_cpu_offload`` in the distributed recipes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fitcheck.readers import names
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
+
+FORMAT = "torchtune"
+TRAINER = "torchtune"
+
+#: torchtune model family (module name) -> fitcheck preset id prefix.
+FAMILIES = {
+    "llama3_3": "llama-3.3-",
+    "llama3_2": "llama-3.2-",
+    "llama3_1": "llama-3.1-",
+    "llama2": "llama-2-",
+    "qwen2_5": "qwen2.5-",
+    "qwen3": "qwen3-",
+    "gemma2": "gemma-2-",
+}
+_BUILDER = re.compile(r"^(?P<kind>lora_|qlora_)?(?P<family>[a-z0-9]+?(?:_\d)?)_(?P<size>\d+(?:_\d+)?[bm])$")
+#: Loss components whose logits memory differs from the plain cross-entropy (torchtune/modules/loss).
+LOSSES = {"CEWithChunkedOutputLoss": "chunked", "LinearCrossEntropyLoss": "chunked"}
+
+
+def read(data: Doc, path: str) -> ReadResult:
+    """Read a torchtune recipe config."""
+    k = Keys(data)
+    r = Reading(FORMAT, TRAINER, k, path)
+    _model(r, k)
+    tok = k.sub("tokenizer")
+    if tok is not None:
+        r.set(
+            "seq_len", as_int(tok.get("max_seq_len"), "tokenizer.max_seq_len", path), "tokenizer.max_seq_len"
+        )
+        tok.touch("_component_", "path")
+        if tok.data.get("max_seq_len") is None:
+            r.note("tokenizer.max_seq_len is null: examples keep their own length; give --seq-len")
+    r.set("batch_size", as_int(k.get("batch_size"), "batch_size", path), "batch_size")
+    r.set(
+        "grad_accum",
+        as_int(k.get("gradient_accumulation_steps"), "gradient_accumulation_steps", path),
+        "gradient_accumulation_steps",
+    )
+    r.set(
+        "grad_ckpt",
+        as_bool(k.get("enable_activation_checkpointing"), "enable_activation_checkpointing", path),
+        "enable_activation_checkpointing",
+    )
+    if as_bool(k.get("enable_activation_offloading"), "enable_activation_offloading", path):
+        r.set("offload_activations", True, "enable_activation_offloading")
+    dtype = k.get("dtype")
+    if isinstance(dtype, str):
+        r.set("precision", names.DTYPES.get(dtype), "dtype")
+    _optimizer(r, k)
+    loss = k.sub("loss")
+    if loss is not None:
+        comp = str(loss.get("_component_", "")).rsplit(".", 1)[-1]
+        r.set("loss", LOSSES.get(comp), "loss._component_")
+    if as_bool(k.get("fsdp_cpu_offload"), "fsdp_cpu_offload", path):
+        r.set("offload", "all", "fsdp_cpu_offload")
+    ds = k.sub("dataset")
+    if ds is not None and as_bool(ds.get("packed"), "dataset.packed", path):
+        r.note("dataset.packed: rows are filled to max_seq_len tokens, as the estimate already assumes")
+    if as_bool(k.get("compile"), "compile", path):
+        r.note("compile: torch.compile lowers activation memory somewhat; not modelled (an upper bound)")
+    return r.result()
+
+
+def _model(r: Reading, k: Keys) -> None:
+    model = k.sub("model")
+    if model is None:
+        r.note("no model: node; give MODEL")
+        return
+    p = r.path
+    builder = str(model.get("_component_", ""))
+    leaf = builder.rsplit(".", 1)[-1]
+    m = _BUILDER.match(leaf)
+    kind = m.group("kind") if m else None
+    if kind is None and leaf.startswith(("lora_", "qlora_")):
+        kind = leaf.split("_", 1)[0] + "_"
+    r.set("method", {"lora_": "lora", "qlora_": "qlora", None: "full"}[kind], "model._component_")
+    if m and m.group("family") in FAMILIES:
+        r.model = FAMILIES[m.group("family")] + m.group("size").replace("_", ".")
+    else:
+        ckpt = k.sub("checkpointer")
+        where = ckpt.get("checkpoint_dir") if ckpt is not None else None
+        r.model = str(where) if where else None
+        r.note(f"model builder {builder}: no fitcheck preset for it; MODEL is the checkpoint folder")
+    if kind is None:
+        return
+    mods = [names.TORCHTUNE_MODULES.get(n, n) for n in names.modules(model.get("lora_attn_modules"))]
+    if as_bool(model.get("apply_lora_to_mlp"), "apply_lora_to_mlp", p):
+        mods += ["gate_proj", "down_proj", "up_proj"]
+    if as_bool(model.get("apply_lora_to_output"), "apply_lora_to_output", p):
+        r.note("apply_lora_to_output: LoRA on the output projection is not modelled (a small adapter)")
+    r.set("lora_targets", names.targets(mods), "model.lora_attn_modules")
+    r.set("lora_rank", as_int(model.get("lora_rank"), "model.lora_rank", p), "model.lora_rank")
+    r.set("lora_alpha", as_float(model.get("lora_alpha"), "model.lora_alpha", p), "model.lora_alpha")
+    r.set("lora_dropout", as_float(model.get("lora_dropout"), "model.lora_dropout", p), "model.lora_dropout")
+    r.set("dora", as_bool(model.get("use_dora"), "model.use_dora", p), "model.use_dora")
+    model.touch("quantize_base")
+
+
+def _optimizer(r: Reading, k: Keys) -> None:
+    opt = k.sub("optimizer")
+    if opt is not None:
+        comp = str(opt.get("_component_", "")).rsplit(".", 1)[-1]
+        if comp:
+            r.set(
+                "optimizer",
+                names.optimizer(names.TORCH_OPTIM, comp, "optimizer._component_", r.notes),
+                "optimizer._component_",
+            )
+        opt.touch("fused", "lr", "weight_decay", "betas", "eps")
+    if as_bool(k.get("optimizer_in_bwd"), "optimizer_in_bwd", r.path):
+        r.note("optimizer_in_bwd: gradients are freed as they are applied; not modelled (an upper bound)")

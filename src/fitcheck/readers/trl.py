@@ -1,0 +1,102 @@
+"""TRL ``trl sft --config`` YAML (ScriptArguments + SFTConfig + ModelConfig in one flat mapping).
+
+Mapping, after TRL's own code: ``use_peft`` makes a LoRA run (``get_peft_config``), ``load_in_4bit``
+under it QLoRA and ``load_in_8bit`` an int8 base (``get_quantization_config``); ``dtype`` is what
+``from_pretrained`` loads (ModelConfig, default ``float32``), so float32 weights with bf16/fp16 on
+are AMP (``--master-weights``); ``max_length`` is the sequence length (``max_seq_length`` before
+TRL 0.20); ``lora_modules_to_save`` are trained in full. Sources: huggingface/trl
+trl/trainer/model_config.py, trl/trainer/utils.py (get_peft_config, get_quantization_config),
+trl/trainer/sft_config.py, trl 1.16.0 (tests/data/trainer_keys/trl_*.txt).
+"""
+
+from __future__ import annotations
+
+from fitcheck.readers import names
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
+from fitcheck.readers.hfargs import training_args
+
+FORMAT = "trl"
+TRAINER = "hf"
+
+
+def read(data: Doc, path: str) -> ReadResult:
+    """Read a TRL SFT config."""
+    k = Keys(data)
+    r = Reading(FORMAT, TRAINER, k, path)
+    model = k.get("model_name_or_path")
+    r.model = str(model) if model else None
+    training_args(r, k)
+    _precision(r, k)
+    for key in ("max_length", "max_seq_length"):
+        if k.has(key):
+            r.set("seq_len", as_int(k.get(key), key, path), key)
+    _peft(r, k)
+    attn = k.get("attn_implementation")
+    if isinstance(attn, str):
+        found = names.HF_ATTN.get(attn)
+        r.set("attn", found, "attn_implementation")
+        if found is None:
+            r.note(f"attn_implementation {attn!r} has no fitcheck model; sdpa is assumed")
+    if as_bool(k.get("activation_offloading"), "activation_offloading", path):
+        r.set("offload_activations", True, "activation_offloading")
+    for key in ("packing", "padding_free"):
+        if as_bool(k.get(key), key, path):
+            r.note(f"{key}: rows are filled to the sequence length, as the estimate already assumes")
+    return r.result()
+
+
+def _precision(r: Reading, k: Keys) -> None:
+    """``dtype`` (loading) with the bf16/fp16 flags (autocast): AMP over fp32 weights is master weights."""
+    key = "dtype" if k.has("dtype") else "torch_dtype"
+    dtype = k.get(key)
+    if not isinstance(dtype, str) or dtype == "auto":
+        if dtype == "auto":
+            r.set("master_weights", False, key)
+        return
+    loaded = names.DTYPES.get(dtype)
+    if loaded is None:
+        r.note(f"{key} {dtype!r} is not a dtype fitcheck knows")
+        return
+    autocast = r.values.get("precision")
+    flags_off = k.data.get("bf16") is False and k.data.get("fp16") is not True
+    if loaded == "fp32":
+        if flags_off:
+            r.set("precision", "fp32", key)
+        r.set("master_weights", not flags_off, key)
+    else:
+        r.set("master_weights", False, key)
+        if autocast is None and flags_off:
+            r.set("precision", loaded, key)
+
+
+def _peft(r: Reading, k: Keys) -> None:
+    p = r.path
+    peft = as_bool(k.get("use_peft"), "use_peft", p)
+    four = as_bool(k.get("load_in_4bit"), "load_in_4bit", p)
+    eight = as_bool(k.get("load_in_8bit"), "load_in_8bit", p)
+    lora_keys = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save")
+    if not peft:
+        r.set("method", "full", "use_peft")
+        k.touch(*lora_keys, "use_dora", "bnb_4bit_quant_type", "use_bnb_nested_quant")
+        if four or eight:
+            r.note("load_in_4bit/8bit without use_peft: TRL refuses to train a quantized model in full")
+        return
+    r.set("method", "qlora" if four else "lora", "load_in_4bit" if four else "use_peft")
+    if eight and not four:
+        r.set("base_quant", "int8", "load_in_8bit")
+    r.set("lora_rank", as_int(k.get("lora_r"), "lora_r", p), "lora_r")
+    r.set("lora_alpha", as_float(k.get("lora_alpha"), "lora_alpha", p), "lora_alpha")
+    r.set("lora_dropout", as_float(k.get("lora_dropout"), "lora_dropout", p), "lora_dropout")
+    r.set("lora_targets", names.targets(names.modules(k.get("lora_target_modules"))), "lora_target_modules")
+    r.set("dora", as_bool(k.get("use_dora"), "use_dora", p), "use_dora")
+    save = names.modules(k.get("lora_modules_to_save"))
+    r.set("train_modules", ",".join(save) or None, "lora_modules_to_save")
+    if four:
+        quant = k.get("bnb_4bit_quant_type")
+        if quant not in (None, "nf4"):
+            r.note(f"bnb_4bit_quant_type {quant!r}: sized as NF4 (same 4-bit storage)")
+        r.set(
+            "double_quant",
+            as_bool(k.get("use_bnb_nested_quant"), "use_bnb_nested_quant", p),
+            "use_bnb_nested_quant",
+        )
