@@ -79,7 +79,8 @@ TABLE: dict[str, tuple[Default, ...]] = {
             "q_proj,v_proj",
             "file",
             "lora_target_modules unset: peft's per-model default, q_proj and v_proj for Llama, "
-            "Mistral, Qwen2 and Gemma (peft utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING)",
+            "Mistral, Qwen2 and Gemma (peft utils/constants.py "
+            "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING)",
         ),
         Default(
             "double_quant",
