@@ -37,10 +37,16 @@ _TRL = "trl trl/trainer/sft_config.py SFTConfig, trl 1.16.0 (tests/data/trainer_
 _TRL_MC = (
     "trl trl/trainer/model_config.py ModelConfig, trl 1.16.0 (tests/data/trainer_keys/trl_model_config.txt)"
 )
-_AXO = "axolotl src/axolotl/utils/schemas @067b021c (tests/data/trainer_keys/axolotl_keys.txt)"
-_LMF = "LLaMA-Factory src/llamafactory/hparams @ff6d4d12 (tests/data/trainer_keys/llamafactory_keys.txt)"
+_AXO = (
+    "axolotl src/axolotl/utils/schemas/config.py, training.py @067b021c "
+    "(tests/data/trainer_keys/axolotl_keys.txt)"
+)
+_LMF = (
+    "LLaMA-Factory src/llamafactory/hparams/*_args.py @ff6d4d12 "
+    "(tests/data/trainer_keys/llamafactory_keys.txt)"
+)
 _MLX = "mlx-lm mlx_lm/lora.py CONFIG_DEFAULTS @d78bf58e (tests/data/trainer_keys/mlx_lm_lora_keys.txt)"
-_TT = "torchtune recipes/lora_finetune_single_device.py, full_finetune_single_device.py (0.6.1)"
+_TT = "pytorch/torchtune recipes/full_finetune_single_device.py, lora_finetune_single_device.py @bd2a0fc7"
 _KOHYA = "kohya-ss/sd-scripts library/train_util.py add_training_arguments, add_optimizer_arguments @48d368f"
 
 TABLE: dict[str, tuple[Default, ...]] = {

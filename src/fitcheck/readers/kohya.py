@@ -140,6 +140,7 @@ def _attention(r: Reading, k: Keys) -> None:
     if isinstance(xf, str):  # kohya_ss GUI: "xformers", "sdpa" or "none"
         kernel = {"xformers": "xformers", "sdpa": "sdpa", "none": "eager"}.get(xf)
         r.set("attn", kernel, "xformers")
+        k.touch("mem_eff_attn", "sdpa")
         return
     flags = {key: as_bool(k.get(key), key, r.path) for key in ("mem_eff_attn", "xformers", "sdpa")}
     if flags["mem_eff_attn"]:
@@ -238,6 +239,7 @@ def _gui_model(k: Keys, r: Reading) -> str | None:
     ):
         if as_bool(k.get(key), key, r.path):
             r.note(f"{key}: the preset names no model file; sized as {preset} unless MODEL is given")
+            k.touch("flux1_checkbox", "sd3_checkbox", "sdxl", "v2", "v_parameterization")
             return preset
     k.touch("v_parameterization")
     return None

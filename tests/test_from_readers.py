@@ -1,0 +1,315 @@
+"""``--from`` readers on real trainer configs (tests/data/from, sources in SOURCES.md): each field read
+as the trainer's own code reads it, the format detected, unused keys listed, bad files refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fitcheck.errors import FitcheckError
+from fitcheck.readers import FORMATS, read_config
+from fitcheck.readers.defaults import TABLE
+from fitcheck.readers.merge import resolve
+
+DATA = Path(__file__).parent / "data" / "from"
+
+#: file -> (format, trainer, model, the exact setup values the file gives).
+EXPECTED: dict[str, tuple[str, str, str | None, dict[str, object]]] = {
+    "axolotl/qlora.yml": (
+        "axolotl",
+        "axolotl",
+        "NousResearch/Meta-Llama-3-8B",
+        {
+            "method": "qlora",
+            "lora_rank": 32,
+            "lora_alpha": 16.0,
+            "lora_dropout": 0.05,
+            "lora_targets": "all-linear",
+            "seq_len": 4096,
+            "batch_size": 2,
+            "grad_accum": 4,
+            "grad_ckpt": True,
+            "precision": "bf16",
+            "optimizer": "adamw",  # paged_adamw_32bit: AdamW's two fp32 states, paged
+            "attn": "flash",  # legacy flash_attention: true
+        },
+    ),
+    "axolotl/fft-8b-liger-fsdp.yaml": (
+        "axolotl",
+        "axolotl",
+        "NousResearch/Meta-Llama-3.1-8B",
+        {
+            "method": "full",
+            "seq_len": 4096,
+            "batch_size": 2,
+            "grad_accum": 4,
+            "grad_ckpt": True,
+            "precision": "bf16",
+            "optimizer": "adamw",
+            "attn": "flash",
+            "loss": "liger",  # LigerPlugin + liger_fused_linear_cross_entropy
+            "strategy": "fsdp",  # fsdp: [full_shard, auto_wrap]
+            "offload": "all",  # fsdp_offload_params
+        },
+    ),
+    "llamafactory/llama3_lora_sft_otfq.yaml": (
+        "llamafactory",
+        "llamafactory",
+        "meta-llama/Meta-Llama-3-8B-Instruct",
+        {
+            "method": "qlora",  # quantization_bit 4, bitsandbytes
+            "lora_targets": "all-linear",  # lora_target: all
+            "seq_len": 2048,
+            "batch_size": 1,
+            "grad_accum": 8,
+            "precision": "bf16",
+        },
+    ),
+    "trl/example_config.yaml": ("trl", "hf", "Qwen/Qwen2.5-0.5B", {"method": "full"}),  # no use_peft
+    "torchtune/1B_qlora_single_device.yaml": (
+        "torchtune",
+        "torchtune",
+        "llama-3.2-1b",  # from the builder qlora_llama3_2_1b
+        {
+            "method": "qlora",
+            "lora_targets": "q_proj,v_proj,o_proj,gate_proj,down_proj,up_proj",
+            "lora_rank": 64,
+            "lora_alpha": 128.0,
+            "lora_dropout": 0.0,
+            "batch_size": 4,
+            "grad_accum": 8,
+            "grad_ckpt": False,
+            "precision": "bf16",
+            "optimizer": "adamw",
+            "loss": "chunked",  # LinearCrossEntropyLoss
+        },
+    ),
+    "mlx/lora_config.yaml": (
+        "mlx",
+        "mlx",
+        "mlx_model",
+        {
+            "method": "lora",
+            "dora": False,
+            "lora_rank": 8,
+            "lora_alpha": 160.0,  # scale 20 x rank 8
+            "lora_dropout": 0.0,
+            "lora_targets": "q_proj,v_proj",
+            "batch_size": 4,
+            "seq_len": 2048,
+            "grad_ckpt": False,
+            "optimizer": "adamw",
+        },
+    ),
+    "kohya/sdxl_inpainting_test_lora.toml": (
+        "kohya",
+        "kohya",
+        None,
+        {
+            "method": "lora",
+            "lora_rank": 4,
+            "lora_alpha": 1.0,
+            "resolution": 1024,
+            "batch_size": 1,
+            "grad_accum": 1,
+            "grad_ckpt": True,
+            "precision": "bf16",
+            "attn": "sdpa",
+        },
+    ),
+    "kohya/flux_lora_with_dataset.toml": (
+        "kohya",
+        "kohya",
+        "/path/to/flux1-dev.safetensors",
+        {
+            "method": "lora",
+            "lora_rank": 16,
+            "train_text_encoder": False,
+            "resolution": 1024,  # the dataset file's 1024 wins over the config's "512,512"
+            "batch_size": 2,  # the dataset file's batch_size wins over train_batch_size 1
+            "grad_ckpt": True,
+            "precision": "bf16",
+            "fp8_base": True,
+            "cache_latents": True,  # cache_latents_to_disk turns it on
+            "cache_text_encoder_outputs": True,
+            "attn": "sdpa",
+            "optimizer": "adamw8bit",  # matched case-insensitively
+        },
+    ),
+    "kohya_ss/sdxl-lora-ai_now-adamw-v1.0.json": (
+        "kohya_ss",
+        "kohya",
+        "sdxl",
+        {
+            "method": "lora",
+            "lora_rank": 32,
+            "lora_alpha": 32.0,
+            "lora_dropout": 0.0,
+            "train_text_encoder": True,  # text_encoder_lr 1e-4
+            "resolution": 1024,
+            "batch_size": 4,
+            "grad_accum": 1,
+            "grad_ckpt": True,
+            "precision": "bf16",
+            "cache_latents": True,
+            "attn": "xformers",
+            "optimizer": "adamw",
+        },
+    ),
+    "deepspeed/zero3_bf16_cpuoffload_all.json": (
+        "deepspeed",
+        "hf",
+        None,
+        {"precision": "bf16", "strategy": "zero3", "offload": "all"},  # "auto" batch values: unset
+    ),
+    "accelerate/fsdp.yaml": ("accelerate", "hf", None, {"gpus": 2, "precision": "bf16", "strategy": "fsdp"}),
+    "accelerate/deepspeed.yaml": ("accelerate", "hf", None, {"gpus": 2}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_real_configs_read_as_their_trainer_reads_them(name: str) -> None:
+    fmt, trainer, model, values = EXPECTED[name]
+    got = read_config(str(DATA / name))
+    assert (got.format, got.trainer, got.model) == (fmt, trainer, model)
+    assert dict(got.values) == values
+    assert set(got.keys) == set(values)  # every value names the file key it came from
+    assert got.origin == dict.fromkeys(values, "file")
+
+
+def test_every_format_has_a_real_example() -> None:
+    assert {fmt for fmt, *_ in EXPECTED.values()} == set(FORMATS)
+
+
+@pytest.mark.parametrize(
+    ("name", "unused"),
+    [
+        ("axolotl/qlora.yml", {"learning_rate", "datasets", "special_tokens", "strict"}),
+        ("torchtune/1B_qlora_single_device.yaml", {"profiler", "lr_scheduler", "metric_logger"}),
+        ("trl/example_config.yaml", {"dataset_name", "learning_rate", "lr_scheduler_type", "report_to"}),
+        ("deepspeed/zero3_bf16_cpuoffload_all.json", {"wall_clock_breakdown"}),
+    ],
+)
+def test_unused_keys_are_listed_never_dropped(name: str, unused: set[str]) -> None:
+    got = read_config(str(DATA / name))
+    assert unused <= set(got.unused)
+    assert not set(got.unused) & set(got.keys.values())  # a key is used or listed, not both
+    assert "lora_target_modules" not in got.unused  # null keys (axolotl writes many) set nothing
+
+
+def test_notes_say_what_is_inferred_or_not_modelled() -> None:
+    mlx = read_config(str(DATA / "mlx/lora_config.yaml"))
+    assert any("num_layers 16" in n for n in mlx.notes)
+    tt = read_config(str(DATA / "torchtune/1B_qlora_single_device.yaml"))
+    assert any("max_seq_len is null" in n for n in tt.notes)
+    acc = read_config(str(DATA / "accelerate/deepspeed.yaml"))
+    assert any("zero_stage1_config.json" in n for n in acc.notes)
+
+
+def test_from_format_overrides_detection(tmp_path: Path) -> None:
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("model_name_or_path: x/y\nper_device_train_batch_size: 2\nuse_peft: true\n")
+    assert read_config(str(cfg)).format == "trl"
+    got = read_config(str(cfg), "llamafactory")
+    assert got.format == "llamafactory" and got.values["batch_size"] == 2
+    assert read_config(str(cfg), "hf").format == "trl"  # fitcheck's emitter name is an alias
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "fmt", "says"),
+    [
+        ("base_model: [unclosed\n", "a.yaml", None, "not valid YAML"),
+        ("- just\n- a list\n", "a.yaml", None, "expected a mapping"),
+        ('{"zero_optimization": ', "ds.json", None, "not valid JSON"),
+        ("network_dim = \n", "k.toml", None, "not valid TOML"),
+        ("foo: 1\n", "a.yaml", None, "cannot tell which trainer"),
+        ("base_model: x\nmicro_batch_size: two\n", "a.yaml", None, "micro_batch_size must be a whole number"),
+        ("base_model: x\n", "a.yaml", "nemo", "unknown --from-format"),
+        ('{"zero_optimization": {"stage": 5}}', "ds.json", None, "stage must be 0, 1, 2 or 3"),
+        ('dataset_config = "missing.toml"\nnetwork_dim = 4\n', "k.toml", None, "dataset_config missing.toml"),
+    ],
+)
+def test_bad_files_are_one_clear_error(
+    tmp_path: Path, text: str, name: str, fmt: str | None, says: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(FitcheckError) as info:
+        read_config(str(path), fmt)
+    assert says in str(info.value) and "\n" not in str(info.value)
+    assert int(info.value.exit_code) == 2
+
+
+def test_reads_are_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text("base_model: x\n" + "# padding\n" * 200_000)
+    with pytest.raises(FitcheckError, match="too large"):
+        read_config(str(path))
+    with pytest.raises(FitcheckError, match="no such file"):
+        read_config(str(tmp_path / "absent.yaml"))
+
+
+def test_yaml_is_read_safely(tmp_path: Path) -> None:
+    path = tmp_path / "evil.yaml"
+    path.write_text("base_model: !!python/object/apply:os.system ['true']\n")
+    with pytest.raises(FitcheckError, match="not valid YAML"):
+        read_config(str(path))
+
+
+def test_mlx_quantized_model_folder_is_qlora(tmp_path: Path) -> None:
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text('{"quantization": {"group_size": 64, "bits": 4}}')
+    cfg = tmp_path / "mlx.yaml"
+    cfg.write_text(f"model: {model}\nfine_tune_type: lora\n")
+    assert read_config(str(cfg)).values["method"] == "qlora"
+    (model / "config.json").write_text("{}")
+    assert read_config(str(cfg)).values["method"] == "lora"
+
+
+def test_precedence_command_line_file_trainer_default_fitcheck_default() -> None:
+    got = read_config(str(DATA / "llamafactory/llama3_lora_sft_otfq.yaml"))
+    fields = ("method", "batch_size", "seq_len", "grad_ckpt", "lora_rank", "optimizer", "attn", "trainer")
+    cli = {"batch_size": 4, "seq_len": None, "grad_ckpt": False, "attn": "sdpa", "trainer": "generic"}
+    merged = resolve(cli, {"batch_size"}, got, fields)
+    assert merged.values["batch_size"] == 4 and merged.origin["batch_size"] == "command line"
+    assert merged.values["seq_len"] == 2048 and merged.origin["seq_len"] == "file"
+    # LLaMA-Factory checkpoints unless disable_gradient_checkpointing: the file is silent
+    assert merged.values["grad_ckpt"] is True and merged.origin["grad_ckpt"] == "trainer default"
+    assert merged.values["lora_rank"] == 8 and merged.origin["lora_rank"] == "trainer default"
+    assert "checkpointing.py" in merged.sources["grad_ckpt"]
+    assert merged.origin["attn"] == "fitcheck default"
+    assert merged.values["trainer"] == "llamafactory" and merged.origin["trainer"] == "file"
+
+
+def test_trainer_defaults_apply_to_a_named_trainer_without_a_file() -> None:
+    fields = ("grad_ckpt", "optimizer", "precision", "batch_size", "trainer")
+    cli = {"grad_ckpt": False, "optimizer": "adamw", "precision": "bf16", "batch_size": 1, "trainer": "kohya"}
+    merged = resolve(cli, {"trainer"}, None, fields)
+    assert merged.values["precision"] == "fp32" and merged.origin["precision"] == "trainer default"
+    # a batch size is a file-scope default: --trainer alone keeps fitcheck's
+    assert merged.values["batch_size"] == 1 and merged.origin["batch_size"] == "fitcheck default"
+    plain = resolve({**cli, "trainer": "generic"}, set(), None, fields)
+    assert set(plain.origin.values()) == {"fitcheck default"}
+
+
+def test_full_fine_tuning_drops_lora_defaults() -> None:
+    got = read_config(str(DATA / "trl/example_config.yaml"))
+    fields = ("method", "lora_rank", "lora_alpha", "lora_targets", "grad_ckpt", "trainer")
+    merged = resolve({}, set(), got, fields)
+    # TRL's SFTConfig checkpoints by default; its LoRA defaults (r 16) do not apply to a full run
+    assert merged.values == {"method": "full", "grad_ckpt": True, "trainer": "hf"}
+    assert merged.origin["lora_rank"] == "fitcheck default"
+
+
+def test_fields_the_setup_lacks_are_pending_not_dropped() -> None:
+    got = read_config(str(DATA / "deepspeed/zero3_bf16_cpuoffload_all.json"))
+    merged = resolve({}, set(), got, ("precision",))
+    assert merged.pending == {"strategy": "zero3", "offload": "all"}
+
+
+@pytest.mark.parametrize("row", sorted(TABLE))
+def test_every_trainer_default_is_cited(row: str) -> None:
+    for d in TABLE[row]:
+        assert ".py" in d.source, d  # names the trainer's file that decides it
