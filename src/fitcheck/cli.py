@@ -223,7 +223,7 @@ def merge_from(
     read = read_config(path, fmt) if path is not None else None
     merged = resolve(training, given, read, tuple(get_type_hints(TrainingOptions)))
     note = None
-    if read is not None and model is not None and read.model and read.model != model:
+    if read is not None and model is not None and read.model and file_model(read.model) != model:
         note = f"MODEL {model} on the command line overrides the file's base model {read.model}"
     if model is None:
         if read is None or not read.model:
@@ -237,17 +237,25 @@ def merge_from(
 
 
 def file_model(ref: str) -> str:
-    """The model a file names; a placeholder path whose stem is a preset id (``/path/to/sdxl.safetensors``,
-    as fitcheck's kohya emitter writes) means that preset."""
+    """The model a file names, as MODEL: a preset whose ``hf_id`` it is (no network needed), a
+    placeholder path whose stem is a preset id (``/path/to/sdxl.safetensors``, as fitcheck's kohya
+    emitter writes), else the reference itself."""
     from pathlib import Path
 
-    p = Path(ref)
-    if p.exists() or "/" not in ref or not ref.endswith((".safetensors", ".ckpt")):
-        return ref
-    from fitcheck.presets import preset_ids
+    from fitcheck.presets import load_preset, preset_ids
 
-    known = {*preset_ids("models"), *preset_ids("diffusion")}
-    return p.stem if p.stem in known else ref
+    p = Path(ref)
+    if p.exists():
+        return ref
+    for kind in ("models", "diffusion"):
+        for pid in preset_ids(kind):
+            hf_id = load_preset(kind, pid).get("hf_id")
+            if isinstance(hf_id, str) and hf_id.lower() == ref.lower():
+                return pid
+    if "/" in ref and ref.endswith((".safetensors", ".ckpt")):
+        known = {*preset_ids("models"), *preset_ids("diffusion")}
+        return p.stem if p.stem in known else ref
+    return ref
 
 
 def with_origin(doc: dict[str, Any], est: Any, prov: FromFile, given: frozenset[str]) -> dict[str, Any]:

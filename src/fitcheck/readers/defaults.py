@@ -145,6 +145,13 @@ TABLE: dict[str, tuple[Default, ...]] = {
         Default(
             "optimizer", "adamw", "trainer", f"optimizer defaults to adam (same two states as AdamW): {_MLX}"
         ),
+        Default(
+            "double_quant",
+            False,
+            "trainer",
+            "MLX's 4-bit format keeps a scale and a bias per group, with no second quantization "
+            "(ml-explore/mlx python/mlx/nn/layers/quantized.py QuantizedLinear)",
+        ),
         Default("batch_size", 4, "file", f"batch_size defaults to 4: {_MLX}"),
         Default("seq_len", 2048, "file", f"max_seq_length defaults to 2048: {_MLX}"),
         Default("lora_rank", 8, "file", f"lora_parameters.rank defaults to 8: {_MLX}"),

@@ -78,6 +78,9 @@ def resolve(
             if origin.get(name) != COMMAND_LINE and name in values:
                 del values[name]
                 origin[name] = FITCHECK_DEFAULT
+    if values.get("method") != "qlora" and origin.get("double_quant") == TRAINER_DEFAULT:
+        del values["double_quant"]  # only QLoRA quantizes the base: no default worth reporting
+        origin["double_quant"] = FITCHECK_DEFAULT
     pending = {k: v for k, v in file_values.items() if k not in setup_fields}
     return Resolved(values=values, origin=origin, pending=pending, sources=sources)
 

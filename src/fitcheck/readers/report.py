@@ -35,9 +35,8 @@ def lines(read: ReadResult | None, merged: Resolved, model_note: str | None = No
         k: merged.values[k] for k, o in merged.origin.items() if o == "trainer default" and k in merged.values
     }
     if defaulted:
-        out.append(
-            f"{merged.values.get('trainer', '')} defaults (the file leaves them out): {_pairs(defaulted)}"
-        )
+        whose = read.format if read is not None else merged.values.get("trainer", "")
+        out.append(f"{whose} defaults (not set here): {_pairs(defaulted)}")
     if merged.pending:
         out.append(f"read, not yet modelled: {_pairs(merged.pending)}")
     if read is not None:

@@ -1,0 +1,80 @@
+"""Round trip: ``plan --emit X`` then ``estimate MODEL --from X`` gives the plan's estimate, for every
+emitter whose file carries a full setup (TRL/HF, axolotl, LLaMA-Factory, mlx-lm, kohya)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fitcheck.cli import main
+
+CASES = [
+    ("hf.yaml", "llama-3.1-8b", "rtx-4090", []),
+    ("hf.yaml", "llama-3.1-8b", "rtx-4090", ["--method", "qlora"]),
+    ("hf.yaml", "qwen2.5-0.5b", "rtx-4090", ["--method", "full", "--master-weights"]),
+    ("axolotl.yaml", "llama-3.1-8b", "rtx-4090", ["--method", "qlora"]),
+    ("axolotl.yaml", "qwen2.5-0.5b", "rtx-3060-12gb", ["--method", "full"]),
+    ("llamafactory.yaml", "llama-3.1-8b", "rtx-4090", []),
+    ("llamafactory.yaml", "llama-3.1-8b", "rtx-4090", ["--method", "qlora", "--no-double-quant"]),
+    ("mlx.yaml", "qwen2.5-7b", "apple-m3-max-36gb", []),
+    ("mlx.yaml", "qwen2.5-7b", "apple-m3-max-36gb", ["--method", "qlora"]),
+    ("kohya.toml", "sdxl", "rtx-4090", []),
+    ("kohya.toml", "sd15", "rtx-3060-12gb", ["--method", "full"]),
+]
+
+
+def _json(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, Any], str]:
+    rc = main(args)
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return json.loads(out), err
+
+
+def _same_setup(planned: dict[str, Any], read: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Fields that differ, once alpha is compared as a value (None means 2 x rank) and the
+    double-quantization flag only where QLoRA quantizes the base."""
+    out = {}
+    for key, want in planned.items():
+        got = read[key]
+        if key == "lora_alpha":
+            want = want if want is not None else 2.0 * planned["lora_rank"]
+            got = got if got is not None else 2.0 * read["lora_rank"]
+        if key == "double_quant" and planned["method"] != "qlora":
+            continue
+        if want != got:
+            out[key] = (want, got)
+    return out
+
+
+@pytest.mark.parametrize(("emit", "model", "on", "extra"), CASES)
+def test_plan_emit_then_estimate_from_gives_the_plan(
+    emit: str, model: str, on: str, extra: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan, _ = _json(
+        ["plan", model, "--on", on, *extra, "--emit", emit, "-o", str(tmp_path), "--format", "json"], capsys
+    )
+    assert plan["fits"], "the case must plan something to write"
+    if emit == "kohya.toml":
+        planned_setup, planned_bytes = plan["chosen"], plan["estimate"]["device_bytes"]
+    else:
+        planned_setup, planned_bytes = plan["chosen"]["setup"], plan["chosen"]["device_bytes"]
+    est, err = _json(
+        ["estimate", model, "--from", str(tmp_path / emit), "--on", on, "--format", "json"], capsys
+    )
+    assert _same_setup(planned_setup, est["setup"]) == {}
+    assert est["device_bytes"] == planned_bytes
+    assert est["setup_origin"]["method"] == "file" and "from " in err
+
+
+def test_round_trip_without_model_uses_the_files_base_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The hf.yaml names meta-llama/Llama-3.1-8B, a preset's hf_id: no MODEL, no network."""
+    fmt = ["--on", "rtx-4090", "--format", "json"]
+    plan, _ = _json(["plan", "llama-3.1-8b", *fmt, "--emit", "hf.yaml", "-o", str(tmp_path)], capsys)
+    est, err = _json(["estimate", "--from", str(tmp_path / "hf.yaml"), *fmt], capsys)
+    assert est["model"] == "llama-3.1-8b" and "overrides" not in err
+    assert est["device_bytes"] == plan["chosen"]["device_bytes"]
