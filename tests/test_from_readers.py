@@ -313,3 +313,11 @@ def test_fields_the_setup_lacks_are_pending_not_dropped() -> None:
 def test_every_trainer_default_is_cited(row: str) -> None:
     for d in TABLE[row]:
         assert ".py" in d.source, d  # names the trainer's file that decides it
+
+
+def test_docs_list_every_trainer_default() -> None:
+    doc = (Path(__file__).parents[1] / "docs" / "from.md").read_text()
+    rows = [line for line in doc.splitlines() if line.startswith("| ")]
+    for row, defaults in TABLE.items():
+        for d in defaults:
+            assert any(line.startswith(f"| {row}") and d.field in line for line in rows), (row, d.field)
