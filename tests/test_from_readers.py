@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fitcheck.errors import FitcheckError
 from fitcheck.readers import FORMATS, read_config
@@ -228,6 +230,7 @@ def test_from_format_overrides_detection(tmp_path: Path) -> None:
         ("base_model: x\n", "a.yaml", "nemo", "unknown --from-format"),
         ('{"zero_optimization": {"stage": 5}}', "ds.json", None, "stage must be 0, 1, 2 or 3"),
         ('dataset_config = "missing.toml"\nnetwork_dim = 4\n', "k.toml", None, "dataset_config missing.toml"),
+        ('resolution = "0,0"\nnetwork_dim = 4\n', "k.toml", None, "resolution must be a size in pixels"),
     ],
 )
 def test_bad_files_are_one_clear_error(
@@ -321,3 +324,35 @@ def test_docs_list_every_trainer_default() -> None:
     for row, defaults in TABLE.items():
         for d in defaults:
             assert any(line.startswith(f"| {row}") and d.field in line for line in rows), (row, d.field)
+
+
+_FIELDS = ("batch_size", "grad_accum", "seq_len", "lora_rank", "grad_ckpt", "optimizer")
+
+
+@given(
+    typed=st.sets(st.sampled_from(_FIELDS)),
+    in_file=st.sets(st.sampled_from(_FIELDS)),
+)
+def test_precedence_holds_for_any_mix(typed: set[str], in_file: set[str]) -> None:
+    """A typed flag always wins; else the file; else the trainer default; else fitcheck's."""
+    from fitcheck.readers.base import ReadResult
+
+    cli: dict[str, object] = {f: f"cli-{f}" for f in _FIELDS}
+    values: dict[str, str | int | float | bool] = {f: f"file-{f}" for f in in_file}
+    read = ReadResult("axolotl", "x.yaml", "axolotl", None, values, dict.fromkeys(values, "k"))
+    merged = resolve(cli, typed, read, _FIELDS)
+    trainer_defaults = {d.field for d in TABLE["axolotl"]}
+    for f in _FIELDS:
+        want = (
+            "command line"
+            if f in typed
+            else "file"
+            if f in in_file
+            else "trainer default"
+            if f in trainer_defaults
+            else "fitcheck default"
+        )
+        assert merged.origin[f] == want
+        assert merged.values[f] == {"command line": f"cli-{f}", "file": f"file-{f}"}.get(
+            want, merged.values[f]
+        )

@@ -170,14 +170,14 @@ def _resolution(value: object, key: str, r: Reading) -> int | None:
     """One side in pixels: ``"W,H"``, ``W``, ``[W, H]``; a non-square size as the side of equal area."""
     if value is None or value == "":
         return None
-    parts: list[object] = (
-        value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
-    )
+    parts = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
     sides = [as_int(str(v).strip(), key, r.path) for v in parts]
-    if not sides or any(s is None or s <= 0 for s in sides) or len(sides) > 2:
-        return None
-    w, h = (sides[0], sides[-1])
-    assert w is not None and h is not None
+    whole = [s for s in sides if s is not None and s > 0]
+    if len(whole) != len(sides) or not 1 <= len(whole) <= 2:
+        from fitcheck.errors import InputError
+
+        raise InputError(f"--from {r.path}: {key} must be a size in pixels, W or W,H (got {value!r})")
+    w, h = whole[0], whole[-1]
     if w != h:
         side = math.isqrt(w * h)
         r.note(f"{key} {w}x{h}: sized as {side}x{side} (the same number of pixels)")
