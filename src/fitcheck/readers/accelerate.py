@@ -108,19 +108,19 @@ def _fsdp(r: Reading, k: Keys) -> None:
         r.set("strategy", "fsdp", "distributed_type")
         return
     p = r.path
-    version = as_int(fs.get("fsdp_version"), "fsdp_config.fsdp_version", p) or 1
+    given = as_int(fs.get("fsdp_version"), "fsdp_config.fsdp_version", p)
+    version = given or 1
+    if given is not None:
+        r.set("fsdp_version", given, "fsdp_config.fsdp_version")
     if version == 2:
         reshard = as_bool(fs.get("fsdp_reshard_after_forward"), "fsdp_reshard_after_forward", p)
-        r.set(
-            "strategy",
-            "fsdp-grad-op" if reshard is False else "fsdp",
-            "fsdp_config.fsdp_reshard_after_forward",
-        )
+        strategy = "fsdp-grad-op" if reshard is False else "fsdp"
+        r.set("strategy", strategy, "fsdp_config.fsdp_reshard_after_forward")
     else:
         strategy = str(fs.get("fsdp_sharding_strategy", "FULL_SHARD")).upper()
         r.set("strategy", SHARDING.get(strategy, "fsdp"), "fsdp_config.fsdp_sharding_strategy")
-        if version == 1:
-            r.note("fsdp_version 1: the legacy FSDP wrapper")
+        if given is None:
+            r.note("fsdp_version unset: accelerate's default, 1 (the legacy FSDP wrapper)")
     if as_bool(fs.get("fsdp_offload_params"), "fsdp_offload_params", p):
         r.set("offload", "all", "fsdp_config.fsdp_offload_params")
     act = as_bool(fs.get("fsdp_activation_checkpointing"), "fsdp_activation_checkpointing", p)

@@ -180,5 +180,4 @@ def _fsdp(r: Reading, k: Keys) -> None:
         r.set("offload", "all", "fsdp_config.offload_params")
     if as_bool(cfg.get("activation_checkpointing"), "activation_checkpointing", r.path):
         r.set("grad_ckpt", True, "fsdp_config.activation_checkpointing")
-    if version:
-        r.note(f"fsdp_version {version}")
+    r.set("fsdp_version", version, "fsdp_version")

@@ -27,6 +27,7 @@ PENDING_FIELDS = (
     "strategy",
     "offload",
     "nodes",
+    "fsdp_version",
     "loss",
     "base_quant",
     "train_modules",
