@@ -12,7 +12,7 @@ import importlib
 import json
 from pathlib import Path
 
-from fitcheck.errors import OptionError, suggest
+from fitcheck.errors import FitcheckError, OptionError, suggest
 from fitcheck.readers.base import Doc, ReadResult, parse, read_text, syntax_of
 from fitcheck.readers.detect import detect
 
@@ -93,8 +93,8 @@ def _mlx_bits(data: Doc) -> int | None:
         return None
     try:
         doc = json.loads(read_text(str(config)))
-    except (ValueError, OSError):
-        return None
+    except (ValueError, OSError, FitcheckError):
+        return None  # an unreadable model folder is MODEL's problem, reported when it is resolved
     quant = doc.get("quantization") if isinstance(doc, dict) else None
     bits = quant.get("bits") if isinstance(quant, dict) else None
     return bits if isinstance(bits, int) else 0
