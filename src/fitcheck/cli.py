@@ -198,7 +198,7 @@ class FromFile:
         self.shown = shown  # JSON carries setup_origin (with --from or an explicit --trainer)
 
     def origin_of(self, setup: Any, given: frozenset[str]) -> dict[str, str]:
-        """Every setup field's origin (``kind`` is the model's, not a setting); the backend follows ``--on``."""
+        """Every setup field's origin (not ``kind``: the model decides it); the backend follows ``--on``."""
         fields = [name for name in type(setup).model_fields if name != "kind"]
         out = {name: self.origin.get(name, "fitcheck default") for name in fields}
         if "backend" in out:
@@ -210,10 +210,10 @@ def merge_from(
     model: str | None, training: dict[str, Any], path: str | None, fmt: str | None, given: frozenset[str]
 ) -> FromFile:
     """Merge command line, ``--from`` file and trainer defaults (fitcheck.readers.merge); report on stderr."""
-    from fitcheck.errors import InputError
     from typing import get_type_hints
 
     from fitcheck.api import TrainingOptions
+    from fitcheck.errors import InputError
     from fitcheck.readers import read_config
     from fitcheck.readers.merge import resolve
     from fitcheck.readers.report import lines

@@ -36,10 +36,6 @@ def register(app: typer.Typer) -> None:
         from fitcheck import api, render
         from fitcheck._clicompat import given_parameters
 
-        if on.strip().lower() == "none":
-            from fitcheck.errors import OptionError
-
-            raise OptionError("check exists to give a verdict: name the training GPU, e.g. --on rtx-4090")
         given = given_parameters()
         prov = c.merge_from(model, training, from_file, from_format, given)
         spec = api.resolve(prov.model)

@@ -27,7 +27,8 @@ def lines(read: ReadResult | None, merged: Resolved, model_note: str | None = No
     """The stderr lines (without the ``fitcheck:`` prefix) for a run with or without ``--from``."""
     out: list[str] = []
     if read is not None:
-        got = {k: merged.values[k] for k, o in merged.origin.items() if o == "file" and k in merged.values}
+        order = [*read.values, *merged.values]  # the file's own order first
+        got = {k: merged.values[k] for k in dict.fromkeys(order) if merged.origin.get(k) == "file"}
         out.append(f"from {read.path} ({read.format}): {_pairs(got) or 'no setup values'}")
         if model_note:
             out.append(model_note)
