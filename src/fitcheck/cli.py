@@ -191,11 +191,19 @@ def plain(**kw: Any) -> dict[str, Any]:
 class FromFile:
     """What ``--from`` (and ``--trainer``) decided: the model, the merged setup values, provenance."""
 
-    def __init__(self, model: str, values: dict[str, Any], origin: dict[str, str], shown: bool) -> None:
+    def __init__(
+        self, model: str, values: dict[str, Any], origin: dict[str, str], shown: bool, report: list[str]
+    ) -> None:
         self.model = model
         self.values = values
         self.origin = origin
         self.shown = shown  # JSON carries setup_origin (with --from or an explicit --trainer)
+        self.report = report
+
+    def say(self) -> None:
+        """The report on stderr, once the run was sized (an error stays one line)."""
+        for line in self.report:
+            sys.stderr.write(f"fitcheck: {line}\n")
 
     def origin_of(self, setup: Any, given: frozenset[str]) -> dict[str, str]:
         """Every setup field's origin (not ``kind``: the model decides it); the backend follows ``--on``."""
@@ -209,7 +217,7 @@ class FromFile:
 def merge_from(
     model: str | None, training: dict[str, Any], path: str | None, fmt: str | None, given: frozenset[str]
 ) -> FromFile:
-    """Merge command line, ``--from`` file and trainer defaults (fitcheck.readers.merge); report on stderr."""
+    """Merge command line, ``--from`` file and trainer defaults (fitcheck.readers.merge), with the report."""
     from typing import get_type_hints
 
     from fitcheck.api import TrainingOptions
@@ -229,11 +237,9 @@ def merge_from(
         if read is None or not read.model:
             raise InputError("give MODEL" + (f": {path} names no base model" if read is not None else ""))
         model = file_model(read.model)
-    if read is not None or "trainer" in given:
-        for line in lines(read, merged, note):
-            sys.stderr.write(f"fitcheck: {line}\n")
-    values = {k: v for k, v in merged.values.items()}
-    return FromFile(model, values, merged.origin, read is not None or "trainer" in given)
+    shown = read is not None or "trainer" in given
+    report = lines(read, merged, note) if shown else []
+    return FromFile(model, dict(merged.values), merged.origin, shown, report)
 
 
 def file_model(ref: str) -> str:
@@ -357,6 +363,7 @@ def estimate(
     prov = merge_from(model, training, from_file, from_format, given)
     spec = api.resolve(prov.model)
     est = api.estimate(spec, on=on, headroom=headroom, **prov.values)
+    prov.say()
     if rule is RuleOpt.thumb:
         if est.thumb is None:
             from fitcheck.errors import OptionError

@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
         spec = api.resolve(prov.model)
         est = api.check(spec, on, headroom=headroom, **prov.values)
         assert est.target is not None
+        prov.say()
         doc = c.with_origin(render.estimate_doc(est), est, prov, given)
         c.print_doc(fmt, doc, lambda: render.estimate_table(est, spec))
         return exit_code(est.target.verdict, strict)

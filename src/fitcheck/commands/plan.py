@@ -275,10 +275,13 @@ def register(app: typer.Typer) -> None:
             epochs=epochs,
             min_resolution=min_resolution,
         )
-        model = plan_from(model, kw, from_file, from_format)
+        model, prov = plan_from(model, kw, from_file, from_format)
         from fitcheck import api
 
         spec = api.resolve(model)
+        if prov is not None:
+            api.refuse_foreign(spec, kw)
+            prov.say()
         if api.kind_of(spec) == "diffusion":
             emits = list(emit or [])
             code = plan_diffusion_command(spec, kw, emits, emit_format, output_dir, force, fmt.value)
@@ -309,8 +312,8 @@ PLAN_FIXED = ("method", "dora", "lora_rank", "lora_alpha", "lora_targets", "lora
               "master_weights", "seq_len", "resolution", "trainer", "gpus")  # fmt: skip
 
 
-def plan_from(model: str | None, kw: dict[str, Any], path: str | None, fmt: str | None) -> str:
-    """Apply a ``--from`` file to the plan options in ``kw`` (command line first); returns MODEL.
+def plan_from(model: str | None, kw: dict[str, Any], path: str | None, fmt: str | None) -> tuple[str, Any]:
+    """Apply a ``--from`` file to the plan options in ``kw`` (command line first): MODEL and the merge.
 
     The file fixes the model, method, LoRA shape, sequence length or resolution, trainer and GPUs,
     and the effective batch (micro-batch x accumulation x GPUs); the planner searches the rest.
@@ -321,7 +324,7 @@ def plan_from(model: str | None, kw: dict[str, Any], path: str | None, fmt: str 
     if path is None and fmt is None:
         if model is None:
             raise InputError("give MODEL (or --from FILE naming one)")
-        return model
+        return model, None
     given = given_parameters()
     setup_kw = {k: v for k, v in kw.items() if k in PLAN_FIXED or k in ("batch_size", "grad_accum")}
     if setup_kw.get("method") == "auto":
@@ -333,7 +336,7 @@ def plan_from(model: str | None, kw: dict[str, Any], path: str | None, fmt: str 
     if "effective_batch" not in given and prov.origin.get("batch_size") == "file":
         per_step = int(prov.values["batch_size"]) * int(prov.values.get("grad_accum", 1))
         kw["effective_batch"] = per_step * int(kw.get("gpus") or 1)
-    return prov.model
+    return prov.model, prov
 
 
 def plan_diffusion_command(
