@@ -356,3 +356,18 @@ def test_precedence_holds_for_any_mix(typed: set[str], in_file: set[str]) -> Non
         assert merged.values[f] == {"command line": f"cli-{f}", "file": f"file-{f}"}.get(
             want, merged.values[f]
         )
+
+
+def test_the_python_example_in_the_docs_runs() -> None:
+    """docs/from.md, "From Python": readers + merge + fitcheck.api, as the CLI does it."""
+    from typing import get_type_hints
+
+    from fitcheck import api
+
+    read = read_config(str(DATA / "axolotl" / "qlora.yml"))
+    merged = resolve({}, set(), read, tuple(get_type_hints(api.TrainingOptions)))
+    est = api.estimate("llama-3.1-8b", on="rtx-4090", **merged.values)  # type: ignore[arg-type]
+    assert est.setup.seq_len == 4096 and merged.origin["seq_len"] == "file"
+    assert est.setup.trainer == "axolotl" and est.setup.method == "qlora"
+    doc = (Path(__file__).parents[1] / "docs" / "from.md").read_text()
+    assert 'api.estimate("llama-3.1-8b", on="rtx-4090", **merged.values)' in doc
