@@ -389,3 +389,40 @@ def test_values_for_fields_not_modelled_yet_use_their_vocabulary(name: str) -> N
     for field, allowed in PENDING_VOCAB.items():
         if field in got.values:
             assert got.values[field] in allowed, (field, got.values[field])
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "values"),
+    [
+        (  # trainer_formats.md section 6's minimal ZeRO-2 config
+            "ds.json",
+            '{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8,'
+            ' "bf16": {"enabled": true}, "zero_optimization": {"stage": 2,'
+            ' "offload_optimizer": {"device": "cpu", "pin_memory": true}, "reduce_bucket_size": 5e8}}',
+            {"batch_size": 2, "grad_accum": 8, "precision": "bf16"}
+            | {"strategy": "zero2", "offload": "optimizer"},
+        ),
+        (
+            "acc.yaml",
+            "distributed_type: DEEPSPEED\nnum_processes: 8\nnum_machines: 2\nmixed_precision: fp16\n"
+            "deepspeed_config: {zero_stage: 3, offload_optimizer_device: cpu, offload_param_device: cpu,"
+            " gradient_accumulation_steps: 4}\n",
+            {"gpus": 4, "nodes": 2, "precision": "fp16", "grad_accum": 4}
+            | {"strategy": "zero3", "offload": "all"},
+        ),
+        (
+            "acc.yaml",
+            "distributed_type: FSDP\nnum_processes: 2\nfsdp_config: {fsdp_version: 2,"
+            " fsdp_reshard_after_forward: false, fsdp_activation_checkpointing: true}\n",
+            {"gpus": 2, "fsdp_version": 2, "strategy": "fsdp-grad-op", "grad_ckpt": True},
+        ),
+        ("acc.yaml", "distributed_type: MULTI_GPU\nnum_processes: 4\n", {"gpus": 4, "strategy": "ddp"}),
+    ],
+)
+def test_distributed_configs(tmp_path: Path, name: str, text: str, values: dict[str, object]) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    got = read_config(str(path))
+    assert dict(got.values) == values
+    if name == "ds.json":
+        assert any("reduce_bucket_size=500000000" in n for n in got.notes)
