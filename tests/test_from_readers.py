@@ -426,3 +426,18 @@ def test_distributed_configs(tmp_path: Path, name: str, text: str, values: dict[
     assert dict(got.values) == values
     if name == "ds.json":
         assert any("reduce_bucket_size=500000000" in n for n in got.notes)
+
+
+def test_reader_names_invert_the_emitters_names() -> None:
+    """What fitcheck writes for an optimizer, it reads back as that optimizer (one naming per trainer)."""
+    from fitcheck.emitters import hf, kohya, mlx
+    from fitcheck.readers import names
+
+    for ours, theirs in hf.OPTIM.items():
+        assert names.HF_OPTIM[theirs] == ours
+    for ours, theirs in kohya.OPTIMIZERS.items():
+        assert names.KOHYA_OPTIM[theirs.lower()] == ours
+    for ours, theirs in mlx.OPTIM.items():
+        assert names.MLX_OPTIM[theirs] == ours
+    for ours, theirs in hf.ATTN.items():
+        assert names.HF_ATTN[theirs] == ours
