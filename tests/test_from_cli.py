@@ -134,3 +134,12 @@ def test_plan_from_file_keeps_its_method_and_shape(capsys: pytest.CaptureFixture
 def test_table_output_reports_the_file_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = run(["estimate", "llama-3.1-8b", "--from", AXOLOTL, "--on", "rtx-4090"], capsys)
     assert rc == 0 and "from " in err and "(axolotl): method=qlora" in err and "fitcheck:" not in out
+
+
+def test_a_refused_value_from_the_file_names_the_file(capsys: pytest.CaptureFixture[str]) -> None:
+    kohya = str(DATA / "kohya" / "sdxl_inpainting_test_lora.toml")
+    rc, out, err = run(["estimate", "llama-3.1-8b", "--from", kohya, "--on", "none"], capsys)
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert "--resolution applies to diffusion models" in err and f"comes from {kohya}" in err
+    rc, _, err = run(["estimate", "sd15", "--seq-len", "512", "--on", "none"], capsys)
+    assert rc == 2 and "comes from" not in err  # a typed flag is the user's own

@@ -199,6 +199,20 @@ class FromFile:
         self.origin = origin
         self.shown = shown  # JSON carries setup_origin (with --from or an explicit --trainer)
         self.report = report
+        self.path: str | None = None
+
+    def blame(self, exc: Exception) -> Exception:
+        """An option error about a value the file set says so (the user did not type that flag)."""
+        import re
+
+        from fitcheck.errors import OptionError
+
+        m = re.match(r"--(?:no-)?([a-z0-9-]+)", str(exc))
+        if self.path is None or not isinstance(exc, OptionError) or m is None:
+            return exc
+        if self.origin.get(m.group(1).replace("-", "_")) != "file":
+            return exc
+        return OptionError(f"{exc} (the value comes from {self.path}: is MODEL the file's model?)")
 
     def say(self) -> None:
         """The report on stderr, once the run was sized (an error stays one line)."""
@@ -239,7 +253,9 @@ def merge_from(
         model = file_model(read.model)
     shown = read is not None or "trainer" in given
     report = lines(read, merged, note) if shown else []
-    return FromFile(model, dict(merged.values), merged.origin, shown, report)
+    prov = FromFile(model, dict(merged.values), merged.origin, shown, report)
+    prov.path = path
+    return prov
 
 
 def file_model(ref: str) -> str:
@@ -362,7 +378,10 @@ def estimate(
     given = given_parameters()
     prov = merge_from(model, training, from_file, from_format, given)
     spec = api.resolve(prov.model)
-    est = api.estimate(spec, on=on, headroom=headroom, **prov.values)
+    try:
+        est = api.estimate(spec, on=on, headroom=headroom, **prov.values)
+    except FitcheckError as exc:
+        raise prov.blame(exc) from None
     prov.say()
     if rule is RuleOpt.thumb:
         if est.thumb is None:

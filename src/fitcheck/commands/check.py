@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from fitcheck.errors import FitcheckError
+
 
 def register(app: typer.Typer) -> None:
     """Add the ``check`` command."""
@@ -39,7 +41,10 @@ def register(app: typer.Typer) -> None:
         given = given_parameters()
         prov = c.merge_from(model, training, from_file, from_format, given)
         spec = api.resolve(prov.model)
-        est = api.check(spec, on, headroom=headroom, **prov.values)
+        try:
+            est = api.check(spec, on, headroom=headroom, **prov.values)
+        except FitcheckError as exc:
+            raise prov.blame(exc) from None
         assert est.target is not None
         prov.say()
         doc = c.with_origin(render.estimate_doc(est), est, prov, given)
