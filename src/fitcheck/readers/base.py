@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fitcheck.errors import InputError, NotFoundError
+from fitcheck.units import MIB
 
 #: A setup value as a trainer file gives it, already in fitcheck's vocabulary.
 Value = str | int | float | bool
@@ -19,7 +20,7 @@ Value = str | int | float | bool
 Doc = Mapping[str, object]
 
 #: Trainer configs are a few kB; anything past this is not a config (bounded read).
-MAX_BYTES = 1 << 20
+MAX_BYTES = MIB
 
 #: Setup fields fitcheck's setup model may not have yet (added by the multi-GPU and engine work):
 #: read anyway, and reported as "read, not yet modelled" when the setup model lacks them.
