@@ -17,7 +17,7 @@ from fitcheck.components import component
 from fitcheck.engine import activations as act
 from fitcheck.engine import states
 from fitcheck.engine.lora import validate_targets
-from fitcheck.engine.params import inventory, layer_linears
+from fitcheck.engine.params import inventory, layer_kinds, layer_linears
 from fitcheck.engine.regimes import regime_for
 from fitcheck.engine.thumb import thumb
 from fitcheck.errors import OptionError
@@ -277,11 +277,9 @@ def autocast_copies(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[i
     head = (inv.lm_head or inv.embedding) * ctx.gamma if states.BYTES[head_dtype] != ctx.gamma else 0
     if setup.method == "qlora" or states.BYTES[layer_dtype] == ctx.gamma:
         return head, head, 0
-    moe_n = a.moe_layers if a.is_moe else 0
-    per_dense = sum(lin.d_in * lin.d_out * lin.copies for lin in layer_linears(a, False))
-    per_moe = sum(lin.d_in * lin.d_out * lin.copies for lin in layer_linears(a, True)) if moe_n else 0
-    layers = (a.num_layers - moe_n) * per_dense + moe_n * per_moe
-    return layers * ctx.gamma + head, head, max(per_dense, per_moe) * ctx.gamma
+    per = [(k.count, sum(x.d_in * x.d_out * x.copies for x in k.linears(a))) for k in layer_kinds(a)]
+    layers = sum(n * p for n, p in per)
+    return layers * ctx.gamma + head, head, max(p for _, p in per) * ctx.gamma
 
 
 def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]:

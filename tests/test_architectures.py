@@ -1,0 +1,227 @@
+"""Exact parameter counts per model_type: fitcheck's table-driven converter against transformers.
+
+Each case is a small config written with the keys the published config.json files use; transformers
+builds the same config with its own configuration class and the model on the meta device (no weights),
+and the totals must agree to the parameter. Remote-code families are checked against published counts
+in test_remote_code_counts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fitcheck.engine.params import count_params
+from fitcheck.errors import ModelSourceError
+from fitcheck.sources.hf_config import FAMILIES, MULTIMODAL, arch_from_hf_config, supported_types
+
+S: dict[str, Any] = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "pad_token_id": 0,
+                     "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 256}  # fmt: skip
+GPT: dict[str, Any] = {"n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 256}
+MOE = {"num_experts_per_tok": 2}
+ENC = {**S, "num_key_value_heads": None, "max_position_embeddings": 40}
+
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama": ("causal", {**S, "tie_word_embeddings": False}),
+    "mistral": ("causal", {**S, "head_dim": 32}),
+    "qwen2": ("causal", {**S, "tie_word_embeddings": True}),
+    "qwen3": ("causal", {**S, "head_dim": 24}),
+    "gemma": ("causal", {**S, "head_dim": 16}),
+    "gemma2": ("causal", {**S, "head_dim": 16}),
+    "gemma3_text": ("causal", {**S, "head_dim": 16}),
+    "phi3": ("causal", S),
+    "mixtral": ("causal", {**S, "num_local_experts": 4, **MOE}),
+    "qwen2_moe": (
+        "causal",
+        {
+            **S,
+            "num_experts": 4,
+            "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 48,
+            **MOE,
+            "decoder_sparse_step": 2,
+        },
+    ),
+    "qwen3_moe": (
+        "causal",
+        {**S, "num_experts": 4, "moe_intermediate_size": 32, **MOE, "mlp_only_layers": [0]},
+    ),
+    "gpt2": ("causal", GPT),
+    "granite": ("causal", S),
+    "helium": ("causal", {**S, "head_dim": 16}),
+    "smollm3": ("causal", S),
+    "glm": ("causal", S),
+    "glm4": ("causal", S),
+    "olmo": ("causal", S),
+    "olmo2": ("causal", S),
+    "olmoe": ("causal", {**S, "num_experts": 4, **MOE}),
+    "exaone": ("causal", S),
+    "exaone4": ("causal", S),
+    "cohere": ("causal", S),
+    "cohere2": ("causal", S),
+    "stablelm": ("causal", {**S, "use_qkv_bias": True}),
+    "starcoder2": ("causal", S),
+    "nemotron": ("causal", S),
+    "arcee": ("causal", S),
+    "gpt_neox": ("causal", {**S, "num_key_value_heads": None}),
+    "gptj": ("causal", GPT),
+    "phi": ("causal", {**S, "num_key_value_heads": None}),
+    "falcon": ("causal", {**S, "num_key_value_heads": None}),
+    "bloom": ("causal", {"hidden_size": 64, "n_layer": 2, "n_head": 4, "vocab_size": 256}),
+    "opt": (
+        "causal",
+        {
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "ffn_dim": 96,
+            "vocab_size": 256,
+            "max_position_embeddings": 40,
+            "word_embed_proj_dim": 64,
+        },
+    ),
+    "mpt": ("causal", {"d_model": 64, "n_layers": 2, "n_heads": 4, "vocab_size": 256}),
+    "granitemoe": ("causal", {**S, "num_local_experts": 4, **MOE}),
+    "granitemoeshared": ("causal", {**S, "num_local_experts": 4, **MOE, "shared_intermediate_size": 40}),
+    "deepseek_v2": (
+        "causal",
+        {
+            **S,
+            "num_key_value_heads": None,
+            "kv_lora_rank": 16,
+            "q_lora_rank": None,
+            "qk_nope_head_dim": 16,
+            "qk_rope_head_dim": 8,
+            "v_head_dim": 12,
+            "n_routed_experts": 4,
+            "n_shared_experts": 2,
+            "moe_intermediate_size": 24,
+            "first_k_dense_replace": 1,
+            **MOE,
+            "n_group": 1,
+            "topk_group": 1,
+        },
+    ),
+    "deepseek_v3": (
+        "causal",
+        {
+            **S,
+            "num_hidden_layers": 3,
+            "num_key_value_heads": None,
+            "kv_lora_rank": 16,
+            "q_lora_rank": 24,
+            "qk_nope_head_dim": 16,
+            "qk_rope_head_dim": 8,
+            "v_head_dim": 12,
+            "n_routed_experts": 4,
+            "n_shared_experts": 1,
+            "moe_intermediate_size": 24,
+            "first_k_dense_replace": 1,
+            **MOE,
+            "n_group": 1,
+            "topk_group": 1,
+        },
+    ),
+    "bert": ("classify", ENC),
+    "roberta": ("classify", ENC),
+    "deberta-v2": (
+        "classify",
+        {
+            **ENC,
+            "relative_attention": True,
+            "position_buckets": 16,
+            "norm_rel_ebd": "layer_norm",
+            "share_att_key": True,
+            "pos_att_type": "p2c|c2p",
+            "position_biased_input": False,
+            "type_vocab_size": 0,
+        },
+    ),
+    "t5": (
+        "seq2seq",
+        {
+            "d_model": 64,
+            "d_kv": 16,
+            "d_ff": 96,
+            "num_layers": 2,
+            "num_decoder_layers": 3,
+            "num_heads": 4,
+            "vocab_size": 256,
+            "feed_forward_proj": "gated-gelu",
+            "tie_word_embeddings": False,
+        },
+    ),
+}
+_TEXT = {**S, "model_type": "llama"}
+MM_CASES: dict[str, dict[str, Any]] = {
+    "llava": {"text_config": _TEXT, "vision_config": {"model_type": "clip_vision_model", "hidden_size": 32,
+              "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 2,
+              "image_size": 28, "patch_size": 14}, "image_token_index": 255},
+    "qwen2_vl": {**S, "vision_config": {"embed_dim": 32, "depth": 2, "num_heads": 2, "hidden_size": 64}},
+    "qwen2_5_vl": {**S, "vision_config": {"hidden_size": 32, "intermediate_size": 48, "depth": 2,
+                                          "num_heads": 2, "out_hidden_size": 64}},
+    "gemma3": {"text_config": {**S, "head_dim": 16, "model_type": "gemma3_text"},
+               "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+                                 "num_attention_heads": 2, "image_size": 28, "patch_size": 14,
+                                 "vision_use_head": False}, "mm_tokens_per_image": 4},
+    "llama4": {"text_config": {**S, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 1,
+                               "intermediate_size_mlp": 80, "interleave_moe_layer_step": 2},
+               "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+                                 "num_attention_heads": 2, "image_size": 28, "patch_size": 14,
+                                 "vision_output_dim": 40, "projector_input_dim": 48,
+                                 "projector_output_dim": 40, "pixel_shuffle_ratio": 0.5}},
+}  # fmt: skip
+
+NUM_LABELS = 3
+
+
+def _hf_count(model_type: str, task: str, cfg: dict[str, Any]) -> int:
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    kw = {k: v for k, v in cfg.items() if v is not None or k == "q_lora_rank"}
+    if task == "classify":
+        kw["num_labels"] = NUM_LABELS
+    config = tf.AutoConfig.for_model(model_type, **kw)
+    auto = {
+        "causal": tf.AutoModelForCausalLM,
+        "classify": tf.AutoModelForSequenceClassification,
+        "seq2seq": tf.AutoModelForSeq2SeqLM,
+        "vision": tf.AutoModelForImageTextToText,
+    }[task]
+    with torch.device("meta"):
+        model = auto.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def _ours(model_type: str, task: str, cfg: dict[str, Any]) -> int:
+    mine = {"model_type": model_type, **cfg}
+    if task == "classify":
+        mine["num_labels"] = NUM_LABELS
+    return count_params(arch_from_hf_config(mine))
+
+
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_count_matches_transformers(model_type: str) -> None:
+    task, cfg = CASES[model_type]
+    assert _ours(model_type, task, cfg) == _hf_count(model_type, task, cfg)
+
+
+@pytest.mark.parametrize("model_type", sorted(MM_CASES))
+def test_multimodal_count_matches_transformers(model_type: str) -> None:
+    cfg = MM_CASES[model_type]
+    assert _ours(model_type, "vision", cfg) == _hf_count(model_type, "vision", cfg)
+
+
+def test_every_transformers_type_has_a_case() -> None:
+    remote = {t for t, f in FAMILIES.items() if f.source == "remote"}
+    covered = set(CASES) | set(MM_CASES)
+    assert set(FAMILIES) - remote - {"llama4_text"} <= covered
+    assert set(MULTIMODAL) <= covered
+    assert len(supported_types()) >= 35
+
+
+@pytest.mark.parametrize("model_type", ["mamba", "mamba2", "rwkv", "jamba"])
+def test_state_space_models_refused(model_type: str) -> None:
+    with pytest.raises(ModelSourceError, match="state-space"):
+        arch_from_hf_config({"model_type": model_type, **S})
