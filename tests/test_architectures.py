@@ -225,3 +225,45 @@ def test_every_transformers_type_has_a_case() -> None:
 def test_state_space_models_refused(model_type: str) -> None:
     with pytest.raises(ModelSourceError, match="state-space"):
         arch_from_hf_config({"model_type": model_type, **S})
+
+
+#: Remote-code families (trust_remote_code: no class in transformers to build), each with a published
+#: config (keys as the repository's config.json states them) and the parameter count printed by a
+#: tool that loaded the real checkpoint:
+#: - THUDM/chatglm3-6b (= chatglm2-6b's shape): config.json of the repository; 6,243,584,000 in the
+#:   calflops README table (github.com/MrYxJ/calculate-flops.pytorch, "chatglm2-6b ... 6243584000").
+#: - baichuan-inc/Baichuan-7B: 7,000,559,616, same calflops table ("baichuan-7B ... 7000559616").
+#: - internlm/internlm2_5-7b-chat: 7,737,708,544, ChatLLM.cpp's loader banner ("You are served by
+#:   InternLM, with 7737708544 (7.7B) parameters", github.com/foldl/chatllm.cpp docs).
+#: - openbmb/MiniCPM-2B-sft-bf16: 2,724,880,896, the same banner ("You are served by MiniCPM, with
+#:   2724880896 (2.7B) parameters") and MTEB's model metadata for MiniCPM-based embedders
+#:   (n_parameters=2724880896).
+REMOTE: dict[str, tuple[dict[str, Any], int]] = {
+    "chatglm3-6b": ({"model_type": "chatglm", "add_bias_linear": False, "add_qkv_bias": True,
+                     "ffn_hidden_size": 13696, "hidden_size": 4096, "kv_channels": 128,
+                     "multi_query_attention": True, "multi_query_group_num": 2, "num_attention_heads": 32,
+                     "num_layers": 28, "padded_vocab_size": 65024, "post_layer_norm": True, "rmsnorm": True,
+                     "tie_word_embeddings": False, "vocab_size": 65024}, 6_243_584_000),
+    "baichuan-7b": ({"model_type": "baichuan", "hidden_size": 4096, "intermediate_size": 11008,
+                     "num_attention_heads": 32, "num_hidden_layers": 32, "vocab_size": 64000,
+                     "tie_word_embeddings": False}, 7_000_559_616),
+    "internlm2_5-7b-chat": ({"model_type": "internlm2", "hidden_size": 4096, "num_hidden_layers": 32,
+                             "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+                             "vocab_size": 92544, "bias": False, "tie_word_embeddings": False},
+                            7_737_708_544),
+    "minicpm-2b": ({"model_type": "minicpm", "hidden_size": 2304, "intermediate_size": 5760,
+                    "num_attention_heads": 36, "num_key_value_heads": 36, "num_hidden_layers": 40,
+                    "vocab_size": 122753, "scale_emb": 12, "dim_model_base": 256, "scale_depth": 1.4},
+                   2_724_880_896),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(REMOTE))
+def test_remote_code_counts_match_published(name: str) -> None:
+    cfg, published = REMOTE[name]
+    assert count_params(arch_from_hf_config(cfg)) == published
+
+
+def test_remote_code_families_are_all_checked() -> None:
+    remote = {t for t, f in FAMILIES.items() if f.source == "remote"}
+    assert remote == {cfg["model_type"] for cfg, _ in REMOTE.values()}
