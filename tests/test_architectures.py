@@ -267,3 +267,38 @@ def test_remote_code_counts_match_published(name: str) -> None:
 def test_remote_code_families_are_all_checked() -> None:
     remote = {t for t, f in FAMILIES.items() if f.source == "remote"}
     assert remote == {cfg["model_type"] for cfg, _ in REMOTE.values()}
+
+
+FALLBACK = {"model_type": "persimmon", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "vocab_size": 256}  # fmt: skip
+
+
+def test_meta_fallback_takes_transformers_count_and_warns() -> None:
+    pytest.importorskip("transformers")
+    from fitcheck.sources.resolve import spec_from_config
+
+    assert "persimmon" not in supported_types()
+    spec = spec_from_config(dict(FALLBACK), id="x", name="x", source="test")
+    expected = _hf_count("persimmon", "causal", {k: v for k, v in FALLBACK.items() if k != "model_type"})
+    assert count_params(spec.arch) == expected
+    assert spec.notes and "not modelled natively" in spec.notes[0] and "generic" in spec.notes[0]
+
+
+def test_unknown_type_without_the_torch_extra_names_types_and_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from fitcheck.sources.resolve import spec_from_config
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    with pytest.raises(
+        ModelSourceError, match=r"not read natively; supported: .*llama.*fitcheck-train\[torch\]"
+    ):
+        spec_from_config(dict(FALLBACK), id="x", name="x", source="test")
+
+
+def test_unknown_type_transformers_does_not_know_either() -> None:
+    pytest.importorskip("transformers")
+    from fitcheck.sources.resolve import spec_from_config
+
+    with pytest.raises(ModelSourceError, match="not read natively"):
+        spec_from_config({**FALLBACK, "model_type": "no_such_family"}, id="x", name="x", source="test")

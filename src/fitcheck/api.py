@@ -127,16 +127,15 @@ def _flag(name: str) -> str:
 
 
 def resolve(model: str) -> Spec:
-    """The model: a diffusion pipeline (`DiffusionSpec`) or a decoder (`ModelSpec`).
+    """The model: a diffusion pipeline (`DiffusionSpec`) or a transformer (`ModelSpec`).
 
-    ``model`` is a size (7B), a preset id or alias, a Hugging Face folder, ``config.json``, a
-    diffusers folder or a ``.safetensors`` file.
+    ``model`` is a size (7B), a preset id or alias, a Hugging Face Hub id (``org/name[@revision]``),
+    a Hugging Face folder, ``config.json``, a diffusers folder or a ``.safetensors`` file; the order
+    is `fitcheck.sources.resolve.resolve`'s (docs/cli.md, "Which model").
     """
-    from fitcheck.diffusion.sources import resolve_diffusion
-    from fitcheck.sources.resolve import resolve_model
+    from fitcheck.sources.resolve import resolve as resolve_any
 
-    dspec = resolve_diffusion(model)
-    return dspec if dspec is not None else resolve_model(model)
+    return resolve_any(model)
 
 
 def kind_of(spec: Spec) -> Literal["llm", "diffusion"]:

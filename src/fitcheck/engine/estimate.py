@@ -283,7 +283,7 @@ def autocast_copies(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[i
 
 
 def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]:
-    w: list[str] = []
+    w: list[str] = list(spec.notes)
     declared = spec.declared_params
     if spec.source_kind == "safetensors" and declared and abs(declared - derived) > 0.01 * declared:
         w.append(
