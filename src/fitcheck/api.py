@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Literal, get_type_hints
 from typing_extensions import TypedDict, Unpack  # pydantic validates only this TypedDict on 3.11
 
 from fitcheck.errors import InputError, OptionError
-from fitcheck.vocab import Attention, Method, MethodChoice, Optimizer, Precision, Trainer
+from fitcheck.vocab import Attention, Method, MethodChoice, Optimizer, Precision, Task, Trainer
 
 if TYPE_CHECKING:
     from fitcheck.diffusion.plan import DiffusionPlan
@@ -59,6 +59,10 @@ class _Common(TypedDict, total=False):
     double_quant: bool | None
     trainer: Trainer | None
     gpus: int | None
+    task: Task | None
+    num_labels: int | None
+    target_len: int | None
+    image_tokens: int | None
 
 
 class TrainingOptions(_Common, total=False):
@@ -98,6 +102,10 @@ LLM_ONLY: dict[str, object] = {
     "min_seq_len": None,
     "dataset_tokens": None,
     "epochs": None,
+    "task": None,
+    "num_labels": None,
+    "target_len": None,
+    "image_tokens": 0,
 }
 DIFFUSION_ONLY: dict[str, object] = {
     "resolution": None,

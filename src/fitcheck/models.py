@@ -22,6 +22,7 @@ from fitcheck.vocab import (
     Optimizer,
     PhaseName,
     Precision,
+    Task,
     Trainer,
     VerdictName,
 )
@@ -34,6 +35,7 @@ TRAINERS: tuple[str, ...] = Trainer.__args__  # type: ignore[attr-defined]
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
 PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
 BACKENDS: tuple[str, ...] = Backend.__args__  # type: ignore[attr-defined]
+TASKS: tuple[str, ...] = Task.__args__  # type: ignore[attr-defined]
 
 
 class Frozen(BaseModel):
@@ -189,6 +191,12 @@ class LlmSetup(SetupBase):
     double_quant: bool = True
     trainer: LlmTrainer = "generic"
     gpus: int = Field(default=1, ge=1, le=4096)
+    # What the model is trained for (docs/methodology.md, "Tasks"); None: the model's own
+    # (causal-lm for decoders, classification for encoders, seq2seq for encoder-decoders).
+    task: Task | None = None
+    num_labels: int | None = Field(default=None, ge=1, le=1_000_000, description="classification labels")
+    target_len: int | None = Field(default=None, ge=1, le=10_000_000, description="seq2seq target tokens")
+    image_tokens: int = Field(default=0, ge=0, le=1_000_000, description="image tokens per example")
 
     @property
     def tokens(self) -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fitcheck.assembly import assemble, phase
 from fitcheck.components import component
 from fitcheck.engine import activations as act
-from fitcheck.engine import states
+from fitcheck.engine import states, tasks
 from fitcheck.engine.lora import validate_targets
 from fitcheck.engine.params import inventory, layer_kinds, layer_linears
 from fitcheck.engine.regimes import regime_for
@@ -111,7 +111,8 @@ class Saved:
 def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved:
     """Activations saved for backward (all layers, or checkpoints), the loss hump and the transients."""
     a = spec.arch
-    T, s, L = setup.tokens, setup.seq_len, a.num_layers
+    shape = tasks.task_shape(a, setup)  # tokens per stack and output rows follow --task
+    T, s, L = shape.tokens, shape.seq_len, a.num_layers
     moe_n = a.moe_layers if a.is_moe else 0
     dense = act.layer_activations(a, setup, regime, moe=False)
     sparse = act.layer_activations(a, setup, regime, moe=True) if moe_n else dense
@@ -132,7 +133,10 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
             _c("attention_scores", scores, scores_rule),
             final_norm,
         )
-    lg = act.logits_bytes(a, setup, regime)
+    enc = tasks.encoder_stack_bytes(a, setup, regime, shape)
+    enc_rule = "encoder stack on the source + cross-attention"
+    saved = (*saved, _c("encoder_and_cross_attention", enc, enc_rule))
+    lg = tasks.scale_logits(act.logits_bytes(a, setup, regime), a, shape)
     # Late in backward nearly every gradient exists while the first layer's activations are still
     # alive (recomputed from its checkpoint when checkpointing; the other checkpoints are freed).
     late = _c(
@@ -228,6 +232,7 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         target_context: CUDA context bytes of the target GPU, when one is known.
     """
     _check(spec, setup)
+    spec = tasks.with_task_head(spec, setup)
     regime = regime_for(setup)
     ms = model_states(spec, setup, regime)
     sv = saved_activations(spec, setup, regime)

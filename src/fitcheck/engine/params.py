@@ -79,6 +79,10 @@ NAMES: dict[str, dict[str, str]] = {
 }  # fmt: skip
 _GATED_UP = {"t5": "wi_1"}
 
+#: Families whose attention transformers runs eagerly whatever --attn says (scores materialized):
+#: T5 adds a relative position bias to the scores; DeBERTa's disentangled attention has no SDPA path.
+EAGER_ONLY_TYPES = frozenset({"t5", "deberta-v2"})
+
 
 def module_names(a: DecoderArch) -> dict[str, str]:
     """The module names of this family (`NAMES`), over Llama's."""
@@ -228,6 +232,8 @@ def head_params(a: DecoderArch) -> int:
     h = a.hidden_size
     if a.structure == "encoder":
         return (h * h + h if a.pooler else 0) + a.num_labels * (h + 1)
+    if a.num_labels:  # a decoder trained for classification: a bias-free `score` layer
+        return a.num_labels * h
     if a.tie_embeddings:
         return a.vocab_size if a.lm_head_bias else 0
     return a.vocab_size * h + (a.vocab_size if a.lm_head_bias else 0)
@@ -239,6 +245,8 @@ def head_shapes(a: DecoderArch) -> list[tuple[int, int, int]]:
     if a.structure == "encoder":
         out = [(h, h, 1), (h, 1, 1)] if a.pooler else []
         return out + ([(a.num_labels, h, 1), (a.num_labels, 1, 1)] if a.num_labels else [])
+    if a.num_labels:
+        return [(a.num_labels, h, 1)]
     out = [] if a.tie_embeddings else [(v, h, 1)]
     return out + ([(v, 1, 1)] if a.lm_head_bias else [])
 

@@ -60,8 +60,7 @@ def _download(hf: Any, repo: str, filename: str, rev: str | None) -> Path | None
         return Path(hf.hf_hub_download(repo, filename, revision=rev))
     except e.GatedRepoError:
         raise ModelSourceError(
-            f"'{repo}' is gated: accept its license on the model page and set HF_TOKEN (or run "
-            "hf auth login)"
+            f"'{repo}' is gated: accept its license on the model page and set HF_TOKEN (or run hf auth login)"
         ) from None
     except e.RepositoryNotFoundError:
         raise NotFoundError(
