@@ -302,3 +302,37 @@ def test_unknown_type_transformers_does_not_know_either() -> None:
 
     with pytest.raises(ModelSourceError, match="not read natively"):
         spec_from_config({**FALLBACK, "model_type": "no_such_family"}, id="x", name="x", source="test")
+
+
+def test_class_defaults_table_matches_installed_transformers() -> None:
+    pytest.importorskip("transformers")
+    import importlib.util
+    from pathlib import Path
+
+    from fitcheck.sources.hf_config import class_defaults
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "arch_defaults.py"
+    spec = importlib.util.spec_from_file_location("arch_defaults", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert class_defaults() == mod.class_defaults_from_transformers(), "regenerate: bench/arch_defaults.py"
+
+
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_saved_config_with_defaults_left_out(model_type: str) -> None:
+    """save_pretrained writes only the keys that differ from the class defaults (to_diff_dict); the
+    converter must fill the rest with the same defaults transformers uses."""
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    task, cfg = CASES[model_type]
+    kw = {k: v for k, v in cfg.items() if v is not None or k == "q_lora_rank"}
+    if task == "classify":
+        kw["num_labels"] = NUM_LABELS
+    config = tf.AutoConfig.for_model(model_type, **kw)
+    saved = config.to_diff_dict()
+    auto = {"causal": tf.AutoModelForCausalLM, "classify": tf.AutoModelForSequenceClassification,
+            "seq2seq": tf.AutoModelForSeq2SeqLM}[task]  # fmt: skip
+    with torch.device("meta"):
+        model = auto.from_config(config)
+    assert count_params(arch_from_hf_config(saved)) == sum(p.numel() for p in model.parameters())

@@ -17,6 +17,7 @@ aliases per architecture field. Sources per family: docs/methodology.md, "Archit
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,44 @@ KEYS: dict[str, tuple[str, ...]] = {
     "vocab_size": ("padded_vocab_size", "vocab_size"),
     "activation": ("hidden_activation", "hidden_act", "activation_function", "hidden_activation"),
 }
+
+#: Keys that name the same thing (transformers' attribute_map aliases), so a given key shadows the
+#: class default of its alias.
+_ALIASES: dict[str, tuple[str, ...]] = {
+    k: group for group in (*KEYS.values(), ("num_experts", "num_local_experts")) for k in group
+}
+
+#: Every config key the converter reads; `class_defaults` holds, per model_type, the transformers
+#: configuration class's default for each of them (presets/architectures/config_defaults.yaml).
+READ_KEYS: tuple[str, ...] = (
+    *{k for keys in KEYS.values() for k in keys},
+    "tie_word_embeddings", "attention_bias", "mlp_bias", "use_qkv_bias", "use_bias", "bias", "use_qk_norm",
+    "qk_layernorm", "sliding_window", "use_sliding_window", "attention_dropout", "final_logit_softcapping",
+    "attn_logit_softcapping", "num_experts", "num_local_experts", "num_experts_per_tok",
+    "moe_intermediate_size", "shared_expert_intermediate_size", "shared_intermediate_size",
+    "decoder_sparse_step", "mlp_only_layers", "n_routed_experts", "n_shared_experts", "first_k_dense_replace",
+    "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+    "intermediate_size_mlp", "interleave_moe_layer_step", "moe_layers", "new_decoder_architecture",
+    "multi_query", "parallel_attn", "num_ln_in_parallel_attn", "use_parallel_residual", "n_positions",
+    "attn_pdrop", "resid_pdrop", "embd_pdrop", "expansion_ratio", "no_bias", "attn_config",
+    "word_embed_proj_dim", "enable_bias", "do_layer_norm_before", "layer_norm_elementwise_affine",
+    "dropout", "max_position_embeddings", "type_vocab_size", "attention_probs_dropout_prob",
+    "hidden_dropout_prob", "position_biased_input", "embedding_size", "relative_attention",
+    "position_buckets", "max_relative_positions", "norm_rel_ebd", "pos_att_type", "share_att_key",
+    "conv_kernel_size", "num_decoder_layers", "feed_forward_proj", "relative_attention_num_buckets",
+    "dropout_rate",
+)  # fmt: skip
+
+
+@functools.cache
+def class_defaults() -> dict[str, dict[str, Any]]:
+    """model_type -> {config key: the configuration class's default} (generated from transformers by
+    bench/arch_defaults.py; tests/test_architectures.py checks it against the installed transformers)."""
+    from fitcheck.presets import presets_root, read_yaml
+
+    data = read_yaml(presets_root() / "architectures" / "config_defaults.yaml")
+    return {str(k): dict(v) for k, v in (data.get("defaults") or {}).items()}
+
 
 #: State-space and recurrent families: refused until they are modelled (their memory is not a transformer's).
 SSM_TYPES = frozenset({"mamba", "mamba2", "jamba", "rwkv", "falcon_mamba", "zamba", "zamba2", "falcon_h1"})
@@ -82,7 +121,7 @@ def _moe_all(expert_key: str, width_key: str) -> Callable[[Config, Fields], Fiel
 
     def feature(cfg: Config, d: Fields) -> Fields:
         return {
-            "num_experts": int(_need(cfg, expert_key)),
+            "num_experts": int(_need(cfg, expert_key, "num_local_experts", "num_experts")),
             "experts_per_token": int(_need(cfg, "num_experts_per_tok")),
             "moe_intermediate_size": int(_need(cfg, width_key)),
             "moe_layers": d["num_layers"],
@@ -93,7 +132,7 @@ def _moe_all(expert_key: str, width_key: str) -> Callable[[Config, Fields], Fiel
 
 def _qwen_moe(cfg: Config, d: Fields) -> Fields:
     return {
-        "num_experts": int(_need(cfg, "num_experts")),
+        "num_experts": int(_need(cfg, "num_experts", "num_local_experts")),
         "experts_per_token": int(_need(cfg, "num_experts_per_tok")),
         "moe_intermediate_size": int(_need(cfg, "moe_intermediate_size")),
         "shared_expert_intermediate_size": int(_opt(cfg, "shared_expert_intermediate_size", 0)),
@@ -547,8 +586,11 @@ def supported_types() -> list[str]:
 
 
 def _fields(cfg: Config, fam: Family, model_type: str) -> Fields:
-    # an explicit null takes the class default where there is one, else stays null (q_lora_rank)
-    cfg = {**fam.defaults, **{k: v for k, v in cfg.items() if v is not None or k not in fam.defaults}}
+    # absent keys take the configuration class's defaults (unless an alias of the key is given); an
+    # explicit null stays null (q_lora_rank)
+    given = {a for k in cfg for a in _ALIASES.get(k, (k,))}
+    defaults = {**class_defaults().get(model_type, {}), **fam.defaults}
+    cfg = {**{k: v for k, v in defaults.items() if k not in given}, **cfg}
     h = int(_need(cfg, *KEYS["hidden_size"]))
     heads = int(_need(cfg, *KEYS["num_heads"]))
     d: Fields = {
