@@ -313,3 +313,29 @@ def test_unsupported_type_without_torch_names_the_extra(hub: FakeHub, tmp_path: 
     hub.repos["acme/ssm"] = {"config.json": json.dumps({**TINY, "model_type": "mamba"}).encode()}
     proc = run_cli(["estimate", "acme/ssm", "--on", "none"], _env(hub, tmp_path))
     assert proc.returncode == 2 and "state-space" in proc.stderr
+
+
+def test_local_endpoint_diffusers_pipeline(hub: FakeHub, tmp_path: Path) -> None:
+    """A diffusers repo: model_index.json, then each component's config.json, then the folder reader."""
+    from test_diffusion_sources import write_folder
+
+    folder = write_folder(tmp_path / "snap", "sd15")
+    hub.repos["acme/tiny-sd"] = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*.json")}
+    proc = run_cli(
+        ["estimate", "acme/tiny-sd", "--on", "none", "--format", "json"], _env(hub, tmp_path / "hf")
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["model"] == "acme/tiny-sd" and doc["model_source"] == "diffusers_folder"
+    assert not any("tokenizer" in path or "scheduler" in path for _, path, _ in hub.log)
+
+
+@pytest.mark.slow  # the client retries a refused connection with backoff (about 25 s)
+def test_unreachable_endpoint_is_one_line(tmp_path: Path) -> None:
+    proc = run_cli(
+        ["estimate", "acme/tiny", "--on", "none"],
+        {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path)},
+    )
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 2  # the progress line and the error
+    assert "cannot reach http://127.0.0.1:9" in proc.stderr and "Traceback" not in proc.stderr

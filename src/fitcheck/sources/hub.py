@@ -123,11 +123,12 @@ def spec_from_hub(repo: str, rev: str | None = None) -> ModelSpec | DiffusionSpe
         raise ModelSourceError(
             "huggingface_hub is missing: pip install huggingface_hub (a fitcheck dependency)"
         ) from None
-    from huggingface_hub.utils import disable_progress_bars
+    from huggingface_hub.utils import disable_progress_bars, logging
 
     from fitcheck.sources.resolve import read_config, spec_from_config
 
     disable_progress_bars()
+    logging.set_verbosity_error()  # the client's retry warnings would break the one-line contract
     offline = bool(hf.constants.HF_HUB_OFFLINE)
     if not offline:
         _progress(repo, rev, hf.constants.ENDPOINT)
