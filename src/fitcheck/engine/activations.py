@@ -181,12 +181,35 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
         acts.add("moe", _moe(a, c, setup))
     else:
         width = a.intermediate_size
-        gated = a.mlp == "gated"
-        # gate output (activation input), activation output, up output; the product feeds down_proj
-        acts.add("mlp_hidden", c.gamma * width * (3 if gated else 1))
-        acts.add("mlp_act_out", 0 if gated else c.gamma * width)
+        if a.mlp == "gated":
+            # gate output (activation input), activation output, up output; the product feeds down_proj
+            acts.add("mlp_hidden", c.gamma * width * 3)
+        else:
+            # what the activation keeps; its output is the down projection's input
+            acts.add("mlp_hidden", plain_activation_bytes(a.activation, c) * width)
         acts.add("down_input", _linear_inputs(c, setup, a, down, c.gamma) if down else 0)
     return acts
+
+
+#: What an MLP activation saves for backward, per element of the MLP width, besides its output:
+#: (tensors in the compute dtype, tensors in fp32 under autocast). One-op activations save their input
+#: (``gelu``, ``gelu_pytorch_tanh`` = F.gelu(approximate="tanh"), ``silu``) or output (``relu``;
+#: ``relu2`` = relu then square, whose pow saves the relu output). ``gelu_new`` (NewGELUActivation, the
+#: Python tanh formula) keeps its input, the tanh output, ``1 + tanh`` and ``0.5 x``; under autocast
+#: ``pow`` runs in fp32, so the tanh output and ``1 + tanh`` are fp32 (as in the GPT-2 rule). ``quick_gelu``
+#: = x * sigmoid(1.702 x): its input and the sigmoid output. transformers ``activations.py``.
+ACTIVATION_SAVES: dict[str, tuple[int, int]] = {
+    "gelu_new": (4, 2), "gelu_python": (4, 2), "gelu_fast": (4, 2), "gelu_accurate": (4, 2),
+    "quick_gelu": (2, 0),
+}  # fmt: skip
+
+
+def plain_activation_bytes(activation: str, c: Ctx) -> float:
+    """Bytes per MLP-width element an activation of a plain (non-gated) MLP saves (`ACTIVATION_SAVES`)."""
+    n, fp32 = ACTIVATION_SAVES.get(activation, (1, 0))
+    if c.autocast and fp32:
+        return (n - fp32) * c.gamma + fp32 * 4
+    return n * c.gamma
 
 
 def _mla_parts(a: DecoderArch, setup: LlmSetup, c: Ctx) -> dict[str, float]:

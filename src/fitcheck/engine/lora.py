@@ -26,7 +26,7 @@ def _names(a: DecoderArch) -> list[str]:
 def targeted(a: DecoderArch, targets: str, lin: Linear) -> bool:
     """Whether LoRA wraps this projection under the targets spec."""
     if targets == "all-linear":
-        return True
+        return lin.all_linear
     if targets == "attn":
         return lin.role == "attn"
     wanted = [t.strip() for t in targets.split(",") if t.strip()]

@@ -26,6 +26,7 @@ class Linear:
         role: attention, dense MLP, routed expert, router or shared expert.
         is_module: an ``nn.Linear`` (or GPT-2 ``Conv1D``) that bitsandbytes can quantize;
             transformers >= 5 stores MoE experts as 3-D parameters.
+        all_linear: whether peft's ``all-linear`` wraps it (`OUTSIDE_ALL_LINEAR`).
         lora_factor: rank multiplier peft applies: transformers 5 fuses the experts' w1 and w3 into
             ``gate_up_proj``, and peft >= 0.18 converts a rank-r target on each into rank 2r there
             (``ParamWrapper``: lora_A ``(2r*E, in)``, lora_B ``(out, 2r*E)``).
@@ -39,6 +40,7 @@ class Linear:
     role: Role
     is_module: bool = True
     lora_factor: int = 1
+    all_linear: bool = True
 
     @property
     def numel(self) -> int:
@@ -79,9 +81,11 @@ NAMES: dict[str, dict[str, str]] = {
 }  # fmt: skip
 _GATED_UP = {"t5": "wi_1"}
 
-#: Families whose attention transformers runs eagerly whatever --attn says (scores materialized):
-#: T5 adds a relative position bias to the scores; DeBERTa's disentangled attention has no SDPA path.
-EAGER_ONLY_TYPES = frozenset({"t5", "deberta-v2"})
+#: Families whose attention keeps b x heads x s^2 tensors whatever --attn says: MPT and BLOOM (ALiBi)
+#: and DeBERTa (disentangled attention) have no SDPA path in transformers (no ``_supports_sdpa`` in
+#: their modeling files); T5 hands its relative position bias to SDPA as a heads x s^2 additive mask,
+#: counted here like eager scores.
+EAGER_ONLY_TYPES = frozenset({"t5", "deberta-v2", "mpt", "bloom"})
 
 
 def module_names(a: DecoderArch) -> dict[str, str]:
@@ -147,16 +151,37 @@ def dense_mlp_linears(a: DecoderArch, width: int, role: Role = "mlp") -> list[Li
     ]
 
 
+#: MoE families whose routed experts, router, or both peft's ``all-linear`` does not reach (checked with
+#: peft 0.21 + transformers 5.24, ``get_peft_model(model, LoraConfig(target_modules="all-linear"))``):
+#: Granite MoE's experts and router are plain 3-D parameters, Llama 4's experts too (its router is an
+#: ``nn.Linear`` and is wrapped). Mixtral, Qwen-MoE, OLMoE and DeepSeek get both.
+OUTSIDE_ALL_LINEAR: dict[str, frozenset[str]] = {
+    "granitemoe": frozenset({"expert", "router"}),
+    "granitemoeshared": frozenset({"expert", "router"}),
+    "llama4": frozenset({"expert"}),
+    "llama4_text": frozenset({"expert"}),
+}
+
+
 def moe_linears(a: DecoderArch, copies: int) -> list[Linear]:
     """Routed experts (``copies`` of them), the router and the shared expert of an MoE layer."""
     h, w = a.hidden_size, a.moe_intermediate_size
     up = 2 * w if a.mlp == "gated" else w
+    outside = OUTSIDE_ALL_LINEAR.get(a.model_type, frozenset())
+    ex, ro = "expert" not in outside, "router" not in outside
     out = [
-        Linear("experts.gate_up_proj", h, up, copies, False, "expert", is_module=False, lora_factor=2),
-        Linear("experts.down_proj", w, h, copies, False, "expert", is_module=False),
-        Linear("gate", h, a.num_experts, 1, a.router_bias, "router", is_module=False),
+        Linear("experts.gate_up_proj", h, up, copies, False, "expert", False, 2, all_linear=ex),
+        Linear("experts.down_proj", w, h, copies, False, "expert", is_module=False, all_linear=ex),
+        Linear("gate", h, a.num_experts, 1, a.router_bias, "router", is_module=False, all_linear=ro),
     ]
-    if a.shared_expert_intermediate_size:
+    if a.shared_expert_intermediate_size and a.model_type.startswith("granitemoe"):
+        # GraniteMoeSharedMLP: one fused input_linear (gate and up) and output_linear
+        s = a.shared_expert_intermediate_size
+        out += [
+            Linear("shared_mlp.input_linear", h, 2 * s, 1, False, "shared_expert"),
+            Linear("shared_mlp.output_linear", s, h, 1, False, "shared_expert"),
+        ]
+    elif a.shared_expert_intermediate_size:
         out += [
             Linear("shared_expert." + x.name, x.d_in, x.d_out, 1, x.bias, "shared_expert")
             for x in dense_mlp_linears(a, a.shared_expert_intermediate_size, "shared_expert")
