@@ -26,6 +26,10 @@ def widen(model_type: str, cfg: dict[str, Any]) -> dict[str, Any]:
     c = {k: (WIDE.get(k, v)) for k, v in cfg.items()}
     if "n_embd" in c:
         c.update(n_embd=1024, n_layer=4, n_head=16, vocab_size=32000)
+    if model_type == "opt":
+        c.update(word_embed_proj_dim=1024, ffn_dim=2816)
+    if model_type == "helium":
+        c.update(head_dim=64)  # transformers' HeliumAttention sizes o_proj from hidden_size
     if model_type == "mpt":
         c.update(d_model=1024, n_layers=4, n_heads=16, vocab_size=32000)
     if model_type in ("deepseek_v2", "deepseek_v3"):
