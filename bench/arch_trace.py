@@ -42,7 +42,7 @@ def widen(model_type: str, cfg: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     from fitcheck.engine.estimate import estimate
     from fitcheck.measure.trace import trace_step
-    from fitcheck.models import TrainingSetup
+    from fitcheck.models import LlmSetup
     from fitcheck.sources.resolve import spec_from_config
     from test_architectures import CASES
 
@@ -55,7 +55,7 @@ def main() -> None:
         if args.types
         else [t for t, (task, _) in sorted(CASES.items()) if task == "causal"]
     )
-    setup = TrainingSetup(method=args.method, seq_len=512, batch_size=2)
+    setup = LlmSetup(method=args.method, seq_len=512, batch_size=2)
     print("| model_type | method | forward est / traced MiB | error | backward est / traced MiB | error |")
     for t in types:
         cfg = widen(t, CASES[t][1])
