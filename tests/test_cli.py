@@ -108,12 +108,13 @@ def test_bad_config_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     bad.write_text("{not json")
     rc, _, err = run(capsys, "estimate", str(bad))
     assert rc == 2 and "not valid JSON" in err
-    bad.write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    # a remote-code family has no class defaults to fill in what the file leaves out
+    bad.write_text(json.dumps({"model_type": "chatglm", "num_layers": 2}))
     rc, _, err = run(capsys, "estimate", str(bad))
     assert rc == 2 and "lacks" in err
-    bad.write_text(json.dumps({"model_type": "bert"}))
+    bad.write_text(json.dumps({"model_type": "no_such_family"}))
     rc, _, err = run(capsys, "estimate", str(bad))
-    assert rc == 2 and "not supported" in err and "llama" in err
+    assert rc == 2 and "not read natively" in err and "llama" in err
 
 
 def test_bad_safetensors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Literal, get_type_hints
 from typing_extensions import TypedDict, Unpack  # pydantic validates only this TypedDict on 3.11
 
 from fitcheck.errors import InputError, OptionError
-from fitcheck.vocab import Attention, Method, MethodChoice, Optimizer, Precision, Trainer
+from fitcheck.vocab import Attention, Method, MethodChoice, Optimizer, Precision, Task, Trainer
 
 if TYPE_CHECKING:
     from fitcheck.diffusion.plan import DiffusionPlan
@@ -59,6 +59,10 @@ class _Common(TypedDict, total=False):
     double_quant: bool | None
     trainer: Trainer | None
     gpus: int | None
+    task: Task | None
+    num_labels: int | None
+    target_len: int | None
+    image_tokens: int | None
 
 
 class TrainingOptions(_Common, total=False):
@@ -98,6 +102,10 @@ LLM_ONLY: dict[str, object] = {
     "min_seq_len": None,
     "dataset_tokens": None,
     "epochs": None,
+    "task": None,
+    "num_labels": None,
+    "target_len": None,
+    "image_tokens": 0,
 }
 DIFFUSION_ONLY: dict[str, object] = {
     "resolution": None,
@@ -127,16 +135,15 @@ def _flag(name: str) -> str:
 
 
 def resolve(model: str) -> Spec:
-    """The model: a diffusion pipeline (`DiffusionSpec`) or a decoder (`ModelSpec`).
+    """The model: a diffusion pipeline (`DiffusionSpec`) or a transformer (`ModelSpec`).
 
-    ``model`` is a size (7B), a preset id or alias, a Hugging Face folder, ``config.json``, a
-    diffusers folder or a ``.safetensors`` file.
+    ``model`` is a size (7B), a preset id or alias, a Hugging Face Hub id (``org/name[@revision]``),
+    a Hugging Face folder, ``config.json``, a diffusers folder or a ``.safetensors`` file; the order
+    is `fitcheck.sources.resolve.resolve`'s (docs/cli.md, "Which model").
     """
-    from fitcheck.diffusion.sources import resolve_diffusion
-    from fitcheck.sources.resolve import resolve_model
+    from fitcheck.sources.resolve import resolve as resolve_any
 
-    dspec = resolve_diffusion(model)
-    return dspec if dspec is not None else resolve_model(model)
+    return resolve_any(model)
 
 
 def kind_of(spec: Spec) -> Literal["llm", "diffusion"]:

@@ -78,6 +78,12 @@ class TrainerOpt(StrEnum):
     kohya = "kohya"
 
 
+class TaskOpt(StrEnum):
+    causal_lm = "causal-lm"
+    classification = "classification"
+    seq2seq = "seq2seq"
+
+
 class RuleOpt(StrEnum):
     detailed = "detailed"
     thumb = "thumb"
@@ -86,8 +92,8 @@ class RuleOpt(StrEnum):
 ModelArg = Annotated[
     str,
     typer.Argument(
-        help="a size (7B, 1.5B, 350M), a preset id, a HF model or diffusers folder, config.json or "
-        "*.safetensors"
+        help="a size (7B, 1.5B, 350M), a preset id, a Hub id (org/name[@revision]), a HF model or "
+        "diffusers folder, config.json or *.safetensors"
     ),
 ]
 ModelOptArg = Annotated[
@@ -143,6 +149,17 @@ TargetsO = Annotated[
 DropO = Annotated[float | None, typer.Option("--lora-dropout", help="LoRA dropout [default: 0]")]
 DQO = Annotated[bool, typer.Option("--double-quant/--no-double-quant", help="QLoRA double quantization")]
 TrainerO = Annotated[TrainerOpt, typer.Option("--trainer", help="whose implementation details to model")]
+TaskO = Annotated[
+    TaskOpt | None,
+    typer.Option(
+        "--task", help="what the model is trained for [default: the model's own: causal-lm for decoders]"
+    ),
+]
+LabelsO = Annotated[int | None, typer.Option("--num-labels", help="classification labels [default: 2]")]
+TargetO = Annotated[
+    int | None, typer.Option("--target-len", help="seq2seq target tokens [default: --seq-len]")
+]
+ImageO = Annotated[int, typer.Option("--image-tokens", help="image tokens per example (multimodal models)")]
 OnO = Annotated[
     str,
     typer.Option(
@@ -317,6 +334,10 @@ def _training_template(
     double_quant: DQO = True,
     trainer: TrainerO = TrainerOpt.generic,
     gpus: GpusO = 1,
+    task: TaskO = None,
+    num_labels: LabelsO = None,
+    target_len: TargetO = None,
+    image_tokens: ImageO = 0,
 ) -> None:
     """The training options every command that sizes a run takes (one vocabulary, design.md s.2)."""
 

@@ -57,6 +57,11 @@ _ROWS = (
     ComponentId("activations", "tensors autograd saved for backward", "activations", "activations"),
     ComponentId("attention_scores", "eager attention's score tensors", "attention", "attention"),
     ComponentId(
+        "encoder_and_cross_attention",
+        "encoder-decoder: the encoder stack on the source and the decoder's cross-attention",
+        "tasks",
+    ),
+    ComponentId(
         "checkpoints",
         "inputs kept by checkpointed layers or blocks",
         "checkpointing",

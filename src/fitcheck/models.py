@@ -22,6 +22,7 @@ from fitcheck.vocab import (
     Optimizer,
     PhaseName,
     Precision,
+    Task,
     Trainer,
     VerdictName,
 )
@@ -34,6 +35,7 @@ TRAINERS: tuple[str, ...] = Trainer.__args__  # type: ignore[attr-defined]
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
 PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
 BACKENDS: tuple[str, ...] = Backend.__args__  # type: ignore[attr-defined]
+TASKS: tuple[str, ...] = Task.__args__  # type: ignore[attr-defined]
 
 
 class Frozen(BaseModel):
@@ -84,6 +86,28 @@ class DecoderArch(Frozen):
     extra_params: int = Field(
         default=0, ge=0, description="frozen parameters outside the decoder (a vision tower), kept in memory"
     )
+    # Families beyond the Llama shape (docs/methodology.md, "Architectures"); defaults keep Llama's.
+    structure: Literal["decoder", "encoder", "encoder_decoder"] = "decoder"
+    encoder_layers: int = Field(default=0, ge=0, description="encoder-decoder: layers of the encoder stack")
+    parallel_block: bool = Field(default=False, description="attention and MLP read one input (GPT-J)")
+    norm_bias: bool | None = Field(default=None, description="norms carry a bias; None: LayerNorm yes")
+    norm_weight: bool = Field(default=True, description="False: OLMo's non-parametric LayerNorm")
+    qk_norm_full: bool = Field(default=False, description="q/k norms span all heads, not one head_dim")
+    final_norm: bool = True
+    embed_norm: bool = Field(default=False, description="a norm right after the embedding (BLOOM, BERT)")
+    lm_head_bias: bool = False
+    router_bias: bool = False
+    shared_expert_gate: bool = Field(default=False, description="a sigmoid gate on the shared expert")
+    # Multi-head latent attention (DeepSeek-V2/V3): low-rank q and a compressed kv.
+    q_lora_rank: int = Field(default=0, ge=0)
+    kv_lora_rank: int = Field(default=0, ge=0, description="> 0: multi-head latent attention")
+    qk_rope_head_dim: int = Field(default=0, ge=0)
+    v_head_dim: int = Field(default=0, ge=0)
+    misc_params: int = Field(
+        default=0, ge=0, description="trainable tensors outside the layers (token types, relative bias)"
+    )
+    pooler: bool = Field(default=False, description="encoder classification: a dense h x h before the labels")
+    num_labels: int = Field(default=0, ge=0, description="classification head width (encoders)")
 
     @model_validator(mode="after")
     def _check(self) -> DecoderArch:
@@ -98,6 +122,14 @@ class DecoderArch(Frozen):
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def has_norm_bias(self) -> bool:
+        return self.norm == "layer" if self.norm_bias is None else self.norm_bias
 
 
 class TensorGroup(Frozen):
@@ -159,6 +191,12 @@ class LlmSetup(SetupBase):
     double_quant: bool = True
     trainer: LlmTrainer = "generic"
     gpus: int = Field(default=1, ge=1, le=4096)
+    # What the model is trained for (docs/methodology.md, "Tasks"); None: the model's own
+    # (causal-lm for decoders, classification for encoders, seq2seq for encoder-decoders).
+    task: Task | None = None
+    num_labels: int | None = Field(default=None, ge=1, le=1_000_000, description="classification labels")
+    target_len: int | None = Field(default=None, ge=1, le=10_000_000, description="seq2seq target tokens")
+    image_tokens: int = Field(default=0, ge=0, le=1_000_000, description="image tokens per example")
 
     @property
     def tokens(self) -> int:

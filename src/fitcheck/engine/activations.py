@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fitcheck.engine.lora import targeted
-from fitcheck.engine.params import Linear, layer_linears
+from fitcheck.engine.params import EAGER_ONLY_TYPES, Linear, layer_linears
 from fitcheck.facts.dtypes import nbytes
 from fitcheck.models import DecoderArch, LlmSetup, Regime
 
@@ -118,7 +118,7 @@ def uses_eager_scores(a: DecoderArch, setup: LlmSetup) -> bool:
     model with attention soft-capping (Gemma 2), which transformers runs with eager attention
     because SDPA cannot soft-cap. FlashAttention-2 soft-caps and keeps O(s).
     """
-    if setup.attn == "eager" or setup.backend == "mps":
+    if setup.attn == "eager" or setup.backend == "mps" or a.model_type in EAGER_ONLY_TYPES:
         return True
     return bool(a.attn_logit_softcapping) and setup.attn in ("sdpa", "xformers")
 
@@ -132,14 +132,24 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
     h, d = a.hidden_size, a.head_dim
     q_w, kv_w = a.num_heads * d, a.num_kv_heads * d
     fam = "layer" if a.norm == "layer" else ("gemma" if a.model_type.startswith("gemma") else "rms")
-    lins = layer_linears(a, moe, active=True)
+    # the self-attention layer; an encoder-decoder's cross-attention is engine/tasks.py's
+    lins = layer_linears(a, moe, active=True, stack="encoder")
     attn = [x for x in lins if x.role == "attn"]
     qkv, o = attn[:-1], attn[-1:]
+    if a.is_mla:
+        qkv = [x for x in qkv if x.d_in == h]  # the projections reading the layer input
 
     acts.add("norm_inputs", _norm(c, h, fam) * (2 if a.norms_per_layer >= 2 else 1))
     if a.norms_per_layer == 4:
         acts.add("norm_inputs", _norm(c, h, fam) * 2)
-    acts.add("qkv_inputs", _linear_inputs(c, setup, a, qkv, c.norm_out))
+    mlp = [x for x in lins if x.role in ("mlp", "expert", "shared_expert")]
+    up = [x for x in mlp if x.d_in == h and x.role != "expert"]
+    shared_input = a.parallel_block and a.norms_per_layer == 1
+    # a parallel block with one norm (GPT-J, Phi, Cohere): attention and MLP read the same tensor
+    acts.add("qkv_inputs", _linear_inputs(c, setup, a, qkv + (up if shared_input else []), c.norm_out))
+    if a.is_mla:
+        for name, value in _mla_parts(a, setup, c).items():
+            acts.add(name, value)
     if a.qk_norm:
         acts.add("qk_norm", _norm(c, q_w + kv_w, fam))
     # q, k, v after RoPE as the attention kernel saves them; K/V at all heads where repeat_kv runs
@@ -161,21 +171,60 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
     acts.add("o_input", _linear_inputs(c, setup, a, o, c.gamma))
     if setup.dora and not c.full:
         acts.add("dora_outputs", _dora_outputs(c, setup, a, lins))
-    mlp = [x for x in lins if x.role in ("mlp", "expert", "shared_expert")]
-    up = [x for x in mlp if x.d_in == h and x.role != "expert"]
     down = [x for x in mlp if x.d_out == h and x.role != "expert"]
-    if up:
+    if up and not shared_input:
         acts.add("mlp_inputs", _linear_inputs(c, setup, a, up, c.norm_out))
+    if a.resid_dropout:
+        # hidden dropout after attention and after the MLP: a 1-byte mask each (native_dropout)
+        acts.add("dropout_masks", 2 * h)
     if moe:
         acts.add("moe", _moe(a, c, setup))
     else:
         width = a.intermediate_size
-        gated = a.mlp == "gated"
-        # gate output (activation input), activation output, up output; the product feeds down_proj
-        acts.add("mlp_hidden", c.gamma * width * (3 if gated else 1))
-        acts.add("mlp_act_out", 0 if gated else c.gamma * width)
+        if a.mlp == "gated":
+            # gate output (activation input), activation output, up output; the product feeds down_proj
+            acts.add("mlp_hidden", c.gamma * width * 3)
+        else:
+            # what the activation keeps; its output is the down projection's input
+            acts.add("mlp_hidden", plain_activation_bytes(a.activation, c) * width)
         acts.add("down_input", _linear_inputs(c, setup, a, down, c.gamma) if down else 0)
     return acts
+
+
+#: What an MLP activation saves for backward, per element of the MLP width, besides its output:
+#: (tensors in the compute dtype, tensors in fp32 under autocast). One-op activations save their input
+#: (``gelu``, ``gelu_pytorch_tanh`` = F.gelu(approximate="tanh"), ``silu``) or output (``relu``;
+#: ``relu2`` = relu then square, whose pow saves the relu output). ``gelu_new`` (NewGELUActivation, the
+#: Python tanh formula) keeps its input, the tanh output, ``1 + tanh`` and ``0.5 x``; under autocast
+#: ``pow`` runs in fp32, so the tanh output and ``1 + tanh`` are fp32 (as in the GPT-2 rule). ``quick_gelu``
+#: = x * sigmoid(1.702 x): its input and the sigmoid output. transformers ``activations.py``.
+ACTIVATION_SAVES: dict[str, tuple[int, int]] = {
+    "gelu_new": (4, 2), "gelu_python": (4, 2), "gelu_fast": (4, 2), "gelu_accurate": (4, 2),
+    "quick_gelu": (2, 0),
+}  # fmt: skip
+
+
+def plain_activation_bytes(activation: str, c: Ctx) -> float:
+    """Bytes per MLP-width element an activation of a plain (non-gated) MLP saves (`ACTIVATION_SAVES`)."""
+    n, fp32 = ACTIVATION_SAVES.get(activation, (1, 0))
+    if c.autocast and fp32:
+        return (n - fp32) * c.gamma + fp32 * 4
+    return n * c.gamma
+
+
+def _mla_parts(a: DecoderArch, setup: LlmSetup, c: Ctx) -> dict[str, float]:
+    """Multi-head latent attention (DeepSeek-V2/V3) beyond the generic rule: the latent RMSNorms'
+    fp32 input copies and the up-projections' inputs (q_b reads the q latent, kv_b the kv latent);
+    values are ``v_head_dim`` wide while keys are ``qk_nope + qk_rope``, which the generic ``qkv``
+    term counts as ``head_dim``: the difference is taken off."""
+    lins = {x.name: x for x in layer_linears(a, False) if x.role == "attn"}
+    out: dict[str, float] = {}
+    norms = 4 * (a.q_lora_rank + a.kv_lora_rank)
+    out["mla_latent_norms"] = norms
+    ups = [lins[n] for n in ("q_b_proj", "kv_b_proj") if n in lins]
+    out["mla_up_inputs"] = sum(_linear_inputs(c, setup, a, [x], c.norm_out) for x in ups)
+    out["qkv"] = -c.gamma * a.num_heads * (a.head_dim - a.v_head_dim)
+    return out
 
 
 def _gpt2_layer(a: DecoderArch, setup: LlmSetup, c: Ctx) -> LayerActs:

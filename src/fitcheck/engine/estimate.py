@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from fitcheck.assembly import assemble, phase
 from fitcheck.components import component
 from fitcheck.engine import activations as act
-from fitcheck.engine import states
+from fitcheck.engine import states, tasks
 from fitcheck.engine.lora import validate_targets
-from fitcheck.engine.params import inventory, layer_linears
+from fitcheck.engine.params import inventory, layer_kinds, layer_linears
 from fitcheck.engine.regimes import regime_for
 from fitcheck.engine.thumb import thumb
 from fitcheck.errors import OptionError
@@ -111,7 +111,8 @@ class Saved:
 def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved:
     """Activations saved for backward (all layers, or checkpoints), the loss hump and the transients."""
     a = spec.arch
-    T, s, L = setup.tokens, setup.seq_len, a.num_layers
+    shape = tasks.task_shape(a, setup)  # tokens per stack and output rows follow --task
+    T, s, L = shape.tokens, shape.seq_len, a.num_layers
     moe_n = a.moe_layers if a.is_moe else 0
     dense = act.layer_activations(a, setup, regime, moe=False)
     sparse = act.layer_activations(a, setup, regime, moe=True) if moe_n else dense
@@ -132,7 +133,10 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
             _c("attention_scores", scores, scores_rule),
             final_norm,
         )
-    lg = act.logits_bytes(a, setup, regime)
+    enc = tasks.encoder_stack_bytes(a, setup, regime, shape)
+    enc_rule = "encoder stack on the source + cross-attention"
+    saved = (*saved, _c("encoder_and_cross_attention", enc, enc_rule))
+    lg = tasks.scale_logits(act.logits_bytes(a, setup, regime), a, shape)
     # Late in backward nearly every gradient exists while the first layer's activations are still
     # alive (recomputed from its checkpoint when checkpointing; the other checkpoints are freed).
     late = _c(
@@ -228,6 +232,7 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         target_context: CUDA context bytes of the target GPU, when one is known.
     """
     _check(spec, setup)
+    spec = tasks.with_task_head(spec, setup)
     regime = regime_for(setup)
     ms = model_states(spec, setup, regime)
     sv = saved_activations(spec, setup, regime)
@@ -277,15 +282,13 @@ def autocast_copies(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[i
     head = (inv.lm_head or inv.embedding) * ctx.gamma if states.BYTES[head_dtype] != ctx.gamma else 0
     if setup.method == "qlora" or states.BYTES[layer_dtype] == ctx.gamma:
         return head, head, 0
-    moe_n = a.moe_layers if a.is_moe else 0
-    per_dense = sum(lin.d_in * lin.d_out * lin.copies for lin in layer_linears(a, False))
-    per_moe = sum(lin.d_in * lin.d_out * lin.copies for lin in layer_linears(a, True)) if moe_n else 0
-    layers = (a.num_layers - moe_n) * per_dense + moe_n * per_moe
-    return layers * ctx.gamma + head, head, max(per_dense, per_moe) * ctx.gamma
+    per = [(k.count, sum(x.d_in * x.d_out * x.copies for x in k.linears(a))) for k in layer_kinds(a)]
+    layers = sum(n * p for n, p in per)
+    return layers * ctx.gamma + head, head, max(p for _, p in per) * ctx.gamma
 
 
 def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]:
-    w: list[str] = []
+    w: list[str] = list(spec.notes)
     declared = spec.declared_params
     if spec.source_kind == "safetensors" and declared and abs(declared - derived) > 0.01 * declared:
         w.append(

@@ -9,15 +9,15 @@ with it).
 
 from __future__ import annotations
 
-from fitcheck.engine.params import Linear, layer_linears
+from fitcheck.engine.params import LayerKind, Linear, layer_kinds
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup
 
 
 def _names(a: DecoderArch) -> list[str]:
     seen: list[str] = []
-    for moe in {False, a.is_moe}:
-        for lin in layer_linears(a, moe):
+    for kind in layer_kinds(a):
+        for lin in kind.linears(a):
             if lin.name not in seen:
                 seen.append(lin.name)
     return seen
@@ -26,7 +26,7 @@ def _names(a: DecoderArch) -> list[str]:
 def targeted(a: DecoderArch, targets: str, lin: Linear) -> bool:
     """Whether LoRA wraps this projection under the targets spec."""
     if targets == "all-linear":
-        return True
+        return lin.all_linear
     if targets == "attn":
         return lin.role == "attn"
     wanted = [t.strip() for t in targets.split(",") if t.strip()]
@@ -50,10 +50,10 @@ def validate_targets(a: DecoderArch, targets: str) -> None:
             )
 
 
-def adapter_params_per_layer(a: DecoderArch, setup: LlmSetup, moe: bool) -> int:
+def adapter_params_per_layer(a: DecoderArch, setup: LlmSetup, kind: LayerKind) -> int:
     """LoRA parameters in one layer: r(d_in + d_out) per wrapped projection, + d_out with DoRA."""
     total = 0
-    for lin in layer_linears(a, moe):
+    for lin in kind.linears(a):
         if targeted(a, setup.lora_targets, lin):
             r = setup.lora_rank * lin.lora_factor
             per = r * (lin.d_in + lin.d_out) + (lin.d_out if setup.dora else 0)
@@ -63,7 +63,4 @@ def adapter_params_per_layer(a: DecoderArch, setup: LlmSetup, moe: bool) -> int:
 
 def adapter_params(a: DecoderArch, setup: LlmSetup) -> int:
     """All LoRA (and DoRA magnitude) parameters of the model."""
-    moe_n = a.moe_layers if a.is_moe else 0
-    return (a.num_layers - moe_n) * adapter_params_per_layer(a, setup, False) + moe_n * (
-        adapter_params_per_layer(a, setup, True) if moe_n else 0
-    )
+    return sum(k.count * adapter_params_per_layer(a, setup, k) for k in layer_kinds(a))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fitcheck.engine.lora import adapter_params
-from fitcheck.engine.params import inventory, layer_linears
+from fitcheck.engine.params import head_shapes, inventory, layer_kinds
 from fitcheck.facts import optimizers as opt
 from fitcheck.facts.dtypes import BYTES, nbytes
 from fitcheck.facts.optimizers import Shape
@@ -37,13 +37,12 @@ class Counts:
 
 def quantizable_tensors(a: DecoderArch) -> tuple[int, int]:
     """(parameters, tensors) that 4-bit quantization packs: the projections inside the layers."""
-    moe_n = a.moe_layers if a.is_moe else 0
     numel = tensors = 0
-    for n_layers, moe in ((a.num_layers - moe_n, False), (moe_n, True)):
-        for lin in layer_linears(a, moe):
+    for kind in layer_kinds(a):
+        for lin in kind.linears(a):
             if lin.role != "router":
-                numel += n_layers * lin.copies * lin.d_in * lin.d_out
-                tensors += n_layers
+                numel += kind.count * lin.copies * lin.d_in * lin.d_out
+                tensors += kind.count
     return numel, tensors
 
 
@@ -75,12 +74,12 @@ def trainable_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[int, int, in
     """(rows, cols, how many) of every trainable tensor; vectors have cols = 1."""
     if setup.method != "full":
         out: list[tuple[int, int, int]] = []
-        moe_n = a.moe_layers if a.is_moe else 0
         from fitcheck.engine.lora import targeted
 
-        for n_layers, moe in ((a.num_layers - moe_n, False), (moe_n, True)):
-            for lin in layer_linears(a, moe):
-                if n_layers and targeted(a, setup.lora_targets, lin):
+        for kind in layer_kinds(a):
+            n_layers = kind.count
+            for lin in kind.linears(a):
+                if targeted(a, setup.lora_targets, lin):
                     # peft stores an expert parameter's factors as single tensors of rank r*E
                     k, r = n_layers, setup.lora_rank * lin.lora_factor * lin.copies
                     out += [(r, lin.d_in, k), (lin.d_out, r, k)]
@@ -90,18 +89,18 @@ def trainable_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[int, int, in
     inv = inventory(a)
     h = a.hidden_size
     out = [(a.vocab_size, h, 1)]
-    if inv.lm_head:
-        out.append((a.vocab_size, h, 1))
+    out += head_shapes(a)
     if a.learned_positions:
         out.append((a.learned_positions, h, 1))
-    moe_n = a.moe_layers if a.is_moe else 0
-    for n_layers, moe in ((a.num_layers - moe_n, False), (moe_n, True)):
-        for lin in layer_linears(a, moe):
-            if n_layers:
-                out.append((lin.d_out, lin.d_in, n_layers * lin.copies))
-                if lin.bias:
-                    out.append((lin.d_out, 1, n_layers * lin.copies))
+    for kind in layer_kinds(a):
+        for lin in kind.linears(a):
+            out.append((lin.d_out, lin.d_in, kind.count * lin.copies))
+            if lin.bias:
+                out.append((lin.d_out, 1, kind.count * lin.copies))
+    # norms, q/k norms and the small tables (token types, relative positions) as one vector group
     out.append((inv.norms, 1, 1))
+    if inv.extra:
+        out.append((inv.extra, 1, 1))  # a vision tower trained with the rest: one flat group
     return out
 
 

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 
 from fitcheck.engine.lora import adapter_params
-from fitcheck.engine.params import layer_linears
+from fitcheck.engine.params import layer_kinds
 from fitcheck.engine.regimes import regime_for
 from fitcheck.engine.states import quantizable_tensors
 from fitcheck.facts.dtypes import nbytes
@@ -69,11 +69,9 @@ class Flops:
 
 def matmul_params(a: DecoderArch) -> int:
     """Weights one token multiplies through: active layer projections (top-k experts) and the lm_head."""
-    moe_n = a.moe_layers if a.is_moe else 0
     total = 0
-    for n_layers, moe in ((a.num_layers - moe_n, False), (moe_n, True)):
-        if n_layers:
-            total += n_layers * sum(lin.copies * lin.d_in * lin.d_out for lin in layer_linears(a, moe, True))
+    for kind in layer_kinds(a):  # an encoder-decoder's encoder layers too
+        total += kind.count * sum(lin.copies * lin.d_in * lin.d_out for lin in kind.linears(a, active=True))
     return total + a.vocab_size * a.hidden_size
 
 

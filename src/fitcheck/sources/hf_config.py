@@ -1,29 +1,103 @@
-"""Hugging Face ``config.json`` -> `DecoderArch`.
+"""Hugging Face ``config.json`` -> `DecoderArch`, one table row per ``model_type``.
 
-One converter serves local folders, bare ``config.json`` files and the presets (which store the
-published config fields verbatim). Defaults for absent keys are the ones each transformers
-configuration class uses (cited per family in docs/methodology.md, "Architectures").
+One converter serves local folders, bare ``config.json`` files, Hub repos and the presets (which store
+the published config fields verbatim). Each `Family` row says, for one ``model_type``:
+
+* ``defaults``: the configuration class's defaults for keys a published config may leave out
+  (transformers ``configuration_<family>.py``, or the remote code's ``configuration_*.py``);
+* ``fixed``: architecture facts the config does not state (norm kind, MLP kind, fused projections,
+  parallel blocks, biases the modeling code always or never creates);
+* ``flags``: architecture fields read from a config key (``qkv_bias`` <- ``attention_bias``);
+* ``features``: the few derived parts that need arithmetic (MoE layers, latent attention, vision
+  towers, encoder tables), as small named functions.
+
+The shape keys every family shares (hidden size, layers, heads, ...) are read through `KEYS`, one list of
+aliases per architecture field. Sources per family: docs/methodology.md, "Architectures".
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from fitcheck.errors import ModelSourceError
 from fitcheck.models import DecoderArch
+from fitcheck.sources import vision
 
 Config = Mapping[str, Any]
+Fields = dict[str, Any]
+
+#: Architecture field -> the config keys that hold it, in the order tried (aliases across families).
+KEYS: dict[str, tuple[str, ...]] = {
+    "hidden_size": ("hidden_size", "n_embd", "d_model"),
+    "num_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+    "num_heads": ("num_attention_heads", "n_head", "num_heads", "n_heads"),
+    "num_kv_heads": ("num_key_value_heads", "multi_query_group_num", "num_kv_heads"),
+    "head_dim": ("head_dim", "kv_channels", "d_kv"),
+    "intermediate_size": ("intermediate_size", "ffn_hidden_size", "n_inner", "d_ff", "ffn_dim"),
+    "vocab_size": ("padded_vocab_size", "vocab_size"),
+    "activation": ("hidden_activation", "hidden_act", "activation_function", "hidden_activation"),
+}
+
+#: Keys that name the same thing (transformers' attribute_map aliases), so a given key shadows the
+#: class default of its alias.
+_ALIASES: dict[str, tuple[str, ...]] = {
+    k: group for group in (*KEYS.values(), ("num_experts", "num_local_experts")) for k in group
+}
+
+#: Every config key the converter reads; `class_defaults` holds, per model_type, the transformers
+#: configuration class's default for each of them (presets/architectures/config_defaults.yaml).
+READ_KEYS: tuple[str, ...] = (
+    *{k for keys in KEYS.values() for k in keys},
+    "tie_word_embeddings", "attention_bias", "mlp_bias", "use_qkv_bias", "use_bias", "bias", "use_qk_norm",
+    "qk_layernorm", "sliding_window", "use_sliding_window", "attention_dropout", "final_logit_softcapping",
+    "attn_logit_softcapping", "num_experts", "num_local_experts", "num_experts_per_tok",
+    "moe_intermediate_size", "shared_expert_intermediate_size", "shared_intermediate_size",
+    "decoder_sparse_step", "mlp_only_layers", "n_routed_experts", "n_shared_experts", "first_k_dense_replace",
+    "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+    "intermediate_size_mlp", "interleave_moe_layer_step", "moe_layers", "new_decoder_architecture",
+    "multi_query", "parallel_attn", "num_ln_in_parallel_attn", "use_parallel_residual", "n_positions",
+    "attn_pdrop", "resid_pdrop", "embd_pdrop", "expansion_ratio", "no_bias", "attn_config",
+    "word_embed_proj_dim", "enable_bias", "do_layer_norm_before", "layer_norm_elementwise_affine",
+    "dropout", "max_position_embeddings", "type_vocab_size", "attention_probs_dropout_prob",
+    "hidden_dropout_prob", "position_biased_input", "embedding_size", "relative_attention",
+    "position_buckets", "max_relative_positions", "norm_rel_ebd", "pos_att_type", "share_att_key",
+    "conv_kernel_size", "num_decoder_layers", "feed_forward_proj", "relative_attention_num_buckets",
+    "dropout_rate",
+)  # fmt: skip
+
+
+@functools.cache
+def class_defaults() -> dict[str, dict[str, Any]]:
+    """model_type -> {config key: the configuration class's default} (generated from transformers by
+    bench/arch_defaults.py; tests/test_architectures.py checks it against the installed transformers)."""
+    from fitcheck.presets import presets_root, read_yaml
+
+    data = read_yaml(presets_root() / "architectures" / "config_defaults.yaml")
+    return {str(k): dict(v) for k, v in (data.get("defaults") or {}).items()}
+
+
+#: State-space and recurrent families: refused until they are modelled (their memory is not a transformer's).
+SSM_TYPES = frozenset({"mamba", "mamba2", "jamba", "rwkv", "falcon_mamba", "zamba", "zamba2", "falcon_h1"})
+
+
+def _first(cfg: Config, keys: tuple[str, ...]) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return None
 
 
 def _need(cfg: Config, *keys: str) -> Any:
     """First present key among ``keys`` (aliases), or a clear error naming the first."""
-    for k in keys:
-        if k in cfg and cfg[k] is not None:
-            return cfg[k]
-    raise ModelSourceError(f"config.json lacks '{keys[0]}', which fitcheck needs to size the model")
+    value = _first(cfg, keys)
+    if value is None:
+        raise ModelSourceError(f"config.json lacks '{keys[0]}', which fitcheck needs to size the model")
+    return value
 
 
 def _opt(cfg: Config, key: str, default: Any) -> Any:
@@ -31,73 +105,264 @@ def _opt(cfg: Config, key: str, default: Any) -> Any:
     return default if value is None else value
 
 
-def _common(cfg: Config) -> dict[str, Any]:
-    h = int(_need(cfg, "hidden_size", "n_embd"))
-    a = int(_need(cfg, "num_attention_heads", "n_head"))
+# ---------------------------------------------------------------------------------------------------
+# Features: derived fields that need arithmetic. Each takes the (defaults-merged) config and the fields
+# built so far, and returns the fields it sets.
+
+
+def _moe_layers(cfg: Config, n_layers: int) -> int:
+    step = int(_opt(cfg, "decoder_sparse_step", 1))
+    dense_only = set(_opt(cfg, "mlp_only_layers", []))
+    return sum(1 for i in range(n_layers) if i not in dense_only and step > 0 and (i + 1) % step == 0)
+
+
+def _moe_all(expert_key: str, width_key: str) -> Callable[[Config, Fields], Fields]:
+    """Every layer MoE (Mixtral, OLMoE, Granite MoE): experts from ``expert_key``, width ``width_key``."""
+
+    def feature(cfg: Config, d: Fields) -> Fields:
+        return {
+            "num_experts": int(_need(cfg, expert_key, "num_local_experts", "num_experts")),
+            "experts_per_token": int(_need(cfg, "num_experts_per_tok")),
+            "moe_intermediate_size": int(_need(cfg, width_key)),
+            "moe_layers": d["num_layers"],
+        }
+
+    return feature
+
+
+def _qwen_moe(cfg: Config, d: Fields) -> Fields:
     return {
-        "model_type": str(cfg["model_type"]),
-        "hidden_size": h,
-        "num_layers": int(_need(cfg, "num_hidden_layers", "n_layer")),
-        "num_heads": a,
-        "num_kv_heads": int(_opt(cfg, "num_key_value_heads", a)),
-        "head_dim": int(_opt(cfg, "head_dim", h // a)),
-        "intermediate_size": int(_need(cfg, "intermediate_size")),
-        "vocab_size": int(_need(cfg, "vocab_size")),
-        "activation": str(_opt(cfg, "hidden_act", _opt(cfg, "hidden_activation", "silu"))),
-        "sliding_window": cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None,
-        "attn_dropout": float(_opt(cfg, "attention_dropout", 0.0)),
+        "num_experts": int(_need(cfg, "num_experts", "num_local_experts")),
+        "experts_per_token": int(_need(cfg, "num_experts_per_tok")),
+        "moe_intermediate_size": int(_need(cfg, "moe_intermediate_size")),
+        "shared_expert_intermediate_size": int(_opt(cfg, "shared_expert_intermediate_size", 0)),
+        "shared_expert_gate": bool(_opt(cfg, "shared_expert_intermediate_size", 0)),
+        "moe_layers": _moe_layers(cfg, d["num_layers"]),
     }
 
 
-def _llama(cfg: Config) -> dict[str, Any]:
-    d = _common(cfg)
-    bias = bool(_opt(cfg, "attention_bias", False))
-    d.update(
-        tie_embeddings=bool(_opt(cfg, "tie_word_embeddings", False)),
-        qkv_bias=bias,
-        o_bias=bias,
-        mlp_bias=bool(_opt(cfg, "mlp_bias", False)),
-    )
-    return d
+def _granite_shared(cfg: Config, d: Fields) -> Fields:
+    return {"shared_expert_intermediate_size": int(_opt(cfg, "shared_intermediate_size", 0))}
 
 
-def _qwen2(cfg: Config) -> dict[str, Any]:
-    # Qwen2Attention: q/k/v projections always carry a bias, o_proj never (modeling_qwen2.py).
-    d = _common(cfg)
-    d.update(tie_embeddings=bool(_opt(cfg, "tie_word_embeddings", False)), qkv_bias=True)
-    return d
+def _deepseek(cfg: Config, d: Fields) -> Fields:
+    """DeepSeek-V2/V3: latent attention; MoE after ``first_k_dense_replace`` dense layers, every
+    ``moe_layer_freq``-th layer, with ``n_shared_experts`` always-on experts (no gate)."""
+    nope, rope = int(_need(cfg, "qk_nope_head_dim")), int(_need(cfg, "qk_rope_head_dim"))
+    n = d["num_layers"]
+    first, freq = int(_opt(cfg, "first_k_dense_replace", 0)), int(_opt(cfg, "moe_layer_freq", 1))
+    moe = sum(1 for i in range(first, n) if i % freq == 0) if cfg.get("n_routed_experts") else 0
+    width = int(_need(cfg, "moe_intermediate_size"))
+    return {
+        # DeepseekV2/V3Config default 1536 when absent; null (V2-Lite) means one plain q_proj
+        "q_lora_rank": int(cfg["q_lora_rank"] or 0) if "q_lora_rank" in cfg else 1536,
+        "kv_lora_rank": int(_need(cfg, "kv_lora_rank")),
+        "qk_rope_head_dim": rope,
+        "v_head_dim": int(_need(cfg, "v_head_dim")),
+        "head_dim": nope + rope,
+        "num_kv_heads": d["num_heads"],
+        "num_experts": int(_opt(cfg, "n_routed_experts", 0)),
+        "experts_per_token": int(_opt(cfg, "num_experts_per_tok", 0)) if moe else 0,
+        "moe_intermediate_size": width,
+        "shared_expert_intermediate_size": width * int(_opt(cfg, "n_shared_experts", 0)),
+        "moe_layers": moe,
+    }
 
 
-def _qwen3(cfg: Config) -> dict[str, Any]:
-    d = _common(cfg)
-    bias = bool(_opt(cfg, "attention_bias", False))
-    d.update(
-        tie_embeddings=bool(_opt(cfg, "tie_word_embeddings", False)),
-        qkv_bias=bias,
-        o_bias=bias,
-        qk_norm=True,
-    )
-    return d
+def _llama4_text(cfg: Config, d: Fields) -> Fields:
+    """Llama 4 text: MoE every ``interleave_moe_layer_step``-th layer (or the listed ``moe_layers``),
+    one shared expert of the expert width; dense layers use ``intermediate_size_mlp``."""
+    n = d["num_layers"]
+    listed = cfg.get("moe_layers")
+    step = int(_opt(cfg, "interleave_moe_layer_step", 1))
+    moe = len(listed) if isinstance(listed, list) else sum(1 for i in range(n) if (i + 1) % step == 0)
+    width = int(_need(cfg, "intermediate_size"))
+    return {
+        "intermediate_size": int(_opt(cfg, "intermediate_size_mlp", width)),
+        "num_experts": int(_need(cfg, "num_local_experts")),
+        "experts_per_token": int(_opt(cfg, "num_experts_per_tok", 1)),
+        "moe_intermediate_size": width,
+        "shared_expert_intermediate_size": width,
+        "moe_layers": moe,
+    }
 
 
-def _gemma(cfg: Config) -> dict[str, Any]:
-    d = _common(cfg)
-    d["activation"] = str(_opt(cfg, "hidden_activation", _opt(cfg, "hidden_act", "gelu_pytorch_tanh")))
-    bias = bool(_opt(cfg, "attention_bias", False))
-    d.update(tie_embeddings=bool(_opt(cfg, "tie_word_embeddings", True)), qkv_bias=bias, o_bias=bias)
-    return d
+def _falcon(cfg: Config, d: Fields) -> Fields:
+    """Falcon: kv heads from ``new_decoder_architecture`` / ``multi_query``; one or two input norms."""
+    new = bool(_opt(cfg, "new_decoder_architecture", False))
+    kv = int(_opt(cfg, "num_kv_heads", d["num_heads"])) if new else 1
+    if not new and not bool(_opt(cfg, "multi_query", True)):
+        kv = d["num_heads"]
+    parallel = bool(_opt(cfg, "parallel_attn", True)) or new
+    n_ln = cfg.get("num_ln_in_parallel_attn") or (2 if new else 1)
+    bias = bool(_opt(cfg, "bias", False))
+    return {
+        "num_kv_heads": kv,
+        "parallel_block": parallel,
+        "norms_per_layer": (2 if n_ln == 2 else 1) if parallel else 2,
+        "intermediate_size": int(_opt(cfg, "ffn_hidden_size", 4 * d["hidden_size"])),
+        "qkv_bias": bias,
+        "o_bias": bias,
+        "mlp_bias": bias,
+    }
 
 
-def _gemma2(cfg: Config) -> dict[str, Any]:
-    d = _gemma(cfg)
-    d.update(
-        norms_per_layer=4,
-        final_logit_softcapping=cfg.get("final_logit_softcapping"),
-        attn_logit_softcapping=cfg.get("attn_logit_softcapping"),
-    )
-    return d
+def _parallel_residual(cfg: Config, d: Fields) -> Fields:
+    """GPT-NeoX / StableLM: ``use_parallel_residual``; StableLM then keeps only the input norm."""
+    par = bool(_opt(cfg, "use_parallel_residual", d["model_type"] == "gpt_neox"))
+    out: Fields = {"parallel_block": par}
+    if d["model_type"] == "stablelm":
+        out["norms_per_layer"] = 1 if par else 2
+    return out
 
 
+def _four_h(cfg: Config, d: Fields) -> Fields:
+    """Families whose MLP width defaults to 4 x hidden (GPT-J n_inner, BLOOM)."""
+    inner = _first(cfg, ("n_inner", "ffn_hidden_size"))
+    return {"intermediate_size": int(inner) if inner else 4 * d["hidden_size"]}
+
+
+def _mpt(cfg: Config, d: Fields) -> Fields:
+    attn = cfg.get("attn_config") or {}
+    heads = d["num_heads"]
+    kv = int(attn.get("kv_n_heads") or heads) if attn.get("attn_type") == "grouped_query_attention" else heads
+    bias = not bool(_opt(cfg, "no_bias", True))
+    return {
+        "num_kv_heads": kv,
+        "intermediate_size": int(_opt(cfg, "expansion_ratio", 4) * d["hidden_size"]),
+        "qkv_bias": bias,
+        "o_bias": bias,
+        "mlp_bias": bias,
+        "norm_bias": bias,
+        "attn_dropout": float(attn.get("attn_pdrop") or 0.0),
+    }
+
+
+def _opt_model(cfg: Config, d: Fields) -> Fields:
+    """OPT: learned positions with an offset of 2 rows; the final norm only with pre-norm layers."""
+    wep = int(_opt(cfg, "word_embed_proj_dim", d["hidden_size"]))
+    if wep != d["hidden_size"]:
+        raise ModelSourceError(
+            "OPT with word_embed_proj_dim != hidden_size (opt-350m) is not modelled; other OPT sizes are"
+        )
+    bias = bool(_opt(cfg, "enable_bias", True))
+    return {
+        "learned_positions": int(_opt(cfg, "max_position_embeddings", 2048)) + 2,
+        "final_norm": bool(_opt(cfg, "do_layer_norm_before", True))
+        and not bool(_opt(cfg, "_remove_final_layer_norm", False)),
+        "norm_weight": bool(_opt(cfg, "layer_norm_elementwise_affine", True)),
+        "norm_bias": bool(_opt(cfg, "layer_norm_elementwise_affine", True)),
+        "qkv_bias": bias,
+        "o_bias": bias,
+        "mlp_bias": bias,
+        "resid_dropout": float(_opt(cfg, "dropout", 0.1)),
+    }
+
+
+def _gpt2(cfg: Config, d: Fields) -> Fields:
+    return {
+        "learned_positions": int(_opt(cfg, "n_positions", 1024)),
+        # GPT2Config defaults: 0.1 each (configuration_gpt2.py); HF trains with them on.
+        "attn_dropout": float(_opt(cfg, "attn_pdrop", 0.1)),
+        "resid_dropout": float(_opt(cfg, "resid_pdrop", 0.1)),
+        "embd_dropout": float(_opt(cfg, "embd_pdrop", 0.1)),
+    }
+
+
+def _chatglm(cfg: Config, d: Fields) -> Fields:
+    mq = bool(_opt(cfg, "multi_query_attention", False))
+    return {
+        "num_kv_heads": int(_opt(cfg, "multi_query_group_num", 1)) if mq else d["num_heads"],
+        "norm": "rms" if bool(_opt(cfg, "rmsnorm", True)) else "layer",
+        "final_norm": bool(_opt(cfg, "post_layer_norm", True)),
+    }
+
+
+def _encoder(cfg: Config, d: Fields) -> Fields:
+    """BERT / RoBERTa: learned positions, token types, post-norm layers, a pooler before the labels."""
+    h = d["hidden_size"]
+    return {
+        "learned_positions": int(_opt(cfg, "max_position_embeddings", 512)),
+        "misc_params": int(_opt(cfg, "type_vocab_size", 2)) * h,
+        "attn_dropout": float(_opt(cfg, "attention_probs_dropout_prob", 0.1)),
+        "resid_dropout": float(_opt(cfg, "hidden_dropout_prob", 0.1)),
+        "num_labels": int(_opt(cfg, "num_labels", len(cfg.get("id2label") or {}) or 2)),
+    }
+
+
+def _deberta_v2(cfg: Config, d: Fields) -> Fields:
+    """DeBERTa-v2/v3 (``modeling_deberta_v2.py``): relative position table (+ its LayerNorm), optional
+    absolute positions, token types and a projection when ``embedding_size`` differs."""
+    h = d["hidden_size"]
+    out = _encoder(cfg, d)
+    maxpos = int(_opt(cfg, "max_position_embeddings", 512))
+    out["learned_positions"] = maxpos if bool(_opt(cfg, "position_biased_input", True)) else 0
+    misc = int(_opt(cfg, "type_vocab_size", 0)) * h
+    if int(_opt(cfg, "embedding_size", h)) != h:
+        raise ModelSourceError("DeBERTa with embedding_size != hidden_size is not modelled")
+    if bool(_opt(cfg, "relative_attention", False)):
+        buckets = int(_opt(cfg, "position_buckets", -1))
+        rel = int(_opt(cfg, "max_relative_positions", -1))
+        size = buckets if buckets > 0 else (rel if rel >= 1 else maxpos)
+        misc += 2 * size * h
+        if "layer_norm" in [x.strip() for x in str(_opt(cfg, "norm_rel_ebd", "none")).lower().split("|")]:
+            misc += 2 * h
+        pos = cfg.get("pos_att_type") or []
+        pos = pos.split("|") if isinstance(pos, str) else list(pos)
+        if not bool(_opt(cfg, "share_att_key", False)):
+            # separate position projections: c2p keys, p2c queries (with bias), every layer
+            misc += d["num_layers"] * sum(h * h + h for t in ("c2p", "p2c") if t in pos)
+    if int(_opt(cfg, "conv_kernel_size", 0)):
+        raise ModelSourceError("DeBERTa with a convolution layer (conv_kernel_size) is not modelled")
+    out["misc_params"] = misc
+    return out
+
+
+def _t5(cfg: Config, d: Fields) -> Fields:
+    """T5: relative position bias in the first layer of each stack; gated-gelu in v1.1 / Flan."""
+    heads = d["num_heads"]
+    dec = cfg.get("num_decoder_layers")
+    proj = str(_opt(cfg, "feed_forward_proj", "relu"))
+    return {
+        "encoder_layers": d["num_layers"],
+        "num_layers": int(dec) if dec else d["num_layers"],
+        "misc_params": 2 * int(_opt(cfg, "relative_attention_num_buckets", 32)) * heads,
+        "mlp": "gated" if proj.startswith("gated-") else "plain",
+        "activation": proj.removeprefix("gated-"),
+        "resid_dropout": float(_opt(cfg, "dropout_rate", 0.1)),
+        "attn_dropout": float(_opt(cfg, "dropout_rate", 0.1)),
+    }
+
+
+def _gemma2_caps(cfg: Config, d: Fields) -> Fields:
+    return {
+        "final_logit_softcapping": cfg.get("final_logit_softcapping"),
+        "attn_logit_softcapping": cfg.get("attn_logit_softcapping"),
+    }
+
+
+@dataclass(frozen=True)
+class Family:
+    """One ``model_type``: defaults, fixed facts, config-driven flags and derived features."""
+
+    defaults: dict[str, Any] = field(default_factory=dict)
+    fixed: dict[str, Any] = field(default_factory=dict)
+    flags: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    features: tuple[Callable[[Config, Fields], Fields], ...] = ()
+    source: str = "transformers"  # "transformers" or "remote" (trust_remote_code families)
+
+
+_TIE = {"tie_embeddings": ("tie_word_embeddings", False)}
+_TIE_T = {"tie_embeddings": ("tie_word_embeddings", True)}
+_ATTN_BIAS = {"qkv_bias": ("attention_bias", False), "o_bias": ("attention_bias", False)}
+_LLAMA_FLAGS = {**_TIE, **_ATTN_BIAS, "mlp_bias": ("mlp_bias", False)}
+_ALL_BIAS = {"qkv_bias": True, "o_bias": True, "mlp_bias": True}
+_LAYER = {"norm": "layer"}
+_PLAIN = {"mlp": "plain"}
+_GPT2 = {**_LAYER, **_PLAIN, **_ALL_BIAS, "fused_qkv": True}
+_ENC = {"structure": "encoder", **_LAYER, **_PLAIN, **_ALL_BIAS, "final_norm": False}
+_ENC |= {"embed_norm": True, "pooler": True}
+_GEMMA = {"activation": "gelu_pytorch_tanh"}
 #: `Gemma3TextConfig` defaults (transformers ``configuration_gemma3.py``) for the shape keys a published
 #: config may leave out: google/gemma-3-4b-pt's ``text_config`` lists only hidden_size,
 #: intermediate_size, num_hidden_layers, rope_scaling and sliding_window, and the 4B and 27B
@@ -107,139 +372,304 @@ _GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
     "num_attention_heads": 8,
     "num_key_value_heads": 4,
     "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+}
+_LLAMA4_TEXT_DEFAULTS: dict[str, Any] = {"vocab_size": 202048, "head_dim": 128}
+_QWEN_MOE = Family(
+    defaults={"num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408},
+    fixed={"qkv_bias": True},
+    flags=_TIE,
+    features=(_qwen_moe,),
+)
+
+FAMILIES: dict[str, Family] = {
+    # Llama-shaped decoders
+    "llama": Family(flags=_LLAMA_FLAGS),
+    "mistral": Family(flags=_TIE),
+    "granite": Family(flags=_LLAMA_FLAGS),
+    "helium": Family(defaults={"head_dim": 128}, flags=_LLAMA_FLAGS),
+    "smollm3": Family(flags={**_LLAMA_FLAGS, "tie_embeddings": ("tie_word_embeddings", True)}),
+    "internlm2": Family(
+        fixed={"fused_qkv": True},
+        flags={**_TIE, "qkv_bias": ("bias", False), "o_bias": ("bias", False)},
+        source="remote",
+    ),
+    "baichuan": Family(fixed={"fused_qkv": True}, flags=_TIE, source="remote"),
+    "minicpm": Family(flags={**_TIE_T, **_ATTN_BIAS}, source="remote"),
+    "qwen2": Family(fixed={"qkv_bias": True}, flags=_TIE),
+    "qwen3": Family(fixed={"qk_norm": True}, flags=_LLAMA_FLAGS),
+    "glm": Family(
+        defaults={"head_dim": 128},
+        fixed={"fused_gate_up": True},
+        flags={**_TIE, "qkv_bias": ("attention_bias", True)},
+    ),
+    "glm4": Family(
+        defaults={"head_dim": 128},
+        fixed={"fused_gate_up": True, "norms_per_layer": 4},
+        flags={**_TIE, "qkv_bias": ("attention_bias", True)},
+    ),
+    "chatglm": Family(
+        defaults={"padded_vocab_size": 65024, "multi_query_group_num": 1},
+        fixed={"fused_qkv": True, "fused_gate_up": True},
+        flags={
+            **_TIE,
+            "qkv_bias": ("add_qkv_bias", False),
+            "o_bias": ("add_bias_linear", False),
+            "mlp_bias": ("add_bias_linear", False),
+        },
+        features=(_chatglm,),
+        source="remote",
+    ),
+    "phi3": Family(fixed={"fused_qkv": True, "fused_gate_up": True}, flags=_TIE),
+    "gemma": Family(fixed=_GEMMA, flags={**_TIE_T, **_ATTN_BIAS}),
+    "gemma2": Family(
+        fixed={**_GEMMA, "norms_per_layer": 4}, flags={**_TIE_T, **_ATTN_BIAS}, features=(_gemma2_caps,)
+    ),
+    "gemma3_text": Family(
+        defaults=_GEMMA3_TEXT_DEFAULTS,
+        fixed={"norms_per_layer": 4, "qk_norm": True},
+        flags={**_TIE_T, **_ATTN_BIAS},
+        features=(_gemma2_caps,),
+    ),
+    "olmo": Family(fixed={"norm": "layer", "norm_weight": False, "norm_bias": False}, flags=_LLAMA_FLAGS),
+    "olmo2": Family(fixed={"qk_norm": True, "qk_norm_full": True}, flags=_LLAMA_FLAGS),
+    "olmoe": Family(
+        defaults={"num_experts": 64, "num_experts_per_tok": 8},
+        fixed={"qk_norm": True, "qk_norm_full": True},
+        flags=_LLAMA_FLAGS,
+        features=(_moe_all("num_experts", "intermediate_size"),),
+    ),
+    "exaone": Family(flags=_TIE),
+    "exaone4": Family(fixed={"qk_norm": True}, flags=_TIE),
+    "cohere": Family(
+        fixed={"norm": "layer", "norm_bias": False, "parallel_block": True, "norms_per_layer": 1},
+        flags={**_TIE_T, **_ATTN_BIAS, "qk_norm": ("use_qk_norm", False)},
+        defaults={"use_qk_norm": False},
+    ),
+    "cohere2": Family(
+        fixed={"norm": "layer", "norm_bias": False, "parallel_block": True, "norms_per_layer": 1},
+        flags={**_TIE_T, **_ATTN_BIAS},
+    ),
+    "stablelm": Family(
+        fixed=_LAYER, flags={**_TIE, "qkv_bias": ("use_qkv_bias", False)}, features=(_parallel_residual,)
+    ),
+    "starcoder2": Family(
+        fixed={**_LAYER, **_PLAIN},
+        flags={
+            **_TIE_T,
+            "qkv_bias": ("use_bias", True),
+            "o_bias": ("use_bias", True),
+            "mlp_bias": ("use_bias", True),
+        },
+        defaults={"hidden_act": "gelu_pytorch_tanh"},
+    ),
+    "nemotron": Family(fixed={**_LAYER, **_PLAIN}, flags=_LLAMA_FLAGS, defaults={"hidden_act": "relu2"}),
+    "arcee": Family(fixed=_PLAIN, flags=_LLAMA_FLAGS, defaults={"hidden_act": "relu2"}),
+    # GPT-style decoders
+    "gpt2": Family(
+        fixed=_GPT2, flags=_TIE_T, features=(_four_h, _gpt2), defaults={"activation_function": "gelu_new"}
+    ),
+    "gpt_neox": Family(
+        fixed={**_LAYER, **_PLAIN, "fused_qkv": True, "mlp_bias": True},
+        flags={**_TIE, "qkv_bias": ("attention_bias", True), "o_bias": ("attention_bias", True)},
+        features=(_parallel_residual,),
+    ),
+    "gptj": Family(
+        fixed={
+            **_LAYER,
+            **_PLAIN,
+            "parallel_block": True,
+            "norms_per_layer": 1,
+            "mlp_bias": True,
+            "lm_head_bias": True,
+        },
+        flags=_TIE,
+        features=(_four_h,),
+        defaults={"activation_function": "gelu_new"},
+    ),
+    "phi": Family(
+        fixed={
+            **_LAYER,
+            **_PLAIN,
+            **_ALL_BIAS,
+            "parallel_block": True,
+            "norms_per_layer": 1,
+            "lm_head_bias": True,
+        },
+        flags={**_TIE, "qk_norm": ("qk_layernorm", False)},
+        defaults={"hidden_act": "gelu_new"},
+    ),
+    "falcon": Family(
+        fixed={**_LAYER, **_PLAIN, "fused_qkv": True},
+        flags=_TIE_T,
+        features=(_falcon,),
+        defaults={"activation": "gelu"},
+    ),
+    "bloom": Family(
+        fixed={**_LAYER, **_PLAIN, **_ALL_BIAS, "fused_qkv": True, "embed_norm": True},
+        flags=_TIE_T,
+        features=(_four_h,),
+        defaults={"activation": "gelu"},
+    ),
+    "opt": Family(
+        fixed={**_LAYER, **_PLAIN},
+        flags=_TIE_T,
+        features=(_opt_model,),
+        defaults={"activation_function": "relu"},
+    ),
+    "mpt": Family(
+        fixed={**_LAYER, **_PLAIN, "fused_qkv": True},
+        flags=_TIE_T,
+        features=(_mpt,),
+        defaults={"d_model": 2048, "n_heads": 16, "n_layers": 24, "vocab_size": 50368, "activation": "gelu"},
+    ),
+    # Mixture-of-experts decoders
+    "mixtral": Family(
+        defaults={"num_local_experts": 8, "num_experts_per_tok": 2},
+        flags=_LLAMA_FLAGS,
+        features=(_moe_all("num_local_experts", "intermediate_size"),),
+    ),
+    "granitemoe": Family(
+        defaults={"num_local_experts": 8, "num_experts_per_tok": 2},
+        flags=_LLAMA_FLAGS,
+        features=(_moe_all("num_local_experts", "intermediate_size"),),
+    ),
+    "granitemoeshared": Family(
+        defaults={"num_local_experts": 8, "num_experts_per_tok": 2},
+        flags=_LLAMA_FLAGS,
+        features=(_moe_all("num_local_experts", "intermediate_size"), _granite_shared),
+    ),
+    "qwen2_moe": _QWEN_MOE,
+    "qwen3_moe": Family(
+        defaults={"num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768},
+        fixed={"qk_norm": True},
+        flags=_LLAMA_FLAGS,
+        features=(_qwen_moe,),
+    ),
+    "deepseek_v2": Family(flags=_LLAMA_FLAGS, features=(_deepseek,)),
+    "deepseek_v3": Family(flags=_LLAMA_FLAGS, features=(_deepseek,)),
+    "llama4_text": Family(defaults=_LLAMA4_TEXT_DEFAULTS, flags=_LLAMA_FLAGS, features=(_llama4_text,)),
+    # Encoders and encoder-decoders
+    "bert": Family(fixed=_ENC, defaults={"hidden_act": "gelu"}, features=(_encoder,)),
+    "roberta": Family(fixed=_ENC, defaults={"hidden_act": "gelu"}, features=(_encoder,)),
+    "deberta-v2": Family(fixed=_ENC, defaults={"hidden_act": "gelu"}, features=(_deberta_v2,)),
+    # transformers 5 ties T5's lm_head to the shared embedding always (configuration_t5.py forces
+    # tie_word_embeddings=True; v1.1's `false` now only turns off the decoder-output scaling)
+    "t5": Family(
+        fixed={"structure": "encoder_decoder", "norm": "rms", "norms_per_layer": 3, "tie_embeddings": True},
+        defaults={
+            "d_model": 512,
+            "d_kv": 64,
+            "d_ff": 2048,
+            "num_layers": 6,
+            "num_heads": 8,
+            "vocab_size": 32128,
+        },
+        features=(_t5,),
+    ),
+}
+
+#: Multimodal families: the language tower's config sits under ``text_config`` (or at the top level, as in
+#: Qwen2-VL's published configs); the vision tower and projector are counted by `fitcheck.sources.vision`.
+MULTIMODAL: dict[str, tuple[str, Callable[[Config, Config], int]]] = {
+    "llava": ("llama", vision.llava),
+    "qwen2_vl": ("qwen2", vision.qwen2_vl),
+    "qwen2_5_vl": ("qwen2", vision.qwen2_5_vl),
+    "gemma3": ("gemma3_text", vision.gemma3),
+    "llama4": ("llama4_text", vision.llama4),
 }
 
 
-def _gemma3(cfg: Config) -> dict[str, Any]:
+def supported_types() -> list[str]:
+    """Every ``model_type`` fitcheck reads natively."""
+    return sorted({*FAMILIES, *MULTIMODAL})
+
+
+def _fields(cfg: Config, fam: Family, model_type: str) -> Fields:
+    # absent keys take the configuration class's defaults (unless an alias of the key is given); an
+    # explicit null stays null (q_lora_rank)
+    given = {a for k in cfg for a in _ALIASES.get(k, (k,))}
+    defaults = {**class_defaults().get(model_type, {}), **fam.defaults}
+    cfg = {**{k: v for k, v in defaults.items() if k not in given}, **cfg}
+    h = int(_need(cfg, *KEYS["hidden_size"]))
+    heads = int(_need(cfg, *KEYS["num_heads"]))
+    d: Fields = {
+        "model_type": model_type,
+        "hidden_size": h,
+        "num_layers": int(_need(cfg, *KEYS["num_layers"])),
+        "num_heads": heads,
+        "num_kv_heads": int(_first(cfg, KEYS["num_kv_heads"]) or heads),
+        "head_dim": int(_first(cfg, KEYS["head_dim"]) or h // heads),
+        "vocab_size": int(_need(cfg, *KEYS["vocab_size"])),
+        "activation": str(_first(cfg, KEYS["activation"]) or "silu"),
+        "sliding_window": cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None,
+        "attn_dropout": float(_opt(cfg, "attention_dropout", 0.0)),
+    }
+    inter = _first(cfg, KEYS["intermediate_size"])
+    if inter is not None:
+        d["intermediate_size"] = int(inter)
+    d.update(fam.fixed)
+    for name, (key, default) in fam.flags.items():
+        d[name] = bool(_opt(cfg, key, default))
+    for feature in fam.features:
+        d.update(feature(cfg, d))
+    if "intermediate_size" not in d:
+        raise ModelSourceError(
+            "config.json lacks 'intermediate_size', which fitcheck needs to size the model"
+        )
+    if d.get("sliding_window") is not None and not isinstance(d["sliding_window"], int):
+        d["sliding_window"] = None
+    return d
+
+
+def _multimodal(cfg: Config, model_type: str) -> Fields:
+    text_type, tower = MULTIMODAL[model_type]
     text = cfg.get("text_config")
     if isinstance(text, Mapping):
-        # Gemma 3 4B and larger: a vision tower beside the text decoder; size the decoder and
-        # count the tower as frozen extra parameters only when the config says how big it is.
-        merged = {"model_type": "gemma3_text", **text}
-        d = _gemma3(merged)
-        d["model_type"] = "gemma3"
-        return d
-    cfg = {**_GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
-    d = _gemma(cfg)
-    d.update(
-        norms_per_layer=4,
-        qk_norm=True,
-        final_logit_softcapping=cfg.get("final_logit_softcapping"),
-        attn_logit_softcapping=cfg.get("attn_logit_softcapping"),
-    )
+        text_cfg = dict(text)
+    else:  # Qwen2-VL publishes the language model's keys at the top level
+        text_cfg = {k: v for k, v in cfg.items() if k != "vision_config"}
+    text_type = str(text_cfg.get("model_type") or text_type)
+    if text_type in ("qwen2_vl_text", "qwen2_5_vl_text"):
+        text_type = "qwen2"
+    if model_type in ("qwen2_vl", "qwen2_5_vl"):
+        text_type = "qwen2"
+    if text_type not in FAMILIES:
+        raise ModelSourceError(f"{model_type}: its language model's type '{text_type}' is not supported")
+    if model_type == "llava" and "tie_word_embeddings" not in text_cfg:
+        text_cfg["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
+    d = _fields(text_cfg, FAMILIES[text_type], text_type)
+    vis = cfg.get("vision_config")
+    d["extra_params"] = tower(dict(vis) if isinstance(vis, Mapping) else {}, {**text_cfg, "_top": cfg})
+    d["model_type"] = model_type
     return d
-
-
-def _phi3(cfg: Config) -> dict[str, Any]:
-    d = _common(cfg)
-    d.update(
-        tie_embeddings=bool(_opt(cfg, "tie_word_embeddings", False)),
-        fused_qkv=True,
-        fused_gate_up=True,
-    )
-    return d
-
-
-def _mixtral(cfg: Config) -> dict[str, Any]:
-    d = _llama(cfg)
-    d.update(
-        num_experts=int(_need(cfg, "num_local_experts")),
-        experts_per_token=int(_opt(cfg, "num_experts_per_tok", 2)),
-        moe_intermediate_size=int(cfg["intermediate_size"]),
-        moe_layers=d["num_layers"],
-    )
-    return d
-
-
-def _moe_layers(cfg: Config, n_layers: int) -> int:
-    step = int(_opt(cfg, "decoder_sparse_step", 1))
-    dense_only = set(_opt(cfg, "mlp_only_layers", []))
-    return sum(1 for i in range(n_layers) if i not in dense_only and step > 0 and (i + 1) % step == 0)
-
-
-def _qwen2_moe(cfg: Config) -> dict[str, Any]:
-    d = _qwen2(cfg)
-    d.update(
-        num_experts=int(_need(cfg, "num_experts")),
-        experts_per_token=int(_opt(cfg, "num_experts_per_tok", 4)),
-        moe_intermediate_size=int(_need(cfg, "moe_intermediate_size")),
-        shared_expert_intermediate_size=int(_opt(cfg, "shared_expert_intermediate_size", 0)),
-        moe_layers=_moe_layers(cfg, d["num_layers"]),
-    )
-    return d
-
-
-def _qwen3_moe(cfg: Config) -> dict[str, Any]:
-    d = _qwen3(cfg)
-    d.update(
-        num_experts=int(_need(cfg, "num_experts")),
-        experts_per_token=int(_opt(cfg, "num_experts_per_tok", 8)),
-        moe_intermediate_size=int(_need(cfg, "moe_intermediate_size")),
-        moe_layers=_moe_layers(cfg, d["num_layers"]),
-    )
-    return d
-
-
-def _gpt2(cfg: Config) -> dict[str, Any]:
-    h = int(_need(cfg, "n_embd", "hidden_size"))
-    a = int(_need(cfg, "n_head", "num_attention_heads"))
-    inner = cfg.get("n_inner")
-    return {
-        "model_type": "gpt2",
-        "hidden_size": h,
-        "num_layers": int(_need(cfg, "n_layer", "num_hidden_layers")),
-        "num_heads": a,
-        "num_kv_heads": a,
-        "head_dim": h // a,
-        "intermediate_size": int(inner) if inner else 4 * h,
-        "vocab_size": int(_need(cfg, "vocab_size")),
-        "tie_embeddings": bool(_opt(cfg, "tie_word_embeddings", True)),
-        "mlp": "plain",
-        "activation": str(_opt(cfg, "activation_function", "gelu_new")),
-        "norm": "layer",
-        "qkv_bias": True,
-        "o_bias": True,
-        "mlp_bias": True,
-        "fused_qkv": True,
-        "learned_positions": int(_opt(cfg, "n_positions", 1024)),
-        # GPT2Config defaults: 0.1 each (configuration_gpt2.py); HF trains with them on.
-        "attn_dropout": float(_opt(cfg, "attn_pdrop", 0.1)),
-        "resid_dropout": float(_opt(cfg, "resid_pdrop", 0.1)),
-        "embd_dropout": float(_opt(cfg, "embd_pdrop", 0.1)),
-    }
-
-
-CONVERTERS: dict[str, Callable[[Config], dict[str, Any]]] = {
-    "llama": _llama,
-    "mistral": _llama,
-    "qwen2": _qwen2,
-    "qwen3": _qwen3,
-    "gemma": _gemma,
-    "gemma2": _gemma2,
-    "gemma3": _gemma3,
-    "gemma3_text": _gemma3,
-    "phi3": _phi3,
-    "mixtral": _mixtral,
-    "qwen2_moe": _qwen2_moe,
-    "qwen3_moe": _qwen3_moe,
-    "gpt2": _gpt2,
-}
 
 
 def arch_from_hf_config(cfg: Config) -> DecoderArch:
     """Build a `DecoderArch` from a parsed ``config.json``.
 
     Raises:
-        ModelSourceError: unknown ``model_type``, missing or inconsistent fields.
+        ModelSourceError: unknown or state-space ``model_type``, missing or inconsistent fields.
     """
     if not isinstance(cfg, Mapping):
         raise ModelSourceError("config.json must hold a JSON object")
-    model_type = cfg.get("model_type")
-    if model_type not in CONVERTERS:
-        known = ", ".join(sorted(CONVERTERS))
-        raise ModelSourceError(f"model_type '{model_type}' is not supported; supported: {known}")
+    model_type = str(cfg.get("model_type"))
+    if model_type in SSM_TYPES:
+        raise ModelSourceError(
+            f"model_type '{model_type}' is a state-space / recurrent model; fitcheck models transformers "
+            "only, so it cannot estimate it yet"
+        )
+    if model_type == "gemma3" and not isinstance(cfg.get("text_config"), Mapping):
+        model_type = "gemma3_text"  # a text-only Gemma 3 config under the multimodal type
+    if model_type not in FAMILIES and model_type not in MULTIMODAL:
+        raise UnsupportedTypeError(model_type)
     try:
-        fields = CONVERTERS[str(model_type)](cfg)
+        if model_type in MULTIMODAL:
+            fields = _multimodal(cfg, model_type)
+        else:
+            fields = _fields(cfg, FAMILIES[model_type], model_type)
+        if model_type == "gemma3_text" and cfg.get("model_type") == "gemma3":
+            fields["model_type"] = "gemma3"
         return DecoderArch(**fields)
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ValidationError):
@@ -247,3 +677,14 @@ def arch_from_hf_config(cfg: Config) -> DecoderArch:
             where = ".".join(str(p) for p in first["loc"])
             raise ModelSourceError(f"config.json: {where}: {first['msg']}") from None
         raise ModelSourceError(f"config.json has a field of the wrong type: {exc}") from None
+
+
+class UnsupportedTypeError(ModelSourceError):
+    """A ``model_type`` without a table row (the meta-device fallback may still size it)."""
+
+    def __init__(self, model_type: str) -> None:
+        self.model_type = model_type
+        super().__init__(
+            f"model_type '{model_type}' is not read natively; supported: {', '.join(supported_types())}. "
+            "Install the torch extra (pip install 'fitcheck-train[torch]') to size it from transformers"
+        )

@@ -1,19 +1,23 @@
-"""Resolve the MODEL argument: a size, a preset id, a folder, a config.json or safetensors files."""
+"""Resolve the MODEL argument: a path, a preset id or alias, a size, or a Hugging Face Hub id."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fitcheck.errors import ModelSourceError, NotFoundError, suggest
 from fitcheck.models import ModelSpec, TensorGroup
 from fitcheck.presets import load_preset, preset_ids
-from fitcheck.sources.hf_config import arch_from_hf_config
+from fitcheck.sources.hf_config import UnsupportedTypeError, arch_from_hf_config
 from fitcheck.sources.safetensors_header import read_all
 from fitcheck.units import looks_like_size
+
+if TYPE_CHECKING:
+    from fitcheck.diffusion.spec import DiffusionSpec
 
 MAX_CONFIG_BYTES = 4_000_000
 
@@ -73,6 +77,43 @@ def _groups(tensors: dict[str, tuple[str, tuple[int, ...]]]) -> tuple[TensorGrou
     return tuple(TensorGroup(name=k, numel=n, dtype=d) for (k, d), n in sorted(by.items()))
 
 
+def spec_from_config(
+    cfg: dict[str, Any],
+    *,
+    id: str,
+    name: str,
+    source: str,
+    tensors: dict[str, tuple[str, tuple[int, ...]]] | None = None,
+    hf_id: str | None = None,
+) -> ModelSpec:
+    """A `ModelSpec` from a parsed config.json and, when known, the safetensors tensors beside it.
+
+    A ``model_type`` without a table row is sized from transformers on the meta device when the torch
+    extra is installed (`fitcheck.sources.meta_fallback`), with a warning; without it the error names
+    the supported types and the extra.
+    """
+    notes: tuple[str, ...] = ()
+    try:
+        arch = arch_from_hf_config(cfg)
+    except UnsupportedTypeError as exc:
+        from fitcheck.sources.meta_fallback import arch_from_meta
+
+        arch, notes = arch_from_meta(cfg, exc)
+    groups = _groups(tensors) if tensors else ()
+    return ModelSpec(
+        id=id,
+        name=str(cfg.get("_name_or_path") or name),
+        source_kind="safetensors" if groups else "hf_config",
+        hf_id=hf_id,
+        source=source,
+        arch=arch,
+        declared_params=sum(g.numel for g in groups) if groups else None,
+        file_groups=groups,
+        hf_config=cfg,
+        notes=notes,
+    )
+
+
 def spec_from_path(path: Path) -> ModelSpec:
     """A local Hugging Face folder, a config.json, or safetensors files (with a config.json beside)."""
     if not path.exists():
@@ -86,7 +127,6 @@ def spec_from_path(path: Path) -> ModelSpec:
             f"{folder}: no config.json; fitcheck needs the model's config.json beside its weights"
         )
     cfg = read_config(cfg_path)
-    arch = arch_from_hf_config(cfg)
     weights: Path | None = None
     if (
         (
@@ -97,37 +137,57 @@ def spec_from_path(path: Path) -> ModelSpec:
         or path.name.endswith(".index.json")
     ):
         weights = path
-    groups: tuple[TensorGroup, ...] = ()
-    declared = None
-    kind = "hf_config"
-    if weights is not None:
-        tensors = read_all(weights)
-        groups = _groups(tensors)
-        declared = sum(g.numel for g in groups)
-        kind = "safetensors"
-    name = cfg.get("_name_or_path") or folder.name
-    return ModelSpec(
-        id=str(path),
-        name=str(name),
-        source_kind=kind,  # type: ignore[arg-type]
-        source=str(cfg_path),
-        arch=arch,
-        declared_params=declared,
-        file_groups=groups,
-        hf_config=cfg,
-    )
+    tensors = read_all(weights) if weights is not None else None
+    return spec_from_config(cfg, id=str(path), name=folder.name, source=str(cfg_path), tensors=tensors)
 
 
-def resolve_model(text: str) -> ModelSpec:
-    """Turn the MODEL argument into a `ModelSpec`.
+@functools.cache
+def _hf_ids() -> dict[str, str]:
+    """Hub repo id (lower case) -> model preset id, from each preset's ``hf_id`` and ``hf_ids``."""
+    out: dict[str, str] = {}
+    for pid in preset_ids("models"):
+        data = load_preset("models", pid)
+        for repo in [data.get("hf_id"), *(data.get("hf_ids") or [])]:
+            if repo:
+                out[str(repo).lower()] = pid
+    return out
 
-    Order: an existing path; a preset id or alias; a size string; else an error naming the closest
-    presets.
+
+def _diffusion_hf_ids() -> dict[str, str]:
+    from fitcheck.diffusion.sources import diffusion_ids
+
+    out: dict[str, str] = {}
+    for pid in diffusion_ids():
+        data = load_preset("diffusion", pid)
+        for repo in [data.get("hf_id"), *(data.get("hf_ids") or [])]:
+            if repo:
+                out[str(repo).lower()] = pid
+    return out
+
+
+def resolve(text: str) -> ModelSpec | DiffusionSpec:
+    """Turn the MODEL argument into a spec: the one resolver behind the CLI and the library.
+
+    Order (docs/cli.md, "Which model"): a local path (a diffusers pipeline folder or checkpoint, a
+    transformers folder, config.json or safetensors); a preset id or alias (LLM or diffusion); a size
+    string; a preset whose ``hf_id`` / ``hf_ids`` lists the Hub id (no network); then the Hub
+    through ``huggingface_hub`` (`fitcheck.sources.hub`).
     """
+    from fitcheck.diffusion.sources import resolve_diffusion
+
+    dspec = resolve_diffusion(text)
+    if dspec is not None:
+        return dspec
+    return _resolve_llm_or_hub(text)
+
+
+def _resolve_llm_or_hub(text: str) -> ModelSpec | DiffusionSpec:
+    from fitcheck.sources.hub import parse_hub_id, spec_from_hub
     from fitcheck.sources.size import spec_from_size
 
     p = Path(text).expanduser()
-    if p.exists() or text.endswith((".json", ".safetensors")) or "/" in text:
+    hub = parse_hub_id(text) if not p.exists() else None
+    if hub is None and (p.exists() or text.endswith((".json", ".safetensors")) or "/" in text):
         return spec_from_path(p)
     low = text.lower()
     if low in preset_ids("models"):
@@ -136,9 +196,27 @@ def resolve_model(text: str) -> ModelSpec:
         return spec_from_size(text)
     if low in _aliases():
         return spec_from_preset(low)
+    if hub is not None:
+        repo, rev = hub
+        if rev is None and repo.lower() in _hf_ids():
+            return spec_from_preset(_hf_ids()[repo.lower()])
+        if rev is None and repo.lower() in _diffusion_hf_ids():
+            from fitcheck.diffusion.sources import spec_from_preset as diffusion_preset
+
+            return diffusion_preset(_diffusion_hf_ids()[repo.lower()])
+        return spec_from_hub(repo, rev)
     hint = suggest(text, [*preset_ids("models"), *_aliases()])
     raise NotFoundError(
         f"unknown model '{text}'"
         + (f"; {hint}" if hint else "")
-        + " (a preset id from `fitcheck models`, a size like 7B, or a path to a model folder)"
+        + " (a preset id from `fitcheck models`, a size like 7B, a Hub id like org/name, or a path to a "
+        "model folder)"
     )
+
+
+def resolve_model(text: str) -> ModelSpec:
+    """`resolve` for the commands that size language models only (plan, measure)."""
+    spec = _resolve_llm_or_hub(text)
+    if not isinstance(spec, ModelSpec):
+        raise ModelSourceError(f"'{text}' is a diffusion pipeline; this command sizes language models")
+    return spec

@@ -1,0 +1,161 @@
+"""Hugging Face Hub ids (``org/name``, ``org/name@revision``) -> a model spec, through ``huggingface_hub``.
+
+What is read: ``config.json`` (or ``model_index.json`` and each component's ``config.json`` for a
+diffusers pipeline) through the client's cache, and the safetensors *headers* through the client's
+range requests (``get_safetensors_metadata``: the first bytes of each shard, sharded indexes
+included), never the weights. Offline (``HF_HUB_OFFLINE=1``) only the cache is read; safetensors
+headers then come from cached shards when there are any, else the counts come from the config.
+
+The client honours ``HF_TOKEN`` (gated repos), ``HF_HOME`` / ``HF_HUB_CACHE`` (the cache) and
+``HF_ENDPOINT`` (a mirror, or the test server) itself. ``huggingface_hub`` is imported here only, when a
+Hub id is resolved, so ``fitcheck --help`` and preset estimates stay import-light.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fitcheck.errors import ModelSourceError, NotFoundError
+from fitcheck.models import ModelSpec
+
+if TYPE_CHECKING:
+    from fitcheck.diffusion.spec import DiffusionSpec
+
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+HUB_ID = re.compile(rf"^(?P<repo>{_NAME}/{_NAME})(?:@(?P<rev>[A-Za-z0-9][A-Za-z0-9._/-]*))?$")
+
+
+def parse_hub_id(text: str) -> tuple[str, str | None] | None:
+    """``(repo_id, revision)`` when ``text`` reads as a Hub id, else None."""
+    m = HUB_ID.match(text.strip())
+    if m is None or text.endswith((".json", ".safetensors")) or ".." in text:
+        return None
+    return m["repo"], m["rev"]
+
+
+def _progress(repo: str, rev: str | None, endpoint: str) -> None:
+    where = f"{repo}@{rev}" if rev else repo
+    print(f"fitcheck: fetching {where} from {endpoint} (config and safetensors headers) ...", file=sys.stderr)
+
+
+def _fix_offline(repo: str) -> str:
+    return (
+        f"'{repo}' is not in the Hugging Face cache and HF_HUB_OFFLINE is set: go online (unset "
+        f"HF_HUB_OFFLINE), or download its config first: hf download {repo} config.json"
+    )
+
+
+def _download(hf: Any, repo: str, filename: str, rev: str | None) -> Path | None:
+    """A file of the repo through the client (cache first); None when the repo has no such file.
+
+    Raises:
+        ModelSourceError / NotFoundError: gated, missing, offline-and-uncached, or network trouble.
+    """
+    from huggingface_hub import errors as e
+
+    try:
+        return Path(hf.hf_hub_download(repo, filename, revision=rev))
+    except e.GatedRepoError:
+        raise ModelSourceError(
+            f"'{repo}' is gated: accept its license on the model page and set HF_TOKEN (or run hf auth login)"
+        ) from None
+    except e.RepositoryNotFoundError:
+        raise NotFoundError(
+            f"no Hub repo '{repo}' (or it is private: set HF_TOKEN); a preset id from `fitcheck models` "
+            "or a local folder also work"
+        ) from None
+    except e.RevisionNotFoundError:
+        raise NotFoundError(f"'{repo}' has no revision '{rev}'") from None
+    except e.LocalEntryNotFoundError:
+        if hf.constants.HF_HUB_OFFLINE:
+            raise ModelSourceError(_fix_offline(repo)) from None
+        raise ModelSourceError(
+            f"cannot reach {hf.constants.ENDPOINT} to fetch '{repo}' and it is not cached: check the "
+            "network (or HF_ENDPOINT), or set HF_HUB_OFFLINE=1 with the config in the cache"
+        ) from None
+    except e.EntryNotFoundError:
+        return None
+    except (e.HfHubHTTPError, OSError) as exc:
+        raise ModelSourceError(f"fetching '{repo}' failed: {str(exc).splitlines()[0][:200]}") from None
+
+
+def _remote_tensors(hf: Any, repo: str, rev: str | None) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """name -> (dtype, shape) from the safetensors headers on the Hub (range requests only)."""
+    from huggingface_hub import errors as e
+
+    from fitcheck.sources.safetensors_header import DTYPES
+
+    try:
+        meta = hf.get_safetensors_metadata(repo, revision=rev)
+    except (e.NotASafetensorsRepoError, e.EntryNotFoundError, e.SafetensorsParsingError):
+        return {}
+    except (e.HfHubHTTPError, OSError):
+        return {}  # headers are a refinement; the config alone still sizes the model
+    out: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for fm in meta.files_metadata.values():
+        for name, info in fm.tensors.items():
+            out[name] = (DTYPES.get(info.dtype, str(info.dtype).lower()), tuple(int(x) for x in info.shape))
+    return out
+
+
+def _cached_tensors(hf: Any, repo: str, rev: str | None) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Safetensors headers of shards already in the cache (offline); empty when they are not all there."""
+    from fitcheck.sources.safetensors_header import read_all
+
+    for name in ("model.safetensors.index.json", "model.safetensors"):
+        hit = hf.try_to_load_from_cache(repo, name, revision=rev)
+        if isinstance(hit, str):
+            try:
+                return read_all(Path(hit))
+            except ModelSourceError:
+                return {}  # an index whose shards are not all cached
+    return {}
+
+
+def spec_from_hub(repo: str, rev: str | None = None) -> ModelSpec | DiffusionSpec:
+    """Resolve a Hub repo: a transformers model (config.json) or a diffusers pipeline (model_index.json)."""
+    try:
+        import huggingface_hub as hf
+    except ImportError:  # a core dependency; only a broken install lacks it
+        raise ModelSourceError(
+            "huggingface_hub is missing: pip install huggingface_hub (a fitcheck dependency)"
+        ) from None
+    from huggingface_hub.utils import disable_progress_bars, logging
+
+    from fitcheck.sources.resolve import read_config, spec_from_config
+
+    disable_progress_bars()
+    logging.set_verbosity_error()  # the client's retry warnings would break the one-line contract
+    offline = bool(hf.constants.HF_HUB_OFFLINE)
+    if not offline:
+        _progress(repo, rev, hf.constants.ENDPOINT)
+    cfg_path = _download(hf, repo, "config.json", rev)
+    where = f"{repo}@{rev}" if rev else repo
+    if cfg_path is None:
+        index = _download(hf, repo, "model_index.json", rev)
+        if index is None:
+            raise ModelSourceError(f"'{where}' has neither config.json nor model_index.json")
+        return _diffusers(hf, repo, rev, index)
+    cfg = read_config(cfg_path)
+    tensors = _cached_tensors(hf, repo, rev) if offline else _remote_tensors(hf, repo, rev)
+    return spec_from_config(cfg, id=where, name=repo, source=f"hf://{where}/config.json", tensors=tensors,
+                            hf_id=repo)  # fmt: skip
+
+
+def _diffusers(hf: Any, repo: str, rev: str | None, index_path: Path) -> DiffusionSpec:
+    """A diffusers pipeline: each component's config.json into the cache, then the folder reader."""
+    from fitcheck.diffusion.sources import SKIP, spec_from_folder
+    from fitcheck.sources.resolve import read_config
+
+    index = read_config(index_path)
+    for name, value in index.items():
+        if name.startswith("_") or name in SKIP or not isinstance(value, list) or len(value) < 2:
+            continue
+        if value[1] is None:
+            continue
+        _download(hf, repo, f"{name}/config.json", rev)
+    spec = spec_from_folder(index_path.parent)
+    return spec.model_copy(update={"id": f"{repo}@{rev}" if rev else repo, "hf_id": repo})

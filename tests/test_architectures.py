@@ -1,0 +1,338 @@
+"""Exact parameter counts per model_type: fitcheck's table-driven converter against transformers.
+
+Each case is a small config written with the keys the published config.json files use; transformers
+builds the same config with its own configuration class and the model on the meta device (no weights),
+and the totals must agree to the parameter. Remote-code families are checked against published counts
+in test_remote_code_counts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fitcheck.engine.params import count_params
+from fitcheck.errors import ModelSourceError
+from fitcheck.sources.hf_config import FAMILIES, MULTIMODAL, arch_from_hf_config, supported_types
+
+S: dict[str, Any] = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "pad_token_id": 0,
+                     "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 256}  # fmt: skip
+GPT: dict[str, Any] = {"n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 256}
+MOE = {"num_experts_per_tok": 2}
+ENC = {**S, "num_key_value_heads": None, "max_position_embeddings": 40}
+
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama": ("causal", {**S, "tie_word_embeddings": False}),
+    "mistral": ("causal", {**S, "head_dim": 32}),
+    "qwen2": ("causal", {**S, "tie_word_embeddings": True}),
+    "qwen3": ("causal", {**S, "head_dim": 24}),
+    "gemma": ("causal", {**S, "head_dim": 16}),
+    "gemma2": ("causal", {**S, "head_dim": 16}),
+    "gemma3_text": ("causal", {**S, "head_dim": 16}),
+    "phi3": ("causal", S),
+    "mixtral": ("causal", {**S, "num_local_experts": 4, **MOE}),
+    "qwen2_moe": (
+        "causal",
+        {
+            **S,
+            "num_experts": 4,
+            "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 48,
+            **MOE,
+            "decoder_sparse_step": 2,
+        },
+    ),
+    "qwen3_moe": (
+        "causal",
+        {**S, "num_experts": 4, "moe_intermediate_size": 32, **MOE, "mlp_only_layers": [0]},
+    ),
+    "gpt2": ("causal", GPT),
+    "granite": ("causal", S),
+    "helium": ("causal", {**S, "head_dim": 16}),
+    "smollm3": ("causal", S),
+    "glm": ("causal", S),
+    "glm4": ("causal", S),
+    "olmo": ("causal", S),
+    "olmo2": ("causal", S),
+    "olmoe": ("causal", {**S, "num_experts": 4, **MOE}),
+    "exaone": ("causal", S),
+    "exaone4": ("causal", S),
+    "cohere": ("causal", S),
+    "cohere2": ("causal", S),
+    "stablelm": ("causal", {**S, "use_qkv_bias": True}),
+    "starcoder2": ("causal", S),
+    "nemotron": ("causal", S),
+    "arcee": ("causal", S),
+    "gpt_neox": ("causal", {**S, "num_key_value_heads": None}),
+    "gptj": ("causal", GPT),
+    "phi": ("causal", {**S, "num_key_value_heads": None}),
+    "falcon": ("causal", {**S, "num_key_value_heads": None}),
+    "bloom": ("causal", {"hidden_size": 64, "n_layer": 2, "n_head": 4, "vocab_size": 256}),
+    "opt": (
+        "causal",
+        {
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "ffn_dim": 96,
+            "vocab_size": 256,
+            "max_position_embeddings": 40,
+            "word_embed_proj_dim": 64,
+        },
+    ),
+    "mpt": ("causal", {"d_model": 64, "n_layers": 2, "n_heads": 4, "vocab_size": 256}),
+    "granitemoe": ("causal", {**S, "num_local_experts": 4, **MOE}),
+    "granitemoeshared": ("causal", {**S, "num_local_experts": 4, **MOE, "shared_intermediate_size": 40}),
+    "deepseek_v2": (
+        "causal",
+        {
+            **S,
+            "num_key_value_heads": None,
+            "kv_lora_rank": 16,
+            "q_lora_rank": None,
+            "qk_nope_head_dim": 16,
+            "qk_rope_head_dim": 8,
+            "v_head_dim": 12,
+            "n_routed_experts": 4,
+            "n_shared_experts": 2,
+            "moe_intermediate_size": 24,
+            "first_k_dense_replace": 1,
+            **MOE,
+            "n_group": 1,
+            "topk_group": 1,
+        },
+    ),
+    "deepseek_v3": (
+        "causal",
+        {
+            **S,
+            "num_hidden_layers": 3,
+            "num_key_value_heads": None,
+            "kv_lora_rank": 16,
+            "q_lora_rank": 24,
+            "qk_nope_head_dim": 16,
+            "qk_rope_head_dim": 8,
+            "v_head_dim": 12,
+            "n_routed_experts": 4,
+            "n_shared_experts": 1,
+            "moe_intermediate_size": 24,
+            "first_k_dense_replace": 1,
+            **MOE,
+            "n_group": 1,
+            "topk_group": 1,
+        },
+    ),
+    "bert": ("classify", ENC),
+    "roberta": ("classify", ENC),
+    "deberta-v2": (
+        "classify",
+        {
+            **ENC,
+            "relative_attention": True,
+            "position_buckets": 16,
+            "norm_rel_ebd": "layer_norm",
+            "share_att_key": True,
+            "pos_att_type": "p2c|c2p",
+            "position_biased_input": False,
+            "type_vocab_size": 0,
+        },
+    ),
+    "t5": (
+        "seq2seq",
+        {
+            "d_model": 64,
+            "d_kv": 16,
+            "d_ff": 96,
+            "num_layers": 2,
+            "num_decoder_layers": 3,
+            "num_heads": 4,
+            "vocab_size": 256,
+            "feed_forward_proj": "gated-gelu",
+            "tie_word_embeddings": False,
+        },
+    ),
+}
+_TEXT = {**S, "model_type": "llama"}
+MM_CASES: dict[str, dict[str, Any]] = {
+    "llava": {"text_config": _TEXT, "vision_config": {"model_type": "clip_vision_model", "hidden_size": 32,
+              "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 2,
+              "image_size": 28, "patch_size": 14}, "image_token_index": 255},
+    "qwen2_vl": {**S, "vision_config": {"embed_dim": 32, "depth": 2, "num_heads": 2, "hidden_size": 64}},
+    "qwen2_5_vl": {**S, "vision_config": {"hidden_size": 32, "intermediate_size": 48, "depth": 2,
+                                          "num_heads": 2, "out_hidden_size": 64}},
+    "gemma3": {"text_config": {**S, "head_dim": 16, "model_type": "gemma3_text"},
+               "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+                                 "num_attention_heads": 2, "image_size": 28, "patch_size": 14,
+                                 "vision_use_head": False}, "mm_tokens_per_image": 4},
+    "llama4": {"text_config": {**S, "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 1,
+                               "intermediate_size_mlp": 80, "interleave_moe_layer_step": 2},
+               "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+                                 "num_attention_heads": 2, "image_size": 28, "patch_size": 14,
+                                 "vision_output_dim": 40, "projector_input_dim": 48,
+                                 "projector_output_dim": 40, "pixel_shuffle_ratio": 0.5}},
+}  # fmt: skip
+
+NUM_LABELS = 3
+
+
+def _hf_count(model_type: str, task: str, cfg: dict[str, Any]) -> int:
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    kw = {k: v for k, v in cfg.items() if v is not None or k == "q_lora_rank"}
+    if task == "classify":
+        kw["num_labels"] = NUM_LABELS
+    config = tf.AutoConfig.for_model(model_type, **kw)
+    auto = {
+        "causal": tf.AutoModelForCausalLM,
+        "classify": tf.AutoModelForSequenceClassification,
+        "seq2seq": tf.AutoModelForSeq2SeqLM,
+        "vision": tf.AutoModelForImageTextToText,
+    }[task]
+    with torch.device("meta"):
+        model = auto.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def _ours(model_type: str, task: str, cfg: dict[str, Any]) -> int:
+    mine = {"model_type": model_type, **cfg}
+    if task == "classify":
+        mine["num_labels"] = NUM_LABELS
+    return count_params(arch_from_hf_config(mine))
+
+
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_count_matches_transformers(model_type: str) -> None:
+    task, cfg = CASES[model_type]
+    assert _ours(model_type, task, cfg) == _hf_count(model_type, task, cfg)
+
+
+@pytest.mark.parametrize("model_type", sorted(MM_CASES))
+def test_multimodal_count_matches_transformers(model_type: str) -> None:
+    cfg = MM_CASES[model_type]
+    assert _ours(model_type, "vision", cfg) == _hf_count(model_type, "vision", cfg)
+
+
+def test_every_transformers_type_has_a_case() -> None:
+    remote = {t for t, f in FAMILIES.items() if f.source == "remote"}
+    covered = set(CASES) | set(MM_CASES)
+    assert set(FAMILIES) - remote - {"llama4_text"} <= covered
+    assert set(MULTIMODAL) <= covered
+    assert len(supported_types()) >= 35
+
+
+@pytest.mark.parametrize("model_type", ["mamba", "mamba2", "rwkv", "jamba"])
+def test_state_space_models_refused(model_type: str) -> None:
+    with pytest.raises(ModelSourceError, match="state-space"):
+        arch_from_hf_config({"model_type": model_type, **S})
+
+
+#: Remote-code families (trust_remote_code: no class in transformers to build), each with a published
+#: config (keys as the repository's config.json states them) and the parameter count printed by a
+#: tool that loaded the real checkpoint:
+#: - THUDM/chatglm3-6b (= chatglm2-6b's shape): config.json of the repository; 6,243,584,000 in the
+#:   calflops README table (github.com/MrYxJ/calculate-flops.pytorch, "chatglm2-6b ... 6243584000").
+#: - baichuan-inc/Baichuan-7B: 7,000,559,616, same calflops table ("baichuan-7B ... 7000559616").
+#: - internlm/internlm2_5-7b-chat: 7,737,708,544, ChatLLM.cpp's loader banner ("You are served by
+#:   InternLM, with 7737708544 (7.7B) parameters", github.com/foldl/chatllm.cpp docs).
+#: - openbmb/MiniCPM-2B-sft-bf16: 2,724,880,896, the same banner ("You are served by MiniCPM, with
+#:   2724880896 (2.7B) parameters") and MTEB's model metadata for MiniCPM-based embedders
+#:   (n_parameters=2724880896).
+REMOTE: dict[str, tuple[dict[str, Any], int]] = {
+    "chatglm3-6b": ({"model_type": "chatglm", "add_bias_linear": False, "add_qkv_bias": True,
+                     "ffn_hidden_size": 13696, "hidden_size": 4096, "kv_channels": 128,
+                     "multi_query_attention": True, "multi_query_group_num": 2, "num_attention_heads": 32,
+                     "num_layers": 28, "padded_vocab_size": 65024, "post_layer_norm": True, "rmsnorm": True,
+                     "tie_word_embeddings": False, "vocab_size": 65024}, 6_243_584_000),
+    "baichuan-7b": ({"model_type": "baichuan", "hidden_size": 4096, "intermediate_size": 11008,
+                     "num_attention_heads": 32, "num_hidden_layers": 32, "vocab_size": 64000,
+                     "tie_word_embeddings": False}, 7_000_559_616),
+    "internlm2_5-7b-chat": ({"model_type": "internlm2", "hidden_size": 4096, "num_hidden_layers": 32,
+                             "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+                             "vocab_size": 92544, "bias": False, "tie_word_embeddings": False},
+                            7_737_708_544),
+    "minicpm-2b": ({"model_type": "minicpm", "hidden_size": 2304, "intermediate_size": 5760,
+                    "num_attention_heads": 36, "num_key_value_heads": 36, "num_hidden_layers": 40,
+                    "vocab_size": 122753, "scale_emb": 12, "dim_model_base": 256, "scale_depth": 1.4},
+                   2_724_880_896),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(REMOTE))
+def test_remote_code_counts_match_published(name: str) -> None:
+    cfg, published = REMOTE[name]
+    assert count_params(arch_from_hf_config(cfg)) == published
+
+
+def test_remote_code_families_are_all_checked() -> None:
+    remote = {t for t, f in FAMILIES.items() if f.source == "remote"}
+    assert remote == {cfg["model_type"] for cfg, _ in REMOTE.values()}
+
+
+FALLBACK = {"model_type": "persimmon", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "vocab_size": 256}  # fmt: skip
+
+
+def test_meta_fallback_takes_transformers_count_and_warns() -> None:
+    pytest.importorskip("transformers")
+    from fitcheck.sources.resolve import spec_from_config
+
+    assert "persimmon" not in supported_types()
+    spec = spec_from_config(dict(FALLBACK), id="x", name="x", source="test")
+    expected = _hf_count("persimmon", "causal", {k: v for k, v in FALLBACK.items() if k != "model_type"})
+    assert count_params(spec.arch) == expected
+    assert spec.notes and "not modelled natively" in spec.notes[0] and "generic" in spec.notes[0]
+
+
+def test_unknown_type_without_the_torch_extra_names_types_and_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from fitcheck.sources.resolve import spec_from_config
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    with pytest.raises(
+        ModelSourceError, match=r"not read natively; supported: .*llama.*fitcheck-train\[torch\]"
+    ):
+        spec_from_config(dict(FALLBACK), id="x", name="x", source="test")
+
+
+def test_unknown_type_transformers_does_not_know_either() -> None:
+    pytest.importorskip("transformers")
+    from fitcheck.sources.resolve import spec_from_config
+
+    with pytest.raises(ModelSourceError, match="not read natively"):
+        spec_from_config({**FALLBACK, "model_type": "no_such_family"}, id="x", name="x", source="test")
+
+
+def test_class_defaults_table_matches_installed_transformers() -> None:
+    pytest.importorskip("transformers")
+    import importlib.util
+    from pathlib import Path
+
+    from fitcheck.sources.hf_config import class_defaults
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "arch_defaults.py"
+    spec = importlib.util.spec_from_file_location("arch_defaults", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert class_defaults() == mod.class_defaults_from_transformers(), "regenerate: bench/arch_defaults.py"
+
+
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_saved_config_with_defaults_left_out(model_type: str) -> None:
+    """save_pretrained writes only the keys that differ from the class defaults (to_diff_dict); the
+    converter must fill the rest with the same defaults transformers uses."""
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    task, cfg = CASES[model_type]
+    kw = {k: v for k, v in cfg.items() if v is not None or k == "q_lora_rank"}
+    if task == "classify":
+        kw["num_labels"] = NUM_LABELS
+    config = tf.AutoConfig.for_model(model_type, **kw)
+    saved = config.to_diff_dict()
+    auto = {"causal": tf.AutoModelForCausalLM, "classify": tf.AutoModelForSequenceClassification,
+            "seq2seq": tf.AutoModelForSeq2SeqLM}[task]  # fmt: skip
+    with torch.device("meta"):
+        model = auto.from_config(config)
+    assert count_params(arch_from_hf_config(saved)) == sum(p.numel() for p in model.parameters())
