@@ -172,6 +172,15 @@ def test_docs_section_is_generated() -> None:
     assert pub.splice(doc, pub.render(*_scored())) == doc, "docs/accuracy.md stale: python bench/published.py"
 
 
+def test_band_table_is_the_derived_one() -> None:
+    """engine/band.py holds the fractions bench/published.py derives from calibration and corpus."""
+    from fitcheck.engine.band import SPREAD
+
+    derived = pub.derive_spread(_scored()[0])
+    assert {k: tuple(v) for k, v in SPREAD.items()} == derived, f"update SPREAD in engine/band.py: {derived}"
+    assert pub.band_coverage(_scored()[0], derived) >= 0.8
+
+
 def test_every_skip_has_a_reason() -> None:
     for recs in _scored()[1].values():
         for rec, why in recs:
