@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fitcheck.cli import main, run_estimate
+from fitcheck import api
+from fitcheck.cli import main
 from fitcheck.engine.band import KINDS, SPREAD, band, kind_bytes, kind_of, no_spread
 from fitcheck.engine.verdict import high_bytes, judge, judge_bytes
 from fitcheck.models import Band, Component, Phase
@@ -88,22 +90,26 @@ def test_band_rejects_inverted_edges() -> None:
 # --- on real estimates --------------------------------------------------------------------------------
 
 
+def _run(model: str, options: dict[str, object], on: str | None, headroom: str | None) -> Any:
+    return api.estimate(model, on=on, headroom=headroom, **options)  # type: ignore[arg-type]
+
+
 def test_every_estimate_carries_a_band() -> None:
-    _, est = run_estimate("llama-3.1-8b", {"method": "lora"}, None, None)
+    est = _run("llama-3.1-8b", {"method": "lora"}, None, None)
     assert est.band is not None
     assert est.band.low_bytes < est.device_bytes < est.band.high_bytes
     assert high_bytes(est) == est.band.high_bytes
 
 
 def test_diffusion_estimates_carry_a_band() -> None:
-    _, est = run_estimate("sd15", {"method": "lora"}, None, None)
+    est = _run("sd15", {"method": "lora"}, None, None)
     assert est.band is not None and est.band.low_bytes <= est.device_bytes <= est.band.high_bytes
 
 
 def _find(verdict: str, on: str = "24GB", headroom: str | None = None) -> int:
     """A sequence length whose estimate of qwen2.5-0.5b LoRA gets this verdict on the target."""
     for seq in range(256, 65536, 256):
-        _, est = run_estimate("qwen2.5-0.5b", {"method": "lora", "seq_len": seq}, on, headroom)
+        est = _run("qwen2.5-0.5b", {"method": "lora", "seq_len": seq}, on, headroom)
         assert est.target is not None
         if est.target.verdict == verdict:
             return seq
@@ -113,7 +119,7 @@ def _find(verdict: str, on: str = "24GB", headroom: str | None = None) -> int:
 def test_verdict_follows_the_band() -> None:
     for name in ("fits", "tight", "does_not_fit"):
         seq = _find(name)
-        _, est = run_estimate("qwen2.5-0.5b", {"method": "lora", "seq_len": seq}, "24GB", None)
+        est = _run("qwen2.5-0.5b", {"method": "lora", "seq_len": seq}, "24GB", None)
         v = est.target
         assert v is not None and v.high_bytes == est.band.high_bytes  # type: ignore[union-attr]
         assert judge(est, _target("24GB"))[0] == name == v.verdict
@@ -132,8 +138,8 @@ def _target(on: str, headroom: str | None = None) -> object:
 
 
 def test_default_headroom_is_zero_and_a_given_one_comes_off() -> None:
-    _, est = run_estimate("qwen2.5-0.5b", {"method": "lora"}, "24GB", None)
-    _, kept = run_estimate("qwen2.5-0.5b", {"method": "lora"}, "24GB", "2GB")
+    est = _run("qwen2.5-0.5b", {"method": "lora"}, "24GB", None)
+    kept = _run("qwen2.5-0.5b", {"method": "lora"}, "24GB", "2GB")
     assert est.target is not None and kept.target is not None
     assert est.target.budget_bytes == est.target.usable_bytes  # no default margin
     assert est.target.headroom_bytes == est.target.budget_bytes - est.device_bytes  # the spare
@@ -142,12 +148,12 @@ def test_default_headroom_is_zero_and_a_given_one_comes_off() -> None:
 
 def test_headroom_can_turn_fits_into_tight() -> None:
     seq = _find("fits")
-    _, est = run_estimate("qwen2.5-0.5b", {"method": "lora", "seq_len": seq}, "24GB", None)
+    est = _run("qwen2.5-0.5b", {"method": "lora", "seq_len": seq}, "24GB", None)
     assert est.target is not None and est.band is not None
     spare = est.target.budget_bytes - est.band.high_bytes
     room = est.band.high_bytes - est.device_bytes
     margin = f"{(spare + room // 2) // MIB}MB"
-    _, kept = run_estimate("qwen2.5-0.5b", {"method": "lora", "seq_len": seq}, "24GB", margin)
+    kept = _run("qwen2.5-0.5b", {"method": "lora", "seq_len": seq}, "24GB", margin)
     assert kept.target is not None and kept.target.verdict == "tight"
 
 
