@@ -22,7 +22,10 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fitcheck.models import Estimate
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
@@ -90,7 +93,7 @@ class Score:
     device_bytes: int
     error: float
     notes: list[str] = field(default_factory=list)
-    estimate: Any = None
+    estimate: Estimate | None = None
 
 
 def measured_bytes(value: float, unit: str, relation: str) -> int:
@@ -251,6 +254,7 @@ def _kinds_in_figure(s: Score) -> dict[str, int]:
     from fitcheck.engine.band import kind_bytes
 
     est = s.estimate
+    assert est is not None
     parts = kind_bytes(est.phase(est.peak_phase), est.allocator_reserve_bytes, est.context_bytes)
     if s.record.relation == "capacity" or s.record.metric == "nvidia-smi":
         return {**parts, "figure": s.estimate_bytes}
@@ -512,6 +516,11 @@ def main(argv: list[str] | None = None) -> int:
     DOC.write_text(doc, encoding="utf-8")
     if args.write_scores:
         SCORES.write_text(scores, encoding="utf-8")
+    from fitcheck.engine.band import SPREAD
+
+    derived = derive_spread(scored)
+    note = "" if derived == SPREAD else "  (differs from SPREAD in engine/band.py: update it)"
+    print(f"band spread derived: {derived}{note}")
     for sid in sorted(scored):
         sm = Summary.of(scored[sid])
         print(f"{sid:26s} n={sm.n:3d} median {100 * sm.median_abs:5.1f}%  "

@@ -84,7 +84,7 @@ def band(
     down = sum(round(parts[k] * sp[k][0]) for k in KINDS)
     up = sum(round(parts[k] * sp[k][1]) for k in KINDS)
     shares = ", ".join(
-        f"{k} {'-' if sp[k][0] else ''}{sp[k][0]:.0%}/+{sp[k][1]:.0%}" for k in KINDS if parts[k]
+        f"{k} {'-' if sp[k][0] else ''}{100 * sp[k][0]:g}%/+{100 * sp[k][1]:g}%" for k in KINDS if parts[k]
     )
     return Band(
         low_bytes=max(0, device - down),
