@@ -1,5 +1,7 @@
 """The band around an estimate: how far the real peak is likely to sit from ``device_bytes``.
 
+Computed once, in the one assembly both estimators end in (``fitcheck.assembly.assemble``).
+
 Each component of the peak phase belongs to one kind, and each kind has a measured spread (fractions of
 its own bytes, down and up). The band is ``device_bytes`` minus the sum of the down fractions and plus the
 sum of the up fractions:
