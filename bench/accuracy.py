@@ -131,7 +131,13 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "docs" / "accuracy.md"))
     args = ap.parse_args()
     table = rows()
-    Path(args.out).write_text(write(table, grid()))
+    out = Path(args.out)
+    text = write(table, grid())
+    old = out.read_text() if out.exists() else ""
+    begin = "<!-- published:begin"  # the section bench/published.py generates: kept as it is
+    if begin in old:
+        text += "\n" + begin + old.split(begin, 1)[1]
+    out.write_text(text)
     print(f"wrote {args.out}")
 
 

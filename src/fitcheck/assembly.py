@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from fitcheck.engine.band import band
 from fitcheck.engine.overhead import context_bytes, reserve_bytes
 from fitcheck.models import AnySetup, Component, Estimate, ParamCounts, Phase, Regime, Thumb
 from fitcheck.vocab import PhaseName
@@ -69,5 +70,6 @@ def assemble(
         context_bytes=context,
         device_bytes=peak.total_bytes + reserve + context,
         thumb=thumb,
+        band=band(peak, reserve, context),
         warnings=warnings,
     )

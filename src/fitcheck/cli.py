@@ -169,7 +169,9 @@ OnO = Annotated[
     ),
 ]
 GpusO = Annotated[int, typer.Option("--gpus", help="data-parallel GPUs (each holds a full replica)")]
-HeadroomO = Annotated[str | None, typer.Option("--headroom", help="safety margin, e.g. 2GB or 10%")]
+HeadroomO = Annotated[
+    str | None, typer.Option("--headroom", help="safety margin kept free, e.g. 2GB or 10% (default none)")
+]
 FmtO = Annotated[Fmt, typer.Option("--format", "-f", help="output format")]
 CacheLatO = Annotated[
     bool, typer.Option("--cache-latents", help="diffusion: VAE encodes before training (off the GPU)")

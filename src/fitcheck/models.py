@@ -351,12 +351,27 @@ class Verdict(Frozen):
     budget_bytes: int
     usable_bytes: int
     device_bytes: int
+    high_bytes: int = Field(description="the band's upper edge: fits only when it fits the budget")
     verdict: VerdictName
     headroom_bytes: int = Field(description="budget minus device_bytes (negative: short by that much)")
     headroom_pct: float
     budget_lines: tuple[BudgetLine, ...] = ()
     suggestions: tuple[Suggestion, ...] = ()
     notes: tuple[str, ...] = ()
+
+
+class Band(Frozen):
+    """Where the real device peak is likely to be, around ``device_bytes`` (engine/band.py)."""
+
+    low_bytes: int = Field(ge=0)
+    high_bytes: int = Field(ge=0)
+    basis: str = Field(description="one line: what the spread was derived from")
+
+    @model_validator(mode="after")
+    def _order(self) -> Band:
+        if self.low_bytes > self.high_bytes:
+            raise ValueError("band: low_bytes > high_bytes")
+        return self
 
 
 class Estimate(Frozen):
@@ -377,6 +392,7 @@ class Estimate(Frozen):
     context_bytes: int
     device_bytes: int
     thumb: Thumb | None = None
+    band: Band | None = None
     target: Verdict | None = None
     warnings: tuple[str, ...] = ()
 
@@ -389,6 +405,8 @@ class Estimate(Frozen):
             raise ValueError("peak_reserved_bytes = peak_allocated_bytes + allocator_reserve_bytes")
         if self.device_bytes != self.peak_reserved_bytes + self.context_bytes:
             raise ValueError("device_bytes = peak_reserved_bytes + context_bytes")
+        if self.band and not self.band.low_bytes <= self.device_bytes <= self.band.high_bytes:
+            raise ValueError("band must contain device_bytes")
         return self
 
     def phase(self, name: str) -> Phase:

@@ -57,18 +57,40 @@ def to_markdown(data: Any) -> str:
             f"| **peak allocated ({data['peak_phase']})** | **{_g(data['peak_allocated_bytes'])}** | | |",
             f"| allocator reserve | {_g(data['allocator_reserve_bytes'])} | | |",
             f"| CUDA context | {_g(data['context_bytes'])} | | |",
-            f"| **device total** | **{_g(data['device_bytes'])}** | | |",
+            f"| **device total** | **{_g(data['device_bytes'])}** | | "
+            f"{band_words(data['device_bytes'], data.get('band'))} |",
         ]
         if data.get("thumb"):
             out.append(f"\nRule of thumb: {_g(data['thumb']['bytes'])} GiB ({data['thumb']['rule']}).")
         if data.get("target"):
             t = data["target"]
             out.append(
-                f"\nOn **{t['hardware']}**: **{t['verdict']}**, budget {_g(t['budget_bytes'])} GiB, "
-                f"headroom {_g(t['headroom_bytes'])} GiB."
+                f"\nOn **{t['hardware']}**: **{t['verdict']}**: {verdict_words(t)}; needs "
+                f"{band_words(data['device_bytes'], data.get('band'))}, spare {_g(t['headroom_bytes'])} GiB."
             )
         return "\n".join(out) + "\n"
     return "```\n" + json.dumps(data, indent=2) + "\n```\n"
+
+
+def band_words(device_bytes: int, band: dict[str, Any] | None) -> str:
+    """The estimate with its band, in words: "20.1 GiB, likely 19.4-21.8"."""
+    if not band or band["low_bytes"] == band["high_bytes"]:
+        return f"{device_bytes / GIB:.1f} GiB"
+    low, high = band["low_bytes"] / GIB, band["high_bytes"] / GIB
+    return f"{device_bytes / GIB:.1f} GiB, likely {low:.1f}\u2013{high:.1f}"
+
+
+def verdict_words(v: dict[str, Any]) -> str:
+    """Why the verdict is what it is, against the budget."""
+    budget = f"{_g(v['budget_bytes'])} GiB budget"
+    if v["verdict"] == "fits":
+        return f"the likely range fits the {budget}"
+    if v["verdict"] == "tight":
+        return (
+            f"the estimate fits the {budget} but the likely range reaches {_g(v['high_bytes'])} GiB: "
+            "it may run out of memory"
+        )
+    return f"the estimate is over the {budget}"
 
 
 def estimate_doc(est: Estimate) -> dict[str, Any]:
@@ -91,6 +113,11 @@ def thumb_doc(est: Estimate) -> dict[str, Any]:
         "thumb_rule": est.thumb.rule,
         "source": est.thumb.source,
         "detailed_device_bytes": est.device_bytes,
+        "band": {
+            "low_bytes": est.thumb.bytes,
+            "high_bytes": est.thumb.bytes,
+            "basis": "rule of thumb: no measured spread",
+        },
         "target": est.target.model_dump(mode="json") if est.target else None,
     }
 
@@ -158,8 +185,13 @@ def estimate_table(est: Estimate, spec: ModelSpec | Any) -> None:
         "",
         "overhead",
     )
+    band = est.band.model_dump() if est.band else None
     t.add_row(
-        "[bold]device total[/]", f"[bold]{_g(est.device_bytes)}[/]", "", "what nvidia-smi would show", ""
+        "[bold]device total[/]",
+        f"[bold]{_g(est.device_bytes)}[/]",
+        "",
+        f"what nvidia-smi would show: {band_words(est.device_bytes, band)}",
+        "",
     )
     con.print(t)
     p = est.params
@@ -225,10 +257,14 @@ def _verdict(con: Any, est: Estimate) -> None:
     con.print(Text.assemble(bar, where))
     con.print(Text("".join(marks) + "  ^ budget (usable minus headroom)  | usable memory", style="dim"))
     con.print(legend)
+    band = est.band.model_dump() if est.band else None
     con.print(
-        f"[bold {color}]{v.verdict.replace('_', ' ')}[/]: budget {_g(v.budget_bytes)} GiB "
-        f"(usable minus headroom), headroom {_g(v.headroom_bytes)} GiB ({v.headroom_pct:+.1f}% of usable)"
+        f"[bold {color}]{v.verdict.replace('_', ' ')}[/]: needs {band_words(est.device_bytes, band)}; "
+        f"{verdict_words(v.model_dump())} (usable minus headroom); spare {_g(v.headroom_bytes)} GiB "
+        f"({v.headroom_pct:+.1f}% of usable)"
     )
+    if est.band:
+        con.print(f"  [dim]band: {est.band.basis}[/]")
     for line in v.budget_lines:
         con.print(f"  [dim]{line.name}: {_g(line.bytes)} GiB {line.note}[/]")
     for sug in v.suggestions:

@@ -1,6 +1,7 @@
 """``fitcheck check MODEL --on HW``: the fit question for scripts and CI.
 
-Exit 0 when the run fits (also ``tight`` unless ``--strict``), 1 when it does not fit, 2 for trouble.
+Exit 0 when the run fits, 0 with a warning on stderr when it is ``tight`` (the estimate fits, the
+upper edge of its band does not; 1 with ``--strict``), 1 when it does not fit, 2 for trouble.
 ``--on`` is required: a CI runner without a GPU would otherwise be sized against its own RAM; ``--on
 none`` is trouble (exit 2), since ``check`` exists to give a verdict.
 ``--format json`` prints the same document as ``estimate``.
@@ -8,6 +9,7 @@ none`` is trouble (exit 2), since ``check`` exists to give a verdict.
 No ``from __future__ import annotations``: typer must see the option types as objects.
 """
 
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -49,6 +51,13 @@ def register(app: typer.Typer) -> None:
         prov.say()
         doc = c.with_origin(render.estimate_doc(est), est, prov, given)
         c.print_doc(fmt, doc, lambda: render.estimate_table(est, spec))
+        if est.target.verdict == "tight":
+            v = est.target.model_dump()
+            sys.stderr.write(
+                f"fitcheck: warning: tight: {render.verdict_words(v)}"
+                + (" (--strict: exit 1)" if strict else " (exit 0; --strict makes it 1)")
+                + "\n"
+            )
         return exit_code(est.target.verdict, strict)
 
 

@@ -35,7 +35,7 @@ class OutputFormat(StrEnum):
 probe_env_factory: Callable[[bool], ProbeEnv] | None = None
 
 _FORMAT_HELP = "table, json, yaml or markdown (json prints exactly one document)"
-_HEADROOM_HELP = "safety margin: 2GB or 10% of usable memory (default 5%, at least 0.5 GiB); GB means GiB"
+_HEADROOM_HELP = "safety margin kept free: 2GB or 10% of usable memory (default none); GB means GiB"
 _TORCH_HELP = "also ask PyTorch in this process (exact, but creates a CUDA context of ~0.4 GiB)"
 
 

@@ -61,7 +61,7 @@ def build(
 ) -> list[dict[str, Any]]:
     """One row per model: for each method, GiB needed and the verdict (None without a target)."""
     from fitcheck import api
-    from fitcheck.engine.verdict import judge_bytes
+    from fitcheck.engine.verdict import high_bytes, judge_bytes
 
     rows: list[dict[str, Any]] = []
     for name in names:
@@ -69,10 +69,13 @@ def build(
         row: dict[str, Any] = {"model": name}
         for method in methods:
             est = api.estimate(spec, on=target, **{**base, "method": method})
-            need = est.thumb.bytes if rule == "thumb" and est.thumb else est.device_bytes
+            thumb = rule == "thumb" and est.thumb is not None
+            need = est.thumb.bytes if thumb and est.thumb else est.device_bytes
+            high = need if thumb else high_bytes(est)  # the rule of thumb has no spread
             row[f"{method}_bytes"] = need
+            row[f"{method}_high_bytes"] = high
             row[f"{method}_verdict"] = (
-                judge_bytes(need, target.budget_bytes, target.usable_bytes) if target is not None else None
+                judge_bytes(need, high, target.budget_bytes) if target is not None else None
             )
         row["usable_bytes"] = target.usable_bytes if target is not None else None
         row["budget_bytes"] = target.budget_bytes if target is not None else None

@@ -94,7 +94,8 @@ def header(plan: Plan, ctx: EmitContext, what: str, runs_with: str) -> list[str]
     peak = (
         f"{gib(c.device_bytes)} on the device"
         + (f" (allocated peak {gib(est.peak_allocated_bytes)} in {est.peak_phase})" if est else "")
-        + f", {100 * c.device_bytes / max(1, t.budget_bytes):.0f}% of the budget"
+        + f", likely up to {gib(c.high_bytes)}"
+        + f" ({100 * c.high_bytes / max(1, t.budget_bytes):.0f}% of the budget)"
     )
     ckpt = "on" if s.grad_ckpt else "off"
     lines = [

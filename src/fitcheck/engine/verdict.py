@@ -1,9 +1,11 @@
-"""Fit verdict: compare an estimate's device bytes with a target's budget, and say what would fit.
+"""Fit verdict: compare an estimate and its band with a target's budget, and say what would fit.
 
-``fits``: device_bytes <= budget (usable minus headroom); ``tight``: fits the usable memory but not
-the headroom; ``does_not_fit``: over the usable memory. Suggestions follow the source documents'
-order (seeds/002 "Se un'esecuzione esaurisce la memoria"): shorter maximum length, smaller
-micro-batch with more accumulation, QLoRA, gradient checkpointing, LoRA instead of full.
+The rule is conservative (issue 10): ``fits`` when the band's ``high_bytes`` fits the budget (usable
+memory minus ``--headroom``), ``tight`` when ``device_bytes`` fits and ``high_bytes`` does not,
+``does_not_fit`` when ``device_bytes`` does not. An estimate without a band (the rule of thumb) is judged
+on ``device_bytes`` alone. Suggestions follow the source documents' order (seeds/002 "Se un'esecuzione
+esaurisce la memoria"): shorter maximum length, smaller micro-batch with more accumulation, QLoRA, gradient
+checkpointing, LoRA instead of full.
 """
 
 from __future__ import annotations
@@ -17,20 +19,25 @@ from fitcheck.models import DiffusionSetup, Estimate, LlmSetup, Suggestion, Targ
 S = TypeVar("S", LlmSetup, DiffusionSetup)
 
 
-def judge_bytes(need: int, budget: int, usable: int) -> str:
-    """``fits`` within the budget, ``tight`` within usable memory only, else ``does_not_fit``."""
-    if need <= budget:
+def judge_bytes(device: int, high: int, budget: int) -> str:
+    """``fits`` when ``high`` fits the budget, ``tight`` when only ``device`` does, else ``does_not_fit``."""
+    if high <= budget:
         return "fits"
-    if need <= usable:
+    if device <= budget:
         return "tight"
     return "does_not_fit"
 
 
+def high_bytes(est: Estimate) -> int:
+    """The figure a plan must fit: the band's upper edge (``device_bytes`` when there is no band)."""
+    return est.band.high_bytes if est.band is not None else est.device_bytes
+
+
 def judge(est: Estimate, target: Target) -> tuple[str, int, float]:
-    """(verdict, headroom bytes vs budget, headroom % of usable)."""
+    """(verdict, spare bytes of the budget after device_bytes, that as % of usable memory)."""
     need = est.device_bytes
-    verdict = judge_bytes(need, target.budget_bytes, target.usable_bytes)
-    return verdict, target.budget_bytes - need, 100.0 * (target.usable_bytes - need) / target.usable_bytes
+    verdict = judge_bytes(need, high_bytes(est), target.budget_bytes)
+    return verdict, target.budget_bytes - need, 100.0 * (target.budget_bytes - need) / target.usable_bytes
 
 
 def candidate_changes(setup: LlmSetup) -> list[tuple[str, str, LlmSetup]]:
@@ -108,16 +115,17 @@ def verdict(
             changes = candidate_changes(est.setup)  # type: ignore[assignment]
         for change, flag, setup in changes or ():
             try:
-                after = estimator(spec, setup).device_bytes
+                again = estimator(spec, setup)
             except OptionError:
                 continue
+            after = again.device_bytes
             suggestions.append(
                 Suggestion(
                     change=change,
                     flag=flag,
                     saves_bytes=est.device_bytes - after,
                     device_bytes_after=after,
-                    fits=after <= target.budget_bytes,
+                    fits=high_bytes(again) <= target.budget_bytes,
                 )
             )
     return Verdict(
@@ -126,6 +134,7 @@ def verdict(
         budget_bytes=target.budget_bytes,
         usable_bytes=target.usable_bytes,
         device_bytes=est.device_bytes,
+        high_bytes=high_bytes(est),
         verdict=name,  # type: ignore[arg-type]
         headroom_bytes=headroom,
         headroom_pct=round(pct, 1),

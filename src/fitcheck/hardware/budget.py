@@ -21,12 +21,10 @@ from fitcheck.hardware.env import ProbeEnv
 from fitcheck.models import Backend, BudgetLine, Target
 from fitcheck.units import GIB, MIB, fmt_gib, parse_memory
 
-#: Default headroom: 5 % of usable memory, at least 0.5 GiB. The research notes found no measured
-#: fragmentation overhead and recommend 5-10 % (hardware_detection.md 1.11); the floor covers the
-#: allocator's fixed costs (cuBLAS workspaces, 20 MiB segment rounding) that do not shrink with a
-#: small card.
-DEFAULT_HEADROOM_FRACTION = 0.05
-MIN_HEADROOM_BYTES = 512 * MIB
+#: Default headroom: none. The estimate's band (engine/band.py) now carries what the old default (5 % of
+#: usable memory, at least 0.5 GiB) stood for: fragmentation and workspaces, measured rather than guessed
+#: (issue 10). A margin given with --headroom still comes off the budget.
+DEFAULT_HEADROOM_BYTES = 0
 
 #: The source documents: on a Mac "about three quarters" of unified memory is free for training
 #: (36 GB laptop -> 27 GB usable). Metal's recommendedMaxWorkingSetSize, when measured, replaces it.
@@ -73,8 +71,8 @@ def resolve_target(spec: str, headroom: str | None = None, probe_env: ProbeEnv |
         spec: catalog id or alias, ``24GB``/``24GiB``/``24`` (a CUDA GPU of that size),
             ``36GB-unified`` (a Mac), ``2x4090`` (N data-parallel copies, per-GPU budget
             unchanged), ``auto`` (detect this machine) or ``cpu`` (this machine's RAM).
-        headroom: safety margin, ``2GB`` or ``10%`` of usable memory; None for the default
-            (5 % of usable, at least 0.5 GiB).
+        headroom: safety margin, ``2GB`` or ``10%`` of usable memory; None for the default (none:
+            the estimate's band carries what a default margin stood for).
         probe_env: the machine to probe for ``auto`` and ``cpu`` (tests inject recorded output);
             None probes the live machine.
 
@@ -161,8 +159,8 @@ def _times(base: Target, count: int, spec: str) -> Target:
 def parse_headroom(text: str | None, usable_bytes: int) -> tuple[int, str]:
     """Headroom in bytes and how it was chosen: ``2GB``, ``10%`` of usable, or the default."""
     if text is None:
-        amount = max(round(usable_bytes * DEFAULT_HEADROOM_FRACTION), MIN_HEADROOM_BYTES)
-        return amount, "default: 5 % of usable memory, at least 0.5 GiB (allocator fragmentation, workspaces)"
+        why = "default: none (the estimate's band carries fragmentation and workspaces)"
+        return DEFAULT_HEADROOM_BYTES, why
     raw = text.strip().lower()
     if raw.endswith("%"):
         try:
@@ -196,7 +194,7 @@ def apply_headroom(target: Target, headroom: str | None) -> Target:
         BudgetLine(
             name="budget",
             bytes=target.usable_bytes - amount,
-            note="what the estimate's device_bytes must fit",
+            note="what the estimate's band (high_bytes) must fit",
         ),
     )
     return target.model_copy(update={"headroom_bytes": amount, "budget_lines": lines})

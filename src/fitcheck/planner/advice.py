@@ -22,7 +22,7 @@ def _env(rule: str, name: str, value: str, active: bool, why: str) -> EnvVar:
 def env_vars(chosen: Candidate, target: Target) -> tuple[EnvVar, ...]:
     """What to export before training, per backend, each with why (and when it is left off)."""
     s = chosen.setup
-    share = chosen.device_bytes / max(1, chosen.budget_bytes)
+    share = chosen.high_bytes / max(1, chosen.budget_bytes)  # the band's upper edge: what may be reached
     out: list[EnvVar] = []
     if target.backend == "cuda":
         near = share > NEAR_LIMIT
@@ -32,7 +32,7 @@ def env_vars(chosen: Candidate, target: Target) -> tuple[EnvVar, ...]:
                 "PYTORCH_CUDA_ALLOC_CONF",
                 "expandable_segments:True",
                 near,
-                f"the plan uses {100 * share:.0f}% of the budget"
+                f"the plan may use up to {100 * share:.0f}% of the budget (the band's upper edge)"
                 + (
                     ": expandable segments let the caching allocator grow blocks instead of fragmenting"
                     if near

@@ -293,8 +293,12 @@ def _precision(chosen: Candidate, req: PlanRequest, device: DevicePerf) -> list[
 
 def _why_not(c: Candidate, chosen: Candidate, methods: tuple[str, ...]) -> str:
     if not c.fits:
-        tight = " (tight: within usable memory, not the headroom)" if c.verdict == "tight" else ""
-        return f"does not fit: needs {_gib(c.device_bytes)}, budget {_gib(c.budget_bytes)}{tight}"
+        if c.verdict == "tight":
+            return (
+                f"tight: needs {_gib(c.device_bytes)}, likely up to {_gib(c.high_bytes)}, budget "
+                f"{_gib(c.budget_bytes)} (a plan must fit the likely range)"
+            )
+        return f"does not fit: needs {_gib(c.device_bytes)}, budget {_gib(c.budget_bytes)}"
     s, x = c.setup, chosen.setup
     if methods.index(s.method) > methods.index(x.method):
         return f"fits, but --method auto prefers {x.method} (full, then LoRA, then QLoRA)"

@@ -104,6 +104,7 @@ class Candidate(Frozen):
     setup: LlmSetup
     effective_batch: int
     device_bytes: int
+    high_bytes: int = Field(description="the band's upper edge; the plan must fit it")
     budget_bytes: int
     verdict: VerdictName
     throughput: Throughput

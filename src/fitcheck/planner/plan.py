@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fitcheck.engine.estimate import estimate
-from fitcheck.engine.verdict import verdict
+from fitcheck.engine.verdict import high_bytes, verdict
 from fitcheck.models import LlmSetup, ModelSpec, Target
 from fitcheck.planner import rules as R
 from fitcheck.planner.advice import env_vars
@@ -200,9 +200,9 @@ def _smaller_model(spec: ModelSpec, target: Target, frugal: LlmSetup) -> tuple[s
         if b * 1e9 > SMALLER_AT_MOST * total:
             continue
         label = f"{b:g}B"
-        need = estimate(spec_from_size(label), setup, target.context_bytes or None).device_bytes
-        if need <= target.budget_bytes:
-            return label, need
+        est = estimate(spec_from_size(label), setup, target.context_bytes or None)
+        if high_bytes(est) <= target.budget_bytes:
+            return label, est.device_bytes
     return None
 
 
@@ -215,7 +215,7 @@ def _bigger_device(
         key=lambda t: (t.budget_bytes, t.id),
     )
     for t in pool:
-        need = estimate(spec, frugal, t.context_bytes or None).device_bytes
-        if need <= t.budget_bytes:
-            return t, need
+        est = estimate(spec, frugal, t.context_bytes or None)
+        if high_bytes(est) <= t.budget_bytes:
+            return t, est.device_bytes
     return None

@@ -10,9 +10,10 @@ effective batch). Every point gets a memory estimate (`fitcheck.engine.estimate`
 3. the highest estimated tokens/s;
 4. the tie order of `rules` (bf16 > fp16, flash > sdpa, adamw > 8-bit, no checkpointing, ...).
 
-The chosen plan is the first point in that order whose device bytes fit the budget (usable memory
-minus headroom). Points that differ only in ways the memory engine does not see (bf16 vs fp16,
-flash vs SDPA vs xformers) share one estimate; a test checks that they are equal.
+The chosen plan is the first point in that order whose band's high edge fits the budget (usable
+memory minus headroom): the planner plans against ``high_bytes``, not the central estimate. Points
+that differ only in ways the memory engine does not see (bf16 vs fp16, flash vs SDPA vs xformers)
+share one estimate; a test checks that they are equal.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 
 from fitcheck.engine.estimate import estimate
 from fitcheck.engine.states import counts
+from fitcheck.engine.verdict import high_bytes, judge_bytes
 from fitcheck.models import LlmSetup, ModelSpec, Target
 from fitcheck.planner import rules as R
 from fitcheck.planner.models import Candidate, DevicePerf, PlanRequest
@@ -108,15 +110,21 @@ class Evaluator:
     """Estimates and throughputs of grid points, memoised."""
 
     def __init__(
-        self, spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, est: Callable[..., int]
+        self,
+        spec: ModelSpec,
+        target: Target,
+        device: DevicePerf,
+        req: PlanRequest,
+        est: Callable[..., tuple[int, int]],
     ) -> None:
         self.spec, self.target, self.device, self.req = spec, target, device, req
         self._est = est
-        self._mem: dict[tuple[object, ...], int] = {}
+        self._mem: dict[tuple[object, ...], tuple[int, int]] = {}
         self._trainable: dict[str, int] = {}
         self.estimates_run = 0
 
-    def device_bytes(self, p: Point, setup: LlmSetup) -> int:
+    def device_bytes(self, p: Point, setup: LlmSetup) -> tuple[int, int]:
+        """(device_bytes, the band's high_bytes) of a point."""
         key = memory_key(p)
         if key not in self._mem:
             self._mem[key] = self._est(setup)
@@ -130,17 +138,15 @@ class Evaluator:
 
     def candidate(self, p: Point) -> Candidate:
         setup = setup_for(self.req.base, p)
-        need = self.device_bytes(p, setup)
+        need, high = self.device_bytes(p, setup)
         t = self.target
-        verdict = (
-            "fits" if need <= t.budget_bytes else ("tight" if need <= t.usable_bytes else "does_not_fit")
-        )
         return Candidate(
             setup=setup,
             effective_batch=self.req.effective_batch,
             device_bytes=need,
+            high_bytes=high,
             budget_bytes=t.budget_bytes,
-            verdict=verdict,  # type: ignore[arg-type]
+            verdict=judge_bytes(need, high, t.budget_bytes),  # type: ignore[arg-type]
             throughput=throughput(
                 self.spec.arch,
                 setup,
@@ -152,12 +158,13 @@ class Evaluator:
         )
 
 
-def device_bytes_fn(spec: ModelSpec, target: Target) -> Callable[[LlmSetup], int]:
-    """The engine's device bytes for a setup on this target (its CUDA context)."""
+def device_bytes_fn(spec: ModelSpec, target: Target) -> Callable[[LlmSetup], tuple[int, int]]:
+    """The engine's (device bytes, band high bytes) for a setup on this target (its CUDA context)."""
     ctx = target.context_bytes or None
 
-    def need(setup: LlmSetup) -> int:
-        return estimate(spec, setup, ctx).device_bytes
+    def need(setup: LlmSetup) -> tuple[int, int]:
+        est = estimate(spec, setup, ctx)
+        return est.device_bytes, high_bytes(est)
 
     return need
 
@@ -183,7 +190,7 @@ def evaluate_grid(
     target: Target,
     device: DevicePerf,
     req: PlanRequest,
-    est: Callable[[LlmSetup], int] | None = None,
+    est: Callable[[LlmSetup], tuple[int, int]] | None = None,
 ) -> tuple[Grid, list[Candidate], int]:
     """Every grid point as a candidate, ranked best first; and how many estimates ran."""
     grid = build_grid(req, target, device)

@@ -1,0 +1,100 @@
+"""The band around an estimate: how far the real peak is likely to sit from ``device_bytes``.
+
+Computed once, in the one assembly both estimators end in (``fitcheck.assembly.assemble``).
+
+Each component of the peak phase belongs to one kind, and each kind has a measured spread (fractions of
+its own bytes, down and up). The band is ``device_bytes`` minus the sum of the down fractions and plus the
+sum of the up fractions:
+
+* ``states`` (weights, adapters, master copy, optimizer states, gradients): exact counts; the spread is
+  the largest disagreement between the engine and the traced calibration grid (tests/data/calibration).
+* ``quantized`` (4-bit weights and their dequantization buffer): what published QLoRA runs measured beyond
+  the estimate, over these bytes (tests/data/published, QLoRA records).
+* ``transient`` (activations, logits, checkpoints, step temporaries, the allocator reserve and the CUDA
+  context): what published full and LoRA runs measured beyond (or below) the estimate, over these bytes.
+
+The published fractions are the narrowest (in 1% steps) whose upper edge lies above 90% of the published
+measurements and whose lower edge lies below 90% of them, so about four runs in five land inside the band.
+`bench/published.py` derives them (docs/accuracy.md, "The band"); tests/test_published.py checks this
+table against the derivation.
+"""
+
+from __future__ import annotations
+
+from fitcheck.models import Band, Phase
+
+#: Component name -> kind; a name ending in ``_weights`` is ``states``; every other one ``transient``.
+KIND_OF: dict[str, str] = {
+    "weights": "states",
+    "weights_frozen": "states",
+    "weights_unquantized": "states",
+    "adapters": "states",
+    "master_weights": "states",
+    "optimizer_states": "states",
+    "gradients": "states",
+    "tied_embedding_grads": "states",
+    "weights_4bit": "quantized",
+    "dequant_transient": "quantized",
+    "merged_expert_weights": "transient",
+}
+#: Diffusion pipelines name their weights per model (``unet_weights``, ``text_encoder_weights``, ...).
+STATES_SUFFIX = "_weights"
+KINDS = ("states", "quantized", "transient")
+
+#: (down, up) fractions of each kind's bytes. Derived by `python bench/published.py --band` from the
+#: traced calibration grid (states) and the published corpus (quantized, transient); see the module doc.
+SPREAD: dict[str, tuple[float, float]] = {
+    "states": (0.025, 0.025),
+    "quantized": (0.0, 0.4),
+    "transient": (0.35, 0.65),
+}
+
+
+def kind_of(name: str) -> str:
+    """The kind of a component, by name."""
+    if name in KIND_OF:
+        return KIND_OF[name]
+    return "states" if name.endswith(STATES_SUFFIX) else "transient"
+
+
+def kind_bytes(peak: Phase, reserve_bytes: int, context_bytes: int) -> dict[str, int]:
+    """Bytes of each kind at the peak (the reserve and the context count as ``transient``)."""
+    out = dict.fromkeys(KINDS, 0)
+    for c in peak.components:
+        out[kind_of(c.name)] += c.bytes
+    out["transient"] += reserve_bytes + context_bytes
+    return out
+
+
+def band(
+    peak: Phase,
+    reserve_bytes: int,
+    context_bytes: int,
+    spread: dict[str, tuple[float, float]] | None = None,
+) -> Band:
+    """The likely range of the device peak around ``peak + reserve + context``.
+
+    Args:
+        peak: the estimate's peak phase.
+        reserve_bytes: the allocator reserve on top of it.
+        context_bytes: the CUDA context.
+        spread: (down, up) fractions per kind; `SPREAD` by default.
+    """
+    sp = SPREAD if spread is None else spread
+    parts = kind_bytes(peak, reserve_bytes, context_bytes)
+    device = peak.total_bytes + reserve_bytes + context_bytes
+    down = sum(round(parts[k] * sp[k][0]) for k in KINDS)
+    up = sum(round(parts[k] * sp[k][1]) for k in KINDS)
+    shares = ", ".join(
+        f"{k} {'-' if sp[k][0] else ''}{100 * sp[k][0]:g}%/+{100 * sp[k][1]:g}%" for k in KINDS if parts[k]
+    )
+    return Band(
+        low_bytes=max(0, device - down),
+        high_bytes=device + up,
+        basis=f"per kind of component: {shares} (traced calibration and published measurements)",
+    )
+
+
+def no_spread(device_bytes: int, why: str) -> Band:
+    """A band of zero width (the rule of thumb has no measured spread)."""
+    return Band(low_bytes=device_bytes, high_bytes=device_bytes, basis=why)

@@ -1,0 +1,230 @@
+"""The engine against published measurements (tests/data/published/): schema, held scores, the bar.
+
+The scores are recomputed here and must equal the committed ones (tests/data/published/scores.json) and
+the generated section of docs/accuracy.md: a change to the engine or the corpus regenerates both with
+``python bench/published.py --write-scores``. The acceptance bar of issue 10 is encoded record by record
+and source by source; what fails it today is listed below as a known failure (strict xfail), so the suite is
+green now and the lists can only shrink: a record that starts passing turns its xfail into a failure until
+it is taken off the list.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fitcheck_bench_published", ROOT / "bench" / "published.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+pub = _bench()
+FILES = sorted(pub.DATA.glob("*.yaml"))
+
+_QLORA = "QLoRA: the engine under-estimates bitsandbytes 4-bit runs by 20-46% (issue 13, engine branch)"
+_SMALL = "small vocabulary-heavy models without checkpointing: activations under-counted (issue 13)"
+_EAGER = "eager attention at long sequence: score tensors under-counted (issue 13)"
+_PHI3_FULL = "Phi-3 full fine-tuning at 2 x 8192 (fused qkv / gate_up): activations under-counted (issue 13)"
+#: Records more than 15% under their measured figure today, with the reason (each one must be fixed, or its
+#: record must name a setting the source leaves unstated, to leave this list).
+KNOWN_UNDER: dict[str, str] = {
+    "fitcheck-llm/tinyllama-qlora-b2-s2048-eager": _QLORA + "; " + _EAGER,
+    "fitcheck-llm/tinyllama-qlora-b2-s1024-eager": _QLORA + "; " + _EAGER,
+    "fitcheck-llm/smollm2-360m-lora-b1-s4096-eager": _EAGER,
+    "fitcheck-llm/smollm2-135m-lora-b2-s512-sdpa": _SMALL,
+    "fitcheck-llm/smollm2-135m-lora-b4-s512-sdpa": _SMALL,
+    "fitcheck-llm/smollm2-135m-lora-b1-s2048-sdpa": _SMALL,
+    "litgpt-config-hub/tinyllama-qlora": _QLORA,
+    "litgpt-config-hub/phi-3-mini-qlora": _QLORA,
+    "litgpt-config-hub/llama-3.2-3b-qlora": _QLORA,
+    "litgpt-config-hub/llama-2-7b-qlora": _QLORA,
+    "litgpt-config-hub/mistral-7b-qlora": _QLORA,
+    "litgpt-config-hub/llama-3.1-8b-qlora": _QLORA,
+    "litgpt-config-hub/llama-3.2-1b-qlora": _QLORA,
+    "litgpt-config-hub/gemma-2-9b-qlora": _QLORA,
+    "litgpt-resource-tables/llama-2-7b-qlora-nf4dq-b1": _QLORA,
+    "litgpt-resource-tables/llama-2-7b-qlora-nf4-b1": _QLORA,
+    "litgpt-resource-tables/llama-2-13b-qlora-nf4dq-b1": _QLORA,
+    "litgpt-resource-tables/llama-2-13b-qlora-nf4-b1": _QLORA,
+    "torchtune/llama-2-7b-qlora-tutorial": _QLORA + " (torchao NF4 here)",
+    "universal-llm-trainer/llama-2-13b-qlora-h100": _QLORA,
+    "universal-llm-trainer/llama-2-13b-qlora-rtx-pro-6000": _QLORA,
+    "universal-llm-trainer/llama-2-13b-qlora-a100": _QLORA,
+    "universal-llm-trainer/phi-3-mini-qlora-h100": _QLORA,
+    "universal-llm-trainer/phi-3-mini-qlora-rtx-pro-6000": _QLORA,
+    "universal-llm-trainer/phi-3-mini-qlora-a100": _QLORA,
+    "universal-llm-trainer/phi-3-mini-full-h100": _PHI3_FULL,
+    "universal-llm-trainer/phi-3-mini-full-rtx-pro-6000": _PHI3_FULL,
+    "universal-llm-trainer/phi-3-mini-full-a100": _PHI3_FULL,
+}
+#: Sources whose median |error| is above 10% today.
+KNOWN_SOURCE: dict[str, str] = {
+    "fitcheck-llm": "12% median: small models under-counted, QLoRA under-estimated (issue 13)",
+    "litgpt-config-hub": "litgpt's pure-bf16 regime not modelled (full fine-tuning +120-185%), QLoRA -28-38%",
+    "litgpt-resource-tables": "QLoRA -24-26% and LoRA -6-10% under (issue 13); litgpt regime not modelled",
+    "torchtune": "QLoRA tutorial -46% (torchao NF4), README rows with compile / optimizer-in-backward over",
+    "universal-llm-trainer": "LoRA at 2 x 8192 over by 28-44% (logits handling), QLoRA and Phi-3 full under",
+}
+
+
+@cache
+def _scored() -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+    return pub.score_all()  # type: ignore[no-any-return]
+
+
+def _all_scores() -> list[Any]:
+    return [s for sc in _scored()[0].values() for s in sc]
+
+
+# --- schema ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_source_block(path: Path) -> None:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert set(data) <= {"source", "defaults", "records"}
+    src = data["source"]
+    for key in pub.SOURCE_KEYS:
+        assert src.get(key), f"{path.name}: source.{key} missing"
+    assert src["id"] == path.stem
+    assert str(src["url"]).startswith("https://")
+    assert re.fullmatch(r"\d{4}-\d{2}(-\d{2})?", str(src["date"]))
+    if "commit" in src:
+        assert re.fullmatch(r"[0-9a-f]{40}", src["commit"]) and src["commit"] in src["url"]
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_records_schema(path: Path) -> None:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    defaults = data.get("defaults") or {}
+    ids = [r["id"] for r in data["records"]]
+    assert len(ids) == len(set(ids)), f"{path.name}: duplicate record ids"
+    for raw in data["records"]:
+        assert set(raw) <= set(pub.RECORD_KEYS), (
+            f"{raw['id']}: unknown keys {set(raw) - set(pub.RECORD_KEYS)}"
+        )
+        assert raw.get("model", defaults.get("model")), f"{raw['id']}: no model"
+        assert raw.get("metric", defaults.get("metric")) in pub.METRICS, f"{raw['id']}: metric"
+        assert raw.get("relation", defaults.get("relation", "peak")) in pub.RELATIONS
+        m = raw["measured"]
+        assert m["unit"] in pub.UNITS and float(m["value"]) > 0, f"{raw['id']}: measured"
+        setup = {
+            **{k: v for k, v in defaults.items() if k not in pub.RECORD_KEYS},
+            **(raw.get("setup") or {}),
+        }
+        assert setup.get("method"), f"{raw['id']}: setup.method"
+        for u in [*(defaults.get("uncertain") or []), *(raw.get("uncertain") or [])]:
+            assert isinstance(u, str) and u
+        if raw.get("known_gap") is not None:
+            assert isinstance(raw["known_gap"], str) and raw["known_gap"]
+
+
+def test_corpus_size_and_independence() -> None:
+    records = [r for _, recs in pub.corpus().values() for r in recs]
+    single = [r for r in records if r.gpus == 1]
+    publishers = {src["publisher"].split(" (")[0] for src, _ in pub.corpus().values()}
+    assert len(single) >= 80
+    assert len(publishers) >= 8, publishers
+    assert len({r.key for r in records}) == len(records)
+
+
+def test_units() -> None:
+    assert pub.measured_bytes(1.5, "GB", "peak") == 1_500_000_000
+    assert pub.measured_bytes(24, "GB", "capacity") == 24 << 30
+    assert pub.measured_bytes(2, "MiB", "peak") == 2 << 20
+
+
+# --- held scores -----------------------------------------------------------------------------------
+
+
+def test_scores_match_committed() -> None:
+    committed = json.loads(pub.SCORES.read_text(encoding="utf-8"))
+    now = pub.scores_json(_scored()[0])
+    assert now["records"].keys() == committed["records"].keys(), "scored records changed: --write-scores"
+    drift = {
+        k: (committed["records"][k], v)
+        for k, v in now["records"].items()
+        if abs(v - committed["records"][k]) > 1e-4
+    }
+    assert not drift, f"scores moved (run python bench/published.py --write-scores): {drift}"
+    assert now["sources"] == committed["sources"]
+
+
+def test_docs_section_is_generated() -> None:
+    doc = pub.DOC.read_text(encoding="utf-8")
+    assert pub.BEGIN in doc and pub.END in doc
+    assert pub.splice(doc, pub.render(*_scored())) == doc, "docs/accuracy.md stale: python bench/published.py"
+
+
+def test_band_table_is_the_derived_one() -> None:
+    """engine/band.py holds the fractions bench/published.py derives from calibration and corpus."""
+    from fitcheck.engine.band import SPREAD
+
+    derived = pub.derive_spread(_scored()[0])
+    assert {k: tuple(v) for k, v in SPREAD.items()} == derived, f"update SPREAD in engine/band.py: {derived}"
+    assert pub.band_coverage(_scored()[0], derived) >= 0.8
+
+
+def test_every_skip_has_a_reason() -> None:
+    for recs in _scored()[1].values():
+        for rec, why in recs:
+            assert why and rec.key
+
+
+def test_enough_scored() -> None:
+    assert len(_all_scores()) >= 80
+
+
+# --- the bar ---------------------------------------------------------------------------------------
+
+
+def _record_cases() -> list[Any]:
+    out = []
+    for s in sorted(_all_scores(), key=lambda x: x.record.key):
+        key = s.record.key
+        marks = [pytest.mark.xfail(strict=True, reason=KNOWN_UNDER[key])] if key in KNOWN_UNDER else []
+        out.append(pytest.param(s, id=key, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("score", _record_cases())
+def test_record_not_more_than_15_percent_under(score: Any) -> None:
+    if score.record.known_gap:
+        return  # the record names why the engine cannot be held to it
+    assert score.error >= pub.UNDER_BAR, f"{score.record.key}: {score.error:+.1%}"
+
+
+def _source_cases() -> list[Any]:
+    out = []
+    for sid in sorted(_scored()[0]):
+        marks = [pytest.mark.xfail(strict=True, reason=KNOWN_SOURCE[sid])] if sid in KNOWN_SOURCE else []
+        out.append(pytest.param(sid, id=sid, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("sid", _source_cases())
+def test_source_median_within_10_percent(sid: str) -> None:
+    med = pub.Summary.of(_scored()[0][sid]).median_abs
+    assert med <= pub.MEDIAN_BAR, f"{sid}: median |error| {med:.1%}"
+
+
+def test_known_lists_name_real_records() -> None:
+    keys = {s.record.key for s in _all_scores()}
+    assert set(KNOWN_UNDER) <= keys
+    assert set(KNOWN_SOURCE) <= set(_scored()[0])
