@@ -76,6 +76,22 @@ class TrainerOpt(StrEnum):
     llamafactory = "llamafactory"
     mlx = "mlx"
     kohya = "kohya"
+    litgpt = "litgpt"
+    unsloth = "unsloth"
+
+
+class LossOpt(StrEnum):
+    standard = "standard"
+    chunked = "chunked"
+    liger = "liger"
+    cce = "cce"
+
+
+class BaseQuantOpt(StrEnum):
+    none = "none"
+    int8 = "int8"
+    gptq = "gptq"
+    awq = "awq"
 
 
 class RuleOpt(StrEnum):
@@ -117,6 +133,28 @@ TargetsO = Annotated[
 DropO = Annotated[float | None, typer.Option("--lora-dropout", help="LoRA dropout [default: 0]")]
 DQO = Annotated[bool, typer.Option("--double-quant/--no-double-quant", help="QLoRA double quantization")]
 TrainerO = Annotated[TrainerOpt, typer.Option("--trainer", help="whose implementation details to model")]
+BaseQuantO = Annotated[
+    BaseQuantOpt | None,
+    typer.Option(
+        "--base-quant", help="LoRA on a quantized base: int8 (bitsandbytes), gptq, awq [default: none]"
+    ),
+]
+TrainModulesO = Annotated[
+    str | None,
+    typer.Option(
+        "--train-modules",
+        help="modules trained in full beside LoRA: embed_tokens, lm_head (peft modules_to_save)",
+    ),
+]
+LossO = Annotated[
+    LossOpt | None,
+    typer.Option(
+        "--loss", help="cross-entropy kernel: standard, chunked, liger, cce [default: the trainer's own]"
+    ),
+]
+OffloadActO = Annotated[
+    bool, typer.Option("--offload-activations", help="keep saved activations / checkpoints in CPU memory")
+]
 OnO = Annotated[
     str,
     typer.Option(
@@ -185,6 +223,10 @@ def _training_template(
     lora_targets: TargetsO = None,
     lora_dropout: DropO = None,
     double_quant: DQO = True,
+    base_quant: BaseQuantO = None,
+    train_modules: TrainModulesO = None,
+    loss: LossO = None,
+    offload_activations: OffloadActO = False,
     trainer: TrainerO = TrainerOpt.generic,
     gpus: GpusO = 1,
 ) -> None:
