@@ -95,6 +95,23 @@ TEMPLATES: list[dict[str, Any]] = [
          batch_size=2, seq_len=512),
     dict(method="full", trainer="hf", attn="sdpa", grad_accum=2, batch_size=1, seq_len=4096),
 ]  # fmt: skip
+#: Records outside the template grid, for engine gaps found off it (issue 13): eager attention with and
+#: without checkpointing at 4k and 8k tokens (the attention's own transients and the checkpoints still
+#: held while the last layer recomputes), a full fine-tune there, and rank-256 fp32 adapters under
+#: autocast (their compute-dtype casts).
+EXTRA: list[tuple[str, str, dict[str, Any]]] = [
+    ("llama2-14", "llama2", dict(method="lora", trainer="hf", attn="eager", grad_ckpt=True, batch_size=1,
+                                 seq_len=4096)),
+    ("llama2-15", "llama2", dict(method="lora", trainer="hf", attn="eager", grad_ckpt=True, batch_size=1,
+                                 seq_len=8192)),
+    ("llama2-16", "llama2", dict(method="full", trainer="hf", attn="eager", grad_ckpt=True, batch_size=1,
+                                 seq_len=4096)),
+    ("llama2-17", "llama2", dict(method="lora", trainer="hf", attn="eager", batch_size=1, seq_len=4096)),
+    ("qwen2-14", "qwen2", dict(method="lora", trainer="hf", attn="eager", grad_ckpt=True, batch_size=1,
+                               seq_len=4096)),
+    ("llama3-14", "llama3", dict(method="lora", trainer="hf", attn="sdpa", lora_rank=256, batch_size=1,
+                                 seq_len=1024)),
+]  # fmt: skip
 ROTATE = ["sgd", "adafactor", "lion"]
 MOE = ("mixtral", "qwen3_moe")
 
@@ -111,6 +128,8 @@ def grid() -> list[tuple[str, str, dict[str, Any]]]:
                 # peft wraps transformers-5 expert tensors with ParamWrapper, which refuses both
                 setup["lora_targets"] = "attn"
             out.append((f"{arch}-{i:02d}", arch, setup))
+    for rid, arch, setup in EXTRA:
+        out.append((rid, arch, dict(setup)))
     return out
 
 

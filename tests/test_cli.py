@@ -44,7 +44,7 @@ def test_estimate_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(out)
     assert doc["schema_version"] == 2
     assert doc["setup"]["method"] == "qlora" and doc["setup"]["seq_len"] == 4096
-    assert [p["name"] for p in doc["phases"]] == ["forward", "backward", "optimizer_step"]
+    assert [p["name"] for p in doc["phases"]] == ["load", "forward", "backward", "optimizer_step"]
     for p in doc["phases"]:
         assert sum(c["bytes"] for c in p["components"]) == p["total_bytes"]
         assert all({"name", "bytes", "rule", "source"} <= set(c) for c in p["components"])

@@ -23,7 +23,17 @@ from typing import TYPE_CHECKING, Literal, get_type_hints
 from typing_extensions import TypedDict, Unpack  # pydantic validates only this TypedDict on 3.11
 
 from fitcheck.errors import InputError, OptionError
-from fitcheck.vocab import Attention, Method, MethodChoice, Optimizer, Precision, Task, Trainer
+from fitcheck.vocab import (
+    Attention,
+    BaseQuant,
+    Loss,
+    Method,
+    MethodChoice,
+    Optimizer,
+    Precision,
+    Task,
+    Trainer,
+)
 
 if TYPE_CHECKING:
     from fitcheck.diffusion.plan import DiffusionPlan
@@ -57,6 +67,10 @@ class _Common(TypedDict, total=False):
     lora_targets: str | None
     lora_dropout: float | None
     double_quant: bool | None
+    base_quant: BaseQuant | None
+    train_modules: str | None
+    loss: Loss | None
+    offload_activations: bool
     trainer: Trainer | None
     gpus: int | None
     task: Task | None
@@ -98,6 +112,10 @@ LLM_ONLY: dict[str, object] = {
     "dora": False,
     "master_weights": False,
     "double_quant": True,
+    "base_quant": "none",
+    "train_modules": "",
+    "loss": None,
+    "offload_activations": False,
     "gpus": 1,
     "min_seq_len": None,
     "dataset_tokens": None,
@@ -196,7 +214,7 @@ def refuse_foreign(spec: Spec, options: dict[str, object]) -> None:
     if kind == "llm" and trainer == "kohya":
         raise OptionError(
             f"--trainer kohya trains diffusion models (kohya sd-scripts); for {spec.name} use generic, hf, "
-            "torchtune, axolotl, llamafactory or mlx"
+            "torchtune, axolotl, llamafactory, mlx, litgpt or unsloth"
         )
     if kind == "diffusion" and trainer not in (None, "generic", "kohya"):
         raise OptionError(f"--trainer {trainer} does not train diffusion models; use --trainer kohya")
@@ -367,7 +385,10 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
             f"--master-weights: {trainer} decides its own precision; drop it (or use --trainer hf)"
         )
     method = opts.get("method") or "auto"
-    base_opts = {k: opts.get(k) for k in ("dora", "master_weights", *_LORA, "double_quant", "seq_len")}
+    llm_extra = ("base_quant", "train_modules", "loss", "offload_activations")
+    base_opts = {
+        k: opts.get(k) for k in ("dora", "master_weights", *_LORA, "double_quant", "seq_len", *llm_extra)
+    }
     base = setup_for(
         spec, {**base_opts, "method": "full" if method == "full" else "lora", "trainer": trainer}, tgt
     )

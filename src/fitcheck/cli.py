@@ -76,6 +76,22 @@ class TrainerOpt(StrEnum):
     llamafactory = "llamafactory"
     mlx = "mlx"
     kohya = "kohya"
+    litgpt = "litgpt"
+    unsloth = "unsloth"
+
+
+class LossOpt(StrEnum):
+    standard = "standard"
+    chunked = "chunked"
+    liger = "liger"
+    cce = "cce"
+
+
+class BaseQuantOpt(StrEnum):
+    none = "none"
+    int8 = "int8"
+    gptq = "gptq"
+    awq = "awq"
 
 
 class TaskOpt(StrEnum):
@@ -160,6 +176,28 @@ TargetO = Annotated[
     int | None, typer.Option("--target-len", help="seq2seq target tokens [default: --seq-len]")
 ]
 ImageO = Annotated[int, typer.Option("--image-tokens", help="image tokens per example (multimodal models)")]
+BaseQuantO = Annotated[
+    BaseQuantOpt | None,
+    typer.Option(
+        "--base-quant", help="LoRA on a quantized base: int8 (bitsandbytes), gptq, awq [default: none]"
+    ),
+]
+TrainModulesO = Annotated[
+    str | None,
+    typer.Option(
+        "--train-modules",
+        help="modules trained in full beside LoRA: embed_tokens, lm_head (peft modules_to_save)",
+    ),
+]
+LossO = Annotated[
+    LossOpt | None,
+    typer.Option(
+        "--loss", help="cross-entropy kernel: standard, chunked, liger, cce [default: the trainer's own]"
+    ),
+]
+OffloadActO = Annotated[
+    bool, typer.Option("--offload-activations", help="keep saved activations / checkpoints in CPU memory")
+]
 OnO = Annotated[
     str,
     typer.Option(
@@ -334,6 +372,10 @@ def _training_template(
     lora_targets: TargetsO = None,
     lora_dropout: DropO = None,
     double_quant: DQO = True,
+    base_quant: BaseQuantO = None,
+    train_modules: TrainModulesO = None,
+    loss: LossO = None,
+    offload_activations: OffloadActO = False,
     trainer: TrainerO = TrainerOpt.generic,
     gpus: GpusO = 1,
     task: TaskO = None,

@@ -38,6 +38,11 @@ _ROWS = (
     ComponentId("weights_frozen", "frozen base weights (LoRA)", "weights"),
     ComponentId("weights_4bit", "NF4 base weights with their quantization constants (QLoRA)", "weights"),
     ComponentId("weights_unquantized", "layers QLoRA leaves dense (embeddings, norms, lm_head)", "weights"),
+    ComponentId("weights_quantized", "int8 / GPTQ / AWQ base weights with their scales", "quantized-bases"),
+    ComponentId(
+        "module_copies", "trained full copies of lm_head / embed_tokens (peft modules_to_save)",
+        "lora-on-lm_head-and-embed_tokens",
+    ),
     ComponentId("unet_weights", "the UNet's weights", diffusion="parts"),
     ComponentId("transformer_weights", "the DiT's weights", diffusion="parts"),
     ComponentId("text_encoder_weights", "the first text encoder's weights", diffusion="parts"),
@@ -56,6 +61,14 @@ _ROWS = (
     ),
     ComponentId("activations", "tensors autograd saved for backward", "activations", "activations"),
     ComponentId("attention_scores", "eager attention's score tensors", "attention", "attention"),
+    ComponentId("attention_mask", "eager attention's additive causal mask (b x s x s)", "attention"),
+    ComponentId(
+        "attention_transient", "eager attention's scores, fp32 copies, gradients (one layer)", "attention"
+    ),
+    ComponentId(
+        "head_inputs", "inputs saved by a trained or LoRA-wrapped lm_head", "lora-on-lm_head-and-embed_tokens"
+    ),
+    ComponentId("load_transient", "a 16-bit tensor being quantized or upcast while loading", "load-phase"),
     ComponentId(
         "encoder_and_cross_attention",
         "encoder-decoder: the encoder stack on the source and the decoder's cross-attention",
@@ -78,7 +91,7 @@ _ROWS = (
     ),
     ComponentId("merged_expert_weights", "MoE experts merged with their LoRA factors (peft)", "moe"),
     ComponentId("logits_loss", "logits, their fp32 upcast and the loss", "logits-and-loss"),
-    ComponentId("dequant_transient", "one 4-bit weight dequantized to the compute dtype", "weights"),
+    ComponentId("dequant_transient", "one quantized weight dequantized to the compute dtype", "weights"),
     ComponentId("layer_recompute", "one layer's activations recomputed from its checkpoint", "checkpointing"),
     ComponentId(
         "tied_embedding_grads", "lm_head and embedding gradients before they are summed", "gradients"

@@ -14,10 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from fitcheck.vocab import (
     Attention,
     Backend,
+    BaseQuant,
     DiffusionTrainer,
     Dtype,
     Kind,
     LlmTrainer,
+    Loss,
     Method,
     Optimizer,
     PhaseName,
@@ -189,6 +191,10 @@ class LlmSetup(SetupBase):
     seq_len: int = Field(default=2048, ge=1, le=10_000_000)
     master_weights: bool = False
     double_quant: bool = True
+    base_quant: BaseQuant = Field(default="none", description="LoRA on an int8 / GPTQ / AWQ base")
+    train_modules: str = Field(default="", description="modules trained in full (modules_to_save)")
+    loss: Loss | None = Field(default=None, description="cross-entropy kernel; the trainer's own when unset")
+    offload_activations: bool = Field(default=False, description="saved activations kept on the CPU")
     trainer: LlmTrainer = "generic"
     gpus: int = Field(default=1, ge=1, le=4096)
     # What the model is trained for (docs/methodology.md, "Tasks"); None: the model's own
@@ -290,6 +296,9 @@ class Regime(Frozen):
     kbit_upcast: bool = Field(description="QLoRA: non-quantized weights upcast to fp32")
     fused_optimizer: bool
     loss_chunks: int = Field(default=1, ge=1, description="cross-entropy computed in this many chunks")
+    loss_kernel: str = Field(default="standard", description="cross-entropy kernel (engine/loss.py KERNELS)")
+    offload_checkpoints: bool = Field(default=False, description="checkpointed layer inputs kept on the CPU")
+    quantized_lm_head: bool = Field(default=False, description="QLoRA quantizes the output layer too")
     source: str
 
 

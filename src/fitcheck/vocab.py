@@ -12,12 +12,18 @@ Optimizer = Literal[
     "adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"
 ]
 Attention = Literal["eager", "sdpa", "flash", "xformers"]
-LlmTrainer = Literal["generic", "hf", "torchtune", "axolotl", "llamafactory", "mlx"]
+LlmTrainer = Literal["generic", "hf", "torchtune", "axolotl", "llamafactory", "mlx", "litgpt", "unsloth"]
 DiffusionTrainer = Literal["kohya"]
-Trainer = Literal["generic", "hf", "torchtune", "axolotl", "llamafactory", "mlx", "kohya"]
+Trainer = Literal[
+    "generic", "hf", "torchtune", "axolotl", "llamafactory", "mlx", "kohya", "litgpt", "unsloth"
+]
 Backend = Literal["cuda", "rocm", "mps", "cpu"]
 Kind = Literal["llm", "diffusion"]
-PhaseName = Literal["forward", "backward", "optimizer_step"]
+PhaseName = Literal["load", "forward", "backward", "optimizer_step"]
+#: Cross-entropy kernels (docs/methodology.md, "Logits and loss"): the trainer's own when not given.
+Loss = Literal["standard", "chunked", "liger", "cce"]
+#: A quantized base under LoRA other than QLoRA's NF4 (docs/methodology.md, "Quantized bases").
+BaseQuant = Literal["none", "int8", "gptq", "awq"]
 VerdictName = Literal["fits", "tight", "does_not_fit"]
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "nf4", "fp4"]
 Task = Literal["causal-lm", "classification", "seq2seq"]

@@ -181,13 +181,14 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
         acts.add("moe", _moe(a, c, setup))
     else:
         width = a.intermediate_size
+        out_b = quantized_out_bytes(setup, regime, c)
         if a.mlp == "gated":
             # gate output (activation input), activation output, up output; the product feeds down_proj
-            acts.add("mlp_hidden", c.gamma * width * 3)
+            acts.add("mlp_hidden", out_b * width * 3)
         else:
             # what the activation keeps; its output is the down projection's input
-            acts.add("mlp_hidden", plain_activation_bytes(a.activation, c) * width)
-        acts.add("down_input", _linear_inputs(c, setup, a, down, c.gamma) if down else 0)
+            acts.add("mlp_hidden", plain_activation_bytes(a.activation, c, out_b) * width)
+        acts.add("down_input", _linear_inputs(c, setup, a, down, out_b) if down else 0)
     return acts
 
 
@@ -204,12 +205,14 @@ ACTIVATION_SAVES: dict[str, tuple[int, int]] = {
 }  # fmt: skip
 
 
-def plain_activation_bytes(activation: str, c: Ctx) -> float:
-    """Bytes per MLP-width element an activation of a plain (non-gated) MLP saves (`ACTIVATION_SAVES`)."""
+def plain_activation_bytes(activation: str, c: Ctx, elem: int | None = None) -> float:
+    """Bytes per MLP-width element an activation of a plain (non-gated) MLP saves (`ACTIVATION_SAVES`);
+    ``elem``: bytes of the projection's output when it is not the compute dtype (`quantized_out_bytes`)."""
+    b = c.gamma if elem is None else elem
     n, fp32 = ACTIVATION_SAVES.get(activation, (1, 0))
     if c.autocast and fp32:
-        return (n - fp32) * c.gamma + fp32 * 4
-    return n * c.gamma
+        return (n - fp32) * b + fp32 * 4
+    return n * b
 
 
 def _mla_parts(a: DecoderArch, setup: LlmSetup, c: Ctx) -> dict[str, float]:
@@ -225,6 +228,24 @@ def _mla_parts(a: DecoderArch, setup: LlmSetup, c: Ctx) -> dict[str, float]:
     out["mla_up_inputs"] = sum(_linear_inputs(c, setup, a, [x], c.norm_out) for x in ups)
     out["qkv"] = -c.gamma * a.num_heads * (a.head_dim - a.v_head_dim)
     return out
+
+
+def quantized_out_bytes(setup: LlmSetup, regime: Regime, c: Ctx) -> int:
+    """Bytes of a projection's output: the compute dtype, except for bitsandbytes layers fed an fp32
+    residual stream.
+
+    ``Linear4bit.forward`` casts its input to the compute dtype and its output back to the input's dtype
+    (``out.to(inp_dtype)``, bitsandbytes nn/modules.py; ``Linear8bitLt`` likewise), so after peft's k-bit
+    preparation has made the embeddings and norms fp32, every quantized projection returns fp32 and the
+    MLP keeps its gate, activation and up outputs in fp32 (the attention kernel's autocast casts q, k, v
+    back to the compute dtype).
+    """
+    from fitcheck.engine.states import quantized_base
+
+    bnb = setup.method == "qlora" or setup.base_quant == "int8"
+    if quantized_base(setup) and bnb and regime.kbit_upcast and c.autocast:
+        return 4
+    return c.gamma
 
 
 def _gpt2_layer(a: DecoderArch, setup: LlmSetup, c: Ctx) -> LayerActs:
@@ -290,23 +311,75 @@ def merged_expert_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
     return sum(x.copies * x.d_in * x.d_out for x in adapted) * c.gamma
 
 
-def logits_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> dict[str, float]:
-    """Bytes per token of the output layer and loss, forward and backward peaks.
+#: Parts of a layer's saved activations that belong to its MLP: freed by the time the layer's
+#: attention runs its backward (the MLP's backward comes first).
+MLP_PARTS = ("mlp_inputs", "mlp_hidden", "mlp_act_out", "down_input", "moe")
 
-    HF ``ForCausalLMLoss``: the lm_head output in the compute dtype, ``logits.float()`` (fp32 copy),
-    log_softmax output saved for backward (fp32): 10 bytes per vocabulary entry at the forward peak.
-    In backward the fp32 gradient from nll_loss and the fp32 gradient of the log-softmax input coexist
-    with the saved output: 12 bytes (traced: the three largest tensors at the backward peak). A final
-    soft-cap (Gemma 2) keeps its tanh output (compute dtype). torchtune's chunked loss upcasts one
-    chunk at a time.
+
+def attention_part(acts: LayerActs) -> float:
+    """Bytes per token of a layer's saved activations outside its MLP (scores excluded)."""
+    return sum(v for k, v in acts.parts.items() if k not in MLP_PARTS)
+
+
+def eager_mask_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
+    """The additive causal mask eager attention materializes: b x 1 x s x s in the embedding dtype.
+
+    transformers' ``masking_utils`` builds it once per forward (``torch.where`` on the boolean mask,
+    min-dtype where masked) and every layer reads it, so it lives from the model's forward to the end of
+    its backward (traced: ``where.self (b, 1, s, s)``). SDPA and flash take ``is_causal`` instead.
     """
+    if not uses_eager_scores(a, setup) or setup.backend == "mps":
+        return 0
     c = context(setup, regime)
-    v = a.vocab_size
-    chunk = 1 / regime.loss_chunks
-    # Gemma 2 soft-cap: logits / cap -> tanh -> * cap in the compute dtype; tanh saves its output.
-    cap = c.gamma if a.final_logit_softcapping else 0
-    # Every chunk's log-softmax output stays saved until backward, so chunking shrinks only the
-    # transient fp32 copy (forward) and the two fp32 gradients (backward) to one chunk's worth.
-    fwd = v * (c.gamma + 4 + 4 * chunk + cap)
-    bwd = v * (4 + 8 * chunk + cap)
-    return {"forward": fwd, "backward": bwd, "saved": v * (4 + cap)}
+    return setup.batch_size * setup.seq_len**2 * c.rho
+
+
+@dataclass(frozen=True)
+class EagerPeaks:
+    """Bytes per query-key pair per sequence (x b x s^2) of eager attention's short-lived tensors.
+
+    ``forward_transient``: in a checkpointed (unsaved) forward, the masked scores, their fp32 copy and
+    the fp32 softmax exist together. ``forward_extra``: in a saving forward, what exists at the softmax
+    beyond the saved scores (the fp32 copy of the input). ``backward``: at the softmax backward the saved
+    fp32 probabilities, the incoming gradient upcast to fp32 and the fp32 result (traced: three fp32
+    b x heads x s^2 tensors); the saved compute-dtype copy is already freed by then.
+    """
+
+    forward_transient: float
+    forward_extra: float
+    backward: float
+
+
+def eager_peaks(a: DecoderArch, setup: LlmSetup, regime: Regime) -> EagerPeaks:
+    """Eager attention's transients, zero for kernels that never materialize the scores."""
+    if not uses_eager_scores(a, setup) or a.model_type == "gpt2":
+        return EagerPeaks(0.0, 0.0, 0.0)
+    c = context(setup, regime)
+    upcast = 4 if c.gamma != 4 else 0  # softmax(dtype=float32) copies a 16-bit input first
+    capped = c.gamma if a.attn_logit_softcapping else 0
+    h = a.num_heads
+    return EagerPeaks(
+        forward_transient=h * (c.gamma + upcast + 4 + capped),
+        forward_extra=h * upcast,
+        backward=h * 12,
+    )
+
+
+def head_input_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> float:
+    """Bytes per token the output layer saves when it trains: a ``modules_to_save`` copy of lm_head
+    saves its input (compute dtype); LoRA on lm_head saves lora_A's cast input (as any wrapped linear)
+    and lora_B's rank-r input. Traced: LoRA on lm_head leaves the loss hump as it is (the base output
+    and the LoRA output are summed before the fp32 upcast)."""
+    from fitcheck.engine.lora import head_targets, trained_modules
+
+    if setup.method == "full":
+        return 0.0
+    c = context(setup, regime)
+    h = a.hidden_size
+    out = 0.0
+    if "lm_head" in trained_modules(setup):
+        out += c.gamma * h
+    if "lm_head" in head_targets(setup.lora_targets):
+        x = c.gamma if c.autocast else c.adapter
+        out += x * h + x * setup.lora_rank
+    return out

@@ -15,8 +15,14 @@ from dataclasses import dataclass
 from fitcheck.assembly import assemble, phase
 from fitcheck.components import component
 from fitcheck.engine import activations as act
-from fitcheck.engine import states, tasks
-from fitcheck.engine.lora import validate_targets
+from fitcheck.engine import loss, offload, states, tasks
+from fitcheck.engine.load import largest_projection, load_transient_bytes
+from fitcheck.engine.lora import (
+    adapter_params,
+    adapter_params_per_layer,
+    validate_targets,
+    validate_train_modules,
+)
 from fitcheck.engine.params import inventory, layer_kinds, layer_linears
 from fitcheck.engine.regimes import regime_for
 from fitcheck.engine.thumb import thumb
@@ -31,6 +37,19 @@ def _c(name: str, value: float, rule: str) -> Component:
 def _check(spec: ModelSpec, setup: LlmSetup) -> None:
     if setup.method != "full":
         validate_targets(spec.arch, setup.lora_targets)
+    validate_train_modules(setup)
+    if setup.base_quant != "none" and setup.method != "lora":
+        raise OptionError(
+            f"--base-quant {setup.base_quant} is a LoRA base: use it with --method lora "
+            "(--method qlora is the NF4 base)"
+        )
+    if setup.base_quant != "none" and setup.backend in ("mps", "cpu"):
+        raise OptionError(f"--base-quant {setup.base_quant} needs CUDA kernels (bitsandbytes, GPTQ/AWQ)")
+    if setup.trainer in ("litgpt", "unsloth") and setup.base_quant != "none":
+        raise OptionError(
+            f"--trainer {setup.trainer} trains LoRA on a bitsandbytes 4-bit base; "
+            "--base-quant is for the HF-Trainer family"
+        )
     if setup.dora and setup.method == "full":
         raise OptionError("--dora applies to LoRA and QLoRA, not --method full")
     if setup.attn == "xformers" and setup.backend == "mps":
@@ -59,10 +78,13 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
     for name, value in states.weight_bytes(a, setup, regime, c).items():
         rules = {
             "weights": f"{c.trainable:,} params x {regime.trainable_dtype}",
-            "weights_frozen": f"{c.total - c.adapter:,} frozen params x {regime.weight_dtype}",
+            "weights_frozen": f"{c.base:,} frozen params x {regime.weight_dtype}",
+            "weights_quantized": f"{c.quantized:,} params as {setup.base_quant} (packed + scales)",
+            "module_copies": f"{c.module_copies:,} params: trained copies of {setup.train_modules} "
+            f"(peft modules_to_save) x {states.copy_dtype(regime)}",
             "weights_4bit": f"{c.quantized:,} params in NF4: 0.5 B + 64-block absmax"
             + (" (double-quantized)" if setup.double_quant else " (fp32)"),
-            "weights_unquantized": f"{c.total - c.adapter - c.quantized:,} params (embeddings, norms, "
+            "weights_unquantized": f"{c.base - c.quantized:,} params (embeddings, norms, "
             f"lm_head) x {'fp32 (kbit upcast)' if regime.kbit_upcast else regime.weight_dtype}",
             "adapters": f"{c.adapter:,} LoRA params x {regime.adapter_dtype}",
         }
@@ -86,8 +108,8 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
 
 
 #: Model-state components alive through the whole step, in the order phases list them.
-PERSISTENT: tuple[str, ...] = ("weights", "weights_frozen", "weights_4bit", "weights_unquantized")
-PERSISTENT += ("adapters", "master_weights", "optimizer_states")
+PERSISTENT: tuple[str, ...] = ("weights", "weights_frozen", "weights_4bit", "weights_quantized")
+PERSISTENT += ("weights_unquantized", "adapters", "module_copies", "master_weights", "optimizer_states")
 
 
 @dataclass(frozen=True)
@@ -106,6 +128,9 @@ class Saved:
     dequant: Component  # one 4-bit weight dequantized
     late: Component  # one layer's activations late in backward
     tied: Component  # tied embedding gradients at the very end of backward
+    mask: Component  # eager attention's causal mask, alive from the forward to the first layer's backward
+    head_grads: Component  # the output layer's gradient once the loss backward made it
+    layer: LayerPeaks  # inside the last layer: its attention's transients over what earlier layers hold
 
 
 def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved:
@@ -119,39 +144,52 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
     per_layer_tok = dense.total(s)
     ctx = act.context(setup, regime)
     final_norm = _c("final_norm", T * 4 * a.hidden_size, "final norm fp32 input")
+    on_device = offload.device_share(setup, regime, L)
+    where = offload.rule(setup, regime, L)
+    head_in = _c(
+        "head_inputs",
+        T * act.head_input_bytes(a, setup, regime),
+        "inputs saved by a trained or LoRA-wrapped lm_head",
+    )
     if setup.grad_ckpt:
-        ckpt = T * L * ctx.rho * a.hidden_size
-        ckpt_rule = "one layer input per layer (non-reentrant checkpoint)"
-        saved: tuple[Component, ...] = (_c("checkpoints", ckpt, ckpt_rule), final_norm)
+        ckpt = T * L * ctx.rho * a.hidden_size * on_device
+        ckpt_rule = "one layer input per layer (non-reentrant checkpoint)" + where
+        saved: tuple[Component, ...] = (_c("checkpoints", ckpt, ckpt_rule), final_norm, head_in)
     else:
         all_layers = T * ((L - moe_n) * per_layer_tok + moe_n * sparse.total(s))
         scores = T * s * L * dense.scores
-        per_tok = f"{L} layers x {per_layer_tok - s * dense.scores:,.0f} B/token"
+        per_tok = f"{L} layers x {per_layer_tok - s * dense.scores:,.0f} B/token" + where
         scores_rule = "eager: fp32 softmax + compute-dtype copy, b*heads*s^2 per layer"
         saved = (
-            _c("activations", all_layers - scores, per_tok),
-            _c("attention_scores", scores, scores_rule),
+            _c("activations", (all_layers - scores) * on_device, per_tok),
+            _c("attention_scores", scores * on_device, scores_rule),
             final_norm,
+            head_in,
         )
     enc = tasks.encoder_stack_bytes(a, setup, regime, shape)
     enc_rule = "encoder stack on the source + cross-attention"
     saved = (*saved, _c("encoder_and_cross_attention", enc, enc_rule))
-    lg = tasks.scale_logits(act.logits_bytes(a, setup, regime), a, shape)
+    # the output layer's rows and width follow --task (every token x vocabulary, or one row x labels)
+    lg = loss.hump(a, setup, regime, ctx.gamma, rows=shape.logit_rows, width=shape.logit_width)
+    one_layer = T * max(per_layer_tok, sparse.total(s))
+    layer = _layer_peaks(spec, setup, regime, list(saved), one_layer)
     # Late in backward nearly every gradient exists while the first layer's activations are still
     # alive (recomputed from its checkpoint when checkpointing; the other checkpoints are freed).
     late = _c(
         "layer_recompute" if setup.grad_ckpt else "activations",
-        T * max(per_layer_tok, sparse.total(s)),
+        max(one_layer, layer.layer_backward),
         "one layer's activations "
         + ("recomputed from its checkpoint" if setup.grad_ckpt else "(the first layer's, last to be freed)"),
     )
+    accum = setup.grad_accum > 1
+    head = states.head_grad_bytes(a, setup, regime) if not accum else 0
     casts_fwd, casts_bwd, casts_layer = _casts(spec, setup, regime)
     merged_fwd, merged_layer = _merged_experts(spec, setup, regime)
     return Saved(
         inputs=_c("inputs", 16 * T, "input_ids + labels, int64"),
         saved=saved,
-        logits_fwd=_c("logits_loss", T * lg["forward"], "lm_head output + fp32 upcast + log-softmax"),
-        logits_bwd=_c("logits_loss", T * lg["backward"], "saved log-softmax + fp32 grads at loss backward"),
+        logits_fwd=_c("logits_loss", lg.forward, lg.rule),
+        logits_bwd=_c("logits_loss", lg.backward, lg.rule + ", at the loss backward"),
         casts_fwd=casts_fwd,
         casts_bwd=casts_bwd,
         casts_layer=casts_layer,
@@ -160,28 +198,31 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
         dequant=_dequant(spec, setup, regime),
         late=late,
         tied=_tied_grads(spec, setup, regime),
+        mask=_c("attention_mask", act.eager_mask_bytes(a, setup, regime), "eager causal mask, b x s^2"),
+        head_grads=_c("gradients", head, "the output layer's gradient, made by the loss backward"),
+        layer=layer,
     )
 
 
 def _dequant(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
     dq = 0.0
-    if setup.method == "qlora":
-        a = spec.arch
-        lins = (lin.d_in * lin.d_out for lin in layer_linears(a, a.is_moe) if lin.role != "router")
-        dq = max(lins, default=0) * act.context(setup, regime).gamma
-    return _c("dequant_transient", dq, "one 4-bit weight dequantized to the compute dtype")
+    if states.quantized_base(setup):
+        dq = largest_projection(spec.arch, regime.quantized_lm_head) * act.context(setup, regime).gamma
+    return _c("dequant_transient", dq, "one quantized weight dequantized to the compute dtype")
 
 
 def _casts(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[Component, Component, Component]:
     """Autocast weight casts alive in forward, at the start of backward, and late (one layer)."""
     copies_all, copies_head, copies_layer = autocast_copies(spec, setup, regime)
+    ad_all, ad_layer = adapter_casts(spec, setup, regime)
+    copies_layer += ad_layer
     if setup.grad_ckpt:
         # the autocast cache keeps trainable weights' casts until the forward ends; frozen weights'
         # casts live only where a matmul saved them (lm_head; the layer being recomputed)
-        cast_fwd = copies_all if setup.method == "full" else copies_head
+        cast_fwd = copies_all if setup.method == "full" else copies_head + ad_all
         cast_bwd = copies_head
     else:
-        cast_fwd = cast_bwd = copies_all
+        cast_fwd = cast_bwd = copies_all + ad_all
     rule = "bf16 casts of fp32 weights made by autocast and saved for backward"
     return tuple(_c("autocast_weight_copies", n, rule) for n in (cast_fwd, cast_bwd, copies_layer))  # type: ignore[return-value]
 
@@ -204,17 +245,38 @@ def _tied_grads(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
     return _c("tied_embedding_grads", tied, "lm_head and embedding gradients before they are summed")
 
 
+def load_phase(spec: ModelSpec, setup: LlmSetup, regime: Regime, ms: dict[str, Component]) -> Phase:
+    """Loading: the weights as they end up plus what loading holds beside them (`engine/load.py`)."""
+    quantized = states.quantized_base(setup)
+    transient = _c(
+        "load_transient",
+        load_transient_bytes(spec.arch, setup, regime, quantized),
+        "16-bit tensor being quantized or upcast while the model loads",
+    )
+    weights = [ms[k] for k in PERSISTENT if k in ms and k.startswith("weights")]
+    return phase("load", [*weights, transient])
+
+
 def step_phases(ms: dict[str, Component], sv: Saved, accumulating: bool) -> tuple[Phase, Phase, Phase]:
     """What is alive at the peak of forward, backward (its start, late, or end) and the optimizer step."""
     persistent = [ms[k] for k in PERSISTENT if k in ms]
     grads = ms["gradients"]
     grads_fwd = grads if accumulating else _c("gradients", 0, "")
     held = [*persistent, grads_fwd, sv.inputs, *sv.saved]
-    forward = phase("forward", [*held, sv.casts_fwd, sv.merged_fwd, sv.logits_fwd, sv.dequant])
-    bwd_start = [*held, sv.casts_bwd, sv.merged_fwd, sv.logits_bwd]
-    bwd_late = [*persistent, grads, sv.inputs, sv.late, sv.dequant, sv.casts_layer, sv.merged_layer]
+    fwd_main = [*held, sv.casts_fwd, sv.merged_fwd, sv.logits_fwd, sv.dequant, sv.mask]
+    fwd_layer = [*persistent, grads_fwd, sv.inputs, sv.mask, sv.casts_fwd, *sv.layer.forward]
+    forward = max(
+        (phase("forward", c) for c in ((fwd_main, fwd_layer) if sv.layer.forward else (fwd_main,))),
+        key=lambda p: p.total_bytes,
+    )
+    bwd_start = [*held, sv.casts_bwd, sv.merged_fwd, sv.logits_bwd, sv.mask]
+    bwd_late = [*persistent, grads, sv.inputs, sv.late, sv.mask, sv.dequant, sv.casts_layer, sv.merged_layer]
     bwd_end = [*persistent, grads, sv.inputs, sv.tied]
-    candidates = (phase("backward", c) for c in (bwd_start, bwd_late, bwd_end))
+    # The first layer to run its backward (the last one) while every earlier checkpoint (or every
+    # earlier layer's saved activations) is still held: with long sequences this is the peak.
+    bwd_first = [*persistent, grads_fwd, sv.head_grads, sv.inputs, sv.mask, sv.casts_bwd, sv.merged_layer]
+    bwd_first += sv.layer.backward
+    candidates = (phase("backward", c) for c in (bwd_start, bwd_late, bwd_end, bwd_first))
     backward = max(candidates, key=lambda p: p.total_bytes)
     step = phase("optimizer_step", [*persistent, grads, ms["optimizer_transient"]])
     return forward, backward, step
@@ -236,7 +298,7 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
     regime = regime_for(setup)
     ms = model_states(spec, setup, regime)
     sv = saved_activations(spec, setup, regime)
-    phases = step_phases(ms, sv, setup.grad_accum > 1)
+    phases = (load_phase(spec, setup, regime, ms), *step_phases(ms, sv, setup.grad_accum > 1))
     c = states.counts(spec.arch, setup)
     inv = inventory(spec.arch)
     params = ParamCounts(
@@ -259,9 +321,79 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         steady_bytes=sum(ms[k].bytes for k in (*PERSISTENT, "gradients") if k in ms),
         live_tensors=_tensor_count(spec, setup),
         target_context=target_context,
-        thumb=thumb(c.total - c.adapter, setup),
-        warnings=_warnings(spec, setup, c.total - c.adapter),
+        thumb=thumb(c.base, setup),
+        warnings=_warnings(spec, setup, c.base),
     )
+
+
+@dataclass(frozen=True)
+class LayerPeaks:
+    """Components alive while the last layer runs (forward) or starts its backward, beyond model states."""
+
+    forward: list[Component]
+    backward: list[Component]
+    layer_backward: float  # one layer's peak in its own backward (eager attention), bytes
+
+
+def _layer_peaks(
+    spec: ModelSpec, setup: LlmSetup, regime: Regime, saved: list[Component], one_layer: float
+) -> LayerPeaks:
+    """What is alive inside the last decoder layer: its attention's short-lived tensors on top of
+    what earlier layers keep (every checkpoint when checkpointing, every layer's saved activations
+    otherwise). Eager attention makes this the peak at long sequences (traced at 4k and 8k tokens:
+    up to half the peak was missing without it); other kernels keep O(s) and add nothing here.
+    """
+    a = spec.arch
+    ep = act.eager_peaks(a, setup, regime)
+    dense = act.layer_activations(a, setup, regime, moe=False)
+    T, s = setup.tokens, setup.seq_len
+    pairs = setup.batch_size * s * s  # query-key pairs of the batch, per head
+    ctx = act.context(setup, regime)
+    held = [c for c in saved if c.name != "final_norm"]
+    layer_bwd = T * act.attention_part(dense) + pairs * ep.backward if ep.backward else 0.0
+    if setup.grad_ckpt:
+        q_w = a.num_heads * a.head_dim
+        qkv = T * ctx.gamma * 3 * q_w  # q, k and v (repeated to every head) of the unsaved forward
+        fwd = _c(
+            "attention_transient",
+            pairs * ep.forward_transient + qkv if ep.forward_transient else 0,
+            "eager: masked scores, their fp32 copy and fp32 softmax in a checkpointed forward",
+        )
+        bwd = _c(
+            "layer_recompute",
+            max(one_layer, layer_bwd),
+            "the last layer recomputed from its checkpoint while every checkpoint is held",
+        )
+        return LayerPeaks([*held, fwd] if fwd.bytes else [], [*held, bwd], layer_bwd)
+    if not ep.backward:
+        return LayerPeaks([], [], 0.0)
+    mlp_last = T * (dense.total(s) - act.attention_part(dense) - s * dense.scores)
+    fwd = _c(
+        "attention_transient",
+        pairs * ep.forward_extra - mlp_last,
+        "eager: fp32 copy of the scores at the last layer's softmax (its MLP not yet run)",
+    )
+    bwd = _c(
+        "attention_transient",
+        pairs * (ep.backward - dense.scores) - mlp_last,
+        "eager: the last layer's softmax backward (its MLP already freed)",
+    )
+    return LayerPeaks([*held, fwd] if fwd.bytes else [], [*held, bwd] if bwd.bytes else [], layer_bwd)
+
+
+def adapter_casts(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[int, int]:
+    """Compute-dtype casts of fp32 LoRA factors under autocast: (all layers, one layer).
+
+    peft keeps adapters in fp32; autocast casts each factor for its matmul and the matmul saves the
+    cast (its input needs a gradient), and the autocast cache keeps casts of leaf tensors that need a
+    gradient until the forward ends, checkpointing or not (traced: -1.2% at rank 256 without them).
+    """
+    ctx = act.context(setup, regime)
+    if not regime.autocast or setup.method == "full" or states.BYTES[regime.adapter_dtype] == ctx.gamma:
+        return 0, 0
+    a = spec.arch
+    per_layer = max((adapter_params_per_layer(a, setup, k) for k in layer_kinds(a)), default=0)
+    return adapter_params(a, setup) * ctx.gamma, per_layer * ctx.gamma
 
 
 def autocast_copies(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[int, int, int]:
@@ -299,6 +431,18 @@ def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]
         w.append(
             "peft's prepare_model_for_kbit_training turns gradient checkpointing on by default "
             "(use_gradient_checkpointing=True); add --grad-ckpt to estimate that run"
+        )
+    if setup.trainer == "unsloth" and not setup.grad_ckpt:
+        w.append(
+            "Unsloth turns its offloaded gradient checkpointing on by default "
+            "(use_gradient_checkpointing='unsloth'); add --grad-ckpt to estimate that run"
+        )
+    if setup.trainer == "litgpt" and setup.method == "qlora" and setup.optimizer != "adamw":
+        w.append("litgpt's finetune scripts use bitsandbytes PagedAdamW (32-bit) whenever they quantize")
+    if setup.trainer == "litgpt":
+        w.append(
+            "litgpt runs its own model code (litgpt/model.py), not transformers': activations follow the "
+            "transformers layout here, and litgpt's published peaks sit above this estimate"
         )
     if setup.method == "qlora" and setup.backend == "mps":
         w.append(

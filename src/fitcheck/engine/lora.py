@@ -34,11 +34,58 @@ def targeted(a: DecoderArch, targets: str, lin: Linear) -> bool:
     return any(lin.name == w or short == w or lin.name.endswith("." + w) for w in wanted)
 
 
+#: Modules outside the decoder layers that peft can wrap when named: the output layer (a Linear) and the
+#: input embedding (``lora.Embedding``: ``lora_embedding_A`` r x V, ``lora_embedding_B`` h x r). peft's
+#: ``all-linear`` leaves the output layer out (peft tuners_utils ``_maybe_include_all_linear_layers``),
+#: so they are adapted only when named.
+HEAD_MODULES = ("lm_head", "embed_tokens")
+
+
+def _wanted(targets: str) -> list[str]:
+    return [t.strip() for t in targets.split(",") if t.strip()]
+
+
+def head_targets(targets: str) -> tuple[str, ...]:
+    """Which of lm_head / embed_tokens the targets name explicitly."""
+    if targets in ("all-linear", "attn"):
+        return ()
+    return tuple(m for m in HEAD_MODULES if m in _wanted(targets))
+
+
+def head_adapter_params(a: DecoderArch, setup: LlmSetup) -> int:
+    """LoRA parameters on lm_head / embed_tokens: r (h + V) each (+ V with DoRA on lm_head)."""
+    per = setup.lora_rank * (a.hidden_size + a.vocab_size)
+    total = 0
+    for m in head_targets(setup.lora_targets):
+        total += per + (a.vocab_size if setup.dora and m == "lm_head" else 0)
+    return total
+
+
+def trained_modules(setup: LlmSetup) -> tuple[str, ...]:
+    """``--train-modules``: modules peft trains in full beside the adapters (``modules_to_save``)."""
+    return tuple(_wanted(setup.train_modules))
+
+
+def validate_train_modules(setup: LlmSetup) -> None:
+    """Only the output layer and the embedding can be trained in full beside LoRA (named as peft does)."""
+    mods = trained_modules(setup)
+    bad = [m for m in mods if m not in HEAD_MODULES]
+    if bad:
+        raise OptionError(f"--train-modules: '{bad[0]}' is not one of {', '.join(HEAD_MODULES)}")
+    if mods and setup.method == "full":
+        raise OptionError(
+            "--train-modules applies to LoRA and QLoRA; --method full already trains everything"
+        )
+    both = set(mods) & set(head_targets(setup.lora_targets))
+    if both:
+        raise OptionError(f"{sorted(both)[0]} is both a LoRA target and in --train-modules; pick one")
+
+
 def validate_targets(a: DecoderArch, targets: str) -> None:
     """Raise `OptionError` when a named target matches no projection of this model."""
     if targets in ("all-linear", "attn"):
         return
-    names = _names(a)
+    names = [*_names(a), *HEAD_MODULES]
     wanted = [t.strip() for t in targets.split(",") if t.strip()]
     if not wanted:
         raise OptionError("--lora-targets is empty: use attn, all-linear or module names")
@@ -63,4 +110,5 @@ def adapter_params_per_layer(a: DecoderArch, setup: LlmSetup, kind: LayerKind) -
 
 def adapter_params(a: DecoderArch, setup: LlmSetup) -> int:
     """All LoRA (and DoRA magnitude) parameters of the model."""
-    return sum(k.count * adapter_params_per_layer(a, setup, k) for k in layer_kinds(a))
+    layers = sum(k.count * adapter_params_per_layer(a, setup, k) for k in layer_kinds(a))
+    return layers + head_adapter_params(a, setup)

@@ -45,6 +45,19 @@ SRC_LMF = (
     "LLaMA-Factory model/adapter.py init_adapter @ff6d4d12: trainable params cast to fp32 unless pure_bf16; "
     "no prepare_model_for_kbit_training (model_utils/checkpointing.py prepare_model_for_training)"
 )
+SRC_LITGPT = (
+    "litgpt finetune/lora.py @01fe959c (precision bf16-true by default; quantize=bnb.* -> lightning "
+    "BitsandbytesPrecision, every nn.Linear incl. lm_head 4-bit; bnb.optim.PagedAdamW when quantized, "
+    "torch.optim.AdamW otherwise; model(input_ids, lm_head_chunk_size=128) + chunked_cross_entropy); "
+    "litgpt/lora.py LoRA modules built in the model dtype; no activation checkpointing on one device"
+)
+SRC_UNSLOTH = (
+    "Unsloth FastLanguageModel on the HF/TRL Trainer: bitsandbytes 4-bit base, peft adapters, "
+    "use_gradient_checkpointing='unsloth' offloads each checkpoint to the CPU "
+    "(Unsloth_Offloaded_Gradient_Checkpointer, unsloth_zoo gradient_checkpointing.py), Triton "
+    "Fast_CrossEntropyLoss (unsloth/kernels/cross_entropy_loss.py @0050c73e); its own k-bit preparation "
+    "keeps embeddings and lm_head in the load dtype"
+)
 SRC_MLX = (
     "mlx-lm tuner/lora.py LoRALinear @d78bf58e (adapters mx.random.uniform/mx.zeros, float32), "
     "mlx.optimizers states zeros_like(param), tuner/trainer.py default_loss (cross_entropy on model-dtype "
@@ -75,6 +88,10 @@ def regime_for(setup: LlmSetup) -> Regime:
         return base.model_copy(update={"name": f"{trainer} (generic)"})
     if trainer == "hf":
         return _hf(setup)
+    if trainer == "litgpt":
+        return _litgpt(setup)
+    if trainer == "unsloth":
+        return _unsloth(setup)
     if trainer == "torchtune":
         return _torchtune(setup)
     return _generic(setup)
@@ -106,13 +123,16 @@ def _hf(setup: LlmSetup) -> Regime:
     amp = setup.master_weights or c == "fp32"
     weights: Dtype = "fp32" if amp else c
     qlora = setup.method == "qlora"
+    # TRL prepares a k-bit model (is_loaded_in_4bit / is_loaded_in_8bit) with peft's
+    # prepare_model_for_kbit_training; GPTQ and AWQ bases are not loaded "in k-bit" and skip it.
+    kbit = qlora or (setup.method == "lora" and setup.base_quant == "int8")
     return Regime(
         name="hf",
         description=(
             "HF Trainer: "
             + ("fp32 model with autocast (AMP)" if amp and c != "fp32" else f"{weights} model, autocast {c}")
             + ", fused AdamW with states in the param dtype; peft adapters fp32"
-            + ("; non-4-bit params upcast to fp32 by prepare_model_for_kbit_training" if qlora else "")
+            + ("; non-4-bit params upcast to fp32 by prepare_model_for_kbit_training" if kbit else "")
         ),
         weight_dtype=weights,
         trainable_dtype=weights,
@@ -122,9 +142,9 @@ def _hf(setup: LlmSetup) -> Regime:
         master_weights=False,
         autocast=c != "fp32",
         logits_fp32=True,
-        kbit_upcast=qlora,
+        kbit_upcast=kbit,
         fused_optimizer=True,
-        source=SRC_HF + ("; " + SRC_KBIT if qlora else ""),
+        source=SRC_HF + ("; " + SRC_KBIT if kbit else ""),
     )
 
 
@@ -144,6 +164,7 @@ def _torchtune(setup: LlmSetup) -> Regime:
         kbit_upcast=False,
         fused_optimizer=True,
         loss_chunks=8,
+        loss_kernel="chunked",
         source=SRC_TT,
     )
 
@@ -205,4 +226,53 @@ def _mlx(setup: LlmSetup) -> Regime:
         kbit_upcast=False,
         fused_optimizer=False,
         source=SRC_MLX,
+    )
+
+
+def _litgpt(setup: LlmSetup) -> Regime:
+    """litgpt: bf16-true (no autocast, everything in the compute dtype), chunked head and loss; QLoRA
+    quantizes every Linear including lm_head and trains with bitsandbytes' 32-bit PagedAdamW."""
+    c = _compute(setup)
+    qlora = setup.method == "qlora"
+    return Regime(
+        name="litgpt",
+        description=f"litgpt {c}-true: weights, adapters, grads in {c}, no autocast; lm_head and "
+        "cross-entropy in 128-token chunks without an fp32 upcast"
+        + (
+            "; every Linear (lm_head too) 4-bit, PagedAdamW with fp32 states"
+            if qlora
+            else "; AdamW (foreach)"
+        ),
+        weight_dtype=c,
+        trainable_dtype=c,
+        adapter_dtype=c,
+        grad_dtype=c,
+        optimizer_state_dtype="fp32" if qlora else "param",
+        master_weights=False,
+        autocast=False,
+        logits_fp32=False,
+        kbit_upcast=False,
+        fused_optimizer=qlora,
+        loss_kernel="litgpt",
+        quantized_lm_head=qlora,
+        source=SRC_LITGPT,
+    )
+
+
+def _unsloth(setup: LlmSetup) -> Regime:
+    """Unsloth: the HF Trainer regime with its own loss kernel, offloaded checkpoints and no fp32 upcast of
+    the unquantized layers."""
+    base = _hf(setup)
+    return base.model_copy(
+        update={
+            "name": "unsloth (hf)",
+            "description": base.description.replace(
+                "; non-4-bit params upcast to fp32 by prepare_model_for_kbit_training", ""
+            )
+            + "; checkpoints offloaded to the CPU, fused cross-entropy",
+            "kbit_upcast": False,
+            "loss_kernel": "unsloth",
+            "offload_checkpoints": True,
+            "source": SRC_HF + "; " + SRC_UNSLOTH,
+        }
     )

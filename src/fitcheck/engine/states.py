@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fitcheck.engine.lora import adapter_params
+from fitcheck.engine.lora import adapter_params, head_targets, trained_modules
 from fitcheck.engine.params import head_shapes, inventory, layer_kinds
+from fitcheck.engine.quant import quantized_bytes
 from fitcheck.facts import optimizers as opt
 from fitcheck.facts.dtypes import BYTES, nbytes
 from fitcheck.facts.optimizers import Shape
@@ -33,6 +34,12 @@ class Counts:
     quantized: int
     quantized_tensors: int
     frozen_dense: int  # frozen parameters kept dense (not 4-bit)
+    module_copies: int = 0  # trainable full copies of lm_head / embed_tokens (peft modules_to_save)
+
+    @property
+    def base(self) -> int:
+        """The model's own parameters (no adapters, no trained copies)."""
+        return self.total - self.adapter - self.module_copies
 
 
 def quantizable_tensors(a: DecoderArch) -> tuple[int, int]:
@@ -50,13 +57,34 @@ def counts(a: DecoderArch, setup: LlmSetup) -> Counts:
     """How many parameters are trainable, adapters, 4-bit, frozen."""
     total = inventory(a).total
     adapters = adapter_params(a, setup) if setup.method != "full" else 0
-    if setup.method == "qlora":
+    if quantized_base(setup):
         q, qt = quantizable_tensors(a)
     else:
         q, qt = 0, 0
-    trainable = total if setup.method == "full" else adapters
+    copies = module_copy_params(a, setup)
+    trainable = total if setup.method == "full" else adapters + copies
     frozen_dense = 0 if setup.method == "full" else total - q
-    return Counts(total + adapters, trainable, adapters, q, qt, frozen_dense)
+    return Counts(total + adapters + copies, trainable, adapters, q, qt, frozen_dense, copies)
+
+
+def quantized_base(setup: LlmSetup) -> bool:
+    """Whether the frozen projections are stored quantized (QLoRA's NF4 or an --base-quant format)."""
+    return setup.method == "qlora" or (setup.method == "lora" and setup.base_quant != "none")
+
+
+def module_copy_params(a: DecoderArch, setup: LlmSetup) -> int:
+    """Parameters of the full copies peft's ``modules_to_save`` trains (``ModulesToSaveWrapper`` deep-copies
+    the module and keeps the original frozen beside it; peft ``utils/other.py``)."""
+    if setup.method == "full":
+        return 0
+    inv = inventory(a)
+    sizes = {"lm_head": inv.lm_head or inv.embedding, "embed_tokens": inv.embedding}
+    return sum(sizes[m] for m in trained_modules(setup))
+
+
+def copy_dtype(regime: Regime) -> str:
+    """dtype of a ``modules_to_save`` copy: the module's own (fp32 after a k-bit upcast)."""
+    return "fp32" if regime.kbit_upcast else regime.weight_dtype
 
 
 def nf4_bytes(numel: int, tensors: int, double_quant: bool) -> int:
@@ -85,6 +113,9 @@ def trainable_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[int, int, in
                     out += [(r, lin.d_in, k), (lin.d_out, r, k)]
                     if setup.dora:
                         out.append((lin.d_out, 1, k))
+        r, h, v = setup.lora_rank, a.hidden_size, a.vocab_size
+        for m in head_targets(setup.lora_targets):
+            out += [(r, h, 1), (v, r, 1)] if m == "lm_head" else [(r, v, 1), (h, r, 1)]
         return out
     inv = inventory(a)
     h = a.hidden_size
@@ -119,7 +150,18 @@ def optimizer_state_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> in
     # fp32 moments are the seeds' AdamW accounting; other optimizers keep states in the param dtype
     # (torch SGD momentum_buffer, lion-pytorch exp_avg, prodigyopt: zeros_like(p)).
     fp32_moments = regime.optimizer_state_dtype == "fp32" and setup.optimizer == "adamw"
-    return opt.state_bytes(setup.optimizer, tensor_shapes(a, setup), 4 if fp32_moments else param_b)
+    adapters = opt.state_bytes(setup.optimizer, tensor_shapes(a, setup), 4 if fp32_moments else param_b)
+    return adapters + _copy_state_bytes(a, setup, regime)
+
+
+def _copy_state_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
+    """Optimizer states of ``modules_to_save`` copies (V x h matrices), in their own dtype."""
+    mods = trained_modules(setup)
+    if setup.method == "full" or not mods:
+        return 0
+    fp32_moments = regime.optimizer_state_dtype == "fp32" and setup.optimizer == "adamw"
+    sb = 4 if fp32_moments else nbytes(copy_dtype(regime))
+    return opt.state_bytes(setup.optimizer, [((a.vocab_size, a.hidden_size), len(mods))], sb)
 
 
 def adam_impl(setup: LlmSetup, regime: Regime) -> opt.AdamImpl:
@@ -145,23 +187,46 @@ def weight_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, c: Counts) -> 
     if setup.method == "full":
         return {"weights": c.trainable * nbytes(regime.trainable_dtype)}
     out: dict[str, int] = {}
-    base = c.total - c.adapter
-    if setup.method == "qlora":
-        out["weights_4bit"] = nf4_bytes(c.quantized, c.quantized_tensors, setup.double_quant)
-        dense = base - c.quantized
+    base = c.base
+    if quantized_base(setup):
+        # litgpt's BitsandbytesPrecision replaces every nn.Linear, the output layer included
+        head = inventory(a).lm_head if regime.quantized_lm_head and setup.method == "qlora" else 0
+        if setup.method == "qlora":
+            out["weights_4bit"] = nf4_bytes(
+                c.quantized + head, c.quantized_tensors + (head > 0), setup.double_quant
+            )
+        else:
+            out["weights_quantized"] = quantized_bytes(a, setup.base_quant)
+        dense = base - c.quantized - head
         dense_dtype = "fp32" if regime.kbit_upcast else regime.weight_dtype
         out["weights_unquantized"] = dense * nbytes(dense_dtype)
     else:
         out["weights_frozen"] = base * nbytes(regime.weight_dtype)
     out["adapters"] = c.adapter * nbytes(regime.adapter_dtype)
+    if c.module_copies:
+        out["module_copies"] = c.module_copies * nbytes(copy_dtype(regime))
     return out
 
 
 def grad_bytes(setup: LlmSetup, regime: Regime, c: Counts) -> int:
     """Gradients: one per trainable parameter in its dtype; accumulation adds nothing."""
-    return c.trainable * int(BYTES[regime.grad_dtype])
+    copies = c.module_copies * nbytes(copy_dtype(regime))
+    return (c.trainable - c.module_copies) * int(BYTES[regime.grad_dtype]) + copies
 
 
 def master_bytes(regime: Regime, c: Counts) -> int:
     """fp32 master copy of the trainable weights when the regime keeps one."""
     return 4 * c.trainable if regime.master_weights else 0
+
+
+def head_grad_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
+    """The output layer's weight gradient, made by the loss backward before any layer's backward.
+
+    Full fine-tuning only (LoRA leaves lm_head frozen unless it is targeted); a tied head's gradient
+    is the embedding's.
+    """
+    inv = inventory(a)
+    if setup.method != "full":
+        trained = "lm_head" in trained_modules(setup)
+        return (inv.lm_head or inv.embedding) * nbytes(copy_dtype(regime)) if trained else 0
+    return (inv.lm_head or inv.embedding) * int(BYTES[regime.grad_dtype])

@@ -1,0 +1,55 @@
+"""The load phase: what loading the model holds on the device before the first step.
+
+``torch.cuda.max_memory_allocated`` covers loading too, so a run whose training step is small can
+peak while its weights arrive. Each trainer's loading path, from its code (docs/methodology.md,
+"Load phase"):
+
+* transformers ``from_pretrained`` (HF, TRL, axolotl, LLaMA-Factory, Unsloth) places one tensor at a
+  time; with bitsandbytes each projection arrives on the CPU and ``Params4bit(...).to(device)``
+  quantizes it on the device (``quantizer_bnb_4bit.py create_quantized_param`` @009ba7ca), so one
+  16-bit projection is alive beside the packed weights; ``adjust_max_memory`` keeps 10% free "for
+  buffers that are created during quantization". peft's ``prepare_model_for_kbit_training`` then
+  casts each unquantized tensor to fp32: one 16-bit original beside its fp32 copy at a time.
+* litgpt builds the model on the device (``fabric.init_module(empty_init=(devices > 1))``,
+  finetune/lora.py @01fe959c) under lightning's ``BitsandbytesPrecision``: each ``_Linear4bit`` is
+  created in 16 bits and quantized in its constructor from a ``.half()`` copy
+  (fabric/plugins/precision/bitsandbytes.py @003e3070), and ``load_state_dict`` re-quantizes each
+  checkpoint tensor the same way; so the peak is the packed weights plus one 16-bit projection and its
+  fp16 copy, the largest being lm_head, which litgpt quantizes too. The code quantizes per layer: the
+  whole 16-bit model is never on the device at once.
+* torchtune builds the model on the device in the model dtype; ``FrozenNF4Linear`` converts its weight
+  with torchao ``to_nf4`` in its constructor (modules/low_precision/nf4_linear.py @0e08081e), one layer
+  at a time, and the checkpoint is loaded on the CPU and copied in.
+"""
+
+from __future__ import annotations
+
+from fitcheck.engine.params import inventory, layer_linears
+from fitcheck.facts.dtypes import nbytes
+from fitcheck.models import DecoderArch, LlmSetup, Regime
+
+#: Bytes per weight held while one projection is quantized on the device: the 16-bit tensor, plus the
+#: fp16 copy lightning's ``_quantize_weight`` makes (``weight.contiguous().to("cuda", torch.half)``).
+QUANTIZE_TRANSIENT_BYTES: dict[str, int] = {"litgpt": 4, "default": 2}
+
+
+def largest_projection(a: DecoderArch, with_head: bool) -> int:
+    """Elements of the largest quantized matrix (lm_head included when the trainer quantizes it)."""
+    sizes = [lin.d_in * lin.d_out for lin in layer_linears(a, a.is_moe) if lin.role != "router"]
+    if with_head:
+        sizes.append(a.vocab_size * a.hidden_size)
+    return max(sizes, default=0)
+
+
+def load_transient_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, quantized: bool) -> int:
+    """Bytes alive during loading beyond the weights as they end up (16-bit tensors being quantized or
+    upcast). Zero for an unquantized model: tensors are placed where they stay."""
+    if not quantized:
+        return 0
+    per = QUANTIZE_TRANSIENT_BYTES.get(regime.name, QUANTIZE_TRANSIENT_BYTES["default"])
+    quant = per * largest_projection(a, regime.quantized_lm_head)
+    upcast = 0
+    if regime.kbit_upcast:
+        inv = inventory(a)
+        upcast = max(inv.embedding, inv.lm_head) * nbytes(regime.weight_dtype)
+    return max(quant, upcast)

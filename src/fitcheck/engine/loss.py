@@ -1,0 +1,176 @@
+"""The logits/loss hump: what each cross-entropy kernel holds at the end of the forward and at the
+start of the backward (docs/methodology.md, "Logits and loss").
+
+One table of kernels, each a small function of (tokens, vocabulary, hidden size, dtypes) returning
+whole-batch bytes, so a trainer's default and ``--loss`` resolve to the same rows:
+
+=========  ==================================================================================
+standard   HF ``ForCausalLMLoss``: lm_head output, ``logits.float()``, fp32 log-softmax (traced)
+chunked    torchtune ``CEWithChunkedOutputLoss`` (8 chunks): every chunk's fp32 log-softmax saved
+litgpt     litgpt ``chunked_cross_entropy`` on ``lm_head_chunk_size=128`` chunks, no fp32 upcast
+unsloth    Unsloth's fused, chunked loss ("Chunk & Fuse"): one slice of tokens' logits at a time
+liger      Liger ``LigerFusedLinearCrossEntropyLoss``: logits of one token chunk at a time
+cce        Apple ``linear_cross_entropy`` (Cut Cross-Entropy): no logits in global memory
+=========  ==================================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fitcheck.models import DecoderArch, LlmSetup, Regime
+
+#: torchtune's CEWithChunkedOutputLoss default (torchtune/modules/loss/ce_chunked_output_loss.py).
+TORCHTUNE_CHUNKS = 8
+#: litgpt finetune scripts call ``model(input_ids, lm_head_chunk_size=128)`` and
+#: ``chunked_cross_entropy(..., chunk_size=128)`` (litgpt/finetune/lora.py, litgpt/utils.py @01db2ec3).
+LITGPT_CHUNK_TOKENS = 128
+
+
+@dataclass(frozen=True)
+class Hump:
+    """Whole-batch bytes of the loss at the forward's end, at the backward's start, and kept saved."""
+
+    forward: float
+    backward: float
+    saved: float
+    rule: str
+
+
+@dataclass(frozen=True)
+class Dims:
+    tokens: int
+    vocab: int
+    hidden: int
+    gamma: int  # compute dtype bytes (the lm_head output)
+    cap: int  # Gemma 2 final soft-cap: its tanh output, compute dtype (0 without)
+    chunks: int
+
+
+def _standard(d: Dims) -> Hump:
+    """HF: 10 B per vocabulary entry forward (lm_head output, fp32 copy, fp32 log-softmax); 12 B backward
+    (saved log-softmax, nll_loss gradient, log-softmax input gradient; traced). With chunking, every
+    chunk's log-softmax stays saved, so only the transient copy and the two gradients shrink."""
+    tv = d.tokens * d.vocab
+    c = 1 / d.chunks
+    return Hump(
+        forward=tv * (d.gamma + 4 + 4 * c + d.cap),
+        backward=tv * (4 + 8 * c + d.cap),
+        saved=tv * (4 + d.cap),
+        rule="lm_head output + fp32 upcast + log-softmax" + (f" ({d.chunks} chunks)" if d.chunks > 1 else ""),
+    )
+
+
+def _litgpt(d: Dims) -> Hump:
+    """litgpt: F.cross_entropy on compute-dtype chunks (no ``.float()``): each chunk's logits (held by
+    the training loop's ``logits`` list through backward) and its compute-dtype log-softmax (saved);
+    backward adds one 128-token chunk's two gradients."""
+    tv = d.tokens * d.vocab
+    chunk = min(d.tokens, LITGPT_CHUNK_TOKENS) * d.vocab
+    return Hump(
+        forward=tv * 2 * d.gamma,
+        backward=tv * 2 * d.gamma + chunk * 2 * d.gamma,
+        saved=tv * 2 * d.gamma,
+        rule="compute-dtype logits + log-softmax in 128-token chunks (no fp32 upcast)",
+    )
+
+
+def _unsloth_materialized(d: Dims) -> Hump:
+    """Unsloth's Triton cross-entropy on materialized logits: saves them and an fp32 logsumexp per row and
+    writes the gradient into the logits buffer in backward (unsloth/kernels/cross_entropy_loss.py
+    @0050c73e, ``Fast_CrossEntropyLoss``). Not a default: see ``_unsloth``."""
+    tv = d.tokens * d.vocab
+    lse = 4 * d.tokens
+    return Hump(
+        forward=tv * d.gamma + lse,
+        backward=tv * d.gamma + lse,
+        saved=tv * d.gamma + lse,
+        rule="logits kept in the compute dtype, fp32 logsumexp, gradient in place",
+    )
+
+
+def _unsloth(d: Dims) -> Hump:
+    """Unsloth's current loss never holds every token's logits: it runs the lm_head and cross-entropy
+    over slices of the flattened sequence, each slice's forward and backward fused in the forward
+    (Unsloth docs, "500K Context Length Fine-tuning", "Unsloth Loss Refactoring: Chunk & Fuse";
+    unsloth_zoo loss_utils.py). Sized like Liger's fused kernel (one slice's logits, the input gradient
+    kept). ``Fast_CrossEntropyLoss`` on materialized logits could not hold the 342k-token Llama 3.1 8B
+    run Unsloth published (88 GiB of logits alone)."""
+    h = _liger(d)
+    return Hump(h.forward, h.backward, h.saved, "fused, chunked lm_head + cross-entropy (one slice's logits)")
+
+
+def _liger(d: Dims) -> Hump:
+    """Liger's fused linear cross-entropy computes logits, loss and gradients chunk by chunk in the
+    forward: chunk = next_power_of_2(ceil(BT / ceil(V / H))) tokens (so a chunk's logits are about BT x H
+    elements), and keeps the input gradient (BT x H) for backward (linkedin/Liger-Kernel
+    ops/fused_linear_cross_entropy.py)."""
+    inc = -(-d.vocab // d.hidden)
+    rows = -(-d.tokens // inc)
+    chunk = 1 << max(0, (rows - 1).bit_length())
+    chunk = min(chunk, d.tokens)
+    grad_in = d.tokens * d.hidden * d.gamma
+    return Hump(
+        forward=grad_in + chunk * d.vocab * d.gamma + 4 * chunk,
+        backward=2 * grad_in,
+        saved=grad_in,
+        rule="fused linear cross-entropy: one token chunk's logits, the input gradient kept",
+    )
+
+
+def _cce(d: Dims) -> Hump:
+    """Cut Cross-Entropy keeps only an fp32 log-sum-exp per token and recomputes logits blockwise in
+    shared memory in backward, which writes the input gradient (Wijmans et al. 2024, arXiv:2411.09009;
+    apple/ml-cross-entropy)."""
+    lse = 4 * d.tokens
+    return Hump(
+        forward=lse,
+        backward=lse + d.tokens * d.hidden * d.gamma,
+        saved=lse,
+        rule="cut cross-entropy: fp32 log-sum-exp per token, no logits in memory",
+    )
+
+
+KERNELS: dict[str, Callable[[Dims], Hump]] = {
+    "standard": _standard,
+    "chunked": _standard,
+    "litgpt": _litgpt,
+    "unsloth": _unsloth,
+    "liger": _liger,
+    "cce": _cce,
+}
+
+
+def kernel_for(setup: LlmSetup, regime: Regime) -> str:
+    """``--loss`` when given, else the trainer's own kernel."""
+    return setup.loss or regime.loss_kernel
+
+
+def hump(
+    a: DecoderArch,
+    setup: LlmSetup,
+    regime: Regime,
+    gamma: int,
+    rows: int | None = None,
+    width: int | None = None,
+) -> Hump:
+    """The loss hump of the whole micro-batch under the setup's kernel.
+
+    ``rows`` and ``width``: the output layer's rows (every token, or one per example for
+    classification) and width (vocabulary or labels); by default every token and the vocabulary.
+    """
+    kernel = kernel_for(setup, regime)
+    chunks = 1
+    if kernel == "chunked":
+        chunks = regime.loss_chunks if regime.loss_chunks > 1 else TORCHTUNE_CHUNKS
+    cap = gamma if a.final_logit_softcapping and kernel in ("standard", "chunked") else 0
+    dims = Dims(
+        setup.tokens if rows is None else rows,
+        a.vocab_size if width is None else width,
+        a.hidden_size,
+        gamma,
+        cap,
+        chunks,
+    )
+    return KERNELS[kernel](dims)

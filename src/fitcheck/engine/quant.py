@@ -1,0 +1,42 @@
+"""Quantized bases under LoRA: bytes of the packed projections, per storage format.
+
+QLoRA's NF4 lives in ``states.nf4_bytes``; this module holds the other bases real configs train LoRA
+on (``--base-quant``), one row per format with the layout its kernels store (docs/methodology.md,
+"Quantized bases"):
+
+=====  ===========================================================================================
+int8   bitsandbytes LLM.int8 ``Linear8bitLt`` (has_fp16_weights=False): ``CB`` int8 (1 B per weight)
+       and ``SCB``, one fp32 absmax per output row (bitsandbytes nn/modules.py ``Int8Params``)
+gptq   AutoGPTQ / GPTQModel ``QuantLinear`` at 4 bits, group 128: ``qweight`` int32 packing 8 weights,
+       ``qzeros`` (4 bits per group and output), ``scales`` fp16 per group and output, ``g_idx`` int32
+       per input row
+awq    AutoAWQ ``WQLinear_GEMM`` at 4 bits, group 128: ``qweight``, ``qzeros`` and fp16 ``scales`` as
+       GPTQ, no ``g_idx``
+=====  ===========================================================================================
+"""
+
+from __future__ import annotations
+
+from fitcheck.engine.params import layer_kinds
+from fitcheck.models import DecoderArch
+
+#: Group size of the 4-bit GPTQ / AWQ checkpoints users train on (the AutoGPTQ / AutoAWQ default).
+GROUP = 128
+
+
+def _tensor_bytes(fmt: str, d_in: int, d_out: int) -> float:
+    if fmt == "int8":
+        return d_in * d_out + 4 * d_out
+    groups = -(-d_in // GROUP)
+    packed = d_in * d_out / 2 + groups * d_out * (2 + 0.5)
+    return packed + (4 * d_in if fmt == "gptq" else 0)
+
+
+def quantized_bytes(a: DecoderArch, fmt: str) -> int:
+    """Bytes of every projection inside the model's layers (every stack) stored in ``fmt``."""
+    total = 0.0
+    for kind in layer_kinds(a):
+        for lin in kind.linears(a):
+            if lin.role != "router":
+                total += kind.count * lin.copies * _tensor_bytes(fmt, lin.d_in, lin.d_out)
+    return round(total)
