@@ -22,10 +22,9 @@ SVG_NS = "{http://www.w3.org/2000/svg}"
 
 @pytest.fixture(scope="module")
 def est() -> Estimate:
-    from fitcheck.cli import run_estimate
+    from fitcheck import api
 
-    _, e = run_estimate("llama-3.1-8b", {"method": "lora", "grad_ckpt": True}, "rtx-4090", None)
-    return e
+    return api.estimate("llama-3.1-8b", method="lora", grad_ckpt=True, on="rtx-4090")
 
 
 def svg_texts(data: bytes) -> str:
@@ -211,7 +210,7 @@ def test_timeline_of_a_traced_step(tmp_path: Path) -> None:
     from fitcheck.chart.spec import timeline_chart
     from fitcheck.engine.estimate import estimate
     from fitcheck.measure.trace import trace_step
-    from fitcheck.models import TrainingSetup
+    from fitcheck.models import LlmSetup
     from fitcheck.sources.resolve import resolve_model
 
     cfg = {
@@ -223,7 +222,7 @@ def test_timeline_of_a_traced_step(tmp_path: Path) -> None:
         "num_key_value_heads": 2,
         "vocab_size": 32000,
     }
-    setup = TrainingSetup(method="lora", batch_size=2, seq_len=128)
+    setup = LlmSetup(method="lora", batch_size=2, seq_len=128)
     measured = trace_step(cfg, setup, timeline_points=200)
     line = measured.timeline
     assert line is not None and len(line.x) <= 202
@@ -247,3 +246,114 @@ def test_timeline_of_a_traced_step(tmp_path: Path) -> None:
         "tiny llama",
     ):
         assert word in text
+
+
+# --- the commands ------------------------------------------------------------------------------
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    from fitcheck.cli import main
+
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize("command", ["estimate", "check"])
+def test_chart_option_on_estimate_and_check(
+    command: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "mem.svg"
+    rc, out, err = _run(
+        capsys,
+        command,
+        "llama-3.1-8b",
+        "--method",
+        "qlora",
+        "--grad-ckpt",
+        "--on",
+        "rtx-4090",
+        "--chart",
+        str(path),
+    )
+    assert rc == 0, err
+    text = svg_texts(path.read_bytes())
+    assert "Llama 3.1 8B" in text and "usable on rtx-4090" in text and "weights_4bit" in text
+    assert f"wrote {path}" in err
+    rc, _, err = _run(capsys, command, "llama-3.1-8b", "--on", "rtx-4090", "--chart", str(path))
+    assert rc == 2 and "exists; add --force" in err
+    rc, _, err = _run(
+        capsys, command, "7B", "--method", "qlora", "--on", "rtx-4090", "--chart", str(path), "--force"
+    )
+    assert rc == 0
+
+
+def test_chart_markdown_embeds_the_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "mem.png"
+    rc, out, _ = _run(
+        capsys, "estimate", "7B", "--on", "rtx-4090", "--format", "markdown", "--chart", str(path)
+    )
+    assert rc == 0 and f"![memory chart]({path})" in out and path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_chart_wrong_extension_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rc, out, err = _run(capsys, "estimate", "7B", "--on", "rtx-4090", "--chart", str(tmp_path / "x.pdf"))
+    assert rc == 2 and out == "" and err.count("\n") == 1 and ".svg, .png or .html" in err
+    assert not (tmp_path / "x.pdf").exists()
+
+
+def test_chart_without_the_extra_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    rc, _, err = _run(capsys, "estimate", "7B", "--on", "rtx-4090", "--chart", str(tmp_path / "x.svg"))
+    assert rc == 2 and err.count("\n") == 1 and "pip install -e '.[chart]'" in err
+
+
+def test_matrix_chart_command(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "m.html"
+    rc, _, err = _run(capsys, "matrix", "--on", "rtx-4090", "--models", "1.5B,7B", "--chart", str(path))
+    assert rc == 0, err
+    page = path.read_text()
+    assert "What fits on" in page and "1.5B" in page and "7B" in page and "qlora" in page
+    rc, _, err = _run(capsys, "matrix", "--on", "none", "--models", "7B", "--chart", str(tmp_path / "n.svg"))
+    assert rc == 2 and "--on" in err
+
+
+def test_measure_timeline_command(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    path = tmp_path / "step.svg"
+    rc, out, err = _run(
+        capsys,
+        "measure",
+        str(tmp_path / "config.json"),
+        "--method",
+        "lora",
+        "--seq-len",
+        "64",
+        "--timeline",
+        str(path),
+    )
+    assert rc == 0, err
+    text = svg_texts(path.read_bytes())
+    assert "memory over one training step" in text and "estimate" in text and "peak" in text
+    rc, _, err = _run(
+        capsys,
+        "measure",
+        str(tmp_path / "config.json"),
+        "--device",
+        "cpu",
+        "--timeline",
+        str(tmp_path / "x.svg"),
+    )
+    assert rc == 2 and "traced step" in err

@@ -145,6 +145,33 @@ FullFp16O = Annotated[bool, typer.Option("--full-fp16", help="diffusion: fp16 we
 RuleO = Annotated[
     RuleOpt, typer.Option("--rule", help="detailed engine or the source documents' rule of thumb")
 ]
+ChartO = Annotated[
+    str | None,
+    typer.Option(
+        "--chart", help="also draw the answer into FILE: .svg, .png or .html (needs the chart extra)"
+    ),
+]
+ChartForceO = Annotated[bool, typer.Option("--force", help="overwrite an existing --chart file")]
+
+
+def write_chart(path: str | None, force: bool, build: Callable[[], Any]) -> None:
+    """Draw a chart into ``path`` when ``--chart`` was given (before the answer is printed)."""
+    if not path:
+        return
+    from pathlib import Path
+
+    from fitcheck.chart import chart_format
+    from fitcheck.chart import write_chart as write
+
+    chart_format(Path(path))  # a wrong extension is refused before anything is drawn
+    write(build(), Path(path), force)
+    sys.stderr.write(f"fitcheck: wrote {path}\n")
+
+
+def print_chart_link(fmt: Fmt, path: str | None) -> None:
+    """``--format markdown`` embeds the chart it wrote."""
+    if path and fmt is Fmt.markdown:
+        sys.stdout.write(f"\n![memory chart]({path})\n")
 
 
 def print_doc(fmt: Fmt, data: Any, table: Callable[[], None]) -> None:
@@ -236,6 +263,8 @@ def estimate(
     headroom: HeadroomO = None,
     rule: RuleO = RuleOpt.detailed,
     fmt: FmtO = Fmt.table,
+    chart: ChartO = None,
+    force: ChartForceO = False,
     *,
     training: dict[str, Any],
 ) -> None:
@@ -244,6 +273,7 @@ def estimate(
 
     spec = api.resolve(model)
     est = api.estimate(spec, on=on, headroom=headroom, **training)
+    write_chart(chart, force, lambda: _estimate_chart(est))
     if rule is RuleOpt.thumb:
         if est.thumb is None:
             from fitcheck.errors import OptionError
@@ -253,6 +283,13 @@ def estimate(
         print_doc(fmt, data, lambda: render.thumb_table(est))
         return
     print_doc(fmt, render.estimate_doc(est), lambda: render.estimate_table(est, spec))
+    print_chart_link(fmt, chart)
+
+
+def _estimate_chart(est: Any) -> Any:
+    from fitcheck.chart.spec import estimate_chart
+
+    return estimate_chart(est)
 
 
 @app.command()

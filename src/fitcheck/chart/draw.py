@@ -32,7 +32,8 @@ VERDICT_COLOUR = {"fits": "#009E73", "tight": "#E69F00", "does_not_fit": "#D55E0
 FORMATS = ("svg", "png", "html")
 
 
-def _require() -> None:
+def require_chart() -> None:
+    """Raise `MissingExtraError` with the install hint unless matplotlib imports."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -266,7 +267,7 @@ def _timeline(ax: Axes, spec: Timeline) -> None:
 
 def figure(spec: Chart) -> Figure:
     """The matplotlib figure for a chart spec."""
-    _require()
+    require_chart()
     fig = _figure()
     _titles(fig, spec.title, spec.subtitle)
     if isinstance(spec, PlanChart):

@@ -27,6 +27,8 @@ def register(app: typer.Typer) -> None:
         strict: Annotated[bool, typer.Option("--strict", help="exit 1 for 'tight' too")] = False,
         headroom: c.HeadroomO = None,
         fmt: c.FmtO = c.Fmt.table,
+        chart: c.ChartO = None,
+        force: c.ChartForceO = False,
         *,
         training: dict[str, Any],
     ) -> int:
@@ -36,7 +38,9 @@ def register(app: typer.Typer) -> None:
         spec = api.resolve(model)
         est = api.check(spec, on, headroom=headroom, **training)
         assert est.target is not None
+        c.write_chart(chart, force, lambda: c._estimate_chart(est))
         c.print_doc(fmt, render.estimate_doc(est), lambda: render.estimate_table(est, spec))
+        c.print_chart_link(fmt, chart)
         return exit_code(est.target.verdict, strict)
 
 
