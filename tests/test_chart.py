@@ -264,7 +264,7 @@ def test_chart_option_on_estimate_and_check(
     command: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     path = tmp_path / "mem.svg"
-    rc, out, err = _run(
+    rc, _out, err = _run(
         capsys,
         command,
         "llama-3.1-8b",
@@ -333,7 +333,7 @@ def test_measure_timeline_command(capsys: pytest.CaptureFixture[str], tmp_path: 
     }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     path = tmp_path / "step.svg"
-    rc, out, err = _run(
+    rc, _out, err = _run(
         capsys,
         "measure",
         str(tmp_path / "config.json"),
