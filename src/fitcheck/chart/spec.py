@@ -262,12 +262,13 @@ def timeline_chart(measured: MeasuredStep, est: Estimate | None, model_name: str
     i = max(range(len(totals)), key=totals.__getitem__)
     estimate = tuple((p.name, p.total_bytes) for p in est.phases) if est is not None else ()
     how = "traced on fake tensors" if measured.mode == "trace" else f"measured on {measured.device}"
+    zero = line.x[0]  # events counted from the start of the measured step
     return Timeline(
         title=f"{model_name}: memory over one training step ({how})",
         subtitle=setup_words(measured.setup),
-        x=line.x,
+        x=tuple(x - zero for x in line.x),
         series=tuple(line.series.items()),
-        phases=tuple((p.name, p.start, p.end) for p in line.phases),
+        phases=tuple((p.name, p.start - zero, p.end - zero) for p in line.phases),
         estimate=estimate,
-        peak=(line.x[i], totals[i]),
+        peak=(line.x[i] - zero, totals[i]),
     )
