@@ -357,3 +357,13 @@ def test_measure_timeline_command(capsys: pytest.CaptureFixture[str], tmp_path: 
         str(tmp_path / "x.svg"),
     )
     assert rc == 2 and "traced step" in err
+
+
+def test_plan_chart_command(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "plan.svg"
+    rc, _out, err = _run(capsys, "plan", "llama-3.1-8b", "--on", "rtx-4090", "--chart", str(path))
+    assert rc == 0, err
+    text = svg_texts(path.read_bytes())
+    assert "tokens/s" in text and "Llama 3.1 8B" in text
+    rc, out, err = _run(capsys, "plan", "llama-3.1-8b", "--on", "rtx-4090", "--chart", str(tmp_path / "p.gif"))
+    assert rc == 2 and out == "" and ".svg, .png or .html" in err
