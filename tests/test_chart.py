@@ -365,5 +365,7 @@ def test_plan_chart_command(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert rc == 0, err
     text = svg_texts(path.read_bytes())
     assert "tokens/s" in text and "Llama 3.1 8B" in text
-    rc, out, err = _run(capsys, "plan", "llama-3.1-8b", "--on", "rtx-4090", "--chart", str(tmp_path / "p.gif"))
+    rc, out, err = _run(
+        capsys, "plan", "llama-3.1-8b", "--on", "rtx-4090", "--chart", str(tmp_path / "p.gif")
+    )
     assert rc == 2 and out == "" and ".svg, .png or .html" in err
