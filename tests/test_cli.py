@@ -151,7 +151,8 @@ def test_debug_shows_traceback() -> None:
 
 def test_cli_import_is_light() -> None:
     code = (
-        "import sys, fitcheck.cli; heavy = {'torch','transformers','numpy','rich','yaml','pydantic'}; "
+        "import sys, fitcheck.cli; heavy = {'torch','transformers','numpy','rich','yaml','pydantic',"
+        "'matplotlib','huggingface_hub'}; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
@@ -161,7 +162,7 @@ def test_cli_import_is_light() -> None:
 def test_estimate_imports_no_torch_or_numpy() -> None:
     code = (
         "import sys; from fitcheck.cli import main; main(['estimate','7B','--format','json']); "
-        "heavy = {'torch','transformers','numpy'}; "
+        "heavy = {'torch','transformers','numpy','matplotlib','huggingface_hub'}; "
         "sys.stderr.write(repr(sorted({m.split('.')[0] for m in sys.modules} & heavy)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -228,6 +228,33 @@ FullFp16O = Annotated[bool, typer.Option("--full-fp16", help="diffusion: fp16 we
 RuleO = Annotated[
     RuleOpt, typer.Option("--rule", help="detailed engine or the source documents' rule of thumb")
 ]
+ChartO = Annotated[
+    str | None,
+    typer.Option(
+        "--chart", help="also draw the answer into FILE: .svg, .png or .html (needs the chart extra)"
+    ),
+]
+ChartForceO = Annotated[bool, typer.Option("--force", help="overwrite an existing --chart file")]
+
+
+def write_chart(path: str | None, force: bool, build: Callable[[], Any]) -> None:
+    """Draw a chart into ``path`` when ``--chart`` was given (before the answer is printed)."""
+    if not path:
+        return
+    from pathlib import Path
+
+    from fitcheck.chart import chart_format
+    from fitcheck.chart import write_chart as write
+
+    chart_format(Path(path))  # a wrong extension is refused before anything is drawn
+    write(build(), Path(path), force)
+    sys.stderr.write(f"fitcheck: wrote {path}\n")
+
+
+def print_chart_link(fmt: Fmt, path: str | None) -> None:
+    """``--format markdown`` embeds the chart it wrote."""
+    if path and fmt is Fmt.markdown:
+        sys.stdout.write(f"\n![memory chart]({path})\n")
 
 
 def print_doc(fmt: Fmt, data: Any, table: Callable[[], None]) -> None:
@@ -433,6 +460,8 @@ def estimate(
     headroom: HeadroomO = None,
     rule: RuleO = RuleOpt.detailed,
     fmt: FmtO = Fmt.table,
+    chart: ChartO = None,
+    force: ChartForceO = False,
     *,
     training: dict[str, Any],
 ) -> None:
@@ -448,6 +477,7 @@ def estimate(
     except FitcheckError as exc:
         raise prov.blame(exc) from None
     prov.say()
+    write_chart(chart, force, lambda: _estimate_chart(est))
     if rule is RuleOpt.thumb:
         if est.thumb is None:
             from fitcheck.errors import OptionError
@@ -458,6 +488,13 @@ def estimate(
         return
     doc = with_origin(render.estimate_doc(est), est, prov, given)
     print_doc(fmt, doc, lambda: render.estimate_table(est, spec))
+    print_chart_link(fmt, chart)
+
+
+def _estimate_chart(est: Any) -> Any:
+    from fitcheck.chart.spec import estimate_chart
+
+    return estimate_chart(est)
 
 
 @app.command()

@@ -34,6 +34,8 @@ def register(app: typer.Typer) -> None:
         from_format: c.FromFmtO = None,
         headroom: c.HeadroomO = None,
         fmt: c.FmtO = c.Fmt.table,
+        chart: c.ChartO = None,
+        force: c.ChartForceO = False,
         training: dict[str, Any],
     ) -> int:
         """Does it fit? Exit 0 fits (and tight unless --strict), 1 does not fit, 2 trouble."""
@@ -49,8 +51,10 @@ def register(app: typer.Typer) -> None:
             raise prov.blame(exc) from None
         assert est.target is not None
         prov.say()
+        c.write_chart(chart, force, lambda: c._estimate_chart(est))
         doc = c.with_origin(render.estimate_doc(est), est, prov, given)
         c.print_doc(fmt, doc, lambda: render.estimate_table(est, spec))
+        c.print_chart_link(fmt, chart)
         if est.target.verdict == "tight":
             v = est.target.model_dump()
             sys.stderr.write(

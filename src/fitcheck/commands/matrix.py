@@ -33,6 +33,8 @@ def register(app: typer.Typer) -> None:
         trainer: c.TrainerO = c.TrainerOpt.generic,
         headroom: c.HeadroomO = None,
         fmt: c.FmtO = c.Fmt.table,
+        chart: c.ChartO = None,
+        force: c.ChartForceO = False,
     ) -> None:
         """Which model sizes fit with which method, in GiB (--rule thumb: the seeds' rule of thumb)."""
         from fitcheck.errors import InputError
@@ -53,7 +55,27 @@ def register(app: typer.Typer) -> None:
 
         target = api.target(on, headroom)  # probed once for every cell
         rows = build(names, chosen, base, target, rule.value)
+        if chart and target is None:
+            raise InputError("--chart draws what fits on a target: name one with --on (not none)")
+        c.write_chart(chart, force, lambda: _chart(rows, chosen, target, base, rule.value))
         c.print_doc(fmt, rows, lambda: render.matrix_table(rows, chosen, on, rule.value))
+        c.print_chart_link(fmt, chart)
+
+
+def _chart(
+    rows: list[dict[str, Any]], methods: list[str], target: Any, base: dict[str, Any], rule: str
+) -> Any:
+    from fitcheck.chart.spec import matrix_chart
+    from fitcheck.models import LlmSetup
+
+    seq = base.get("seq_len") or LlmSetup.model_fields["seq_len"].default
+    words = (
+        "the seeds' rule of thumb"
+        if rule == "thumb"
+        else f"batch {base['batch_size']}, seq {seq}, {'ckpt' if base['grad_ckpt'] else 'no ckpt'}, "
+        f"{base['optimizer']}, {base['trainer']} regime"
+    )
+    return matrix_chart(rows, methods, target.name, words)
 
 
 def build(

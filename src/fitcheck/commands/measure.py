@@ -56,7 +56,13 @@ def require_torch() -> None:
         raise MissingExtraError(EXTRA_HINT) from None
 
 
-def run_measure(model: str, setup_kw: dict[str, Any], device: str, steps: int) -> tuple[Any, Any, Any]:
+#: Samples kept of memory over the step for --timeline (the peak of each slice is kept).
+TIMELINE_POINTS = 600
+
+
+def run_measure(
+    model: str, setup_kw: dict[str, Any], device: str, steps: int, timeline: bool = False
+) -> tuple[Any, Any, Any]:
     """Resolve, estimate and measure; returns (spec, estimate or None, MeasuredStep)."""
     from fitcheck import api
     from fitcheck.models import LlmSetup, ModelSpec
@@ -85,7 +91,9 @@ def run_measure(model: str, setup_kw: dict[str, Any], device: str, steps: int) -
     if device == "fake":
         from fitcheck.measure.trace import trace_step
 
-        measured = trace_step(spec.hf_config, setup, steps=steps)
+        measured = trace_step(
+            spec.hf_config, setup, steps=steps, timeline_points=TIMELINE_POINTS if timeline else 0
+        )
     else:
         from fitcheck.measure.real import real_step
 
@@ -106,6 +114,13 @@ def register(app: typer.Typer) -> None:
     StepsO = Annotated[int, typer.Option("--steps", help="training steps to run (phases read from the last)")]
     MFmtO = Annotated[MeasureFmt, typer.Option("--format", "-f", help="table or json")]
     TopO = Annotated[int, typer.Option("--top", help="largest tensors at the peak to list (table)")]
+    TimelineO = Annotated[
+        str | None,
+        typer.Option(
+            "--timeline",
+            help="draw memory over the traced step into FILE (.svg, .png, .html; needs the chart extra)",
+        ),
+    ]
 
     @app.command()
     @c.training_options(exclude=(*DIFFUSION_ONLY, "gpus", "double_quant"))
@@ -115,12 +130,20 @@ def register(app: typer.Typer) -> None:
         steps: StepsO = 2,
         top: TopO = 6,
         fmt: MFmtO = MeasureFmt.table,
+        timeline: TimelineO = None,
+        force: c.ChartForceO = False,
         *,
         training: dict[str, Any],
     ) -> None:
         """Trace one training step (or run it with --device) and show it beside the estimate, per phase."""
         kw = training
-        spec, est, measured = run_measure(model, kw, device.value, steps)
+        if timeline:
+            _check_timeline(timeline, device.value, force)
+        spec, est, measured = run_measure(model, kw, device.value, steps, timeline=bool(timeline))
+        if timeline:
+            from fitcheck.chart.spec import timeline_chart
+
+            c.write_chart(timeline, force, lambda: timeline_chart(measured, est, spec.name))
         from fitcheck.measure.compare import measure_doc, measure_text
 
         if fmt is MeasureFmt.json:
@@ -129,3 +152,20 @@ def register(app: typer.Typer) -> None:
             sys.stdout.write(json.dumps(measure_doc(spec.id, est, measured), indent=2) + "\n")
         else:
             sys.stdout.write(measure_text(spec.name, est, measured, top=top))
+
+
+def _check_timeline(path: str, device: str, force: bool) -> None:
+    """Refuse a --timeline that cannot be drawn before the (long) trace starts."""
+    from pathlib import Path
+
+    from fitcheck.chart import chart_format
+    from fitcheck.chart.draw import require_chart
+    from fitcheck.emitters.writer import check_destinations
+
+    if device != "fake":
+        raise OptionError(
+            "--timeline draws a traced step (it needs every allocation's role); drop --device to trace it"
+        )
+    chart_format(Path(path))
+    require_chart()
+    check_destinations([Path(path)], force)

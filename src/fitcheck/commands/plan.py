@@ -247,6 +247,7 @@ def register(app: typer.Typer) -> None:
         dataset_tokens: TokensO = None,
         epochs: EpochsO = None,
         fmt: c.FmtO = c.Fmt.table,
+        chart: c.ChartO = None,
     ) -> None:
         """The fastest configuration that fits (exit 0; 1 when none does), with reasons and configs."""
         kw = c.plain(
@@ -284,7 +285,7 @@ def register(app: typer.Typer) -> None:
             prov.say()
         if api.kind_of(spec) == "diffusion":
             emits = list(emit or [])
-            code = plan_diffusion_command(spec, kw, emits, emit_format, output_dir, force, fmt.value)
+            code = plan_diffusion_command(spec, kw, emits, emit_format, output_dir, force, fmt.value, chart)
             if code:
                 raise typer.Exit(code=code)
             return
@@ -295,9 +296,12 @@ def register(app: typer.Typer) -> None:
                 "-o - puts the emitted file on stdout; it cannot also carry --format " + fmt.value
             )
         result, files = run_plan(model, spec, kw, list(emit or []), emit_format, output_dir)
-        _check_destinations(files, force)
+        _check_destinations(files, force, chart)
+        _write(files, force)  # files first: a reader leaving early never stops them being written
+        c.write_chart(chart, force, lambda: _plan_chart(result))
         _render(result, fmt, to_stderr=any(dest is None for _, dest, _ in files))
-        _write(files, force)
+        _print_files(files)
+        c.print_chart_link(fmt, chart)
         for w in result.warnings:
             sys.stderr.write(f"fitcheck: warning: {w}\n")
         if emit and not result.fits:
@@ -347,6 +351,7 @@ def plan_diffusion_command(
     output_dir: str,
     force: bool,
     fmt: str,
+    chart: str | None = None,
 ) -> int:
     """``fitcheck plan`` for a diffusion model: `fitcheck.api.plan`, render, kohya files; the exit code."""
     from fitcheck import api
@@ -368,14 +373,18 @@ def plan_diffusion_command(
     assert isinstance(result, DiffusionPlan)
     wanted = resolve_emits(emits, emit_format, output_dir)
     files = emit_files(result, spec, spec.id, wanted, _canonical(kw)) if result.fits else []
-    _check_destinations(files, force)
+    _check_destinations(files, force, chart)
+    _write(files, force)
+    from fitcheck import cli as c
     from fitcheck import render
 
+    c.write_chart(chart, force, lambda: _plan_chart(result))
     if fmt == "table":
         render.diffusion_plan_table(result, spec, target, stderr=any(d is None for _, d, _ in files))
     else:
         sys.stdout.write(render.dump(render.diffusion_plan_doc(result, spec, target), fmt))
-    _write(files, force)
+    _print_files(files)
+    c.print_chart_link(c.Fmt(fmt), chart)
     if emits and not result.fits:
         sys.stderr.write("fitcheck: nothing written: no configuration fits\n")
     return 0 if result.fits else 1
@@ -423,19 +432,41 @@ def _render(plan: Any, fmt: Any, to_stderr: bool) -> None:
         sys.stdout.write(render.dump(render.plan_doc(plan), fmt.value))
 
 
-def _check_destinations(files: list[tuple[str, str | None, str]], force: bool) -> None:
-    """Refuse before printing anything: an existing file without --force, a folder in the way."""
+def _plan_chart(result: Any) -> Any:
+    """The plan's chart: chosen vs runners-up; a diffusion plan (no runners-up) shows its estimate."""
+    from fitcheck.chart.spec import estimate_chart, plan_chart
+    from fitcheck.planner.models import Plan
+
+    if isinstance(result, Plan):
+        return plan_chart(result)
+    return estimate_chart(result.estimate)
+
+
+def _check_destinations(
+    files: list[tuple[str, str | None, str]], force: bool, chart: str | None = None
+) -> None:
+    """Refuse before writing or printing anything: an existing file without --force, a folder in the way."""
     from fitcheck.emitters.writer import check_destinations
 
-    check_destinations([Path(dest) for _, dest, _ in files if dest is not None], force)
+    paths = [Path(dest) for _, dest, _ in files if dest is not None]
+    if chart:
+        from fitcheck.chart import chart_format
+
+        chart_format(Path(chart))
+        paths.append(Path(chart))
+    check_destinations(paths, force)
 
 
 def _write(files: list[tuple[str, str | None, str]], force: bool) -> None:
     from fitcheck.emitters.writer import write_all
 
     on_disk = [(Path(dest), text) for _, dest, text in files if dest is not None]
+    for path in write_all(on_disk, force):
+        sys.stderr.write(f"fitcheck: wrote {path}\n")
+
+
+def _print_files(files: list[tuple[str, str | None, str]]) -> None:
+    """``-o -``: the emitted file is the answer on stdout (after every file on disk is written)."""
     for _, dest, text in files:
         if dest is None:
             sys.stdout.write(text)
-    for path in write_all(on_disk, force):
-        sys.stderr.write(f"fitcheck: wrote {path}\n")

@@ -36,8 +36,8 @@ def check_destinations(paths: Sequence[Path], force: bool) -> None:
             raise WriteError(f"{p} exists; add --force to overwrite it")
 
 
-def write_atomic(path: Path, text: str, force: bool) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder."""
+def write_atomic(path: Path, text: str | bytes, force: bool) -> None:
+    """Write ``text`` (or bytes: a PNG chart) to ``path`` through a temporary file in the same folder."""
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -45,8 +45,9 @@ def write_atomic(path: Path, text: str, force: bool) -> None:
     except OSError as exc:
         raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
+        data = text if isinstance(text, bytes) else text.encode("utf-8")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)

@@ -47,6 +47,51 @@ COARSE: dict[str, str] = {
 
 Mode = Literal["trace", "real"]
 
+#: How the tracer's categories fold into the five a timeline is drawn in (docs/measure.md).
+TIMELINE_FOLD: dict[str, str] = {
+    "parameters_frozen": "weights",
+    "parameters_trainable": "weights",
+    "buffers": "weights",
+    "gradients": "gradients",
+    "optimizer_states": "optimizer states",
+    "master_weights": "optimizer states",
+    "inputs": "activations",
+    "activations": "activations",
+    "backward_temporaries": "temporaries",
+    "optimizer_temporaries": "temporaries",
+}
+
+
+class PhaseSpan(Frozen):
+    """Where one phase window lies on the timeline's event axis."""
+
+    name: str
+    start: int
+    end: int
+
+
+class StepTimeline(Frozen):
+    """Live bytes per category over the measured step, thinned to a few hundred samples.
+
+    ``x`` are allocator event numbers (each allocation or free is one event); ``series`` maps a
+    category to its bytes at each sample. The peak of every slice is kept, so the largest total of
+    the samples is the step's peak.
+    """
+
+    x: tuple[int, ...]
+    series: dict[str, tuple[int, ...]]
+    phases: tuple[PhaseSpan, ...]
+
+    @model_validator(mode="after")
+    def _lengths(self) -> StepTimeline:
+        if any(len(v) != len(self.x) for v in self.series.values()):
+            raise ValueError("every series needs one value per sample")
+        return self
+
+    def totals(self) -> tuple[int, ...]:
+        """Total live bytes at each sample."""
+        return tuple(sum(v[i] for v in self.series.values()) for i in range(len(self.x)))
+
 
 class LiveTensor(Frozen):
     """One storage alive at a phase peak (the largest ones are kept, for reading where memory goes)."""
@@ -105,6 +150,7 @@ class MeasuredStep(Frozen):
     tool_versions: dict[str, str]
     wall_seconds: float = Field(ge=0)
     notes: tuple[str, ...] = ()
+    timeline: StepTimeline | None = Field(default=None, description="memory over the step (--timeline)")
 
     @model_validator(mode="after")
     def _peak(self) -> MeasuredStep:

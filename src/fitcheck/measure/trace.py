@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fitcheck.engine.regimes import regime_for
-from fitcheck.measure.result import LiveTensor, MeasuredStep
+from fitcheck.measure.result import TIMELINE_FOLD, LiveTensor, MeasuredStep, PhaseSpan, StepTimeline
 from fitcheck.measure.summary import PhaseWindow, RunFacts, summarize
 from fitcheck.models import LlmSetup
 
@@ -43,7 +43,12 @@ class _TraceProbe:
 
 
 def trace_step(
-    hf_config: Mapping[str, Any], setup: LlmSetup, *, steps: int = 2, top: int = TOP_TENSORS
+    hf_config: Mapping[str, Any],
+    setup: LlmSetup,
+    *,
+    steps: int = 2,
+    top: int = TOP_TENSORS,
+    timeline_points: int = 0,
 ) -> MeasuredStep:
     """Trace ``steps`` training steps of the model ``hf_config`` describes under ``setup``'s regime.
 
@@ -52,6 +57,7 @@ def trace_step(
         setup: method, batch, sequence, precision, optimizer, trainer...
         steps: optimizer steps to run; phases are reported for the last one (>= 2 so states exist).
         top: how many of the largest live storages to keep per phase peak.
+        timeline_points: when > 0, also record memory over the last step in at most this many samples.
 
     Raises:
         OptionError: a setup the tracer cannot run (QLoRA, 8-bit optimizers).
@@ -95,8 +101,25 @@ def trace_step(
             wall_seconds=time.perf_counter() - started,
             notes=built.notes,
         )
+        line = _timeline(tracker, timeline_points) if timeline_points > 0 else None
         del optimizer, model, params, batch
-    return summarize(windows, setup, facts)
+    measured = summarize(windows, setup, facts)
+    return measured.model_copy(update={"timeline": line}) if line is not None else measured
+
+
+def _timeline(tracker: Any, points: int) -> StepTimeline:
+    """Memory over the last step, folded into five categories, with the phase windows on its axis."""
+    from fitcheck.measure.tracker import timeline
+
+    last = max(w.step for w in tracker.windows)
+    inside = [w for w in tracker.windows if w.step == last]
+    start, end = inside[0].start_seq, inside[-1].end_seq
+    x, series = timeline(tracker, start, end, points, TIMELINE_FOLD)
+    return StepTimeline(
+        x=tuple(x),
+        series={k: tuple(v) for k, v in series.items()},
+        phases=tuple(PhaseSpan(name=w.name, start=w.start_seq, end=w.end_seq) for w in inside),
+    )
 
 
 def _fakeify(model: Any, fake: Any) -> None:

@@ -60,6 +60,8 @@ class Window:
     peak_bytes: int
     peak_seq: int
     end_bytes: int = 0
+    start_seq: int = 0
+    end_seq: int = -1
 
 
 @dataclass
@@ -80,12 +82,15 @@ class Tracker:
         self.end()
         self.module_stack.clear()
         self.phase, self.step = phase, step
-        self.windows.append(Window(phase, step, self.live_bytes, self.live_bytes, self.seq))
+        self.windows.append(
+            Window(phase, step, self.live_bytes, self.live_bytes, self.seq, start_seq=self.seq)
+        )
 
     def end(self) -> None:
         """Close the current window (idempotent)."""
-        if self.windows and self.windows[-1].end_bytes == 0:
+        if self.windows and self.windows[-1].end_seq < 0:
             self.windows[-1].end_bytes = self.live_bytes
+            self.windows[-1].end_seq = self.seq
 
     def register(self, tensors: Iterable[torch.Tensor], category: str, name: str = "") -> None:
         """Count storages that exist before tracking starts (parameters, buffers, the batch)."""
@@ -168,6 +173,46 @@ class Tracker:
         for rec in self.alive_at(seq):
             out[rec.category] = out.get(rec.category, 0) + rec.nbytes
         return out
+
+
+def timeline(
+    tracker: Tracker, start_seq: int, end_seq: int, points: int, fold: dict[str, str]
+) -> tuple[list[int], dict[str, list[int]]]:
+    """Live bytes per folded category over events ``start_seq..end_seq``, at most ``points`` samples.
+
+    Each sample is the event of largest total inside its slice of the event range, so the peak
+    survives the thinning; categories are the records' final roles (a gradient is drawn as a
+    gradient from its allocation on).
+    """
+    cats = sorted(set(fold.values()))
+    now = dict.fromkeys(cats, 0)
+    deltas: dict[int, tuple[str, int]] = {}
+    for rec in tracker.log:
+        cat = fold.get(rec.category, cats[-1])
+        if rec.alloc_seq <= start_seq and (rec.free_seq is None or rec.free_seq > start_seq):
+            now[cat] += rec.nbytes
+        if start_seq < rec.alloc_seq <= end_seq:
+            deltas[rec.alloc_seq] = (cat, rec.nbytes)
+        if rec.free_seq is not None and start_seq < rec.free_seq <= end_seq:
+            deltas[rec.free_seq] = (cat, -rec.nbytes)
+    span = max(1, end_seq - start_seq)
+    per = max(1, -(-span // max(1, points)))
+    xs: list[int] = [start_seq]
+    series = {c: [now[c]] for c in cats}
+    best: tuple[int, int, dict[str, int]] | None = None
+    for seq in range(start_seq + 1, end_seq + 1):
+        if seq in deltas:
+            cat, d = deltas[seq]
+            now[cat] += d
+        total = sum(now.values())
+        if best is None or total > best[1]:
+            best = (seq, total, dict(now))
+        if (seq - start_seq) % per == 0 or seq == end_seq:
+            xs.append(best[0])
+            for c in cats:
+                series[c].append(best[2][c])
+            best = None
+    return xs, series
 
 
 def _key(t: torch.Tensor) -> int:

@@ -1,0 +1,35 @@
+"""Charts: memory per phase, plans, what fits, and memory over a traced step (the ``chart`` extra).
+
+`fitcheck.chart.spec` turns fitcheck's models into plain chart data (no plotting library);
+`fitcheck.chart.draw` draws it with matplotlib, imported only here and only when a chart is asked
+for; `write_chart` picks the format from the file's extension and writes atomically, refusing to
+overwrite without ``force`` like ``--emit``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fitcheck.chart.spec import Chart
+from fitcheck.errors import OptionError
+
+SUFFIXES = (".svg", ".png", ".html")
+
+
+def chart_format(path: Path) -> str:
+    """The format a chart file is written in, from its extension (exit 2 for any other)."""
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise OptionError(f"--chart {path}: name a .svg, .png or .html file")
+    return suffix[1:]
+
+
+def write_chart(spec: Chart, path: Path, force: bool) -> Path:
+    """Draw ``spec`` and write it to ``path`` (atomically; existing files only with ``force``)."""
+    from fitcheck.chart.draw import render
+    from fitcheck.emitters.writer import check_destinations, write_atomic
+
+    fmt = chart_format(path)
+    check_destinations([path], force)
+    write_atomic(path, render(spec, fmt), force)
+    return path
