@@ -197,12 +197,15 @@ def test_plan_chart_chosen_against_runners_up(tmp_path: Path) -> None:
 
     from fitcheck.chart.spec import plan_chart
 
-    plan = plan_for("llama-3.1-8b", "rtx-4090", method="lora")
+    plan = plan_for("llama-3.2-3b", "rtx-4090", method="lora")
     c = plan_chart(plan)
     assert c.rows[0].chosen and sum(r.chosen for r in c.rows) == 1
     assert len(c.rows) == 1 + len(plan.runners_up)
     text = svg_texts(write_chart(c, tmp_path / "p.svg", force=False).read_bytes())
     assert "tokens/s" in text and "budget" in text and c.title in text
+    nothing = plan_chart(plan_for("llama-3.1-70b", "rtx-4090", method="full"))
+    assert not nothing.rows or not any(r.chosen for r in nothing.rows)
+    assert "nothing fits" in nothing.title
 
 
 def test_timeline_of_a_traced_step(tmp_path: Path) -> None:

@@ -218,6 +218,10 @@ def plan_chart(plan: Plan) -> PlanChart:
                 _candidate_label(c), c.device_bytes, c.verdict, c.throughput.tokens_per_s, False, ru.reason
             )
         )
+    if not rows:  # nothing fits: what each smallest change would need against the budget
+        for ch in plan.changes:
+            verdict = "fits" if ch.device_bytes <= ch.budget_bytes else "does_not_fit"
+            rows.append(PlanRow(ch.change, ch.device_bytes, verdict, 0.0, False, ch.flag))
     diffusion = plan.chosen is not None and bool(plan.chosen.setup.__dict__.get("resolution"))
     return PlanChart(
         title=f"{plan.model_name} on {plan.target.name}: " + ("plan" if plan.fits else "nothing fits"),
