@@ -34,7 +34,20 @@ from fitcheck.cli import app, main
 COMMANDS = ("estimate", "check", "plan", "matrix", "hw", "models")
 
 #: Values per option name: sensible ones and hostile ones; anything else gets generic hostile text.
-HOSTILE_NUM = ["0", "-1", "-0", "1e400", "nan", "inf", "-inf", "99999999999999999999999", "abc", "", " 3", "٣"]
+HOSTILE_NUM = [
+    "0",
+    "-1",
+    "-0",
+    "1e400",
+    "nan",
+    "inf",
+    "-inf",
+    "99999999999999999999999",
+    "abc",
+    "",
+    " 3",
+    "٣",
+]
 VALUES: dict[str, list[str]] = {
     "--method": ["full", "lora", "qlora", "auto", "LoRA", "x"],
     "--batch-size": ["1", "2", "8", "1024", *HOSTILE_NUM],
