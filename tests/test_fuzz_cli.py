@@ -20,7 +20,6 @@ import math
 import os
 import sys
 from contextlib import redirect_stderr, redirect_stdout
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -65,8 +64,25 @@ VALUES: dict[str, list[str]] = {
     "--lora-targets": ["attn", "all-linear", "q_proj,v_proj", "lm_head", "conv", "", "ü", "a" * 500],
     "--trainer": ["generic", "hf", "torchtune", "axolotl", "llamafactory", "mlx", "kohya", "x"],
     "--gpus": ["1", "2", "8", *HOSTILE_NUM],
-    "--on": ["rtx-4090", "24GB", "36GB-unified", "2x4090", "none", "cpu", "a100-80gb", "apple-m3-max-36gb",
-             "0GB", "-24GB", "nanGB", "1e400GB", "bogus", "", "2x", "0x4090", "rtx-4090\x00"],
+    "--on": [
+        "rtx-4090",
+        "24GB",
+        "36GB-unified",
+        "2x4090",
+        "none",
+        "cpu",
+        "a100-80gb",
+        "apple-m3-max-36gb",
+        "0GB",
+        "-24GB",
+        "nanGB",
+        "1e400GB",
+        "bogus",
+        "",
+        "2x",
+        "0x4090",
+        "rtx-4090\x00",
+    ],
     "--headroom": ["2GB", "10%", "0", "abc", "-1GB", "200%", "nan%", "infGB", ""],
     "--format": ["table", "json", "yaml", "markdown", "xml"],
     "--rule": ["detailed", "thumb", "x"],
@@ -76,9 +92,28 @@ VALUES: dict[str, list[str]] = {
     "--models": ["7B", "0.5B,7B", "llama-3.1-8b,sdxl", "", ",", "nope"],
     "--methods": ["full,lora,qlora", "lora", "", "x"],
     "--emit-format": ["hf.yaml", "axolotl.yaml", "x"],
-}  # fmt: skip
-MODELS = ["7B", "1.5B", "350M", "llama-3.1-8b", "qwen2.5-7b", "gemma-2-9b", "mixtral-8x7b", "sd15", "sdxl",
-          "0B", "-7B", "7Q", "nan", "1e400B", "", "ｍｏｄｅｌ", "a" * 300, "x" * 5000, "../../etc/passwd"]  # fmt: skip
+}
+MODELS = [
+    "7B",
+    "1.5B",
+    "350M",
+    "llama-3.1-8b",
+    "qwen2.5-7b",
+    "gemma-2-9b",
+    "mixtral-8x7b",
+    "sd15",
+    "sdxl",
+    "0B",
+    "-7B",
+    "7Q",
+    "nan",
+    "1e400B",
+    "",
+    "ｍｏｄｅｌ",
+    "a" * 300,
+    "x" * 5000,
+    "../../etc/passwd",
+]
 #: Options that would write files or take long; fuzzed by the scripted suite instead.
 SKIP = {"--emit", "--output-dir", "--force", "--chart", "--timeline", "--torch", "--help"}
 
@@ -104,8 +139,15 @@ VOCAB = _vocabulary()
 def crafted(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """Hostile model files: zero and non-finite sizes, wrong types, deep nesting, not a file at all."""
     root = tmp_path_factory.mktemp("crafted")
-    base = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000}  # fmt: skip
+    base = {
+        "model_type": "llama",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+    }
     variants: dict[str, str] = {
         "ok": json.dumps(base),
         "zero": json.dumps({**base, "hidden_size": 0}),
@@ -206,8 +248,12 @@ def command_lines(draw: st.DrawFn, crafted: list[str]) -> tuple[str, list[str]]:
 
 
 def test_fuzz_the_cli_contract(crafted: list[str]) -> None:
-    @settings(max_examples=int(os.environ.get("FITCHECK_FUZZ_EXAMPLES", "120")), deadline=None,
-              suppress_health_check=list(HealthCheck), derandomize=os.environ.get("CI") is not None)  # fmt: skip
+    @settings(
+        max_examples=int(os.environ.get("FITCHECK_FUZZ_EXAMPLES", "120")),
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=os.environ.get("CI") is not None,
+    )
     @given(command_lines(crafted))
     def run(case: tuple[str, list[str]]) -> None:
         command, args = case
