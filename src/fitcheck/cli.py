@@ -524,41 +524,64 @@ _register_optional()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the app, turn errors into one stderr line and an exit code."""
-    from fitcheck._clicompat import click_exceptions
+    """Entry point: run the app with a guarded stdout; errors become one stderr line and an exit code.
 
-    Exit, ClickException, Abort = click_exceptions()
+    The exit code is the answer's (0, 1) or 2 for trouble, whatever else happens: ``--debug`` adds a
+    traceback and keeps the code; a reader that leaves early (a broken pipe) keeps the code quietly;
+    a stdout that cannot be written is 2 with one line (`fitcheck.output`).
+    """
+    from fitcheck.output import OutputError, finish, guarded_stdout
+
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     if debug:
         args.remove("--debug")
+    with guarded_stdout() as guard:
+        try:
+            code = _run(args, debug)
+        except OutputError as exc:
+            sys.stderr.write(f"fitcheck: error: {exc}\n")
+            return int(ExitCode.TROUBLE)
+        return finish(guard, code)
+
+
+def _trouble(message: str, debug: bool) -> int:
+    if debug:
+        import traceback
+
+        traceback.print_exc()
+    sys.stderr.write(message + "\n")
+    return int(ExitCode.TROUBLE)
+
+
+def _run(args: list[str], debug: bool) -> int:
+    from fitcheck._clicompat import click_exceptions
+
+    Exit, ClickException, Abort = click_exceptions()
     try:
         result = app(args=args, prog_name="fitcheck", standalone_mode=False)
         return int(result) if isinstance(result, int) else 0
     except FitcheckError as exc:
         if debug:
-            raise
+            import traceback
+
+            traceback.print_exc()
         sys.stderr.write(f"fitcheck: error: {exc}\n")
         return int(exc.exit_code)
     except Exit as exc:
         return int(exc.exit_code)
     except ClickException as exc:
-        if debug:
-            raise
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `fitcheck`: the help, not an error line
             sys.stderr.write(exc.format_message() + "\n")
             return int(ExitCode.TROUBLE)
-        sys.stderr.write(f"fitcheck: error: {exc.format_message()}\n")
-        return int(ExitCode.TROUBLE)
+        return _trouble(f"fitcheck: error: {exc.format_message()}", debug)
     except Abort:
         sys.stderr.write("fitcheck: aborted\n")
         return int(ExitCode.TROUBLE)
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        return 0
     except Exception as exc:  # a bug: one line unless --debug
-        if debug:
-            raise
-        sys.stderr.write(f"fitcheck: internal error: {exc.__class__.__name__}: {exc} (rerun with --debug)\n")
-        return int(ExitCode.TROUBLE)
+        return _trouble(
+            f"fitcheck: internal error: {exc.__class__.__name__}: {exc} (rerun with --debug for a traceback)",
+            debug,
+        )

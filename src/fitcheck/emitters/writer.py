@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import stat
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from fitcheck.errors import FitcheckError
@@ -23,21 +26,57 @@ class WriteError(FitcheckError):
 
 
 def check_destinations(paths: Sequence[Path], force: bool) -> None:
-    """Refuse existing files (without ``force``), folders in the way and duplicate names."""
-    seen: set[Path] = set()
+    """Refuse existing files (without ``force``), anything but a regular file, and duplicate names."""
+    seen: set[str] = set()
     for p in paths:
-        key = p.resolve()
+        key = os.path.abspath(p)
         if key in seen:
             raise WriteError(f"{p} is named twice")
         seen.add(key)
-        if p.is_dir():
+        try:
+            mode = p.stat().st_mode  # follows a symlink: what would be overwritten
+        except FileNotFoundError:
+            if os.path.lexists(p):
+                raise WriteError(f"{p} is a dangling symbolic link; remove it first") from None
+            continue
+        except OSError as exc:
+            raise WriteError(f"cannot write {p}: {exc.strerror or exc}") from None
+        if stat.S_ISDIR(mode):
             raise WriteError(f"{p} is a folder")
-        if p.exists() and not force:
+        if not stat.S_ISREG(mode):
+            from fitcheck.fileio import file_kind
+
+            raise WriteError(f"{p} is {file_kind(mode)}; fitcheck writes regular files only")
+        if not force:
             raise WriteError(f"{p} exists; add --force to overwrite it")
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into an exception while writing, so ``finally`` removes the temp file."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    wanted = [s for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s)]
+    old = {name: signal.signal(getattr(signal, name), _raise) for name in wanted}
+    try:
+        yield
+    finally:
+        for name, handler in old.items():
+            signal.signal(getattr(signal, name), handler)
 
 
 def write_atomic(path: Path, text: str | bytes, force: bool) -> None:
     """Write ``text`` (or bytes: a PNG chart) to ``path`` through a temporary file in the same folder."""
+    with _signals_unwind():
+        _write_atomic(path, text, force)
+
+
+def _write_atomic(path: Path, text: str | bytes, force: bool) -> None:
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -52,6 +91,7 @@ def write_atomic(path: Path, text: str | bytes, force: bool) -> None:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
         if force:
+            _refuse_special(path)
             os.replace(tmp, path)
         else:
             _link_no_clobber(tmp, path)
@@ -62,6 +102,18 @@ def write_atomic(path: Path, text: str | bytes, force: bool) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+def _refuse_special(path: Path) -> None:
+    """Last check before replacing: only a regular file (or nothing) may be there now."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        from fitcheck.fileio import file_kind
+
+        raise WriteError(f"{path} is {file_kind(mode)}; fitcheck writes regular files only")
 
 
 def _link_no_clobber(tmp: str, path: Path) -> None:

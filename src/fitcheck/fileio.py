@@ -1,0 +1,117 @@
+"""Reading the files users point fitcheck at: bounded while reading, regular files only.
+
+A size check by ``stat`` alone is not a bound: ``/dev/zero`` or a growing file reports a small size
+and reads forever, and opening a FIFO blocks until a writer appears. So files are opened
+non-blocking, checked with ``fstat`` on the opened descriptor (no race with a rename), refused
+unless they are regular files, and read up to the bound plus one byte. JSON is parsed with a nesting
+bound (checked before parsing: Python's parser recurses) and without ``NaN``/``Infinity``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from fitcheck.errors import ModelSourceError
+
+#: Nesting deeper than this is no model or trainer config (real ones nest 3-6 levels).
+MAX_JSON_DEPTH = 64
+
+_KIND = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def file_kind(mode: int) -> str:
+    """Words for a non-regular file type (``a FIFO``, ``a folder``...)."""
+    return next((words for test, words in _KIND if test(mode)), "not a regular file")
+
+
+def read_bytes(path: Path, limit: int, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes; `ModelSourceError` otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise ModelSourceError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ModelSourceError(f"{path} is a folder, not a {what}") from None
+    except OSError as exc:
+        raise ModelSourceError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ModelSourceError(f"{path} is {file_kind(mode)}, not a {what}")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise ModelSourceError(f"{path}: over {limit:,} bytes, too large for a {what}")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ModelSourceError(f"cannot read {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path, limit: int, what: str = "file") -> str:
+    """A bounded regular file decoded as UTF-8 (one clear line when it is not text)."""
+    data = read_bytes(path, limit, what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ModelSourceError(f"{path} is not UTF-8 text, not a {what}") from None
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` outside strings (a linear scan, no recursion)."""
+    depth = deepest = 0
+    in_str = escaped = False
+    for ch in text:
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def loads(text: str, source: str) -> Any:
+    """Parse JSON text with a nesting bound and no NaN/Infinity; one clear line on failure."""
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise ModelSourceError(f"{source}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise ModelSourceError(f"{source} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except ValueError as exc:
+        raise ModelSourceError(f"{source}: {exc}") from None
+
+
+def read_json(path: Path, limit: int, what: str = "JSON file") -> Any:
+    """A bounded regular file parsed as strict JSON."""
+    return loads(read_text(path, limit, what), str(path))
