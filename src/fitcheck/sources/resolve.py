@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections import Counter
 from pathlib import Path
@@ -23,13 +22,10 @@ MAX_CONFIG_BYTES = 4_000_000
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    """Parse a config.json, bounded in size."""
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise ModelSourceError(f"{path}: over {MAX_CONFIG_BYTES:,} bytes, not a model config")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelSourceError(f"{path} is not valid JSON ({exc.__class__.__name__})") from None
+    """Parse a config.json: a regular file, bounded while reading, strict JSON of bounded depth."""
+    from fitcheck.fileio import read_json
+
+    data = read_json(path, MAX_CONFIG_BYTES, "model config")
     if not isinstance(data, dict):
         raise ModelSourceError(f"{path} must hold a JSON object")
     return data

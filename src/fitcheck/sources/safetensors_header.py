@@ -7,7 +7,6 @@ length is bounded and checked against the file size, and nothing is unpickled.
 
 from __future__ import annotations
 
-import json
 import struct
 from pathlib import Path
 from typing import Any
@@ -18,10 +17,15 @@ from fitcheck.errors import ModelSourceError
 MAX_HEADER_BYTES = 100_000_000
 #: An index file maps tensors to shards; real ones are a few MB.
 MAX_INDEX_BYTES = 50_000_000
+#: No tensor dimension of a real model comes near this (the largest vocabularies are ~10^6).
+MAX_DIM = 10**9
 
+#: Every dtype of the safetensors format (its Rust ``Dtype`` enum) -> fitcheck's name of the same width;
+#: unsigned integers count as the signed type of their width (bytes are what matter here).
 DTYPES = {
     "F64": "fp64", "F32": "fp32", "F16": "fp16", "BF16": "bf16", "F8_E4M3": "fp8", "F8_E5M2": "fp8",
-    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+    "F8_E8M0": "fp8", "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U64": "int64",
+    "U32": "int32", "U16": "int16", "U8": "uint8", "BOOL": "bool",
 }  # fmt: skip
 
 
@@ -31,9 +35,18 @@ def read_header(path: Path) -> dict[str, Any]:
     Raises:
         ModelSourceError: truncated file, absurd or oversized header length, non-JSON header.
     """
+    import os
+    import stat as stat_mod
+
     try:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
+        st = path.stat()
+        if not stat_mod.S_ISREG(st.st_mode):
+            from fitcheck.fileio import file_kind
+
+            raise ModelSourceError(f"{path} is {file_kind(st.st_mode)}, not a safetensors file")
+        size = st.st_size
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
             raw = fh.read(8)
             if len(raw) < 8:
                 raise ModelSourceError(f"{path}: too short to be a safetensors file")
@@ -46,10 +59,18 @@ def read_header(path: Path) -> dict[str, Any]:
             text = fh.read(n)
     except OSError as exc:
         raise ModelSourceError(f"{path}: cannot read ({exc.strerror})") from None
+    from fitcheck.fileio import loads
+
     try:
-        header = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError:
         raise ModelSourceError(f"{path}: the safetensors header is not JSON") from None
+    try:
+        header = loads(decoded, f"{path}: the safetensors header")
+    except ModelSourceError as exc:
+        if "not valid JSON" in str(exc):
+            raise ModelSourceError(f"{path}: the safetensors header is not JSON") from None
+        raise
     if not isinstance(header, dict):
         raise ModelSourceError(f"{path}: the safetensors header is not a JSON object")
     return header
@@ -61,13 +82,19 @@ def tensors(header: dict[str, Any], path: Path) -> dict[str, tuple[str, tuple[in
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        try:
-            dtype = DTYPES.get(info["dtype"], info["dtype"].lower())
-            shape = tuple(int(x) for x in info["shape"])
-        except (KeyError, TypeError, ValueError, AttributeError):
-            raise ModelSourceError(f"{path}: tensor '{name}' has no valid dtype/shape") from None
-        if any(x < 0 for x in shape):
+        if not isinstance(info, dict):
+            raise ModelSourceError(f"{path}: tensor '{name}' is not an object with dtype and shape")
+        raw_dtype, raw_shape = info.get("dtype"), info.get("shape")
+        if not isinstance(raw_dtype, str) or raw_dtype not in DTYPES:
+            known = ", ".join(sorted(DTYPES))
+            raise ModelSourceError(f"{path}: tensor '{name}' has dtype {raw_dtype!r}, not one of {known}")
+        if not isinstance(raw_shape, list) or not all(type(x) is int for x in raw_shape):
+            raise ModelSourceError(f"{path}: tensor '{name}' has no valid shape (a list of integers)")
+        if any(x < 0 for x in raw_shape):
             raise ModelSourceError(f"{path}: tensor '{name}' has a negative dimension")
+        if any(x > MAX_DIM for x in raw_shape):
+            raise ModelSourceError(f"{path}: tensor '{name}' has a dimension over {MAX_DIM:,}")
+        dtype, shape = DTYPES[raw_dtype], tuple(raw_shape)
         out[name] = (dtype, shape)
     return out
 
@@ -80,13 +107,18 @@ def shard_paths(path: Path) -> list[Path]:
             return shard_paths(index)
         return sorted(path.glob("*.safetensors"))
     if path.name.endswith(".index.json"):
-        if path.stat().st_size > MAX_INDEX_BYTES:
-            raise ModelSourceError(f"{path}: index file over {MAX_INDEX_BYTES:,} bytes")
-        try:
-            index = json.loads(path.read_text(encoding="utf-8"))
-            names = sorted(set(index["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
-            raise ModelSourceError(f"{path}: not a safetensors index (needs a 'weight_map' object)") from None
+        from fitcheck.fileio import read_json
+
+        index = read_json(path, MAX_INDEX_BYTES, "safetensors index")
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ModelSourceError(
+                f"{path}: not a safetensors index (needs a 'weight_map' object of tensor -> file name)"
+            )
+        names = sorted(set(weight_map.values()))
+        bad = [n for n in names if Path(n).name != n or n in ("", ".", "..")]
+        if bad:
+            raise ModelSourceError(f"{path}: the index names a shard outside its folder: {bad[0]!r}")
         files = [path.parent / n for n in names]
         missing = [f.name for f in files if not f.exists()]
         if missing:
