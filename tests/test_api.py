@@ -187,8 +187,9 @@ def test_component_registry_and_docs_json_agree() -> None:
     documented = set(re.findall(r"^\| `([a-z0-9_]+)` \|", table, re.M))
     assert documented == set(REGISTRY)
     for row in REGISTRY.values():
-        assert row.llm or row.diffusion, row.id
-        for doc, anchor in (("methodology.md", row.llm), ("diffusion.md", row.diffusion)):
+        assert row.llm or row.diffusion or row.multi, row.id
+        docs = (("methodology.md", row.llm), ("diffusion.md", row.diffusion), ("distributed.md", row.multi))
+        for doc, anchor in docs:
             if anchor:
                 page = (SRC.parents[1] / "docs" / doc).read_text()
                 heads = re.findall(r"^#+ (.*)$", page, re.M)
@@ -206,6 +207,10 @@ def test_component_registry_and_docs_json_agree() -> None:
         ("gemma-2-9b", {"method": "full", "master_weights": True}),
         ("sd15", {"method": "full", "optimizer": "adafactor"}),
         ("sdxl", {"train_text_encoder": True}),
+        ("llama-3.1-8b", {"method": "qlora", "gpus": 4, "strategy": "zero3"}),
+        ("llama-3.1-8b", {"method": "full", "gpus": 8, "strategy": "fsdp", "offload": "all"}),
+        ("llama-3.1-8b", {"method": "lora", "gpus": 2}),
+        ("sdxl", {"gpus": 2}),
     ],
 )
 def test_every_component_an_estimator_names_is_registered(model: str, options: dict) -> None:
@@ -213,7 +218,7 @@ def test_every_component_an_estimator_names_is_registered(model: str, options: d
 
     est = api.estimate(model, **options)
     kind = est.setup.kind
-    for ph in est.phases:
+    for ph in (*est.phases, *est.host_phases):
         for c in ph.components:
             assert c.source == REGISTRY[c.name].source(kind)
 

@@ -23,7 +23,17 @@ from typing import TYPE_CHECKING, Literal, get_type_hints
 from typing_extensions import TypedDict, Unpack  # pydantic validates only this TypedDict on 3.11
 
 from fitcheck.errors import InputError, OptionError
-from fitcheck.vocab import Attention, Method, MethodChoice, Optimizer, Precision, Trainer
+from fitcheck.vocab import (
+    Attention,
+    Method,
+    MethodChoice,
+    Offload,
+    Optimizer,
+    Precision,
+    QuantStorage,
+    Strategy,
+    Trainer,
+)
 
 if TYPE_CHECKING:
     from fitcheck.diffusion.plan import DiffusionPlan
@@ -59,6 +69,10 @@ class _Common(TypedDict, total=False):
     double_quant: bool | None
     trainer: Trainer | None
     gpus: int | None
+    nodes: int
+    fsdp_version: int
+    quant_storage: QuantStorage | None
+    host_memory: str | None
 
 
 class TrainingOptions(_Common, total=False):
@@ -70,6 +84,8 @@ class TrainingOptions(_Common, total=False):
     optimizer: Optimizer
     grad_ckpt: bool
     attn: Attention
+    strategy: Strategy | None
+    offload: Offload
 
 
 class PlanOptions(_Common, total=False):
@@ -86,6 +102,8 @@ class PlanOptions(_Common, total=False):
     min_resolution: int | None
     dataset_tokens: int | None
     epochs: float | None
+    strategy: Strategy | None
+    offload: Offload | None
 
 
 #: Options that apply to one workload only, and the value that means "not given" (a flag's off).
@@ -94,7 +112,7 @@ LLM_ONLY: dict[str, object] = {
     "dora": False,
     "master_weights": False,
     "double_quant": True,
-    "gpus": 1,
+    "quant_storage": None,
     "min_seq_len": None,
     "dataset_tokens": None,
     "epochs": None,
@@ -218,8 +236,7 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
         values["trainer"] = "kohya"
     if tgt is not None:
         values["backend"] = tgt.backend
-        if kind == "llm":
-            values["gpus"] = max(tgt.gpus, int(values.get("gpus", 1)))  # type: ignore[call-overload]
+        values["gpus"] = max(tgt.gpus, int(values.get("gpus", 1)))  # type: ignore[call-overload]
     try:
         return model.model_validate(values)
     except ValidationError as exc:
@@ -265,10 +282,15 @@ def estimate(
     gpus = opts.get("gpus")
     tgt = _target(on, headroom, gpus if isinstance(gpus, int) else None)
     setup = setup_for(spec, opts, tgt)
-    return estimate_setup(spec, setup, tgt, auto=on == "auto")
+    host = opts.get("host_memory")
+    return estimate_setup(
+        spec, setup, tgt, auto=on == "auto", host_memory=host if isinstance(host, str) else None
+    )
 
 
-def estimate_setup(spec: Spec, setup: Setup, tgt: Target | None = None, auto: bool = False) -> Estimate:
+def estimate_setup(
+    spec: Spec, setup: Setup, tgt: Target | None = None, auto: bool = False, host_memory: str | None = None
+) -> Estimate:
     """Run the workload's estimator on a built setup, then the verdict (one path for both)."""
     from fitcheck.diffusion.estimate import estimate_diffusion
     from fitcheck.diffusion.verdict import diffusion_verdict
@@ -277,22 +299,27 @@ def estimate_setup(spec: Spec, setup: Setup, tgt: Target | None = None, auto: bo
     from fitcheck.models import LlmSetup, ModelSpec
 
     ctx = tgt.context_bytes or None if tgt is not None else None
+    from fitcheck.engine.distributed_notes import host_verdict, order_notes
+
     if isinstance(spec, ModelSpec):
         assert isinstance(setup, LlmSetup)
         est = estimate_llm(spec, setup, ctx)
-        if tgt is None:
-            return est
 
         def again(s: ModelSpec, st: LlmSetup) -> Estimate:
             return estimate_llm(s, st, ctx)
 
-        est = est.model_copy(update={"target": verdict(est, tgt, spec, again)})
+        if setup.distributed:
+            est = est.model_copy(update={"warnings": (*est.warnings, *order_notes(spec, setup, est, again))})
+        if tgt is None:
+            return est
+        v = verdict(est, tgt, spec, again)
     else:
         assert not isinstance(setup, LlmSetup)
         est = estimate_diffusion(spec, setup, ctx)
         if tgt is None:
             return est
-        est = est.model_copy(update={"target": diffusion_verdict(est, tgt, spec)})
+        v = diffusion_verdict(est, tgt, spec)
+    est = est.model_copy(update={"target": host_verdict(v, est, tgt, host_memory)})
     if auto and tgt.backend == "cpu":
         note = "no GPU detected: sized against this machine's RAM; --on rtx-4090 (or 24GB) sizes a GPU"
         est = est.model_copy(update={"warnings": (*est.warnings, note)})
@@ -360,7 +387,8 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
             f"--master-weights: {trainer} decides its own precision; drop it (or use --trainer hf)"
         )
     method = opts.get("method") or "auto"
-    base_opts = {k: opts.get(k) for k in ("dora", "master_weights", *_LORA, "double_quant", "seq_len")}
+    base_keys = ("dora", "master_weights", *_LORA, "double_quant", "seq_len", "nodes", "fsdp_version")
+    base_opts = {k: opts.get(k) for k in (*base_keys, "quant_storage")}
     base = setup_for(
         spec, {**base_opts, "method": "full" if method == "full" else "lora", "trainer": trainer}, tgt
     )
@@ -378,7 +406,14 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         precision=opts.get("precision"),  # type: ignore[arg-type]
         dataset_tokens=opts.get("dataset_tokens"),  # type: ignore[arg-type]
         epochs=opts.get("epochs"),  # type: ignore[arg-type]
+        strategy=opts.get("strategy"),  # type: ignore[arg-type]
+        offload=opts.get("offload"),  # type: ignore[arg-type]
     )
+    host = opts.get("host_memory")
+    if isinstance(host, str):
+        from fitcheck.units import parse_memory
+
+        tgt = tgt.model_copy(update={"host_memory_bytes": parse_memory(host)})
     return make_plan(spec, tgt, device_for(tgt), req, other_targets(tgt, headroom))
 
 

@@ -19,9 +19,12 @@ from fitcheck.vocab import (
     Kind,
     LlmTrainer,
     Method,
+    Offload,
     Optimizer,
     PhaseName,
     Precision,
+    QuantStorage,
+    Strategy,
     Trainer,
     VerdictName,
 )
@@ -34,6 +37,8 @@ TRAINERS: tuple[str, ...] = Trainer.__args__  # type: ignore[attr-defined]
 METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
 PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
 BACKENDS: tuple[str, ...] = Backend.__args__  # type: ignore[attr-defined]
+STRATEGIES: tuple[str, ...] = Strategy.__args__  # type: ignore[attr-defined]
+OFFLOADS: tuple[str, ...] = Offload.__args__  # type: ignore[attr-defined]
 
 
 class Frozen(BaseModel):
@@ -143,10 +148,29 @@ class SetupBase(Frozen):
     lora_targets: str = Field(default="all-linear", description="attn, all-linear, or comma-separated names")
     lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     backend: Backend = "cuda"
+    gpus: int = Field(default=1, ge=1, le=4096, description="GPUs per node")
+    # Several GPUs (docs/distributed.md): world size = gpus x nodes.
+    strategy: Strategy | None = Field(default=None, description="None: ddp with several GPUs, else one GPU")
+    offload: Offload = "none"
+    nodes: int = Field(default=1, ge=1, le=4096)
+    fsdp_version: Literal[1, 2] = 2
 
     @property
     def alpha(self) -> float:
         return self.lora_alpha if self.lora_alpha is not None else 2.0 * self.lora_rank
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus * self.nodes
+
+    @property
+    def distributed(self) -> bool:
+        """Several ranks, or a sharding/offload engine asked for on one GPU."""
+        return self.world_size > 1 or self.strategy is not None or self.offload != "none"
+
+    @property
+    def effective_strategy(self) -> Strategy:
+        return self.strategy or "ddp"
 
 
 class LlmSetup(SetupBase):
@@ -158,7 +182,9 @@ class LlmSetup(SetupBase):
     master_weights: bool = False
     double_quant: bool = True
     trainer: LlmTrainer = "generic"
-    gpus: int = Field(default=1, ge=1, le=4096)
+    quant_storage: QuantStorage | None = Field(
+        default=None, description="bnb_4bit_quant_storage; None: the compute dtype when the strategy shards"
+    )
 
     @property
     def tokens(self) -> int:
@@ -286,6 +312,7 @@ class Target(Frozen):
     budget_lines: tuple[BudgetLine, ...] = ()
     context_bytes: int = Field(default=0, ge=0, description="CUDA context of this GPU generation")
     bf16: bool = True
+    host_memory_bytes: int | None = Field(default=None, description="CPU RAM of one node, when known")
     detected: bool = False
     source: str = ""
     notes: tuple[str, ...] = ()
@@ -319,6 +346,40 @@ class Verdict(Frozen):
     budget_lines: tuple[BudgetLine, ...] = ()
     suggestions: tuple[Suggestion, ...] = ()
     notes: tuple[str, ...] = ()
+    host_budget_bytes: int | None = Field(default=None, description="CPU RAM of one node, when known")
+    host_verdict: Literal["fits", "does_not_fit"] | None = None
+
+
+class HostPhase(Frozen):
+    """Host (CPU) memory of one node in one phase: loading the model, or training with offload."""
+
+    name: Literal["loading", "training"]
+    components: tuple[Component, ...]
+    total_bytes: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _sum(self) -> HostPhase:
+        if sum(c.bytes for c in self.components) != self.total_bytes:
+            raise ValueError(f"host phase {self.name}: components do not sum to the total")
+        return self
+
+
+class Distributed(Frozen):
+    """How the run is spread over GPUs: the strategy, its shard group and its buffer settings."""
+
+    strategy: Strategy
+    engine: Literal["torch-ddp", "deepspeed", "fsdp"]
+    offload: Offload
+    nodes: int
+    gpus_per_node: int
+    world_size: int
+    shard_group: int = Field(description="ranks one copy of the sharded states is spread over")
+    fsdp_version: Literal[1, 2] | None = None
+    quant_storage: QuantStorage | None = None
+    zero_config: dict[str, int | float | bool] = Field(
+        default_factory=dict, description="DeepSpeed buffer sizes modelled (elements), HF 'auto' resolved"
+    )
+    source: str = "docs/distributed.md"
 
 
 class Estimate(Frozen):
@@ -341,6 +402,10 @@ class Estimate(Frozen):
     thumb: Thumb | None = None
     target: Verdict | None = None
     warnings: tuple[str, ...] = ()
+    world_size: int = 1
+    distributed: Distributed | None = None
+    host_bytes: int | None = Field(default=None, description="CPU memory one node needs (largest host phase)")
+    host_phases: tuple[HostPhase, ...] = ()
 
     @model_validator(mode="after")
     def _peak(self) -> Estimate:

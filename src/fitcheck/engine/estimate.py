@@ -243,7 +243,7 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         embedding=inv.embedding,
         lm_head=inv.lm_head,
     )
-    return assemble(
+    est = assemble(
         model=spec.id,
         model_name=spec.name,
         model_source=spec.source_kind,
@@ -257,6 +257,11 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         thumb=thumb(c.total - c.adapter, setup),
         warnings=_warnings(spec, setup, c.total - c.adapter),
     )
+    if setup.distributed:
+        from fitcheck.engine.distributed import distribute
+
+        est = distribute(spec, setup, est, _tensor_count(spec, setup))
+    return est
 
 
 def autocast_copies(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[int, int, int]:
