@@ -57,7 +57,7 @@ GRID: list[tuple[str, str, int, str, bool, int, int]] = [
 
 
 def setup_fields(world: int, method: str, ckpt: bool, batch: int, seq: int) -> dict[str, Any]:
-    """The TrainingSetup of a record: FSDP2 FULL_SHARD through accelerate (the hf regime)."""
+    """The LlmSetup of a record: FSDP2 FULL_SHARD through accelerate (the hf regime)."""
     return {
         "method": method,
         "batch_size": batch,
@@ -83,7 +83,7 @@ def versions() -> dict[str, str]:
 
 def generate(only: str | None) -> None:
     from fitcheck.measure.fsdp_trace import trace_fsdp
-    from fitcheck.models import TrainingSetup
+    from fitcheck.models import LlmSetup
 
     old = yaml.safe_load(OUT.read_text())["records"] if OUT.exists() else []
     by_id = {r["id"]: r for r in old}
@@ -91,7 +91,7 @@ def generate(only: str | None) -> None:
         if only and rid != only:
             continue
         fields = setup_fields(world, method, ckpt, batch, seq)
-        t = trace_fsdp(CONFIGS[cfg_id], TrainingSetup(**fields), world)
+        t = trace_fsdp(CONFIGS[cfg_id], LlmSetup(**fields), world)
         by_id[rid] = {
             "id": rid,
             "config": cfg_id,

@@ -10,7 +10,7 @@ from fitcheck.cli import main
 from fitcheck.engine.distributed import STRATEGY_FACTS, hf_auto, zero_config
 from fitcheck.engine.estimate import estimate
 from fitcheck.errors import OptionError
-from fitcheck.models import Estimate, ModelSpec, TrainingSetup
+from fitcheck.models import Estimate, LlmSetup, ModelSpec
 from fitcheck.sources.resolve import resolve_model
 
 
@@ -22,7 +22,7 @@ def spec7b() -> ModelSpec:
 def est(spec: ModelSpec, **kw: object) -> Estimate:
     base: dict[str, object] = {"method": "full", "gpus": 8, "grad_ckpt": True}
     base.update(kw)
-    return estimate(spec, TrainingSetup(**base))  # type: ignore[arg-type]
+    return estimate(spec, LlmSetup(**base))  # type: ignore[arg-type]
 
 
 def parts(e: Estimate, phase: str = "optimizer_step") -> dict[str, int]:
@@ -98,8 +98,8 @@ def test_small_lora_zero_costs_more_than_ddp_and_says_why(capsys: pytest.Capture
 def test_qlora_shards_only_with_matching_quant_storage() -> None:
     spec = resolve_model("8B")
     base = {"method": "qlora", "gpus": 4, "strategy": "zero3", "grad_ckpt": True}
-    shared = estimate(spec, TrainingSetup(**base))  # type: ignore[arg-type]
-    kept = estimate(spec, TrainingSetup(**base, quant_storage="uint8"))  # type: ignore[arg-type]
+    shared = estimate(spec, LlmSetup(**base))  # type: ignore[arg-type]
+    kept = estimate(spec, LlmSetup(**base, quant_storage="uint8"))  # type: ignore[arg-type]
     assert "weights_4bit" not in parts(shared) and parts(kept)["weights_4bit"] > 0
     assert kept.device_bytes > shared.device_bytes
     assert any("not sharded" in w for w in kept.warnings)
@@ -154,8 +154,8 @@ def test_hf_auto_values_follow_transformers(spec7b: ModelSpec) -> None:
         "stage3_prefetch_bucket_size": int(0.9 * h * h),
         "stage3_param_persistence_threshold": 10 * h,
     }
-    hf = zero_config(spec7b, TrainingSetup(trainer="hf", strategy="zero2"))
-    plain = zero_config(spec7b, TrainingSetup(strategy="zero2"))
+    hf = zero_config(spec7b, LlmSetup(trainer="hf", strategy="zero2"))
+    plain = zero_config(spec7b, LlmSetup(strategy="zero2"))
     assert hf["reduce_bucket_size"] == h * h and plain["reduce_bucket_size"] == 500_000_000
     assert plain["overlap_comm"] is False and hf["overlap_comm"] is True
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fitcheck.measure.fsdp_compare import compare
-from fitcheck.models import TrainingSetup
+from fitcheck.models import LlmSetup
 
 RECORDS = Path(__file__).parent / "data" / "calibration" / "fsdp" / "records.yaml"
 TOLERANCE = 0.05
@@ -42,5 +42,5 @@ def test_one_record_retraces_to_its_figure() -> None:
     from fitcheck.measure.fsdp_trace import trace_fsdp
 
     rec = next(r for r in records() if r["id"] == "fsdp-02")
-    t = trace_fsdp(rec["hf_config"], TrainingSetup(**rec["setup"]), rec["world_size"])
+    t = trace_fsdp(rec["hf_config"], LlmSetup(**rec["setup"]), rec["world_size"])
     assert t.peak_bytes == rec["traced_peak_bytes"]

@@ -14,13 +14,13 @@ import pytest
 import yaml
 
 from fitcheck.engine.estimate import estimate
-from fitcheck.models import TrainingSetup
+from fitcheck.models import LlmSetup
 from fitcheck.sources.resolve import resolve_model
 
 FILES = sorted((Path(__file__).parent / "data" / "published").glob("multigpu_*.yaml"))
 UNITS = {"B": 1, "MB": 10**6, "GB": 10**9, "MiB": 2**20, "GiB": 2**30}
-#: Setup keys of the records that are TrainingSetup fields (the rest describe the run only).
-SETUP_KEYS = set(TrainingSetup.model_fields)
+#: Setup keys of the records that are LlmSetup fields (the rest describe the run only).
+SETUP_KEYS = set(LlmSetup.model_fields)
 
 
 def records(path: Path) -> list[dict[str, Any]]:
@@ -39,7 +39,7 @@ def records(path: Path) -> list[dict[str, Any]]:
 
 def error(rec: dict[str, Any]) -> float:
     """(engine - measured) / measured, per GPU."""
-    setup = TrainingSetup(**{k: v for k, v in rec["setup"].items() if k in SETUP_KEYS})
+    setup = LlmSetup(**{k: v for k, v in rec["setup"].items() if k in SETUP_KEYS})
     est = estimate(resolve_model(rec["model"]), setup)
     measured = rec["measured"]["value"] * UNITS[rec["measured"]["unit"]]
     return est.device_bytes / measured - 1

@@ -283,9 +283,8 @@ def estimate(
     tgt = _target(on, headroom, gpus if isinstance(gpus, int) else None)
     setup = setup_for(spec, opts, tgt)
     host = opts.get("host_memory")
-    return estimate_setup(
-        spec, setup, tgt, auto=on == "auto", host_memory=host if isinstance(host, str) else None
-    )
+    host_memory = host if isinstance(host, str) else None
+    return estimate_setup(spec, setup, tgt, auto=on == "auto", host_memory=host_memory)
 
 
 def estimate_setup(
@@ -420,6 +419,17 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
 def _plan_diffusion(spec: DiffusionSpec, tgt: Target, opts: dict[str, object]) -> DiffusionPlan:
     from fitcheck.diffusion.plan import plan_diffusion
 
+    gpus = opts.get("gpus")
+    if (
+        (isinstance(gpus, int) and gpus > 1)
+        or tgt.gpus > 1
+        or opts.get("strategy")
+        or opts.get("nodes", 1) != 1
+    ):
+        raise OptionError(
+            "--gpus: diffusion plans are for one GPU so far; fitcheck estimate gives the per-GPU memory of "
+            "kohya's data-parallel run (docs/distributed.md#diffusion)"
+        )
     method = opts.get("method") or "auto"
     batch = opts.get("batch_size") or 1
     effective = opts.get("effective_batch") or 1

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fitcheck.models import TrainingSetup
+from fitcheck.models import SetupBase
 
 
-def _nodes(s: TrainingSetup, flag: str) -> str:
+def _nodes(s: SetupBase, flag: str) -> str:
     return f" {flag} {s.nodes}" if s.nodes > 1 else ""
 
 
-def launch_line(s: TrainingSetup, files: Mapping[str, str]) -> str | None:
+def launch_line(s: SetupBase, files: Mapping[str, str]) -> str | None:
     """The command that starts the run with the emitted files (format -> file name); None on one GPU."""
     if s.world_size == 1 and s.strategy is None:
         return None

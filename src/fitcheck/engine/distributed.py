@@ -25,11 +25,12 @@ from fitcheck.models import (
     Distributed,
     Estimate,
     HostPhase,
+    LlmSetup,
     ModelSpec,
     Phase,
     PhaseName,
+    SetupBase,
     Strategy,
-    TrainingSetup,
 )
 from fitcheck.units import MIB
 
@@ -109,7 +110,7 @@ def hf_auto(hidden: int) -> dict[str, int]:
     }
 
 
-def zero_config(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int | float | bool]:
+def zero_config(spec: ModelSpec, setup: LlmSetup) -> dict[str, int | float | bool]:
     """The ZeRO settings the run uses.
 
     HF-family trainers: the config fitcheck emits ("auto" buckets resolved from the hidden size,
@@ -124,7 +125,7 @@ def zero_config(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int | float 
     return {**ZERO_DEFAULTS, "overlap_comm": stage == 3, "contiguous_gradients": True}
 
 
-def check(setup: TrainingSetup) -> None:
+def check(setup: LlmSetup) -> None:
     """Refuse combinations no engine runs, with the flag that works instead."""
     s = setup.effective_strategy
     if setup.backend in ("mps", "cpu") and (setup.strategy is not None or setup.world_size > 1):
@@ -176,7 +177,7 @@ def _comp(est: Estimate, name: str) -> int:
     return max((c.bytes for p in est.phases for c in p.components if c.name == name), default=0)
 
 
-def shares(spec: ModelSpec, setup: TrainingSetup, est: Estimate, threshold: int) -> Shares:
+def shares(spec: ModelSpec, setup: LlmSetup, est: Estimate, threshold: int) -> Shares:
     a = spec.arch
     inv = inventory(a)
     cb = 4 if setup.precision == "fp32" else 2
@@ -253,7 +254,7 @@ def _c(name: str, value: float, rule: str, anchor: str) -> Component:
     return Component(name=name, bytes=max(0, round(value)), rule=rule, source=source)
 
 
-def _nccl(setup: TrainingSetup, facts: StrategyFacts) -> Component:
+def _nccl(setup: SetupBase, facts: StrategyFacts) -> Component:
     ws = setup.world_size
     if ws == 1:
         return _c("nccl_communicators", 0, "", "nccl")
@@ -264,7 +265,7 @@ def _nccl(setup: TrainingSetup, facts: StrategyFacts) -> Component:
     )
 
 
-def _ddp(setup: TrainingSetup, est: Estimate, sh: Shares) -> Plan:
+def _ddp(setup: LlmSetup, est: Estimate, sh: Shares) -> Plan:
     keep = [
         c for c in est.phases[-1].components if c.name in STATE_NAMES - {"gradients", "optimizer_transient"}
     ]
@@ -280,7 +281,7 @@ def _ddp(setup: TrainingSetup, est: Estimate, sh: Shares) -> Plan:
 
 
 def _zero(
-    setup: TrainingSetup, est: Estimate, sh: Shares, n: int, stage: int, z: dict[str, int | float | bool]
+    setup: LlmSetup, est: Estimate, sh: Shares, n: int, stage: int, z: dict[str, int | float | bool]
 ) -> Plan:
     cb = sh.compute_b
     off_opt = setup.offload in ("optimizer", "all")
@@ -381,7 +382,7 @@ def _zero(
     return Plan(always, fwd, bwd, step, grads, host)
 
 
-def _fsdp(setup: TrainingSetup, est: Estimate, sh: Shares, n: int, facts: StrategyFacts) -> Plan:
+def _fsdp(setup: LlmSetup, est: Estimate, sh: Shares, n: int, facts: StrategyFacts) -> Plan:
     cb = sh.compute_b
     # accelerate upcasts trainable params to fp32 under mixed precision; torchtune keeps them in bf16
     shard_b = 4 if setup.trainer != "torchtune" else cb
@@ -486,21 +487,21 @@ def _opt_state_b(est: Estimate) -> int:
     return nbytes(dt)
 
 
-def _storage(setup: TrainingSetup) -> str:
+def _storage(setup: LlmSetup) -> str:
     """bnb_4bit_quant_storage: the compute dtype by default when the strategy shards (PEFT's rule)."""
     if setup.quant_storage is not None:
         return setup.quant_storage
     return setup.precision if STRATEGY_FACTS[setup.effective_strategy].shards_params else "uint8"
 
 
-def shard_group(setup: TrainingSetup) -> int:
+def shard_group(setup: LlmSetup) -> int:
     facts = STRATEGY_FACTS[setup.effective_strategy]
     if facts.engine == "torch-ddp":
         return 1
     return setup.gpus if facts.hybrid else setup.world_size
 
 
-def _loading(spec: ModelSpec, setup: TrainingSetup, sh: Shares) -> list[Component]:
+def _loading(spec: ModelSpec, setup: LlmSetup, sh: Shares) -> list[Component]:
     """Host memory while the model loads, per node (docs/distributed.md#loading)."""
     facts = STRATEGY_FACTS[setup.effective_strategy]
     model_b = sh.total * sh.compute_b
@@ -540,7 +541,7 @@ def _phases(est: Estimate, plan: Plan, extra: list[Component]) -> tuple[Phase, .
     return tuple(out)
 
 
-def distribute(spec: ModelSpec, setup: TrainingSetup, est: Estimate, tensors: int) -> Estimate:
+def distribute(spec: ModelSpec, setup: LlmSetup, est: Estimate, tensors: int) -> Estimate:
     """Turn the single-GPU estimate into the per-GPU one of ``setup``'s strategy, with host memory.
 
     Args:
@@ -603,7 +604,7 @@ def distribute(spec: ModelSpec, setup: TrainingSetup, est: Estimate, tensors: in
     )
 
 
-def _notes(setup: TrainingSetup, sh: Shares) -> list[str]:
+def _notes(setup: LlmSetup, sh: Shares) -> list[str]:
     out: list[str] = []
     s = setup.effective_strategy
     if setup.method == "qlora" and STRATEGY_FACTS[s].shards_params:
@@ -624,7 +625,7 @@ def _notes(setup: TrainingSetup, sh: Shares) -> list[str]:
     return out
 
 
-def data_parallel_only(est: Estimate, setup: TrainingSetup, tensors: int, what: str) -> Estimate:
+def data_parallel_only(est: Estimate, setup: SetupBase, tensors: int, what: str) -> Estimate:
     """Per GPU of a plain data-parallel run of an estimate this module cannot re-deal (diffusion).
 
     kohya sd-scripts runs several GPUs through ``accelerate launch`` with DDP: every rank keeps the

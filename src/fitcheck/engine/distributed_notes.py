@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from fitcheck.engine.distributed import STRATEGY_FACTS
 from fitcheck.errors import FitcheckError
-from fitcheck.models import Estimate, ModelSpec, Strategy, Target, TrainingSetup, Verdict
+from fitcheck.models import Estimate, LlmSetup, ModelSpec, Strategy, Target, Verdict
 from fitcheck.units import fmt_gib, parse_memory
 
 #: The order users expect per-GPU memory to fall in, within one engine family.
@@ -34,14 +34,14 @@ def _why(mine: Estimate, other: Estimate) -> str:
 
 def order_notes(
     spec: ModelSpec,
-    setup: TrainingSetup,
+    setup: LlmSetup,
     est: Estimate,
-    estimate_fn: Callable[[ModelSpec, TrainingSetup], Estimate],
+    estimate_fn: Callable[[ModelSpec, LlmSetup], Estimate],
 ) -> list[str]:
     """Warnings where a simpler strategy (or no offload) needs less per GPU than the chosen one."""
     s = setup.effective_strategy
     order = FSDP_ORDER if STRATEGY_FACTS[s].engine == "fsdp" else EXPECTED_ORDER
-    others: list[TrainingSetup] = []
+    others: list[LlmSetup] = []
     if s in order:
         others += [
             setup.model_copy(update={"strategy": o, "offload": "none"}) for o in order[: order.index(s)]

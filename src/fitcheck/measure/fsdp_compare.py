@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from fitcheck.engine.estimate import estimate
-from fitcheck.models import ModelSpec, TrainingSetup
+from fitcheck.models import LlmSetup, ModelSpec
 from fitcheck.sources.hf_config import arch_from_hf_config
 
 
-def engine_bytes(hf_config: Mapping[str, Any], setup: TrainingSetup) -> int:
+def engine_bytes(hf_config: Mapping[str, Any], setup: LlmSetup) -> int:
     """The engine's per-GPU peak over forward and backward, as the tracker sees it: tensors only.
 
     NCCL communicators are outside the tracker's view (and outside PyTorch's allocator), so they
@@ -26,5 +26,5 @@ def engine_bytes(hf_config: Mapping[str, Any], setup: TrainingSetup) -> int:
 
 def compare(record: Mapping[str, Any]) -> tuple[int, int]:
     """(engine bytes, traced bytes) of one record."""
-    setup = TrainingSetup(**record["setup"])
+    setup = LlmSetup(**record["setup"])
     return engine_bytes(record["hf_config"], setup), int(record["traced_peak_bytes"])

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fitcheck.engine.regimes import regime_for
-from fitcheck.models import TrainingSetup
+from fitcheck.models import LlmSetup
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def _process_group(world_size: int) -> Any:
     return init_device_mesh("cpu", (world_size,))
 
 
-def trace_fsdp(hf_config: Mapping[str, Any], setup: TrainingSetup, world_size: int) -> FsdpTrace:
+def trace_fsdp(hf_config: Mapping[str, Any], setup: LlmSetup, world_size: int) -> FsdpTrace:
     """Trace two steps of ``setup`` under FSDP2 FULL_SHARD on ``world_size`` ranks; rank 0's peak."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from fitcheck.engine.distributed import STRATEGY_FACTS
 from fitcheck.hardware.nodes import NODES, PCIE4, node_for
-from fitcheck.models import TrainingSetup
+from fitcheck.models import SetupBase
 
 #: When a catalog node names no inter-node link: the DGX H100's ConnectX-7, 400 Gb/s per GPU (an assumption).
 DEFAULT_INTER_GBPS = NODES["h100-sxm5-80gb"].inter_gbps or 50.0
 
 
-def link_gbps(setup: TrainingSetup, gpu_id: str) -> float:
+def link_gbps(setup: SetupBase, gpu_id: str) -> float:
     """Per-GPU bandwidth of the slowest link the collectives cross, GB/s per direction."""
     node = node_for(gpu_id)
     if setup.nodes > 1 and not STRATEGY_FACTS[setup.effective_strategy].hybrid:
@@ -33,7 +33,7 @@ def link_gbps(setup: TrainingSetup, gpu_id: str) -> float:
     return node.intra_gbps
 
 
-def comm_seconds(setup: TrainingSetup, gpu_id: str, param_bytes: int, grad_bytes: int) -> float:
+def comm_seconds(setup: SetupBase, gpu_id: str, param_bytes: int, grad_bytes: int) -> float:
     """Seconds of communication per optimizer step on one rank (0 on one GPU).
 
     Args:
