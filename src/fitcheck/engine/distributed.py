@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fitcheck.engine.overhead import reserve_bytes
+from fitcheck.assembly import assemble, phase
 from fitcheck.engine.params import inventory, layer_linears
 from fitcheck.errors import OptionError
 from fitcheck.facts.dtypes import nbytes
@@ -535,10 +535,30 @@ def _phases(est: Estimate, plan: Plan, extra: list[Component]) -> tuple[Phase, .
             else []
         )
         own = plan.bwd_start if start and plan.bwd_start is not None else by[p.name]
-        comps = [*plan.always, *grads, *own, *rest, *extra]
-        kept = tuple(c for c in comps if c.bytes > 0)
-        out.append(Phase(name=p.name, components=kept, total_bytes=sum(c.bytes for c in kept)))
+        out.append(phase(p.name, [*plan.always, *grads, *own, *rest, *extra]))
     return tuple(out)
+
+
+def _reassemble(
+    est: Estimate, phases: tuple[Phase, ...], steady: int, tensors: int, **extra: object
+) -> Estimate:
+    """The per-GPU estimate through the one assembly (peak, reserve, context, device), then the
+    multi-GPU fields."""
+    out = assemble(
+        model=est.model,
+        model_name=est.model_name,
+        model_source=est.model_source,
+        setup=est.setup,
+        regime=est.regime,
+        params=est.params,
+        phases=phases,
+        steady_bytes=steady,
+        live_tensors=tensors,
+        target_context=est.context_bytes,
+        thumb=est.thumb,
+        warnings=est.warnings,
+    )
+    return out.model_copy(update=extra)
 
 
 def distribute(spec: ModelSpec, setup: LlmSetup, est: Estimate, tensors: int) -> Estimate:
@@ -564,9 +584,7 @@ def distribute(spec: ModelSpec, setup: LlmSetup, est: Estimate, tensors: int) ->
     else:
         plan = _fsdp(setup, est, sh, n, facts)
     phases = _phases(est, plan, [_nccl(setup, facts)])
-    peak = max(phases, key=lambda p: p.total_bytes)
     persistent = sum(c.bytes for c in [*plan.always, *plan.grads])
-    reserve = reserve_bytes(setup.backend, tensors, max(0, peak.total_bytes - persistent))
     load_c = tuple(_loading(spec, setup, sh))
     load = HostPhase(name="loading", components=load_c, total_bytes=sum(c.bytes for c in load_c))
     host_train = tuple(
@@ -587,20 +605,16 @@ def distribute(spec: ModelSpec, setup: LlmSetup, est: Estimate, tensors: int) ->
         quant_storage=_storage(setup) if setup.method == "qlora" else None,  # type: ignore[arg-type]
         zero_config=z if facts.engine == "deepspeed" else {},
     )
-    return est.model_copy(
-        update={
-            "phases": phases,
-            "peak_phase": peak.name,
-            "peak_allocated_bytes": peak.total_bytes,
-            "allocator_reserve_bytes": reserve,
-            "peak_reserved_bytes": peak.total_bytes + reserve,
-            "device_bytes": peak.total_bytes + reserve + est.context_bytes,
-            "world_size": setup.world_size,
-            "distributed": dist,
-            "host_phases": (load, train),
-            "host_bytes": max(load.total_bytes, train.total_bytes),
-            "warnings": (*est.warnings, *_notes(setup, sh)),
-        }
+    return _reassemble(
+        est,
+        phases,
+        persistent,
+        tensors,
+        world_size=setup.world_size,
+        distributed=dist,
+        host_phases=(load, train),
+        host_bytes=max(load.total_bytes, train.total_bytes),
+        warnings=(*est.warnings, *_notes(setup, sh)),
     )
 
 
@@ -641,13 +655,8 @@ def data_parallel_only(est: Estimate, setup: SetupBase, tensors: int, what: str)
     grads = _comp(est, "gradients")
     rule = "allreduce buckets, one copy of the gradients (gradient_as_bucket_view=False)"
     extra = [_c("ddp_grad_buckets", grads, rule, "ddp"), _nccl(setup, STRATEGY_FACTS["ddp"])]
-    phases = []
-    for p in est.phases:
-        comps = tuple(c for c in [*p.components, *extra] if c.bytes > 0)
-        phases.append(Phase(name=p.name, components=comps, total_bytes=sum(c.bytes for c in comps)))
-    peak = max(phases, key=lambda p: p.total_bytes)
+    phases = tuple(phase(p.name, [*p.components, *extra]) for p in est.phases)
     persistent = min(p.total_bytes for p in phases)
-    reserve = reserve_bytes(setup.backend, tensors, max(0, peak.total_bytes - persistent))
     weights = sum(
         c.bytes for c in est.phases[-1].components if c.name.endswith("weights") or c.name == "adapters"
     )
@@ -665,17 +674,13 @@ def data_parallel_only(est: Estimate, setup: SetupBase, tensors: int, what: str)
         world_size=setup.world_size,
         shard_group=1,
     )
-    return est.model_copy(
-        update={
-            "phases": tuple(phases),
-            "peak_phase": peak.name,
-            "peak_allocated_bytes": peak.total_bytes,
-            "allocator_reserve_bytes": reserve,
-            "peak_reserved_bytes": peak.total_bytes + reserve,
-            "device_bytes": peak.total_bytes + reserve + est.context_bytes,
-            "world_size": setup.world_size,
-            "distributed": dist,
-            "host_phases": host,
-            "host_bytes": load[0].bytes,
-        }
+    return _reassemble(
+        est,
+        phases,
+        persistent,
+        tensors,
+        world_size=setup.world_size,
+        distributed=dist,
+        host_phases=host,
+        host_bytes=load[0].bytes,
     )
