@@ -13,9 +13,11 @@ from collections.abc import Callable
 from fitcheck.engine.distributed import STRATEGY_FACTS
 from fitcheck.errors import FitcheckError
 from fitcheck.models import Estimate, LlmSetup, ModelSpec, Strategy, Target, Verdict
-from fitcheck.units import fmt_gib, parse_memory
+from fitcheck.units import MIB, fmt_gib, parse_memory
 
 #: The order users expect per-GPU memory to fall in, within one engine family.
+#: Differences below this are not named when explaining an order flip.
+NEGLIGIBLE = 5 * MIB
 EXPECTED_ORDER: tuple[Strategy, ...] = ("ddp", "zero1", "zero2", "zero3")
 FSDP_ORDER: tuple[Strategy, ...] = ("ddp", "fsdp-grad-op", "fsdp")
 
@@ -27,8 +29,8 @@ def _peak_parts(est: Estimate) -> dict[str, int]:
 def _why(mine: Estimate, other: Estimate) -> str:
     a, b = _peak_parts(mine), _peak_parts(other)
     more = sorted(((a.get(k, 0) - b.get(k, 0), k) for k in a.keys() | b.keys()), reverse=True)
-    grew = [f"{k} +{fmt_gib(d)}" for d, k in more if d > 5 * 2**20][:3]
-    fell = [f"{k} -{fmt_gib(-d)}" for d, k in more[::-1] if d < -5 * 2**20][:2]
+    grew = [f"{k} +{fmt_gib(d)}" for d, k in more if d > NEGLIGIBLE][:3]
+    fell = [f"{k} -{fmt_gib(-d)}" for d, k in more[::-1] if d < -NEGLIGIBLE][:2]
     return "; ".join(grew) + (f" outweigh {', '.join(fell)}" if fell else "")
 
 

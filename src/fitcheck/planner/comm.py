@@ -20,6 +20,7 @@ from __future__ import annotations
 from fitcheck.engine.distributed import STRATEGY_FACTS
 from fitcheck.hardware.nodes import NODES, PCIE4, node_for
 from fitcheck.models import SetupBase
+from fitcheck.units import GB
 
 #: When a catalog node names no inter-node link: the DGX H100's ConnectX-7, 400 Gb/s per GPU (an assumption).
 DEFAULT_INTER_GBPS = NODES["h100-sxm5-80gb"].inter_gbps or 50.0
@@ -54,8 +55,8 @@ def comm_seconds(setup: SetupBase, gpu_id: str, param_bytes: int, grad_bytes: in
         volume = per_micro * setup.grad_accum
     else:
         volume = 2 * ring * grad_bytes
-    t = volume / (link_gbps(setup, gpu_id) * 1e9)
+    t = volume / (link_gbps(setup, gpu_id) * GB)
     if setup.offload != "none":
         shard = grad_bytes / (n if facts.shards_grads else 1)
-        t += 2 * shard / (PCIE4.intra_gbps * 1e9)
+        t += 2 * shard / (PCIE4.intra_gbps * GB)
     return t
