@@ -47,7 +47,8 @@ def test_setup_is_a_union_on_kind_and_echoes_only_what_applies() -> None:
     diff = api.estimate("sd15").model_dump(mode="json")["setup"]
     assert llm["kind"] == "llm" and "resolution" not in llm and "cache_latents" not in llm
     assert diff["kind"] == "diffusion" and "seq_len" not in diff and "double_quant" not in diff
-    assert diff["trainer"] == "kohya" and "gpus" not in diff
+    # gpus applies to both kinds since issue 14 (kohya runs data-parallel through accelerate)
+    assert diff["trainer"] == "kohya" and diff["gpus"] == 1 and "quant_storage" not in diff
     # the JSON reads back into the right model
     doc = api.estimate("sd15").model_dump(mode="json")
     assert isinstance(Estimate.model_validate(doc).setup, DiffusionSetup)
@@ -76,12 +77,11 @@ def test_models_and_hardware() -> None:
         (["check", "7B", "--trainer", "kohya", "--on", "24GB"], "--trainer kohya trains diffusion"),
         (["estimate", "7B", "--resolution", "512", "--on", "none"], "--resolution applies to diffusion"),
         (["estimate", "sd15", "--seq-len", "512", "--on", "none"], "--seq-len applies to LLMs"),
-        (["estimate", "sd15", "--gpus", "2", "--on", "none"], "--gpus applies to LLMs"),
         (["estimate", "sd15", "--dora", "--on", "none"], "--dora applies to LLMs"),
         (["estimate", "sd15", "--master-weights", "--on", "none"], "--master-weights applies to LLMs"),
         (["check", "sd15", "--no-double-quant", "--on", "24GB"], "--double-quant applies to LLMs"),
         (["estimate", "sd15", "--trainer", "hf", "--on", "none"], "use --trainer kohya"),
-        (["plan", "sd15", "--gpus", "2", "--on", "24GB"], "--gpus applies to LLMs"),
+        (["plan", "sd15", "--gpus", "2", "--on", "24GB"], "diffusion plans are for one GPU"),
         (["plan", "sd15", "--trainer", "hf", "--on", "24GB"], "use --trainer kohya"),
         (["plan", "sd15", "--seq-len", "512", "--on", "24GB"], "--seq-len applies to LLMs"),
         (["plan", "sd15", "--no-double-quant", "--on", "24GB"], "--double-quant applies to LLMs"),
@@ -187,8 +187,9 @@ def test_component_registry_and_docs_json_agree() -> None:
     documented = set(re.findall(r"^\| `([a-z0-9_]+)` \|", table, re.M))
     assert documented == set(REGISTRY)
     for row in REGISTRY.values():
-        assert row.llm or row.diffusion, row.id
-        for doc, anchor in (("methodology.md", row.llm), ("diffusion.md", row.diffusion)):
+        assert row.llm or row.diffusion or row.multi, row.id
+        docs = (("methodology.md", row.llm), ("diffusion.md", row.diffusion), ("distributed.md", row.multi))
+        for doc, anchor in docs:
             if anchor:
                 page = (SRC.parents[1] / "docs" / doc).read_text()
                 heads = re.findall(r"^#+ (.*)$", page, re.M)
@@ -206,6 +207,10 @@ def test_component_registry_and_docs_json_agree() -> None:
         ("gemma-2-9b", {"method": "full", "master_weights": True}),
         ("sd15", {"method": "full", "optimizer": "adafactor"}),
         ("sdxl", {"train_text_encoder": True}),
+        ("llama-3.1-8b", {"method": "qlora", "gpus": 4, "strategy": "zero3"}),
+        ("llama-3.1-8b", {"method": "full", "gpus": 8, "strategy": "fsdp", "offload": "all"}),
+        ("llama-3.1-8b", {"method": "lora", "gpus": 2}),
+        ("sdxl", {"gpus": 2}),
     ],
 )
 def test_every_component_an_estimator_names_is_registered(model: str, options: dict) -> None:
@@ -213,7 +218,7 @@ def test_every_component_an_estimator_names_is_registered(model: str, options: d
 
     est = api.estimate(model, **options)
     kind = est.setup.kind
-    for ph in est.phases:
+    for ph in (*est.phases, *est.host_phases):
         for c in ph.components:
             assert c.source == REGISTRY[c.name].source(kind)
 

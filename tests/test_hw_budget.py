@@ -110,7 +110,7 @@ def test_count_times_device(spec: str) -> None:
         one.budget_bytes,
         one.context_bytes,
     )
-    assert any("data parallel" in n for n in t.notes)
+    assert any("--strategy" in n for n in t.notes)
 
 
 def test_count_times_plain_size() -> None:

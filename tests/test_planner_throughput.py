@@ -122,11 +122,17 @@ def test_dataset_time_is_steps_times_step_time() -> None:
     assert t.tokens_per_s == pytest.approx(16 * 512 / t.step_s, rel=1e-5)
 
 
-def test_data_parallel_gpus_multiply_tokens_per_step() -> None:
+def test_data_parallel_gpus_multiply_tokens_per_step_less_the_allreduce() -> None:
+    from fitcheck.engine.params import count_params
+    from fitcheck.planner.comm import comm_seconds
+
     s = LlmSetup(method="full", seq_len=512, batch_size=4, grad_accum=4)
     one = throughput(ARCH, s, GPU, trainable=1000)
-    two = throughput(ARCH, s.model_copy(update={"gpus": 2}), GPU, trainable=1000)
-    assert two.tokens_per_s == pytest.approx(2 * one.tokens_per_s, rel=1e-5)
+    s2 = s.model_copy(update={"gpus": 2})
+    two = throughput(ARCH, s2, GPU, trainable=1000)
+    comm = comm_seconds(s2, GPU.id, count_params(ARCH) * 2, 1000 * 2)
+    assert comm > 0 and two.step_s == pytest.approx(one.step_s + comm, rel=1e-4)
+    assert two.tokens_per_s == pytest.approx(2 * one.tokens_per_s * one.step_s / two.step_s, rel=1e-4)
 
 
 def test_round_sig_makes_equal_estimates_ties() -> None:

@@ -29,8 +29,11 @@ from fitcheck.vocab import (
     Loss,
     Method,
     MethodChoice,
+    Offload,
     Optimizer,
     Precision,
+    QuantStorage,
+    Strategy,
     Task,
     Trainer,
 )
@@ -77,6 +80,10 @@ class _Common(TypedDict, total=False):
     num_labels: int | None
     target_len: int | None
     image_tokens: int | None
+    nodes: int
+    fsdp_version: int
+    quant_storage: QuantStorage | None
+    host_memory: str | None
 
 
 class TrainingOptions(_Common, total=False):
@@ -88,6 +95,8 @@ class TrainingOptions(_Common, total=False):
     optimizer: Optimizer
     grad_ckpt: bool
     attn: Attention
+    strategy: Strategy | None
+    offload: Offload
 
 
 class PlanOptions(_Common, total=False):
@@ -104,6 +113,8 @@ class PlanOptions(_Common, total=False):
     min_resolution: int | None
     dataset_tokens: int | None
     epochs: float | None
+    strategy: Strategy | None
+    offload: Offload | None
 
 
 #: Options that apply to one workload only, and the value that means "not given" (a flag's off).
@@ -116,7 +127,7 @@ LLM_ONLY: dict[str, object] = {
     "train_modules": "",
     "loss": None,
     "offload_activations": False,
-    "gpus": 1,
+    "quant_storage": None,
     "min_seq_len": None,
     "dataset_tokens": None,
     "epochs": None,
@@ -243,8 +254,7 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
         values["trainer"] = "kohya"
     if tgt is not None:
         values["backend"] = tgt.backend
-        if kind == "llm":
-            values["gpus"] = max(tgt.gpus, int(values.get("gpus", 1)))  # type: ignore[call-overload]
+        values["gpus"] = max(tgt.gpus, int(values.get("gpus", 1)))  # type: ignore[call-overload]
     try:
         return model.model_validate(values)
     except ValidationError as exc:
@@ -290,10 +300,14 @@ def estimate(
     gpus = opts.get("gpus")
     tgt = _target(on, headroom, gpus if isinstance(gpus, int) else None)
     setup = setup_for(spec, opts, tgt)
-    return estimate_setup(spec, setup, tgt, auto=on == "auto")
+    host = opts.get("host_memory")
+    host_memory = host if isinstance(host, str) else None
+    return estimate_setup(spec, setup, tgt, auto=on == "auto", host_memory=host_memory)
 
 
-def estimate_setup(spec: Spec, setup: Setup, tgt: Target | None = None, auto: bool = False) -> Estimate:
+def estimate_setup(
+    spec: Spec, setup: Setup, tgt: Target | None = None, auto: bool = False, host_memory: str | None = None
+) -> Estimate:
     """Run the workload's estimator on a built setup, then the verdict (one path for both)."""
     from fitcheck.diffusion.estimate import estimate_diffusion
     from fitcheck.diffusion.verdict import diffusion_verdict
@@ -302,22 +316,27 @@ def estimate_setup(spec: Spec, setup: Setup, tgt: Target | None = None, auto: bo
     from fitcheck.models import LlmSetup, ModelSpec
 
     ctx = tgt.context_bytes or None if tgt is not None else None
+    from fitcheck.engine.distributed_notes import host_verdict, order_notes
+
     if isinstance(spec, ModelSpec):
         assert isinstance(setup, LlmSetup)
         est = estimate_llm(spec, setup, ctx)
-        if tgt is None:
-            return est
 
         def again(s: ModelSpec, st: LlmSetup) -> Estimate:
             return estimate_llm(s, st, ctx)
 
-        est = est.model_copy(update={"target": verdict(est, tgt, spec, again)})
+        if setup.distributed:
+            est = est.model_copy(update={"warnings": (*est.warnings, *order_notes(spec, setup, est, again))})
+        if tgt is None:
+            return est
+        v = verdict(est, tgt, spec, again)
     else:
         assert not isinstance(setup, LlmSetup)
         est = estimate_diffusion(spec, setup, ctx)
         if tgt is None:
             return est
-        est = est.model_copy(update={"target": diffusion_verdict(est, tgt, spec)})
+        v = diffusion_verdict(est, tgt, spec)
+    est = est.model_copy(update={"target": host_verdict(v, est, tgt, host_memory)})
     if auto and tgt.backend == "cpu":
         note = "no GPU detected: sized against this machine's RAM; --on rtx-4090 (or 24GB) sizes a GPU"
         est = est.model_copy(update={"warnings": (*est.warnings, note)})
@@ -386,9 +405,8 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         )
     method = opts.get("method") or "auto"
     llm_extra = ("base_quant", "train_modules", "loss", "offload_activations")
-    base_opts = {
-        k: opts.get(k) for k in ("dora", "master_weights", *_LORA, "double_quant", "seq_len", *llm_extra)
-    }
+    base_keys = ("dora", "master_weights", *_LORA, "double_quant", "seq_len", "nodes", "fsdp_version")
+    base_opts = {k: opts.get(k) for k in (*base_keys, "quant_storage", *llm_extra)}
     base = setup_for(
         spec, {**base_opts, "method": "full" if method == "full" else "lora", "trainer": trainer}, tgt
     )
@@ -406,13 +424,31 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         precision=opts.get("precision"),  # type: ignore[arg-type]
         dataset_tokens=opts.get("dataset_tokens"),  # type: ignore[arg-type]
         epochs=opts.get("epochs"),  # type: ignore[arg-type]
+        strategy=opts.get("strategy"),  # type: ignore[arg-type]
+        offload=opts.get("offload"),  # type: ignore[arg-type]
     )
+    host = opts.get("host_memory")
+    if isinstance(host, str):
+        from fitcheck.units import parse_memory
+
+        tgt = tgt.model_copy(update={"host_memory_bytes": parse_memory(host)})
     return make_plan(spec, tgt, device_for(tgt), req, other_targets(tgt, headroom))
 
 
 def _plan_diffusion(spec: DiffusionSpec, tgt: Target, opts: dict[str, object]) -> DiffusionPlan:
     from fitcheck.diffusion.plan import plan_diffusion
 
+    gpus = opts.get("gpus")
+    if (
+        (isinstance(gpus, int) and gpus > 1)
+        or tgt.gpus > 1
+        or opts.get("strategy")
+        or opts.get("nodes", 1) != 1
+    ):
+        raise OptionError(
+            "--gpus: diffusion plans are for one GPU so far; fitcheck estimate gives the per-GPU memory of "
+            "kohya's data-parallel run (docs/distributed.md#diffusion)"
+        )
     method = opts.get("method") or "auto"
     batch = opts.get("batch_size") or 1
     effective = opts.get("effective_batch") or 1

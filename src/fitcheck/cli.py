@@ -100,6 +100,29 @@ class TaskOpt(StrEnum):
     seq2seq = "seq2seq"
 
 
+class StrategyOpt(StrEnum):
+    ddp = "ddp"
+    zero1 = "zero1"
+    zero2 = "zero2"
+    zero3 = "zero3"
+    fsdp = "fsdp"
+    fsdp_grad_op = "fsdp-grad-op"
+    fsdp_hybrid = "fsdp-hybrid"
+
+
+class OffloadOpt(StrEnum):
+    none = "none"
+    optimizer = "optimizer"
+    all = "all"
+
+
+class QuantStorageOpt(StrEnum):
+    uint8 = "uint8"
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp32 = "fp32"
+
+
 class RuleOpt(StrEnum):
     detailed = "detailed"
     thumb = "thumb"
@@ -206,7 +229,29 @@ OnO = Annotated[
         "or none (no verdict)",
     ),
 ]
-GpusO = Annotated[int, typer.Option("--gpus", help="data-parallel GPUs (each holds a full replica)")]
+GpusO = Annotated[
+    int, typer.Option("--gpus", help="GPUs per node (2x4090 and 8xh100-80gb in --on say it too)")
+]
+StrategyO = Annotated[
+    StrategyOpt | None,
+    typer.Option(
+        "--strategy",
+        help="several GPUs: ddp (default), DeepSpeed zero1/zero2/zero3, FSDP2 fsdp/fsdp-grad-op/fsdp-hybrid",
+    ),
+]
+OffloadO = Annotated[
+    OffloadOpt, typer.Option("--offload", help="to CPU: none, optimizer (ZeRO), all (ZeRO-3 params, FSDP)")
+]
+NodesO = Annotated[int, typer.Option("--nodes", help="nodes; world size = GPUs per node x nodes")]
+FsdpVerO = Annotated[int, typer.Option("--fsdp-version", help="2 (fully_shard) or 1 (the legacy wrapper)")]
+QuantStorageO = Annotated[
+    QuantStorageOpt | None,
+    typer.Option("--quant-storage", help="QLoRA bnb_4bit_quant_storage [default: compute dtype if sharded]"),
+]
+HostMemO = Annotated[
+    str | None,
+    typer.Option("--host-memory", help="CPU RAM of one node, e.g. 512GB [default: catalog or detected]"),
+]
 HeadroomO = Annotated[
     str | None, typer.Option("--headroom", help="safety margin kept free, e.g. 2GB or 10% (default none)")
 ]
@@ -409,6 +454,12 @@ def _training_template(
     num_labels: LabelsO = None,
     target_len: TargetO = None,
     image_tokens: ImageO = 0,
+    strategy: StrategyO = None,
+    offload: OffloadO = OffloadOpt.none,
+    nodes: NodesO = 1,
+    fsdp_version: FsdpVerO = 2,
+    quant_storage: QuantStorageO = None,
+    host_memory: HostMemO = None,
 ) -> None:
     """The training options every command that sizes a run takes (one vocabulary, design.md s.2)."""
 

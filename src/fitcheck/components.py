@@ -14,6 +14,7 @@ from fitcheck.vocab import Kind
 
 METHODOLOGY = "docs/methodology.md#"
 DIFFUSION = "docs/diffusion.md#"
+DISTRIBUTED = "docs/distributed.md#"
 
 
 @dataclass(frozen=True)
@@ -24,8 +25,11 @@ class ComponentId:
     what: str
     llm: str | None = None  # anchor in docs/methodology.md
     diffusion: str | None = None  # anchor in docs/diffusion.md
+    multi: str | None = None  # anchor in docs/distributed.md: a multi-GPU line, either workload
 
     def source(self, kind: Kind) -> str:
+        if self.multi is not None:
+            return DISTRIBUTED + self.multi
         anchor = self.llm if kind == "llm" else self.diffusion
         if anchor is None:
             raise KeyError(f"component {self.id!r} is not a {kind} component")
@@ -100,6 +104,23 @@ _ROWS = (
     ComponentId("backward_temporaries", "scratch of backward ops (reductions)", diffusion="backward"),
     ComponentId("vae_encode", "the VAE encoder at full resolution (latents not cached)", diffusion="parts"),
     ComponentId("text_encoder_activations", "the text encoders' forward", diffusion="parts"),
+    # several GPUs (docs/distributed.md): per-GPU lines of DDP, DeepSpeed ZeRO and FSDP, and host lines
+    ComponentId("ddp_grad_buckets", "DDP's allreduce buckets (a copy of the gradients)", multi="ddp"),
+    ComponentId("param_partitions", "ZeRO-3 parameter partitions (1/N)", multi="zero3-params"),
+    ComponentId("persistent_params", "ZeRO-3 params under the persistence threshold", multi="zero3-params"),
+    ComponentId("gathered_params", "ZeRO-3 params gathered: module + prefetch", multi="zero3-gather"),
+    ComponentId("fp32_master_partition", "DeepSpeed's fp32 partition of trainables", multi="zero-optimizer"),
+    ComponentId("fp32_grad_partition", "the partition's fp32 gradient at the step", multi="zero-optimizer"),
+    ComponentId("gradient_partition", "ZeRO-2/3 gradient partition", multi="zero-grads"),
+    ComponentId("reduce_buckets", "DeepSpeed's IPG reduce buckets", multi="buckets"),
+    ComponentId("param_shards", "FSDP parameter shards (1/N)", multi="fsdp-shards"),
+    ComponentId("gradient_shards", "FSDP gradient shards (1/N)", multi="fsdp-shards"),
+    ComponentId("root_params", "FSDP root unit kept unsharded from forward to backward", multi="fsdp-units"),
+    ComponentId("gathered_units", "FSDP layers all-gathered (current and prefetched)", multi="fsdp-units"),
+    ComponentId("unit_grads", "FSDP unsharded gradients before their reduce-scatter", multi="fsdp-units"),
+    ComponentId("nccl_communicators", "NCCL communicator memory", multi="nccl"),
+    ComponentId("model_load", "host: the model read into CPU RAM while loading", multi="loading"),
+    ComponentId("offload_buffers", "host: DeepSpeed's pinned and staging buffers for offload", multi="host"),
 )
 # fmt: on
 

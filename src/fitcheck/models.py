@@ -21,9 +21,12 @@ from fitcheck.vocab import (
     LlmTrainer,
     Loss,
     Method,
+    Offload,
     Optimizer,
     PhaseName,
     Precision,
+    QuantStorage,
+    Strategy,
     Task,
     Trainer,
     VerdictName,
@@ -38,6 +41,8 @@ METHODS: tuple[str, ...] = Method.__args__  # type: ignore[attr-defined]
 PRECISIONS: tuple[str, ...] = Precision.__args__  # type: ignore[attr-defined]
 BACKENDS: tuple[str, ...] = Backend.__args__  # type: ignore[attr-defined]
 TASKS: tuple[str, ...] = Task.__args__  # type: ignore[attr-defined]
+STRATEGIES: tuple[str, ...] = Strategy.__args__  # type: ignore[attr-defined]
+OFFLOADS: tuple[str, ...] = Offload.__args__  # type: ignore[attr-defined]
 
 
 class Frozen(BaseModel):
@@ -177,10 +182,29 @@ class SetupBase(Frozen):
     lora_targets: str = Field(default="all-linear", description="attn, all-linear, or comma-separated names")
     lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     backend: Backend = "cuda"
+    gpus: int = Field(default=1, ge=1, le=4096, description="GPUs per node")
+    # Several GPUs (docs/distributed.md): world size = gpus x nodes.
+    strategy: Strategy | None = Field(default=None, description="None: ddp with several GPUs, else one GPU")
+    offload: Offload = "none"
+    nodes: int = Field(default=1, ge=1, le=4096)
+    fsdp_version: Literal[1, 2] = 2
 
     @property
     def alpha(self) -> float:
         return self.lora_alpha if self.lora_alpha is not None else 2.0 * self.lora_rank
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus * self.nodes
+
+    @property
+    def distributed(self) -> bool:
+        """Several ranks, or a sharding/offload engine asked for on one GPU."""
+        return self.world_size > 1 or self.strategy is not None or self.offload != "none"
+
+    @property
+    def effective_strategy(self) -> Strategy:
+        return self.strategy or "ddp"
 
 
 class LlmSetup(SetupBase):
@@ -196,13 +220,15 @@ class LlmSetup(SetupBase):
     loss: Loss | None = Field(default=None, description="cross-entropy kernel; the trainer's own when unset")
     offload_activations: bool = Field(default=False, description="saved activations kept on the CPU")
     trainer: LlmTrainer = "generic"
-    gpus: int = Field(default=1, ge=1, le=4096)
     # What the model is trained for (docs/methodology.md, "Tasks"); None: the model's own
     # (causal-lm for decoders, classification for encoders, seq2seq for encoder-decoders).
     task: Task | None = None
     num_labels: int | None = Field(default=None, ge=1, le=1_000_000, description="classification labels")
     target_len: int | None = Field(default=None, ge=1, le=10_000_000, description="seq2seq target tokens")
     image_tokens: int = Field(default=0, ge=0, le=1_000_000, description="image tokens per example")
+    quant_storage: QuantStorage | None = Field(
+        default=None, description="bnb_4bit_quant_storage; None: the compute dtype when the strategy shards"
+    )
 
     @property
     def tokens(self) -> int:
@@ -333,6 +359,7 @@ class Target(Frozen):
     budget_lines: tuple[BudgetLine, ...] = ()
     context_bytes: int = Field(default=0, ge=0, description="CUDA context of this GPU generation")
     bf16: bool = True
+    host_memory_bytes: int | None = Field(default=None, description="CPU RAM of one node, when known")
     detected: bool = False
     source: str = ""
     notes: tuple[str, ...] = ()
@@ -367,6 +394,40 @@ class Verdict(Frozen):
     budget_lines: tuple[BudgetLine, ...] = ()
     suggestions: tuple[Suggestion, ...] = ()
     notes: tuple[str, ...] = ()
+    host_budget_bytes: int | None = Field(default=None, description="CPU RAM of one node, when known")
+    host_verdict: Literal["fits", "does_not_fit"] | None = None
+
+
+class HostPhase(Frozen):
+    """Host (CPU) memory of one node in one phase: loading the model, or training with offload."""
+
+    name: Literal["loading", "training"]
+    components: tuple[Component, ...]
+    total_bytes: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _sum(self) -> HostPhase:
+        if sum(c.bytes for c in self.components) != self.total_bytes:
+            raise ValueError(f"host phase {self.name}: components do not sum to the total")
+        return self
+
+
+class Distributed(Frozen):
+    """How the run is spread over GPUs: the strategy, its shard group and its buffer settings."""
+
+    strategy: Strategy
+    engine: Literal["torch-ddp", "deepspeed", "fsdp"]
+    offload: Offload
+    nodes: int
+    gpus_per_node: int
+    world_size: int
+    shard_group: int = Field(description="ranks one copy of the sharded states is spread over")
+    fsdp_version: Literal[1, 2] | None = None
+    quant_storage: QuantStorage | None = None
+    zero_config: dict[str, int | float | bool] = Field(
+        default_factory=dict, description="DeepSpeed buffer sizes modelled (elements), HF 'auto' resolved"
+    )
+    source: str = "docs/distributed.md"
 
 
 class Band(Frozen):
@@ -404,6 +465,10 @@ class Estimate(Frozen):
     band: Band | None = None
     target: Verdict | None = None
     warnings: tuple[str, ...] = ()
+    world_size: int = 1
+    distributed: Distributed | None = None
+    host_bytes: int | None = Field(default=None, description="CPU memory one node needs (largest host phase)")
+    host_phases: tuple[HostPhase, ...] = ()
 
     @model_validator(mode="after")
     def _peak(self) -> Estimate:

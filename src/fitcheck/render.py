@@ -205,6 +205,8 @@ def estimate_table(est: Estimate, spec: ModelSpec | Any) -> None:
         )
         + " GiB"
     )
+    if est.distributed is not None:
+        _distributed_lines(con, est)
     if est.thumb:
         th = est.thumb
         con.print(
@@ -214,6 +216,29 @@ def estimate_table(est: Estimate, spec: ModelSpec | Any) -> None:
     if est.target:
         _verdict(con, est)
     _warn(est)
+
+
+def _distributed_lines(con: Any, est: Estimate) -> None:
+    """Per GPU of how many, and the node's host memory by phase (docs/distributed.md)."""
+    d = est.distributed
+    assert d is not None
+    off = "" if d.offload == "none" else f", offload {d.offload}"
+    con.print(
+        f"per GPU: {d.strategy} ({d.engine}{off}) on {d.world_size} GPU(s) = {d.gpus_per_node} per node x "
+        f"{d.nodes} node(s); states sharded over {d.shard_group}"
+    )
+    if est.host_bytes is not None:
+        parts = ", ".join(
+            f"{h.name} {_g(h.total_bytes)} ("
+            + (" + ".join(f"{c.name} {_g(c.bytes)}" for c in h.components) or "nothing")
+            + ")"
+            for h in est.host_phases
+        )
+        line = f"host memory per node: {_g(est.host_bytes)} GiB · {parts}"
+        v = est.target
+        if v is not None and v.host_budget_bytes is not None:
+            line += f" · node RAM {_g(v.host_budget_bytes)} GiB: {v.host_verdict or 'unknown'}"
+        con.print(line)
 
 
 _SEGMENT_COLORS = (
@@ -404,6 +429,8 @@ def _setup_line(s: Any) -> str:
     return (
         f"{s.method}{'+dora' if s.dora else ''} · {s.batch_size}x{s.grad_accum} · {s.seq_len} tok · "
         f"{s.precision} · {s.attn} · {s.optimizer}{' · ckpt' if s.grad_ckpt else ''}"
+        + (f" · {s.effective_strategy}" if s.distributed else "")
+        + (f"+offload-{s.offload}" if s.offload != "none" else "")
     )
 
 
@@ -455,6 +482,18 @@ def plan_markdown(plan: Any) -> str:
     return "\n".join(out) + "\n"
 
 
+def _plan_dist_rows(plan: Any) -> list[tuple[str, str]]:
+    """The strategy row of a multi-GPU plan: strategy, offload, GPUs, host memory per node."""
+    c = plan.chosen
+    s = c.setup
+    if not s.distributed:
+        return []
+    off = "" if s.offload == "none" else f" + offload {s.offload}"
+    host = f" · host {_g(c.host_bytes)} GiB per node" if c.host_bytes else ""
+    gpus = f"{s.world_size} GPUs ({s.gpus} per node x {s.nodes})"
+    return [("strategy", f"{s.effective_strategy}{off} on {gpus}; memory per GPU{host}")]
+
+
 def plan_table(plan: Any, stderr: bool = False) -> None:
     """The human view of a plan (on stderr when stdout carries an emitted file)."""
     from rich.table import Table
@@ -490,6 +529,7 @@ def plan_table(plan: Any, stderr: bool = False) -> None:
         ("attention", s.attn),
         ("optimizer", s.optimizer),
         ("checkpointing", "on" if s.grad_ckpt else "off"),
+        *_plan_dist_rows(plan),
         (
             "speed",
             f"{tp.tokens_per_s:,.0f} tokens/s · step {_duration(tp.step_s)} · MFU {100 * tp.mfu:.0f}% · "

@@ -122,10 +122,12 @@ def emit_files(
 
     ref = model_reference(model, spec)
     files: list[tuple[str, str | None, str]] = []
+    names = {kind: (Path(dest).name if dest else kind) for kind, dest in wanted}  # the launch line's
     for kind, dest in wanted:
         em = emitters.get(kind)
-        name = Path(dest).name if dest else kind
-        ctx = EmitContext(spec=spec, model_ref=ref, command=reproduce(model, canonical, name), filename=name)
+        name = names[kind]
+        command = reproduce(model, canonical, name)
+        ctx = EmitContext(spec=spec, model_ref=ref, command=command, filename=name, files=names)
         em.check(plan, ctx)
         folder = Path(dest).parent if dest else None
         for fname, text in em.emit(plan, ctx).items():
@@ -191,6 +193,10 @@ def register(app: typer.Typer) -> None:
         bool | None, typer.Option("--grad-ckpt/--no-grad-ckpt", help="fix checkpointing [default: searched]")
     ]
     AttnPO = Annotated[c.AttnOpt | None, typer.Option("--attn", help="fix the attention kernel")]
+    OffloadPO = Annotated[
+        c.OffloadOpt | None,
+        typer.Option("--offload", help="fix CPU offload: none, optimizer, all [default: searched]"),
+    ]
     TrainerPO = Annotated[
         c.TrainerOpt | None,
         typer.Option("--trainer", help="whose regime to plan for [default: the emitted config's, else hf]"),
@@ -239,6 +245,12 @@ def register(app: typer.Typer) -> None:
         double_quant: c.DQO = True,
         trainer: TrainerPO = None,
         gpus: c.GpusO = 1,
+        strategy: c.StrategyO = None,
+        offload: OffloadPO = None,
+        nodes: c.NodesO = 1,
+        fsdp_version: c.FsdpVerO = 2,
+        quant_storage: c.QuantStorageO = None,
+        host_memory: c.HostMemO = None,
         headroom: c.HeadroomO = None,
         emit: EmitO = None,
         emit_format: EmitFmtO = None,
@@ -271,6 +283,12 @@ def register(app: typer.Typer) -> None:
             double_quant=double_quant,
             trainer=trainer,
             gpus=gpus,
+            strategy=strategy,
+            offload=offload,
+            nodes=nodes,
+            fsdp_version=fsdp_version,
+            quant_storage=quant_storage,
+            host_memory=host_memory,
             headroom=headroom,
             dataset_tokens=dataset_tokens,
             epochs=epochs,
@@ -412,6 +430,12 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
         "--no-double-quant": not kw["double_quant"],
         "--trainer": kw["trainer"],
         "--gpus": kw["gpus"] if kw["gpus"] != 1 else None,
+        "--strategy": kw["strategy"],
+        "--offload": kw["offload"],
+        "--nodes": kw["nodes"] if kw["nodes"] != 1 else None,
+        "--fsdp-version": kw["fsdp_version"] if kw["fsdp_version"] != 2 else None,
+        "--quant-storage": kw["quant_storage"],
+        "--host-memory": kw["host_memory"],
         "--headroom": kw["headroom"],
         "--dataset-tokens": kw["dataset_tokens"],
         "--epochs": kw["epochs"],

@@ -132,7 +132,7 @@ def estimate_diffusion(
         embedding=0,
         lm_head=0,
     )
-    return assemble(
+    est = assemble(
         model=spec.id,
         model_name=spec.name,
         model_source=spec.source_kind,
@@ -145,6 +145,11 @@ def estimate_diffusion(
         target_context=target_context,
         warnings=_warnings(spec, setup),
     )
+    if setup.distributed:
+        from fitcheck.engine.distributed import data_parallel_only
+
+        est = data_parallel_only(est, setup, step.tensors, f"kohya sd-scripts ({spec.name})")
+    return est
 
 
 def _warnings(spec: DiffusionSpec, setup: DiffusionSetup) -> tuple[str, ...]:

@@ -41,6 +41,8 @@ REGISTRY: dict[str, str] = {
     "mlx.yaml": "fitcheck.emitters.mlx",
     "env.sh": "fitcheck.emitters.envsh",
     "kohya.toml": "fitcheck.emitters.kohya",
+    "deepspeed.json": "fitcheck.emitters.deepspeed",
+    "accelerate.yaml": "fitcheck.emitters.accelerate",
 }
 #: Formats for diffusion models only.
 DIFFUSION_ONLY = frozenset({"kohya.toml"})
@@ -52,6 +54,8 @@ TRAINERS: dict[str, str | None] = {
     "mlx.yaml": "mlx",
     "env.sh": None,
     "kohya.toml": "kohya",
+    "deepspeed.json": None,
+    "accelerate.yaml": None,
 }
 
 

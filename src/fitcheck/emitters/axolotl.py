@@ -8,7 +8,7 @@ Attention is ``attn_implementation`` (axolotl >= 0.17; the old booleans still ma
 
 from __future__ import annotations
 
-from fitcheck.emitters import hf
+from fitcheck.emitters import hf, multigpu
 from fitcheck.emitters.common import (
     EmitContext,
     Item,
@@ -48,6 +48,7 @@ def text(plan: Plan, ctx: EmitContext) -> str:
     check(plan, ctx)
     c = chosen(plan)
     s = c.setup
+    fsdp = multigpu.engine(plan) == "fsdp"
     items = [Item("base_model", model_ref(ctx, NAME))]
     if s.method == "qlora":
         items.append(Item("load_in_4bit", True, "QLoRA: NF4 base weights"))
@@ -79,9 +80,14 @@ def text(plan: Plan, ctx: EmitContext) -> str:
         Item("learning_rate", learning_rate(s)),
         Item("bf16", s.precision == "bf16"),
         Item("fp16", s.precision == "fp16"),
-        Item("gradient_checkpointing", s.grad_ckpt),
+        Item(
+            "gradient_checkpointing",
+            s.grad_ckpt and not fsdp,
+            "FSDP checkpoints instead (fsdp_config)" if s.grad_ckpt and fsdp else "",
+        ),
         Item("attn_implementation", ATTN[s.attn]),
         Item("logging_steps", 10),
     ]
+    items += multigpu.items(plan, ctx, "axolotl")
     head = header(plan, ctx, "axolotl config", f"axolotl train {NAME}")
     return comment_block(head) + yaml_text(items)

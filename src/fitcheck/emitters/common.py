@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from fitcheck import __version__
 from fitcheck.diffusion.spec import DiffusionSpec
+from fitcheck.emitters.launch import launch_line
 from fitcheck.engine.params import layer_linears
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup, ModelSpec
@@ -39,12 +40,15 @@ class EmitContext:
         command: the ``fitcheck plan ...`` line that reproduces the file.
         filename: the name the user gave the file (``--emit run.hf.yaml``); empty: the format's name.
             An emitter that writes several files (kohya: config and dataset) names the others after it.
+        files: every file written by the same ``plan`` run, format -> file name (the launch line
+            names them together).
     """
 
     spec: ModelSpec | DiffusionSpec
     model_ref: str | None
     command: str
     filename: str = ""
+    files: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def arch(self) -> DecoderArch:
@@ -101,24 +105,35 @@ def header(plan: Plan, ctx: EmitContext, what: str, runs_with: str) -> list[str]
     lines = [
         f"{what}: written by fitcheck {__version__} (fitcheck plan) for {plan.model_name}",
         f"hardware: {t.name} ({t.backend}"
-        + (f", {t.gpus} GPUs data parallel" if t.gpus > 1 else "")
+        + (f", {t.gpus} GPUs per node" if t.gpus > 1 else "")
         + f"), budget {gib(t.budget_bytes)} = usable {gib(t.usable_bytes)}"
         + f" - headroom {gib(t.headroom_bytes)}",
         f"estimated peak: {peak}; regime {est.regime.name if est else s.trainer}",
         f"plan: {s.method}{'+dora' if s.dora else ''}, micro-batch {s.batch_size}"
         + f" x accumulation {s.grad_accum}"
-        + (f" x {s.gpus} GPUs" if s.gpus > 1 else "")
+        + (f" x {s.world_size} GPUs" if s.world_size > 1 else "")
         + f" = {c.effective_batch}, {s.seq_len} tokens, {s.precision}, attention {s.attn}, {s.optimizer}, "
         f"checkpointing {ckpt}; about {c.throughput.tokens_per_s:,.0f} tokens/s",
         f"run: {runs_with}",
     ]
-    if t.gpus > 1:
-        lines.append(
-            f"data parallel: one process per GPU, e.g. accelerate launch --num_processes {t.gpus} "
-            f"(or torchrun --nproc_per_node {t.gpus})"
-        )
+    launch = launch_line(s, ctx.files)
+    if launch is not None:
+        lines.append(f"launch: {launch}")
+        lines.append(distributed_summary(plan))
     lines.append(f"reproduce: {ctx.command}")
     return lines
+
+
+def distributed_summary(plan: Plan) -> str:
+    """One line: strategy, offload, GPUs, and the host memory the node needs."""
+    s = chosen(plan).setup
+    est = plan.estimate
+    host = f", host {gib(est.host_bytes)} per node" if est is not None and est.host_bytes else ""
+    off = f", offload {s.offload}" if s.offload != "none" else ""
+    return (
+        f"multi-GPU: {s.effective_strategy}{off} on {s.world_size} GPU(s) ({s.gpus} per node x {s.nodes}); "
+        f"memory figures are per GPU{host}"
+    )
 
 
 def comment_block(lines: Sequence[str], mark: str = "#") -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from fitcheck.emitters import multigpu
 from fitcheck.emitters.common import (
     EmitContext,
     Item,
@@ -82,6 +83,17 @@ def check(
     if s.method != "full":
         integer_alpha(s, what)
     model_ref(ctx, what)
+    multigpu.check(plan, ctx, trainer_name, what)
+
+
+def _ckpt_item(plan: Plan) -> Item:
+    """Checkpointing; under FSDP it is FSDP's own (accelerate.yaml), since transformers refuses both."""
+    s = chosen(plan).setup
+    if s.grad_ckpt and multigpu.engine(plan) == "fsdp":
+        return Item("gradient_checkpointing", False, "FSDP checkpoints instead (accelerate.yaml)")
+    return Item(
+        "gradient_checkpointing", s.grad_ckpt, "recompute activations in backward" if s.grad_ckpt else ""
+    )
 
 
 def emit(plan: Plan, ctx: EmitContext) -> dict[str, str]:
@@ -129,9 +141,7 @@ def text(plan: Plan, ctx: EmitContext) -> str:
         Item("max_length", s.seq_len, "tokens per example (memory grows with it)"),
         Item("per_device_train_batch_size", s.batch_size, "micro-batch"),
         Item("gradient_accumulation_steps", s.grad_accum, f"effective batch {c.effective_batch}"),
-        Item(
-            "gradient_checkpointing", s.grad_ckpt, "recompute activations in backward" if s.grad_ckpt else ""
-        ),
+        _ckpt_item(plan),
         Item("bf16", s.precision == "bf16"),
         Item("fp16", s.precision == "fp16"),
         Item("optim", optim_name(s.optimizer)),
@@ -142,5 +152,6 @@ def text(plan: Plan, ctx: EmitContext) -> str:
     ]
     if s.backend == "cpu":
         items.append(Item("use_cpu", True, "train on the CPU (bf16 needs it outside CUDA)"))
+    items += multigpu.items(plan, ctx, "hf")
     head = header(plan, ctx, "TRL SFT config", f"trl sft --config {NAME}")
     return comment_block(head) + yaml_text(items)

@@ -9,7 +9,7 @@ transformers it pins (<= 5.8.0). Gradient checkpointing is on by default there, 
 
 from __future__ import annotations
 
-from fitcheck.emitters import hf
+from fitcheck.emitters import hf, multigpu
 from fitcheck.emitters.common import (
     EmitContext,
     Item,
@@ -118,5 +118,6 @@ def text(plan: Plan, ctx: EmitContext) -> str:
     ]
     if s.backend == "cpu":
         items.append(Item("use_cpu", True))
+    items += multigpu.items(plan, ctx, "llamafactory")
     head = header(plan, ctx, "LLaMA-Factory config", f"llamafactory-cli train {NAME}")
     return comment_block(head) + yaml_text(items)

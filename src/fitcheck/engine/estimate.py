@@ -310,7 +310,7 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         embedding=inv.embedding,
         lm_head=inv.lm_head,
     )
-    return assemble(
+    est = assemble(
         model=spec.id,
         model_name=spec.name,
         model_source=spec.source_kind,
@@ -324,6 +324,11 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         thumb=thumb(c.base, setup),
         warnings=_warnings(spec, setup, c.base),
     )
+    if setup.distributed:
+        from fitcheck.engine.distributed import distribute
+
+        est = distribute(spec, setup, est, _tensor_count(spec, setup))
+    return est
 
 
 @dataclass(frozen=True)

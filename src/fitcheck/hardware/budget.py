@@ -89,6 +89,13 @@ def resolve_target(spec: str, headroom: str | None = None, probe_env: ProbeEnv |
         target = _times(base, int(count_match.group(1)), spec)
     else:
         target = _resolve_one(text, spec, probe_env)
+    if target.host_memory_bytes is None and target.backend in ("cuda", "rocm"):
+        from fitcheck.hardware.nodes import host_ram_bytes
+
+        base_id = count_match.group(2).strip() if count_match else text
+        entry = catalog.find_entry(base_id)
+        ram = host_ram_bytes(entry.id) if entry is not None else None
+        target = target.model_copy(update={"host_memory_bytes": ram})
     return apply_headroom(target, headroom)
 
 
@@ -140,8 +147,8 @@ def _times(base: Target, count: int, spec: str) -> Target:
             f"'{spec}': data parallel across several {base.backend} devices is not modelled; {TARGET_HELP}"
         )
     note = (
-        f"{count} GPUs, data parallel: each keeps its own copy, so the per-GPU budget is unchanged "
-        "(sharding with ZeRO/FSDP is a property of the run, not of the target)"
+        f"{count} GPUs: the budget is per GPU; what each GPU holds depends on --strategy "
+        "(ddp keeps a full copy on each, ZeRO/FSDP shard)"
     )
     return base.model_copy(
         update={
@@ -407,7 +414,9 @@ def _need_cpu(mem: CpuMemory | None) -> CpuMemory:
 def target_from_detection(det: Detection, environ: dict[str, str] | None = None) -> Target:
     """The target `auto` resolves to: the detected GPU(s), the Mac, or system RAM."""
     if det.gpus:
-        return gpu_target(det.gpus, det.backend, environ or {})
+        target = gpu_target(det.gpus, det.backend, environ or {})
+        ram = det.cpu.total_bytes if det.cpu is not None else None
+        return target.model_copy(update={"host_memory_bytes": ram})
     if det.apple is not None:
         return apple_target(det.apple)
     return cpu_target(_need_cpu(det.cpu))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from fitcheck.engine.distributed import STRATEGY_FACTS
 from fitcheck.models import Target
 from fitcheck.planner import rules as R
 from fitcheck.planner.models import Candidate, DevicePerf, PlanRequest, Reason, RunnerUp
@@ -66,6 +67,7 @@ def reasons(
     out += _optimizer(chosen, cands, req, target)
     out += _attention(chosen, req, device)
     out += _precision(chosen, req, device)
+    out += _strategy(chosen, cands, req)
     if chosen.setup.method == "qlora" and target.backend == "mps" and chosen.setup.trainer != "mlx":
         out.append(_r("qlora-mps", "method"))
     t = chosen.throughput
@@ -288,6 +290,36 @@ def _precision(chosen: Candidate, req: PlanRequest, device: DevicePerf) -> list[
     return [_r("bf16-hw", "precision", text)]
 
 
+def _strategy(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest) -> list[Reason]:
+    s = chosen.setup
+    if not s.distributed:
+        return []
+    label = s.effective_strategy + ("" if s.offload == "none" else f" with --offload {s.offload}")
+    if req.strategy is not None and (req.offload is not None or s.offload == "none"):
+        return [_r("least-communication", "strategy", f"{label}, as asked")]
+    rank = (R.OFFLOAD_ORDER.index(s.offload), STRATEGY_FACTS[s.effective_strategy].comm_rank)
+    missed: list[str] = []
+    for st in R.STRATEGY_ORDER:
+        for off in R.OFFLOAD_ORDER:
+            if (R.OFFLOAD_ORDER.index(off), STRATEGY_FACTS[st].comm_rank) >= rank:
+                continue
+            least = _least(
+                cands,
+                lambda c, st=st, off=off: (
+                    c.setup.effective_strategy == st  # type: ignore[misc]
+                    and c.setup.offload == off
+                    and _same_tier(c, chosen)
+                ),
+            )
+            if least is not None:
+                missed.append(f"{st}{'' if off == 'none' else ' + offload ' + off} needs {_gib(least)}")
+    text = f"{label} on {s.world_size} GPUs" + (
+        f": less communication does not fit ({'; '.join(missed)})" if missed else ": the least communication"
+    )
+    host = f"; host {_gib(chosen.host_bytes)} per node" if chosen.host_bytes else ""
+    return [_r("least-communication", "strategy", text + host)]
+
+
 # ------------------------------------------------------------------------------------- runners-up
 
 
@@ -304,9 +336,14 @@ def _why_not(c: Candidate, chosen: Candidate, methods: tuple[str, ...]) -> str:
         return f"fits, but --method auto prefers {x.method} (full, then LoRA, then QLoRA)"
     if s.seq_len < x.seq_len:
         return f"fits, but with {s.seq_len} tokens instead of {x.seq_len}"
+    if (s.offload, s.strategy) != (x.offload, x.strategy):
+        return (
+            f"fits, but {x.effective_strategy}/{x.offload} offload communicates less than "
+            f"{s.effective_strategy}/{s.offload} (least-communication rule)"
+        )
     if c.throughput.tokens_per_s < chosen.throughput.tokens_per_s:
         return f"fits, {_pct(_pct_slower(c, chosen))} slower ({_tps(c)} vs {_tps(chosen)} tokens/s)"
-    for dim in ("precision", "attn", "optimizer", "grad_ckpt", "batch_size"):
+    for dim in ("strategy", "offload", "precision", "attn", "optimizer", "grad_ckpt", "batch_size"):
         a, b = getattr(x, dim), getattr(s, dim)
         if a != b:
             return f"same estimated speed; the tie order puts {dim} {a} before {b}"
@@ -321,6 +358,8 @@ def _signature(c: Candidate) -> tuple[object, ...]:
         s.optimizer,
         s.grad_ckpt,
         s.batch_size,
+        s.strategy,
+        s.offload,
         c.device_bytes,
         c.throughput.tokens_per_s,
     )

@@ -18,8 +18,10 @@ from fitcheck.models import (
     Estimate,
     Frozen,
     LlmSetup,
+    Offload,
     Optimizer,
     Precision,
+    Strategy,
     Target,
     VerdictName,
 )
@@ -77,6 +79,8 @@ class PlanRequest(Frozen):
     optimizer: Optimizer | None = None
     attn: Attention | None = None
     precision: Precision | None = None
+    strategy: Strategy | None = Field(default=None, description="None: searched when there are several GPUs")
+    offload: Offload | None = Field(default=None, description="None: searched (none first)")
     dataset_tokens: int | None = Field(default=None, ge=1)
     epochs: float | None = Field(default=None, gt=0)
 
@@ -108,6 +112,7 @@ class Candidate(Frozen):
     budget_bytes: int
     verdict: VerdictName
     throughput: Throughput
+    host_bytes: int | None = Field(default=None, description="CPU memory per node (several GPUs)")
 
     @property
     def fits(self) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fitcheck.errors import OptionError
-from fitcheck.models import ModelSpec, Target
+from fitcheck.models import ModelSpec, Strategy, Target
 from fitcheck.planner.models import DevicePerf, PlanRequest
 
 
@@ -146,6 +146,12 @@ _RULES = (
         "adamw > adafactor > "
         "lion > sgd > 8-bit; no checkpointing first; larger micro-batch first (smaller on Apple silicon)",
         "docs/planner.md (tie order)",
+    ),
+    Rule(
+        "least-communication",
+        "several GPUs: the strategy that communicates least among those that fit: ddp, zero1, zero2, "
+        "fsdp, zero3; CPU offload only when nothing fits without it",
+        "issue #14; docs/distributed.md (strategies, offload)",
     ),
 )
 RULES: dict[str, Rule] = {r.id: r for r in _RULES}
@@ -304,7 +310,7 @@ def seq_lens(req: PlanRequest) -> tuple[int, ...]:
 
 def micro_batches(req: PlanRequest, target: Target) -> tuple[int, ...]:
     """Micro-batches that divide the per-GPU effective batch and suit the backend."""
-    per_gpu = req.effective_batch // target.gpus
+    per_gpu = req.effective_batch // (target.gpus * req.base.nodes)
     if req.batch_size is not None:
         return (req.batch_size,)
     divs = _divisors(per_gpu)
@@ -354,3 +360,36 @@ def optimizers(req: PlanRequest, backend: str) -> tuple[str, ...]:
 
 def checkpointing(req: PlanRequest) -> tuple[bool, ...]:
     return (req.grad_ckpt,) if req.grad_ckpt is not None else (False, True)
+
+
+#: Strategies the planner tries with several GPUs, least communication first (docs/distributed.md).
+STRATEGY_ORDER: tuple[Strategy, ...] = ("ddp", "zero1", "zero2", "fsdp", "zero3")
+#: Offload levels, none first: offload trades step time for memory.
+OFFLOAD_ORDER = ("none", "optimizer", "all")
+
+
+def strategies(req: PlanRequest, target: Target) -> tuple[str | None, ...]:
+    """Strategies to search: the asked one; else none on one GPU, the ladder on several."""
+    if req.strategy is not None:
+        return (req.strategy,)
+    if target.gpus * req.base.nodes == 1 or target.backend not in ("cuda", "rocm"):
+        return (None,)
+    if req.base.trainer in ("mlx", "kohya"):
+        return ("ddp",)
+    return STRATEGY_ORDER
+
+
+def offloads(req: PlanRequest, strategy: str | None) -> tuple[str, ...]:
+    """Offload levels the strategy accepts (DDP none; ZeRO-1/2 the optimizer; ZeRO-3 both; FSDP all)."""
+    allowed = {
+        None: ("none",),
+        "ddp": ("none",),
+        "zero1": ("none", "optimizer"),
+        "zero2": ("none", "optimizer"),
+    }
+    allowed.update({"zero3": OFFLOAD_ORDER, "fsdp": ("none", "all"), "fsdp-grad-op": ("none", "all")})
+    allowed["fsdp-hybrid"] = ("none", "all")
+    options = allowed[strategy]
+    if req.offload is not None:
+        return tuple(o for o in options if o == req.offload)
+    return options

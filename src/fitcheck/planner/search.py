@@ -22,6 +22,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fitcheck.engine.distributed import STRATEGY_FACTS
 from fitcheck.engine.estimate import estimate
 from fitcheck.engine.states import counts
 from fitcheck.engine.verdict import high_bytes, judge_bytes
@@ -46,6 +47,8 @@ class Point:
     grad_ckpt: bool
     batch_size: int
     grad_accum: int
+    strategy: str | None = None
+    offload: str = "none"
 
 
 @dataclass
@@ -73,12 +76,20 @@ def build_grid(req: PlanRequest, target: Target, device: DevicePerf) -> Grid:
         optimizers=R.optimizers(req, target.backend),
         checkpointing=R.checkpointing(req),
         micro_batches=R.micro_batches(req, target),
-        per_gpu=req.effective_batch // target.gpus,
+        per_gpu=req.effective_batch // (target.gpus * req.base.nodes),
     )
-    for m, s, p, a, o, c, b in itertools.product(
-        g.methods, g.seq_lens, g.precisions, g.attentions, g.optimizers, g.checkpointing, g.micro_batches
+    dist = [(st, off) for st in R.strategies(req, target) for off in R.offloads(req, st)]
+    for m, s, p, a, o, c, b, (st, off) in itertools.product(
+        g.methods,
+        g.seq_lens,
+        g.precisions,
+        g.attentions,
+        g.optimizers,
+        g.checkpointing,
+        g.micro_batches,
+        dist,
     ):
-        g.points.append(Point(m, s, p, a, o, c, b, g.per_gpu // b))
+        g.points.append(Point(m, s, p, a, o, c, b, g.per_gpu // b, st, off))
     return g
 
 
@@ -95,6 +106,8 @@ def setup_for(base: LlmSetup, p: Point) -> LlmSetup:
             "batch_size": p.batch_size,
             "grad_accum": p.grad_accum,
             "dora": base.dora and p.method != "full",
+            "strategy": p.strategy,
+            "offload": p.offload,
         }
     )
 
@@ -103,7 +116,18 @@ def memory_key(p: Point) -> tuple[object, ...]:
     """Points with equal keys have equal estimates (16-bit dtypes alike; fused kernels alike)."""
     width = 4 if p.precision == "fp32" else 2
     kernel = "fused" if p.attn in FUSED_ATTN else p.attn
-    return (p.method, p.seq_len, width, kernel, p.optimizer, p.grad_ckpt, p.batch_size, p.grad_accum)
+    return (
+        p.method,
+        p.seq_len,
+        width,
+        kernel,
+        p.optimizer,
+        p.grad_ckpt,
+        p.batch_size,
+        p.grad_accum,
+        p.strategy,
+        p.offload,
+    )
 
 
 class Evaluator:
@@ -115,16 +139,16 @@ class Evaluator:
         target: Target,
         device: DevicePerf,
         req: PlanRequest,
-        est: Callable[..., tuple[int, int]],
+        est: Callable[..., tuple[int, int, int | None]],
     ) -> None:
         self.spec, self.target, self.device, self.req = spec, target, device, req
         self._est = est
-        self._mem: dict[tuple[object, ...], tuple[int, int]] = {}
+        self._mem: dict[tuple[object, ...], tuple[int, int, int | None]] = {}
         self._trainable: dict[str, int] = {}
         self.estimates_run = 0
 
-    def device_bytes(self, p: Point, setup: LlmSetup) -> tuple[int, int]:
-        """(device_bytes, the band's high_bytes) of a point."""
+    def device_bytes(self, p: Point, setup: LlmSetup) -> tuple[int, int, int | None]:
+        """(device bytes per GPU, the band's high bytes, host bytes per node or None)."""
         key = memory_key(p)
         if key not in self._mem:
             self._mem[key] = self._est(setup)
@@ -138,15 +162,19 @@ class Evaluator:
 
     def candidate(self, p: Point) -> Candidate:
         setup = setup_for(self.req.base, p)
-        need, high = self.device_bytes(p, setup)
+        need, high, host = self.device_bytes(p, setup)
         t = self.target
+        verdict = judge_bytes(need, high, t.budget_bytes)
+        if host is not None and t.host_memory_bytes is not None and host > t.host_memory_bytes:
+            verdict = "does_not_fit"  # the node's CPU RAM cannot hold the offload or the loading
         return Candidate(
             setup=setup,
             effective_batch=self.req.effective_batch,
             device_bytes=need,
             high_bytes=high,
             budget_bytes=t.budget_bytes,
-            verdict=judge_bytes(need, high, t.budget_bytes),  # type: ignore[arg-type]
+            verdict=verdict,  # type: ignore[arg-type]
+            host_bytes=host,
             throughput=throughput(
                 self.spec.arch,
                 setup,
@@ -158,13 +186,13 @@ class Evaluator:
         )
 
 
-def device_bytes_fn(spec: ModelSpec, target: Target) -> Callable[[LlmSetup], tuple[int, int]]:
-    """The engine's (device bytes, band high bytes) for a setup on this target (its CUDA context)."""
+def device_bytes_fn(spec: ModelSpec, target: Target) -> Callable[[LlmSetup], tuple[int, int, int | None]]:
+    """The engine's device bytes (per GPU), band high bytes, and host bytes (per node) for a setup."""
     ctx = target.context_bytes or None
 
-    def need(setup: LlmSetup) -> tuple[int, int]:
+    def need(setup: LlmSetup) -> tuple[int, int, int | None]:
         est = estimate(spec, setup, ctx)
-        return est.device_bytes, high_bytes(est)
+        return est.device_bytes, high_bytes(est), est.host_bytes
 
     return need
 
@@ -173,9 +201,18 @@ def rank_key(c: Candidate, methods: tuple[str, ...], backend: str) -> tuple[obje
     """Lexicographic ranking: method preference, longest sequence, throughput, tie order."""
     s = c.setup
     batch = s.batch_size if backend == "mps" else -s.batch_size
+    dist = (
+        (0, 0)
+        if not s.distributed
+        else (
+            R.OFFLOAD_ORDER.index(s.offload),
+            STRATEGY_FACTS[s.effective_strategy].comm_rank,
+        )
+    )
     return (
         methods.index(s.method),
         -s.seq_len,
+        *dist,
         -c.throughput.tokens_per_s,
         R.PRECISION_ORDER.index(s.precision),
         R.ATTN_ORDER.index(s.attn),
@@ -190,7 +227,7 @@ def evaluate_grid(
     target: Target,
     device: DevicePerf,
     req: PlanRequest,
-    est: Callable[[LlmSetup], tuple[int, int]] | None = None,
+    est: Callable[[LlmSetup], tuple[int, int, int | None]] | None = None,
 ) -> tuple[Grid, list[Candidate], int]:
     """Every grid point as a candidate, ranked best first; and how many estimates ran."""
     grid = build_grid(req, target, device)

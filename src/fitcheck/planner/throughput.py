@@ -22,8 +22,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fitcheck.engine.distributed import STRATEGY_FACTS
 from fitcheck.engine.lora import adapter_params
-from fitcheck.engine.params import layer_kinds
+from fitcheck.engine.params import count_params, layer_kinds
 from fitcheck.engine.regimes import regime_for
 from fitcheck.engine.states import quantizable_tensors
 from fitcheck.facts.dtypes import nbytes
@@ -149,10 +150,19 @@ def throughput(
     """Tokens per second, step time and (with a dataset size) the time for the whole run."""
     flops = flops_per_token(a, setup)
     ms = micro_step(a, setup, device, flops)
-    step = setup.grad_accum * ms.total_s + update_seconds(a, setup, device, trainable)
-    tokens_per_step = setup.batch_size * setup.grad_accum * setup.gpus * setup.seq_len
+    comm = 0.0
+    if setup.distributed:
+        from fitcheck.planner.comm import comm_seconds
+
+        width = 4 if setup.precision == "fp32" else 2
+        comm = comm_seconds(setup, device.id, count_params(a) * width, trainable * width)
+    update = update_seconds(a, setup, device, trainable)
+    if setup.distributed and STRATEGY_FACTS[setup.effective_strategy].shards_optimizer:
+        update /= setup.world_size  # each rank updates its partition
+    step = setup.grad_accum * ms.total_s + update + comm
+    tokens_per_step = setup.batch_size * setup.grad_accum * setup.world_size * setup.seq_len
     tps = tokens_per_step / step
-    peak = device.tflops(setup.precision) * 1e12 * setup.gpus
+    peak = device.tflops(setup.precision) * 1e12 * setup.world_size
     steps: int | None = None
     total: float | None = None
     if dataset_tokens is not None:

@@ -1,0 +1,686 @@
+"""Several GPUs: DDP, DeepSpeed ZeRO 1/2/3 and FSDP, per GPU and per node.
+
+The single-GPU estimate (engine/estimate.py) gives the activations, the logits hump and the model
+states of a whole replica. This module re-deals the model states the way each engine really holds
+them on one rank (DeepSpeed: compute-dtype parameters and fp32 flat partitions; FSDP: fp32 shards
+under mixed precision, unsharded compute-dtype units while they are used), adds the buffers the
+engine allocates (gradient buckets, gather buffers, NCCL communicators) and computes the host (CPU)
+memory of one node: offloaded states, pinned buffers and model loading.
+
+Every rule and its source (file and release of the engine that implements it): docs/distributed.md.
+Numbers in, bytes out: no I/O, no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from fitcheck.assembly import assemble, phase
+from fitcheck.engine.params import inventory, layer_linears
+from fitcheck.errors import OptionError
+from fitcheck.facts.dtypes import nbytes
+from fitcheck.models import (
+    Component,
+    Distributed,
+    Estimate,
+    HostPhase,
+    LlmSetup,
+    ModelSpec,
+    Phase,
+    PhaseName,
+    SetupBase,
+    Strategy,
+)
+from fitcheck.units import MIB
+
+D = "docs/distributed.md#"
+Engine = Literal["torch-ddp", "deepspeed", "fsdp"]
+
+
+@dataclass(frozen=True)
+class StrategyFacts:
+    """What one strategy shards, and how much it communicates (planner preference: lower first)."""
+
+    engine: Engine
+    shards_optimizer: bool
+    shards_grads: bool
+    shards_params: bool
+    reshard_after_forward: bool
+    hybrid: bool
+    comm_rank: int
+    source: str
+
+
+#: One row per strategy (docs/distributed.md, "Strategies").
+STRATEGY_FACTS: dict[Strategy, StrategyFacts] = {
+    "ddp": StrategyFacts(
+        "torch-ddp", False, False, False, False, False, 0, "torch/nn/parallel/distributed.py"
+    ),
+    "zero1": StrategyFacts(
+        "deepspeed", True, False, False, False, False, 1, "deepspeed/runtime/zero/stage_1_and_2.py"
+    ),
+    "zero2": StrategyFacts(
+        "deepspeed", True, True, False, False, False, 2, "deepspeed/runtime/zero/stage_1_and_2.py"
+    ),
+    "fsdp-grad-op": StrategyFacts(
+        "fsdp", True, True, True, False, False, 3, "torch/distributed/fsdp/_fully_shard"
+    ),
+    "fsdp-hybrid": StrategyFacts(
+        "fsdp", True, True, True, True, True, 4, "torch/distributed/fsdp/_fully_shard"
+    ),
+    "fsdp": StrategyFacts("fsdp", True, True, True, True, False, 5, "torch/distributed/fsdp/_fully_shard"),
+    "zero3": StrategyFacts("deepspeed", True, True, True, True, False, 5, "deepspeed/runtime/zero/stage3.py"),
+}
+
+#: DeepSpeed ZeRO defaults in elements (deepspeed/runtime/zero/config.py, v0.19.8).
+ZERO_DEFAULTS: dict[str, int] = {
+    "reduce_bucket_size": 500_000_000,
+    "allgather_bucket_size": 500_000_000,
+    "stage3_prefetch_bucket_size": 50_000_000,
+    "stage3_param_persistence_threshold": 100_000,
+    "stage3_max_live_parameters": 1_000_000_000,
+    "sub_group_size": 1_000_000_000,
+}
+#: The emitted deepspeed.json fixes these (the HF/DeepSpeed example configs do the same).
+ZERO_EMITTED: dict[str, int | bool] = {
+    "allgather_bucket_size": 200_000_000,
+    "overlap_comm": True,
+    "contiguous_gradients": True,
+}
+#: Trainers that run DeepSpeed through transformers' integration, which fills "auto" values.
+HF_FAMILY = frozenset({"hf", "axolotl", "llamafactory"})
+#: NCCL memory per communicator on 4 x A100: 544 MB with 2 ranks, 688 MB with more (NVIDIA/nccl#964).
+NCCL_COMM_MIB: dict[str, int] = {"two_ranks": 544, "more_ranks": 688}
+#: DeepSpeed's own estimators multiply host memory by ``additional_buffer_factor=1.5``
+#: (estimate_zero2/zero3_model_states_mem_needs_all_live, stage_1_and_2.py / stage3.py).
+DS_HOST_BUFFER_FACTOR = 1.5
+#: transformers' default ``max_shard_size`` for hub checkpoints saved before 5.x was "5GB"; most large
+#: hub models ship 5 GB shards (Llama 3.1 70B: 30 files of about 4.7 GB). ZeRO-3's zero.Init loads one
+#: shard at a time per rank.
+CHECKPOINT_SHARD_BYTES = 5 * 10**9
+
+
+def hf_auto(hidden: int) -> dict[str, int]:
+    """What transformers fills for "auto" ZeRO keys (integrations/deepspeed.py, trainer_config_finalize)."""
+    return {
+        "reduce_bucket_size": hidden * hidden,
+        "stage3_prefetch_bucket_size": int(0.9 * hidden * hidden),
+        "stage3_param_persistence_threshold": 10 * hidden,
+    }
+
+
+def zero_config(spec: ModelSpec, setup: LlmSetup) -> dict[str, int | float | bool]:
+    """The ZeRO settings the run uses.
+
+    HF-family trainers: the config fitcheck emits ("auto" buckets resolved from the hidden size,
+    overlap_comm on). Other trainers: DeepSpeed's own defaults, where overlap_comm is on only for
+    ZeRO-3 (zero/config.py, overlap_comm_valid) and the buckets are 5e8 elements.
+    """
+    stage = int(setup.effective_strategy[-1]) if setup.effective_strategy.startswith("zero") else 3
+    if setup.trainer in HF_FAMILY:
+        out: dict[str, int | float | bool] = {**ZERO_DEFAULTS, **ZERO_EMITTED}
+        out.update(hf_auto(spec.arch.hidden_size))
+        return out
+    return {**ZERO_DEFAULTS, "overlap_comm": stage == 3, "contiguous_gradients": True}
+
+
+def check(setup: LlmSetup) -> None:
+    """Refuse combinations no engine runs, with the flag that works instead."""
+    s = setup.effective_strategy
+    if setup.backend in ("mps", "cpu") and (setup.strategy is not None or setup.world_size > 1):
+        raise OptionError(f"--strategy {s}: several GPUs need NCCL/RCCL (CUDA or ROCm), not {setup.backend}")
+    if setup.trainer == "mlx" and setup.distributed:
+        raise OptionError("--trainer mlx runs on one Mac; --strategy, --offload and --nodes do not apply")
+    if setup.offload != "none" and s == "ddp":
+        raise OptionError("--offload needs a sharded strategy: --strategy zero1|zero2|zero3|fsdp")
+    if setup.offload == "all" and s in ("zero1", "zero2"):
+        raise OptionError(
+            f"--offload all: DeepSpeed offloads parameters only with ZeRO-3 (offload_param); "
+            f"use --strategy zero3, or --offload optimizer with {s}"
+        )
+    if setup.offload == "optimizer" and STRATEGY_FACTS[s].engine == "fsdp":
+        raise OptionError(
+            "--offload optimizer: FSDP's CPUOffload moves parameters, gradients and the optimizer step "
+            "together; use --offload all, or --strategy zero3 --offload optimizer"
+        )
+    if setup.quant_storage is not None and setup.method != "qlora":
+        raise OptionError("--quant-storage applies to --method qlora (bnb_4bit_quant_storage)")
+    if setup.fsdp_version == 1 and s == "fsdp-hybrid" and setup.nodes == 1:
+        pass  # HYBRID_SHARD on one node is FULL_SHARD; allowed
+
+
+@dataclass(frozen=True)
+class Shares:
+    """Bytes of one whole replica by kind, and the sizes that decide buffers."""
+
+    trainable: int  # trainable parameters (elements)
+    total: int  # all parameters (elements)
+    compute_b: int  # bytes per element of the compute dtype
+    frozen_bytes: int  # frozen weights as stored (dense or 4-bit)
+    quant_bytes: int  # the 4-bit part of frozen_bytes
+    grads_single: int
+    optimizer_single: int
+    transient_single: int
+    unit_params: int  # parameters of the largest decoder layer (one FSDP unit)
+    unit_trainable: int
+    unit_bytes: int  # the unit gathered in the compute dtype (4-bit packed where quantized)
+    root_params: int  # embeddings, lm_head, final norm: FSDP's root unit
+    root_trainable: int
+    head_params: int  # the largest single module ZeRO-3 gathers outside the layers (lm_head/embedding)
+    persistent_params: int  # ZeRO-3: parameters under the persistence threshold, never partitioned
+    layers: int
+
+
+def _comp(est: Estimate, name: str) -> int:
+    """A persistent component of the single-GPU estimate (the same in every phase it appears in)."""
+    return max((c.bytes for p in est.phases for c in p.components if c.name == name), default=0)
+
+
+def shares(spec: ModelSpec, setup: LlmSetup, est: Estimate, threshold: int) -> Shares:
+    a = spec.arch
+    inv = inventory(a)
+    cb = 4 if setup.precision == "fp32" else 2
+    moe = (False, True) if a.is_moe else (False,)
+    layer = max(sum(lin.numel for lin in layer_linears(a, m)) for m in moe)
+    norms_layer = inv.per_layer_norms // a.num_layers + inv.other_layer // a.num_layers
+    unit = layer + norms_layer
+    lora_layer = est.params.adapter // a.num_layers if setup.method != "full" else 0
+    if setup.method == "qlora":
+        unit_bytes = layer // 2 + (norms_layer + lora_layer) * cb
+    else:
+        unit_bytes = (unit + lora_layer) * cb
+    root = inv.embedding + inv.positions + inv.lm_head + inv.final_norm
+    full = setup.method == "full"
+    frozen = sum(_comp(est, n) for n in ("weights_frozen", "weights_4bit", "weights_unquantized"))
+    persistent = (inv.per_layer_norms + inv.other_layer + inv.final_norm) if threshold >= a.hidden_size else 0
+    return Shares(
+        trainable=est.params.trainable,
+        total=est.params.total,
+        compute_b=cb,
+        frozen_bytes=frozen,
+        quant_bytes=_comp(est, "weights_4bit"),
+        grads_single=_comp(est, "gradients"),
+        optimizer_single=_comp(est, "optimizer_states"),
+        transient_single=_comp(est, "optimizer_transient"),
+        unit_params=unit + lora_layer,
+        unit_trainable=unit if full else lora_layer,
+        unit_bytes=unit_bytes,
+        root_params=root,
+        root_trainable=root if full else 0,
+        head_params=max(inv.embedding, inv.lm_head),
+        persistent_params=persistent,
+        layers=a.num_layers,
+    )
+
+
+FROZEN_NAMES = frozenset({"weights_frozen", "weights_4bit", "weights_unquantized"})
+#: The single-GPU model-state components this module re-deals.
+STATE_NAMES = frozenset(
+    {
+        "weights",
+        "weights_frozen",
+        "weights_4bit",
+        "weights_unquantized",
+        "adapters",
+        "master_weights",
+        "optimizer_states",
+        "gradients",
+        "optimizer_transient",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Per-GPU state components by phase, and host components, for one strategy."""
+
+    always: list[Component]
+    fwd: list[Component]
+    bwd: list[Component]
+    step: list[Component]
+    grads: list[Component]  # alive late in backward and at the step; earlier only when accumulating
+    host: list[Component]
+    bwd_start: list[Component] | None = None  # backward at its start (loss hump), when it differs
+
+
+def _c(name: str, value: float, rule: str, anchor: str) -> Component:
+    """A line through the one component registry; ids shared with one GPU keep their registry source
+    (the rule text names the engine's own dtype; docs/distributed.md ``anchor`` gives its rule)."""
+    from fitcheck.components import REGISTRY
+
+    row = REGISTRY[name]
+    source = row.source("llm") if row.multi is not None or row.llm else D + anchor
+    return Component(name=name, bytes=max(0, round(value)), rule=rule, source=source)
+
+
+def _nccl(setup: SetupBase, facts: StrategyFacts) -> Component:
+    ws = setup.world_size
+    if ws == 1:
+        return _c("nccl_communicators", 0, "", "nccl")
+    per = NCCL_COMM_MIB["two_ranks" if ws == 2 else "more_ranks"] * MIB
+    comms = 2 if facts.hybrid and setup.nodes > 1 else 1
+    return _c(
+        "nccl_communicators", comms * per, f"{comms} communicator(s) x {per // MIB} MiB (nccl#964)", "nccl"
+    )
+
+
+def _ddp(setup: LlmSetup, est: Estimate, sh: Shares) -> Plan:
+    keep = [
+        c for c in est.phases[-1].components if c.name in STATE_NAMES - {"gradients", "optimizer_transient"}
+    ]
+    buckets = _c(
+        "ddp_grad_buckets",
+        sh.grads_single,
+        "allreduce buckets, one copy of the gradients (gradient_as_bucket_view=False)",
+        "ddp",
+    )
+    grads = [_c("gradients", sh.grads_single, "replicated gradients", "ddp")]
+    step = [_c("optimizer_transient", sh.transient_single, "optimizer.step() temporaries", "ddp")]
+    return Plan([*keep, buckets], [], [], step, grads, [])
+
+
+def _zero(
+    setup: LlmSetup, est: Estimate, sh: Shares, n: int, stage: int, z: dict[str, int | float | bool]
+) -> Plan:
+    cb = sh.compute_b
+    off_opt = setup.offload in ("optimizer", "all")
+    off_par = setup.offload == "all"
+    always: list[Component] = []
+    host: list[Component] = []
+    train_b = sh.trainable * cb
+    params_all = train_b + sh.frozen_bytes
+    if stage < 3:
+        name = "weights" if setup.method == "full" else "adapters"
+        rule = f"{sh.trainable:,} trainable params in the compute dtype (the engine casts the module)"
+        always.append(_c(name, train_b, rule, "zero-params"))
+        always += [c for c in est.phases[-1].components if c.name in FROZEN_NAMES]
+    else:
+        persist = sh.persistent_params * cb
+        replicated_q = sh.quant_bytes if setup.method == "qlora" and _storage(setup) != setup.precision else 0
+        if replicated_q:
+            rule = "4-bit weights not partitioned: quant_storage differs from the compute dtype"
+            always.append(_c("weights_4bit", replicated_q, rule, "qlora"))
+        part = _c(
+            "param_partitions",
+            (params_all - persist - replicated_q) / n,
+            f"compute-dtype partitions, 1/{n} of the model",
+            "zero3-params",
+        )
+        (host if off_par else always).append(part)
+        always.append(
+            _c(
+                "persistent_params",
+                persist,
+                "params under stage3_param_persistence_threshold",
+                "zero3-params",
+            )
+        )
+    master = _c(
+        "fp32_master_partition", 4 * sh.trainable / n, f"fp32 flat partition, 1/{n}", "zero-optimizer"
+    )
+    opt_fp32 = sh.optimizer_single * (4 / max(1, _opt_state_b(est)))
+    opt = _c(
+        "optimizer_states", opt_fp32 / n, f"optimizer states on the fp32 partition, 1/{n}", "zero-optimizer"
+    )
+    grad32 = _c(
+        "fp32_grad_partition",
+        4 * sh.trainable / n,
+        "fp32 gradient of the partition at step",
+        "zero-optimizer",
+    )
+    if off_opt:
+        host += [master, opt, grad32]
+        buf = (master.bytes + opt.bytes + grad32.bytes) * (DS_HOST_BUFFER_FACTOR - 1)
+        host.append(_c("offload_buffers", buf, "DeepSpeed estimator's additional_buffer_factor 1.5", "host"))
+        step: list[Component] = []
+    else:
+        always += [master, opt]
+        step = [grad32]
+        if stage == 3:
+            sub = min(int(z["sub_group_size"]), sh.trainable // n)
+            step = [
+                _c("fp32_grad_partition", 4 * sub, "fp32 gradient of one sub_group at step", "zero3-params")
+            ]
+    rb = int(z["reduce_bucket_size"])
+    overlap = bool(z["overlap_comm"])
+    grads: list[Component] = []
+    bwd: list[Component] = []
+    fwd: list[Component] = []
+    if stage == 1:
+        grads.append(
+            _c(
+                "gradients",
+                train_b,
+                "full gradients in the compute dtype (ZeRO-1 does not partition them)",
+                "zero-grads",
+            )
+        )
+    elif stage == 2 and not off_opt:
+        # allocated when the first backward starts and kept: alive in every phase from then on
+        rule = "grads_in_partition, allocated at backward start"
+        always.append(_c("gradient_partition", train_b / n, rule, "zero-grads"))
+    if stage < 3:
+        ipg = rb * cb * (2 if overlap else 1)
+        bwd.append(
+            _c("reduce_buckets", ipg, f"ipg buffer(s): reduce_bucket_size {rb:,} x {1 + overlap}", "buckets")
+        )
+    else:
+        if not off_opt:
+            always.append(
+                _c("gradient_partition", train_b / n, "grad_partitions_flat_buffer, 1/n", "zero-grads")
+            )
+        always.append(_c("reduce_buckets", rb * cb, f"ipg bucket: reduce_bucket_size {rb:,}", "buckets"))
+        live = min(
+            int(z["stage3_max_live_parameters"]),
+            max(sh.unit_params, sh.head_params) + int(z["stage3_prefetch_bucket_size"]),
+        )
+        rule = "largest gathered module + stage3_prefetch_bucket_size, capped by max_live_parameters"
+        gathered = _c("gathered_params", live * cb, rule, "zero3-gather")
+        fwd.append(gathered)
+        bwd.append(gathered)
+    return Plan(always, fwd, bwd, step, grads, host)
+
+
+def _fsdp(setup: LlmSetup, est: Estimate, sh: Shares, n: int, facts: StrategyFacts) -> Plan:
+    cb = sh.compute_b
+    # accelerate upcasts trainable params to fp32 under mixed precision; torchtune keeps them in bf16
+    shard_b = 4 if setup.trainer != "torchtune" else cb
+    shard_frozen = sh.frozen_bytes
+    replicated_q = 0
+    if setup.method == "qlora" and _storage(setup) != setup.precision:
+        replicated_q = sh.quant_bytes
+        shard_frozen -= replicated_q
+    off = setup.offload == "all"
+    rule_sh = (
+        f"1/{n} of each parameter (DTensor dim-0 shards)" if setup.fsdp_version == 2 else f"1/{n} flat shard"
+    )
+    params = [
+        _c(
+            "param_shards",
+            (sh.trainable * shard_b + shard_frozen) / n,
+            f"{rule_sh}; trainable in {4 if shard_b == 4 else cb}-byte dtype",
+            "fsdp-shards",
+        ),
+    ]
+    always: list[Component] = []
+    if replicated_q:
+        always.append(
+            _c(
+                "weights_4bit",
+                replicated_q,
+                "4-bit weights not sharded: quant_storage differs from the compute dtype",
+                "qlora",
+            )
+        )
+    opt = _c(
+        "optimizer_states",
+        sh.optimizer_single * shard_b / max(1, _opt_state_b(est)) / n,
+        f"on the shards, 1/{n}",
+        "fsdp-shards",
+    )
+    trans = _c(
+        "optimizer_transient",
+        sh.transient_single / n,
+        f"optimizer.step() temporaries on the shards, 1/{n}",
+        "fsdp-shards",
+    )
+    grads = [_c("gradient_shards", sh.trainable * shard_b / n, f"sharded gradients, 1/{n}", "fsdp-shards")]
+    host: list[Component] = []
+    if off:
+        host += [*params, opt, *grads]
+        grads, params, opt = [], [], _c("optimizer_states", 0, "", "fsdp-shards")
+    always += [*params, opt]
+    root = _c(
+        "root_params",
+        sh.root_params * cb,
+        "root unit (embeddings, lm_head, norm): not resharded after forward",
+        "fsdp-units",
+    )
+    k_fwd = 2 if setup.fsdp_version == 2 else 1
+    fwd: list[Component] = [root]
+    bwd: list[Component] = [root]
+    if facts.reshard_after_forward:
+        fwd.append(
+            _c(
+                "gathered_units",
+                k_fwd * sh.unit_bytes,
+                f"{k_fwd} unsharded layer(s): current + prefetch",
+                "fsdp-units",
+            )
+        )
+        bwd.append(
+            _c(
+                "gathered_units",
+                2 * sh.unit_bytes,
+                "2 unsharded layers: current + backward prefetch",
+                "fsdp-units",
+            )
+        )
+    else:
+        allp = _c(
+            "gathered_units",
+            sh.layers * sh.unit_bytes,
+            "every layer unsharded from forward to backward (no reshard after forward)",
+            "fsdp-units",
+        )
+        fwd.append(allp)
+        bwd.append(allp)
+    # at the loss hump no gradient exists yet, not even the lm_head's (traced: fsdp-09/10 in
+    # tests/data/calibration/fsdp, where a 128k-vocabulary lm_head grad would show)
+    start = [*bwd]
+    bwd.append(
+        _c(
+            "unit_grads",
+            (sh.unit_trainable + sh.root_trainable) * cb,
+            "unsharded grads of the current layer and the root before reduce-scatter",
+            "fsdp-units",
+        )
+    )
+    return Plan(always, fwd, bwd, [trans], grads, host, start)
+
+
+def _opt_state_b(est: Estimate) -> int:
+    if est.regime.optimizer_state_dtype == "fp32":
+        return 4
+    dt = est.regime.trainable_dtype if est.setup.method == "full" else est.regime.adapter_dtype
+    return nbytes(dt)
+
+
+def _storage(setup: LlmSetup) -> str:
+    """bnb_4bit_quant_storage: the compute dtype by default when the strategy shards (PEFT's rule)."""
+    if setup.quant_storage is not None:
+        return setup.quant_storage
+    return setup.precision if STRATEGY_FACTS[setup.effective_strategy].shards_params else "uint8"
+
+
+def shard_group(setup: LlmSetup) -> int:
+    facts = STRATEGY_FACTS[setup.effective_strategy]
+    if facts.engine == "torch-ddp":
+        return 1
+    return setup.gpus if facts.hybrid else setup.world_size
+
+
+def _loading(spec: ModelSpec, setup: LlmSetup, sh: Shares) -> list[Component]:
+    """Host memory while the model loads, per node (docs/distributed.md#loading)."""
+    facts = STRATEGY_FACTS[setup.effective_strategy]
+    model_b = sh.total * sh.compute_b
+    g = setup.gpus
+    if facts.engine == "fsdp":
+        rule = "rank 0 loads the checkpoint, the others start on the meta device (cpu_ram_efficient_loading)"
+        return [_c("model_load", model_b, rule, "loading")]
+    if setup.effective_strategy == "zero3":
+        per = min(model_b, CHECKPOINT_SHARD_BYTES)
+        rule = f"zero.Init: each of {g} ranks reads one checkpoint shard at a time (~5 GB)"
+        return [_c("model_load", g * per, rule, "loading")]
+    rule = f"each of {g} ranks loads the whole model on the CPU before moving it to its GPU"
+    return [_c("model_load", g * model_b, rule, "loading")]
+
+
+def _phases(est: Estimate, plan: Plan, extra: list[Component]) -> tuple[Phase, ...]:
+    accum = est.setup.grad_accum > 1
+    out: list[Phase] = []
+    by: dict[PhaseName, list[Component]] = {
+        "forward": plan.fwd,
+        "backward": plan.bwd,
+        "optimizer_step": plan.step,
+    }
+    for p in est.phases:
+        rest = [c for c in p.components if c.name not in STATE_NAMES]
+        # the single-GPU backward peak at its start (the loss hump) precedes every gradient
+        start = p.name == "backward" and any(c.name == "logits_loss" for c in p.components)
+        grads = (
+            plan.grads
+            if (p.name == "optimizer_step" or (p.name == "backward" and not start) or accum)
+            else []
+        )
+        own = plan.bwd_start if start and plan.bwd_start is not None else by[p.name]
+        out.append(phase(p.name, [*plan.always, *grads, *own, *rest, *extra]))
+    return tuple(out)
+
+
+def _reassemble(
+    est: Estimate, phases: tuple[Phase, ...], steady: int, tensors: int, **extra: object
+) -> Estimate:
+    """The per-GPU estimate through the one assembly (peak, reserve, context, device), then the
+    multi-GPU fields."""
+    out = assemble(
+        model=est.model,
+        model_name=est.model_name,
+        model_source=est.model_source,
+        setup=est.setup,
+        regime=est.regime,
+        params=est.params,
+        phases=phases,
+        steady_bytes=steady,
+        live_tensors=tensors,
+        target_context=est.context_bytes,
+        thumb=est.thumb,
+        warnings=est.warnings,
+    )
+    return out.model_copy(update=extra)
+
+
+def distribute(spec: ModelSpec, setup: LlmSetup, est: Estimate, tensors: int) -> Estimate:
+    """Turn the single-GPU estimate into the per-GPU one of ``setup``'s strategy, with host memory.
+
+    Args:
+        spec: the model.
+        setup: the run, with its strategy, offload, GPUs per node and nodes.
+        est: the single-GPU estimate of the same setup (activations, states of one replica).
+        tensors: live tensors per rank, for the allocator reserve (engine/overhead.py).
+    """
+    check(setup)
+    s = setup.effective_strategy
+    facts = STRATEGY_FACTS[s]
+    n = shard_group(setup)
+    z = zero_config(spec, setup)
+    threshold = int(z["stage3_param_persistence_threshold"]) if s == "zero3" else 0
+    sh = shares(spec, setup, est, threshold)
+    if facts.engine == "torch-ddp":
+        plan = _ddp(setup, est, sh)
+    elif facts.engine == "deepspeed":
+        plan = _zero(setup, est, sh, n, int(s[-1]), z)
+    else:
+        plan = _fsdp(setup, est, sh, n, facts)
+    phases = _phases(est, plan, [_nccl(setup, facts)])
+    persistent = sum(c.bytes for c in [*plan.always, *plan.grads])
+    load_c = tuple(_loading(spec, setup, sh))
+    load = HostPhase(name="loading", components=load_c, total_bytes=sum(c.bytes for c in load_c))
+    host_train = tuple(
+        _c(c.name, c.bytes * setup.gpus, f"{c.rule}; x {setup.gpus} ranks", c.source.split("#")[-1])
+        for c in plan.host
+        if c.bytes > 0
+    )
+    train = HostPhase(name="training", components=host_train, total_bytes=sum(c.bytes for c in host_train))
+    dist = Distributed(
+        strategy=s,
+        engine=facts.engine,
+        offload=setup.offload,
+        nodes=setup.nodes,
+        gpus_per_node=setup.gpus,
+        world_size=setup.world_size,
+        shard_group=n,
+        fsdp_version=setup.fsdp_version if facts.engine == "fsdp" else None,
+        quant_storage=_storage(setup) if setup.method == "qlora" else None,  # type: ignore[arg-type]
+        zero_config=z if facts.engine == "deepspeed" else {},
+    )
+    return _reassemble(
+        est,
+        phases,
+        persistent,
+        tensors,
+        world_size=setup.world_size,
+        distributed=dist,
+        host_phases=(load, train),
+        host_bytes=max(load.total_bytes, train.total_bytes),
+        warnings=(*est.warnings, *_notes(setup, sh)),
+    )
+
+
+def _notes(setup: LlmSetup, sh: Shares) -> list[str]:
+    out: list[str] = []
+    s = setup.effective_strategy
+    if setup.method == "qlora" and STRATEGY_FACTS[s].shards_params:
+        st = _storage(setup)
+        if st == setup.precision:
+            out.append(
+                f"QLoRA with {s}: 4-bit weights are sharded because bnb_4bit_quant_storage={st} matches the "
+                "compute dtype (PEFT's requirement); the emitted configs set it"
+            )
+        else:
+            out.append(
+                f"QLoRA with {s}: bnb_4bit_quant_storage={st} differs from the compute dtype "
+                f"{setup.precision}, so the 4-bit weights are not sharded (every GPU holds them); "
+                f"--quant-storage {setup.precision} shards them"
+            )
+    if s == "fsdp-hybrid" and setup.nodes == 1:
+        out.append("fsdp-hybrid on one node shards over its GPUs and replicates nothing: the same as fsdp")
+    return out
+
+
+def data_parallel_only(est: Estimate, setup: SetupBase, tensors: int, what: str) -> Estimate:
+    """Per GPU of a plain data-parallel run of an estimate this module cannot re-deal (diffusion).
+
+    kohya sd-scripts runs several GPUs through ``accelerate launch`` with DDP: every rank keeps the
+    whole single-GPU step, plus DDP's gradient buckets (one copy of the gradients) and the NCCL
+    communicator; every rank loads the model on the CPU first (docs/distributed.md#ddp).
+    """
+    s = setup.effective_strategy
+    if s != "ddp" or setup.offload != "none":
+        raise OptionError(
+            f"{what} runs several GPUs data-parallel (accelerate DDP); --strategy {s}"
+            f"{'' if setup.offload == 'none' else ' --offload ' + setup.offload} is not modelled for it"
+        )
+    grads = _comp(est, "gradients")
+    rule = "allreduce buckets, one copy of the gradients (gradient_as_bucket_view=False)"
+    extra = [_c("ddp_grad_buckets", grads, rule, "ddp"), _nccl(setup, STRATEGY_FACTS["ddp"])]
+    phases = tuple(phase(p.name, [*p.components, *extra]) for p in est.phases)
+    persistent = min(p.total_bytes for p in phases)
+    weights = sum(
+        c.bytes for c in est.phases[-1].components if c.name.endswith("weights") or c.name == "adapters"
+    )
+    load = (_c("model_load", setup.gpus * weights, f"each of {setup.gpus} ranks loads the model", "loading"),)
+    host = (
+        HostPhase(name="loading", components=load, total_bytes=load[0].bytes),
+        HostPhase(name="training", components=(), total_bytes=0),
+    )
+    dist = Distributed(
+        strategy="ddp",
+        engine="torch-ddp",
+        offload="none",
+        nodes=setup.nodes,
+        gpus_per_node=setup.gpus,
+        world_size=setup.world_size,
+        shard_group=1,
+    )
+    return _reassemble(
+        est,
+        phases,
+        persistent,
+        tensors,
+        world_size=setup.world_size,
+        distributed=dist,
+        host_phases=host,
+        host_bytes=load[0].bytes,
+    )

@@ -1,0 +1,62 @@
+"""Communication time of a multi-GPU step: bytes moved per rank over the node's links.
+
+Ring collectives move (N-1)/N of the buffer per rank for an all-gather or a reduce-scatter and twice
+that for an all-reduce (NCCL performance notes, "algbw"/"busbw": github.com/NVIDIA/nccl-tests
+doc/PERFORMANCE.md). Per optimizer step:
+
+* ddp, zero1, zero2: one all-reduce of the gradients (ZeRO-1/2: a reduce-scatter of gradients and an
+  all-gather of the updated parameters, the same volume);
+* zero3, fsdp: per micro-step an all-gather of the parameters in forward, another in backward (none
+  with fsdp-grad-op, which keeps them) and a reduce-scatter of the gradients;
+* offload: the gradients go to the host and the parameters come back over PCIe each step.
+
+The link is the node's (hardware/nodes.py): NVLink or PCIe inside a node, InfiniBand between nodes
+(the slowest link bounds a ring). Communication is counted as not overlapped with compute, an upper
+bound on step time (DeepSpeed and FSDP overlap part of it).
+"""
+
+from __future__ import annotations
+
+from fitcheck.engine.distributed import STRATEGY_FACTS
+from fitcheck.hardware.nodes import NODES, PCIE4, node_for
+from fitcheck.models import SetupBase
+from fitcheck.units import GB
+
+#: When a catalog node names no inter-node link: the DGX H100's ConnectX-7, 400 Gb/s per GPU (an assumption).
+DEFAULT_INTER_GBPS = NODES["h100-sxm5-80gb"].inter_gbps or 50.0
+
+
+def link_gbps(setup: SetupBase, gpu_id: str) -> float:
+    """Per-GPU bandwidth of the slowest link the collectives cross, GB/s per direction."""
+    node = node_for(gpu_id)
+    if setup.nodes > 1 and not STRATEGY_FACTS[setup.effective_strategy].hybrid:
+        return min(node.intra_gbps, node.inter_gbps or DEFAULT_INTER_GBPS)
+    return node.intra_gbps
+
+
+def comm_seconds(setup: SetupBase, gpu_id: str, param_bytes: int, grad_bytes: int) -> float:
+    """Seconds of communication per optimizer step on one rank (0 on one GPU).
+
+    Args:
+        setup: the run.
+        gpu_id: catalog id of the GPU (decides the node's links).
+        param_bytes: the model's parameters in the compute dtype (what an all-gather moves).
+        grad_bytes: the trainable parameters' gradients in the compute dtype.
+    """
+    n = setup.world_size
+    if n == 1:
+        return 0.0
+    s = setup.effective_strategy
+    facts = STRATEGY_FACTS[s]
+    ring = (n - 1) / n
+    if facts.shards_params:
+        gathers = 1 if not facts.reshard_after_forward else 2
+        per_micro = ring * (gathers * param_bytes + grad_bytes)
+        volume = per_micro * setup.grad_accum
+    else:
+        volume = 2 * ring * grad_bytes
+    t = volume / (link_gbps(setup, gpu_id) * GB)
+    if setup.offload != "none":
+        shard = grad_bytes / (n if facts.shards_grads else 1)
+        t += 2 * shard / (PCIE4.intra_gbps * GB)
+    return t

@@ -1,0 +1,182 @@
+"""Several GPUs: ZeRO/FSDP/DDP per GPU, host memory per node, the order users expect and where it flips."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fitcheck.cli import main
+from fitcheck.engine.distributed import STRATEGY_FACTS, hf_auto, zero_config
+from fitcheck.engine.estimate import estimate
+from fitcheck.errors import OptionError
+from fitcheck.models import Estimate, LlmSetup, ModelSpec
+from fitcheck.sources.resolve import resolve_model
+
+
+@pytest.fixture(scope="module")
+def spec7b() -> ModelSpec:
+    return resolve_model("7B")
+
+
+def est(spec: ModelSpec, **kw: object) -> Estimate:
+    base: dict[str, object] = {"method": "full", "gpus": 8, "grad_ckpt": True}
+    base.update(kw)
+    return estimate(spec, LlmSetup(**base))  # type: ignore[arg-type]
+
+
+def parts(e: Estimate, phase: str = "optimizer_step") -> dict[str, int]:
+    return {c.name: c.bytes for c in e.phase(phase).components}
+
+
+def test_zero_model_states_follow_the_paper(spec7b: ModelSpec) -> None:
+    """ZeRO paper (arXiv:1910.02054) Table 1, mixed-precision Adam: 4+12/N, 2+14/N, 16/N bytes per param."""
+    n = 8
+    for stage, (rep, shard) in {"zero1": (4, 12), "zero2": (2, 14), "zero3": (0, 16)}.items():
+        e = est(spec7b, strategy=stage)
+        p = e.params.total
+        states = parts(e)
+        names = ("weights", "gradients", "gradient_partition", "param_partitions", "persistent_params")
+        names += ("fp32_master_partition", "optimizer_states")
+        got = sum(states.get(k, 0) for k in names)
+        # ZeRO-3 keeps parameters under stage3_param_persistence_threshold (the norms) whole
+        persistent = states.get("persistent_params", 0) * (1 - 1 / n)
+        assert got == pytest.approx(rep * p + shard * p / n + persistent, rel=1e-6), stage
+
+
+def test_per_gpu_memory_falls_ddp_zero1_zero2_zero3_then_offload(spec7b: ModelSpec) -> None:
+    order = [
+        est(spec7b, strategy="ddp"),
+        est(spec7b, strategy="zero1"),
+        est(spec7b, strategy="zero2"),
+        est(spec7b, strategy="zero3"),
+        est(spec7b, strategy="zero3", offload="optimizer"),
+        est(spec7b, strategy="zero3", offload="all"),
+    ]
+    device = [e.device_bytes for e in order]
+    assert device == sorted(device, reverse=True) and len(set(device)) == len(device)
+    host = [e.host_bytes or 0 for e in order[3:]]
+    assert host == sorted(host) and len(set(host)) == 3
+    for e in order:
+        assert e.world_size == 8 and e.distributed is not None
+
+
+def test_offload_raises_host_and_lowers_device_for_each_stage(spec7b: ModelSpec) -> None:
+    for s in ("zero1", "zero2", "zero3"):
+        a, b = est(spec7b, strategy=s), est(spec7b, strategy=s, offload="optimizer")
+        assert b.device_bytes < a.device_bytes and (b.host_bytes or 0) > (a.host_bytes or 0), s
+        assert "optimizer_states" in {c.name for h in b.host_phases for c in h.components}
+
+
+def test_fsdp_shards_and_grad_op_keeps_layers(spec7b: ModelSpec) -> None:
+    full, grad_op, ddp = est(spec7b, strategy="fsdp"), est(spec7b, strategy="fsdp-grad-op"), est(spec7b)
+    assert full.device_bytes < grad_op.device_bytes < ddp.device_bytes
+    # accelerate upcasts trainable params to fp32 under mixed precision: 4 B/param sharded over 8
+    assert parts(full)["param_shards"] == pytest.approx(4 * full.params.total / 8, rel=1e-6)
+    off = est(spec7b, strategy="fsdp", offload="all")
+    assert off.device_bytes < full.device_bytes and "param_shards" not in parts(off)
+
+
+def test_hybrid_shards_within_a_node(spec7b: ModelSpec) -> None:
+    e = est(spec7b, strategy="fsdp-hybrid", nodes=2)
+    assert e.distributed is not None and e.distributed.shard_group == 8 and e.world_size == 16
+    one = est(spec7b, strategy="fsdp", nodes=2)
+    assert one.distributed is not None and one.distributed.shard_group == 16
+    assert parts(e)["nccl_communicators"] == 2 * parts(one)["nccl_communicators"]
+
+
+def test_small_lora_zero_costs_more_than_ddp_and_says_why(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(
+        ["estimate", "1B", "--method", "lora", "--on", "8xh100-80gb", "--strategy", "zero1", "-f", "json"]
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    note = next(w for w in doc["warnings"] if "more than ddp" in w)
+    assert "reduce_buckets" in note
+
+
+def test_qlora_shards_only_with_matching_quant_storage() -> None:
+    spec = resolve_model("8B")
+    base = {"method": "qlora", "gpus": 4, "strategy": "zero3", "grad_ckpt": True}
+    shared = estimate(spec, LlmSetup(**base))  # type: ignore[arg-type]
+    kept = estimate(spec, LlmSetup(**base, quant_storage="uint8"))  # type: ignore[arg-type]
+    assert "weights_4bit" not in parts(shared) and parts(kept)["weights_4bit"] > 0
+    assert kept.device_bytes > shared.device_bytes
+    assert any("not sharded" in w for w in kept.warnings)
+    assert any("bnb_4bit_quant_storage=bf16" in w for w in shared.warnings)
+
+
+@pytest.mark.parametrize(
+    ("kw", "needle"),
+    [
+        ({"strategy": "ddp", "offload": "optimizer"}, "sharded strategy"),
+        ({"strategy": "zero2", "offload": "all"}, "ZeRO-3"),
+        ({"strategy": "fsdp", "offload": "optimizer"}, "--offload all"),
+        ({"strategy": "zero3", "quant_storage": "bf16"}, "--method qlora"),
+    ],
+)
+def test_refused_combinations(spec7b: ModelSpec, kw: dict[str, str], needle: str) -> None:
+    with pytest.raises(OptionError, match=needle):
+        est(spec7b, **kw)
+
+
+def test_cli_refuses_offload_with_ddp_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["estimate", "7B", "--method", "full", "--on", "8xh100-80gb", "--offload", "optimizer"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("fitcheck: error: --offload") and err.count("\n") == 1
+
+
+def test_acceptance_70b_zero3_json(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["estimate", "llama-3.1-70b", "--method", "full", "--on", "8xh100-80gb", "--strategy", "zero3"]
+    rc = main([*args, "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["world_size"] == 8
+    assert doc["distributed"]["strategy"] == "zero3" and doc["distributed"]["shard_group"] == 8
+    names = {c["name"] for p in doc["phases"] for c in p["components"]}
+    assert {"param_partitions", "gathered_params", "fp32_master_partition", "nccl_communicators"} <= names
+    assert doc["host_bytes"] == max(h["total_bytes"] for h in doc["host_phases"]) > 0
+    # the catalog's DGX H100 node: 2 TB of host RAM
+    assert doc["target"]["host_budget_bytes"] == 2048 * 2**30 and doc["target"]["host_verdict"] == "fits"
+
+
+def test_host_memory_option_judges_the_node(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["estimate", "llama-3.1-70b", "--method", "full", "--on", "8xh100-80gb", "--strategy", "zero3"]
+    rc = main([*args, "--offload", "optimizer", "--host-memory", "512GB", "-f", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["target"]["host_verdict"] == "does_not_fit"
+    assert any("host memory" in n for n in doc["target"]["notes"])
+
+
+def test_hf_auto_values_follow_transformers(spec7b: ModelSpec) -> None:
+    h = spec7b.arch.hidden_size
+    assert hf_auto(h) == {
+        "reduce_bucket_size": h * h,
+        "stage3_prefetch_bucket_size": int(0.9 * h * h),
+        "stage3_param_persistence_threshold": 10 * h,
+    }
+    hf = zero_config(spec7b, LlmSetup(trainer="hf", strategy="zero2"))
+    plain = zero_config(spec7b, LlmSetup(strategy="zero2"))
+    assert hf["reduce_bucket_size"] == h * h and plain["reduce_bucket_size"] == 500_000_000
+    assert plain["overlap_comm"] is False and hf["overlap_comm"] is True
+
+
+def test_every_strategy_has_facts() -> None:
+    from fitcheck.models import STRATEGIES
+
+    assert set(STRATEGY_FACTS) == set(STRATEGIES)
+    ranks = [STRATEGY_FACTS[s].comm_rank for s in ("ddp", "zero1", "zero2", "zero3")]
+    assert ranks == sorted(ranks)
+
+
+def test_diffusion_across_gpus_is_data_parallel(capsys: pytest.CaptureFixture[str]) -> None:
+    """kohya runs several GPUs through accelerate DDP: per GPU the single step + buckets + NCCL."""
+    rc = main(["estimate", "sdxl", "--method", "lora", "--on", "24GB", "-f", "json"])
+    one = json.loads(capsys.readouterr().out)
+    rc2 = main(["estimate", "sdxl", "--method", "lora", "--on", "2x4090", "-f", "json"])
+    two = json.loads(capsys.readouterr().out)
+    assert rc == rc2 == 0 and two["world_size"] == 2 and one["world_size"] == 1
+    step = {c["name"]: c["bytes"] for c in two["phases"][2]["components"]}
+    assert step["ddp_grad_buckets"] == step["gradients"] and step["nccl_communicators"] == 544 * 2**20
+    assert two["host_bytes"] > 0 and two["device_bytes"] > one["device_bytes"]
+    rc3 = main(["estimate", "sdxl", "--method", "lora", "--on", "2x4090", "--strategy", "zero2"])
+    assert rc3 == 2 and "data-parallel" in capsys.readouterr().err
