@@ -531,10 +531,12 @@ def _phases(est: Estimate, plan: Plan, extra: list[Component]) -> tuple[Phase, .
         start = p.name == "backward" and any(c.name == "logits_loss" for c in p.components)
         grads = (
             plan.grads
-            if (p.name == "optimizer_step" or (p.name == "backward" and not start) or accum)
+            if p.name != "load"
+            and (p.name == "optimizer_step" or (p.name == "backward" and not start) or accum)
             else []
         )
-        own = plan.bwd_start if start and plan.bwd_start is not None else by[p.name]
+        # loading holds this rank's persistent share and the load transient, no step buffers
+        own = plan.bwd_start if start and plan.bwd_start is not None else by.get(p.name, [])
         out.append(phase(p.name, [*plan.always, *grads, *own, *rest, *extra]))
     return tuple(out)
 
