@@ -30,7 +30,7 @@ def emit_yaml(fmt: str, model: str, on: str, **kw: Any) -> tuple[Any, dict[str, 
     plan = plan_for(model, on, trainer=trainer, **kw)
     spec = resolve_model(model)
     ctx = EmitContext(spec=spec, model_ref=model_reference(model, spec), command="fitcheck plan (test)")
-    text = emitters.get(fmt).emit(plan, ctx)
+    text = emitters.get(fmt).emit(plan, ctx)[fmt]
     return plan, (yaml.safe_load(text) if fmt.endswith(".yaml") else {}), text
 
 
@@ -130,7 +130,8 @@ def test_full_fp16_asked_for_axolotl_is_refused() -> None:
 def test_llamafactory_template_follows_its_model_registry(model: str, template: str) -> None:
     from fitcheck.emitters.llamafactory import template_for
 
-    assert template_for(resolve_model(model)) == template
+    spec = resolve_model(model)
+    assert template_for(spec.arch, spec.hf_id) == template
 
 
 # ----------------------------------------------------------------------------------------- mlx-lm

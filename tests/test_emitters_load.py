@@ -160,7 +160,7 @@ def emitted(fmt: str, preset: str, on: str, method: str) -> tuple[Any, str]:
     assert plan.fits and plan.chosen is not None
     spec = resolve_model(folder)
     ctx = EmitContext(spec=spec, model_ref=model_reference(folder, spec), command="fitcheck plan (test)")
-    return plan, emitters.get(fmt).emit(plan, ctx)
+    return plan, emitters.get(fmt).emit(plan, ctx)[fmt]
 
 
 def cases(
