@@ -84,12 +84,13 @@ def check_train_time_rules(script: str, flat: dict[str, Any], data: dict[str, An
     need = 64 if script == "fine_tune.py" else 16 if script == "flux_train.py" else 32
     assert steps % need == 0
     res = [int(x) for x in flat["resolution"].split(",")]
-    assert (
-        data["datasets"][0]["min_bucket_reso"]
-        <= min(res)
-        <= max(res)
-        <= data["datasets"][0]["max_bucket_reso"]
-    )
+    ds = data["datasets"][0]
+    if ds.get("bucket_no_upscale"):  # sd-scripts ignores the limits then (train_util.make_buckets)
+        assert "min_bucket_reso" not in ds and "max_bucket_reso" not in ds
+    else:
+        assert ds["min_bucket_reso"] <= min(res) <= max(res) <= ds["max_bucket_reso"]
+    if script.startswith(("sd3_", "flux_")):  # their models run their own attention, no flag read
+        assert not {"sdpa", "xformers", "mem_eff_attn"} & set(flat)
 
 
 # --- dataset schema from kohya_dataset_schema.md -------------------------------------------------

@@ -459,6 +459,10 @@ def _plan_diffusion(spec: DiffusionSpec, tgt: Target, opts: dict[str, object]) -
         "grad_accum": max(1, effective // batch),  # type: ignore[operator]
         "grad_ckpt": bool(opts.get("grad_ckpt")),
     }
+    if opts.get("precision") is None:  # bf16 only where the catalog says the device has it
+        from fitcheck.planner.kernels import diffusion_precision
+
+        asked["precision"] = diffusion_precision(tgt)
     setup = setup_for(spec, asked, tgt)
     return plan_diffusion(spec, setup, tgt, opts.get("min_resolution"))  # type: ignore[arg-type]
 

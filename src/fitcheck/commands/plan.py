@@ -83,6 +83,25 @@ def choose_trainer(explicit: str | None, kinds: list[str]) -> str:
     return explicit or (wanted[0] if wanted else "hf")
 
 
+def _check_format_backend(kinds: list[str], trainer: str, backend: str) -> None:
+    """A format whose trainer does not run on the target, named as the user wrote it (``--emit``)."""
+    from fitcheck.planner.rules import TRAINER_BACKENDS
+
+    kind = next((k for k in kinds if k != "env.sh"), None)
+    if kind is None or backend in TRAINER_BACKENDS[trainer]:
+        return
+    from fitcheck.emitters import TRAINERS
+
+    where = {"mps": "Apple silicon", "cpu": "a CPU", "cuda": "NVIDIA GPUs", "rocm": "AMD GPUs"}[backend]
+    fit = [
+        k
+        for k in ("hf.yaml", "axolotl.yaml", "llamafactory.yaml", "mlx.yaml")
+        if k != kind and backend in TRAINER_BACKENDS[TRAINERS[k] or "hf"]
+    ]
+    runs = " and ".join(TRAINER_BACKENDS[trainer])
+    raise OptionError(f"{kind} is a config for {runs} only, not for {where}; emit {' or '.join(fit)}")
+
+
 def reproduce(model: str, opts: dict[str, Any], emit_name: str) -> str:
     """The ``fitcheck plan`` line that writes the same file (non-default options only)."""
     parts = ["fitcheck", "plan", model]
@@ -114,9 +133,18 @@ def plan_options(kw: dict[str, Any]) -> dict[str, Any]:
 
 
 def emit_files(
-    plan: Any, spec: Any, model: str, wanted: list[tuple[str, str | None]], canonical: dict[str, Any]
+    plan: Any,
+    spec: Any,
+    model: str,
+    wanted: list[tuple[str, str | None]],
+    canonical: dict[str, Any],
+    implied_trainer: str | None = None,
 ) -> list[tuple[str, str | None, str]]:
-    """Every ``--emit`` through the one emitter protocol: (format, destination or None, text) per file."""
+    """Every ``--emit`` through the one emitter protocol: (format, destination or None, text) per file.
+
+    ``implied_trainer``: the trainer the other emitted configs fixed (no ``--trainer`` given); the
+    reproduce line of a trainer-neutral file (env.sh) names it, since alone it would be planned for hf.
+    """
     from fitcheck import emitters
     from fitcheck.emitters.common import EmitContext
 
@@ -126,7 +154,10 @@ def emit_files(
     for kind, dest in wanted:
         em = emitters.get(kind)
         name = names[kind]
-        command = reproduce(model, canonical, name)
+        flags = canonical
+        if emitters.TRAINERS[kind] is None and implied_trainer is not None:
+            flags = {**canonical, "--trainer": implied_trainer}
+        command = reproduce(model, flags, name)
         ctx = EmitContext(spec=spec, model_ref=ref, command=command, filename=name, files=names)
         em.check(plan, ctx)
         folder = Path(dest).parent if dest else None
@@ -144,9 +175,13 @@ def run_plan(
 
     wanted = resolve_emits(emits, fmt_name, output_dir)
     trainer = choose_trainer(kw["trainer"], [k for k, _ in wanted])
-    plan = api.plan(spec, kw["on"], headroom=kw["headroom"], **{**plan_options(kw), "trainer": trainer})
+    tgt = api.target(kw["on"], kw["headroom"], kw["gpus"])
+    if kw["trainer"] is None and tgt is not None:
+        _check_format_backend([k for k, _ in wanted], trainer, tgt.backend)
+    plan = api.plan(spec, tgt, headroom=kw["headroom"], **{**plan_options(kw), "trainer": trainer})
     assert isinstance(plan, Plan)
-    files = emit_files(plan, spec, model, wanted, kw["canonical"]) if plan.fits else []
+    implied = trainer if kw["trainer"] is None and trainer != "hf" else None
+    files = emit_files(plan, spec, model, wanted, kw["canonical"], implied) if plan.fits else []
     return plan, files
 
 
@@ -204,7 +239,9 @@ def register(app: typer.Typer) -> None:
     EmitO = Annotated[
         list[str] | None,
         typer.Option(
-            "--emit", help="write a config: hf.yaml, axolotl.yaml, llamafactory.yaml, mlx.yaml, env.sh"
+            "--emit",
+            help="write a config: hf.yaml, axolotl.yaml, llamafactory.yaml, mlx.yaml, env.sh (LLMs); "
+            "kohya.toml (diffusion: writes dataset.toml beside it)",
         ),
     ]
     EmitFmtO = Annotated[
@@ -244,6 +281,7 @@ def register(app: typer.Typer) -> None:
         lora_dropout: c.DropO = None,
         double_quant: c.DQO = True,
         trainer: TrainerPO = None,
+        fp8_base: c.Fp8O = False,
         gpus: c.GpusO = 1,
         strategy: c.StrategyO = None,
         offload: OffloadPO = None,
@@ -282,6 +320,7 @@ def register(app: typer.Typer) -> None:
             lora_dropout=lora_dropout,
             double_quant=double_quant,
             trainer=trainer,
+            fp8_base=fp8_base,
             gpus=gpus,
             strategy=strategy,
             offload=offload,
@@ -382,6 +421,10 @@ def plan_diffusion_command(
                 f"{kind} is a config for LLM trainers; for {spec.id} (a diffusion model) use "
                 "--emit kohya.toml"
             )
+    if "-" in emits or (emits and output_dir == "-"):
+        raise OptionError(
+            "kohya.toml is two files (the config names its dataset.toml by path): give -o DIR, not stdout"
+        )
     target = api.target(kw["on"], kw["headroom"])
     if target is None:
         from fitcheck.hardware.budget import unlimited_target
@@ -429,6 +472,7 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
         "--lora-dropout": kw["lora_dropout"],
         "--no-double-quant": not kw["double_quant"],
         "--trainer": kw["trainer"],
+        "--fp8-base": kw.get("fp8_base", False),
         "--gpus": kw["gpus"] if kw["gpus"] != 1 else None,
         "--strategy": kw["strategy"],
         "--offload": kw["offload"],

@@ -108,7 +108,12 @@ def header(plan: Plan, ctx: EmitContext, what: str, runs_with: str) -> list[str]
         + (f", {t.gpus} GPUs per node" if t.gpus > 1 else "")
         + f"), budget {gib(t.budget_bytes)} = usable {gib(t.usable_bytes)}"
         + f" - headroom {gib(t.headroom_bytes)}",
-        f"estimated peak: {peak}; regime {est.regime.name if est else s.trainer}",
+        f"estimated peak: {peak}; regime {est.regime.name if est else s.trainer}"
+        + (
+            f": {est.regime.weight_dtype} weights, {s.precision} autocast"
+            if est and est.regime.autocast and est.regime.weight_dtype != s.precision and s.method == "full"
+            else ""
+        ),
         f"plan: {s.method}{'+dora' if s.dora else ''}, micro-batch {s.batch_size}"
         + f" x accumulation {s.grad_accum}"
         + (f" x {s.world_size} GPUs" if s.world_size > 1 else "")

@@ -29,6 +29,7 @@ from fitcheck.emitters.common import (
     yaml_text,
 )
 from fitcheck.errors import OptionError
+from fitcheck.planner import kernels
 from fitcheck.planner.models import Plan
 
 NAME = "hf.yaml"
@@ -78,6 +79,14 @@ def check(
         )
     if s.attn not in (ATTN if attn is None else attn):
         raise OptionError(f"{what} cannot select --attn {s.attn}{attn_hint}")
+    why = kernels.refusal(ctx.arch, trainer_name, s.backend, None, s.attn)
+    if why is not None:
+        raise OptionError(f"{what}: {why}")
+    why = kernels.precision_refusal(trainer_name, s.method, s.precision)
+    if why is not None:
+        raise OptionError(f"{what}: {why}")
+    if kernels.amp_fp32_weights(trainer_name, s.method, s.precision) and not s.master_weights:
+        raise OptionError(f"{what}: a full fine-tune in fp16 needs fp32 weights (plan it with fitcheck plan)")
     if s.optimizer not in OPTIM:
         raise OptionError(f"{what} has no --optimizer {s.optimizer}; it offers {', '.join(OPTIM)}")
     if s.method != "full":
@@ -112,11 +121,21 @@ def text(plan: Plan, ctx: EmitContext) -> str:
         Item(
             "dtype",
             "float32" if amp else DTYPE[s.precision],
-            "load fp32 weights, autocast to the compute dtype (--master-weights)"
+            (
+                "fp32 weights, fp16 autocast: the GradScaler cannot unscale fp16 gradients"
+                if s.precision == "fp16" and s.method == "full"
+                else "load fp32 weights, autocast to the compute dtype (--master-weights)"
+            )
             if amp
             else "weights as loaded",
         ),
-        Item("attn_implementation", ATTN[s.attn], "O(s) attention memory" if s.attn != "eager" else ""),
+        Item(
+            "attn_implementation",
+            ATTN[s.attn],
+            "O(s) attention memory"
+            if s.attn != "eager"
+            else ("the soft-capped attention needs eager" if ctx.arch.attn_logit_softcapping else ""),
+        ),
     ]
     if s.method != "full":
         targets = lora_modules(ctx.arch, s)

@@ -23,11 +23,12 @@ from fitcheck import __version__
 from fitcheck.diffusion.spec import DiffusionSpec
 from fitcheck.errors import OptionError
 from fitcheck.models import DiffusionSetup, Estimate, Target
+from fitcheck.planner import kernels
+from fitcheck.units import GIB
 
 if TYPE_CHECKING:
     from fitcheck.diffusion.plan import DiffusionPlan
     from fitcheck.emitters.common import EmitContext
-from fitcheck.units import GIB
 
 NAME = "kohya.toml"
 TRAINER = "kohya"
@@ -73,6 +74,11 @@ def script_for(spec: DiffusionSpec, setup: DiffusionSetup, dreambooth: bool = Fa
     return SCRIPTS[(spec.family, setup.method)]
 
 
+def _res(spec: DiffusionSpec, setup: DiffusionSetup) -> str:
+    res = setup.resolution or spec.native_resolution
+    return f"{res},{res}"
+
+
 def _learning_rate(setup: DiffusionSetup) -> float:
     if setup.optimizer == "prodigy":
         return 1.0  # Prodigy estimates the step size; sd-scripts docs use lr 1
@@ -112,7 +118,9 @@ def training_config(
         "gradient_checkpointing": setup.grad_ckpt,
         "seed": 42,
     }
-    if setup.attn in ("sdpa", "flash"):
+    if not kernels.kohya_reads_attention_flags(spec.family):
+        pass  # SD3 / FLUX scripts run their own attention and read no flag (kernels.KOHYA_ATTN_SOURCE)
+    elif setup.attn in ("sdpa", "flash"):
         training["sdpa"] = True
     elif setup.attn == "xformers" and setup.backend != "mps":
         training["xformers"] = True
@@ -148,6 +156,8 @@ def training_config(
             "network_train_unet_only": not setup.train_text_encoder,
         }
         if setup.lora_targets == "conv":
+            # networks/lora.py create_network: conv_dim / conv_alpha (LyCORIS's names too) add LoRA to
+            # the 3x3 convolutions; without conv_alpha sd-scripts uses 1.0, so it is written explicitly
             network["network_args"] = [f"conv_dim={setup.lora_rank}", f"conv_alpha={setup.alpha:g}"]
         out["network_arguments"] = network
     return out
@@ -158,14 +168,13 @@ def dataset_config(spec: DiffusionSpec, setup: DiffusionSetup, dreambooth: bool 
     script = script_for(spec, setup, dreambooth)
     res = setup.resolution or spec.native_resolution
     steps = 64  # divisible by 32 (SDXL/FLUX LoRA), 64 (fine_tune) and 16 (flux_train)
-    lo = max(steps, min(256, res // 2) // steps * steps)
-    hi = max(res, min(2048, res * 2) // steps * steps)
+    # bucket_no_upscale: buckets follow each image's own size (at most resolution^2 pixels), and
+    # sd-scripts ignores min/max_bucket_reso (library/train_util.py BaseDataset.make_buckets, with a
+    # warning), so they are not written
     ds: dict[str, Any] = {
         "resolution": res,
         "batch_size": setup.batch_size,
         "enable_bucket": True,
-        "min_bucket_reso": lo,
-        "max_bucket_reso": hi,
         "bucket_reso_steps": steps,
         "bucket_no_upscale": True,
     }
@@ -251,6 +260,17 @@ def _header(
     ]
     if target is not None:
         lines.append(f"# Target {target.id}: budget {target.budget_bytes / GIB:.2f} GiB.")
+    if script == "fine_tune.py":
+        lines += [
+            "# fine_tune.py trains from a metadata file, not from caption files: make it first with",
+            "#   python finetune/merge_captions_to_metadata.py --full_path /path/to/images meta_cap.json",
+            "#   python finetune/prepare_buckets_latents.py --full_path /path/to/images meta_cap.json \\",
+            f"#     meta_lat.json /path/to/{spec.id}.safetensors --max_resolution {_res(spec, setup)}"
+            + " --mixed_precision "
+            + setup.precision.replace("fp32", "no"),
+            "# (sd-scripts docs/train_README-ja.md, fine-tuning); meta_lat.json is the dataset's",
+            "# metadata_file.",
+        ]
     if setup.cache_latents:
         lines.append("# cache_latents: color_aug and random_crop must stay off.")
     lines.append("# Paths are placeholders: point them at your files.")

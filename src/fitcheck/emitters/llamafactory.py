@@ -33,24 +33,64 @@ DESCRIPTION = "LLaMA-Factory SFT config"
 ATTN = {"flash": "fa2", "sdpa": "sdpa", "eager": "disabled"}
 #: The demo set shipped in LLaMA-Factory's data/ folder (data/dataset_info.json); replace it with yours.
 DATASET = "alpaca_en_demo"
-#: Chat template per model family (LLaMA-Factory data/template.py register_template names).
+#: Chat template per Hugging Face id, from LLaMA-Factory's model registry (src/llamafactory/extras/
+#: constants.py @ff6d4d12, register_model_group(..., template=...), line of the template argument).
+#: The registry, not the model type, decides: Gemma 3 1B shares Gemma 2's template, Phi-4 has its own.
+LMF_CONSTANTS = "hiyouga/LLaMA-Factory src/llamafactory/extras/constants.py @ff6d4d12"
+TEMPLATES_BY_ID: dict[str, str] = {
+    "google/gemma-2-2b": "gemma2",  # :812 (Gemma-2-2B, -9B, -27B, their -it, Gemma-3-1B/270M)
+    "google/gemma-2-9b": "gemma2",
+    "google/gemma-2-27b": "gemma2",
+    "google/gemma-3-1b": "gemma2",
+    "google/gemma-3-4b": "gemma3",  # :855 (Gemma-3-4B, -12B, -27B and their -it)
+    "google/gemma-3-12b": "gemma3",
+    "google/gemma-3-27b": "gemma3",
+    "meta-llama/llama-2-7b": "llama2",  # :1606
+    "meta-llama/llama-2-13b": "llama2",
+    "meta-llama/llama-2-70b": "llama2",
+    "mistralai/mistral-7b-v0.1": "mistral",  # :2062
+    "mistralai/mistral-nemo-base-2407": "ministral",  # :2031
+    "mistralai/mistral-small-24b-base-2501": "mistral_small",  # :2108
+    "mistralai/mixtral-8x7b-v0.1": "mistral",  # :2151
+    "microsoft/phi-3-mini-4k": "phi",  # :2397
+    "microsoft/phi-3.5-mini": "phi",
+    "microsoft/phi-4": "phi4",  # :2423
+    "huggingfacetb/smollm2-135m": "smollm2",  # :3333
+    "huggingfacetb/smollm2-360m": "smollm2",
+    "huggingfacetb/smollm2-1.7b": "smollm2",
+}
+#: Suffixes the registry lists beside the base id with the same template.
+_ID_SUFFIXES = ("-it", "-pt", "-instruct", "-chat-hf", "-hf")
+#: Fallback per model type (register_template names in src/llamafactory/data/template.py @ff6d4d12:
+#: gemma2 at :1029 has stop words <eos> and <end_of_turn>, gemma at :1013 only <end_of_turn>).
 TEMPLATES = {
     "qwen2": "qwen",
     "qwen2_moe": "qwen",
     "qwen3": "qwen3",
     "qwen3_moe": "qwen3",
     "gemma": "gemma",
-    "gemma2": "gemma",
-    "gemma3": "gemma",
-    "gemma3_text": "gemma",
+    "gemma2": "gemma2",
+    "gemma3": "gemma3",
+    "gemma3_text": "gemma3",
     "mistral": "mistral",
     "mixtral": "mistral",
     "phi3": "phi",
 }
 
 
+def template_for(arch: DecoderArch, hf_id: str | None) -> str:
+    """The chat template LLaMA-Factory's registry gives this model, else its model type's."""
+    if hf_id:
+        key = hf_id.lower()
+        for suffix in _ID_SUFFIXES:
+            key = key.removesuffix(suffix)
+        if key in TEMPLATES_BY_ID:
+            return TEMPLATES_BY_ID[key]
+    return template(arch)
+
+
 def template(a: DecoderArch) -> str:
-    """The chat template; Llama 3 has a 128k vocabulary, Llama 2 32k."""
+    """The chat template by model type; Llama 3 has a 128k vocabulary, Llama 2 32k."""
     if a.model_type == "llama":
         return "llama3" if a.vocab_size >= 128_000 else "llama2"
     return TEMPLATES.get(a.model_type, "default")
@@ -96,7 +136,11 @@ def text(plan: Plan, ctx: EmitContext) -> str:
             items.append(Item("use_dora", True))
     items += [
         Item("dataset", DATASET, "replace with your dataset (data/dataset_info.json)"),
-        Item("template", template(ctx.arch)),
+        Item(
+            "template",
+            template_for(ctx.arch, ctx.spec.hf_id),
+            "chat template from LLaMA-Factory's model registry",
+        ),
         Item("cutoff_len", s.seq_len, "tokens per example (memory grows with it)"),
         Item("output_dir", run_name(plan)),
         Item("per_device_train_batch_size", s.batch_size, "micro-batch"),

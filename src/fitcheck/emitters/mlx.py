@@ -24,6 +24,7 @@ from fitcheck.emitters.common import (
 )
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup
+from fitcheck.planner import kernels
 from fitcheck.planner.models import Plan
 
 NAME = "mlx.yaml"
@@ -85,18 +86,26 @@ def check(plan: Plan, ctx: EmitContext) -> None:
         raise OptionError(f"{NAME} runs the mlx regime; this plan was made for --trainer {s.trainer}")
     if s.optimizer not in OPTIM:
         raise OptionError(f"mlx-lm has no --optimizer {s.optimizer}; it offers adamw, adafactor or sgd")
-    if s.attn != "sdpa":
-        raise OptionError(f"mlx-lm has one attention kernel; --attn {s.attn} cannot be written")
+    why = kernels.refusal(ctx.arch, TRAINER, "mps", None, s.attn)
+    if why is not None:
+        raise OptionError(why)
+    why = kernels.precision_refusal(TRAINER, s.method, s.precision)
+    if why is not None:
+        raise OptionError(why)
     if s.method != "full":
         lora_keys(ctx.arch, s)
     model_ref(ctx, NAME)
 
 
 def iters(plan: Plan) -> int:
-    """mlx-lm counts micro-batches: optimizer steps x accumulation."""
+    """mlx-lm counts micro-batches: optimizer steps x accumulation. Without a step count, mlx-lm's
+    default rounded up to a whole number of optimizer steps: mlx-lm updates the model every
+    ``grad_accumulation_steps`` iterations (tuner/trainer.py), so a remainder would be computed and
+    never applied."""
     c = chosen(plan)
-    steps = c.throughput.optimizer_steps
-    return steps * c.setup.grad_accum if steps else DEFAULT_ITERS
+    accum = c.setup.grad_accum
+    steps = c.throughput.optimizer_steps or -(-DEFAULT_ITERS // accum)
+    return steps * accum
 
 
 def emit(plan: Plan, ctx: EmitContext) -> dict[str, str]:
@@ -124,7 +133,8 @@ def text(plan: Plan, ctx: EmitContext) -> str:
         Item(
             "iters",
             iters(plan),
-            "micro-batches" + ("" if c.throughput.optimizer_steps else " (mlx-lm default)"),
+            "micro-batches, a multiple of the accumulation"
+            + ("" if c.throughput.optimizer_steps else f" (mlx-lm's {DEFAULT_ITERS} rounded up)"),
         ),
         Item("learning_rate", learning_rate(s)),
         Item("max_seq_length", s.seq_len, "tokens per example (memory grows with it)"),

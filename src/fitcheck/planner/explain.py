@@ -247,6 +247,8 @@ def _attention(chosen: Candidate, req: PlanRequest, device: DevicePerf) -> list[
     a = chosen.setup.attn
     if req.attn is not None:
         return [_r("sdpa" if a == "sdpa" else "flash-ampere", "attention", f"{a}, as asked")]
+    if a == "eager":
+        return [_r("softcap-attention", "attention")]
     if a == "flash":
         return [
             _r(
@@ -278,7 +280,17 @@ def _attention(chosen: Candidate, req: PlanRequest, device: DevicePerf) -> list[
 
 
 def _precision(chosen: Candidate, req: PlanRequest, device: DevicePerf) -> list[Reason]:
-    p = chosen.setup.precision
+    s = chosen.setup
+    if s.method == "full" and s.precision == "fp16" and s.master_weights and not req.base.master_weights:
+        text = (
+            "fp16 autocast on fp32 weights (16 B/param with AdamW): the GradScaler cannot unscale fp16 "
+            "gradients"
+        )
+        return [_r("fp16-full-amp", "precision", text)]
+    if s.method == "full" and s.precision == "fp32" and req.precision is None and device.backend != "cpu":
+        text = f"fp32: {s.trainer} cannot train full weights in fp16, and {device.name} has no bf16"
+        return [_r("fp16-full-amp", "precision", text)]
+    p = s.precision
     if req.precision is not None:
         return [_r("bf16-hw", "precision", f"{p}, as asked")]
     if device.backend == "mps" and not device.bf16_native:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from fitcheck.errors import OptionError
 from fitcheck.models import ModelSpec, Strategy, Target
+from fitcheck.planner import kernels as K
 from fitcheck.planner.models import DevicePerf, PlanRequest
 
 
@@ -61,6 +62,21 @@ _RULES = (
         "sdpa",
         "PyTorch SDPA otherwise: fused O(s) kernels on CUDA, ROCm and CPU; native Metal on Apple silicon",
         "seeds/000 (Apple 3: SDPA mapped to Metal); design.md section 6",
+    ),
+    Rule(
+        "softcap-attention",
+        "attention logit soft-capping (Gemma 2): eager attention, or FlashAttention-2 (its softcap argument) "
+        "on Ampere or newer; SDPA and xformers drop the soft-cap and train a different model",
+        "transformers 5.24.0 models/gemma2/modeling_gemma2.py (_supports_sdpa = False); HF "
+        "google/gemma-2-27b-it discussion #22; fitcheck.planner.kernels",
+    ),
+    Rule(
+        "fp16-full-amp",
+        "full fine-tuning in fp16 loads fp32 weights and autocasts (16 B/param with AdamW): the GradScaler "
+        "cannot unscale fp16 gradients; trainers that load fp16 weights whenever fp16 is on (axolotl) or "
+        "have no loss scaling (mlx-lm) train full weights in fp32 instead",
+        "torch/amp/grad_scaler.py _unscale_grads_; axolotl resolve_dtype @067b021c; "
+        "fitcheck.planner.kernels FP16_FULL",
     ),
     Rule(
         "no-xformers-mps",
@@ -156,16 +172,8 @@ _RULES = (
 )
 RULES: dict[str, Rule] = {r.id: r for r in _RULES}
 
-#: Attention kernels and optimizers each trainer's config can name (emitters write these).
-TRAINER_ATTN: dict[str, tuple[str, ...]] = {
-    "hf": ("flash", "sdpa", "eager"),
-    "axolotl": ("flash", "xformers", "sdpa", "eager"),
-    "llamafactory": ("flash", "sdpa", "eager"),
-    "mlx": ("sdpa",),
-    "torchtune": ("sdpa",),
-    "generic": ("flash", "xformers", "sdpa", "eager"),
-    "kohya": ("xformers", "sdpa", "eager"),
-}
+#: Attention kernels each trainer's config can name: one table, in `fitcheck.planner.kernels`.
+TRAINER_ATTN = K.TRAINER_KERNELS
 _HF_OPT = ("adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "sgd")
 TRAINER_OPT: dict[str, tuple[str, ...]] = {
     "hf": _HF_OPT,
@@ -221,11 +229,14 @@ def check_request(spec: ModelSpec, target: Target, device: DevicePerf, req: Plan
         runs = " and ".join(TRAINER_BACKENDS[trainer])
         raise OptionError(f"--trainer {trainer} runs on {runs}, not on {where}; use --trainer {alt}")
     if req.attn is not None:
-        _check_attn(req.attn, trainer, backend, device)
+        _check_attn(spec, req.attn, trainer, backend, device)
     if req.optimizer is not None:
         _check_optimizer(req.optimizer, trainer, backend)
     if req.precision is not None:
         _check_precision(req.precision, backend, device)
+        why = K.precision_refusal(trainer, "full", req.precision)
+        if why is not None and req.method == "full":
+            raise OptionError(why)
     per_gpu, rest = divmod(req.effective_batch, target.gpus)
     if rest:
         raise OptionError(
@@ -243,20 +254,21 @@ def check_request(spec: ModelSpec, target: Target, device: DevicePerf, req: Plan
         raise OptionError("--dora applies to LoRA and QLoRA, not --method full")
 
 
-def _check_attn(attn: str, trainer: str, backend: str, device: DevicePerf) -> None:
-    if attn == "xformers" and backend == "mps":
-        raise OptionError("xformers is CUDA-only and crashes on Apple silicon; use --attn sdpa")
-    if attn in ("flash", "xformers") and backend != "cuda":
-        raise OptionError(f"--attn {attn} needs an NVIDIA GPU; on {backend} use --attn sdpa")
-    if attn == "flash" and device.cc is not None and device.cc < 8.0:
-        raise OptionError(
+def _check_attn(spec: ModelSpec, attn: str, trainer: str, backend: str, device: DevicePerf) -> None:
+    why = K.refusal(spec.arch, trainer, backend, device.cc, attn)
+    if why is None:
+        return
+    if attn == "flash" and device.cc is not None and device.cc < K.FLASH_MIN_CC:
+        why = (
             f"FlashAttention-2 needs compute capability 8.0 or newer; {device.name} has "
-            f"{device.compute_capability}: "
-            "use --attn sdpa" + (" or xformers (axolotl)" if backend == "cuda" else "")
+            f"{device.compute_capability}: use --attn "
+            + (
+                "sdpa" + (" or xformers (axolotl)" if backend == "cuda" else "")
+                if K.arch_kernels(spec.arch).sdpa
+                else "eager"
+            )
         )
-    if attn not in TRAINER_ATTN[trainer]:
-        can = ", ".join(TRAINER_ATTN[trainer])
-        raise OptionError(f"--trainer {trainer} cannot select --attn {attn}; it offers {can}")
+    raise OptionError(why)
 
 
 def _check_optimizer(opt: str, trainer: str, backend: str) -> None:
@@ -294,7 +306,10 @@ def methods(req: PlanRequest) -> tuple[str, ...]:
     """The methods to search, in preference order (auto: full, then LoRA, then QLoRA)."""
     if req.method != "auto":
         return (req.method,)
-    return METHOD_ORDER if not req.base.dora else ("lora", "qlora")
+    out = METHOD_ORDER if not req.base.dora else ("lora", "qlora")
+    if req.precision is not None and K.precision_refusal(req.base.trainer, "full", req.precision):
+        out = tuple(m for m in out if m != "full")
+    return out
 
 
 def seq_lens(req: PlanRequest) -> tuple[int, ...]:
@@ -324,27 +339,24 @@ def micro_batches(req: PlanRequest, target: Target) -> tuple[int, ...]:
     return tuple(out)
 
 
-def precisions(req: PlanRequest, device: DevicePerf) -> tuple[str, ...]:
-    """Compute dtypes the hardware runs natively, in the tie order."""
+def precisions(req: PlanRequest, device: DevicePerf, method: str) -> tuple[str, ...]:
+    """Compute dtypes the hardware runs natively and the trainer can train ``method`` in, in the tie
+    order (`fitcheck.planner.kernels`)."""
     if req.precision is not None:
         return (req.precision,)
-    if device.backend == "cpu":
-        return ("bf16", "fp32")
-    return ("bf16", "fp16") if device.bf16_native else ("fp16",)
+    return K.precisions_for(req.base.trainer, method, device.backend, device.bf16_native)
 
 
-def attentions(req: PlanRequest, device: DevicePerf) -> tuple[str, ...]:
-    """Memory-efficient kernels the device and trainer offer, in the tie order (eager only when asked)."""
+def attentions(req: PlanRequest, device: DevicePerf, spec: ModelSpec) -> tuple[str, ...]:
+    """Kernels the device, trainer and architecture allow, in the tie order; eager only when asked or
+    when nothing else trains this architecture right (`fitcheck.planner.kernels`)."""
     if req.attn is not None:
         return (req.attn,)
-    trainer = req.base.trainer
-    out: list[str] = []
-    if device.backend == "cuda" and device.cc is not None and device.cc >= 8.0:
-        out.append("flash")
-    if device.backend == "cuda" and "xformers" in TRAINER_ATTN[trainer]:
-        out.append("xformers")
-    out.append("sdpa")
-    return tuple(a for a in out if a in TRAINER_ATTN[trainer])
+    can = K.kernels_for(spec.arch, req.base.trainer, device.backend, device.cc)
+    if device.backend == "cuda" and device.cc is None:
+        can = tuple(k for k in can if k != "flash")  # unknown compute capability: flash not assumed
+    fast = tuple(k for k in can if k != "eager")
+    return fast or can
 
 
 def optimizers(req: PlanRequest, backend: str) -> tuple[str, ...]:

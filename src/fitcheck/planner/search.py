@@ -27,6 +27,7 @@ from fitcheck.engine.estimate import estimate
 from fitcheck.engine.states import counts
 from fitcheck.engine.verdict import high_bytes, judge_bytes
 from fitcheck.models import LlmSetup, ModelSpec, Target
+from fitcheck.planner import kernels as K
 from fitcheck.planner import rules as R
 from fitcheck.planner.models import Candidate, DevicePerf, PlanRequest
 from fitcheck.planner.throughput import throughput
@@ -66,13 +67,15 @@ class Grid:
     points: list[Point] = field(default_factory=list)
 
 
-def build_grid(req: PlanRequest, target: Target, device: DevicePerf) -> Grid:
-    """All points of the grid for this request, device and trainer."""
+def build_grid(req: PlanRequest, target: Target, device: DevicePerf, spec: ModelSpec) -> Grid:
+    """All points of the grid for this request, device, trainer and architecture."""
+    methods = R.methods(req)
+    per_method = {m: R.precisions(req, device, m) for m in methods}
     g = Grid(
-        methods=R.methods(req),
+        methods=methods,
         seq_lens=R.seq_lens(req),
-        precisions=R.precisions(req, device),
-        attentions=R.attentions(req, device),
+        precisions=tuple(dict.fromkeys(p for ps in per_method.values() for p in ps)),
+        attentions=R.attentions(req, device, spec),
         optimizers=R.optimizers(req, target.backend),
         checkpointing=R.checkpointing(req),
         micro_batches=R.micro_batches(req, target),
@@ -89,7 +92,8 @@ def build_grid(req: PlanRequest, target: Target, device: DevicePerf) -> Grid:
         g.micro_batches,
         dist,
     ):
-        g.points.append(Point(m, s, p, a, o, c, b, g.per_gpu // b, st, off))
+        if p in per_method[m]:
+            g.points.append(Point(m, s, p, a, o, c, b, g.per_gpu // b, st, off))
     return g
 
 
@@ -108,12 +112,15 @@ def setup_for(base: LlmSetup, p: Point) -> LlmSetup:
             "dora": base.dora and p.method != "full",
             "strategy": p.strategy,
             "offload": p.offload,
+            # fp16 full fine-tuning under the HF Trainer: fp32 weights with autocast (kernels.FP16_FULL)
+            "master_weights": base.master_weights or K.amp_fp32_weights(base.trainer, p.method, p.precision),
         }
     )
 
 
-def memory_key(p: Point) -> tuple[object, ...]:
-    """Points with equal keys have equal estimates (16-bit dtypes alike; fused kernels alike)."""
+def memory_key(p: Point, master_weights: bool = False) -> tuple[object, ...]:
+    """Points with equal keys have equal estimates (16-bit dtypes alike; fused kernels alike; fp32
+    weights under AMP apart)."""
     width = 4 if p.precision == "fp32" else 2
     kernel = "fused" if p.attn in FUSED_ATTN else p.attn
     return (
@@ -127,6 +134,7 @@ def memory_key(p: Point) -> tuple[object, ...]:
         p.grad_accum,
         p.strategy,
         p.offload,
+        master_weights,
     )
 
 
@@ -149,7 +157,7 @@ class Evaluator:
 
     def device_bytes(self, p: Point, setup: LlmSetup) -> tuple[int, int, int | None]:
         """(device bytes per GPU, the band's high bytes, host bytes per node or None)."""
-        key = memory_key(p)
+        key = memory_key(p, setup.master_weights)
         if key not in self._mem:
             self._mem[key] = self._est(setup)
             self.estimates_run += 1
@@ -230,7 +238,7 @@ def evaluate_grid(
     est: Callable[[LlmSetup], tuple[int, int, int | None]] | None = None,
 ) -> tuple[Grid, list[Candidate], int]:
     """Every grid point as a candidate, ranked best first; and how many estimates ran."""
-    grid = build_grid(req, target, device)
+    grid = build_grid(req, target, device, spec)
     ev = Evaluator(spec, target, device, req, est or device_bytes_fn(spec, target))
     cands = [ev.candidate(p) for p in grid.points]
     cands.sort(key=lambda c: rank_key(c, grid.methods, target.backend))
