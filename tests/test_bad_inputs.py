@@ -94,10 +94,12 @@ def make_files(root: Path) -> dict[str, Path]:
     idx2 = root / "idx2"
     idx2.mkdir()
     (idx2 / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": "../../etc/passwd"}}))
+    (idx2 / "config.json").write_text(json.dumps(LLAMA))
     files["index-escape"] = idx2 / "model.safetensors.index.json"
     idx3 = root / "idx3"
     idx3.mkdir()
     (idx3 / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": 5}}))
+    (idx3 / "config.json").write_text(json.dumps(LLAMA))
     files["index-num"] = idx3 / "model.safetensors.index.json"
     pipe = root / "pipe"
     pipe.mkdir()
@@ -126,8 +128,8 @@ CASES: list[tuple[str, str]] = [
     ("estimate '' --on none", "model"),
     ("estimate ./no/such/folder --on none", "no/such/folder"),
     ("estimate /etc/passwd --on none", "etc"),
-    ("estimate /dev/zero --on none", "zero"),
-    ("estimate /dev/null --on none", "null"),
+    ("estimate /dev/zero --on none", "character device"),
+    ("estimate /dev/null --on none", "character device"),
     ("check 7Q --on rtx-4090", "7Q"),
     ("plan 7Q --on rtx-4090", "7Q"),
     ("measure sdxl", "diffusion"),
@@ -174,7 +176,7 @@ CASES: list[tuple[str, str]] = [
     ("estimate @index-list --on none", "weight_map"),
     ("estimate @index-escape --on none", "index"),
     ("estimate @index-num --on none", "weight_map"),
-    ("estimate @pipeline-shape --on none", "model_index.json"),
+    ("estimate @pipeline-shape --on none", "component"),
     ("estimate @pipeline-list --on none", "model_index.json"),
     # numbers that are not numbers, or out of range
     *[
@@ -229,7 +231,8 @@ CASES: list[tuple[str, str]] = [
             "rtx-4090x",
         )
     ],
-    *[(f"check 7B --on {v}", v.strip("'") or "--on") for v in ("bogus", "0GB", "none", "''")],
+    *[(f"check 7B --on {v}", v.strip("'") or "--on") for v in ("bogus", "0GB", "''")],
+    ("check 7B --on none", "--on"),
     ("check 7B", "--on"),
     *[
         (f"estimate 7B --on rtx-4090 --headroom {v}", "headroom")
@@ -266,7 +269,7 @@ CASES: list[tuple[str, str]] = [
     ("plan 7B --on rtx-4090 --emit-format hf.yaml", "--emit"),
     ("plan 7B --on rtx-4090 --emit " + "e" * 300 + ".yaml --emit-format hf.yaml", "e"),
     ("plan llama-3.1-8b --on rtx-4090 --emit hf.yaml --emit hf.yaml -o @empty-dir", "twice"),
-    ("plan llama-3.1-8b --on rtx-4090 --emit - --emit -", "stdout"),
+    ("plan llama-3.1-8b --on rtx-4090 --emit - --emit -", "-"),
     ("plan 7B --on rtx-4090 --method x", "method"),
     ("plan 7B --on none --emit hf.yaml", "on"),
     # measure (options checked before torch is needed)
@@ -309,5 +312,6 @@ def test_bad_input_is_one_clear_line(line: str, word: str, files: dict[str, Path
     assert "internal error" not in err.getvalue()
     assert word.lower() in errors[0].lower(), errors[0]
     assert out.getvalue() == ""
-    assert len(errors[0]) < 400, "one line a person reads, not a dump"
+    # one line a person reads, not a dump (an unsupported model_type lists the supported ones: issue 11)
+    assert len(errors[0]) < (900 if "not read natively" in errors[0] else 400)
     assert list(tmp_path.iterdir()) == []

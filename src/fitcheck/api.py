@@ -18,8 +18,9 @@ Imports stay light: pydantic and the engines are imported inside the functions t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Literal, get_type_hints
 
+from pydantic import Field
 from typing_extensions import TypedDict, Unpack  # pydantic validates only this TypedDict on 3.11
 
 from fitcheck.errors import InputError, OptionError
@@ -66,7 +67,7 @@ class _Common(TypedDict, total=False):
     full_fp16: bool
     master_weights: bool
     lora_rank: int | None
-    lora_alpha: float | None
+    lora_alpha: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None
     lora_targets: str | None
     lora_dropout: float | None
     double_quant: bool | None
@@ -75,7 +76,7 @@ class _Common(TypedDict, total=False):
     loss: Loss | None
     offload_activations: bool
     trainer: Trainer | None
-    gpus: int | None
+    gpus: Annotated[int, Field(ge=1, le=4096)] | None
     task: Task | None
     num_labels: int | None
     target_len: int | None
@@ -108,11 +109,11 @@ class PlanOptions(_Common, total=False):
     optimizer: Optimizer | None
     grad_ckpt: bool | None
     attn: Attention | None
-    effective_batch: int | None
-    min_seq_len: int | None
-    min_resolution: int | None
-    dataset_tokens: int | None
-    epochs: float | None
+    effective_batch: Annotated[int, Field(ge=1, le=1 << 20)] | None
+    min_seq_len: Annotated[int, Field(ge=1, le=10_000_000)] | None
+    min_resolution: Annotated[int, Field(ge=64, le=8192)] | None
+    dataset_tokens: Annotated[int, Field(ge=1)] | None
+    epochs: Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False)] | None
     strategy: Strategy | None
     offload: Offload | None
 
@@ -248,6 +249,11 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
 
     refuse_foreign(spec, options)
     kind = kind_of(spec)
+    if options.get("trainer") == "mlx" and tgt is not None and tgt.backend != "mps":
+        raise OptionError(
+            f"--trainer mlx trains on Apple silicon (MLX); {tgt.id} is a {tgt.backend} target: use hf, "
+            "axolotl, llamafactory, torchtune, litgpt or unsloth there"
+        )
     model = LlmSetup if kind == "llm" else DiffusionSetup
     values = {k: v for k, v in options.items() if v is not None and k in model.model_fields}
     if kind == "diffusion":
@@ -448,6 +454,11 @@ def _plan_diffusion(spec: DiffusionSpec, tgt: Target, opts: dict[str, object]) -
         raise OptionError(
             "--gpus: diffusion plans are for one GPU so far; fitcheck estimate gives the per-GPU memory of "
             "kohya's data-parallel run (docs/distributed.md#diffusion)"
+        )
+    floor, res = opts.get("min_resolution"), opts.get("resolution")
+    if isinstance(floor, int) and isinstance(res, int) and floor > res:
+        raise OptionError(
+            f"--min-resolution {floor} is above --resolution {res}: it is the lowest to step down to"
         )
     method = opts.get("method") or "auto"
     batch = opts.get("batch_size") or 1

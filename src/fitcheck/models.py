@@ -178,7 +178,9 @@ class SetupBase(Frozen):
     grad_ckpt: bool = False
     attn: Attention = "sdpa"
     lora_rank: int = Field(default=16, ge=1, le=65536)
-    lora_alpha: float | None = Field(default=None, description="defaults to 2 x rank")
+    lora_alpha: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="defaults to 2 x rank"
+    )
     lora_targets: str = Field(default="all-linear", description="attn, all-linear, or comma-separated names")
     lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     backend: Backend = "cuda"

@@ -28,7 +28,6 @@ from fitcheck.diffusion.regime import check, plan_parts
 from fitcheck.diffusion.spec import DiffusionSpec
 from fitcheck.diffusion.step import simulate
 from fitcheck.engine.verdict import judge
-from fitcheck.errors import OptionError
 from fitcheck.models import DiffusionSetup, Estimate, Frozen, Target
 from fitcheck.planner.device import catalog_id, default_perf, perf_from_entry
 from fitcheck.planner.models import DevicePerf
@@ -147,6 +146,13 @@ def plan_diffusion(
     tflops, bandwidth = device.tflops(setup.precision), device.bandwidth_gbps
     util = UTILISATION[device.backend][0]
     res0 = setup.resolution or spec.native_resolution
+    if min_resolution is not None and min_resolution > res0:
+        from fitcheck.errors import OptionError
+
+        raise OptionError(
+            f"--min-resolution {min_resolution} is above the resolution planned ({res0}): it is the lowest "
+            "to step down to"
+        )
     floor = min_resolution or res0
     resolutions = [res0, *range((res0 - 64) // 64 * 64, floor - 1, -64)]
     considered = 0

@@ -57,7 +57,15 @@ class HwCatalog(Frozen):
 
 
 def detect_report(probe_env: ProbeEnv | None = None, headroom: str | None = None) -> HwReport:
-    """Probe the machine (or the injected one) and describe what was found and what is usable."""
+    """Probe the machine (or the injected one) and describe what was found and what is usable.
+
+    Raises:
+        InputError: a ``headroom`` that is no size or percentage (bad input is an error, not a warning).
+    """
+    if headroom is not None:
+        from fitcheck.hardware.budget import parse_headroom
+
+        parse_headroom(headroom, 1 << 50)  # syntax only; what the machine has is checked below
     env = probe_env or ProbeEnv.real()
     det = detect(env)
     gpus = tuple(g.model_copy(update={"catalog_id": _gpu_id(g)}) for g in det.gpus)

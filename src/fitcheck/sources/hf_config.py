@@ -645,6 +645,36 @@ def _multimodal(cfg: Config, model_type: str) -> Fields:
     return d
 
 
+#: Size fields of a config.json and the largest value a real model has come near (x ~50 of today's
+#: largest: Llama 3.1 405B has hidden 16,384, 126 layers, 128 heads; vocabularies reach ~260k; MoE
+#: models 256 experts). Past these a config is a typo or hostile, not a model.
+SIZE_BOUNDS: dict[str, int] = {
+    **dict.fromkeys(KEYS["hidden_size"], 1 << 20),
+    **dict.fromkeys(KEYS["num_layers"], 10_000),
+    **dict.fromkeys(KEYS["num_heads"], 100_000),
+    **dict.fromkeys(KEYS["num_kv_heads"], 100_000),
+    **dict.fromkeys(KEYS["head_dim"], 1 << 16),
+    **dict.fromkeys(KEYS["intermediate_size"], 1 << 24),
+    **dict.fromkeys(KEYS["vocab_size"], 1 << 26),
+    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "num_experts_per_tok"), 1 << 16),
+    **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size", "kv_lora_rank"), 1 << 24),
+}
+
+
+def check_sizes(cfg: Config, where: str = "config.json") -> None:
+    """Every size field present is a whole number from 1 to its bound, named with its own key."""
+    for key, bound in SIZE_BOUNDS.items():
+        value = cfg.get(key)
+        if value is None:
+            continue
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if isinstance(value, float) and value.is_integer():
+            whole, value = True, int(value)
+        if not whole or not 1 <= value <= bound:
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            raise ModelSourceError(f"{where}: {key} must be a whole number from 1 to {bound:,} (got {shown})")
+
+
 def arch_from_hf_config(cfg: Config) -> DecoderArch:
     """Build a `DecoderArch` from a parsed ``config.json``.
 
@@ -653,7 +683,19 @@ def arch_from_hf_config(cfg: Config) -> DecoderArch:
     """
     if not isinstance(cfg, Mapping):
         raise ModelSourceError("config.json must hold a JSON object")
-    model_type = str(cfg.get("model_type"))
+    raw_type = cfg.get("model_type")
+    if not isinstance(raw_type, str) or not raw_type:
+        shown = repr(raw_type) if len(repr(raw_type)) <= 40 else repr(raw_type)[:37] + "..."
+        raise ModelSourceError(
+            f"config.json: model_type must name the architecture as a string (got {shown}); "
+            "`fitcheck models` and docs/cli.md list the supported types"
+        )
+    check_sizes(cfg)
+    for sub in ("text_config", "llm_config", "language_config"):
+        inner = cfg.get(sub)
+        if isinstance(inner, Mapping):
+            check_sizes(inner, f"config.json {sub}")
+    model_type = raw_type
     if model_type in SSM_TYPES:
         raise ModelSourceError(
             f"model_type '{model_type}' is a state-space / recurrent model; fitcheck models transformers "
@@ -684,7 +726,9 @@ class UnsupportedTypeError(ModelSourceError):
 
     def __init__(self, model_type: str) -> None:
         self.model_type = model_type
+        shown = model_type if len(model_type) <= 60 else model_type[:57] + "..."
         super().__init__(
-            f"model_type '{model_type}' is not read natively; supported: {', '.join(supported_types())}. "
-            "Install the torch extra (pip install 'fitcheck-train[torch]') to size it from transformers"
+            f"model_type '{shown}' is not read natively; supported: {', '.join(supported_types())}. "
+            "Install the torch extra to size it from transformers (pip install torch==2.13.0, then "
+            "pip install -e '.[torch]' from a checkout or pip install 'fitcheck-train[torch]')"
         )

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fitcheck.errors import ModelSourceError, NotFoundError, suggest
+from fitcheck.errors import InputError, ModelSourceError, NotFoundError, suggest
 from fitcheck.models import ModelSpec, TensorGroup
 from fitcheck.presets import load_preset, preset_ids
 from fitcheck.sources.hf_config import UnsupportedTypeError, arch_from_hf_config
@@ -113,7 +113,11 @@ def spec_from_config(
 def spec_from_path(path: Path) -> ModelSpec:
     """A local Hugging Face folder, a config.json, or safetensors files (with a config.json beside)."""
     if not path.exists():
-        raise NotFoundError(f"{path}: no such file or folder")
+        raise NotFoundError(f"{short(str(path))}: no such file or folder")
+    if not path.is_dir() and not path.is_file():
+        from fitcheck.fileio import file_kind
+
+        raise ModelSourceError(f"{path} is {file_kind(path.stat().st_mode)}, not a model file or folder")
     folder = path if path.is_dir() else path.parent
     cfg_path = (
         path if path.suffix == ".json" and not path.name.endswith("index.json") else folder / "config.json"
@@ -171,10 +175,26 @@ def resolve(text: str) -> ModelSpec | DiffusionSpec:
     """
     from fitcheck.diffusion.sources import resolve_diffusion
 
-    dspec = resolve_diffusion(text)
-    if dspec is not None:
-        return dspec
-    return _resolve_llm_or_hub(text)
+    if not text.strip():
+        raise InputError("MODEL is empty: give a preset id, a size like 7B, a Hub id or a path")
+    if len(text) > MAX_NAME_CHARS or any(len(part.encode()) > 255 for part in text.split("/")):
+        raise InputError(f"'{short(text)}' is longer than any model name or path can be")
+    try:
+        dspec = resolve_diffusion(text)
+        if dspec is not None:
+            return dspec
+        return _resolve_llm_or_hub(text)
+    except OSError as exc:  # a path the system refuses (permissions, a loop of links, ...)
+        raise ModelSourceError(f"{short(text)}: cannot read it ({exc.strerror or exc})") from None
+
+
+#: Longer than any path the system accepts (PATH_MAX is 4,096 on Linux).
+MAX_NAME_CHARS = 4096
+
+
+def short(text: str, n: int = 80) -> str:
+    """A name as an error line shows it: at most ``n`` characters."""
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def _resolve_llm_or_hub(text: str) -> ModelSpec | DiffusionSpec:
@@ -203,7 +223,7 @@ def _resolve_llm_or_hub(text: str) -> ModelSpec | DiffusionSpec:
         return spec_from_hub(repo, rev)
     hint = suggest(text, [*preset_ids("models"), *_aliases()])
     raise NotFoundError(
-        f"unknown model '{text}'"
+        f"unknown model '{short(text)}'"
         + (f"; {hint}" if hint else "")
         + " (a preset id from `fitcheck models`, a size like 7B, a Hub id like org/name, or a path to a "
         "model folder)"
