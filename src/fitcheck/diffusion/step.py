@@ -97,17 +97,59 @@ def _lora_classes(spec: DiffusionSpec, setup: DiffusionSetup) -> tuple[str, ...]
     return LORA_CLASSES["unet_conv" if setup.lora_targets == "conv" else "unet"]
 
 
-def simulate(spec: DiffusionSpec, setup: DiffusionSetup) -> StepResult:
-    """Run the step in the simulator (cached: the planner asks for the same setups repeatedly)."""
-    key = json.dumps([spec.model_dump(mode="json"), setup.model_dump(mode="json")], sort_keys=True)
-    return _simulate(key)
+#: The setup fields the simulated step reads. Everything else (the optimizer, the number of
+#: accumulation steps beyond "more than one", LoRA alpha, the trainer) acts outside the step, in the
+#: model states, so setups that differ only there share one simulation. `_run` sees a setup rebuilt
+#: from these fields alone (defaults elsewhere), so it cannot read a field the cache key lacks.
+STEP_FIELDS = (
+    "method",
+    "precision",
+    "fp8_base",
+    "full_bf16",
+    "full_fp16",
+    "train_text_encoder",
+    "cache_text_encoder_outputs",
+    "cache_latents",
+    "lora_rank",
+    "lora_targets",
+    "grad_ckpt",
+    "batch_size",
+)
+
+
+def step_key(spec: DiffusionSpec, setup: TrainingSetup) -> tuple[tuple[str, Any], ...]:
+    """What the step depends on: `STEP_FIELDS`, the attention kernel, whether gradients accumulate
+    (not how often), the resolution (the native one when unset)."""
+    fields = [(k, getattr(setup, k)) for k in STEP_FIELDS]
+    fields.append(("attn", attn_kernel(setup)))  # "eager" or "sdpa": what the memory follows
+    fields.append(("grad_accum", min(setup.grad_accum, 2)))
+    fields.append(("resolution", setup.resolution or spec.native_resolution))
+    return tuple(fields)
+
+
+def simulate(spec: DiffusionSpec, setup: TrainingSetup) -> StepResult:
+    """Run the step in the simulator (cached: the planner asks for the same steps repeatedly)."""
+    return _simulate(_spec_json(spec), step_key(spec, setup))
+
+
+_SPECS: dict[int, tuple[DiffusionSpec, str]] = {}
+
+
+def _spec_json(spec: DiffusionSpec) -> str:
+    """The spec as a cache key (memoised per spec object: the planner passes the same one)."""
+    hit = _SPECS.get(id(spec))
+    if hit is None or hit[0] is not spec:
+        if len(_SPECS) > 64:
+            _SPECS.clear()
+        hit = (spec, json.dumps(spec.model_dump(mode="json"), sort_keys=True))
+        _SPECS[id(spec)] = hit  # holds the spec, so its id is not reused while cached
+    return hit[1]
 
 
 @functools.lru_cache(maxsize=512)
-def _simulate(key: str) -> StepResult:
-    spec_d, setup_d = json.loads(key)
-    spec = DiffusionSpec.model_validate(spec_d)
-    setup = DiffusionSetup.model_validate(setup_d)
+def _simulate(spec_json: str, key: tuple[tuple[str, Any], ...]) -> StepResult:
+    spec = DiffusionSpec.model_validate_json(spec_json)
+    setup = TrainingSetup(**dict(key))
     return _run(spec, setup)
 
 
