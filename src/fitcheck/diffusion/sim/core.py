@@ -193,7 +193,8 @@ class Sim:
         self._peak()
 
     def _free(self, st: Storage) -> None:
-        self.registry.discard(st)
+        if self.debug:
+            self.registry.discard(st)
         self.live -= st.nbytes
         self.cats[st.cat] -= st.nbytes
         if st.key is not None and self.region is not None and self.region.recording:

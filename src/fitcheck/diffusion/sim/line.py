@@ -1,0 +1,211 @@
+"""One simulation for every micro-batch: the step with a symbolic batch size ``b``.
+
+Why: the planner asks for the same step at micro-batches 1, 2, 4, 8, 16, and each simulation walks
+thousands of ops in Python. Every tensor of a step is either independent of the batch (weight
+casts, parameter gradients) or has the batch as one factor of its shape, so its size is
+``c + k*b``; what varies with ``b`` is only which moment of the step is the peak.
+
+This is used only where the simulator proves it. The batch enters the step as a `Lin` (``c + k*b``
+for every integer ``b >= lo``); arithmetic that keeps a size linear is allowed, and anything else
+raises `NotLinear`: a product of two batch-dependent numbers, a division that is not exact, using
+the batch as a plain integer, or a comparison whose answer is not the same for every ``b`` in the
+domain (``b == 1`` in eager attention's ``head_to_batch_dim``, say). The caller then simulates
+that batch directly. `LineSim` logs every allocation, free and re-tag as ``(c, k)`` instead of
+tracking one peak; `Line.at` replays the log for one ``b`` and returns what `Sim` would have
+counted, byte for byte (``tests/test_diffusion_line.py`` checks it against direct simulation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fitcheck.diffusion.sim.core import Sim, Storage
+
+#: The log is snapshotted every SNAP entries, so finding the categories at a peak replays at most
+#: this many entries.
+SNAP = 256
+
+
+class NotLinear(Exception):
+    """A size or a decision of the step depends on the batch in a way one line cannot carry."""
+
+
+class Lin:
+    """``c + k*b`` for every integer batch ``b >= lo``; ``k != 0`` (a constant is a plain int)."""
+
+    __slots__ = ("c", "k", "lo")
+
+    def __init__(self, c: int, k: int, lo: int) -> None:
+        self.c, self.k, self.lo = c, k, lo
+
+    @staticmethod
+    def make(c: int, k: int, lo: int) -> int | Lin:
+        return Lin(c, k, lo) if k else c
+
+    def at(self, b: int) -> int:
+        return self.c + self.k * b
+
+    def __repr__(self) -> str:
+        return f"Lin({self.c} + {self.k}*b, b>={self.lo})"
+
+    # --- arithmetic that stays linear -------------------------------------------------------
+
+    def __add__(self, o: object) -> int | Lin:
+        if isinstance(o, Lin):
+            return Lin.make(self.c + o.c, self.k + o.k, max(self.lo, o.lo))
+        if isinstance(o, int):
+            return Lin(self.c + o, self.k, self.lo)
+        return NotImplemented
+
+    __radd__ = __add__
+
+    def __neg__(self) -> Lin:
+        return Lin(-self.c, -self.k, self.lo)
+
+    def __sub__(self, o: object) -> int | Lin:
+        if isinstance(o, Lin | int):
+            return self + (-o)
+        return NotImplemented
+
+    def __rsub__(self, o: object) -> int | Lin:
+        return (-self) + o
+
+    def __mul__(self, o: object) -> int | Lin:
+        if isinstance(o, Lin):
+            raise NotLinear(f"{self} x {o}")
+        if isinstance(o, int):
+            return Lin.make(self.c * o, self.k * o, self.lo)
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, o: object) -> int | Lin:
+        if isinstance(o, int) and o and self.c % o == 0 and self.k % o == 0:
+            return Lin.make(self.c // o, self.k // o, self.lo)
+        raise NotLinear(f"{self} // {o}")
+
+    def __index__(self) -> int:
+        raise NotLinear(f"{self} used as an integer")
+
+    # --- comparisons: answered only when the same for every b >= lo ---------------------------
+
+    def _sign(self, o: object) -> int:
+        """The sign of ``self - o``, the same for every ``b`` in the domain, or `NotLinear`."""
+        if isinstance(o, Lin):
+            c, k, lo = self.c - o.c, self.k - o.k, max(self.lo, o.lo)
+        elif isinstance(o, int):
+            c, k, lo = self.c - o, self.k, self.lo
+        else:
+            raise TypeError(o)
+        first = c + k * lo
+        if k == 0 or (k > 0 and first > 0) or (k < 0 and first < 0):
+            return (first > 0) - (first < 0)
+        raise NotLinear(f"the sign of {self} - {o} depends on the batch")
+
+    def __eq__(self, o: object) -> bool:
+        if not isinstance(o, Lin | int):
+            return NotImplemented
+        return self._sign(o) == 0
+
+    def __ne__(self, o: object) -> bool:
+        if not isinstance(o, Lin | int):
+            return NotImplemented
+        return self._sign(o) != 0
+
+    def __lt__(self, o: object) -> bool:
+        return self._sign(o) < 0
+
+    def __le__(self, o: object) -> bool:
+        return self._sign(o) <= 0
+
+    def __gt__(self, o: object) -> bool:
+        return self._sign(o) > 0
+
+    def __ge__(self, o: object) -> bool:
+        return self._sign(o) >= 0
+
+    def __bool__(self) -> bool:
+        return self._sign(0) != 0
+
+    def __hash__(self) -> int:
+        return hash((self.c, self.k))
+
+
+def _ck(n: int | Lin) -> tuple[int, int]:
+    return (n.c, n.k) if isinstance(n, Lin) else (n, 0)
+
+
+@dataclass
+class Line:
+    """The log of a symbolic step: per-category deltas ``(c, k)`` and the candidate peaks of each
+    phase (the phase start and every allocation inside it, as in `Sim._peak`)."""
+
+    cats: list[str] = field(default_factory=list)
+    cs: list[int] = field(default_factory=list)
+    ks: list[int] = field(default_factory=list)
+    points: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+    snaps: list[dict[str, tuple[int, int]]] = field(default_factory=lambda: [{}])
+
+    def peak(self, phase: str, b: int) -> tuple[int, dict[str, int]]:
+        """(peak bytes, bytes per category at its first occurrence) of ``phase`` at batch ``b``."""
+        pts = self.points.get(phase, [])
+        vals = [c + k * b for _, c, k in pts]
+        best = max(vals, default=0)
+        if best <= 0:
+            return 0, {}
+        n = pts[vals.index(best)][0]
+        snap = self.snaps[n // SNAP]
+        cats = {cat: c + k * b for cat, (c, k) in snap.items()}
+        for i in range(n // SNAP * SNAP, n):
+            cat = self.cats[i]
+            cats[cat] = cats.get(cat, 0) + self.cs[i] + self.ks[i] * b
+        return best, {cat: v for cat, v in cats.items() if v}
+
+
+class LineSim(Sim):
+    """A `Sim` whose sizes may be `Lin`: it logs instead of keeping a peak (see the module doc)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.line = Line()
+        self._running: dict[str, tuple[int, int]] = {}
+        self._c = 0
+        self._k = 0
+        self._points: list[tuple[int, int, int]] | None = None
+
+    def _log(self, cat: str, n: int | Lin, sign: int) -> None:
+        c, k = _ck(n)
+        c, k = sign * c, sign * k
+        line = self.line
+        line.cats.append(cat)
+        line.cs.append(c)
+        line.ks.append(k)
+        self._c += c
+        self._k += k
+        rc, rk = self._running.get(cat, (0, 0))
+        self._running[cat] = (rc + c, rk + k)
+        if len(line.cats) % SNAP == 0:
+            line.snaps.append(dict(self._running))
+
+    def _alloc(self, st: Storage) -> None:
+        if self.region is not None and self.region.recording:
+            self._rkey += 1
+            st.key = self._rkey
+            self.region.events.append(("a", self._rkey, st.nbytes, st.cat))
+        self._log(st.cat, st.nbytes, 1)
+        if self._points is not None:
+            self._points.append((len(self.line.cats), self._c, self._k))
+
+    def _free(self, st: Storage) -> None:
+        self._log(st.cat, st.nbytes, -1)
+        if st.key is not None and self.region is not None and self.region.recording:
+            self.region.events.append(("f", st.key, 0, ""))
+
+    def retag(self, st: Storage, cat: str) -> None:
+        self._log(st.cat, st.nbytes, -1)
+        st.cat = cat
+        self._log(cat, st.nbytes, 1)
+
+    def begin(self, name: str) -> None:
+        self._points = self.line.points.setdefault(name, [])
+        self._points.append((len(self.line.cats), self._c, self._k))
