@@ -202,7 +202,7 @@ def _line(spec_json: str, family: tuple[tuple[str, Any], ...], lo: int) -> _Step
         return None
     parts.mods = {}  # the trees are shared (`_tree`); the line keeps only numbers
     parts.plans = []
-    return _StepLine(s.line, flops, parts)
+    return _StepLine(s.finish(), flops, parts)
 
 
 @functools.lru_cache(maxsize=512)

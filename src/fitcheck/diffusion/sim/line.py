@@ -17,13 +17,11 @@ counted, byte for byte (``tests/test_diffusion_line.py`` checks it against direc
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from dataclasses import dataclass, field
 
 from fitcheck.diffusion.sim.core import Sim, Storage
-
-#: The log is snapshotted every SNAP entries, so finding the categories at a peak replays at most
-#: this many entries.
-SNAP = 256
 
 
 class NotLinear(Exception):
@@ -51,10 +49,10 @@ class Lin:
     # --- arithmetic that stays linear -------------------------------------------------------
 
     def __add__(self, o: object) -> int | Lin:
+        if type(o) is int:
+            return Lin(self.c + o, self.k, self.lo)
         if isinstance(o, Lin):
             return Lin.make(self.c + o.c, self.k + o.k, max(self.lo, o.lo))
-        if isinstance(o, int):
-            return Lin(self.c + o, self.k, self.lo)
         return NotImplemented
 
     __radd__ = __add__
@@ -71,10 +69,10 @@ class Lin:
         return (-self) + o
 
     def __mul__(self, o: object) -> int | Lin:
+        if type(o) is int:  # the hot path: a dimension times the batch
+            return Lin(self.c * o, self.k * o, self.lo) if o else 0
         if isinstance(o, Lin):
             raise NotLinear(f"{self} x {o}")
-        if isinstance(o, int):
-            return Lin.make(self.c * o, self.k * o, self.lo)
         return NotImplemented
 
     __rmul__ = __mul__
@@ -131,20 +129,18 @@ class Lin:
         return hash((self.c, self.k))
 
 
-def _ck(n: int | Lin) -> tuple[int, int]:
-    return (n.c, n.k) if isinstance(n, Lin) else (n, 0)
-
-
 @dataclass
 class Line:
-    """The log of a symbolic step: per-category deltas ``(c, k)`` and the candidate peaks of each
-    phase (the phase start and every allocation inside it, as in `Sim._peak`)."""
+    """A symbolic step, ready to evaluate at any batch of its domain.
 
-    cats: list[str] = field(default_factory=list)
-    cs: list[int] = field(default_factory=list)
-    ks: list[int] = field(default_factory=list)
+    ``points[phase]``: the candidate peaks of the phase (its start and every allocation inside it,
+    as in `Sim._peak`), each as (log entries applied, live ``c``, live ``k``); per category, the
+    positions of its log entries and the running ``(c, k)`` after each (``cats`` in order of first
+    appearance, which is the order `Sim` reports them in).
+    """
+
     points: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
-    snaps: list[dict[str, tuple[int, int]]] = field(default_factory=lambda: [{}])
+    cats: dict[str, tuple[list[int], list[int], list[int]]] = field(default_factory=dict)
 
     def peak(self, phase: str, b: int) -> tuple[int, dict[str, int]]:
         """(peak bytes, bytes per category at its first occurrence) of ``phase`` at batch ``b``."""
@@ -154,12 +150,14 @@ class Line:
         if best <= 0:
             return 0, {}
         n = pts[vals.index(best)][0]
-        snap = self.snaps[n // SNAP]
-        cats = {cat: c + k * b for cat, (c, k) in snap.items()}
-        for i in range(n // SNAP * SNAP, n):
-            cat = self.cats[i]
-            cats[cat] = cats.get(cat, 0) + self.cs[i] + self.ks[i] * b
-        return best, {cat: v for cat, v in cats.items() if v}
+        out: dict[str, int] = {}
+        for cat, (pos, cs, ks) in self.cats.items():
+            j = bisect.bisect_right(pos, n)  # entries 1..n are applied
+            if j:
+                v = cs[j - 1] + ks[j - 1] * b
+                if v:
+                    out[cat] = v
+        return best, out
 
 
 class LineSim(Sim):
@@ -167,45 +165,50 @@ class LineSim(Sim):
 
     def __init__(self) -> None:
         super().__init__()
-        self.line = Line()
-        self._running: dict[str, tuple[int, int]] = {}
-        self._c = 0
-        self._k = 0
-        self._points: list[tuple[int, int, int]] | None = None
-
-    def _log(self, cat: str, n: int | Lin, sign: int) -> None:
-        c, k = _ck(n)
-        c, k = sign * c, sign * k
-        line = self.line
-        line.cats.append(cat)
-        line.cs.append(c)
-        line.ks.append(k)
-        self._c += c
-        self._k += k
-        rc, rk = self._running.get(cat, (0, 0))
-        self._running[cat] = (rc + c, rk + k)
-        if len(line.cats) % SNAP == 0:
-            line.snaps.append(dict(self._running))
+        self._events: list[tuple[str, int | Lin, int]] = []
+        self._phases: dict[str, list[int]] = {}
+        self._points: list[int] | None = None
 
     def _alloc(self, st: Storage) -> None:
         if self.region is not None and self.region.recording:
             self._rkey += 1
             st.key = self._rkey
             self.region.events.append(("a", self._rkey, st.nbytes, st.cat))
-        self._log(st.cat, st.nbytes, 1)
+        self._events.append((st.cat, st.nbytes, 1))
         if self._points is not None:
-            self._points.append((len(self.line.cats), self._c, self._k))
+            self._points.append(len(self._events))
 
     def _free(self, st: Storage) -> None:
-        self._log(st.cat, st.nbytes, -1)
+        self._events.append((st.cat, st.nbytes, -1))
         if st.key is not None and self.region is not None and self.region.recording:
             self.region.events.append(("f", st.key, 0, ""))
 
     def retag(self, st: Storage, cat: str) -> None:
-        self._log(st.cat, st.nbytes, -1)
+        self._events.append((st.cat, st.nbytes, -1))
         st.cat = cat
-        self._log(cat, st.nbytes, 1)
+        self._events.append((cat, st.nbytes, 1))
 
     def begin(self, name: str) -> None:
-        self._points = self.line.points.setdefault(name, [])
-        self._points.append((len(self.line.cats), self._c, self._k))
+        self._points = self._phases.setdefault(name, [])
+        self._points.append(len(self._events))
+
+    def finish(self) -> Line:
+        """The log as a `Line` (running sums by C-level ``accumulate``, one pass to group by category)."""
+        ev = self._events
+        cs = [sign * (n.c if type(n) is Lin else n) for _, n, sign in ev]  # type: ignore[operator, union-attr]
+        ks = [sign * n.k if type(n) is Lin else 0 for _, n, sign in ev]  # type: ignore[union-attr]
+        live_c = [0, *itertools.accumulate(cs)]
+        live_k = [0, *itertools.accumulate(ks)]
+        line = Line()
+        for name, pts in self._phases.items():
+            line.points[name] = [(i, live_c[i], live_k[i]) for i in pts]
+        pos: dict[str, list[int]] = {}
+        for i, (cat, _, _) in enumerate(ev, 1):
+            pos.setdefault(cat, []).append(i)
+        for cat, idx in pos.items():
+            line.cats[cat] = (
+                idx,
+                list(itertools.accumulate(cs[i - 1] for i in idx)),
+                list(itertools.accumulate(ks[i - 1] for i in idx)),
+            )
+        return line
