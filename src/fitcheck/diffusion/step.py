@@ -153,6 +153,13 @@ def simulate(spec: DiffusionSpec, setup: TrainingSetup) -> StepResult:
 _SPECS: dict[int, tuple[DiffusionSpec, str]] = {}
 
 
+def clear_caches() -> None:
+    """Forget every cached simulation and module tree (benchmarks time a fresh process's work)."""
+    for f in (_simulate, _line, _line_at, _tree):
+        f.cache_clear()
+    _SPECS.clear()
+
+
 def _spec_json(spec: DiffusionSpec) -> str:
     """The spec as a cache key (memoised per spec object: the planner passes the same one)."""
     hit = _SPECS.get(id(spec))
