@@ -80,6 +80,7 @@ def test_engine_agrees_with_the_trace(path: Path) -> None:
     assert est.params.trainable == traced["trainable_params"]
 
 
+@pytest.mark.slow
 def test_retrace_one_record() -> None:
     """The reference itself: re-trace the smallest record and get the same bytes."""
     pytest.importorskip("diffusers")

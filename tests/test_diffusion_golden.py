@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
+from diffusion_plans import plan
 from fitcheck.diffusion.estimate import estimate_diffusion
-from fitcheck.diffusion.plan import images_per_second, plan_diffusion
+from fitcheck.diffusion.plan import images_per_second
 from fitcheck.diffusion.sources import spec_from_preset
 from fitcheck.diffusion.step import simulate
-from fitcheck.hardware.budget import resolve_target
 from fitcheck.models import TrainingSetup
 
 GOLDEN = Path(__file__).parent / "golden" / "diffusion"
@@ -80,7 +80,8 @@ ESTIMATES: dict[str, tuple[str, dict[str, Any]]] = {
     "flux-schnell-lora-eager": ("flux.1-schnell", {"attn": "eager", "resolution": 512, "grad_ckpt": True}),
 }
 
-#: name -> (preset, target, setup fields, min_resolution)
+#: name -> (preset, target, setup fields, min_resolution); tests/test_diffusion_plan.py checks
+#: several of the same plans' properties (tests/diffusion_plans.py computes each once).
 PLANS: dict[str, tuple[str, str, dict[str, Any], int | None]] = {
     "sdxl-rtx-3060-12gb": ("sdxl", "rtx-3060-12gb", {}, None),
     "sdxl-full-a100-80gb-eff16": (
@@ -113,9 +114,7 @@ def estimate_doc(preset: str, fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def plan_doc(preset: str, on: str, fields: dict[str, Any], floor: int | None) -> dict[str, Any]:
-    spec = spec_from_preset(preset)
-    plan = plan_diffusion(spec, TrainingSetup(trainer="kohya", **fields), resolve_target(on, None), floor)
-    return plan.model_dump(mode="json")
+    return plan(preset, on, fields, floor).model_dump(mode="json")
 
 
 def _check(path: Path, doc: dict[str, Any]) -> None:
@@ -131,6 +130,12 @@ def test_estimate_unchanged(name: str) -> None:
     _check(GOLDEN / "estimates" / f"{name}.json", estimate_doc(*ESTIMATES[name]))
 
 
-@pytest.mark.parametrize("name", sorted(PLANS))
+#: Plans that search many setups (every resolution down to 512 px, or trained text encoders).
+SLOW = ("flux-dev-8gb-nothing-fits", "sdxl-te-conv-rtx-4090")
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in sorted(PLANS)]
+)
 def test_plan_unchanged(name: str) -> None:
     _check(GOLDEN / "plans" / f"{name}.json", plan_doc(*PLANS[name]))

@@ -82,6 +82,7 @@ def test_every_internal_resolves() -> None:
     assert issubclass(_internals.TorchDispatchMode, object)
 
 
+@pytest.mark.slow
 def test_retrace_one_llm_record() -> None:
     """The reference itself: re-trace a small GPT-2 LoRA record and get the same bytes, every phase."""
     from fitcheck.measure.trace import trace_step

@@ -196,7 +196,7 @@ class _StepLine:
     parts: _Prepared
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=64)  # about 2 MiB each (packed arrays)
 def _line(spec_json: str, family: tuple[tuple[str, Any], ...], lo: int) -> _StepLine | None:
     """The symbolic step for every batch ``b >= lo``, or None where it is not linear in ``b``."""
     spec = DiffusionSpec.model_validate_json(spec_json)

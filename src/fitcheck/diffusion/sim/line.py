@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from fitcheck.diffusion.sim.core import Sim, Storage
+
+Ints = array  # of signed 64-bit integers ("q"): byte counts and log positions
 
 
 class NotLinear(Exception):
@@ -139,17 +143,17 @@ class Line:
     appearance, which is the order `Sim` reports them in).
     """
 
-    points: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
-    cats: dict[str, tuple[list[int], list[int], list[int]]] = field(default_factory=dict)
+    points: dict[str, tuple[Ints, Ints, Ints]] = field(default_factory=dict)
+    cats: dict[str, tuple[Ints, Ints, Ints]] = field(default_factory=dict)
 
     def peak(self, phase: str, b: int) -> tuple[int, dict[str, int]]:
         """(peak bytes, bytes per category at its first occurrence) of ``phase`` at batch ``b``."""
-        pts = self.points.get(phase, [])
-        vals = [c + k * b for _, c, k in pts]
+        idx, pc, pk = self.points.get(phase, (_ints(), _ints(), _ints()))
+        vals = [c + k * b for c, k in zip(pc, pk, strict=True)]
         best = max(vals, default=0)
         if best <= 0:
             return 0, {}
-        n = pts[vals.index(best)][0]
+        n = idx[vals.index(best)]
         out: dict[str, int] = {}
         for cat, (pos, cs, ks) in self.cats.items():
             j = bisect.bisect_right(pos, n)  # entries 1..n are applied
@@ -201,14 +205,19 @@ class LineSim(Sim):
         live_k = [0, *itertools.accumulate(ks)]
         line = Line()
         for name, pts in self._phases.items():
-            line.points[name] = [(i, live_c[i], live_k[i]) for i in pts]
+            line.points[name] = (_ints(pts), _ints(live_c[i] for i in pts), _ints(live_k[i] for i in pts))
         pos: dict[str, list[int]] = {}
         for i, (cat, _, _) in enumerate(ev, 1):
             pos.setdefault(cat, []).append(i)
         for cat, idx in pos.items():
             line.cats[cat] = (
-                idx,
-                list(itertools.accumulate(cs[i - 1] for i in idx)),
-                list(itertools.accumulate(ks[i - 1] for i in idx)),
+                _ints(idx),
+                _ints(itertools.accumulate(cs[i - 1] for i in idx)),
+                _ints(itertools.accumulate(ks[i - 1] for i in idx)),
             )
         return line
+
+
+def _ints(values: Iterable[int] = ()) -> Ints:
+    """Signed 64-bit integers, packed: a cached line of an SDXL step is a few MiB, not tens."""
+    return array("q", values)
