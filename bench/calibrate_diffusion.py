@@ -71,7 +71,7 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     from fitcheck.diffusion.sources import spec_from_preset
     from fitcheck.measure.diffusion import trace_denoiser_step
-    from fitcheck.models import TrainingSetup
+    from fitcheck.models import DiffusionSetup
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="regenerate records whose name contains this")

@@ -25,7 +25,7 @@ import time
 
 from fitcheck.api import device_for, other_targets
 from fitcheck.hardware.budget import resolve_target
-from fitcheck.models import LlmSetup
+from fitcheck.models import DiffusionSetup, LlmSetup
 from fitcheck.planner.models import Plan, PlanRequest
 from fitcheck.planner.plan import make_plan
 from fitcheck.sources.resolve import resolve_model
@@ -87,7 +87,7 @@ def diffusion_in_process(runs: int) -> float:
     for _ in range(runs):
         clear_caches()
         t = time.process_time()
-        plan_diffusion(spec, TrainingSetup(trainer="kohya"), target)
+        plan_diffusion(spec, DiffusionSetup(trainer="kohya"), target)
         times.append(time.process_time() - t)
     return statistics.median(times)
 

@@ -14,7 +14,7 @@ from fitcheck.diffusion.plan import DiffusionPlan, plan_diffusion
 from fitcheck.diffusion.sources import spec_from_preset
 from fitcheck.diffusion.spec import DiffusionSpec
 from fitcheck.hardware.budget import resolve_target
-from fitcheck.models import TrainingSetup
+from fitcheck.models import DiffusionSetup
 
 
 @functools.cache
@@ -31,5 +31,5 @@ def plan(
 
 @functools.cache
 def _plan(preset: str, on: str, fields_json: str, floor: int | None) -> DiffusionPlan:
-    setup = TrainingSetup(trainer="kohya", **json.loads(fields_json))
+    setup = DiffusionSetup(trainer="kohya", **json.loads(fields_json))
     return plan_diffusion(spec(preset), setup, resolve_target(on, None), floor)

@@ -25,7 +25,7 @@ from fitcheck.diffusion.estimate import estimate_diffusion
 from fitcheck.diffusion.plan import images_per_second
 from fitcheck.diffusion.sources import spec_from_preset
 from fitcheck.diffusion.step import simulate
-from fitcheck.models import TrainingSetup
+from fitcheck.models import DiffusionSetup
 
 GOLDEN = Path(__file__).parent / "golden" / "diffusion"
 
@@ -103,7 +103,7 @@ PLANS: dict[str, tuple[str, str, dict[str, Any], int | None]] = {
 
 def estimate_doc(preset: str, fields: dict[str, Any]) -> dict[str, Any]:
     spec = spec_from_preset(preset)
-    setup = TrainingSetup(trainer="kohya", **fields)
+    setup = DiffusionSetup(trainer="kohya", **fields)
     est = estimate_diffusion(spec, setup, None)
     step = simulate(spec, est.setup)
     return {

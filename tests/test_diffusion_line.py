@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fitcheck.diffusion.sim.line import Lin, NotLinear
 from fitcheck.diffusion.sources import spec_from_preset
 from fitcheck.diffusion.step import _line, _line_at, _run, _spec_json, step_key
-from fitcheck.models import TrainingSetup
+from fitcheck.models import DiffusionSetup
 
 SMALL = {"cache_latents": True, "resolution": 256}
 
@@ -29,7 +29,7 @@ SMALL = {"cache_latents": True, "resolution": 256}
 )
 def test_line_equals_direct_simulation(preset: str, fields: dict[str, object]) -> None:
     spec = spec_from_preset(preset)
-    base = TrainingSetup(trainer="kohya", **{**SMALL, **fields})
+    base = DiffusionSetup(trainer="kohya", **{**SMALL, **fields})
     sj = _spec_json(spec)
     family = tuple(kv for kv in step_key(spec, base) if kv[0] != "batch_size")
     through_one = _line(sj, family, 1) is not None

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from fitcheck.measure import _internals  # noqa: E402
-from fitcheck.models import TrainingSetup  # noqa: E402
+from fitcheck.models import LlmSetup  # noqa: E402
 
 ROOT = Path(__file__).parent.parent
 
@@ -91,7 +91,7 @@ def test_retrace_one_llm_record() -> None:
     records = data["records"] if isinstance(data, dict) else data
     rec = next(r for r in records if r["id"] == "gpt2-05")
     traced = rec["measured"]
-    step = trace_step(rec["hf_config"], TrainingSetup(**rec["setup"]), steps=traced["steps"])
+    step = trace_step(rec["hf_config"], LlmSetup(**rec["setup"]), steps=traced["steps"])
     assert step.peak_allocated_bytes == traced["peak_allocated_bytes"]
     assert [(p.name, p.peak_bytes) for p in step.phases] == [
         (p["name"], p["peak_bytes"]) for p in traced["phases"]

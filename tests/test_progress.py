@@ -7,7 +7,7 @@ import io
 from fitcheck.diffusion.plan import plan_diffusion
 from fitcheck.diffusion.sources import spec_from_preset
 from fitcheck.hardware.budget import resolve_target
-from fitcheck.models import TrainingSetup
+from fitcheck.models import DiffusionSetup
 from fitcheck.progress import DELAY_S, StderrProgress
 
 
@@ -43,6 +43,16 @@ def test_nothing_when_stderr_is_not_a_terminal() -> None:
 def test_the_diffusion_planner_reports_each_setup() -> None:
     seen: list[str] = []
     plan = plan_diffusion(
-        spec_from_preset("sd15"), TrainingSetup(), resolve_target("rtx-4090", None), progress=seen.append
+        spec_from_preset("sd15"), DiffusionSetup(), resolve_target("rtx-4090", None), progress=seen.append
     )
     assert len(seen) == plan.considered and seen[-1].startswith(f"{plan.considered} setups estimated")
+
+
+def test_the_library_reports_through_the_installed_reporter() -> None:
+    from fitcheck import api
+    from fitcheck.progress import reporting
+
+    seen: list[str] = []
+    with reporting(seen.append):
+        plan = api.plan("sd15", "rtx-4090")
+    assert len(seen) == plan.considered  # type: ignore[union-attr]

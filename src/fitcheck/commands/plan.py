@@ -320,31 +320,16 @@ def plan_diffusion_command(
                 f"{kind} is a config for LLM trainers; for {spec.id} (a diffusion model) use "
                 "--emit kohya.toml"
             )
-    for flag in ("min_seq_len", "dataset_tokens", "epochs"):
-        if kw.get(flag) is not None:
-            raise OptionError(f"--{flag.replace('_', '-')} applies to LLMs, not to {spec.id}")
-    target = resolve_target(kw["on"], kw["headroom"])
-    method = kw["method"] if kw["method"] != "auto" else "lora"
-    effective = kw["effective_batch"] if kw["effective_batch"] != DEFAULT_EFFECTIVE_BATCH else 1
-    setup_kw = {
-        k: v
-        for k, v in {
-            "method": method, "dora": kw["dora"], "resolution": kw["resolution"],
-            "precision": kw["precision"], "master_weights": kw["master_weights"],
-            "optimizer": kw["optimizer"],
-            "grad_ckpt": kw["grad_ckpt"], "attn": kw["attn"], "lora_rank": kw["lora_rank"],
-            "lora_alpha": kw["lora_alpha"], "lora_dropout": kw["lora_dropout"], "trainer": "kohya",
-            "batch_size": kw["batch_size"] or 1, "grad_accum": max(1, effective // (kw["batch_size"] or 1)),
-            "backend": target.backend,
-        }.items()
-        if v is not None
-    }  # fmt: skip
-    setup_kw["grad_ckpt"] = bool(kw["grad_ckpt"])
-    setup = _setup(**setup_kw)
-    from fitcheck.progress import StderrProgress
+    target = api.target(kw["on"], kw["headroom"])
+    if target is None:
+        from fitcheck.hardware.budget import unlimited_target
 
-    with StderrProgress(f"planning {spec.id} on {target.id}") as progress:
-        result = plan_diffusion(spec, setup, target, min_resolution, progress)
+        target = unlimited_target()
+    from fitcheck.progress import StderrProgress, reporting
+
+    with StderrProgress(f"planning {spec.id} on {target.id}") as progress, reporting(progress):
+        result = api.plan(spec, target, headroom=kw["headroom"], **plan_options(kw))
+    assert isinstance(result, DiffusionPlan)
     files: list[tuple[str, str | None, str]] = []
     if result.fits:
         for kind, dest in resolve_emits(emits, emit_format, output_dir):

@@ -29,8 +29,8 @@ from fitcheck.diffusion.spec import DiffusionSpec
 from fitcheck.diffusion.step import simulate
 from fitcheck.engine.verdict import judge
 from fitcheck.errors import OptionError
-from fitcheck.models import Estimate, Frozen, Target, TrainingSetup
-from fitcheck.progress import Progress
+from fitcheck.models import DiffusionSetup, Estimate, Frozen, Target
+from fitcheck.progress import Progress, current
 
 #: Bytes read and written per trainable parameter by one optimizer step (param, grad, states).
 STEP_BYTES = {"adamw": 28, "adamw8bit": 16, "paged-adamw8bit": 16, "adafactor": 16, "lion": 20}
@@ -126,7 +126,7 @@ def _families(spec: DiffusionSpec, setup: DiffusionSetup, res: int) -> list[list
 
 def plan_diffusion(
     spec: DiffusionSpec,
-    setup: TrainingSetup,
+    setup: DiffusionSetup,
     target: Target,
     min_resolution: int | None = None,
     progress: Progress | None = None,
@@ -139,8 +139,10 @@ def plan_diffusion(
             batch (``batch_size x grad_accum`` is kept as a minimum).
         target: the machine (``fitcheck.hardware.budget.resolve_target``).
         min_resolution: lowest resolution to step down to (multiples of 64) when nothing fits.
-        progress: called with a short message after each setup estimated (`fitcheck.progress`).
+        progress: called with a short message after each setup estimated (default: the reporter
+            `fitcheck.progress.reporting` installed, if any).
     """
+    progress = progress or current()
     setup = setup.model_copy(update={"backend": target.backend})
     if setup.attn == "xformers" and setup.backend == "mps":
         setup = setup.model_copy(update={"attn": "sdpa"})  # never xformers on Apple silicon

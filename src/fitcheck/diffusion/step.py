@@ -124,7 +124,7 @@ STEP_FIELDS = (
 )
 
 
-def step_key(spec: DiffusionSpec, setup: TrainingSetup) -> tuple[tuple[str, Any], ...]:
+def step_key(spec: DiffusionSpec, setup: DiffusionSetup) -> tuple[tuple[str, Any], ...]:
     """What the step depends on: `STEP_FIELDS`, the attention kernel, whether gradients accumulate
     (not how often), the resolution (the native one when unset)."""
     fields = [(k, getattr(setup, k)) for k in STEP_FIELDS]
@@ -134,7 +134,7 @@ def step_key(spec: DiffusionSpec, setup: TrainingSetup) -> tuple[tuple[str, Any]
     return tuple(fields)
 
 
-def simulate(spec: DiffusionSpec, setup: TrainingSetup) -> StepResult:
+def simulate(spec: DiffusionSpec, setup: DiffusionSetup) -> StepResult:
     """Run the step in the simulator (cached: the planner asks for the same steps repeatedly).
 
     One symbolic simulation serves every micro-batch of a setup where the simulator proves the
@@ -174,7 +174,7 @@ def _spec_json(spec: DiffusionSpec) -> str:
 @functools.lru_cache(maxsize=512)
 def _simulate(spec_json: str, key: tuple[tuple[str, Any], ...]) -> StepResult:
     spec = DiffusionSpec.model_validate_json(spec_json)
-    setup = TrainingSetup(**dict(key))
+    setup = DiffusionSetup(**dict(key))
     return _run(spec, setup)
 
 
@@ -200,7 +200,7 @@ class _StepLine:
 def _line(spec_json: str, family: tuple[tuple[str, Any], ...], lo: int) -> _StepLine | None:
     """The symbolic step for every batch ``b >= lo``, or None where it is not linear in ``b``."""
     spec = DiffusionSpec.model_validate_json(spec_json)
-    setup = TrainingSetup(**dict(family))
+    setup = DiffusionSetup(**dict(family))
     parts = _prepare(spec, setup)
     s = LineSim()
     try:
@@ -231,7 +231,7 @@ def _line_at(spec_json: str, family: tuple[tuple[str, Any], ...], lo: int, b: in
     )
 
 
-def _prepare(spec: DiffusionSpec, setup: TrainingSetup) -> _Prepared:
+def _prepare(spec: DiffusionSpec, setup: DiffusionSetup) -> _Prepared:
     plans = plan_parts(spec, setup)
     out = _Prepared(plans, {}, {}, [], 0)
     for pl in plans:
@@ -247,7 +247,7 @@ def _prepare(spec: DiffusionSpec, setup: TrainingSetup) -> _Prepared:
     return out
 
 
-def _run(spec: DiffusionSpec, setup: TrainingSetup) -> StepResult:
+def _run(spec: DiffusionSpec, setup: DiffusionSetup) -> StepResult:
     """Simulate the step at ``setup.batch_size``."""
     parts = _prepare(spec, setup)
     b = setup.batch_size
@@ -266,7 +266,7 @@ def _run(spec: DiffusionSpec, setup: TrainingSetup) -> StepResult:
     )
 
 
-def _step(s: Sim, spec: DiffusionSpec, setup: TrainingSetup, parts: _Prepared, b: Any) -> Any:
+def _step(s: Sim, spec: DiffusionSpec, setup: DiffusionSetup, parts: _Prepared, b: Any) -> Any:
     """kohya's ``process_batch`` in ``s`` at batch ``b`` (an int, or a `Lin` in a `LineSim`);
     returns the denoiser's forward FLOPs."""
     plans, mods = parts.plans, parts.mods
