@@ -199,8 +199,8 @@ class LineSim(Sim):
     def finish(self) -> Line:
         """The log as a `Line` (running sums by C-level ``accumulate``, one pass to group by category)."""
         ev = self._events
-        cs = [sign * (n.c if type(n) is Lin else n) for _, n, sign in ev]  # type: ignore[operator, union-attr]
-        ks = [sign * n.k if type(n) is Lin else 0 for _, n, sign in ev]  # type: ignore[union-attr]
+        cs: list[int] = [sign * (n.c if isinstance(n, Lin) else n) for _, n, sign in ev]
+        ks: list[int] = [sign * n.k if isinstance(n, Lin) else 0 for _, n, sign in ev]
         live_c = [0, *itertools.accumulate(cs)]
         live_k = [0, *itertools.accumulate(ks)]
         line = Line()
