@@ -330,15 +330,8 @@ def plan_diffusion_command(
     with StderrProgress(f"planning {spec.id} on {target.id}") as progress, reporting(progress):
         result = api.plan(spec, target, headroom=kw["headroom"], **plan_options(kw))
     assert isinstance(result, DiffusionPlan)
-    files: list[tuple[str, str | None, str]] = []
-    if result.fits:
-        for kind, dest in resolve_emits(emits, emit_format, output_dir):
-            config_name = Path(dest).name if dest else "kohya.toml"
-            names = (config_name, dataset_name(config_name))
-            texts = emit_kohya(spec, result.setup, result.estimate, target, names=names)
-            folder = Path(dest).parent if dest else None
-            for fname, text in texts.items():
-                files.append((kind, str(folder / fname) if folder is not None else None, text))
+    wanted = resolve_emits(emits, emit_format, output_dir)
+    files = emit_files(result, spec, spec.id, wanted, _canonical(kw)) if result.fits else []
     _check_destinations(files, force)
     from fitcheck import render
 

@@ -30,7 +30,11 @@ from fitcheck.diffusion.step import simulate
 from fitcheck.engine.verdict import judge
 from fitcheck.errors import OptionError
 from fitcheck.models import DiffusionSetup, Estimate, Frozen, Target
+from fitcheck.planner.device import catalog_id, default_perf, perf_from_entry
+from fitcheck.planner.models import DevicePerf
+from fitcheck.planner.throughput import UTILISATION
 from fitcheck.progress import Progress, current
+from fitcheck.units import GB, GIB
 
 #: Bytes read and written per trainable parameter by one optimizer step (param, grad, states).
 STEP_BYTES = {"adamw": 28, "adamw8bit": 16, "paged-adamw8bit": 16, "adafactor": 16, "lion": 20}
