@@ -70,7 +70,7 @@ def record_name(model: str, setup: Any) -> str:
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     from fitcheck.diffusion.sources import spec_from_preset
-    from fitcheck.diffusion.trace import trace_denoiser_step
+    from fitcheck.measure.diffusion import trace_denoiser_step
     from fitcheck.models import DiffusionSetup
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

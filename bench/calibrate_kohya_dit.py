@@ -132,7 +132,8 @@ def trace_sd3(sd_scripts: Path, model_id: str, setup: Any) -> Any:
     from fitcheck.diffusion import regime as rg
     from fitcheck.diffusion.sources import spec_from_preset
     from fitcheck.diffusion.step import LORA_CLASSES
-    from fitcheck.diffusion.trace import _dtype, attach_kohya_lora, trace_module
+    from fitcheck.measure.diffusion import attach_kohya_lora, trace_module
+    from fitcheck.measure.diffusion import torch_dtype as _dtype
 
     spec = spec_from_preset(model_id)
     spec = spec.model_copy(update={"parts": (spec.denoiser,)})
@@ -177,7 +178,8 @@ def trace_flux(sd_scripts: Path, model_id: str, setup: Any) -> Any:
     from fitcheck.diffusion import regime as rg
     from fitcheck.diffusion.sources import spec_from_preset
     from fitcheck.diffusion.step import LORA_CLASSES
-    from fitcheck.diffusion.trace import _dtype, attach_kohya_lora, trace_module
+    from fitcheck.measure.diffusion import attach_kohya_lora, trace_module
+    from fitcheck.measure.diffusion import torch_dtype as _dtype
 
     spec = spec_from_preset(model_id)
     spec = spec.model_copy(update={"parts": (spec.denoiser,)})

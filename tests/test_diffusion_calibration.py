@@ -80,11 +80,12 @@ def test_engine_agrees_with_the_trace(path: Path) -> None:
     assert est.params.trainable == traced["trainable_params"]
 
 
+@pytest.mark.slow
 def test_retrace_one_record() -> None:
     """The reference itself: re-trace the smallest record and get the same bytes."""
     pytest.importorskip("diffusers")
     pytest.importorskip("torch")
-    from fitcheck.diffusion.trace import trace_denoiser_step
+    from fitcheck.measure.diffusion import trace_denoiser_step
 
     rec = load(DIR / "sd15_512px_sdpa_lora_r16_adamw_ckpt_b1.json")
     step = trace_denoiser_step(denoiser_only("sd15"), DiffusionSetup(**rec["setup"]))

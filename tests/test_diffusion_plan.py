@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import tomllib
 
+import pytest
+
+from diffusion_plans import plan as shared_plan
 from fitcheck.diffusion.plan import images_per_second, plan_diffusion
 from fitcheck.diffusion.sources import spec_from_preset
 from fitcheck.emitters.kohya import CONFIG, emit_kohya
@@ -13,7 +16,7 @@ from fitcheck.models import DiffusionSetup
 
 def test_sdxl_lora_on_12gb() -> None:
     spec, target = spec_from_preset("sdxl"), resolve_target("rtx-3060-12gb", None)
-    plan = plan_diffusion(spec, DiffusionSetup(), target)
+    plan = shared_plan("sdxl", "rtx-3060-12gb")
     s = plan.setup
     assert plan.fits and plan.estimate.device_bytes <= target.budget_bytes
     assert s.resolution == 1024 and s.cache_latents and s.cache_text_encoder_outputs
@@ -26,15 +29,13 @@ def test_sdxl_lora_on_12gb() -> None:
 
 
 def test_flux_on_24gb_needs_fp8() -> None:
-    plan = plan_diffusion(spec_from_preset("flux.1-dev"), DiffusionSetup(), resolve_target("rtx-4090", None))
+    plan = shared_plan("flux.1-dev", "rtx-4090")
     assert plan.fits and plan.setup.fp8_base and plan.setup.grad_ckpt
     assert any("fp8" in r for r in plan.reasons)
 
 
 def test_apple_silicon_rules() -> None:
-    plan = plan_diffusion(
-        spec_from_preset("sd15"), DiffusionSetup(attn="xformers"), resolve_target("apple-m3-max-36gb", None)
-    )
+    plan = shared_plan("sd15", "apple-m3-max-36gb", {"attn": "xformers"})
     s = plan.setup
     assert (
         plan.fits and s.batch_size <= 2 and s.attn == "sdpa" and "8bit" not in s.optimizer and not s.fp8_base
@@ -42,10 +43,9 @@ def test_apple_silicon_rules() -> None:
     assert any("never xformers" in r for r in plan.reasons)
 
 
+@pytest.mark.slow
 def test_nothing_fits_returns_the_smallest() -> None:
-    plan = plan_diffusion(
-        spec_from_preset("flux.1-dev"), DiffusionSetup(), resolve_target("8GB", None), min_resolution=512
-    )
+    plan = shared_plan("flux.1-dev", "8GB", floor=512)
     assert not plan.fits and plan.setup.resolution == 512 and plan.reasons[0].startswith("nothing fits")
 
 
@@ -58,7 +58,8 @@ def test_lower_resolution_when_allowed() -> None:
     spec = spec_from_preset("sd15")
     asked = DiffusionSetup(method="full", resolution=1024, precision="bf16")
     assert not plan_diffusion(spec, asked, target).fits
-    plan = plan_diffusion(spec, asked, target, min_resolution=256)
+    plan = shared_plan("sd15", "8GB", {"method": "full", "resolution": 1024}, 256)
+    assert plan.setup.precision == asked.precision
     assert plan.fits and plan.setup.resolution < 1024 and any("lowered" in r for r in plan.reasons)
 
 

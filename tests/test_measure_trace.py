@@ -209,17 +209,17 @@ def test_trace_matches_torch_memtracker() -> None:
     from torch.distributed._tools.mem_tracker import MemTracker
 
     from fitcheck.engine.regimes import regime_for
+    from fitcheck.measure._internals import fakeify
     from fitcheck.measure.build import build_model, trainable_parameters
     from fitcheck.measure.optim import make_optimizer
     from fitcheck.measure.step import compute_loss, device_semantics, make_batch
-    from fitcheck.measure.trace import _fakeify
 
     setup = small(method="full", trainer="generic", attn="eager")
     regime = regime_for(setup)
     fake = FakeTensorMode()
     with torch.device("meta"):
         model = build_model(LLAMA, setup, regime).model
-    _fakeify(model, fake)
+    fakeify(model, fake)
     with fake:
         opt = make_optimizer(trainable_parameters(model), setup, regime)
         ids, labels = make_batch(V, setup)

@@ -430,7 +430,10 @@ def plan_diffusion_command(
         from fitcheck.hardware.budget import unlimited_target
 
         target = unlimited_target()
-    result = api.plan(spec, target, headroom=kw["headroom"], **plan_options(kw))
+    from fitcheck.progress import StderrProgress, reporting
+
+    with StderrProgress(f"planning {spec.id} on {target.id}") as progress, reporting(progress):
+        result = api.plan(spec, target, headroom=kw["headroom"], **plan_options(kw))
     assert isinstance(result, DiffusionPlan)
     wanted = resolve_emits(emits, emit_format, output_dir)
     files = emit_files(result, spec, spec.id, wanted, _canonical(kw)) if result.fits else []

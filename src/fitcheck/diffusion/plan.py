@@ -32,6 +32,7 @@ from fitcheck.models import DiffusionSetup, Estimate, Frozen, Target
 from fitcheck.planner.device import catalog_id, default_perf, perf_from_entry
 from fitcheck.planner.models import DevicePerf
 from fitcheck.planner.throughput import UTILISATION
+from fitcheck.progress import Progress, current
 from fitcheck.units import GB, GIB
 
 #: Bytes read and written per trainable parameter by one optimizer step (param, grad, states).
@@ -127,7 +128,11 @@ def _families(spec: DiffusionSpec, setup: DiffusionSetup, res: int) -> list[list
 
 
 def plan_diffusion(
-    spec: DiffusionSpec, setup: DiffusionSetup, target: Target, min_resolution: int | None = None
+    spec: DiffusionSpec,
+    setup: DiffusionSetup,
+    target: Target,
+    min_resolution: int | None = None,
+    progress: Progress | None = None,
 ) -> DiffusionPlan:
     """The fastest setup that fits ``target`` (or, when none does, the smallest), with reasons.
 
@@ -137,7 +142,10 @@ def plan_diffusion(
             batch (``batch_size x grad_accum`` is kept as a minimum).
         target: the machine (``fitcheck.hardware.budget.resolve_target``).
         min_resolution: lowest resolution to step down to (multiples of 64) when nothing fits.
+        progress: called with a short message after each setup estimated (default: the reporter
+            `fitcheck.progress.reporting` installed, if any).
     """
+    progress = progress or current()
     setup = setup.model_copy(update={"backend": target.backend})
     if setup.attn == "xformers" and setup.backend == "mps":
         setup = setup.model_copy(update={"attn": "sdpa"})  # never xformers on Apple silicon
@@ -166,6 +174,8 @@ def plan_diffusion(
                 except OptionError:
                     break
                 considered += 1
+                if progress is not None:
+                    progress(f"{considered} setups estimated ({res} px, micro-batch {cand.batch_size})")
                 if smallest is None or est.device_bytes < smallest[0]:
                     smallest = (est.device_bytes, cand, est)
                 if judge(est, target)[0] != "fits":

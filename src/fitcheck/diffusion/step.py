@@ -19,6 +19,7 @@ from fitcheck.diffusion.arch.common import Run
 from fitcheck.diffusion.regime import PartPlan, compute_dtype, plan_parts, trainable_dtype
 from fitcheck.diffusion.sim import ops
 from fitcheck.diffusion.sim.core import BYTES, Sim, T, simulating
+from fitcheck.diffusion.sim.line import Lin, Line, LineSim, NotLinear
 from fitcheck.diffusion.sim.nn import Conv2d, Linear, Module, lora_targets
 from fitcheck.diffusion.spec import DiffusionSpec
 from fitcheck.models import DiffusionSetup
@@ -67,8 +68,14 @@ def latent_size(setup: DiffusionSetup, spec: DiffusionSpec) -> tuple[int, int]:
 def _apply(
     mod: Module, plan: PartPlan, setup: DiffusionSetup, classes: tuple[str, ...]
 ) -> list[tuple[int, ...]]:
-    """Set dtypes and trainability; attach kohya LoRA modules. Returns the adapters' shapes."""
+    """Set dtypes and trainability; attach kohya LoRA modules. Returns the adapters' shapes.
+
+    Every parameter's dtype and trainability and every layer's LoRA are (re)set, so a tree built
+    once (`_tree`) serves every setup."""
     full = plan.train == "full"
+    for _, m in mod.named_modules():
+        if isinstance(m, Linear | Conv2d):
+            m.lora = None
     for _, p in mod.named_params():
         p.dtype = plan.dtype
         p.trainable = full and p.kind != "buffer"
@@ -97,44 +104,177 @@ def _lora_classes(spec: DiffusionSpec, setup: DiffusionSetup) -> tuple[str, ...]
     return LORA_CLASSES["unet_conv" if setup.lora_targets == "conv" else "unet"]
 
 
+#: The setup fields the simulated step reads. Everything else (the optimizer, the number of
+#: accumulation steps beyond "more than one", LoRA alpha, the trainer) acts outside the step, in the
+#: model states, so setups that differ only there share one simulation. `_run` sees a setup rebuilt
+#: from these fields alone (defaults elsewhere), so it cannot read a field the cache key lacks.
+STEP_FIELDS = (
+    "method",
+    "precision",
+    "fp8_base",
+    "full_bf16",
+    "full_fp16",
+    "train_text_encoder",
+    "cache_text_encoder_outputs",
+    "cache_latents",
+    "lora_rank",
+    "lora_targets",
+    "grad_ckpt",
+    "batch_size",
+)
+
+
+def step_key(spec: DiffusionSpec, setup: DiffusionSetup) -> tuple[tuple[str, Any], ...]:
+    """What the step depends on: `STEP_FIELDS`, the attention kernel, whether gradients accumulate
+    (not how often), the resolution (the native one when unset)."""
+    fields = [(k, getattr(setup, k)) for k in STEP_FIELDS]
+    fields.append(("attn", attn_kernel(setup)))  # "eager" or "sdpa": what the memory follows
+    fields.append(("grad_accum", min(setup.grad_accum, 2)))
+    fields.append(("resolution", setup.resolution or spec.native_resolution))
+    return tuple(fields)
+
+
 def simulate(spec: DiffusionSpec, setup: DiffusionSetup) -> StepResult:
-    """Run the step in the simulator (cached: the planner asks for the same setups repeatedly)."""
-    key = json.dumps([spec.model_dump(mode="json"), setup.model_dump(mode="json")], sort_keys=True)
-    return _simulate(key)
+    """Run the step in the simulator (cached: the planner asks for the same steps repeatedly).
+
+    One symbolic simulation serves every micro-batch of a setup where the simulator proves the
+    step linear in the batch (`fitcheck.diffusion.sim.line`); for ``b >= 2`` when only batch 1
+    differs (eager attention's ``b == 1`` view), and a direct simulation where neither holds.
+    """
+    spec_json, key = _spec_json(spec), step_key(spec, setup)
+    b = setup.batch_size
+    family = tuple(kv for kv in key if kv[0] != "batch_size")
+    for lo in (1, 2):
+        if b >= lo and _line(spec_json, family, lo) is not None:
+            return _line_at(spec_json, family, lo, b)
+    return _simulate(spec_json, key)
+
+
+_SPECS: dict[int, tuple[DiffusionSpec, str]] = {}
+
+
+def clear_caches() -> None:
+    """Forget every cached simulation and module tree (benchmarks time a fresh process's work)."""
+    for f in (_simulate, _line, _line_at, _tree):
+        f.cache_clear()
+    _SPECS.clear()
+
+
+def _spec_json(spec: DiffusionSpec) -> str:
+    """The spec as a cache key (memoised per spec object: the planner passes the same one)."""
+    hit = _SPECS.get(id(spec))
+    if hit is None or hit[0] is not spec:
+        if len(_SPECS) > 64:
+            _SPECS.clear()
+        hit = (spec, json.dumps(spec.model_dump(mode="json"), sort_keys=True))
+        _SPECS[id(spec)] = hit  # holds the spec, so its id is not reused while cached
+    return hit[1]
 
 
 @functools.lru_cache(maxsize=512)
-def _simulate(key: str) -> StepResult:
-    spec_d, setup_d = json.loads(key)
-    spec = DiffusionSpec.model_validate(spec_d)
-    setup = DiffusionSetup.model_validate(setup_d)
+def _simulate(spec_json: str, key: tuple[tuple[str, Any], ...]) -> StepResult:
+    spec = DiffusionSpec.model_validate_json(spec_json)
+    setup = DiffusionSetup(**dict(key))
     return _run(spec, setup)
 
 
-def _run(spec: DiffusionSpec, setup: DiffusionSetup) -> StepResult:
+@dataclass
+class _Prepared:
+    """The parts of one setup: module trees with the regime applied, and what the states need."""
+
+    plans: list[PartPlan]
+    mods: dict[str, Module]
+    trainable: dict[str, list[tuple[int, ...]]]
+    adapters: list[tuple[int, ...]]
+    tensors: int
+
+
+@dataclass
+class _StepLine:
+    line: Line
+    flops: int | Lin
+    parts: _Prepared
+
+
+@functools.lru_cache(maxsize=64)  # about 2 MiB each (packed arrays)
+def _line(spec_json: str, family: tuple[tuple[str, Any], ...], lo: int) -> _StepLine | None:
+    """The symbolic step for every batch ``b >= lo``, or None where it is not linear in ``b``."""
+    spec = DiffusionSpec.model_validate_json(spec_json)
+    setup = DiffusionSetup(**dict(family))
+    parts = _prepare(spec, setup)
+    s = LineSim()
+    try:
+        flops = _step(s, spec, setup, parts, Lin(0, 1, lo))
+    except NotLinear:
+        return None
+    parts.mods = {}  # the trees are shared (`_tree`); the line keeps only numbers
+    parts.plans = []
+    return _StepLine(s.finish(), flops, parts)
+
+
+@functools.lru_cache(maxsize=512)
+def _line_at(spec_json: str, family: tuple[tuple[str, Any], ...], lo: int, b: int) -> StepResult:
+    sl = _line(spec_json, family, lo)
+    assert sl is not None
+    fw_peak, fw_cats = sl.line.peak("forward", b)
+    bw_peak, bw_cats = sl.line.peak("backward", b)
+    flops = sl.flops.at(b) if isinstance(sl.flops, Lin) else sl.flops
+    return StepResult(
+        forward_peak=fw_peak,
+        forward_cats=fw_cats,
+        backward_peak=bw_peak,
+        backward_cats=bw_cats,
+        trainable_shapes=sl.parts.trainable,
+        adapter_shapes=sl.parts.adapters,
+        flops_forward=flops // max(1, b),
+        tensors=sl.parts.tensors,
+    )
+
+
+def _prepare(spec: DiffusionSpec, setup: DiffusionSetup) -> _Prepared:
     plans = plan_parts(spec, setup)
-    mods: dict[str, Module] = {}
-    trainable: dict[str, list[tuple[int, ...]]] = {}
-    adapters: list[tuple[int, ...]] = []
-    tensors = 0
+    out = _Prepared(plans, {}, {}, [], 0)
     for pl in plans:
         if not pl.on_device:
             continue
-        m = build(pl.part.class_name, pl.part.config)
+        m = _tree(pl.part.class_name, json.dumps(pl.part.config, sort_keys=True))
         classes = _lora_classes(spec, setup) if pl.part.role == "denoiser" else LORA_CLASSES["clip"]
-        adapters += _apply(m, pl, setup, classes)
+        out.adapters += _apply(m, pl, setup, classes)
         if pl.train == "full":
-            trainable[pl.name] = [p.shape for _, p in m.named_params() if p.trainable]
-        tensors += _large_tensors(m)
-        mods[pl.name] = m
+            out.trainable[pl.name] = [p.shape for _, p in m.named_params() if p.trainable]
+        out.tensors += _large_tensors(m)
+        out.mods[pl.name] = m
+    return out
+
+
+def _run(spec: DiffusionSpec, setup: DiffusionSetup) -> StepResult:
+    """Simulate the step at ``setup.batch_size``."""
+    parts = _prepare(spec, setup)
+    b = setup.batch_size
+    s = Sim()
+    flops = _step(s, spec, setup, parts, b)
+    fw, bw = s.phases["forward"], s.phases["backward"]
+    return StepResult(
+        forward_peak=fw.peak,
+        forward_cats=dict(fw.cats),
+        backward_peak=bw.peak,
+        backward_cats=dict(bw.cats),
+        trainable_shapes=parts.trainable,
+        adapter_shapes=parts.adapters,
+        flops_forward=flops // max(1, b),
+        tensors=parts.tensors,
+    )
+
+
+def _step(s: Sim, spec: DiffusionSpec, setup: DiffusionSetup, parts: _Prepared, b: Any) -> Any:
+    """kohya's ``process_batch`` in ``s`` at batch ``b`` (an int, or a `Lin` in a `LineSim`);
+    returns the denoiser's forward FLOPs."""
+    plans, mods = parts.plans, parts.mods
     c = compute_dtype(setup)
     autocast = c if c != "fp32" else None
     run = Run(attn=attn_kernel(setup), ckpt=setup.grad_ckpt)
-    b = setup.batch_size
     lat = latent_size(setup, spec)
     res = (lat[0] * VAE_FACTOR, lat[1] * VAE_FACTOR)
-    s = Sim()
-    flops = 0
     with simulating(s):
         s.begin("forward")
         if setup.grad_accum > 1:
@@ -164,17 +304,13 @@ def _run(spec: DiffusionSpec, setup: DiffusionSetup) -> StepResult:
         s.begin("backward")
         s.backward(loss)
         del loss, target
-    fw, bw = s.phases["forward"], s.phases["backward"]
-    return StepResult(
-        forward_peak=fw.peak,
-        forward_cats=dict(fw.cats),
-        backward_peak=bw.peak,
-        backward_cats=dict(bw.cats),
-        trainable_shapes=trainable,
-        adapter_shapes=adapters,
-        flops_forward=flops // max(1, b),
-        tensors=tensors,
-    )
+    return flops
+
+
+@functools.lru_cache(maxsize=16)
+def _tree(class_name: str, config_json: str) -> Module:
+    """A part's module tree, built once per config (`_apply` resets what a setup changes)."""
+    return build(class_name, json.loads(config_json))
 
 
 def _large_tensors(m: Module) -> int:

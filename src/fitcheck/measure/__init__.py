@@ -5,5 +5,10 @@ transformers and peft are imported inside the functions that need them:
 
 - `fitcheck.measure.trace.trace_step`: exact tensor-level peaks per phase under FakeTensorMode.
 - `fitcheck.measure.real.real_step`: the same step on cuda / mps / cpu with the allocator's counters.
-- `fitcheck.measure.result.MeasuredStep`: the result both return.
+- `fitcheck.measure.diffusion.trace_denoiser_step`: the same for a diffusers UNet in kohya's step
+  (`trace_module`, `attach_kohya_lora` for other denoisers: bench/calibrate_kohya_dit.py).
+- `fitcheck.measure.result.MeasuredStep`: the result all of them return.
+
+All torch lives in this package; the private torch/transformers internals the tracers need are in
+`fitcheck.measure._internals` (checked versions there and in tests/test_measure_internals.py).
 """

@@ -20,7 +20,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_map
+
+from fitcheck.measure._internals import (
+    destroy_library,
+    exclude_autocast_cpu,
+    has_autocast_cpu_kernel,
+    tree_map,
+)
 
 #: CUDA fp32 policy: floating inputs are cast to fp32.
 FP32 = (
@@ -40,7 +46,6 @@ SET_OPT_DTYPE = (
 #: CUDA lower_precision_fp ops that CPU autocast leaves alone.
 LOWER = ("einsum", "mv", "addmv", "addr", "chain_matmul", "linalg_multi_dot")
 
-_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
 _LOW = (torch.bfloat16, torch.float16)
 
 
@@ -57,7 +62,7 @@ def _eligible(t: Any) -> bool:
 def _fp32(op: Any) -> Callable[..., Any]:
     def kernel(*args: Any, **kwargs: Any) -> Any:
         up = lambda t: t.float() if _eligible(t) and t.dtype in _LOW else t  # noqa: E731
-        with torch._C._ExcludeDispatchKeyGuard(_KEYS):
+        with exclude_autocast_cpu():
             return op(*tree_map(up, args), **tree_map(up, kwargs))
 
     return kernel
@@ -74,7 +79,7 @@ def _set_opt_dtype(op: Any) -> Callable[..., Any]:
                     args = (*args[:pos], torch.float32, *args[pos + 1 :])
             elif kwargs.get("dtype") is None:
                 kwargs = {**kwargs, "dtype": torch.float32}
-        with torch._C._ExcludeDispatchKeyGuard(_KEYS):
+        with exclude_autocast_cpu():
             return op(*args, **kwargs)
 
     return kernel
@@ -84,7 +89,7 @@ def _lower(op: Any) -> Callable[..., Any]:
     def kernel(*args: Any, **kwargs: Any) -> Any:
         dtype = torch.get_autocast_dtype("cpu")
         down = lambda t: t.to(dtype) if _eligible(t) and t.dtype != dtype else t  # noqa: E731
-        with torch._C._ExcludeDispatchKeyGuard(_KEYS):
+        with exclude_autocast_cpu():
             return op(*tree_map(down, args), **tree_map(down, kwargs))
 
     return kernel
@@ -99,10 +104,10 @@ def cuda_autocast_policy() -> Iterator[list[str]]:
         for names, wrap in ((FP32, _fp32), (SET_OPT_DTYPE, _set_opt_dtype), (LOWER, _lower)):
             for name in names:
                 op = _overload(name)
-                if op is None or torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "AutocastCPU"):
+                if op is None or has_autocast_cpu_kernel(op):
                     continue
                 lib.impl(name, wrap(op), "AutocastCPU")
                 added.append(name)
         yield added
     finally:
-        lib._destroy()
+        destroy_library(lib)

@@ -230,15 +230,15 @@ def grouped_mm_bf16_only() -> Iterator[None]:
     (AMP from an fp32 model) would fail the trace; the fallback op has the same output buffers and a
     fake implementation. bf16 experts keep the grouped_mm path.
     """
-    from transformers.integrations import moe
+    from fitcheck.measure._internals import grouped_mm_gate, set_grouped_mm_gate
 
-    original = moe._can_use_grouped_mm
+    original = grouped_mm_gate()
 
     def can_use(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> bool:
         return weight.dtype == torch.bfloat16 and bool(original(input, weight, offs))
 
-    moe._can_use_grouped_mm = can_use  # type: ignore[assignment]
+    set_grouped_mm_gate(can_use)
     try:
         yield
     finally:
-        moe._can_use_grouped_mm = original  # type: ignore[assignment]
+        set_grouped_mm_gate(original)

@@ -63,8 +63,8 @@ def trace_step(
         OptionError: a setup the tracer cannot run (QLoRA, 8-bit optimizers).
     """
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from fitcheck.measure._internals import FakeTensorMode, fakeify, param_bytes, unique_params
     from fitcheck.measure.build import build_model, trainable_parameters
     from fitcheck.measure.optim import make_optimizer
     from fitcheck.measure.step import device_semantics, make_batch, run_steps
@@ -77,7 +77,7 @@ def trace_step(
     with torch.device("meta"):
         built = build_model(hf_config, setup, regime)
     model = built.model
-    _fakeify(model, fake)
+    fakeify(model, fake)
     with fake:
         params = trainable_parameters(model)
         optimizer = make_optimizer(params, setup, regime)
@@ -87,7 +87,7 @@ def trace_step(
         with device_semantics(regime, True, fake=True), ModuleScope(tracker, names), LiveStorageMode(tracker):
             run_steps(model, optimizer, batch, setup, regime, _TraceProbe(tracker), steps, "cpu")
         tracker.end()
-        windows = [_window(tracker, w, top) for w in tracker.windows]
+        windows = [window(tracker, w, top) for w in tracker.windows]
         facts = RunFacts(
             mode="trace",
             device="fake",
@@ -95,9 +95,9 @@ def trace_step(
             model_type=built.model_type,
             regime=regime.name,
             steps=steps,
-            param_bytes=_param_bytes(model),
+            param_bytes=param_bytes(model),
             trainable_params=sum(p.numel() for p in params),
-            total_params=sum(p.numel() for p in _unique_params(model)),
+            total_params=sum(p.numel() for p in unique_params(model)),
             wall_seconds=time.perf_counter() - started,
             notes=built.notes,
         )
@@ -122,56 +122,18 @@ def _timeline(tracker: Any, points: int) -> StepTimeline:
     )
 
 
-def _fakeify(model: Any, fake: Any) -> None:
-    """Replace meta parameters and buffers by fake CPU tensors of the same shape, dtype and sharing.
-
-    The model is built on the meta device first: peft moves adapters with ``module.to()``, which
-    swaps fake parameters and fails on the weak references FakeTensorMode keeps to them. Assigning
-    into ``_parameters`` directly keeps tied weights tied (one fake tensor per meta tensor).
-    """
-    import torch
-
-    memo: dict[int, Any] = {}
-    with fake:
-        for module in model.modules():
-            for name, p in list(module._parameters.items()):
-                if p is not None:
-                    if id(p) not in memo:
-                        t = torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device="cpu")
-                        memo[id(p)] = torch.nn.Parameter(t, requires_grad=p.requires_grad)
-                    module._parameters[name] = memo[id(p)]
-            for name, b in list(module._buffers.items()):
-                if b is not None:
-                    if id(b) not in memo:
-                        memo[id(b)] = torch.empty_strided(b.shape, b.stride(), dtype=b.dtype, device="cpu")
-                    module._buffers[name] = memo[id(b)]
-
-
-def _unique_params(model: Any) -> list[Any]:
-    seen: set[int] = set()
-    out = []
-    for p in model.parameters():
-        key = p.untyped_storage()._cdata
-        if key not in seen:
-            seen.add(key)
-            out.append(p)
-    return out
-
-
-def _param_bytes(model: Any) -> int:
-    return sum(p.untyped_storage().nbytes() for p in _unique_params(model))
-
-
 def _register_existing(tracker: Any, model: Any, batch: tuple[Any, Any]) -> None:
     """Count what exists before the step: weights (frozen / trainable), buffers, the batch."""
-    params = _unique_params(model)
+    from fitcheck.measure._internals import unique_params
+
+    params = unique_params(model)
     tracker.register([p for p in params if not p.requires_grad], "parameters_frozen", "<parameter>")
     tracker.register([p for p in params if p.requires_grad], "parameters_trainable", "<parameter>")
     tracker.register(list(model.buffers()), "buffers", "<buffer>")
     tracker.register(list(batch), "inputs", "<batch>")
 
 
-def _window(tracker: Any, w: Any, top: int) -> PhaseWindow:
+def window(tracker: Any, w: Any, top: int) -> PhaseWindow:
     """A tracker window with its breakdown and largest tensors at the peak."""
     alive = list(tracker.alive_at(w.peak_seq))
     breakdown: dict[str, int] = {}

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+
+from fitcheck.measure._internals import TorchDispatchMode, current_autograd_node, storage_key, tree_leaves
 
 #: Category given to storages created in each phase, unless later re-tagged (gradients, states).
 PHASE_CATEGORY = {
@@ -106,7 +106,7 @@ class Tracker:
 
     def _add(self, t: torch.Tensor, category: str | None, op: str) -> None:
         st = t.untyped_storage()
-        key = st._cdata
+        key = storage_key(t)
         rec = self.records.get(key)
         if rec is not None:
             self._resize(rec, st.nbytes())
@@ -135,7 +135,7 @@ class Tracker:
         """The module running forward (or being recomputed), and in backward the autograd node."""
         where = self.module_stack[-1] if self.module_stack else ""
         if self.phase == "backward":
-            node = torch._C._current_autograd_node()
+            node = current_autograd_node()
             if node is not None:
                 where = f"{node.name()} {where}".strip()
         return where
@@ -216,7 +216,7 @@ def timeline(
 
 
 def _key(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
+    return storage_key(t)
 
 
 def _fresh_outputs(func: Any, out: Any) -> list[torch.Tensor]:

@@ -103,7 +103,7 @@ class T:
         return self.numel * BYTES[self.dtype]
 
 
-@dataclass
+@dataclass(slots=True)
 class Edge:
     """Where the gradient of one op input goes, and how it is produced.
 
@@ -120,7 +120,7 @@ class Edge:
     tmp_bytes: int = 0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Node:
     """A grad_fn: saved storages, edges to its inputs, its output-gradient buffers."""
 
@@ -184,16 +184,20 @@ class Sim:
     def _alloc(self, st: Storage) -> None:
         if self.debug:
             self.registry.add(st)
-        self.live += st.nbytes
-        self.cats[st.cat] = self.cats.get(st.cat, 0) + st.nbytes
+        n = st.nbytes
+        self.live += n
+        self.cats[st.cat] = self.cats.get(st.cat, 0) + n
         if self.region is not None and self.region.recording:
             self._rkey += 1
             st.key = self._rkey
-            self.region.events.append(("a", self._rkey, st.nbytes, st.cat))
-        self._peak()
+            self.region.events.append(("a", self._rkey, n, st.cat))
+        ph = self.phase
+        if ph is not None and self.live > ph.peak:
+            self._peak()
 
     def _free(self, st: Storage) -> None:
-        self.registry.discard(st)
+        if self.debug:
+            self.registry.discard(st)
         self.live -= st.nbytes
         self.cats[st.cat] -= st.nbytes
         if st.key is not None and self.region is not None and self.region.recording:

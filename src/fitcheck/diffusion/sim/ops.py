@@ -282,7 +282,8 @@ def _broadcast(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
 def _edge_to(x: T, out_shape: tuple[int, ...], out_dtype: str, mode_if_same: str):  # type: ignore[no-untyped-def]
     """Gradient edge of a binary op input: passed on, or reduced/cast into a new tensor."""
     s = sim()
-    same = x.shape == out_shape and x.dtype == out_dtype
+    # lengths first: tuples of different lengths differ without comparing a batch with a width
+    same = len(x.shape) == len(out_shape) and x.shape == out_shape and x.dtype == out_dtype
     if same:
         return s.edge(x, mode_if_same)
     tmp = math.prod(out_shape) * BYTES[out_dtype] if math.prod(x.shape) != math.prod(out_shape) else 0

@@ -3,7 +3,7 @@
 This is the reference the simulator is calibrated against (``bench/calibrate_diffusion.py`` writes
 the records, ``tests/test_diffusion_calibration.py`` compares the engine with every one). The
 UNet is ``diffusers.UNet2DConditionModel`` built from the part's published config on the meta
-device, then given fake CPU storage (``fitcheck.measure.trace._fakeify``); the step is what kohya's
+device, then given fake CPU storage (``fitcheck.measure._internals.fakeify``); the step is what kohya's
 ``train_network.py`` / ``sdxl_train.py`` do with cached latents and text-encoder outputs:
 
 * frozen base in the mixed-precision dtype (fp8 with ``fp8_base``), or all weights trained (fp32,
@@ -36,7 +36,7 @@ DEVICE_SEMANTICS = (
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "float8_e4m3fn"}
 
 
-def _dtype(name: str) -> Any:
+def torch_dtype(name: str) -> Any:
     import torch
 
     return getattr(torch, TORCH_DTYPES[name])
@@ -86,8 +86,8 @@ def attach_kohya_lora(
                     child.in_channels, r, child.kernel_size, child.stride, child.padding, bias=False
                 )
                 up = torch.nn.Conv2d(r, child.out_channels, 1, bias=False)
-        down.to(_dtype(dtype))
-        up.to(_dtype(dtype))
+        down.to(torch_dtype(dtype))
+        up.to(torch_dtype(dtype))
         holder.extend([down, up])
         params += [down.weight, up.weight]
         org = child.forward
@@ -123,7 +123,7 @@ def trace_denoiser_step(spec: DiffusionSpec, setup: DiffusionSetup) -> Any:
     regime = rg.regime(spec, setup)
     started = time.perf_counter()
     model = build_unet(part.config)
-    model.to(_dtype(plan.dtype))
+    model.to(torch_dtype(plan.dtype))
     model.requires_grad_(plan.train == "full")
     lora: list[Any] = []
     if plan.train == "lora":
@@ -138,7 +138,7 @@ def trace_denoiser_step(spec: DiffusionSpec, setup: DiffusionSetup) -> Any:
     cfg = part.config
 
     def make_inputs() -> tuple[list[Any], Any, Any]:
-        cdt = _dtype(c)
+        cdt = torch_dtype(c)
         sample = torch.randn(b, int(cfg.get("in_channels", 4)), h, h, dtype=cdt)
         ctx = torch.randn(b, spec.text_tokens, int(cfg.get("cross_attention_dim", 768)), dtype=cdt)
         ts = torch.randint(0, 1000, (b,))
@@ -177,17 +177,17 @@ def trace_module(
     prediction, compared with ``target`` by an fp32 MSE loss.
     """
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from fitcheck.measure._internals import FakeTensorMode, fakeify, param_bytes, unique_params
     from fitcheck.measure.autocast import cuda_autocast_policy
     from fitcheck.measure.optim import make_optimizer, state_tensors
     from fitcheck.measure.summary import RunFacts, summarize
-    from fitcheck.measure.trace import _fakeify, _param_bytes, _unique_params, _window
+    from fitcheck.measure.trace import window
     from fitcheck.measure.tracker import LiveStorageMode, ModuleScope, Tracker
 
     model.train()
     fake = FakeTensorMode()
-    _fakeify(model, fake)
+    fakeify(model, fake)
     tracker = Tracker()
     c = rg.compute_dtype(setup)
     steps = 2
@@ -198,14 +198,16 @@ def trace_module(
         if setup.grad_ckpt:
             for t in grads_in:
                 t.requires_grad_(True)  # kohya: noisy latents / text conds requires_grad_(True)
-        uniq = _unique_params(model)
+        uniq = unique_params(model)
         tracker.register([p for p in uniq if not p.requires_grad], "parameters_frozen", "<parameter>")
         tracker.register([p for p in uniq if p.requires_grad], "parameters_trainable", "<parameter>")
         tracker.register(list(model.buffers()), "buffers", "<buffer>")
         tracker.register([*grads_in, *others], "inputs", "<batch>")
         names = {id(m): n for n, m in model.named_modules()}
         autocast = (
-            torch.autocast("cpu", dtype=_dtype(c)) if c != "fp32" else torch.autocast("cpu", enabled=False)
+            torch.autocast("cpu", dtype=torch_dtype(c))
+            if c != "fp32"
+            else torch.autocast("cpu", enabled=False)
         )
         with cuda_autocast_policy(), ModuleScope(tracker, names), LiveStorageMode(tracker):
             for step in range(1, steps + 1):
@@ -223,7 +225,7 @@ def trace_module(
                 tracker.retag([t for _, t in state_tensors(optimizer)], "optimizer_states")
                 optimizer.zero_grad(set_to_none=True)
         tracker.end()
-        windows = [_window(tracker, w, 8) for w in tracker.windows]
+        windows = [window(tracker, w, 8) for w in tracker.windows]
         facts = RunFacts(
             mode="trace",
             device="fake",
@@ -231,7 +233,7 @@ def trace_module(
             model_type=model_type,
             regime=regime.name,
             steps=steps,
-            param_bytes=_param_bytes(model),
+            param_bytes=param_bytes(model),
             trainable_params=sum(p.numel() for p in params),
             total_params=sum(p.numel() for p in uniq),
             wall_seconds=time.perf_counter() - started,
