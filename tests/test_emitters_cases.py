@@ -79,7 +79,7 @@ def test_gemma3_keeps_sdpa() -> None:
 
 @pytest.mark.parametrize("on", ["rtx-2080-ti", "apple-m1-16gb"])
 def test_full_fp16_hf_loads_fp32_weights_with_amp(on: str) -> None:
-    plan, data, text = emit_yaml("hf.yaml", "qwen2.5-0.5b", on, method="full", seq_len=512)
+    plan, data, text = emit_yaml("hf.yaml", "smollm2-360m", on, method="full", seq_len=512)
     assert data["fp16"] is True and data["bf16"] is False
     assert data["dtype"] == "float32", "GradScaler cannot unscale fp16 gradients"
     assert plan.chosen is not None and plan.chosen.setup.master_weights
@@ -89,7 +89,7 @@ def test_full_fp16_hf_loads_fp32_weights_with_amp(on: str) -> None:
 
 def test_full_fp16_memory_is_the_amp_figure() -> None:
     """The plan is sized as fp32 weights + grads + states (16 B/param), not as fp16 weights."""
-    plan = plan_for("qwen2.5-0.5b", "rtx-2080-ti", method="full", seq_len=512, precision="fp16")
+    plan = plan_for("smollm2-360m", "rtx-2080-ti", method="full", seq_len=512, precision="fp16")
     assert plan.estimate is not None
     mw = {c.name: c.bytes for p in plan.estimate.phases for c in p.components}
     params = plan.estimate.params.trainable

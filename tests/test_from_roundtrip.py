@@ -16,7 +16,7 @@ CASES = [
     ("hf.yaml", "llama-3.1-8b", "rtx-4090", ["--method", "qlora"]),
     ("hf.yaml", "qwen2.5-0.5b", "rtx-4090", ["--method", "full", "--master-weights"]),
     ("axolotl.yaml", "llama-3.1-8b", "rtx-4090", ["--method", "qlora"]),
-    ("axolotl.yaml", "qwen2.5-0.5b", "rtx-3060-12gb", ["--method", "full"]),
+    ("axolotl.yaml", "smollm2-360m", "rtx-3060-12gb", ["--method", "full"]),
     ("llamafactory.yaml", "llama-3.1-8b", "rtx-4090", []),
     ("llamafactory.yaml", "llama-3.1-8b", "rtx-4090", ["--method", "qlora", "--no-double-quant"]),
     ("mlx.yaml", "qwen2.5-7b", "apple-m3-max-36gb", []),

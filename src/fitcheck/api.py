@@ -109,7 +109,7 @@ class PlanOptions(_Common, total=False):
     optimizer: Optimizer | None
     grad_ckpt: bool | None
     attn: Attention | None
-    effective_batch: Annotated[int, Field(ge=1, le=1 << 20)] | None
+    effective_batch: Annotated[int, Field(ge=1, le=1_048_576)] | None
     min_seq_len: Annotated[int, Field(ge=1, le=10_000_000)] | None
     min_resolution: Annotated[int, Field(ge=64, le=8192)] | None
     dataset_tokens: Annotated[int, Field(ge=1)] | None
@@ -249,7 +249,7 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
 
     refuse_foreign(spec, options)
     kind = kind_of(spec)
-    if options.get("trainer") == "mlx" and tgt is not None and tgt.backend != "mps":
+    if options.get("trainer") == "mlx" and tgt is not None and tgt.id != "none" and tgt.backend != "mps":
         raise OptionError(
             f"--trainer mlx trains on Apple silicon (MLX); {tgt.id} is a {tgt.backend} target: use hf, "
             "axolotl, llamafactory, torchtune, litgpt or unsloth there"

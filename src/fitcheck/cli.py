@@ -528,7 +528,7 @@ def estimate(
     except FitcheckError as exc:
         raise prov.blame(exc) from None
     prov.say()
-    write_chart(chart, force, lambda: _estimate_chart(est))
+    write_chart(chart, force, lambda: estimate_chart(est))
     if rule is RuleOpt.thumb:
         if est.thumb is None:
             from fitcheck.errors import OptionError
@@ -542,10 +542,11 @@ def estimate(
     print_chart_link(fmt, chart)
 
 
-def _estimate_chart(est: Any) -> Any:
-    from fitcheck.chart.spec import estimate_chart
+def estimate_chart(est: Any) -> Any:
+    """The estimate's chart spec (the chart extra draws it)."""
+    from fitcheck.chart import spec
 
-    return estimate_chart(est)
+    return spec.estimate_chart(est)
 
 
 @app.command()

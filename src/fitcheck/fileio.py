@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fitcheck.errors import ModelSourceError
+from fitcheck.units import MIB
 
 #: Nesting deeper than this is no model or trainer config (real ones nest 3-6 levels).
 MAX_JSON_DEPTH = 64
@@ -51,7 +52,7 @@ def read_bytes(path: Path, limit: int, what: str = "file") -> bytes:
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            chunk = os.read(fd, min(MIB, limit + 1 - size))
             if not chunk:
                 break
             chunks.append(chunk)

@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
             raise prov.blame(exc) from None
         assert est.target is not None
         prov.say()
-        c.write_chart(chart, force, lambda: c._estimate_chart(est))
+        c.write_chart(chart, force, lambda: c.estimate_chart(est))
         doc = c.with_origin(render.estimate_doc(est), est, prov, given)
         c.print_doc(fmt, doc, lambda: render.estimate_table(est, spec))
         c.print_chart_link(fmt, chart)

@@ -649,15 +649,15 @@ def _multimodal(cfg: Config, model_type: str) -> Fields:
 #: largest: Llama 3.1 405B has hidden 16,384, 126 layers, 128 heads; vocabularies reach ~260k; MoE
 #: models 256 experts). Past these a config is a typo or hostile, not a model.
 SIZE_BOUNDS: dict[str, int] = {
-    **dict.fromkeys(KEYS["hidden_size"], 1 << 20),
+    **dict.fromkeys(KEYS["hidden_size"], 1_048_576),
     **dict.fromkeys(KEYS["num_layers"], 10_000),
     **dict.fromkeys(KEYS["num_heads"], 100_000),
     **dict.fromkeys(KEYS["num_kv_heads"], 100_000),
-    **dict.fromkeys(KEYS["head_dim"], 1 << 16),
-    **dict.fromkeys(KEYS["intermediate_size"], 1 << 24),
-    **dict.fromkeys(KEYS["vocab_size"], 1 << 26),
-    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "num_experts_per_tok"), 1 << 16),
-    **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size", "kv_lora_rank"), 1 << 24),
+    **dict.fromkeys(KEYS["head_dim"], 65_536),
+    **dict.fromkeys(KEYS["intermediate_size"], 16_777_216),
+    **dict.fromkeys(KEYS["vocab_size"], 67_108_864),
+    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "num_experts_per_tok"), 65_536),
+    **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size", "kv_lora_rank"), 16_777_216),
 }
 
 
