@@ -193,3 +193,23 @@ def test_json_is_still_one_document(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["model"]
+
+
+def test_plan_writes_its_files_even_when_the_reader_leaves_early(tmp_path: Path) -> None:
+    proc = _early_reader(
+        [*FITCHECK, "plan", "llama-3.2-1b", "--on", "rtx-4090", "--method", "lora", "--emit", "hf.yaml",
+         "--emit", "env.sh", "-o", str(tmp_path)]
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "hf.yaml").is_file() and (tmp_path / "env.sh").is_file()
+
+
+def test_plan_refuses_before_writing_or_printing(tmp_path: Path) -> None:
+    (tmp_path / "hf.yaml").write_text("mine")
+    proc = subprocess.run(
+        [*FITCHECK, "plan", "llama-3.2-1b", "--on", "rtx-4090", "--method", "lora", "--emit", "env.sh",
+         "--emit", "hf.yaml", "-o", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == "" and "exists; add --force" in proc.stderr
+    assert not (tmp_path / "env.sh").exists() and (tmp_path / "hf.yaml").read_text() == "mine"
