@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fitcheck.models import Estimate
+    from fitcheck.models import Estimate, ModelSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
@@ -47,17 +47,32 @@ MEDIAN_BAR = 0.10
 UNDER_BAR = -0.15
 
 #: Setup keys handed to fitcheck's LlmSetup as they are.
-_DIRECT = ("method", "batch_size", "grad_accum", "seq_len", "precision", "attn", "lora_rank", "lora_alpha")
+_DIRECT = (
+    "method",
+    "batch_size",
+    "grad_accum",
+    "seq_len",
+    "precision",
+    "attn",
+    "lora_rank",
+    "lora_alpha",
+    "lora_dropout",
+)
 #: Optimizers the sources name that fitcheck models under another name (same bytes per state).
 _OPTIMIZER_ALIASES = {"paged-adamw": ("adamw", "bitsandbytes PagedAdamW: 32-bit states, as AdamW")}
 #: Setup flags fitcheck has no option for, and what leaving them out means for the pose.
 _UNMODELLED = {
-    "lora_head": "LoRA on the output layer is not modelled (adapter of r x (hidden + vocab) left out)",
     "optimizer_in_backward": "the optimizer step inside backward is not modelled",
     "compile": "torch.compile is not modelled",
     "quant_backend": "torchao NF4 is posed as bitsandbytes NF4",
     "rslora": "rsLoRA changes only the scale, not the memory",
-    "offload": "offloading is not modelled",
+    "offload": "offloading of parameters / optimizer states is not modelled",
+}
+#: Quantized bases the sources name, as fitcheck's ``--base-quant`` (None: no fitcheck format stores it).
+_BASE_QUANT = {"gptq-int4": "gptq", "gptq": "gptq", "awq": "awq", "int8": "int8", "bnb-int8": "int8"}
+#: Checkpointing modes the sources name: (grad_ckpt, offload_activations, note).
+_CKPT_MODES = {
+    "unsloth-offload": (True, True, "Unsloth's offloaded checkpointing: --grad-ckpt --offload-activations"),
 }
 
 
@@ -156,6 +171,24 @@ def _spec(model: str) -> Any:
     return None
 
 
+def _with_head(spec: ModelSpec, targets: str) -> str:
+    """LoRA targets plus the output layer (``lora_head``): ``all-linear`` and ``attn`` leave lm_head out
+    (peft ``_maybe_include_all_linear_layers``), so they are spelled as the model's own projection names
+    with ``lm_head`` added, as a user would pass ``--lora-targets``."""
+    from fitcheck.engine.params import layer_kinds
+
+    if targets in ("all-linear", "attn"):
+        names: list[str] = []
+        for kind in layer_kinds(spec.arch):
+            for lin in kind.linears(spec.arch):
+                wrapped = lin.all_linear if targets == "all-linear" else lin.role == "attn"
+                short = lin.name.split(".")[-1]
+                if wrapped and short not in names:
+                    names.append(short)
+        targets = ",".join(names)
+    return targets + ",lm_head"
+
+
 def pose(rec: Record) -> tuple[Any, Any, list[str]] | str:
     """(spec, LlmSetup, notes) for a record, or the reason it cannot be posed."""
     from fitcheck.models import OPTIMIZERS, TRAINERS, LlmSetup
@@ -165,8 +198,9 @@ def pose(rec: Record) -> tuple[Any, Any, list[str]] | str:
         return f"{rec.gpus} GPUs ({s.get('strategy', 'strategy not stated')}): kept for the multi-GPU work"
     if s.get("method") not in ("full", "lora", "qlora"):
         return f"method {s.get('method')} is not modelled"
-    if s.get("base_quant"):
-        return f"a {s['base_quant']} base is not modelled"
+    base_quant = str(s.get("base_quant") or "none")
+    if base_quant != "none" and base_quant not in _BASE_QUANT:
+        return f"a {base_quant} base is not modelled (--base-quant stores int8, 4-bit GPTQ or 4-bit AWQ)"
     if not s.get("seq_len"):
         return "sequence length not stated"
     spec = _spec(rec.model)
@@ -188,16 +222,29 @@ def pose(rec: Record) -> tuple[Any, Any, list[str]] | str:
     if ckpt == "unknown":
         ckpt = False
         notes.append("checkpointing not stated: off")
+    if isinstance(ckpt, str) and ckpt in _CKPT_MODES:
+        ckpt, kw["offload_activations"], why = _CKPT_MODES[ckpt]
+        notes.append(why)
     if not isinstance(ckpt, bool):
         return f"gradient checkpointing mode {ckpt} is not modelled"
     kw["grad_ckpt"] = ckpt
+    if s.get("offload") is True or s.get("offload") == "activations":
+        kw["offload_activations"] = True
     trainer = str(s.get("trainer", "generic"))
     kw["trainer"] = trainer if trainer in TRAINERS else "generic"
     if trainer not in TRAINERS:
         notes.append(f"trainer {trainer} posed as generic")
     if s.get("method") != "full":
-        kw["lora_targets"] = str(s.get("lora_targets", "all-linear"))
+        targets = str(s.get("lora_targets", "all-linear"))
+        if s.get("lora_head"):
+            targets = _with_head(spec, targets)
+        kw["lora_targets"] = targets
         kw["dora"] = bool(s.get("dora", False))
+    if base_quant != "none":
+        kw["base_quant"] = _BASE_QUANT[base_quant]
+    for key in ("loss", "train_modules", "task"):
+        if s.get(key):
+            kw[key] = s[key]
     if s.get("method") == "qlora":
         kw["double_quant"] = bool(s.get("double_quant", True))
     notes += [why for key, why in _UNMODELLED.items() if s.get(key)]
