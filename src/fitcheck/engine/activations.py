@@ -64,17 +64,51 @@ class LayerActs:
         return sum(self.parts.values()) + self.scores * seq_len
 
 
-def _linear_inputs(c: Ctx, setup: LlmSetup, a: DecoderArch, lins: list[Linear], x_bytes: int) -> float:
+#: Trainers whose attention is one fused qkv module with one LoRA dropout for q, k and v (litgpt
+#: ``LoRAQKVLinear.forward``: ``F.linear(self.lora_dropout(x), self.lora_A)``, litgpt/lora.py @00af8b0d).
+FUSED_QKV_DROPOUT_TRAINERS = ("litgpt",)
+
+
+#: Trainers whose pinned bitsandbytes keeps the input of every 4-bit matmul: ``MatMul4Bit.forward`` stored
+#: ``ctx.tensors = (A, B)`` whenever the input needs a gradient, although backward uses only B, until
+#: bitsandbytes 0.43.2 ("fix QLoRA mem bug: delete useless buffered activation", #1270, commit 9e753741,
+#: bitsandbytes/autograd/_functions.py). litgpt pins bitsandbytes==0.41.0 at the commit its regime cites
+#: (pyproject.toml @01fe959c) and ==0.42.0 at 00af8b0d; the HF-Trainer regimes follow current releases.
+BNB_HOLDS_INPUT_TRAINERS = ("litgpt",)
+
+
+def holds_4bit_inputs(setup: LlmSetup) -> bool:
+    """Whether every 4-bit projection keeps its input alive until backward (`BNB_HOLDS_INPUT_TRAINERS`)."""
+    return setup.method == "qlora" and setup.trainer in BNB_HOLDS_INPUT_TRAINERS
+
+
+def _linear_inputs(
+    c: Ctx,
+    setup: LlmSetup,
+    a: DecoderArch,
+    lins: list[Linear],
+    x_bytes: int,
+    one_dropout: bool = False,
+    held: bool = False,
+) -> float:
     """Bytes saved for the inputs of projections that share one input tensor of dtype ``x_bytes``.
 
     Full fine-tuning: each linear saves its input; under autocast an input that is not already in
     the compute dtype is cast per op, and each cast copy is saved. LoRA: peft casts the input to the
     adapter dtype per wrapped module (``_cast_input_dtype``); under autocast lora_A then works on its
     own compute-dtype copy, which is what it saves.
+
+    LoRA dropout (``lora_dropout > 0``): each wrapped module runs ``lora_A(dropout(x))`` (peft
+    lora/layer.py ``Linear.forward``; litgpt ``LoRALinear.forward``), so it keeps native_dropout's 1-byte
+    mask and lora_A saves the dropout output, its own tensor in the adapter dtype where no autocast
+    cast follows (where one does, lora_A saves that cast copy, counted already). ``one_dropout``: the
+    wrapped modules of this group share one dropout (a fused qkv module). ``held``: the base matmuls keep
+    the shared input themselves (`holds_4bit_inputs`), so it is saved once whatever the adapters do.
     """
     d_in = lins[0].d_in
-    shared = False
+    shared = held
     per_op = 0.0
+    dropouts = 0
     for lin in lins:
         if c.full:
             if c.autocast and x_bytes != c.gamma:
@@ -82,10 +116,14 @@ def _linear_inputs(c: Ctx, setup: LlmSetup, a: DecoderArch, lins: list[Linear], 
             else:
                 shared = True
         elif targeted(a, setup.lora_targets, lin):
+            dropped = setup.lora_dropout > 0 and not (one_dropout and dropouts)
+            dropouts += 1 if setup.lora_dropout > 0 else 0
             if c.autocast and c.adapter != c.gamma:
-                per_op += c.gamma * d_in
-            elif c.adapter != x_bytes:
-                per_op += c.adapter * d_in
+                per_op += c.gamma * d_in + (d_in if dropped else 0)
+            elif c.adapter != x_bytes or dropped:
+                per_op += c.adapter * d_in + (d_in if dropped else 0)
+            elif setup.lora_dropout > 0:
+                pass  # shares the fused module's dropout output, counted once
             else:
                 shared = True
     return per_op + (x_bytes * d_in if shared else 0.0)
@@ -146,7 +184,11 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
     up = [x for x in mlp if x.d_in == h and x.role != "expert"]
     shared_input = a.parallel_block and a.norms_per_layer == 1
     # a parallel block with one norm (GPT-J, Phi, Cohere): attention and MLP read the same tensor
-    acts.add("qkv_inputs", _linear_inputs(c, setup, a, qkv + (up if shared_input else []), c.norm_out))
+    fused = setup.trainer in FUSED_QKV_DROPOUT_TRAINERS and not shared_input
+    held = holds_4bit_inputs(setup)
+    acts.add(
+        "qkv_inputs", _linear_inputs(c, setup, a, qkv + (up if shared_input else []), c.norm_out, fused, held)
+    )
     if a.is_mla:
         for name, value in _mla_parts(a, setup, c).items():
             acts.add(name, value)
@@ -168,12 +210,12 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
     else:
         # flash / memory-efficient kernels save the output and an fp32 logsumexp per head
         acts.add("attn_out", c.gamma * q_w + 4 * a.num_heads)
-    acts.add("o_input", _linear_inputs(c, setup, a, o, c.gamma))
+    acts.add("o_input", _linear_inputs(c, setup, a, o, c.gamma, held=held))
     if setup.dora and not c.full:
         acts.add("dora_outputs", _dora_outputs(c, setup, a, lins))
     down = [x for x in mlp if x.d_out == h and x.role != "expert"]
     if up and not shared_input:
-        acts.add("mlp_inputs", _linear_inputs(c, setup, a, up, c.norm_out))
+        acts.add("mlp_inputs", _linear_inputs(c, setup, a, up, c.norm_out, held=held))
     if a.resid_dropout:
         # hidden dropout after attention and after the MLP: a 1-byte mask each (native_dropout)
         acts.add("dropout_masks", 2 * h)
@@ -188,7 +230,7 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
         else:
             # what the activation keeps; its output is the down projection's input
             acts.add("mlp_hidden", plain_activation_bytes(a.activation, c, out_b) * width)
-        acts.add("down_input", _linear_inputs(c, setup, a, down, out_b) if down else 0)
+        acts.add("down_input", _linear_inputs(c, setup, a, down, out_b, held=held) if down else 0)
     return acts
 
 

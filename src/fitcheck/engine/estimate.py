@@ -24,7 +24,7 @@ from fitcheck.engine.lora import (
     validate_train_modules,
 )
 from fitcheck.engine.params import inventory, layer_kinds, layer_linears
-from fitcheck.engine.regimes import regime_for
+from fitcheck.engine.regimes import model_as_trained, regime_for
 from fitcheck.engine.thumb import thumb
 from fitcheck.errors import OptionError
 from fitcheck.models import Component, Estimate, LlmSetup, ModelSpec, ParamCounts, Phase, Regime
@@ -294,7 +294,7 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         target_context: CUDA context bytes of the target GPU, when one is known.
     """
     _check(spec, setup)
-    spec = tasks.with_task_head(spec, setup)
+    spec = model_as_trained(tasks.with_task_head(spec, setup), setup)
     regime = regime_for(setup)
     ms = model_states(spec, setup, regime)
     sv = saved_activations(spec, setup, regime)

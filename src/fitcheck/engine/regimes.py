@@ -31,7 +31,7 @@ kept in its stored dtype, with no autocast.
 
 from __future__ import annotations
 
-from fitcheck.models import Dtype, LlmSetup, Regime
+from fitcheck.models import Dtype, LlmSetup, ModelSpec, Regime
 
 SRC_SEEDS = "seeds/002 (12 B/param: 16-bit weight + 16-bit grad + two fp32 Adam moments)"
 SRC_HF = "transformers 5.x Trainer (bf16=True autocast, optim adamw_torch_fused default), peft defaults"
@@ -63,6 +63,27 @@ SRC_MLX = (
     "mlx.optimizers states zeros_like(param), tuner/trainer.py default_loss (cross_entropy on model-dtype "
     "logits); no autocast in MLX"
 )
+
+
+#: Trainers whose own model code never ties the output layer to the embedding. litgpt's ``GPT`` always builds
+#: ``lm_head`` as its own ``nn.Linear`` and its converter copies a tied checkpoint's embedding into it
+#: (litgpt/model.py and litgpt/scripts/convert_hf_checkpoint.py @00af8b0d: ``if "lm_head.weight" not in
+#: state_dict: state_dict["lm_head.weight"] = state_dict["transformer.wte.weight"]``); the finetune scripts
+#: refuse ``train.tie_embeddings`` (finetune/lora.py, full.py ``validate_args``).
+UNTIED_TRAINERS = ("litgpt",)
+SRC_UNTIED = (
+    "litgpt model.py / scripts/convert_hf_checkpoint.py @00af8b0d: lm_head is a separate nn.Linear, a tied "
+    "checkpoint's embedding is copied into it"
+)
+
+
+def model_as_trained(spec: ModelSpec, setup: LlmSetup) -> ModelSpec:
+    """The model as the trainer builds it: untied output layer under trainers that never tie it."""
+    if setup.trainer in UNTIED_TRAINERS and spec.arch.tie_embeddings:
+        arch = spec.arch.model_copy(update={"tie_embeddings": False})
+        note = f"{setup.trainer} keeps lm_head untied from the embedding: both are counted"
+        return spec.model_copy(update={"arch": arch, "notes": (*spec.notes, note)})
+    return spec
 
 
 def _compute(setup: LlmSetup) -> Dtype:
