@@ -73,3 +73,10 @@ def test_old_bitsandbytes_holds_every_quantized_projection_input(monkeypatch: py
     monkeypatch.setattr(act, "BNB_HOLDS_INPUT_TRAINERS", ())
     free = _acts("llama-2-7b", **kw)
     assert held - free == 2 * (a.num_heads * a.head_dim + a.hidden_size + a.intermediate_size)
+
+
+def test_litgpt_saves_grouped_kv_at_every_head() -> None:
+    a = spec_from_preset("llama-3.1-8b").arch
+    kw = {"method": "lora", "lora_targets": "q_proj,v_proj", "lora_rank": 8}
+    diff = _acts("llama-3.1-8b", trainer="litgpt", **kw) - _acts("llama-3.1-8b", trainer="torchtune", **kw)
+    assert diff == 2 * 2 * (a.num_heads - a.num_kv_heads) * a.head_dim

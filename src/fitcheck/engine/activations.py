@@ -69,6 +69,11 @@ class LayerActs:
 FUSED_QKV_DROPOUT_TRAINERS = ("litgpt",)
 
 
+#: Trainers whose model code expands grouped keys and values to every query head before SDPA in training
+#: (litgpt ``CausalSelfAttention.forward``: ``k = k.expand(B, n_query_groups, q_per_kv, T, hs)`` then
+#: ``k.reshape(B, -1, T, hs)``, "training: flash attention requires it", litgpt/model.py @00af8b0d), so the
+#: kernel saves full-width K and V as eager attention does.
+EXPANDED_KV_TRAINERS = ("litgpt",)
 #: Trainers whose pinned bitsandbytes keeps the input of every 4-bit matmul: ``MatMul4Bit.forward`` stored
 #: ``ctx.tensors = (A, B)`` whenever the input needs a gradient, although backward uses only B, until
 #: bitsandbytes 0.43.2 ("fix QLoRA mem bug: delete useless buffered activation", #1270, commit 9e753741,
@@ -199,7 +204,7 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
     # MPS has no memory-efficient SDPA backward: training there materializes the scores like eager
     # (hardware_detection.md 3.7); the engine treats every kernel as eager on that backend.
     eager = uses_eager_scores(a, setup)
-    kv_saved = q_w if eager else kv_w
+    kv_saved = q_w if eager or setup.trainer in EXPANDED_KV_TRAINERS else kv_w
     acts.add("qkv", c.gamma * (q_w + 2 * kv_saved))
     if eager:
         # softmax output in fp32 (saved by softmax) and its compute-dtype copy (saved by the matmul);
