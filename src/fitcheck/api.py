@@ -250,9 +250,10 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
     refuse_foreign(spec, options)
     kind = kind_of(spec)
     if options.get("trainer") == "mlx" and tgt is not None and tgt.id != "none" and tgt.backend != "mps":
+        vendor = {"cuda": "NVIDIA GPUs", "rocm": "AMD GPUs"}.get(tgt.backend, "a CPU")
         raise OptionError(
-            f"--trainer mlx trains on Apple silicon (MLX); {tgt.id} is a {tgt.backend} target: use hf, "
-            "axolotl, llamafactory, torchtune, litgpt or unsloth there"
+            f"--trainer mlx trains on Apple silicon (MLX), not on {vendor} ({tgt.id}): use hf, axolotl, "
+            "llamafactory, torchtune, litgpt or unsloth there"
         )
     model = LlmSetup if kind == "llm" else DiffusionSetup
     values = {k: v for k, v in options.items() if v is not None and k in model.model_fields}

@@ -65,7 +65,7 @@ def trace_fsdp(hf_config: Mapping[str, Any], setup: LlmSetup, world_size: int) -
 
     from fitcheck.measure.build import build_model, trainable_parameters
     from fitcheck.measure.step import make_batch
-    from fitcheck.measure.trace import _fakeify
+    from fitcheck.measure._internals import fakeify
 
     started = time.perf_counter()
     regime = regime_for(setup)
@@ -74,7 +74,7 @@ def trace_fsdp(hf_config: Mapping[str, Any], setup: LlmSetup, world_size: int) -
     with torch.device("meta"):
         built = build_model(hf_config, setup, regime)
     model = built.model
-    _fakeify(model, fake)
+    fakeify(model, fake)
     with fake:
         for p in model.parameters():
             if p.requires_grad and p.dtype != torch.float32:
