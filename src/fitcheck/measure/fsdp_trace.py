@@ -63,9 +63,9 @@ def trace_fsdp(hf_config: Mapping[str, Any], setup: LlmSetup, world_size: int) -
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker, _FSDPModState
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    from fitcheck.measure._internals import fakeify
     from fitcheck.measure.build import build_model, trainable_parameters
     from fitcheck.measure.step import make_batch
-    from fitcheck.measure._internals import fakeify
 
     started = time.perf_counter()
     regime = regime_for(setup)
