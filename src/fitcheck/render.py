@@ -6,12 +6,17 @@ stdout carries the answer (exactly one document for --format json); warnings go 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from fitcheck.engine.verdict import thumb_verdict
 from fitcheck.models import SCHEMA_VERSION, Estimate, ModelInfo, ModelSpec
 from fitcheck.units import GIB, MIB, fmt_count, fmt_gib
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 
 def _g(n: int | float) -> str:
@@ -118,18 +123,155 @@ def thumb_doc(est: Estimate) -> dict[str, Any]:
             "high_bytes": est.thumb.bytes,
             "basis": "rule of thumb: no measured spread",
         },
-        "target": est.target.model_dump(mode="json") if est.target else None,
+        "target": v.model_dump(mode="json") if (v := thumb_verdict(est)) else None,
     }
 
 
 def _console(stderr: bool = False) -> Any:
+    """A console: the terminal's width, $COLUMNS when set, else 120 (CI logs and pipes)."""
+    import os
+
     from rich.console import Console
 
     con = Console(stderr=stderr, highlight=False)
-    if not con.is_terminal and "COLUMNS" not in __import__("os").environ:
-        # CI logs and pipes: rich would wrap at 80 columns; the tables need about 120
+    if not con.is_terminal and "COLUMNS" not in os.environ:
+        # rich would fall back to 80 columns; a pipe or a CI log reads better at 120
         con = Console(stderr=stderr, highlight=False, width=120)
     return con
+
+
+# ------------------------------------------------------------------------------------------ layout
+#
+# Nothing wraps mid-value: a number and its unit ("33.0 GiB", "192,640 B/token", "2048 tokens") never
+# split across lines. Prose is wrapped here, at the spaces outside values, and printed with soft_wrap so
+# rich adds no breaks of its own; tables that do not fit drop or fold columns (`_table`).
+
+_UNIT = (
+    r"(?:GiB|MiB|KiB|GB/s|GB|MB|B/token|B/param|B|tokens/s|tokens|tok|px|params|layers|TFLOPS|"
+    r"images/s|min|s|h|days|steps)"
+)
+#: A value: a number with its unit, or "1 x 2048" (a shape), or "minus 0.97 GiB".
+_VALUE = re.compile(
+    rf"(?:minus |plus |short by )?[-+]?\d[\d,.]*%?(?: x \d[\d,.]*)*(?: {_UNIT}(?![\w/]))?"
+)
+
+
+def _glued(plain: str) -> set[int]:
+    """Offsets of the spaces inside values: no line may break there."""
+    return {m.start() + i for m in _VALUE.finditer(plain) for i, ch in enumerate(m.group()) if ch == " "}
+
+
+def _wrap(text: str | Text, width: int, indent: int = 0) -> list[Text]:
+    """Greedy word wrap at spaces outside values; continuation lines indented by ``indent`` + 2."""
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    txt = text if isinstance(text, Text) else Text(text)
+    plain = txt.plain
+    glued = _glued(plain)
+    cuts = [i for i, ch in enumerate(plain) if ch == " " and i not in glued]
+    words, pos = [], 0
+    for cut in [*cuts, len(plain)]:
+        if cut > pos:
+            words.append((pos, cut))
+        pos = cut + 1
+    out: list[Text] = []
+    if not words:
+        return [Text(" " * indent) + txt]
+    start, end = words[0]
+    for ws, we in words[1:]:
+        avail = max(20, width) - (indent if not out else indent + 2)
+        if cell_len(plain[start:we]) > avail:
+            out.append(txt[start:end])
+            start = ws
+        end = we
+    out.append(txt[start:end])
+    return [Text(" " * (indent if n == 0 else indent + 2)) + line for n, line in enumerate(out)]
+
+
+def _say(con: Any, text: str | Text, indent: int = 0, style: str | None = None) -> None:
+    """Print prose wrapped to the console, never inside a value."""
+    from rich.text import Text
+
+    txt = text if isinstance(text, Text) else Text.from_markup(text)
+    if style:
+        txt.stylize(style)
+    for line in _wrap(txt, con.width, indent):
+        con.print(line, soft_wrap=True)
+
+
+def _cell_width(cell: str | Text) -> int:
+    from rich.cells import cell_len
+
+    plain = cell.plain if not isinstance(cell, str) else cell
+    return max((cell_len(x) for x in plain.split("\n")), default=0)
+
+
+def _table(
+    con: Any,
+    header: list[str],
+    rows: list[list[str | Text]],
+    *,
+    right: set[str] = frozenset(),  # type: ignore[assignment]
+    flex: str | None = None,
+    drop: tuple[str, ...] = (),
+    dim: set[str] = frozenset(),  # type: ignore[assignment]
+    sections: set[int] = frozenset(),  # type: ignore[assignment]
+    box: bool = True,
+) -> None:
+    """A table that fits the console: drop columns in ``drop`` order, then fold ``flex`` at words.
+
+    Cells given as ``str`` are plain text (never rich markup: names print as typed).
+    """
+    from rich import box as boxes
+    from rich.table import Table
+    from rich.text import Text
+
+    cols = list(header)
+
+    def widths(keep: list[str]) -> dict[str, int]:
+        return {h: max([_cell_width(h)] + [_cell_width(r[header.index(h)]) for r in rows]) for h in keep}
+
+    overhead = (lambda n: 3 * n + 1) if box else (lambda n: 2 * (n - 1))
+    w = widths(cols)
+    flex_min = 24
+    for name in drop:
+        fixed = sum(v for k, v in w.items() if k != flex)
+        need = fixed + overhead(len(cols)) + (min(w[flex], flex_min) if flex in w else 0)
+        if fixed + overhead(len(cols)) + (w[flex] if flex in w else 0) <= con.width or need <= con.width:
+            break
+        if name in cols:
+            cols.remove(name)
+            w = widths(cols)
+    flex_width = None
+    if flex in w:
+        fixed = sum(v for k, v in w.items() if k != flex)
+        room = con.width - fixed - overhead(len(cols))
+        if room < w[flex]:
+            flex_width = max(12, room)
+    if box:
+        t = Table(box=boxes.HEAVY_HEAD, pad_edge=True)
+    else:
+        t = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2, 0, 0))
+    for h in cols:
+        t.add_column(
+            h,
+            justify="right" if h in right else "left",
+            no_wrap=True,
+            style="dim" if h in dim else None,
+            width=flex_width if h == flex and flex_width else None,
+        )
+    for n, r in enumerate(rows):
+        if n in sections:
+            t.add_section()
+        cells: list[str | Text] = []
+        for h in cols:
+            cell = r[header.index(h)]
+            if h == flex and flex_width:
+                cell = Text("\n").join(_wrap(cell, flex_width))
+            cells.append(cell if isinstance(cell, Text) else Text(cell))
+        t.add_row(*cells)
+    con.print(t)
 
 
 def _warn(est: Estimate) -> None:
@@ -139,80 +281,145 @@ def _warn(est: Estimate) -> None:
             err.print(f"[yellow]warning:[/] {w}")
 
 
-def estimate_table(est: Estimate, spec: ModelSpec | Any) -> None:
+_PROVENANCE = re.compile(r"\s*\((?:https?://|seeds/|see )[^)]*\)|\s*https?://\S+")
+
+
+def plain_note(note: str) -> str:
+    """A note without its provenance (URLs, seeds/ citations): what the default view shows."""
+    return _PROVENANCE.sub("", note).strip()
+
+
+def budget_steps(lines: Sequence[Any]) -> list[tuple[str, int, str]]:
+    """The budget arithmetic as read aloud: ("", total), ("minus", deduction), ("=", subtotal).
+
+    Deductions are stored negative (`BudgetLine.bytes`); they are shown as "minus" a positive amount.
+    """
+    out: list[tuple[str, int, str]] = []
+    for n, line in enumerate(lines):
+        label = line.name.replace("_", " ")
+        if line.name in ("usable", "budget"):
+            out.append(("=", line.bytes, label))
+        elif line.bytes < 0 or line.name == "headroom":
+            out.append(("minus", -line.bytes, label))
+        else:
+            out.append(("plus" if n else "", line.bytes, label))
+    return out
+
+
+def budget_sentence(lines: Sequence[Any]) -> str:
+    """"24.00 GiB device memory minus 1.00 GiB idle use = 23.00 GiB usable minus ... = ... budget"."""
+    return " ".join(
+        (f"{op} " if op else "") + f"{_g(amount)} GiB {label}" for op, amount, label in budget_steps(lines)
+    )
+
+
+def spare_words(spare_bytes: int, spare_pct: float) -> str:
+    """"spare 1.20 GiB (5.0% of usable)" or "short by 3.20 GiB (13.9% of usable)"."""
+    if spare_bytes < 0:
+        return f"short by {_g(-spare_bytes)} GiB ({-spare_pct:.1f}% of usable)"
+    return f"spare {_g(spare_bytes)} GiB ({spare_pct:.1f}% of usable)"
+
+
+def assumptions(s: Any) -> str:
+    """The caption every sizing table carries: regime, batch, sequence, precision, checkpointing."""
+    shape = f"{s.resolution} px" if s.kind == "diffusion" else f"{s.seq_len} tokens"
+    dora = "+dora" if s.kind == "llm" and s.dora else ""
+    return (
+        f"assumes: {s.method}{dora} · trainer {s.trainer} · batch {s.batch_size} x {shape} · "
+        f"{s.precision} · {s.optimizer} · attn {s.attn} · checkpointing {'on' if s.grad_ckpt else 'off'}"
+    )
+
+
+def master_copy_note(s: Any) -> str | None:
+    """Full fine-tuning without --master-weights: the 12 B/param rule keeps no fp32 master copy."""
+    if s.kind != "llm" or s.method != "full" or s.master_weights or s.precision == "fp32":
+        return None
+    return (
+        "full fine-tuning here follows the source documents' 12 B/param (16-bit weights and gradients, "
+        "two fp32 Adam moments): no fp32 master copy; trainers that keep one (mixed precision with "
+        "fp32 weights) need 4 B/param more: --master-weights"
+    )
+
+
+def no_gpu_first(con: Any, v: Any) -> None:
+    """On a machine without a GPU (detected, not asked for): say first that RAM is being sized."""
+    if v is not None and v.backend == "cpu" and v.detected:
+        _say(
+            con,
+            "[bold]No GPU found on this machine: sizing its RAM.[/] To size for a GPU, name it: "
+            "--on rtx-4090, --on 24GB, ... (fitcheck hw list)",
+        )
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def estimate_table(est: Estimate, spec: ModelSpec | Any, verbose: bool = False) -> None:
     """The human view: components of the peak phase, totals, thumb, phases, verdict."""
-    from rich.table import Table
+    from rich.text import Text
 
     con = _console()
     s = est.setup
+    no_gpu_first(con, est.target)
     peak = est.phase(est.peak_phase)
-    shape = f"{s.resolution} px" if s.kind == "diffusion" else f"{s.seq_len} tokens"
-    dora = s.kind == "llm" and s.dora
-    title = (
-        f"{spec.name} · {s.method}{'+dora' if dora else ''} · batch {s.batch_size} x {shape} · "
-        f"{s.precision} · {s.optimizer} · attn {s.attn}{' · grad-ckpt' if s.grad_ckpt else ''} · "
-        f"trainer {est.regime.name}"
-    )
-    t = Table(title=title, title_justify="left", show_lines=False)
-    t.add_column("component")
-    t.add_column("GiB", justify="right")
-    t.add_column("share", justify="right")
-    t.add_column("rule")
-    t.add_column("source", style="dim")
+    _say(con, Text(spec.name, style="bold") + Text(f" · peak of one training step ({est.peak_phase})"))
+    _say(con, assumptions(s).replace("trainer generic", f"trainer {est.regime.name}"), style="dim")
+    header = ["component", "GiB", "share", "rule", "source"]
+    rows: list[list[str | Text]] = []
     for c in peak.components:
-        t.add_row(
-            c.name,
-            _g(c.bytes),
-            f"{100 * c.bytes / max(1, peak.total_bytes):.1f}%",
-            c.rule,
-            c.source.split("#")[-1],
+        rows.append(
+            [
+                c.name,
+                _g(c.bytes),
+                f"{100 * c.bytes / max(1, peak.total_bytes):.1f}%",
+                c.rule,
+                c.source.split("#")[-1],
+            ]
         )
-    t.add_section()
-    t.add_row(
-        f"[bold]peak allocated[/] ({est.peak_phase})", f"[bold]{_g(est.peak_allocated_bytes)}[/]", "", "", ""
-    )
-    t.add_row(
-        "allocator reserve",
-        _g(est.allocator_reserve_bytes),
-        "",
-        "caching-allocator rounding and fragmentation",
-        "overhead",
-    )
-    t.add_row(
-        "CUDA context" if s.backend in ("cuda", "rocm") else "context",
-        _g(est.context_bytes),
-        "",
-        "",
-        "overhead",
-    )
     band = est.band.model_dump() if est.band else None
-    t.add_row(
-        "[bold]device total[/]",
-        f"[bold]{_g(est.device_bytes)}[/]",
-        "",
-        f"what nvidia-smi would show: {band_words(est.device_bytes, band)}",
-        "",
-    )
-    con.print(t)
+    rows += [
+        [Text(f"peak allocated ({est.peak_phase})", style="bold"), Text(_g(est.peak_allocated_bytes), "bold"),
+         "", "", ""],
+        ["allocator reserve", _g(est.allocator_reserve_bytes), "",
+         "caching-allocator rounding and fragmentation", "overhead"],
+        ["CUDA context" if s.backend in ("cuda", "rocm") else "context", _g(est.context_bytes), "", "",
+         "overhead"],
+        [Text("device total", style="bold"), Text(_g(est.device_bytes), "bold"), "",
+         f"what nvidia-smi would show: {band_words(est.device_bytes, band)}", ""],
+    ]  # fmt: skip
+    if not verbose:
+        header, rows = header[:4], [r[:4] for r in rows]
+    _table(
+        con, header, rows, right={"GiB", "share"}, flex="rule", drop=("share",), dim={"source"},
+        sections={len(peak.components)},
+    )  # fmt: skip
     p = est.params
-    con.print(
+    _say(
+        con,
         f"params: {fmt_count(p.total)} total, {fmt_count(p.trainable)} trainable"
         + (f", {fmt_count(p.quantized)} in 4-bit" if p.quantized else "")
         + " · phases: "
         + ", ".join(
-            f"{ph.name} {_g(ph.total_bytes)}" + (" (peak)" if ph.name == est.peak_phase else "")
+            f"{ph.name} {_g(ph.total_bytes)} GiB" + (" (peak)" if ph.name == est.peak_phase else "")
             for ph in est.phases
-        )
-        + " GiB"
+        ),
     )
     if est.thumb:
         th = est.thumb
-        con.print(
-            f"rule of thumb: {fmt_gib(th.bytes, 1)} ({th.rule}; source documents) · detailed: "
-            f"{fmt_gib(est.device_bytes, 1)}"
+        _say(
+            con,
+            f"rule of thumb: {fmt_gib(th.bytes, 1)} ({th.rule}"
+            + (f"; {th.source}" if verbose else "; the source documents")
+            + f") · detailed: {fmt_gib(est.device_bytes, 1)}",
         )
+    master = master_copy_note(s)
+    if master:
+        _say(con, f"note: {master}", style="dim")
     if est.target:
-        _verdict(con, est)
+        _verdict(con, est, verbose)
     _warn(est)
 
 
@@ -229,23 +436,27 @@ def _segments(est: Estimate) -> list[tuple[str, int]]:
     return [(n, b) for n, b in parts if b > 0]
 
 
-def _verdict(con: Any, est: Estimate) -> None:
+def useful(suggestions: Sequence[Any]) -> list[Any]:
+    """The suggestions worth showing: those that save memory."""
+    return [sug for sug in suggestions if sug.saves_bytes > 0]
+
+
+def _verdict(con: Any, est: Estimate, verbose: bool = False) -> None:
     from rich.text import Text
 
     v = est.target
     assert v is not None
     color = {"fits": "green", "tight": "yellow", "does_not_fit": "red"}[v.verdict]
-    width = 60
+    width = max(20, min(60, con.width - 2))
     scale = width / max(1, v.usable_bytes, v.device_bytes)
-    bar, legend = Text(), Text()
+    bar, legend = Text(), []
     used = 0
     for i, (name, nbytes) in enumerate(_segments(est)):
         style = _SEGMENT_COLORS[i % len(_SEGMENT_COLORS)]
         cells = round((used + nbytes) * scale) - round(used * scale)
         used += nbytes
         bar.append("█" * cells, style=style)
-        legend.append("■ ", style=style)
-        legend.append(f"{name} {_g(nbytes)}  ")
+        legend.append(Text("■ ", style=style) + Text(f"{name} {_g(nbytes)}"))
     budget_col = round(v.budget_bytes * scale)
     usable_col = round(v.usable_bytes * scale)
     filled = round(used * scale)
@@ -253,54 +464,90 @@ def _verdict(con: Any, est: Estimate) -> None:
     marks = [" "] * (max(usable_col, filled) + 1)
     marks[min(budget_col, len(marks) - 1)] = "^"
     marks[min(usable_col, len(marks) - 1)] = "|"
-    where = f"  {_g(v.device_bytes)} GiB of {_g(v.usable_bytes)} usable on {v.hardware}"
-    con.print(Text.assemble(bar, where))
-    con.print(Text("".join(marks) + "  ^ budget (usable minus headroom)  | usable memory", style="dim"))
-    con.print(legend)
-    band = est.band.model_dump() if est.band else None
-    con.print(
-        f"[bold {color}]{v.verdict.replace('_', ' ')}[/]: needs {band_words(est.device_bytes, band)}; "
-        f"{verdict_words(v.model_dump())} (usable minus headroom); spare {_g(v.headroom_bytes)} GiB "
-        f"({v.headroom_pct:+.1f}% of usable)"
+    con.print(bar, soft_wrap=True)
+    con.print(Text("".join(marks).rstrip(), style="dim"), soft_wrap=True)
+    _say(
+        con,
+        f"{_g(v.device_bytes)} GiB of {_g(v.usable_bytes)} GiB usable on {_escape(v.hardware)} "
+        "[dim](^ budget: usable minus headroom; | usable memory)[/]",
     )
-    if est.band:
-        con.print(f"  [dim]band: {est.band.basis}[/]")
-    for line in v.budget_lines:
-        con.print(f"  [dim]{line.name}: {_g(line.bytes)} GiB {line.note}[/]")
-    for sug in v.suggestions:
+    line = Text()
+    for item in legend:  # whole items per line
+        if line.plain and line.cell_len + 2 + item.cell_len > con.width:
+            con.print(line, soft_wrap=True)
+            line = Text()
+        line += (Text("  ") if line.plain else Text()) + item
+    if line.plain:
+        con.print(line, soft_wrap=True)
+    band = est.band.model_dump() if est.band else None
+    _say(
+        con,
+        Text(v.verdict.replace("_", " "), style=f"bold {color}")
+        + Text(
+            f": needs {band_words(est.device_bytes, band)}; {verdict_words(v.model_dump())}; "
+            f"{spare_words(v.spare_bytes, v.spare_pct)}"
+        ),
+    )
+    _say(con, f"budget: {budget_sentence(v.budget_lines)}", indent=2, style="dim")
+    if verbose:
+        if est.band:
+            _say(con, f"band: {est.band.basis}", indent=2, style="dim")
+        for bl in v.budget_lines:
+            _say(con, f"{bl.name}: {bl.note}", indent=2, style="dim")
+    for sug in useful(v.suggestions):
         mark = "[green]fits[/]" if sug.fits else "[red]still too big[/]"
-        con.print(
-            f"  try {sug.flag}: {sug.change}, saves {_g(sug.saves_bytes)} GiB -> "
-            f"{_g(sug.device_bytes_after)} GiB, {mark}"
+        _say(
+            con,
+            f"try [bold]{_escape(sug.flag)}[/]: {_escape(sug.change)}, saves {_g(sug.saves_bytes)} GiB "
+            f"-> {_g(sug.device_bytes_after)} GiB, {mark}",
+            indent=2,
         )
-    for note in v.notes:
-        con.print(f"  [dim]note: {note}[/]")
+    for note_ in v.notes:
+        shown = note_ if verbose else plain_note(note_)
+        if shown:
+            _say(con, f"note: {shown}", indent=2, style="dim")
 
 
-def thumb_table(est: Estimate) -> None:
+def thumb_table(est: Estimate, verbose: bool = False) -> None:
+    """``--rule thumb``: the seeds' figure, judged on its own when there is a target."""
+    from rich.text import Text
+
     con = _console()
     assert est.thumb is not None
     th = est.thumb
-    con.print(
-        f"{est.model_name}, {est.setup.method}: rule of thumb [bold]{fmt_gib(th.bytes, 1)}[/] "
-        f"({th.rule}; {th.source})"
+    v = thumb_verdict(est)
+    no_gpu_first(con, v)
+    _say(
+        con,
+        Text(est.model_name, style="bold")
+        + Text(f", {est.setup.method}: rule of thumb ")
+        + Text(fmt_gib(th.bytes, 1), style="bold")
+        + Text(f" ({th.rule}" + (f"; {th.source})" if verbose else "; the source documents)")),
     )
-    con.print(f"detailed engine for comparison: {fmt_gib(est.device_bytes, 1)}")
-    if est.target:
-        v = est.target
-        fits = th.bytes <= v.budget_bytes
-        con.print(f"on {v.hardware} (budget {_g(v.budget_bytes)} GiB): {'fits' if fits else 'too big'}")
+    _say(con, assumptions(est.setup) + " (the rule of thumb itself depends on size and method only)",
+         style="dim")  # fmt: skip
+    master = master_copy_note(est.setup)
+    if master:
+        _say(con, f"note: {master}", style="dim")
+    _say(con, f"detailed engine for comparison: {fmt_gib(est.device_bytes, 1)}")
+    if v is not None:
+        color = {"fits": "green", "tight": "yellow", "does_not_fit": "red"}[v.verdict]
+        _say(
+            con,
+            Text(v.verdict.replace("_", " "), style=f"bold {color}")
+            + Text(f" on {v.hardware} (rule of thumb {fmt_gib(th.bytes, 1)} against the "
+                   f"{_g(v.budget_bytes)} GiB budget); {spare_words(v.spare_bytes, v.spare_pct)}"),
+        )  # fmt: skip
+        _say(con, f"budget: {budget_sentence(v.budget_lines)}", indent=2, style="dim")
 
 
 def models_table(rows: Sequence[ModelInfo]) -> None:
     """``fitcheck models``: one row per preset."""
-    from rich.table import Table
-
-    t = Table(title=f"{len(rows)} model presets")
-    for col in ("id", "kind", "params", "type", "layers", "hidden", "vocab", "hf_id"):
-        t.add_column(col, justify="right" if col in ("params", "layers", "hidden", "vocab") else "left")
-    for r in rows:
-        t.add_row(
+    con = _console()
+    _say(con, f"{len(rows)} model presets", style="bold")
+    header = ["id", "kind", "params", "type", "layers", "hidden", "vocab", "hf_id"]
+    body: list[list[str | Text]] = [
+        [
             r.id,
             r.kind,
             fmt_count(r.params),
@@ -309,36 +556,56 @@ def models_table(rows: Sequence[ModelInfo]) -> None:
             "" if r.hidden is None else str(r.hidden),
             "" if r.vocab is None else str(r.vocab),
             r.hf_id or "",
-        )
-    _console().print(t)
+        ]
+        for r in rows
+    ]
+    _table(con, header, body, right={"params", "layers", "hidden", "vocab"},
+           drop=("hf_id", "vocab", "hidden", "layers", "type"))  # fmt: skip
 
 
-def matrix_table(rows: list[dict[str, Any]], methods: list[str], on: str, rule: str) -> None:
-    """Model sizes x methods: GiB and whether it fits."""
-    from rich.table import Table
+def matrix_table(
+    rows: list[dict[str, Any]], methods: list[str], on: str, rule: str, base: dict[str, Any] | None = None
+) -> None:
+    """Model sizes x methods: GiB and whether it fits, with the assumptions in a caption."""
+    from rich.text import Text
 
     if not rows:
         return
+    con = _console()
     r0 = rows[0]
     how = "rule of thumb" if rule == "thumb" else "detailed estimate"
     title = f"Memory needed, GiB ({how}; --on a device for a verdict)"
     if r0.get("budget_bytes") is not None:
         usable, budget = _g(r0["usable_bytes"]), _g(r0["budget_bytes"])
         title = f"What fits on {on}: usable {usable} GiB, budget {budget} GiB ({how})"
-    t = Table(title=title, title_justify="left")
-    t.add_column("model")
-    for m in methods:
-        t.add_column(m, justify="right")
+    _say(con, Text(title, style="bold"))
+    b = base or {}
+    _say(
+        con,
+        f"assumes: trainer {b.get('trainer', 'generic')} · batch {b.get('batch_size', 1)} x "
+        f"{b.get('seq_len') or 2048} tokens · bf16 · {b.get('optimizer', 'adamw')} · attn sdpa · "
+        f"checkpointing {'on' if b.get('grad_ckpt') else 'off'}"
+        + (" · the rule of thumb depends on size and method only" if rule == "thumb" else ""),
+        style="dim",
+    )
+    if "full" in methods:
+        _say(
+            con,
+            "full: the source documents' 12 B/param (16-bit weights and gradients, two fp32 Adam "
+            "moments), no fp32 master copy (--master-weights adds 4 B/param)",
+            style="dim",
+        )
     style = {"fits": "green", "tight": "yellow", "does_not_fit": "red"}
     word = {"fits": "fits", "tight": "tight", "does_not_fit": "too big"}
+    body: list[list[str | Text]] = []
     for r in rows:
-        cells = []
+        cells: list[str | Text] = [r["model"]]
         for m in methods:
             v = r[f"{m}_verdict"]
             need = _g(r[f"{m}_bytes"])
-            cells.append(need if v is None else f"[{style[v]}]{need} {word[v]}[/]")
-        t.add_row(r["model"], *cells)
-    _console().print(t)
+            cells.append(need if v is None else Text(f"{need} {word[v]}", style=style[v]))
+        body.append(cells)
+    _table(con, ["model", *methods], body, right=set(methods))
 
 
 def diffusion_plan_doc(plan: Any, spec: Any, target: Any) -> dict[str, Any]:
@@ -455,68 +722,75 @@ def plan_markdown(plan: Any) -> str:
     return "\n".join(out) + "\n"
 
 
-def plan_table(plan: Any, stderr: bool = False) -> None:
+def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
     """The human view of a plan (on stderr when stdout carries an emitted file)."""
-    from rich.table import Table
+    from rich.text import Text
 
     con = _console(stderr=stderr)
     t = plan.target
     if not plan.fits:
-        con.print(
-            f"[bold red]nothing fits[/] {plan.model_name} on {t.name}: the least any of the "
-            f"{plan.grid_points} configurations needs is {_g(plan.min_device_bytes)} GiB, "
-            f"budget {_g(t.budget_bytes)} GiB"
+        _say(
+            con,
+            f"[bold red]nothing fits[/] {_escape(plan.model_name)} on {_escape(t.name)}: the least any of "
+            f"the {plan.grid_points} configurations needs is {_g(plan.min_device_bytes)} GiB, "
+            f"budget {_g(t.budget_bytes)} GiB",
         )
         for i, ch in enumerate(plan.changes):
             lead = "smallest change" if i == 0 else "or"
-            con.print(f"  {lead}: [bold]{ch.flag}[/] — {ch.change} ({_g(ch.device_bytes)} GiB)")
+            _say(con, f"{lead}: [bold]{_escape(ch.flag)}[/] — {_escape(ch.change)} "
+                      f"({_g(ch.device_bytes)} GiB)", indent=2)  # fmt: skip
         if not plan.changes:
-            con.print("  no single change found: try a smaller model or a device with more memory")
+            _say(con, "no single change found: try a smaller model or a device with more memory", indent=2)
         return
     c = plan.chosen
     s, tp = c.setup, c.throughput
-    con.print(
-        f"[bold]{plan.model_name}[/] on [bold]{t.name}[/] ({t.backend}): [bold green]fits[/] — "
-        f"{_g(c.device_bytes)} of {_g(c.budget_bytes)} GiB budget, about {tp.tokens_per_s:,.0f} tokens/s"
-    )
-    run = Table(show_header=False, box=None, pad_edge=False)
-    run.add_column(style="dim")
-    run.add_column()
-    rows = [
-        ("method", s.method + ("+dora" if s.dora else "") + f" (trainer {s.trainer})"),
-        ("micro-batch", f"{s.batch_size} x accumulation {s.grad_accum} = {c.effective_batch}"),
-        ("sequence", f"{s.seq_len} tokens"),
-        ("precision", s.precision),
-        ("attention", s.attn),
-        ("optimizer", s.optimizer),
-        ("checkpointing", "on" if s.grad_ckpt else "off"),
-        (
+    _say(
+        con,
+        Text(plan.model_name, style="bold") + Text(" on ") + Text(t.name, style="bold")
+        + Text(f" ({t.backend}): ") + Text("fits", style="bold green")
+        + Text(f" — {_g(c.device_bytes)} of {_g(c.budget_bytes)} GiB budget, about "
+               f"{tp.tokens_per_s:,.0f} tokens/s"),
+    )  # fmt: skip
+    rows: list[list[str | Text]] = [
+        ["method", s.method + ("+dora" if s.dora else "") + f" (trainer {s.trainer})"],
+        ["micro-batch", f"{s.batch_size} x accumulation {s.grad_accum} = {c.effective_batch}"],
+        ["sequence", f"{s.seq_len} tokens"],
+        ["precision", s.precision],
+        ["attention", s.attn],
+        ["optimizer", s.optimizer],
+        ["checkpointing", "on" if s.grad_ckpt else "off"],
+        [
             "speed",
             f"{tp.tokens_per_s:,.0f} tokens/s · step {_duration(tp.step_s)} · MFU {100 * tp.mfu:.0f}% · "
             f"{tp.bound}-bound",
-        ),
+        ],
     ]
     if tp.dataset_s is not None:
-        rows.append(("dataset", f"{tp.optimizer_steps:,} optimizer steps, about {_duration(tp.dataset_s)}"))
-    for k, v in rows:
-        run.add_row(k, v)
-    con.print(run)
-    why = Table(title="why", title_justify="left")
-    for col in ("choice", "reason", "rule"):
-        why.add_column(col, style="dim" if col == "rule" else None)
-    for r in plan.reasons:
-        why.add_row(r.choice, r.text, r.rule)
-    con.print(why)
+        rows.append(["dataset", f"{tp.optimizer_steps:,} optimizer steps, about {_duration(tp.dataset_s)}"])
+    _table(con, ["setting", "value"], rows, flex="value", dim={"setting"}, box=False)
+    master = master_copy_note(s)
+    if master:
+        _say(con, f"note: {master}", style="dim")
+    _say(con, Text("why", style="bold"))
+    why: list[list[str | Text]] = [[r.choice, r.text, r.rule] for r in plan.reasons]
+    header = ["choice", "reason", "rule"]
+    if not verbose:
+        header, why = header[:2], [r[:2] for r in why]
+    _table(con, header, why, flex="reason", dim={"rule"}, drop=("rule",))
     if plan.runners_up:
-        ru = Table(title="runners-up", title_justify="left")
-        for col in ("configuration", "GiB", "tokens/s", "why not"):
-            ru.add_column(col, justify="right" if col in ("GiB", "tokens/s") else "left")
+        _say(con, Text("runners-up", style="bold"))
+        ru: list[list[str | Text]] = []
         for r in plan.runners_up:
             x = r.candidate
-            ru.add_row(
-                _setup_line(x.setup), _g(x.device_bytes), f"{x.throughput.tokens_per_s:,.0f}", r.reason
-            )
-        con.print(ru)
+            ru.append([_setup_line(x.setup), _g(x.device_bytes), f"{x.throughput.tokens_per_s:,.0f}", r.reason])
+        widest = max(_cell_width(r[0]) for r in ru) + 5 + 9 + 3 * 4 + 1 + 30
+        if widest <= con.width:
+            _table(con, ["configuration", "GiB", "tokens/s", "why not"], ru, right={"GiB", "tokens/s"},
+                   flex="why not")  # fmt: skip
+        else:  # folded: each runner-up on its own line, the reason below it
+            for cfg, gib_, tps, why_not in ru:
+                _say(con, f"{cfg}: {gib_} GiB, {tps} tokens/s", indent=2)
+                _say(con, f"why not: {why_not}", indent=4, style="dim")
     for e in plan.env:
         state = "[green]set[/]" if e.active else "[dim]left off[/]"
-        con.print(f"env {state} {e.name}={e.value}: {e.why}")
+        _say(con, f"env {state} {_escape(e.name)}={_escape(e.value)}: {_escape(e.why)}")

@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
 
         target = api.target(on, headroom)  # probed once for every cell
         rows = build(names, chosen, base, target, rule.value)
-        c.print_doc(fmt, rows, lambda: render.matrix_table(rows, chosen, on, rule.value))
+        c.print_doc(fmt, rows, lambda: render.matrix_table(rows, chosen, on, rule.value, base))
 
 
 def build(
