@@ -144,6 +144,9 @@ Fp8O = Annotated[
 ]
 FullBf16O = Annotated[bool, typer.Option("--full-bf16", help="diffusion: bf16 weights and grads (kohya)")]
 FullFp16O = Annotated[bool, typer.Option("--full-fp16", help="diffusion: fp16 weights and grads (kohya)")]
+VerboseO = Annotated[
+    bool, typer.Option("--verbose", "-v", help="also show sources, capture notes and the band's basis")
+]
 RuleO = Annotated[
     RuleOpt, typer.Option("--rule", help="detailed engine or the source documents' rule of thumb")
 ]
@@ -238,6 +241,7 @@ def estimate(
     headroom: HeadroomO = None,
     rule: RuleO = RuleOpt.detailed,
     fmt: FmtO = Fmt.table,
+    verbose: VerboseO = False,
     *,
     training: dict[str, Any],
 ) -> None:
@@ -252,9 +256,9 @@ def estimate(
 
             raise OptionError("--rule thumb: the source documents give no rule of thumb for diffusion models")
         data = render.thumb_doc(est)
-        print_doc(fmt, data, lambda: render.thumb_table(est))
+        print_doc(fmt, data, lambda: render.thumb_table(est, verbose))
         return
-    print_doc(fmt, render.estimate_doc(est), lambda: render.estimate_table(est, spec))
+    print_doc(fmt, render.estimate_doc(est), lambda: render.estimate_table(est, spec, verbose))
 
 
 @app.command()

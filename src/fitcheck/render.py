@@ -234,11 +234,8 @@ def _table(
 
     overhead = (lambda n: 3 * n + 1) if box else (lambda n: 2 * (n - 1))
     w = widths(cols)
-    flex_min = 24
-    for name in drop:
-        fixed = sum(v for k, v in w.items() if k != flex)
-        need = fixed + overhead(len(cols)) + (min(w[flex], flex_min) if flex in w else 0)
-        if fixed + overhead(len(cols)) + (w[flex] if flex in w else 0) <= con.width or need <= con.width:
+    for name in drop:  # drop columns until the table fits as it is, then fold the flexible one
+        if sum(w.values()) + overhead(len(cols)) <= con.width:
             break
         if name in cols:
             cols.remove(name)
@@ -794,3 +791,51 @@ def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
     for e in plan.env:
         state = "[green]set[/]" if e.active else "[dim]left off[/]"
         _say(con, f"env {state} {_escape(e.name)}={_escape(e.value)}: {_escape(e.why)}")
+
+
+# ------------------------------------------------------------------------------------------ hw
+
+
+def hw_report_table(report: Any, device_header: list[str], device_rows: list[list[str]],
+                    verbose: bool = False) -> None:  # fmt: skip
+    """``fitcheck hw``: no-GPU notice first, devices, then the budget arithmetic read as minus/equals."""
+    from rich.text import Text
+
+    con = _console()
+    t = report.target
+    if report.backend == "cpu":
+        _say(
+            con,
+            "[bold]No GPU found on this machine: the budget below is its RAM.[/] To size for a GPU, name "
+            "it: fitcheck estimate MODEL --on rtx-4090 (fitcheck hw list shows the ids)",
+        )
+    _say(con, Text(f"This machine: {report.backend}", style="bold"))
+    rows: list[list[str | Text]] = [list(r) for r in device_rows]
+    if not verbose:
+        rows = [[*r[:-1], plain_note(r[-1])] for r in rows]
+    _table(con, device_header, rows, right={h for h in device_header if "GiB" in h},
+           flex="measured by", drop=("used GiB", "catalog id", "#"))  # fmt: skip
+    if t is None:
+        return
+    _say(con, Text(f"Budget on {t.name} ({t.id}): {_g(t.budget_bytes)} GiB", style="bold"))
+    steps = budget_steps(t.budget_lines)
+    body: list[list[str | Text]] = [
+        [f"{op} {label}".strip(), _g(amount), line.note if verbose else plain_note(line.note)]
+        for (op, amount, label), line in zip(steps, t.budget_lines, strict=True)
+    ]
+    _table(con, ["step", "GiB", "how"], body, right={"GiB"}, flex="how")
+    for note_ in t.notes:
+        shown = note_ if verbose else plain_note(note_)
+        if shown:
+            _say(con, f"- {shown}", style=None)
+
+
+def hw_catalog_table(cat: Any, header: list[str], rows: list[list[str]]) -> None:
+    """``fitcheck hw list``: drops columns (aliases first) and folds names to fit; 120 wide when piped."""
+    from rich.text import Text
+
+    con = _console()
+    _say(con, Text(f"Hardware catalog ({len(cat.devices)} devices); budget = default headroom (none)",
+                   style="bold"))  # fmt: skip
+    _table(con, header, [list(r) for r in rows], right={"memory GiB", "budget GiB", "GB/s", "bf16 TFLOPS"},
+           flex="name", drop=("aliases", "bf16 TFLOPS", "bf16", "backend", "GB/s"))  # fmt: skip

@@ -28,7 +28,9 @@ def register(app: typer.Typer) -> None:
         ],
         strict: Annotated[bool, typer.Option("--strict", help="exit 1 for 'tight' too")] = False,
         headroom: c.HeadroomO = None,
+        rule: c.RuleO = c.RuleOpt.detailed,
         fmt: c.FmtO = c.Fmt.table,
+        verbose: c.VerboseO = False,
         *,
         training: dict[str, Any],
     ) -> int:
@@ -38,7 +40,17 @@ def register(app: typer.Typer) -> None:
         spec = api.resolve(model)
         est = api.check(spec, on, headroom=headroom, **training)
         assert est.target is not None
-        c.print_doc(fmt, render.estimate_doc(est), lambda: render.estimate_table(est, spec))
+        if rule is c.RuleOpt.thumb:  # design.md: --rule thumb judges the rule of thumb's figure
+            from fitcheck.engine.verdict import thumb_verdict
+            from fitcheck.errors import OptionError
+
+            if est.thumb is None:
+                raise OptionError("--rule thumb: the source documents give no rule of thumb for diffusion models")
+            judged = thumb_verdict(est)
+            assert judged is not None
+            c.print_doc(fmt, render.thumb_doc(est), lambda: render.thumb_table(est, verbose))
+            return exit_code(judged.verdict, strict)
+        c.print_doc(fmt, render.estimate_doc(est), lambda: render.estimate_table(est, spec, verbose))
         if est.target.verdict == "tight":
             v = est.target.model_dump()
             sys.stderr.write(
