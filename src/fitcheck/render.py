@@ -151,9 +151,7 @@ _UNIT = (
     r"images/s|min|s|h|days|steps)"
 )
 #: A value: a number with its unit, or "1 x 2048" (a shape), or "minus 0.97 GiB".
-_VALUE = re.compile(
-    rf"(?:minus |plus |short by )?[-+]?\d[\d,.]*%?(?: x \d[\d,.]*)*(?: {_UNIT}(?![\w/]))?"
-)
+_VALUE = re.compile(rf"(?:minus |plus |short by )?[-+]?\d[\d,.]*%?(?: x \d[\d,.]*)*(?: {_UNIT}(?![\w/]))?")
 
 
 def _glued(plain: str) -> set[int]:
@@ -275,7 +273,7 @@ def _warn(est: Estimate) -> None:
     if est.warnings:
         err = _console(stderr=True)
         for w in est.warnings:
-            err.print(f"[yellow]warning:[/] {w}")
+            err.print(f"[yellow]warning:[/] {_escape(w)}", soft_wrap=True)
 
 
 _PROVENANCE = re.compile(r"\s*\((?:https?://|seeds/|see )[^)]*\)|\s*https?://\S+")
@@ -304,14 +302,14 @@ def budget_steps(lines: Sequence[Any]) -> list[tuple[str, int, str]]:
 
 
 def budget_sentence(lines: Sequence[Any]) -> str:
-    """"24.00 GiB device memory minus 1.00 GiB idle use = 23.00 GiB usable minus ... = ... budget"."""
+    """Read aloud: "24.00 GiB device memory minus 1.00 GiB idle use = 23.00 GiB usable ... budget"."""
     return " ".join(
         (f"{op} " if op else "") + f"{_g(amount)} GiB {label}" for op, amount, label in budget_steps(lines)
     )
 
 
 def spare_words(spare_bytes: int, spare_pct: float) -> str:
-    """"spare 1.20 GiB (5.0% of usable)" or "short by 3.20 GiB (13.9% of usable)"."""
+    """In words: "spare 1.20 GiB (5.0% of usable)" or "short by 3.20 GiB (13.9% of usable)"."""
     if spare_bytes < 0:
         return f"short by {_g(-spare_bytes)} GiB ({-spare_pct:.1f}% of usable)"
     return f"spare {_g(spare_bytes)} GiB ({spare_pct:.1f}% of usable)"
@@ -488,9 +486,9 @@ def _verdict(con: Any, est: Estimate, verbose: bool = False) -> None:
     _say(con, f"budget: {budget_sentence(v.budget_lines)}", indent=2, style="dim")
     if verbose:
         if est.band:
-            _say(con, f"band: {est.band.basis}", indent=2, style="dim")
+            _say(con, f"band: {_escape(est.band.basis)}", indent=2, style="dim")
         for bl in v.budget_lines:
-            _say(con, f"{bl.name}: {bl.note}", indent=2, style="dim")
+            _say(con, f"{bl.name}: {_escape(bl.note)}", indent=2, style="dim")
     for sug in useful(v.suggestions):
         mark = "[green]fits[/]" if sug.fits else "[red]still too big[/]"
         _say(
@@ -502,7 +500,7 @@ def _verdict(con: Any, est: Estimate, verbose: bool = False) -> None:
     for note_ in v.notes:
         shown = note_ if verbose else plain_note(note_)
         if shown:
-            _say(con, f"note: {shown}", indent=2, style="dim")
+            _say(con, f"note: {_escape(shown)}", indent=2, style="dim")
 
 
 def thumb_table(est: Estimate, verbose: bool = False) -> None:
@@ -624,16 +622,15 @@ def diffusion_plan_doc(plan: Any, spec: Any, target: Any) -> dict[str, Any]:
 
 def diffusion_plan_table(plan: Any, spec: Any, target: Any, stderr: bool = False) -> None:
     """The human view of a diffusion plan: headline, chosen settings, reasons, notes."""
-    from rich.table import Table
-
     con = _console(stderr=stderr)
     s, est = plan.setup, plan.estimate
     head = "fits" if plan.fits else "[red]nothing fits[/] (the smallest setup found)"
-    con.print(
-        f"[bold]{spec.name}[/] on {target.name} ({target.backend}): {head} — {_g(est.device_bytes)} of "
-        f"{_g(target.budget_bytes)} GiB budget, about {plan.images_per_second:.2f} images/s"
+    _say(
+        con,
+        f"[bold]{_escape(spec.name)}[/] on {_escape(target.name)} ({target.backend}): {head} — "
+        f"{_g(est.device_bytes)} of "
+        f"{_g(target.budget_bytes)} GiB budget, about {plan.images_per_second:.2f} images/s",
     )
-    t = Table(show_header=False, box=None)
     rows = [
         ("method", f"{s.method} (kohya sd-scripts)" + ("" if s.method == "full" else f", r{s.lora_rank}")),
         ("resolution", f"{s.resolution or spec.native_resolution} px (bucketing keeps about res^2 pixels)"),
@@ -647,13 +644,11 @@ def diffusion_plan_table(plan: Any, spec: Any, target: Any, stderr: bool = False
                                              ("text-encoder outputs", s.cache_text_encoder_outputs)) if on)
          or "none"),
     ]  # fmt: skip
-    for k, v in rows:
-        t.add_row(k, v)
-    con.print(t)
+    _table(con, ["setting", "value"], [[k, v] for k, v in rows], flex="value", dim={"setting"}, box=False)
     for r in plan.reasons:
-        con.print(f"  · {r}")
+        _say(con, f"· {_escape(r)}", indent=2)
     for n in plan.notes:
-        con.print(f"  [dim]note: {n}[/]")
+        _say(con, f"note: {_escape(n)}", indent=2, style="dim")
 
 
 def note(msg: str) -> None:
@@ -779,15 +774,17 @@ def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
         ru: list[list[str | Text]] = []
         for r in plan.runners_up:
             x = r.candidate
-            ru.append([_setup_line(x.setup), _g(x.device_bytes), f"{x.throughput.tokens_per_s:,.0f}", r.reason])
+            ru.append(
+                [_setup_line(x.setup), _g(x.device_bytes), f"{x.throughput.tokens_per_s:,.0f}", r.reason]
+            )
         widest = max(_cell_width(r[0]) for r in ru) + 5 + 9 + 3 * 4 + 1 + 30
         if widest <= con.width:
             _table(con, ["configuration", "GiB", "tokens/s", "why not"], ru, right={"GiB", "tokens/s"},
                    flex="why not")  # fmt: skip
         else:  # folded: each runner-up on its own line, the reason below it
             for cfg, gib_, tps, why_not in ru:
-                _say(con, f"{cfg}: {gib_} GiB, {tps} tokens/s", indent=2)
-                _say(con, f"why not: {why_not}", indent=4, style="dim")
+                _say(con, Text(f"{cfg}: {gib_} GiB, {tps} tokens/s"), indent=2)
+                _say(con, Text(f"why not: {why_not}"), indent=4, style="dim")
     for e in plan.env:
         state = "[green]set[/]" if e.active else "[dim]left off[/]"
         _say(con, f"env {state} {_escape(e.name)}={_escape(e.value)}: {_escape(e.why)}")
@@ -827,7 +824,7 @@ def hw_report_table(report: Any, device_header: list[str], device_rows: list[lis
     for note_ in t.notes:
         shown = note_ if verbose else plain_note(note_)
         if shown:
-            _say(con, f"- {shown}", style=None)
+            _say(con, f"- {_escape(shown)}")
 
 
 def hw_catalog_table(cat: Any, header: list[str], rows: list[list[str]]) -> None:

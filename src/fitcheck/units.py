@@ -93,6 +93,6 @@ def fmt_count(n: int) -> str:
     for scale, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
         if rounded >= scale:
             value = rounded / scale
-            digits = max(0, 2 - int(math.floor(math.log10(value))))
+            digits = max(0, 2 - math.floor(math.log10(value)))
             return f"{value:.{digits}f}{suffix}"
     return str(n)

@@ -45,7 +45,9 @@ def register(app: typer.Typer) -> None:
             from fitcheck.errors import OptionError
 
             if est.thumb is None:
-                raise OptionError("--rule thumb: the source documents give no rule of thumb for diffusion models")
+                raise OptionError(
+                    "--rule thumb: the source documents give no rule of thumb for diffusion models"
+                )
             judged = thumb_verdict(est)
             assert judged is not None
             c.print_doc(fmt, render.thumb_doc(est), lambda: render.thumb_table(est, verbose))

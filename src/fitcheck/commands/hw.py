@@ -151,7 +151,9 @@ def _budget_rows(target: Any) -> list[list[str]]:
 
     return [
         [f"{op} {label}".strip(), f"{amount / GIB:.2f}", line.note]
-        for (op, amount, label), line in zip(budget_steps(target.budget_lines), target.budget_lines, strict=True)
+        for (op, amount, label), line in zip(
+            budget_steps(target.budget_lines), target.budget_lines, strict=True
+        )
     ]
 
 
