@@ -294,7 +294,7 @@ def budget_steps(lines: Sequence[Any]) -> list[tuple[str, int, str]]:
         label = line.name.replace("_", " ")
         if line.name in ("usable", "budget"):
             out.append(("=", line.bytes, label))
-        elif line.bytes < 0 or line.name == "headroom":
+        elif n and line.bytes <= 0:  # a deduction (stored negative), zero included
             out.append(("minus", -line.bytes, label))
         else:
             out.append(("plus" if n else "", line.bytes, label))
@@ -495,6 +495,13 @@ def _verdict(con: Any, est: Estimate, verbose: bool = False) -> None:
             con,
             f"try [bold]{_escape(sug.flag)}[/]: {_escape(sug.change)}, saves {_g(sug.saves_bytes)} GiB "
             f"-> {_g(sug.device_bytes_after)} GiB, {mark}",
+            indent=2,
+        )
+    if v.suggestions and not any(sug.fits for sug in v.suggestions):
+        _say(
+            con,
+            "no single change fits, nor any combination of two or three of them: try a smaller model or "
+            "a device with more memory (fitcheck plan searches more settings)",
             indent=2,
         )
     for note_ in v.notes:
@@ -832,7 +839,9 @@ def hw_catalog_table(cat: Any, header: list[str], rows: list[list[str]]) -> None
     from rich.text import Text
 
     con = _console()
+    # wide (120, a pipe): fold long names rather than lose columns; narrow: keep the ids and memory
+    drops = ("aliases",) if con.width >= 110 else ("aliases", "bf16 TFLOPS", "bf16", "backend", "GB/s")
     _say(con, Text(f"Hardware catalog ({len(cat.devices)} devices); budget = default headroom (none)",
                    style="bold"))  # fmt: skip
     _table(con, header, [list(r) for r in rows], right={"memory GiB", "budget GiB", "GB/s", "bf16 TFLOPS"},
-           flex="name", drop=("aliases", "bf16 TFLOPS", "bf16", "backend", "GB/s"))  # fmt: skip
+           flex="name", drop=drops)  # fmt: skip
