@@ -107,7 +107,9 @@ def test_value_check_catches_a_split() -> None:
     assert not split_values(wide, wide)
 
 
-def test_deductions_read_as_minus(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_deductions_read_as_minus(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = render(monkeypatch, capsys, "hw_no_gpu", 120)
     assert "minus in use" in out and "-2." not in out and "+" not in out.split("Budget on")[1]
     assert out.lstrip().startswith("No GPU found on this machine")
@@ -119,7 +121,9 @@ def test_no_gpu_is_said_first(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Ca
     assert "--on rtx-4090" in out.splitlines()[0]
 
 
-def test_provenance_only_with_verbose(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_provenance_only_with_verbose(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = render(monkeypatch, capsys, "estimate", 120)
     assert "https://" not in out and "seeds/" not in out and "La regola" not in out
     monkeypatch.setitem(CASES, "v", ([*CASES["estimate"][0], "--verbose"], "h100_idle", 0))
@@ -127,7 +131,9 @@ def test_provenance_only_with_verbose(monkeypatch: pytest.MonkeyPatch, capsys: p
     assert "https://" in verbose and "seeds/002" in verbose
 
 
-def test_spare_and_short_by_words(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_spare_and_short_by_words(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     short = render(monkeypatch, capsys, "check", 120)
     assert "short by " in short and "spare -" not in short
     monkeypatch.setitem(CASES, "j", ([*CASES["check"][0], "--format", "json"], "h100_idle", 1))
