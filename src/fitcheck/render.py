@@ -325,14 +325,15 @@ def assumptions(s: Any) -> str:
     )
 
 
-def master_copy_note(s: Any) -> str | None:
-    """Full fine-tuning without --master-weights: the 12 B/param rule keeps no fp32 master copy."""
+def master_copy_note(s: Any, regime: Any = None) -> str | None:
+    """Full fine-tuning with 16-bit weights and no master copy: say the fp32 copy is not counted."""
     if s.kind != "llm" or s.method != "full" or s.master_weights or s.precision == "fp32":
         return None
+    if regime is not None and (regime.master_weights or regime.weight_dtype == "fp32"):
+        return None
     return (
-        "full fine-tuning here follows the source documents' 12 B/param (16-bit weights and gradients, "
-        "two fp32 Adam moments): no fp32 master copy; trainers that keep one (mixed precision with "
-        "fp32 weights) need 4 B/param more: --master-weights"
+        "full fine-tuning with 16-bit weights: no fp32 master copy is counted (the source documents' "
+        "12 B/param omits it too); trainers that keep one need 4 B/param more: --master-weights"
     )
 
 
@@ -410,7 +411,7 @@ def estimate_table(est: Estimate, spec: ModelSpec | Any, verbose: bool = False) 
             + (f"; {th.source}" if verbose else "; the source documents")
             + f") · detailed: {fmt_gib(est.device_bytes, 1)}",
         )
-    master = master_copy_note(s)
+    master = master_copy_note(s, est.regime)
     if master:
         _say(con, f"note: {master}", style="dim")
     if est.target:
@@ -528,7 +529,7 @@ def thumb_table(est: Estimate, verbose: bool = False) -> None:
     )
     _say(con, assumptions(est.setup) + " (the rule of thumb itself depends on size and method only)",
          style="dim")  # fmt: skip
-    master = master_copy_note(est.setup)
+    master = master_copy_note(est.setup, est.regime)
     if master:
         _say(con, f"note: {master}", style="dim")
     _say(con, f"detailed engine for comparison: {fmt_gib(est.device_bytes, 1)}")
@@ -591,12 +592,15 @@ def matrix_table(
         style="dim",
     )
     if "full" in methods:
+        seeds = b.get("trainer", "generic") == "generic" and b.get("optimizer", "adamw") == "adamw"
         _say(
             con,
-            "full: the source documents' 12 B/param (16-bit weights and gradients, two fp32 Adam "
-            "moments), no fp32 master copy (--master-weights adds 4 B/param)",
+            "full: "
+            + ("the source documents' 12 B/param (16-bit weights and gradients, two fp32 Adam moments), "
+               if seeds else "16-bit weights, ")
+            + "no fp32 master copy counted (trainers that keep one need 4 B/param more)",
             style="dim",
-        )
+        )  # fmt: skip
     style = {"fits": "green", "tight": "yellow", "does_not_fit": "red"}
     word = {"fits": "fits", "tight": "tight", "does_not_fit": "too big"}
     body: list[list[str | Text]] = []
@@ -767,7 +771,8 @@ def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
     if tp.dataset_s is not None:
         rows.append(["dataset", f"{tp.optimizer_steps:,} optimizer steps, about {_duration(tp.dataset_s)}"])
     _table(con, ["setting", "value"], rows, flex="value", dim={"setting"}, box=False)
-    master = master_copy_note(s)
+    chosen_est = getattr(plan, "estimate", None)
+    master = master_copy_note(s, chosen_est.regime if chosen_est is not None else None)
     if master:
         _say(con, f"note: {master}", style="dim")
     _say(con, Text("why", style="bold"))
@@ -775,7 +780,7 @@ def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
     header = ["choice", "reason", "rule"]
     if not verbose:
         header, why = header[:2], [r[:2] for r in why]
-    _table(con, header, why, flex="reason", dim={"rule"}, drop=("rule",))
+    _table(con, header, why, flex="reason", dim={"rule"})
     if plan.runners_up:
         _say(con, Text("runners-up", style="bold"))
         ru: list[list[str | Text]] = []

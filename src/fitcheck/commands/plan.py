@@ -245,6 +245,7 @@ def register(app: typer.Typer) -> None:
         dataset_tokens: TokensO = None,
         epochs: EpochsO = None,
         fmt: c.FmtO = c.Fmt.table,
+        verbose: c.VerboseO = False,
     ) -> None:
         """The fastest configuration that fits (exit 0; 1 when none does), with reasons and configs."""
         kw = c.plain(
@@ -290,7 +291,7 @@ def register(app: typer.Typer) -> None:
             )
         result, files = run_plan(model, spec, kw, list(emit or []), emit_format, output_dir)
         _check_destinations(files, force)
-        _render(result, fmt, to_stderr=any(dest is None for _, dest, _ in files))
+        _render(result, fmt, to_stderr=any(dest is None for _, dest, _ in files), verbose=verbose)
         _write(files, force)
         for w in result.warnings:
             sys.stderr.write(f"fitcheck: warning: {w}\n")
@@ -373,11 +374,11 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
     return flags
 
 
-def _render(plan: Any, fmt: Any, to_stderr: bool) -> None:
+def _render(plan: Any, fmt: Any, to_stderr: bool, verbose: bool = False) -> None:
     from fitcheck import render
 
     if fmt.value == "table":
-        render.plan_table(plan, stderr=to_stderr)
+        render.plan_table(plan, stderr=to_stderr, verbose=verbose)
     elif fmt.value == "markdown":
         sys.stdout.write(render.plan_markdown(plan))
     else:
