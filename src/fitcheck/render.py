@@ -52,6 +52,9 @@ def to_markdown(data: Any) -> str:
         out = [
             f"### fitcheck: {data['model_name']} ({s['method']}, batch {s['batch_size']} x {shape})",
             "",
+            f"Assumes: trainer {data['regime']['name']} · {s['precision']} · {s['optimizer']} · "
+            f"attn {s['attn']} · checkpointing {'on' if s['grad_ckpt'] else 'off'}.",
+            "",
             "| component | GiB | share | rule |",
             "|---|---:|---:|---|",
         ]
@@ -71,10 +74,24 @@ def to_markdown(data: Any) -> str:
             t = data["target"]
             out.append(
                 f"\nOn **{t['hardware']}**: **{t['verdict']}**: {verdict_words(t)}; needs "
-                f"{band_words(data['device_bytes'], data.get('band'))}, spare {_g(t['headroom_bytes'])} GiB."
+                f"{band_words(data['device_bytes'], data.get('band'))}; "
+                f"{spare_words(t['spare_bytes'], t['spare_pct'])}."
             )
+            out.append(f"\nBudget: {budget_sentence([_Line(**bl) for bl in t['budget_lines']])}.")
+            for sug in useful([_Line(**x) for x in t["suggestions"]]):
+                out.append(
+                    f"- try `{sug.flag}`: {sug.change}, saves {_g(sug.saves_bytes)} GiB -> "
+                    f"{_g(sug.device_bytes_after)} GiB, {'fits' if sug.fits else 'still too big'}"
+                )
         return "\n".join(out) + "\n"
     return "```\n" + json.dumps(data, indent=2) + "\n```\n"
+
+
+class _Line:
+    """A JSON object read back with attribute access (budget lines and suggestions in markdown)."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
 
 
 def band_words(device_bytes: int, band: dict[str, Any] | None) -> str:
