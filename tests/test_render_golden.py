@@ -180,3 +180,56 @@ def test_markup_in_a_name_prints_literally(
     monkeypatch.setitem(CASES, "m", (["estimate", str(folder), "--on", "rtx-4090"], "h100_idle", 0))
     out = render(monkeypatch, capsys, "m", 200)
     assert "[bold]model[red]" in out
+
+
+@pytest.mark.parametrize(
+    ("count", "shown"),
+    [(999_885_952, "1.00B"), (8_030_261_248, "8.03B"), (494_032_768, "494M"), (41_943_040, "41.9M"),
+     (999_500, "1.00M"), (99_950, "100K"), (999, "999"), (70_553_706_496, "70.6B")],
+)  # fmt: skip
+def test_counts_have_three_significant_figures(count: int, shown: str) -> None:
+    from fitcheck.units import fmt_count
+
+    assert fmt_count(count) == shown
+
+
+def test_install_hint_names_the_extra_and_a_checkout_command() -> None:
+    from fitcheck.commands.measure import EXTRA_HINT
+
+    assert "'torch' extra" in EXTRA_HINT
+    assert "pip install torch==2.13.0 && pip install -e '.[torch]'" in EXTRA_HINT
+
+
+def test_check_rule_thumb_judges_the_thumb_figure(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """8B LoRA: the detailed estimate does not fit a 4090, the rule of thumb (19 GiB) does: exit 0."""
+    monkeypatch.setitem(CASES, "j", ([*CASES["check_thumb"][0], "--format", "json"], "h100_idle", 0))
+    doc = json.loads(render(monkeypatch, capsys, "j", 120))
+    t = doc["target"]
+    assert doc["rule"] == "thumb" and t["device_bytes"] == t["high_bytes"] == doc["thumb_bytes"]
+    assert t["verdict"] == "fits" and t["spare_bytes"] == t["budget_bytes"] - doc["thumb_bytes"]
+    assert doc["detailed_device_bytes"] > t["budget_bytes"]  # the detailed figure would not fit
+    monkeypatch.setitem(CASES, "k", (["check", "70B", "--rule", "thumb", "--on", "rtx-4090"], "h100_idle", 1))
+    assert "does not fit" in render(monkeypatch, capsys, "k", 120)
+
+
+def test_a_suggestion_that_saves_nothing_is_not_shown(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fitcheck import api, render
+    from fitcheck.models import Suggestion
+
+    monkeypatch.setenv("COLUMNS", "120")
+    spec = api.resolve("llama-3.1-8b")
+    est = api.check(spec, "rtx-4090", method="lora")
+    assert est.target is not None
+    idle = Suggestion(change="a change that saves nothing", flag="--noop", saves_bytes=0,
+                      device_bytes_after=est.device_bytes, fits=False)  # fmt: skip
+    est = est.model_copy(
+        update={"target": est.target.model_copy(update={"suggestions": (*est.target.suggestions, idle)})}
+    )
+    capsys.readouterr()
+    render.estimate_table(est, spec)
+    out = capsys.readouterr().out
+    assert "--noop" not in out and "try --grad-ckpt" in out
