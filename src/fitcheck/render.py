@@ -290,7 +290,7 @@ def _warn(est: Estimate) -> None:
     if est.warnings:
         err = _console(stderr=True)
         for w in est.warnings:
-            err.print(f"[yellow]warning:[/] {_escape(w)}", soft_wrap=True)
+            _say(err, f"[yellow]warning:[/] {_escape(w)}")
 
 
 _PROVENANCE = re.compile(r"\s*\((?:https?://|seeds/|see )[^)]*\)|\s*https?://\S+")
