@@ -255,8 +255,11 @@ def estimate(
             from fitcheck.errors import OptionError
 
             raise OptionError("--rule thumb: the source documents give no rule of thumb for diffusion models")
-        data = render.thumb_doc(est)
-        print_doc(fmt, data, lambda: render.thumb_table(est, verbose))
+        from fitcheck.engine.verdict import thumb_verdict
+
+        judged = thumb_verdict(est)
+        data = render.thumb_doc(est, judged)
+        print_doc(fmt, data, lambda: render.thumb_table(est, judged, verbose))
         return
     print_doc(fmt, render.estimate_doc(est), lambda: render.estimate_table(est, spec, verbose))
 

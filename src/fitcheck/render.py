@@ -11,8 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from fitcheck.engine.verdict import thumb_verdict
-from fitcheck.models import SCHEMA_VERSION, Estimate, ModelInfo, ModelSpec
+from fitcheck.models import SCHEMA_VERSION, Estimate, ModelInfo, ModelSpec, Verdict
 from fitcheck.units import GIB, MIB, fmt_count, fmt_gib
 
 if TYPE_CHECKING:
@@ -122,8 +121,11 @@ def estimate_doc(est: Estimate) -> dict[str, Any]:
     return doc
 
 
-def thumb_doc(est: Estimate) -> dict[str, Any]:
-    """The --rule thumb document: the seeds' figure, with the detailed one for comparison."""
+def thumb_doc(est: Estimate, judged: Verdict | None = None) -> dict[str, Any]:
+    """The --rule thumb document: the seeds' figure, with the detailed one for comparison.
+
+    ``judged`` is the thumb figure's verdict (engine/verdict.py, thumb_verdict), None without a target.
+    """
     assert est.thumb is not None
     return {
         "schema_version": est.schema_version,
@@ -140,7 +142,7 @@ def thumb_doc(est: Estimate) -> dict[str, Any]:
             "high_bytes": est.thumb.bytes,
             "basis": "rule of thumb: no measured spread",
         },
-        "target": v.model_dump(mode="json") if (v := thumb_verdict(est)) else None,
+        "target": judged.model_dump(mode="json") if judged else None,
     }
 
 
@@ -528,14 +530,14 @@ def _verdict(con: Any, est: Estimate, verbose: bool = False) -> None:
             _say(con, f"note: {_escape(shown)}", indent=2, style="dim")
 
 
-def thumb_table(est: Estimate, verbose: bool = False) -> None:
+def thumb_table(est: Estimate, judged: Verdict | None = None, verbose: bool = False) -> None:
     """``--rule thumb``: the seeds' figure, judged on its own when there is a target."""
     from rich.text import Text
 
     con = _console()
     assert est.thumb is not None
     th = est.thumb
-    v = thumb_verdict(est)
+    v = judged
     no_gpu_first(con, v)
     _say(
         con,

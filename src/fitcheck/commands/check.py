@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
                 )
             judged = thumb_verdict(est)
             assert judged is not None
-            c.print_doc(fmt, render.thumb_doc(est), lambda: render.thumb_table(est, verbose))
+            c.print_doc(fmt, render.thumb_doc(est, judged), lambda: render.thumb_table(est, judged, verbose))
             return exit_code(judged.verdict, strict)
         c.print_doc(fmt, render.estimate_doc(est), lambda: render.estimate_table(est, spec, verbose))
         if est.target.verdict == "tight":
