@@ -62,6 +62,7 @@ def split_values(narrow: str, wide: str) -> set[str]:
     A value shown with its unit is whole (a folded layout may add a unit a table column header
     carried); a value shown without one must appear without one in the render nothing could wrap.
     """
+    narrow = "\n".join(line for line in narrow.splitlines() if not line.startswith("not shown at "))
     whole = values(wide)
     numbers = {v.split(" ")[0].rstrip("%") for v in whole}
     return {

@@ -286,6 +286,14 @@ def _table(
             cells.append(cell if isinstance(cell, Text) else Text(cell))
         t.add_row(*cells)
     con.print(t)
+    dropped = [h for h in header if h not in cols]
+    if dropped:
+        _say(
+            con,
+            f"not shown at {con.width} columns: {', '.join(dropped)} (a wider terminal or --format json "
+            "shows every column)",
+            style="dim",
+        )
 
 
 def _warn(est: Estimate) -> None:
