@@ -5,7 +5,8 @@ memory minus ``--headroom``), ``tight`` when ``device_bytes`` fits and ``high_by
 ``does_not_fit`` when ``device_bytes`` does not. An estimate without a band (the rule of thumb) is judged
 on ``device_bytes`` alone. Suggestions follow the source documents' order (seeds/002 "Se un'esecuzione
 esaurisce la memoria"): shorter maximum length, smaller micro-batch with more accumulation, QLoRA, gradient
-checkpointing, LoRA instead of full.
+checkpointing, LoRA instead of full. When none of them fits alone, the fewest of them (two or three, drawn
+from the five that save most) that fit together are suggested as one more change (`combined_change`).
 """
 
 from __future__ import annotations
@@ -91,6 +92,10 @@ def candidate_changes(setup: LlmSetup) -> list[tuple[str, str, LlmSetup]]:
     return out
 
 
+#: How many single changes (those saving the most) the combined suggestion draws from.
+COMBINE_TOP = 5
+
+
 def _delta(base: Any, setup: Any) -> dict[str, Any]:
     """The fields a remedy changes, against the setup it was made from."""
     before, after = base.model_dump(), setup.model_dump()
@@ -106,7 +111,8 @@ def combined_change(
 ) -> Suggestion | None:
     """When no single remedy fits: the smallest combination of them that does.
 
-    Pairs first, then triples (fewest changes wins); among those that fit, the smallest
+    ``changes`` are the remedies that save memory, most first (`verdict` passes the `COMBINE_TOP`
+    that save most). Pairs first, then triples (fewest changes wins); among those that fit, the smallest
     ``device_bytes``. Remedies that change the same field are not combined. None when nothing fits.
     """
     from itertools import combinations
@@ -182,7 +188,10 @@ def verdict(
                 )
             )
         if suggestions and not any(sug.fits for sug in suggestions):
-            both = combined_change(est, target, spec, estimator, list(changes or ()))
+            saving = {sug.flag: sug.saves_bytes for sug in suggestions if sug.saves_bytes > 0}
+            best = sorted((ch for ch in changes or () if ch[1] in saving), key=lambda ch: -saving[ch[1]])
+            # the five that save most: at most 10 pairs and 10 triples are re-estimated
+            both = combined_change(est, target, spec, estimator, best[:COMBINE_TOP])
             suggestions += [both] if both is not None else []
     return Verdict(
         hardware=target.id,
