@@ -111,7 +111,7 @@ def combined_change(
 ) -> Suggestion | None:
     """When no single remedy fits: the smallest combination of them that does.
 
-    ``changes`` are the remedies that save memory, most first (`verdict` passes the `COMBINE_TOP`
+    ``changes`` are the remedies to combine, in the seeds' order (`verdict` passes the `COMBINE_TOP`
     that save most). Pairs first, then triples (fewest changes wins); among those that fit, the smallest
     ``device_bytes``. Remedies that change the same field are not combined. None when nothing fits.
     """
@@ -189,9 +189,9 @@ def verdict(
             )
         if suggestions and not any(sug.fits for sug in suggestions):
             saving = {sug.flag: sug.saves_bytes for sug in suggestions if sug.saves_bytes > 0}
-            best = sorted((ch for ch in changes or () if ch[1] in saving), key=lambda ch: -saving[ch[1]])
-            # the five that save most: at most 10 pairs and 10 triples are re-estimated
-            both = combined_change(est, target, spec, estimator, best[:COMBINE_TOP])
+            top = sorted(saving, key=lambda flag: -saving[flag])[:COMBINE_TOP]
+            # the five that save most, in the seeds' order: at most 10 pairs and 10 triples re-estimated
+            both = combined_change(est, target, spec, estimator, [ch for ch in changes or () if ch[1] in top])
             suggestions += [both] if both is not None else []
     return Verdict(
         hardware=target.id,
