@@ -234,3 +234,15 @@ def test_a_suggestion_that_saves_nothing_is_not_shown(
     render.estimate_table(est, spec)
     out = capsys.readouterr().out
     assert "--noop" not in out and "try --grad-ckpt" in out
+
+
+def test_hw_list_piped_is_120_columns_wide(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not a terminal and no $COLUMNS (a pipe, a CI log): 120 columns, not rich's squashed 80."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    capsys.readouterr()
+    assert cli.main(["hw", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert 100 < max(cell_len(line) for line in lines) <= 120
+    assert any("rtx-4090" in line and "24" in line for line in lines)
