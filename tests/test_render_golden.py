@@ -245,4 +245,4 @@ def test_hw_list_piped_is_120_columns_wide(
     assert cli.main(["hw", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert 100 < max(cell_len(line) for line in lines) <= 120
-    assert any("rtx-4090" in line and "24" in line for line in lines)
+    assert any("rtx-4090" in line and "23.99" in line for line in lines)
