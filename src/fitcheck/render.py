@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fitcheck.models import SCHEMA_VERSION, Estimate, ModelInfo, ModelSpec, Verdict
@@ -229,11 +229,11 @@ def _table(
     header: list[str],
     rows: list[list[str | Text]],
     *,
-    right: set[str] = frozenset(),  # type: ignore[assignment]
+    right: Collection[str] = (),
     flex: str | None = None,
     drop: tuple[str, ...] = (),
-    dim: set[str] = frozenset(),  # type: ignore[assignment]
-    sections: set[int] = frozenset(),  # type: ignore[assignment]
+    dim: Collection[str] = (),
+    sections: Collection[int] = (),
     box: bool = True,
 ) -> None:
     """A table that fits the console: drop columns in ``drop`` order, then fold ``flex`` at words.
@@ -846,9 +846,7 @@ def hw_report_table(report: Any, device_header: list[str], device_rows: list[lis
             "it: fitcheck estimate MODEL --on rtx-4090 (fitcheck hw list shows the ids)",
         )
     _say(con, Text(f"This machine: {report.backend}", style="bold"))
-    rows: list[list[str | Text]] = [list(r) for r in device_rows]
-    if not verbose:
-        rows = [[*r[:-1], plain_note(r[-1])] for r in rows]
+    rows: list[list[str | Text]] = [[*r[:-1], r[-1] if verbose else plain_note(r[-1])] for r in device_rows]
     _table(con, device_header, rows, right={h for h in device_header if "GiB" in h},
            flex="measured by", drop=("used GiB", "catalog id", "#"))  # fmt: skip
     if t is None:
