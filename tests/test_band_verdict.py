@@ -142,8 +142,11 @@ def test_default_headroom_is_zero_and_a_given_one_comes_off() -> None:
     kept = _run("qwen2.5-0.5b", {"method": "lora"}, "24GB", "2GB")
     assert est.target is not None and kept.target is not None
     assert est.target.budget_bytes == est.target.usable_bytes  # no default margin
-    assert est.target.headroom_bytes == est.target.budget_bytes - est.device_bytes  # the spare
+    assert est.target.spare_bytes == est.target.budget_bytes - est.device_bytes
+    assert est.target.headroom_bytes == 0  # the margin (default none), not the spare
     assert kept.target.budget_bytes == est.target.budget_bytes - 2 * GIB
+    assert kept.target.headroom_bytes == 2 * GIB  # the margin, in the verdict as on the target
+    assert kept.target.spare_bytes == est.target.spare_bytes - 2 * GIB
 
 
 def test_headroom_can_turn_fits_into_tight() -> None:

@@ -70,14 +70,14 @@ def test_hw_yaml_and_markdown(machine: list[str]) -> None:
     doc = yaml.safe_load(invoke("hw", "--format", "yaml").stdout)
     assert doc["target"]["usable_bytes"] == 27 * GIB and doc["apple"]["catalog_id"] == "apple-m3-max-36gb"
     md = invoke("hw", "--format", "markdown").stdout
-    assert md.startswith("## This machine: mps") and "| usable | +27.00 |" in md
+    assert md.startswith("## This machine: mps") and "| = usable | 27.00 |" in md
 
 
 def test_hw_table_shows_budget(machine: list[str]) -> None:
     machine.append("container_cgroup")
     result = invoke("hw")
     assert result.exit_code == 0
-    assert "Budget on CPU" in result.stdout and "cgroup_limit" in result.stdout
+    assert "Budget on CPU" in result.stdout and "cgroup limit" in result.stdout
 
 
 def test_hw_headroom_option(machine: list[str]) -> None:

@@ -270,6 +270,9 @@ Fp8O = Annotated[
 ]
 FullBf16O = Annotated[bool, typer.Option("--full-bf16", help="diffusion: bf16 weights and grads (kohya)")]
 FullFp16O = Annotated[bool, typer.Option("--full-fp16", help="diffusion: fp16 weights and grads (kohya)")]
+VerboseO = Annotated[
+    bool, typer.Option("--verbose", "-v", help="also show sources, capture notes and the band's basis")
+]
 RuleO = Annotated[
     RuleOpt, typer.Option("--rule", help="detailed engine or the source documents' rule of thumb")
 ]
@@ -513,6 +516,7 @@ def estimate(
     fmt: FmtO = Fmt.table,
     chart: ChartO = None,
     force: ChartForceO = False,
+    verbose: VerboseO = False,
     *,
     training: dict[str, Any],
 ) -> None:
@@ -534,11 +538,14 @@ def estimate(
             from fitcheck.errors import OptionError
 
             raise OptionError("--rule thumb: the source documents give no rule of thumb for diffusion models")
-        data = render.thumb_doc(est)
-        print_doc(fmt, data, lambda: render.thumb_table(est))
+        from fitcheck.engine.verdict import thumb_verdict
+
+        judged = thumb_verdict(est)
+        data = render.thumb_doc(est, judged)
+        print_doc(fmt, data, lambda: render.thumb_table(est, judged, verbose))
         return
     doc = with_origin(render.estimate_doc(est), est, prov, given)
-    print_doc(fmt, doc, lambda: render.estimate_table(est, spec))
+    print_doc(fmt, doc, lambda: render.estimate_table(est, spec, verbose))
     print_chart_link(fmt, chart)
 
 

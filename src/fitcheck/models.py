@@ -379,6 +379,7 @@ class Suggestion(Frozen):
     saves_bytes: int
     device_bytes_after: int
     fits: bool
+    changes: int = Field(default=1, description="how many single changes this suggestion combines")
 
 
 class Verdict(Frozen):
@@ -391,8 +392,14 @@ class Verdict(Frozen):
     device_bytes: int
     high_bytes: int = Field(description="the band's upper edge: fits only when it fits the budget")
     verdict: VerdictName
-    headroom_bytes: int = Field(description="budget minus device_bytes (negative: short by that much)")
-    headroom_pct: float
+    headroom_bytes: int = Field(
+        ge=0, description="the safety margin kept free (--headroom), as on the target"
+    )
+    spare_bytes: int = Field(
+        description="budget_bytes - device_bytes: left after the run (negative: short by)"
+    )
+    spare_pct: float = Field(description="100 x spare_bytes / usable_bytes, one decimal")
+    detected: bool = Field(default=False, description="the target is this machine, as detected (--on auto)")
     budget_lines: tuple[BudgetLine, ...] = ()
     suggestions: tuple[Suggestion, ...] = ()
     notes: tuple[str, ...] = ()

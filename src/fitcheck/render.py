@@ -6,12 +6,16 @@ stdout carries the answer (exactly one document for --format json); warnings go 
 from __future__ import annotations
 
 import json
+import re
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
 
-from fitcheck.models import SCHEMA_VERSION, Estimate, ModelInfo, ModelSpec
+from fitcheck.models import SCHEMA_VERSION, Estimate, ModelInfo, ModelSpec, Verdict
 from fitcheck.units import GIB, MIB, fmt_count, fmt_gib
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 
 def _g(n: int | float) -> str:
@@ -47,6 +51,9 @@ def to_markdown(data: Any) -> str:
         out = [
             f"### fitcheck: {data['model_name']} ({s['method']}, batch {s['batch_size']} x {shape})",
             "",
+            f"Assumes: trainer {data['regime']['name']} · {s['precision']} · {s['optimizer']} · "
+            f"attn {s['attn']} · checkpointing {'on' if s['grad_ckpt'] else 'off'}.",
+            "",
             "| component | GiB | share | rule |",
             "|---|---:|---:|---|",
         ]
@@ -66,10 +73,24 @@ def to_markdown(data: Any) -> str:
             t = data["target"]
             out.append(
                 f"\nOn **{t['hardware']}**: **{t['verdict']}**: {verdict_words(t)}; needs "
-                f"{band_words(data['device_bytes'], data.get('band'))}, spare {_g(t['headroom_bytes'])} GiB."
+                f"{band_words(data['device_bytes'], data.get('band'))}; "
+                f"{spare_words(t['spare_bytes'], t['spare_pct'])}."
             )
+            out.append(f"\nBudget: {budget_sentence([_Line(**bl) for bl in t['budget_lines']])}.")
+            for sug in useful([_Line(**x) for x in t["suggestions"]]):
+                out.append(
+                    f"- try `{sug.flag}`: {sug.change}, saves {_g(sug.saves_bytes)} GiB -> "
+                    f"{_g(sug.device_bytes_after)} GiB, {'fits' if sug.fits else 'still too big'}"
+                )
         return "\n".join(out) + "\n"
     return "```\n" + json.dumps(data, indent=2) + "\n```\n"
+
+
+class _Line:
+    """A JSON object read back with attribute access (budget lines and suggestions in markdown)."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
 
 
 def band_words(device_bytes: int, band: dict[str, Any] | None) -> str:
@@ -100,8 +121,11 @@ def estimate_doc(est: Estimate) -> dict[str, Any]:
     return doc
 
 
-def thumb_doc(est: Estimate) -> dict[str, Any]:
-    """The --rule thumb document: the seeds' figure, with the detailed one for comparison."""
+def thumb_doc(est: Estimate, judged: Verdict | None = None) -> dict[str, Any]:
+    """The --rule thumb document: the seeds' figure, with the detailed one for comparison.
+
+    ``judged`` is the thumb figure's verdict (engine/verdict.py, thumb_verdict), None without a target.
+    """
     assert est.thumb is not None
     return {
         "schema_version": est.schema_version,
@@ -118,103 +142,309 @@ def thumb_doc(est: Estimate) -> dict[str, Any]:
             "high_bytes": est.thumb.bytes,
             "basis": "rule of thumb: no measured spread",
         },
-        "target": est.target.model_dump(mode="json") if est.target else None,
+        "target": judged.model_dump(mode="json") if judged else None,
     }
 
 
 def _console(stderr: bool = False) -> Any:
+    """A console: the terminal's width, $COLUMNS when set, else 120 (CI logs and pipes)."""
+    import os
+
     from rich.console import Console
 
     con = Console(stderr=stderr, highlight=False)
-    if not con.is_terminal and "COLUMNS" not in __import__("os").environ:
-        # CI logs and pipes: rich would wrap at 80 columns; the tables need about 120
+    if not con.is_terminal and "COLUMNS" not in os.environ:
+        # rich would fall back to 80 columns; a pipe or a CI log reads better at 120
         con = Console(stderr=stderr, highlight=False, width=120)
     return con
+
+
+# ------------------------------------------------------------------------------------------ layout
+#
+# Nothing wraps mid-value: a number and its unit ("33.0 GiB", "192,640 B/token", "2048 tokens") never
+# split across lines. Prose is wrapped here, at the spaces outside values, and printed with soft_wrap so
+# rich adds no breaks of its own; tables that do not fit drop or fold columns (`_table`).
+
+_UNIT = (
+    r"(?:GiB|MiB|KiB|GB/s|GB|MB|B/token|B/param|B|tokens/s|tokens|tok|px|params|layers|TFLOPS|"
+    r"images/s|min|s|h|days|steps)"
+)
+#: A value: a number with its unit, or "1 x 2048" (a shape), or "minus 0.97 GiB".
+_VALUE = re.compile(rf"(?:minus |plus |short by )?[-+]?\d[\d,.]*%?(?: x \d[\d,.]*)*(?: {_UNIT}(?![\w/]))?")
+
+
+def _glued(plain: str) -> set[int]:
+    """Offsets of the spaces inside values: no line may break there."""
+    return {m.start() + i for m in _VALUE.finditer(plain) for i, ch in enumerate(m.group()) if ch == " "}
+
+
+def _wrap(text: str | Text, width: int, indent: int = 0) -> list[Text]:
+    """Greedy word wrap at spaces outside values; continuation lines indented by ``indent`` + 2."""
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    txt = text if isinstance(text, Text) else Text(text)
+    plain = txt.plain
+    glued = _glued(plain)
+    cuts = [i for i, ch in enumerate(plain) if ch == " " and i not in glued]
+    words, pos = [], 0
+    for cut in [*cuts, len(plain)]:
+        if cut > pos:
+            words.append((pos, cut))
+        pos = cut + 1
+    out: list[Text] = []
+    if not words:
+        return [Text(" " * indent) + txt]
+    start, end = words[0]
+    for ws, we in words[1:]:
+        avail = max(20, width) - (indent if not out else indent + 2)
+        if cell_len(plain[start:we]) > avail:
+            out.append(txt[start:end])
+            start = ws
+        end = we
+    out.append(txt[start:end])
+    return [Text(" " * (indent if n == 0 else indent + 2)) + line for n, line in enumerate(out)]
+
+
+def _say(con: Any, text: str | Text, indent: int = 0, style: str | None = None) -> None:
+    """Print prose wrapped to the console, never inside a value."""
+    from rich.text import Text
+
+    txt = text if isinstance(text, Text) else Text.from_markup(text)
+    if style:
+        txt.stylize(style)
+    for line in _wrap(txt, con.width, indent):
+        con.print(line, soft_wrap=True)
+
+
+def _cell_width(cell: str | Text) -> int:
+    from rich.cells import cell_len
+
+    plain = cell.plain if not isinstance(cell, str) else cell
+    return max((cell_len(x) for x in plain.split("\n")), default=0)
+
+
+def _table(
+    con: Any,
+    header: list[str],
+    rows: list[list[str | Text]],
+    *,
+    right: Collection[str] = (),
+    flex: str | None = None,
+    drop: tuple[str, ...] = (),
+    dim: Collection[str] = (),
+    sections: Collection[int] = (),
+    box: bool = True,
+) -> None:
+    """A table that fits the console: drop columns in ``drop`` order, then fold ``flex`` at words.
+
+    Cells given as ``str`` are plain text (never rich markup: names print as typed).
+    """
+    from rich import box as boxes
+    from rich.table import Table
+    from rich.text import Text
+
+    cols = list(header)
+
+    def widths(keep: list[str]) -> dict[str, int]:
+        return {h: max([_cell_width(h)] + [_cell_width(r[header.index(h)]) for r in rows]) for h in keep}
+
+    overhead = (lambda n: 3 * n + 1) if box else (lambda n: 2 * (n - 1))
+    w = widths(cols)
+    for name in drop:  # drop columns until the table fits as it is, then fold the flexible one
+        if sum(w.values()) + overhead(len(cols)) <= con.width:
+            break
+        if name in cols:
+            cols.remove(name)
+            w = widths(cols)
+    flex_width = None
+    if flex in w:
+        fixed = sum(v for k, v in w.items() if k != flex)
+        room = con.width - fixed - overhead(len(cols))
+        if room < w[flex]:
+            flex_width = max(12, room)
+    if box:
+        t = Table(box=boxes.HEAVY_HEAD, pad_edge=True)
+    else:
+        t = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2, 0, 0))
+    for h in cols:
+        t.add_column(
+            h,
+            justify="right" if h in right else "left",
+            no_wrap=True,
+            style="dim" if h in dim else None,
+            width=flex_width if h == flex and flex_width else None,
+        )
+    for n, r in enumerate(rows):
+        if n in sections:
+            t.add_section()
+        cells: list[str | Text] = []
+        for h in cols:
+            cell = r[header.index(h)]
+            if h == flex and flex_width:
+                cell = Text("\n").join(_wrap(cell, flex_width))
+            cells.append(cell if isinstance(cell, Text) else Text(cell))
+        t.add_row(*cells)
+    con.print(t)
+    dropped = [h for h in header if h not in cols]
+    if dropped:
+        _say(
+            con,
+            f"not shown at {con.width} columns: {', '.join(dropped)} (a wider terminal or --format json "
+            "shows every column)",
+            style="dim",
+        )
 
 
 def _warn(est: Estimate) -> None:
     if est.warnings:
         err = _console(stderr=True)
         for w in est.warnings:
-            err.print(f"[yellow]warning:[/] {w}")
+            _say(err, f"[yellow]warning:[/] {_escape(w)}")
 
 
-def estimate_table(est: Estimate, spec: ModelSpec | Any) -> None:
+_PROVENANCE = re.compile(r"\s*\((?:https?://|seeds/|see )[^)]*\)|\s*https?://\S+")
+
+
+def plain_note(note: str) -> str:
+    """A note without its provenance (URLs, seeds/ citations): what the default view shows."""
+    return _PROVENANCE.sub("", note).strip()
+
+
+def budget_steps(lines: Sequence[Any]) -> list[tuple[str, int, str]]:
+    """The budget arithmetic as read aloud: ("", total), ("minus", deduction), ("=", subtotal).
+
+    Deductions are stored negative (`BudgetLine.bytes`); they are shown as "minus" a positive amount.
+    """
+    out: list[tuple[str, int, str]] = []
+    for n, line in enumerate(lines):
+        label = line.name.replace("_", " ")
+        if line.name in ("usable", "budget"):
+            out.append(("=", line.bytes, label))
+        elif n and line.bytes <= 0:  # a deduction (stored negative), zero included
+            out.append(("minus", -line.bytes, label))
+        else:
+            out.append(("plus" if n else "", line.bytes, label))
+    return out
+
+
+def budget_sentence(lines: Sequence[Any]) -> str:
+    """Read aloud: "24.00 GiB device memory minus 1.00 GiB idle use = 23.00 GiB usable ... budget"."""
+    return " ".join(
+        (f"{op} " if op else "") + f"{_g(amount)} GiB {label}" for op, amount, label in budget_steps(lines)
+    )
+
+
+def spare_words(spare_bytes: int, spare_pct: float) -> str:
+    """In words: "spare 1.20 GiB (5.0% of usable)" or "short by 3.20 GiB (13.9% of usable)"."""
+    if spare_bytes < 0:
+        return f"short by {_g(-spare_bytes)} GiB ({-spare_pct:.1f}% of usable)"
+    return f"spare {_g(spare_bytes)} GiB ({spare_pct:.1f}% of usable)"
+
+
+def assumptions(s: Any) -> str:
+    """The caption every sizing table carries: regime, batch, sequence, precision, checkpointing."""
+    shape = f"{s.resolution} px" if s.kind == "diffusion" else f"{s.seq_len} tokens"
+    dora = "+dora" if s.kind == "llm" and s.dora else ""
+    return (
+        f"assumes: {s.method}{dora} · trainer {s.trainer} · batch {s.batch_size} x {shape} · "
+        f"{s.precision} · {s.optimizer} · attn {s.attn} · checkpointing {'on' if s.grad_ckpt else 'off'}"
+    )
+
+
+def master_copy_note(s: Any, regime: Any = None) -> str | None:
+    """Full fine-tuning with 16-bit weights and no master copy: say the fp32 copy is not counted."""
+    if s.kind != "llm" or s.method != "full" or s.master_weights or s.precision == "fp32":
+        return None
+    if regime is not None and (regime.master_weights or regime.weight_dtype == "fp32"):
+        return None
+    return (
+        "full fine-tuning with 16-bit weights: no fp32 master copy is counted (the source documents' "
+        "12 B/param omits it too); trainers that keep one need 4 B/param more: --master-weights"
+    )
+
+
+def no_gpu_first(con: Any, v: Any) -> None:
+    """On a machine without a GPU (detected, not asked for): say first that RAM is being sized."""
+    if v is not None and v.backend == "cpu" and v.detected:
+        _say(
+            con,
+            "[bold]No GPU found on this machine: sizing its RAM.[/] To size for a GPU, name it: "
+            "--on rtx-4090, --on 24GB, ... (fitcheck hw list)",
+        )
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def estimate_table(est: Estimate, spec: ModelSpec | Any, verbose: bool = False) -> None:
     """The human view: components of the peak phase, totals, thumb, phases, verdict."""
-    from rich.table import Table
+    from rich.text import Text
 
     con = _console()
     s = est.setup
+    no_gpu_first(con, est.target)
     peak = est.phase(est.peak_phase)
-    shape = f"{s.resolution} px" if s.kind == "diffusion" else f"{s.seq_len} tokens"
-    dora = s.kind == "llm" and s.dora
-    title = (
-        f"{spec.name} · {s.method}{'+dora' if dora else ''} · batch {s.batch_size} x {shape} · "
-        f"{s.precision} · {s.optimizer} · attn {s.attn}{' · grad-ckpt' if s.grad_ckpt else ''} · "
-        f"trainer {est.regime.name}"
-    )
-    t = Table(title=title, title_justify="left", show_lines=False)
-    t.add_column("component")
-    t.add_column("GiB", justify="right")
-    t.add_column("share", justify="right")
-    t.add_column("rule")
-    t.add_column("source", style="dim")
+    _say(con, Text(spec.name, style="bold") + Text(f" · peak of one training step ({est.peak_phase})"))
+    _say(con, assumptions(s).replace("trainer generic", f"trainer {est.regime.name}"), style="dim")
+    header = ["component", "GiB", "share", "rule", "source"]
+    rows: list[list[str | Text]] = []
     for c in peak.components:
-        t.add_row(
-            c.name,
-            _g(c.bytes),
-            f"{100 * c.bytes / max(1, peak.total_bytes):.1f}%",
-            c.rule,
-            c.source.split("#")[-1],
+        rows.append(
+            [
+                c.name,
+                _g(c.bytes),
+                f"{100 * c.bytes / max(1, peak.total_bytes):.1f}%",
+                c.rule,
+                c.source.split("#")[-1],
+            ]
         )
-    t.add_section()
-    t.add_row(
-        f"[bold]peak allocated[/] ({est.peak_phase})", f"[bold]{_g(est.peak_allocated_bytes)}[/]", "", "", ""
-    )
-    t.add_row(
-        "allocator reserve",
-        _g(est.allocator_reserve_bytes),
-        "",
-        "caching-allocator rounding and fragmentation",
-        "overhead",
-    )
-    t.add_row(
-        "CUDA context" if s.backend in ("cuda", "rocm") else "context",
-        _g(est.context_bytes),
-        "",
-        "",
-        "overhead",
-    )
     band = est.band.model_dump() if est.band else None
-    t.add_row(
-        "[bold]device total[/]",
-        f"[bold]{_g(est.device_bytes)}[/]",
-        "",
-        f"what nvidia-smi would show: {band_words(est.device_bytes, band)}",
-        "",
-    )
-    con.print(t)
+    rows += [
+        [Text(f"peak allocated ({est.peak_phase})", style="bold"), Text(_g(est.peak_allocated_bytes), "bold"),
+         "", "", ""],
+        ["allocator reserve", _g(est.allocator_reserve_bytes), "",
+         "caching-allocator rounding and fragmentation", "overhead"],
+        ["CUDA context" if s.backend in ("cuda", "rocm") else "context", _g(est.context_bytes), "", "",
+         "overhead"],
+        [Text("device total", style="bold"), Text(_g(est.device_bytes), "bold"), "",
+         f"what nvidia-smi would show: {band_words(est.device_bytes, band)}", ""],
+    ]  # fmt: skip
+    if not verbose:
+        header, rows = header[:4], [r[:4] for r in rows]
+    _table(
+        con, header, rows, right={"GiB", "share"}, flex="rule", drop=("share",), dim={"source"},
+        sections={len(peak.components)},
+    )  # fmt: skip
     p = est.params
-    con.print(
+    _say(
+        con,
         f"params: {fmt_count(p.total)} total, {fmt_count(p.trainable)} trainable"
         + (f", {fmt_count(p.quantized)} in 4-bit" if p.quantized else "")
         + " · phases: "
         + ", ".join(
-            f"{ph.name} {_g(ph.total_bytes)}" + (" (peak)" if ph.name == est.peak_phase else "")
+            f"{ph.name} {_g(ph.total_bytes)} GiB" + (" (peak)" if ph.name == est.peak_phase else "")
             for ph in est.phases
-        )
-        + " GiB"
+        ),
     )
     if est.distributed is not None:
         _distributed_lines(con, est)
     if est.thumb:
         th = est.thumb
-        con.print(
-            f"rule of thumb: {fmt_gib(th.bytes, 1)} ({th.rule}; source documents) · detailed: "
-            f"{fmt_gib(est.device_bytes, 1)}"
+        _say(
+            con,
+            f"rule of thumb: {fmt_gib(th.bytes, 1)} ({th.rule}"
+            + (f"; {th.source}" if verbose else "; the source documents")
+            + f") · detailed: {fmt_gib(est.device_bytes, 1)}",
         )
+    master = master_copy_note(s, est.regime)
+    if master:
+        _say(con, f"note: {master}", style="dim")
     if est.target:
-        _verdict(con, est)
+        _verdict(con, est, verbose)
     _warn(est)
 
 
@@ -254,23 +484,27 @@ def _segments(est: Estimate) -> list[tuple[str, int]]:
     return [(n, b) for n, b in parts if b > 0]
 
 
-def _verdict(con: Any, est: Estimate) -> None:
+def useful(suggestions: Sequence[Any]) -> list[Any]:
+    """The suggestions worth showing: those that save memory."""
+    return [sug for sug in suggestions if sug.saves_bytes > 0]
+
+
+def _verdict(con: Any, est: Estimate, verbose: bool = False) -> None:
     from rich.text import Text
 
     v = est.target
     assert v is not None
     color = {"fits": "green", "tight": "yellow", "does_not_fit": "red"}[v.verdict]
-    width = 60
+    width = max(20, min(60, con.width - 2))
     scale = width / max(1, v.usable_bytes, v.device_bytes)
-    bar, legend = Text(), Text()
+    bar, legend = Text(), []
     used = 0
     for i, (name, nbytes) in enumerate(_segments(est)):
         style = _SEGMENT_COLORS[i % len(_SEGMENT_COLORS)]
         cells = round((used + nbytes) * scale) - round(used * scale)
         used += nbytes
         bar.append("█" * cells, style=style)
-        legend.append("■ ", style=style)
-        legend.append(f"{name} {_g(nbytes)}  ")
+        legend.append(Text("■ ", style=style) + Text(f"{name} {_g(nbytes)}"))
     budget_col = round(v.budget_bytes * scale)
     usable_col = round(v.usable_bytes * scale)
     filled = round(used * scale)
@@ -278,54 +512,97 @@ def _verdict(con: Any, est: Estimate) -> None:
     marks = [" "] * (max(usable_col, filled) + 1)
     marks[min(budget_col, len(marks) - 1)] = "^"
     marks[min(usable_col, len(marks) - 1)] = "|"
-    where = f"  {_g(v.device_bytes)} GiB of {_g(v.usable_bytes)} usable on {v.hardware}"
-    con.print(Text.assemble(bar, where))
-    con.print(Text("".join(marks) + "  ^ budget (usable minus headroom)  | usable memory", style="dim"))
-    con.print(legend)
-    band = est.band.model_dump() if est.band else None
-    con.print(
-        f"[bold {color}]{v.verdict.replace('_', ' ')}[/]: needs {band_words(est.device_bytes, band)}; "
-        f"{verdict_words(v.model_dump())} (usable minus headroom); spare {_g(v.headroom_bytes)} GiB "
-        f"({v.headroom_pct:+.1f}% of usable)"
+    con.print(bar, soft_wrap=True)
+    con.print(Text("".join(marks).rstrip(), style="dim"), soft_wrap=True)
+    _say(
+        con,
+        f"{_g(v.device_bytes)} GiB of {_g(v.usable_bytes)} GiB usable on {_escape(v.hardware)} "
+        "[dim](^ budget: usable minus headroom; | usable memory)[/]",
     )
-    if est.band:
-        con.print(f"  [dim]band: {est.band.basis}[/]")
-    for line in v.budget_lines:
-        con.print(f"  [dim]{line.name}: {_g(line.bytes)} GiB {line.note}[/]")
-    for sug in v.suggestions:
+    line = Text()
+    for item in legend:  # whole items per line
+        if line.plain and line.cell_len + 2 + item.cell_len > con.width:
+            con.print(line, soft_wrap=True)
+            line = Text()
+        line += (Text("  ") if line.plain else Text()) + item
+    if line.plain:
+        con.print(line, soft_wrap=True)
+    band = est.band.model_dump() if est.band else None
+    _say(
+        con,
+        Text(v.verdict.replace("_", " "), style=f"bold {color}")
+        + Text(
+            f": needs {band_words(est.device_bytes, band)}; {verdict_words(v.model_dump())}; "
+            f"{spare_words(v.spare_bytes, v.spare_pct)}"
+        ),
+    )
+    _say(con, f"budget: {budget_sentence(v.budget_lines)}", indent=2, style="dim")
+    if verbose:
+        if est.band:
+            _say(con, f"band: {_escape(est.band.basis)}", indent=2, style="dim")
+        for bl in v.budget_lines:
+            _say(con, f"{bl.name}: {_escape(bl.note)}", indent=2, style="dim")
+    for sug in useful(v.suggestions):
         mark = "[green]fits[/]" if sug.fits else "[red]still too big[/]"
-        con.print(
-            f"  try {sug.flag}: {sug.change}, saves {_g(sug.saves_bytes)} GiB -> "
-            f"{_g(sug.device_bytes_after)} GiB, {mark}"
+        _say(
+            con,
+            f"try [bold]{_escape(sug.flag)}[/]: {_escape(sug.change)}, saves {_g(sug.saves_bytes)} GiB "
+            f"-> {_g(sug.device_bytes_after)} GiB, {mark}",
+            indent=2,
         )
-    for note in v.notes:
-        con.print(f"  [dim]note: {note}[/]")
+    if v.suggestions and not any(sug.fits for sug in v.suggestions):
+        _say(
+            con,
+            "no single change fits, nor any combination of two or three of them: try a smaller model or "
+            "a device with more memory (fitcheck plan searches more settings)",
+            indent=2,
+        )
+    for note_ in v.notes:
+        shown = note_ if verbose else plain_note(note_)
+        if shown:
+            _say(con, f"note: {_escape(shown)}", indent=2, style="dim")
 
 
-def thumb_table(est: Estimate) -> None:
+def thumb_table(est: Estimate, judged: Verdict | None = None, verbose: bool = False) -> None:
+    """``--rule thumb``: the seeds' figure, judged on its own when there is a target."""
+    from rich.text import Text
+
     con = _console()
     assert est.thumb is not None
     th = est.thumb
-    con.print(
-        f"{est.model_name}, {est.setup.method}: rule of thumb [bold]{fmt_gib(th.bytes, 1)}[/] "
-        f"({th.rule}; {th.source})"
+    v = judged
+    no_gpu_first(con, v)
+    _say(
+        con,
+        Text(est.model_name, style="bold")
+        + Text(f", {est.setup.method}: rule of thumb ")
+        + Text(fmt_gib(th.bytes, 1), style="bold")
+        + Text(f" ({th.rule}" + (f"; {th.source})" if verbose else "; the source documents)")),
     )
-    con.print(f"detailed engine for comparison: {fmt_gib(est.device_bytes, 1)}")
-    if est.target:
-        v = est.target
-        fits = th.bytes <= v.budget_bytes
-        con.print(f"on {v.hardware} (budget {_g(v.budget_bytes)} GiB): {'fits' if fits else 'too big'}")
+    _say(con, assumptions(est.setup) + " (the rule of thumb itself depends on size and method only)",
+         style="dim")  # fmt: skip
+    master = master_copy_note(est.setup, est.regime)
+    if master:
+        _say(con, f"note: {master}", style="dim")
+    _say(con, f"detailed engine for comparison: {fmt_gib(est.device_bytes, 1)}")
+    if v is not None:
+        color = {"fits": "green", "tight": "yellow", "does_not_fit": "red"}[v.verdict]
+        _say(
+            con,
+            Text(v.verdict.replace("_", " "), style=f"bold {color}")
+            + Text(f" on {v.hardware} (rule of thumb {fmt_gib(th.bytes, 1)} against the "
+                   f"{_g(v.budget_bytes)} GiB budget); {spare_words(v.spare_bytes, v.spare_pct)}"),
+        )  # fmt: skip
+        _say(con, f"budget: {budget_sentence(v.budget_lines)}", indent=2, style="dim")
 
 
 def models_table(rows: Sequence[ModelInfo]) -> None:
     """``fitcheck models``: one row per preset."""
-    from rich.table import Table
-
-    t = Table(title=f"{len(rows)} model presets")
-    for col in ("id", "kind", "params", "type", "layers", "hidden", "vocab", "hf_id"):
-        t.add_column(col, justify="right" if col in ("params", "layers", "hidden", "vocab") else "left")
-    for r in rows:
-        t.add_row(
+    con = _console()
+    _say(con, f"{len(rows)} model presets", style="bold")
+    header = ["id", "kind", "params", "type", "layers", "hidden", "vocab", "hf_id"]
+    body: list[list[str | Text]] = [
+        [
             r.id,
             r.kind,
             fmt_count(r.params),
@@ -334,36 +611,59 @@ def models_table(rows: Sequence[ModelInfo]) -> None:
             "" if r.hidden is None else str(r.hidden),
             "" if r.vocab is None else str(r.vocab),
             r.hf_id or "",
-        )
-    _console().print(t)
+        ]
+        for r in rows
+    ]
+    _table(con, header, body, right={"params", "layers", "hidden", "vocab"},
+           drop=("hf_id", "vocab", "hidden", "layers", "type"))  # fmt: skip
 
 
-def matrix_table(rows: list[dict[str, Any]], methods: list[str], on: str, rule: str) -> None:
-    """Model sizes x methods: GiB and whether it fits."""
-    from rich.table import Table
+def matrix_table(
+    rows: list[dict[str, Any]], methods: list[str], on: str, rule: str, base: dict[str, Any] | None = None
+) -> None:
+    """Model sizes x methods: GiB and whether it fits, with the assumptions in a caption."""
+    from rich.text import Text
 
     if not rows:
         return
+    con = _console()
     r0 = rows[0]
     how = "rule of thumb" if rule == "thumb" else "detailed estimate"
     title = f"Memory needed, GiB ({how}; --on a device for a verdict)"
     if r0.get("budget_bytes") is not None:
         usable, budget = _g(r0["usable_bytes"]), _g(r0["budget_bytes"])
         title = f"What fits on {on}: usable {usable} GiB, budget {budget} GiB ({how})"
-    t = Table(title=title, title_justify="left")
-    t.add_column("model")
-    for m in methods:
-        t.add_column(m, justify="right")
+    _say(con, Text(title, style="bold"))
+    b = base or {}
+    _say(
+        con,
+        f"assumes: trainer {b.get('trainer', 'generic')} · batch {b.get('batch_size', 1)} x "
+        f"{b.get('seq_len') or 2048} tokens · bf16 · {b.get('optimizer', 'adamw')} · attn sdpa · "
+        f"checkpointing {'on' if b.get('grad_ckpt') else 'off'}"
+        + (" · the rule of thumb depends on size and method only" if rule == "thumb" else ""),
+        style="dim",
+    )
+    if "full" in methods:
+        seeds = b.get("trainer", "generic") == "generic" and b.get("optimizer", "adamw") == "adamw"
+        _say(
+            con,
+            "full: "
+            + ("the source documents' 12 B/param (16-bit weights and gradients, two fp32 Adam moments), "
+               if seeds else "16-bit weights, ")
+            + "no fp32 master copy counted (trainers that keep one need 4 B/param more)",
+            style="dim",
+        )  # fmt: skip
     style = {"fits": "green", "tight": "yellow", "does_not_fit": "red"}
     word = {"fits": "fits", "tight": "tight", "does_not_fit": "too big"}
+    body: list[list[str | Text]] = []
     for r in rows:
-        cells = []
+        cells: list[str | Text] = [r["model"]]
         for m in methods:
             v = r[f"{m}_verdict"]
             need = _g(r[f"{m}_bytes"])
-            cells.append(need if v is None else f"[{style[v]}]{need} {word[v]}[/]")
-        t.add_row(r["model"], *cells)
-    _console().print(t)
+            cells.append(need if v is None else Text(f"{need} {word[v]}", style=style[v]))
+        body.append(cells)
+    _table(con, ["model", *methods], body, right=set(methods))
 
 
 def diffusion_plan_doc(plan: Any, spec: Any, target: Any) -> dict[str, Any]:
@@ -385,16 +685,15 @@ def diffusion_plan_doc(plan: Any, spec: Any, target: Any) -> dict[str, Any]:
 
 def diffusion_plan_table(plan: Any, spec: Any, target: Any, stderr: bool = False) -> None:
     """The human view of a diffusion plan: headline, chosen settings, reasons, notes."""
-    from rich.table import Table
-
     con = _console(stderr=stderr)
     s, est = plan.setup, plan.estimate
     head = "fits" if plan.fits else "[red]nothing fits[/] (the smallest setup found)"
-    con.print(
-        f"[bold]{spec.name}[/] on {target.name} ({target.backend}): {head} — {_g(est.device_bytes)} of "
-        f"{_g(target.budget_bytes)} GiB budget, about {plan.images_per_second:.2f} images/s"
+    _say(
+        con,
+        f"[bold]{_escape(spec.name)}[/] on {_escape(target.name)} ({target.backend}): {head} — "
+        f"{_g(est.device_bytes)} of "
+        f"{_g(target.budget_bytes)} GiB budget, about {plan.images_per_second:.2f} images/s",
     )
-    t = Table(show_header=False, box=None)
     rows = [
         ("method", f"{s.method} (kohya sd-scripts)" + ("" if s.method == "full" else f", r{s.lora_rank}")),
         ("resolution", f"{s.resolution or spec.native_resolution} px (bucketing keeps about res^2 pixels)"),
@@ -408,13 +707,11 @@ def diffusion_plan_table(plan: Any, spec: Any, target: Any, stderr: bool = False
                                              ("text-encoder outputs", s.cache_text_encoder_outputs)) if on)
          or "none"),
     ]  # fmt: skip
-    for k, v in rows:
-        t.add_row(k, v)
-    con.print(t)
+    _table(con, ["setting", "value"], [[k, v] for k, v in rows], flex="value", dim={"setting"}, box=False)
     for r in plan.reasons:
-        con.print(f"  · {r}")
+        _say(con, f"· {_escape(r)}", indent=2)
     for n in plan.notes:
-        con.print(f"  [dim]note: {n}[/]")
+        _say(con, f"note: {_escape(n)}", indent=2, style="dim")
 
 
 def note(msg: str) -> None:
@@ -494,69 +791,127 @@ def _plan_dist_rows(plan: Any) -> list[tuple[str, str]]:
     return [("strategy", f"{s.effective_strategy}{off} on {gpus}; memory per GPU{host}")]
 
 
-def plan_table(plan: Any, stderr: bool = False) -> None:
+def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
     """The human view of a plan (on stderr when stdout carries an emitted file)."""
-    from rich.table import Table
+    from rich.text import Text
 
     con = _console(stderr=stderr)
     t = plan.target
     if not plan.fits:
-        con.print(
-            f"[bold red]nothing fits[/] {plan.model_name} on {t.name}: the least any of the "
-            f"{plan.grid_points} configurations needs is {_g(plan.min_device_bytes)} GiB, "
-            f"budget {_g(t.budget_bytes)} GiB"
+        _say(
+            con,
+            f"[bold red]nothing fits[/] {_escape(plan.model_name)} on {_escape(t.name)}: the least any of "
+            f"the {plan.grid_points} configurations needs is {_g(plan.min_device_bytes)} GiB, "
+            f"budget {_g(t.budget_bytes)} GiB",
         )
         for i, ch in enumerate(plan.changes):
             lead = "smallest change" if i == 0 else "or"
-            con.print(f"  {lead}: [bold]{ch.flag}[/] — {ch.change} ({_g(ch.device_bytes)} GiB)")
+            _say(con, f"{lead}: [bold]{_escape(ch.flag)}[/] — {_escape(ch.change)} "
+                      f"({_g(ch.device_bytes)} GiB)", indent=2)  # fmt: skip
         if not plan.changes:
-            con.print("  no single change found: try a smaller model or a device with more memory")
+            _say(con, "no single change found: try a smaller model or a device with more memory", indent=2)
         return
     c = plan.chosen
     s, tp = c.setup, c.throughput
-    con.print(
-        f"[bold]{plan.model_name}[/] on [bold]{t.name}[/] ({t.backend}): [bold green]fits[/] — "
-        f"{_g(c.device_bytes)} of {_g(c.budget_bytes)} GiB budget, about {tp.tokens_per_s:,.0f} tokens/s"
-    )
-    run = Table(show_header=False, box=None, pad_edge=False)
-    run.add_column(style="dim")
-    run.add_column()
-    rows = [
-        ("method", s.method + ("+dora" if s.dora else "") + f" (trainer {s.trainer})"),
-        ("micro-batch", f"{s.batch_size} x accumulation {s.grad_accum} = {c.effective_batch}"),
-        ("sequence", f"{s.seq_len} tokens"),
-        ("precision", s.precision),
-        ("attention", s.attn),
-        ("optimizer", s.optimizer),
-        ("checkpointing", "on" if s.grad_ckpt else "off"),
-        *_plan_dist_rows(plan),
-        (
+    _say(
+        con,
+        Text(plan.model_name, style="bold") + Text(" on ") + Text(t.name, style="bold")
+        + Text(f" ({t.backend}): ") + Text("fits", style="bold green")
+        + Text(f" — {_g(c.device_bytes)} of {_g(c.budget_bytes)} GiB budget, about "
+               f"{tp.tokens_per_s:,.0f} tokens/s"),
+    )  # fmt: skip
+    rows: list[list[str | Text]] = [
+        ["method", s.method + ("+dora" if s.dora else "") + f" (trainer {s.trainer})"],
+        ["micro-batch", f"{s.batch_size} x accumulation {s.grad_accum} = {c.effective_batch}"],
+        ["sequence", f"{s.seq_len} tokens"],
+        ["precision", s.precision],
+        ["attention", s.attn],
+        ["optimizer", s.optimizer],
+        ["checkpointing", "on" if s.grad_ckpt else "off"],
+        *[list(r) for r in _plan_dist_rows(plan)],
+        [
             "speed",
             f"{tp.tokens_per_s:,.0f} tokens/s · step {_duration(tp.step_s)} · MFU {100 * tp.mfu:.0f}% · "
             f"{tp.bound}-bound",
-        ),
+        ],
     ]
     if tp.dataset_s is not None:
-        rows.append(("dataset", f"{tp.optimizer_steps:,} optimizer steps, about {_duration(tp.dataset_s)}"))
-    for k, v in rows:
-        run.add_row(k, v)
-    con.print(run)
-    why = Table(title="why", title_justify="left")
-    for col in ("choice", "reason", "rule"):
-        why.add_column(col, style="dim" if col == "rule" else None)
-    for r in plan.reasons:
-        why.add_row(r.choice, r.text, r.rule)
-    con.print(why)
+        rows.append(["dataset", f"{tp.optimizer_steps:,} optimizer steps, about {_duration(tp.dataset_s)}"])
+    _table(con, ["setting", "value"], rows, flex="value", dim={"setting"}, box=False)
+    chosen_est = getattr(plan, "estimate", None)
+    master = master_copy_note(s, chosen_est.regime if chosen_est is not None else None)
+    if master:
+        _say(con, f"note: {master}", style="dim")
+    _say(con, Text("why", style="bold"))
+    why: list[list[str | Text]] = [[r.choice, r.text, r.rule] for r in plan.reasons]
+    header = ["choice", "reason", "rule"]
+    if not verbose:
+        header, why = header[:2], [r[:2] for r in why]
+    _table(con, header, why, flex="reason", dim={"rule"})
     if plan.runners_up:
-        ru = Table(title="runners-up", title_justify="left")
-        for col in ("configuration", "GiB", "tokens/s", "why not"):
-            ru.add_column(col, justify="right" if col in ("GiB", "tokens/s") else "left")
+        _say(con, Text("runners-up", style="bold"))
+        ru: list[list[str | Text]] = []
         for r in plan.runners_up:
             x = r.candidate
-            ru.add_row(
-                _setup_line(x.setup), _g(x.device_bytes), f"{x.throughput.tokens_per_s:,.0f}", r.reason
+            ru.append(
+                [_setup_line(x.setup), _g(x.device_bytes), f"{x.throughput.tokens_per_s:,.0f}", r.reason]
             )
-        con.print(ru)
+        widest = max(_cell_width(r[0]) for r in ru) + 5 + 9 + 3 * 4 + 1 + 30
+        if widest <= con.width:
+            _table(con, ["configuration", "GiB", "tokens/s", "why not"], ru, right={"GiB", "tokens/s"},
+                   flex="why not")  # fmt: skip
+        else:  # folded: each runner-up on its own line, the reason below it
+            for cfg, gib_, tps, why_not in ru:
+                _say(con, Text(f"{cfg}: {gib_} GiB, {tps} tokens/s"), indent=2)
+                _say(con, Text(f"why not: {why_not}"), indent=4, style="dim")
     for e in plan.env:
         state = "[green]set[/]" if e.active else "[dim]left off[/]"
-        con.print(f"env {state} {e.name}={e.value}: {e.why}")
+        _say(con, f"env {state} {_escape(e.name)}={_escape(e.value)}: {_escape(e.why)}")
+
+
+# ------------------------------------------------------------------------------------------ hw
+
+
+def hw_report_table(report: Any, device_header: list[str], device_rows: list[list[str]],
+                    verbose: bool = False) -> None:  # fmt: skip
+    """``fitcheck hw``: no-GPU notice first, devices, then the budget arithmetic read as minus/equals."""
+    from rich.text import Text
+
+    con = _console()
+    t = report.target
+    if report.backend == "cpu":
+        _say(
+            con,
+            "[bold]No GPU found on this machine: the budget below is its RAM.[/] To size for a GPU, name "
+            "it: fitcheck estimate MODEL --on rtx-4090 (fitcheck hw list shows the ids)",
+        )
+    _say(con, Text(f"This machine: {report.backend}", style="bold"))
+    rows: list[list[str | Text]] = [[*r[:-1], r[-1] if verbose else plain_note(r[-1])] for r in device_rows]
+    _table(con, device_header, rows, right={h for h in device_header if "GiB" in h},
+           flex="measured by", drop=("used GiB", "catalog id", "#"))  # fmt: skip
+    if t is None:
+        return
+    _say(con, Text(f"Budget on {t.name} ({t.id}): {_g(t.budget_bytes)} GiB", style="bold"))
+    steps = budget_steps(t.budget_lines)
+    body: list[list[str | Text]] = [
+        [f"{op} {label}".strip(), _g(amount), line.note if verbose else plain_note(line.note)]
+        for (op, amount, label), line in zip(steps, t.budget_lines, strict=True)
+    ]
+    _table(con, ["step", "GiB", "how"], body, right={"GiB"}, flex="how")
+    for note_ in t.notes:
+        shown = note_ if verbose else plain_note(note_)
+        if shown:
+            _say(con, f"- {_escape(shown)}")
+
+
+def hw_catalog_table(cat: Any, header: list[str], rows: list[list[str]]) -> None:
+    """``fitcheck hw list``: drops columns (aliases first) and folds names to fit; 120 wide when piped."""
+    from rich.text import Text
+
+    con = _console()
+    # wide (120, a pipe): fold long names rather than lose columns; narrow: keep the ids and memory
+    drops = ("aliases",) if con.width >= 110 else ("aliases", "bf16 TFLOPS", "bf16", "backend", "GB/s")
+    _say(con, Text(f"Hardware catalog ({len(cat.devices)} devices); budget = default headroom (none)",
+                   style="bold"))  # fmt: skip
+    _table(con, header, [list(r) for r in rows], right={"memory GiB", "budget GiB", "GB/s", "bf16 TFLOPS"},
+           flex="name", drop=drops)  # fmt: skip

@@ -82,8 +82,17 @@ def fmt_gib(n_bytes: int | float, digits: int = 2) -> str:
 
 
 def fmt_count(n: int) -> str:
-    """Format a parameter count the way model cards do: ``8.03B``, ``494M``, ``135M``."""
+    """A parameter count with three significant figures: ``8.03B``, ``494M``, ``1.00B``, ``135M``.
+
+    The count is rounded to three figures before its suffix is chosen, so 999,885,952 is ``1.00B``
+    (not ``1e+03M``).
+    """
+    if n < 1000:
+        return str(n)
+    rounded = float(f"{n:.3g}")
     for scale, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
-        if n >= scale:
-            return f"{n / scale:.3g}{suffix}"
+        if rounded >= scale:
+            value = rounded / scale
+            digits = max(0, 2 - math.floor(math.log10(value)))
+            return f"{value:.{digits}f}{suffix}"
     return str(n)

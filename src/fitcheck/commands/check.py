@@ -33,9 +33,11 @@ def register(app: typer.Typer) -> None:
         from_file: c.FromO = None,
         from_format: c.FromFmtO = None,
         headroom: c.HeadroomO = None,
+        rule: c.RuleO = c.RuleOpt.detailed,
         fmt: c.FmtO = c.Fmt.table,
         chart: c.ChartO = None,
         force: c.ChartForceO = False,
+        verbose: c.VerboseO = False,
         training: dict[str, Any],
     ) -> int:
         """Does it fit? Exit 0 fits (and tight unless --strict), 1 does not fit, 2 trouble."""
@@ -51,9 +53,21 @@ def register(app: typer.Typer) -> None:
             raise prov.blame(exc) from None
         assert est.target is not None
         prov.say()
+        if rule is c.RuleOpt.thumb:  # design.md: --rule thumb judges the rule of thumb's figure
+            from fitcheck.engine.verdict import thumb_verdict
+            from fitcheck.errors import OptionError
+
+            if est.thumb is None:
+                raise OptionError(
+                    "--rule thumb: the source documents give no rule of thumb for diffusion models"
+                )
+            judged = thumb_verdict(est)
+            assert judged is not None
+            c.print_doc(fmt, render.thumb_doc(est, judged), lambda: render.thumb_table(est, judged, verbose))
+            return exit_code(judged.verdict, strict)
         c.write_chart(chart, force, lambda: c.estimate_chart(est))
         doc = c.with_origin(render.estimate_doc(est), est, prov, given)
-        c.print_doc(fmt, doc, lambda: render.estimate_table(est, spec))
+        c.print_doc(fmt, doc, lambda: render.estimate_table(est, spec, verbose))
         c.print_chart_link(fmt, chart)
         if est.target.verdict == "tight":
             v = est.target.model_dump()

@@ -36,6 +36,7 @@ probe_env_factory: Callable[[bool], ProbeEnv] | None = None
 
 _FORMAT_HELP = "table, json, yaml or markdown (json prints exactly one document)"
 _HEADROOM_HELP = "safety margin kept free: 2GB or 10% of usable memory (default none); GB means GiB"
+_VERBOSE_HELP = "also show where each figure comes from (sources, capture notes)"
 _TORCH_HELP = "also ask PyTorch in this process (exact, but creates a CUDA context of ~0.4 GiB)"
 
 
@@ -57,6 +58,7 @@ def hw_command(
     output: Annotated[OutputFormat, typer.Option("--format", "-f", help=_FORMAT_HELP)] = OutputFormat.table,
     headroom: Annotated[str | None, typer.Option("--headroom", help=_HEADROOM_HELP)] = None,
     use_torch: Annotated[bool, typer.Option("--torch", help=_TORCH_HELP)] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help=_VERBOSE_HELP)] = False,
 ) -> None:
     """Detect this machine (NVIDIA, AMD, Apple silicon, else CPU RAM) and its usable memory, in GiB."""
     if ctx.invoked_subcommand is not None:
@@ -68,7 +70,7 @@ def hw_command(
     report = detect_report(env, headroom=headroom)
     for warning in report.warnings:
         typer.echo(f"warning: {warning}", err=True)
-    _emit(report, output, render_report_markdown, render_report_table)
+    _emit(report, output, render_report_markdown, lambda r: render_report_table(r, verbose))
 
 
 def hw_list_command(
@@ -144,7 +146,15 @@ _BUDGET_HEADER = ["step", "GiB", "how"]
 
 
 def _budget_rows(target: Any) -> list[list[str]]:
-    return [[line.name, f"{line.bytes / GIB:+.2f}", line.note] for line in target.budget_lines]
+    """Deductions read as "minus 0.97 GiB", subtotals as "= ..." (render.budget_steps)."""
+    from fitcheck.render import budget_steps
+
+    return [
+        [f"{op} {label}".strip(), f"{amount / GIB:.2f}", line.note]
+        for (op, amount, label), line in zip(
+            budget_steps(target.budget_lines), target.budget_lines, strict=True
+        )
+    ]
 
 
 def render_report_markdown(report: HwReport) -> str:
@@ -158,29 +168,11 @@ def render_report_markdown(report: HwReport) -> str:
     return "".join(parts)
 
 
-def render_report_table(report: HwReport) -> None:
-    """``fitcheck hw``: devices, then the budget arithmetic and its notes, with rich."""
-    from rich.console import Console
-    from rich.table import Table
+def render_report_table(report: HwReport, verbose: bool = False) -> None:
+    """``fitcheck hw``: devices, then the budget arithmetic and its notes (render.py draws it)."""
+    from fitcheck import render
 
-    console = Console()
-    devices = Table(title=f"This machine: {report.backend}", title_justify="left")
-    for col in _DEVICE_HEADER:
-        devices.add_column(col, justify="right" if "GiB" in col else "left")
-    for row in _device_rows(report):
-        devices.add_row(*row)
-    console.print(devices)
-    if report.target is None:
-        return
-    t = report.target
-    budget = Table(title=f"Budget on {t.name} ({t.id}): {_gib(t.budget_bytes)} GiB", title_justify="left")
-    for col in _BUDGET_HEADER:
-        budget.add_column(col, justify="right" if col == "GiB" else "left")
-    for row in _budget_rows(t):
-        budget.add_row(*row)
-    console.print(budget)
-    for note in t.notes:
-        console.print(f"- {note}", highlight=False)
+    render.hw_report_table(report, _DEVICE_HEADER, _device_rows(report), verbose=verbose)
 
 
 _CATALOG_HEADER = [
@@ -219,17 +211,7 @@ def render_catalog_markdown(cat: HwCatalog) -> str:
 
 
 def render_catalog_table(cat: HwCatalog) -> None:
-    """``fitcheck hw list``, with rich."""
-    from rich.console import Console
-    from rich.table import Table
+    """``fitcheck hw list`` (render.py draws it)."""
+    from fitcheck import render
 
-    table = Table(
-        title=f"Hardware catalog ({len(cat.devices)} devices); budget = default headroom",
-        title_justify="left",
-    )
-    for col in _CATALOG_HEADER:
-        right = "GiB" in col or col in {"GB/s", "bf16 TFLOPS"}
-        table.add_column(col, justify="right" if right else "left", no_wrap=col in {"id", "backend"})
-    for row in _catalog_rows(cat):
-        table.add_row(*row)
-    Console().print(table)
+    render.hw_catalog_table(cat, _CATALOG_HEADER, _catalog_rows(cat))

@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
         if chart and target is None:
             raise InputError("--chart draws what fits on a target: name one with --on (not none)")
         c.write_chart(chart, force, lambda: _chart(rows, chosen, target, base, rule.value))
-        c.print_doc(fmt, rows, lambda: render.matrix_table(rows, chosen, on, rule.value))
+        c.print_doc(fmt, rows, lambda: render.matrix_table(rows, chosen, on, rule.value, base))
         c.print_chart_link(fmt, chart)
 
 

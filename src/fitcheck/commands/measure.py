@@ -18,7 +18,8 @@ import typer
 from fitcheck.errors import MissingExtraError, OptionError
 
 EXTRA_HINT = (
-    "fitcheck measure needs the torch extra: pip install torch==2.13.0 && pip install 'fitcheck-train[torch]'"
+    "fitcheck measure needs the 'torch' extra (torch, transformers, peft, safetensors); from a checkout: "
+    "pip install torch==2.13.0 && pip install -e '.[torch]'"
 )
 
 

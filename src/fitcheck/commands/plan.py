@@ -298,6 +298,7 @@ def register(app: typer.Typer) -> None:
         epochs: EpochsO = None,
         fmt: c.FmtO = c.Fmt.table,
         chart: c.ChartO = None,
+        verbose: c.VerboseO = False,
     ) -> None:
         """The fastest configuration that fits (exit 0; 1 when none does), with reasons and configs."""
         kw = c.plain(
@@ -356,7 +357,7 @@ def register(app: typer.Typer) -> None:
         _check_destinations(files, force, chart)
         _write(files, force)  # files first: a reader leaving early never stops them being written
         c.write_chart(chart, force, lambda: _plan_chart(result))
-        _render(result, fmt, to_stderr=any(dest is None for _, dest, _ in files))
+        _render(result, fmt, to_stderr=any(dest is None for _, dest, _ in files), verbose=verbose)
         _print_files(files)
         c.print_chart_link(fmt, chart)
         for w in result.warnings:
@@ -492,11 +493,11 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
     return flags
 
 
-def _render(plan: Any, fmt: Any, to_stderr: bool) -> None:
+def _render(plan: Any, fmt: Any, to_stderr: bool, verbose: bool = False) -> None:
     from fitcheck import render
 
     if fmt.value == "table":
-        render.plan_table(plan, stderr=to_stderr)
+        render.plan_table(plan, stderr=to_stderr, verbose=verbose)
     elif fmt.value == "markdown":
         sys.stdout.write(render.plan_markdown(plan))
     else:

@@ -5,7 +5,8 @@ memory minus ``--headroom``), ``tight`` when ``device_bytes`` fits and ``high_by
 ``does_not_fit`` when ``device_bytes`` does not. An estimate without a band (the rule of thumb) is judged
 on ``device_bytes`` alone. Suggestions follow the source documents' order (seeds/002 "Se un'esecuzione
 esaurisce la memoria"): shorter maximum length, smaller micro-batch with more accumulation, QLoRA, gradient
-checkpointing, LoRA instead of full.
+checkpointing, LoRA instead of full. When none of them fits alone, the fewest of them (two or three, drawn
+from the five that save most) that fit together are suggested as one more change (`combined_change`).
 """
 
 from __future__ import annotations
@@ -91,6 +92,64 @@ def candidate_changes(setup: LlmSetup) -> list[tuple[str, str, LlmSetup]]:
     return out
 
 
+#: How many single changes (those saving the most) the combined suggestion draws from.
+COMBINE_TOP = 5
+
+
+def _delta(base: Any, setup: Any) -> dict[str, Any]:
+    """The fields a remedy changes, against the setup it was made from."""
+    before, after = base.model_dump(), setup.model_dump()
+    return {k: v for k, v in after.items() if before.get(k) != v}
+
+
+def combined_change(
+    est: Estimate,
+    target: Target,
+    spec: Any,
+    estimator: Callable[[Any, S], Estimate],
+    changes: list[tuple[str, str, S]],
+) -> Suggestion | None:
+    """When no single remedy fits: the smallest combination of them that does.
+
+    ``changes`` are the remedies to combine, in the seeds' order (`verdict` passes the `COMBINE_TOP`
+    that save most). Pairs first, then triples (fewest changes wins); among those that fit, the smallest
+    ``device_bytes``. Remedies that change the same field are not combined. None when nothing fits.
+    """
+    from itertools import combinations
+
+    from fitcheck.errors import OptionError
+
+    deltas = [(change, flag, _delta(est.setup, setup)) for change, flag, setup in changes]
+    for size in (2, 3):
+        best: tuple[int, Suggestion] | None = None
+        for combo in combinations(deltas, size):
+            keys = [k for _, _, d in combo for k in d]
+            if len(keys) != len(set(keys)):
+                continue
+            update = {k: v for _, _, d in combo for k, v in d.items()}
+            try:
+                again = estimator(spec, est.setup.model_copy(update=update))  # type: ignore[arg-type]
+            except OptionError:
+                continue
+            if high_bytes(again) > target.budget_bytes:
+                continue
+            if best is None or again.device_bytes < best[0]:
+                best = (
+                    again.device_bytes,
+                    Suggestion(
+                        change=" + ".join(c for c, _, _ in combo),
+                        flag=" ".join(f for _, f, _ in combo),
+                        saves_bytes=est.device_bytes - again.device_bytes,
+                        device_bytes_after=again.device_bytes,
+                        fits=True,
+                        changes=size,
+                    ),
+                )
+        if best is not None:
+            return best[1]
+    return None
+
+
 def verdict(
     est: Estimate,
     target: Target,
@@ -107,7 +166,7 @@ def verdict(
     """
     from fitcheck.errors import OptionError
 
-    name, headroom, pct = judge(est, target)
+    name, spare, pct = judge(est, target)
     suggestions: list[Suggestion] = []
     if name != "fits" and spec is not None and estimator is not None:
         if changes is None:
@@ -128,6 +187,12 @@ def verdict(
                     fits=high_bytes(again) <= target.budget_bytes,
                 )
             )
+        if suggestions and not any(sug.fits for sug in suggestions):
+            saving = {sug.flag: sug.saves_bytes for sug in suggestions if sug.saves_bytes > 0}
+            top = sorted(saving, key=lambda flag: -saving[flag])[:COMBINE_TOP]
+            # the five that save most, in the seeds' order: at most 10 pairs and 10 triples re-estimated
+            both = combined_change(est, target, spec, estimator, [ch for ch in changes or () if ch[1] in top])
+            suggestions += [both] if both is not None else []
     return Verdict(
         hardware=target.id,
         backend=target.backend,
@@ -136,9 +201,33 @@ def verdict(
         device_bytes=est.device_bytes,
         high_bytes=high_bytes(est),
         verdict=name,  # type: ignore[arg-type]
-        headroom_bytes=headroom,
-        headroom_pct=round(pct, 1),
+        headroom_bytes=target.headroom_bytes,
+        spare_bytes=spare,
+        spare_pct=round(pct, 1),
         budget_lines=target.budget_lines,
+        detected=target.detected,
         suggestions=tuple(suggestions),
         notes=target.notes,
+    )
+
+
+def thumb_verdict(est: Estimate) -> Verdict | None:
+    """``--rule thumb`` with a target: the rule of thumb's figure judged against the same budget.
+
+    The rule of thumb has no band, so it either fits or does not (never ``tight``); no suggestions.
+    """
+    v = est.target
+    if v is None or est.thumb is None:
+        return None
+    need = est.thumb.bytes
+    spare = v.budget_bytes - need
+    return v.model_copy(
+        update={
+            "device_bytes": need,
+            "high_bytes": need,
+            "verdict": judge_bytes(need, need, v.budget_bytes),
+            "spare_bytes": spare,
+            "spare_pct": round(100.0 * spare / v.usable_bytes, 1),
+            "suggestions": (),
+        }
     )
