@@ -27,7 +27,11 @@ CASES: dict[str, tuple[list[str], str, int]] = {
     "estimate": (["estimate", "llama-3.1-8b", "--method", "lora", "--on", "rtx-4090"], "h100_idle", 0),
     "estimate_full": (["estimate", "gemma-3-1b", "--method", "full", "--on", "4GB"], "h100_idle", 0),
     "estimate_no_gpu": (["estimate", "qwen2.5-0.5b", "--method", "lora"], "container_cgroup", 0),
-    "check": (["check", "llama-3.1-8b", "--method", "lora", "--on", "rtx-4090"], "h100_idle", 1),
+    "check": (
+        ["check", "llama-3.1-8b", "--method", "lora", "--seq-len", "4096", "--on", "rtx-4090"],
+        "h100_idle",
+        1,
+    ),
     "check_thumb": (["check", "llama-3.1-8b", "--rule", "thumb", "--on", "rtx-4090"], "h100_idle", 0),
     "plan": (["plan", "llama-3.1-8b", "--on", "rtx-4090"], "h100_idle", 0),
     "hw": (["hw"], "h100_idle", 0),
