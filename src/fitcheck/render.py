@@ -820,6 +820,7 @@ def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
         + Text(f" — {_g(c.device_bytes)} of {_g(c.budget_bytes)} GiB budget, about "
                f"{tp.tokens_per_s:,.0f} tokens/s"),
     )  # fmt: skip
+    dist_rows: list[list[str | Text]] = [[name, value] for name, value in _plan_dist_rows(plan)]
     rows: list[list[str | Text]] = [
         ["method", s.method + ("+dora" if s.dora else "") + f" (trainer {s.trainer})"],
         ["micro-batch", f"{s.batch_size} x accumulation {s.grad_accum} = {c.effective_batch}"],
@@ -828,7 +829,7 @@ def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
         ["attention", s.attn],
         ["optimizer", s.optimizer],
         ["checkpointing", "on" if s.grad_ckpt else "off"],
-        *[list(r) for r in _plan_dist_rows(plan)],
+        *dist_rows,
         [
             "speed",
             f"{tp.tokens_per_s:,.0f} tokens/s · step {_duration(tp.step_s)} · MFU {100 * tp.mfu:.0f}% · "

@@ -295,7 +295,7 @@ def _svg(fig: Figure) -> bytes:
 def _rows(spec: Chart) -> list[tuple[str, ...]]:
     """The chart's numbers as table rows (for the HTML page)."""
     if isinstance(spec, BarChart):
-        out = [("bar", "component", "GiB")]
+        out: list[tuple[str, ...]] = [("bar", "component", "GiB")]
         for bar in spec.bars:
             out += [(bar.label, name, f"{_gib(b):.2f}") for name, b in bar.segments]
         out += [("line", line.label, f"{_gib(line.bytes):.2f}") for line in spec.lines]
@@ -305,7 +305,8 @@ def _rows(spec: Chart) -> list[tuple[str, ...]]:
             )
         return out
     if isinstance(spec, PlanChart):
-        return [("configuration", "GiB", spec.speed_unit, "verdict")] + [
+        head: list[tuple[str, ...]] = [("configuration", "GiB", spec.speed_unit, "verdict")]
+        return head + [
             (
                 ("chosen: " if r.chosen else "") + r.label,
                 f"{_gib(r.device_bytes):.2f}",
@@ -315,11 +316,13 @@ def _rows(spec: Chart) -> list[tuple[str, ...]]:
             for r in spec.rows
         ]
     if isinstance(spec, MatrixChart):
-        return [("model", *spec.methods)] + [
+        first: list[tuple[str, ...]] = [("model", *spec.methods)]
+        return first + [
             (model, *(f"{_gib(c.bytes):.1f} ({c.verdict})" for c in row))
             for model, row in zip(spec.models, spec.cells, strict=True)
         ]
-    return [("phase", "estimate GiB")] + [(n, f"{_gib(b):.2f}") for n, b in spec.estimate]
+    top: list[tuple[str, ...]] = [("phase", "estimate GiB")]
+    return top + [(n, f"{_gib(b):.2f}") for n, b in spec.estimate]
 
 
 def _html(spec: Chart, svg: bytes) -> bytes:

@@ -107,6 +107,7 @@ def encoder_stack_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, shape: 
     c = act.context(setup, regime)
     h, q_w, kv_w = a.hidden_size, a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
     src, n_enc, n_dec = shape.encoder_seq, a.encoder_layers, a.num_layers
+    encoder: float
     if setup.grad_ckpt:
         encoder = shape.encoder_tokens * n_enc * c.rho * h
     else:

@@ -306,7 +306,7 @@ def methods(req: PlanRequest) -> tuple[str, ...]:
     """The methods to search, in preference order (auto: full, then LoRA, then QLoRA)."""
     if req.method != "auto":
         return (req.method,)
-    out = METHOD_ORDER if not req.base.dora else ("lora", "qlora")
+    out: tuple[str, ...] = METHOD_ORDER if not req.base.dora else ("lora", "qlora")
     if req.precision is not None and K.precision_refusal(req.base.trainer, "full", req.precision):
         out = tuple(m for m in out if m != "full")
     return out
