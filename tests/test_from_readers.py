@@ -441,3 +441,16 @@ def test_reader_names_invert_the_emitters_names() -> None:
         assert names.MLX_OPTIM[theirs] == ours
     for ours, theirs in hf.ATTN.items():
         assert names.HF_ATTN[theirs] == ours
+
+
+def test_a_fifo_or_device_is_refused_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "axolotl.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(FitcheckError, match="--from .*FIFO"):
+        read_config(str(fifo))
+    link = tmp_path / "zero.yaml"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(FitcheckError, match="--from .*character device"):
+        read_config(str(link))

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fitcheck.measure.result import MeasuredStep
-from fitcheck.models import Estimate
+from fitcheck.models import Estimate, SetupBase
 from fitcheck.planner.models import Candidate, Plan
 
 PHASE_LABEL = {
@@ -129,9 +129,12 @@ class Timeline:
 Chart = BarChart | PlanChart | MatrixChart | Timeline
 
 
-def setup_words(setup: object) -> str:
+def setup_words(setup: SetupBase) -> str:
     """The setup in a few words: method, sizes, checkpointing, precision, optimizer, attention."""
-    get = setup.__dict__.get
+
+    def get(name: str) -> object:
+        return getattr(setup, name, None)  # a field of one workload only reads as absent on the other
+
     parts: list[str] = []
     method = str(get("method") or "")
     if method:
@@ -192,17 +195,11 @@ def estimate_chart(est: Estimate) -> BarChart:
 
 
 def _candidate_label(c: Candidate) -> str:
-    s = c.setup.__dict__
-    words = [str(s.get("method", ""))]
-    accum = max(1, c.effective_batch // max(1, int(s.get("batch_size") or 1)))
-    words.append(f"{s.get('batch_size')}x{accum}")
-    if s.get("resolution"):
-        words.append(f"{s['resolution']}px")
-    elif s.get("seq_len"):
-        words.append(f"seq {s['seq_len']}")
-    words.append("ckpt" if s.get("grad_ckpt") else "no ckpt")
-    words.append(str(s.get("optimizer", "")))
-    return " ".join(w for w in words if w)
+    s = c.setup
+    accum = max(1, c.effective_batch // max(1, s.batch_size))
+    words = [s.method, f"{s.batch_size}x{accum}", f"seq {s.seq_len}"]
+    words += ["ckpt" if s.grad_ckpt else "no ckpt", s.optimizer]
+    return " ".join(words)
 
 
 def plan_chart(plan: Plan) -> PlanChart:
@@ -222,13 +219,12 @@ def plan_chart(plan: Plan) -> PlanChart:
         for ch in plan.changes:
             verdict = "fits" if ch.device_bytes <= ch.budget_bytes else "does_not_fit"
             rows.append(PlanRow(ch.change, ch.device_bytes, verdict, 0.0, False, ch.flag))
-    diffusion = plan.chosen is not None and bool(plan.chosen.setup.__dict__.get("resolution"))
     return PlanChart(
         title=f"{plan.model_name} on {plan.target.name}: " + ("plan" if plan.fits else "nothing fits"),
         subtitle=(setup_words(plan.chosen.setup) if plan.chosen is not None else "no configuration fits"),
         rows=tuple(rows),
         budget_bytes=plan.target.budget_bytes,
-        speed_unit="images/s" if diffusion else "tokens/s",
+        speed_unit="tokens/s",  # a Plan is an LLM plan; a diffusion plan is charted by its estimate
         lines=(Line("budget", plan.target.budget_bytes, "dashed"),),
     )
 

@@ -25,6 +25,29 @@ class WriteError(FitcheckError):
     """A file could not be written (exists without --force, permission, disk full, ...)."""
 
 
+def _regular_or_absent(p: Path) -> bool:
+    """True when ``p`` (followed through a link) is a regular file, False when nothing is there.
+
+    Raises:
+        WriteError: a folder, a device, a FIFO, a dangling link, or a path the system refuses.
+    """
+    try:
+        mode = p.stat().st_mode  # follows a symlink: what would be overwritten
+    except FileNotFoundError:
+        if os.path.lexists(p):
+            raise WriteError(f"{p} is a dangling symbolic link; remove it first") from None
+        return False
+    except OSError as exc:
+        raise WriteError(f"cannot write {p}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(mode):
+        raise WriteError(f"{p} is a folder")
+    if not stat.S_ISREG(mode):
+        from fitcheck.fileio import file_kind
+
+        raise WriteError(f"{p} is {file_kind(mode)}; fitcheck writes regular files only")
+    return True
+
+
 def check_destinations(paths: Sequence[Path], force: bool) -> None:
     """Refuse existing files (without ``force``), anything but a regular file, and duplicate names."""
     seen: set[str] = set()
@@ -33,21 +56,7 @@ def check_destinations(paths: Sequence[Path], force: bool) -> None:
         if key in seen:
             raise WriteError(f"{p} is named twice")
         seen.add(key)
-        try:
-            mode = p.stat().st_mode  # follows a symlink: what would be overwritten
-        except FileNotFoundError:
-            if os.path.lexists(p):
-                raise WriteError(f"{p} is a dangling symbolic link; remove it first") from None
-            continue
-        except OSError as exc:
-            raise WriteError(f"cannot write {p}: {exc.strerror or exc}") from None
-        if stat.S_ISDIR(mode):
-            raise WriteError(f"{p} is a folder")
-        if not stat.S_ISREG(mode):
-            from fitcheck.fileio import file_kind
-
-            raise WriteError(f"{p} is {file_kind(mode)}; fitcheck writes regular files only")
-        if not force:
+        if _regular_or_absent(p) and not force:
             raise WriteError(f"{p} exists; add --force to overwrite it")
 
 
@@ -91,7 +100,7 @@ def _write_atomic(path: Path, text: str | bytes, force: bool) -> None:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)
         if force:
-            _refuse_special(path)
+            _regular_or_absent(path)  # checked again just before replacing
             os.replace(tmp, path)
         else:
             _link_no_clobber(tmp, path)
@@ -102,18 +111,6 @@ def _write_atomic(path: Path, text: str | bytes, force: bool) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-
-
-def _refuse_special(path: Path) -> None:
-    """Last check before replacing: only a regular file (or nothing) may be there now."""
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(mode):
-        from fitcheck.fileio import file_kind
-
-        raise WriteError(f"{path} is {file_kind(mode)}; fitcheck writes regular files only")
 
 
 def _link_no_clobber(tmp: str, path: Path) -> None:

@@ -9,10 +9,10 @@ the file system: a bounded read of the file (and, for kohya, of the dataset file
 from __future__ import annotations
 
 import importlib
-import json
 from pathlib import Path
 
 from fitcheck.errors import FitcheckError, OptionError, suggest
+from fitcheck.fileio import loads
 from fitcheck.readers.base import Doc, ReadResult, parse, read_text, syntax_of
 from fitcheck.readers.detect import detect
 
@@ -92,7 +92,7 @@ def _mlx_bits(data: Doc) -> int | None:
     if not config.is_file():
         return None
     try:
-        doc = json.loads(read_text(str(config)))
+        doc = loads(read_text(str(config)), str(config))
     except (ValueError, OSError, FitcheckError):
         return None  # an unreadable model folder is MODEL's problem, reported when it is resolved
     quant = doc.get("quantization") if isinstance(doc, dict) else None

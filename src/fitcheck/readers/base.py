@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fitcheck.errors import InputError, NotFoundError
+from fitcheck.errors import InputError
 from fitcheck.units import MIB
 
 #: A setup value as a trainer file gives it, already in fitcheck's vocabulary.
@@ -194,21 +194,19 @@ def as_bool(value: object, key: str, path: str) -> bool | None:
 
 
 def read_text(path: str) -> str:
-    """The file's text: bounded, UTF-8, one clear error otherwise."""
-    p = Path(path)
-    if not p.is_file():
-        raise NotFoundError(f"--from {path}: no such file")
-    size = p.stat().st_size
-    if size > MAX_BYTES:
-        raise InputError(f"--from {path}: {size} bytes is too large for a trainer config (limit 1 MiB)")
+    """The file's text: a regular file, bounded while reading (`fitcheck.fileio`), UTF-8; one clear error
+    naming ``--from`` otherwise."""
+    from fitcheck.errors import ModelSourceError
+    from fitcheck.fileio import read_bytes
+
     try:
-        with p.open("rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
+        raw = read_bytes(Path(path), MAX_BYTES, "trainer config")
+    except ModelSourceError as exc:
+        raise InputError(f"--from {exc}") from None
+    try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise InputError(f"--from {path}: not a UTF-8 text file") from None
-    except OSError as exc:
-        raise InputError(f"--from {path}: cannot read it ({exc.strerror})") from None
 
 
 def parse(text: str, syntax: str, path: str) -> Doc:
@@ -219,9 +217,9 @@ def parse(text: str, syntax: str, path: str) -> Doc:
 
             data: object = tomllib.loads(text)
         elif syntax == "json":
-            import json
+            from fitcheck.fileio import loads
 
-            data = json.loads(text)
+            data = loads(text, path)  # strict: no NaN, bounded nesting
         else:
             import yaml
 
