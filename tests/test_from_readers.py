@@ -448,9 +448,9 @@ def test_a_fifo_or_device_is_refused_without_blocking(tmp_path: Path) -> None:
 
     fifo = tmp_path / "axolotl.yaml"
     os.mkfifo(fifo)
-    with pytest.raises(FitcheckError, match="--from .*FIFO"):
+    with pytest.raises(FitcheckError, match=r"--from .*FIFO"):
         read_config(str(fifo))
     link = tmp_path / "zero.yaml"
     link.symlink_to("/dev/zero")
-    with pytest.raises(FitcheckError, match="--from .*character device"):
+    with pytest.raises(FitcheckError, match=r"--from .*character device"):
         read_config(str(link))
