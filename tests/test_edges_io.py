@@ -114,11 +114,12 @@ def test_signal_while_writing_leaves_no_temp_file(
         os.kill(os.getpid(), sig)
 
     monkeypatch.setattr(os, "fsync", killed)
+    before = signal.getsignal(sig)
     with pytest.raises(SystemExit) as info:
         write_atomic(tmp_path / "a.yaml", "text", force=False)
     assert info.value.code == 128 + sig
     assert list(tmp_path.iterdir()) == []
-    assert signal.getsignal(sig) is not None  # the old handler is back
+    assert signal.getsignal(sig) == before  # the handler the process had is back
 
 
 # --- exit codes --------------------------------------------------------------------------------

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import os
-import sys
 from contextlib import redirect_stderr, redirect_stdout
 from typing import Any
 
@@ -266,5 +264,4 @@ def test_fuzz_the_cli_contract(crafted: list[str]) -> None:
 def test_vocabulary_is_read_from_the_app() -> None:
     assert any("--seq-len" in names for names, _ in VOCAB["estimate"])
     assert any("--effective-batch" in names for names, _ in VOCAB["plan"])
-    assert math.isfinite(len(VOCAB["check"]))
-    assert sys.modules["fitcheck.cli"].app is app
+    assert any("--strict" in names for names, _ in VOCAB["check"])  # a command's own option, not shared
