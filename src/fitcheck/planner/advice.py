@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from fitcheck.models import Target
 from fitcheck.planner import rules as R
-from fitcheck.planner.models import Candidate, EnvVar
+from fitcheck.planner.models import EnvVar
+from fitcheck.planner.models import LlmCandidate as Candidate
 from fitcheck.units import GIB
 
 #: "Near the limit": the plan uses more than this share of the budget.

@@ -1,4 +1,4 @@
-"""Why the plan is what it is: one reason per choice, and the runners-up with why they lost.
+"""Why an LLM plan is what it is: one reason per choice, and why each runner-up lost.
 
 Each reason names the rule that decided it (`fitcheck.planner.rules.RULES`) and compares the
 choice with the best alternative in the grid, so "gradient checkpointing: needed to fit" is a fact
@@ -12,12 +12,9 @@ from collections.abc import Callable, Sequence
 from fitcheck.engine.distributed import STRATEGY_FACTS
 from fitcheck.models import Target
 from fitcheck.planner import rules as R
-from fitcheck.planner.models import Candidate, DevicePerf, PlanRequest, Reason, RunnerUp
+from fitcheck.planner.models import DevicePerf, PlanRequest, Reason
+from fitcheck.planner.models import LlmCandidate as Candidate
 from fitcheck.units import GIB
-
-#: Runners-up listed on each side of the chosen plan.
-RUNNERS_UP_ABOVE = 5
-RUNNERS_UP_BELOW = 5
 
 
 def _gib(n: int) -> str:
@@ -335,7 +332,8 @@ def _strategy(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest) -
 # ------------------------------------------------------------------------------------- runners-up
 
 
-def _why_not(c: Candidate, chosen: Candidate, methods: tuple[str, ...]) -> str:
+def why_not(c: Candidate, chosen: Candidate, methods: tuple[str, ...]) -> str:
+    """Why a runner-up was not chosen (the loop picks the runners-up, `fitcheck.planner.loop`)."""
     if not c.fits:
         if c.verdict == "tight":
             return (
@@ -362,7 +360,8 @@ def _why_not(c: Candidate, chosen: Candidate, methods: tuple[str, ...]) -> str:
     return "same configuration"
 
 
-def _signature(c: Candidate) -> tuple[object, ...]:
+def signature(c: Candidate) -> tuple[object, ...]:
+    """What a runner-up line says: candidates that share it differ only in a memory-neutral choice."""
     s = c.setup
     return (
         s.method,
@@ -375,31 +374,3 @@ def _signature(c: Candidate) -> tuple[object, ...]:
         c.device_bytes,
         c.throughput.tokens_per_s,
     )
-
-
-def runners_up(
-    chosen: Candidate | None, cands: Sequence[Candidate], methods: tuple[str, ...]
-) -> list[RunnerUp]:
-    """Up to 5 better-ranked points that do not fit and 5 fitting points ranked below, with reasons.
-
-    Points that differ only in a memory-neutral choice of an already listed one (bf16/fp16,
-    flash/sdpa) are skipped: they would repeat the same line.
-    """
-    if chosen is None:
-        return []
-    i = next(k for k, c in enumerate(cands) if c is chosen)
-    seen = {_signature(chosen)}
-    unique_above: list[Candidate] = []
-    for c in cands[:i]:  # first occurrence of a signature is its best-ranked variant
-        if _signature(c) not in seen:
-            seen.add(_signature(c))
-            unique_above.append(c)
-    above = unique_above[-RUNNERS_UP_ABOVE:]
-    below: list[Candidate] = []
-    for c in cands[i + 1 :]:
-        if len(below) == RUNNERS_UP_BELOW:
-            break
-        if c.fits and _signature(c) not in seen:
-            seen.add(_signature(c))
-            below.append(c)
-    return [RunnerUp(candidate=c, reason=_why_not(c, chosen, methods)) for c in [*above, *below]]

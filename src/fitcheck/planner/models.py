@@ -1,13 +1,15 @@
 """Data contracts of the planner: what is asked, the device's speed, each candidate and the plan.
 
 Frozen pydantic models like the rest of fitcheck (`fitcheck.models`); the JSON of ``fitcheck plan
---format json`` is `Plan`'s dump (docs/planner.md). Byte counts are integers ending in ``_bytes``;
-times are seconds ending in ``_s``.
+--format json`` is `Plan`'s dump (docs/json.md), one shape for every workload: the setup inside a
+candidate is the `kind`-tagged setup union, its speed the workload's throughput (tokens/s for LLMs,
+images/s for diffusion). Byte counts are integers ending in ``_bytes``; times are seconds ending
+in ``_s``.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 from pydantic import Field
 
@@ -15,12 +17,14 @@ from fitcheck.models import (
     SCHEMA_VERSION,
     Attention,
     Backend,
+    DiffusionSetup,
     Estimate,
     Frozen,
     LlmSetup,
     Offload,
     Optimizer,
     Precision,
+    SetupKind,
     Strategy,
     Target,
     VerdictName,
@@ -89,8 +93,21 @@ class PlanRequest(Frozen):
         return self.min_seq_len if self.min_seq_len is not None else self.seq_len
 
 
+class DiffusionRequest(Frozen):
+    """What the user asked of a diffusion plan: the setup as asked and the lowest resolution.
+
+    ``base.batch_size x base.grad_accum`` is the effective batch, kept as a minimum; micro-batch,
+    checkpointing, optimizer, fp8 base, ``full_bf16`` and caching are searched
+    (`fitcheck.diffusion.plan`).
+    """
+
+    base: DiffusionSetup
+    effective_batch: int = Field(ge=1)
+    min_resolution: int | None = Field(default=None, ge=64)
+
+
 class Throughput(Frozen):
-    """Estimated speed of one configuration (docs/planner.md, "Throughput model")."""
+    """Estimated speed of one LLM configuration (docs/planner.md, "Throughput model")."""
 
     flops_per_token: float = Field(description="model FLOPs per trained token, incl. recompute and attention")
     tokens_per_s: float = Field(description="all GPUs; 6 significant digits, equal figures are ties")
@@ -102,16 +119,31 @@ class Throughput(Frozen):
     dataset_s: float | None = Field(default=None, description="time for --dataset-tokens x --epochs")
 
 
-class Candidate(Frozen):
-    """One point of the grid with its memory and speed."""
+class ImageThroughput(Frozen):
+    """Estimated speed of one diffusion configuration (docs/diffusion.md#speed).
 
-    setup: LlmSetup
+    Unrounded: the ranking compares these figures exactly, as the search always has.
+    """
+
+    images_per_s: float = Field(description="images per second over the whole optimizer step")
+    flops_per_image: float = Field(description="denoiser FLOPs per image: forward, backward, recompute")
+    step_s: float = Field(description="one optimizer step: micro-batch x accumulation images + the update")
+
+
+SetupT = TypeVar("SetupT", LlmSetup, DiffusionSetup)
+SpeedT = TypeVar("SpeedT", Throughput, ImageThroughput)
+
+
+class Candidate(Frozen, Generic[SetupT, SpeedT]):
+    """One point of the search space with its memory and speed."""
+
+    setup: SetupT
     effective_batch: int
     device_bytes: int
     high_bytes: int = Field(description="the band's upper edge; the plan must fit it")
     budget_bytes: int
     verdict: VerdictName
-    throughput: Throughput
+    throughput: SpeedT
     host_bytes: int | None = Field(default=None, description="CPU memory per node (several GPUs)")
 
     @property
@@ -119,10 +151,16 @@ class Candidate(Frozen):
         return self.verdict == "fits"
 
 
+#: A candidate of each workload: the types the planner's two cost models produce.
+LlmCandidate = Candidate[LlmSetup, Throughput]
+DiffusionCandidate = Candidate[DiffusionSetup, ImageThroughput]
+AnyCandidate = LlmCandidate | DiffusionCandidate
+
+
 class RunnerUp(Frozen):
     """A candidate next to the chosen one, and why it was not chosen."""
 
-    candidate: Candidate
+    candidate: AnyCandidate
     reason: str
 
 
@@ -155,16 +193,17 @@ class Change(Frozen):
 
 
 class Plan(Frozen):
-    """The planner's answer."""
+    """The planner's answer, for every workload (`fitcheck.planner.loop`)."""
 
     schema_version: int = SCHEMA_VERSION
+    kind: SetupKind = Field(default="llm", description="the workload: llm or diffusion")
     model: str
     model_name: str
     target: Target
     device: DevicePerf
-    request: PlanRequest
+    request: PlanRequest | DiffusionRequest
     fits: bool
-    chosen: Candidate | None = None
+    chosen: AnyCandidate | None = None
     estimate: Estimate | None = Field(default=None, description="the chosen configuration's full estimate")
     reasons: tuple[Reason, ...] = ()
     runners_up: tuple[RunnerUp, ...] = ()
@@ -176,3 +215,7 @@ class Plan(Frozen):
     grid_points: int
     estimates_run: int
     warnings: tuple[str, ...] = ()
+    smallest: AnyCandidate | None = Field(
+        default=None, description="when nothing fits: the candidate that needs the least memory"
+    )
+    notes: tuple[str, ...] = Field(default=(), description="what the figures assume (not warnings)")

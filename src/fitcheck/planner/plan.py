@@ -1,21 +1,23 @@
-"""``make_plan``: check the request, search the grid, explain the choice, or say what would fit.
+"""``make_plan``: an LLM plan. Check the request, run the planner loop, or say what would fit.
 
-Pure: the model spec, target, device speed and the catalog's other targets come in as data.
+The loop (`fitcheck.planner.loop`) searches the LLM workload (`fitcheck.planner.search.LlmWorkload`);
+this module adds what only a decoder's plan has: the request's checks and the changes that make
+something fit when nothing does. Pure: the model spec, target, device speed and the catalog's
+other targets come in as data.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from fitcheck.engine.estimate import estimate
-from fitcheck.engine.verdict import high_bytes, verdict
+from fitcheck.engine.verdict import high_bytes
 from fitcheck.models import LlmSetup, ModelSpec, Target
+from fitcheck.planner import loop
 from fitcheck.planner import rules as R
-from fitcheck.planner.advice import env_vars
-from fitcheck.planner.explain import reasons, runners_up
-from fitcheck.planner.models import Candidate, Change, DevicePerf, Plan, PlanRequest
-from fitcheck.planner.search import evaluate_grid
+from fitcheck.planner.models import Change, DevicePerf, Plan, PlanRequest
+from fitcheck.planner.models import LlmCandidate as Candidate
+from fitcheck.planner.search import LlmWorkload
 from fitcheck.units import GIB
 
 #: Shortest sequence length suggested when nothing fits.
@@ -46,38 +48,12 @@ def make_plan(
     """
     R.check_request(spec, target, device, req)
     req = _normalise(req, target)
-    grid, cands, runs = evaluate_grid(spec, target, device, req)
-    chosen = next((c for c in cands if c.fits), None)
-    least = min(c.device_bytes for c in cands)
-    warnings = [f"speed figures assumed: {'; '.join(device.assumed)}"] if device.assumed else []
-    common: dict[str, Any] = {
-        "model": spec.id,
-        "model_name": spec.name,
-        "target": target,
-        "device": device,
-        "request": req,
-        "min_device_bytes": least,
-        "grid_points": len(grid.points),
-    }
-    if chosen is None:
-        changes = smallest_changes(spec, target, device, req, cands, other_targets)
-        return Plan(
-            fits=False, changes=tuple(changes), estimates_run=runs, warnings=tuple(warnings), **common
-        )
-    est = estimate(spec, chosen.setup, target.context_bytes or None)
-    est = est.model_copy(update={"target": verdict(est, target)})
-    warnings += est.warnings
-    return Plan(
-        fits=True,
-        chosen=chosen,
-        estimate=est,
-        reasons=tuple(reasons(chosen, cands, req, target, device)),
-        runners_up=tuple(runners_up(chosen, cands, grid.methods)),
-        env=env_vars(chosen, target),
-        estimates_run=runs,
-        warnings=tuple(warnings),
-        **common,
-    )
+
+    def changes(w: LlmWorkload, ranked: Sequence[Candidate]) -> list[Change]:
+        return smallest_changes(spec, target, device, w.req, ranked, other_targets)
+
+    w = LlmWorkload(spec, target, device, req, changes=changes)
+    return loop.make(w, loop.Asked(spec.id, spec.name, target, device, req))
 
 
 def _normalise(req: PlanRequest, target: Target) -> PlanRequest:
@@ -89,8 +65,7 @@ def _normalise(req: PlanRequest, target: Target) -> PlanRequest:
 
 
 def _fits_with(spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest) -> Candidate | None:
-    _, cands, _ = evaluate_grid(spec, target, device, req)
-    return next((c for c in cands if c.fits), None)
+    return loop.search(LlmWorkload(spec, target, device, req), target).chosen
 
 
 def _least(cands: Sequence[Candidate]) -> Candidate:

@@ -1,9 +1,10 @@
-"""The search: every configuration of the grid, estimated, ranked; the best one that fits.
+"""The LLM workload of the planner loop: the grid, its cost model and its ranking.
 
-The grid is the product of the dimensions `fitcheck.planner.rules` allows (method, sequence length,
-precision, attention kernel, optimizer, checkpointing, micro-batch; accumulation follows from the
-effective batch). Every point gets a memory estimate (`fitcheck.engine.estimate`) and a throughput
-(`fitcheck.planner.throughput`). The ranking is lexicographic (docs/planner.md, "Objective"):
+`LlmWorkload` is what `fitcheck.planner.loop` searches for a decoder. The grid is the product of
+the dimensions `fitcheck.planner.rules` allows (method, sequence length, precision, attention kernel,
+optimizer, checkpointing, micro-batch; accumulation follows from the effective batch). Every point
+gets a memory estimate (`fitcheck.engine.estimate`) and a throughput (`fitcheck.planner.throughput`).
+The ranking is lexicographic (docs/planner.md, "Objective"):
 
 1. method preference (``--method auto``: full, then LoRA, then QLoRA);
 2. the longest sequence length (never below ``--min-seq-len``);
@@ -19,17 +20,28 @@ share one estimate; a test checks that they are equal.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from fitcheck.engine.distributed import STRATEGY_FACTS
 from fitcheck.engine.estimate import estimate
 from fitcheck.engine.states import counts
-from fitcheck.engine.verdict import high_bytes, judge_bytes
-from fitcheck.models import LlmSetup, ModelSpec, Target
+from fitcheck.engine.verdict import high_bytes, verdict
+from fitcheck.models import Estimate, LlmSetup, ModelSpec, SetupKind, Target
+from fitcheck.planner import explain
 from fitcheck.planner import kernels as K
 from fitcheck.planner import rules as R
-from fitcheck.planner.models import Candidate, DevicePerf, PlanRequest
+from fitcheck.planner.advice import env_vars
+from fitcheck.planner.loop import Memory, search
+from fitcheck.planner.models import (
+    Change,
+    DevicePerf,
+    EnvVar,
+    LlmCandidate,
+    PlanRequest,
+    Reason,
+    Throughput,
+)
 from fitcheck.planner.throughput import throughput
 
 #: Attention kernels with the same memory in the engine (O(s) saved tensors).
@@ -118,28 +130,51 @@ def setup_for(base: LlmSetup, p: Point) -> LlmSetup:
     )
 
 
-def memory_key(p: Point, master_weights: bool = False) -> tuple[object, ...]:
-    """Points with equal keys have equal estimates (16-bit dtypes alike; fused kernels alike; fp32
+def memory_key(s: LlmSetup) -> tuple[object, ...]:
+    """Setups with equal keys have equal estimates (16-bit dtypes alike; fused kernels alike; fp32
     weights under AMP apart)."""
-    width = 4 if p.precision == "fp32" else 2
-    kernel = "fused" if p.attn in FUSED_ATTN else p.attn
+    width = 4 if s.precision == "fp32" else 2
+    kernel = "fused" if s.attn in FUSED_ATTN else s.attn
     return (
-        p.method,
-        p.seq_len,
+        s.method,
+        s.seq_len,
         width,
         kernel,
-        p.optimizer,
-        p.grad_ckpt,
-        p.batch_size,
-        p.grad_accum,
-        p.strategy,
-        p.offload,
-        master_weights,
+        s.optimizer,
+        s.grad_ckpt,
+        s.batch_size,
+        s.grad_accum,
+        s.strategy,
+        s.offload,
+        s.master_weights,
     )
 
 
-class Evaluator:
-    """Estimates and throughputs of grid points, memoised."""
+MemoryFn = Callable[[LlmSetup], Memory]
+
+
+def device_bytes_fn(spec: ModelSpec, target: Target) -> MemoryFn:
+    """The engine's device bytes (per GPU), band high bytes, and host bytes (per node) for a setup."""
+    ctx = target.context_bytes or None
+
+    def need(setup: LlmSetup) -> Memory:
+        est = estimate(spec, setup, ctx)
+        return Memory(est.device_bytes, high_bytes(est), est.host_bytes)
+
+    return need
+
+
+#: What `LlmWorkload.changes` calls when nothing fits (`fitcheck.planner.plan.smallest_changes`).
+ChangesFn = Callable[["LlmWorkload", Sequence[LlmCandidate]], list[Change]]
+
+
+class LlmWorkload:
+    """A decoder's search space (the grid, one tier), cost model (engine estimate, memoised on
+    `memory_key`; `fitcheck.planner.throughput`), ranking and words, for `fitcheck.planner.loop`."""
+
+    kind: SetupKind = "llm"
+    candidate_model = LlmCandidate
+    exhaustive = True  # the whole grid: runners-up on both sides and the least need of any point
 
     def __init__(
         self,
@@ -147,65 +182,63 @@ class Evaluator:
         target: Target,
         device: DevicePerf,
         req: PlanRequest,
-        est: Callable[..., tuple[int, int, int | None]],
+        est: MemoryFn | None = None,
+        changes: ChangesFn | None = None,
     ) -> None:
         self.spec, self.target, self.device, self.req = spec, target, device, req
-        self._est = est
-        self._mem: dict[tuple[object, ...], tuple[int, int, int | None]] = {}
-        self._trainable: dict[str, int] = {}
+        self.grid = build_grid(req, target, device, spec)
+        self.effective_batch = req.effective_batch
         self.estimates_run = 0
+        self._est = est or device_bytes_fn(spec, target)
+        self._changes = changes
+        self._mem: dict[tuple[object, ...], Memory] = {}
+        self._trainable: dict[str, int] = {}
 
-    def device_bytes(self, p: Point, setup: LlmSetup) -> tuple[int, int, int | None]:
-        """(device bytes per GPU, the band's high bytes, host bytes per node or None)."""
-        key = memory_key(p, setup.master_weights)
+    def tiers(self) -> Iterator[Iterator[list[LlmSetup]]]:
+        """One tier, each grid point its own family (the ranking, not the order, decides)."""
+        yield ([setup_for(self.req.base, p)] for p in self.grid.points)
+
+    def memory(self, setup: LlmSetup) -> Memory:
+        key = memory_key(setup)
         if key not in self._mem:
             self._mem[key] = self._est(setup)
             self.estimates_run += 1
         return self._mem[key]
 
-    def trainable(self, setup: LlmSetup) -> int:
+    def speed(self, setup: LlmSetup) -> Throughput:
         if setup.method not in self._trainable:
             self._trainable[setup.method] = counts(self.spec.arch, setup).trainable
-        return self._trainable[setup.method]
+        trainable = self._trainable[setup.method]
+        req = self.req
+        return throughput(self.spec.arch, setup, self.device, trainable, req.dataset_tokens, req.epochs)
 
-    def candidate(self, p: Point) -> Candidate:
-        setup = setup_for(self.req.base, p)
-        need, high, host = self.device_bytes(p, setup)
-        t = self.target
-        verdict = judge_bytes(need, high, t.budget_bytes)
-        if host is not None and t.host_memory_bytes is not None and host > t.host_memory_bytes:
-            verdict = "does_not_fit"  # the node's CPU RAM cannot hold the offload or the loading
-        return Candidate(
-            setup=setup,
-            effective_batch=self.req.effective_batch,
-            device_bytes=need,
-            high_bytes=high,
-            budget_bytes=t.budget_bytes,
-            verdict=verdict,  # type: ignore[arg-type]
-            host_bytes=host,
-            throughput=throughput(
-                self.spec.arch,
-                setup,
-                self.device,
-                self.trainable(setup),
-                self.req.dataset_tokens,
-                self.req.epochs,
-            ),
-        )
+    def rank_key(self, c: LlmCandidate) -> tuple[object, ...]:
+        return rank_key(c, self.grid.methods, self.target.backend)
 
+    def signature(self, c: LlmCandidate) -> tuple[object, ...]:
+        return explain.signature(c)
 
-def device_bytes_fn(spec: ModelSpec, target: Target) -> Callable[[LlmSetup], tuple[int, int, int | None]]:
-    """The engine's device bytes (per GPU), band high bytes, and host bytes (per node) for a setup."""
-    ctx = target.context_bytes or None
+    def why_not(self, c: LlmCandidate, chosen: LlmCandidate) -> str:
+        return explain.why_not(c, chosen, self.grid.methods)
 
-    def need(setup: LlmSetup) -> tuple[int, int, int | None]:
-        est = estimate(spec, setup, ctx)
-        return est.device_bytes, high_bytes(est), est.host_bytes
+    def reasons(self, chosen: LlmCandidate, ranked: Sequence[LlmCandidate]) -> list[Reason]:
+        return explain.reasons(chosen, ranked, self.req, self.target, self.device)
 
-    return need
+    def env(self, chosen: LlmCandidate) -> tuple[EnvVar, ...]:
+        return env_vars(chosen, self.target)
+
+    def changes(self, ranked: Sequence[LlmCandidate]) -> list[Change]:
+        return self._changes(self, ranked) if self._changes is not None else []
+
+    def estimate(self, setup: LlmSetup) -> Estimate:
+        est = estimate(self.spec, setup, self.target.context_bytes or None)
+        return est.model_copy(update={"target": verdict(est, self.target)})
+
+    def notes(self, chosen: LlmCandidate | None) -> tuple[str, ...]:
+        return ()
 
 
-def rank_key(c: Candidate, methods: tuple[str, ...], backend: str) -> tuple[object, ...]:
+def rank_key(c: LlmCandidate, methods: tuple[str, ...], backend: str) -> tuple[object, ...]:
     """Lexicographic ranking: method preference, longest sequence, throughput, tie order."""
     s = c.setup
     batch = s.batch_size if backend == "mps" else -s.batch_size
@@ -235,11 +268,9 @@ def evaluate_grid(
     target: Target,
     device: DevicePerf,
     req: PlanRequest,
-    est: Callable[[LlmSetup], tuple[int, int, int | None]] | None = None,
-) -> tuple[Grid, list[Candidate], int]:
+    est: MemoryFn | None = None,
+) -> tuple[Grid, list[LlmCandidate], int]:
     """Every grid point as a candidate, ranked best first; and how many estimates ran."""
-    grid = build_grid(req, target, device, spec)
-    ev = Evaluator(spec, target, device, req, est or device_bytes_fn(spec, target))
-    cands = [ev.candidate(p) for p in grid.points]
-    cands.sort(key=lambda c: rank_key(c, grid.methods, target.backend))
-    return grid, cands, ev.estimates_run
+    w = LlmWorkload(spec, target, device, req, est)
+    found = search(w, target)
+    return w.grid, found.ranked, w.estimates_run

@@ -1,0 +1,222 @@
+"""The planner loop, written once for every workload: search space -> cost model -> fit -> choice.
+
+A workload (`fitcheck.planner.llm` for decoders, `fitcheck.diffusion.plan` for UNets and DiTs)
+supplies a small protocol, `Workload`:
+
+* a **search space**: candidate setups in preference order, as tiers of families. The loop stops
+  after the first tier in which something fits, unless the workload is ``exhaustive`` (the LLM grid
+  is one tier, searched whole for its runners-up and its least need); a family is ordered by
+  growing memory, so the loop stops a family at its first setup that does not fit;
+* a **cost model**: ``memory(setup)`` (the workload's own estimator: the closed form for decoders,
+  the op-level simulator for diffusion) and ``speed(setup)`` (a throughput over the one device
+  model, `fitcheck.planner.models.DevicePerf`, with the sourced utilisation per backend);
+* a **ranking** (``rank_key``, best first) and the words: reasons, why a runner-up lost, the
+  changes that would make something fit.
+
+The loop owns what is the same for every workload: the fit test (the band's high edge against the
+budget, and the host memory of a node), the choice (the best-ranked candidate that fits), the
+runners-up (ranked just above and just below the choice), the "nothing fits" answer (the
+least-memory candidate and the workload's changes) and the `Plan` itself. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Generic, NamedTuple, Protocol, TypeVar
+
+from fitcheck.engine.verdict import judge_bytes
+from fitcheck.models import DiffusionSetup, Estimate, LlmSetup, SetupKind, Target
+from fitcheck.planner.models import (
+    Candidate,
+    Change,
+    DevicePerf,
+    DiffusionRequest,
+    EnvVar,
+    ImageThroughput,
+    Plan,
+    PlanRequest,
+    Reason,
+    RunnerUp,
+    Throughput,
+)
+
+S = TypeVar("S", LlmSetup, DiffusionSetup)
+T = TypeVar("T", Throughput, ImageThroughput)
+
+#: Runners-up listed on each side of the chosen plan.
+RUNNERS_UP_ABOVE = 5
+RUNNERS_UP_BELOW = 5
+
+
+class Memory(NamedTuple):
+    """What the cost model says a setup needs: per device, the band's high edge, per node on the host."""
+
+    device_bytes: int
+    high_bytes: int
+    host_bytes: int | None = None
+
+
+class Workload(Protocol[S, T]):
+    """What a kind of model gives the planner loop (see the module docstring)."""
+
+    kind: SetupKind
+    #: The candidate model of this workload (``Candidate[LlmSetup, Throughput]``, ...).
+    candidate_model: type[Candidate[S, T]]
+    #: Search every tier (True), or stop after the first tier in which something fits.
+    exhaustive: bool
+    effective_batch: int
+    #: Memory estimates the cost model ran (memoised ones counted once).
+    estimates_run: int
+
+    def tiers(self) -> Iterable[Iterable[Sequence[S]]]:
+        """Tiers in preference order; each a list of families ordered by growing memory."""
+        ...
+
+    def memory(self, setup: S) -> Memory | None:
+        """The setup's memory; None when the estimator refuses it (ends its family)."""
+        ...
+
+    def speed(self, setup: S) -> T: ...
+
+    def rank_key(self, c: Candidate[S, T]) -> tuple[object, ...]:
+        """Sort key, best first (ascending); it must place a better tier before a worse one."""
+        ...
+
+    def signature(self, c: Candidate[S, T]) -> tuple[object, ...]:
+        """Runners-up that share a signature would read the same: only the best-ranked is listed."""
+        ...
+
+    def why_not(self, c: Candidate[S, T], chosen: Candidate[S, T]) -> str: ...
+
+    def reasons(self, chosen: Candidate[S, T], ranked: Sequence[Candidate[S, T]]) -> list[Reason]: ...
+
+    def env(self, chosen: Candidate[S, T]) -> tuple[EnvVar, ...]: ...
+
+    def changes(self, ranked: Sequence[Candidate[S, T]]) -> list[Change]:
+        """When nothing fits: changes that would make something fit, smallest first."""
+        ...
+
+    def estimate(self, setup: S) -> Estimate:
+        """The full estimate of a setup, with its verdict on the target."""
+        ...
+
+    def notes(self, chosen: Candidate[S, T] | None) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True)
+class Searched(Generic[S, T]):
+    """The evaluated candidates, best first, and the choice."""
+
+    ranked: list[Candidate[S, T]]
+    chosen: Candidate[S, T] | None
+
+    @property
+    def smallest(self) -> Candidate[S, T]:
+        """The least-memory candidate (the best-ranked of equals)."""
+        return min(self.ranked, key=lambda c: c.device_bytes)
+
+
+def fit_verdict(mem: Memory, target: Target) -> str:
+    """The fit test of every plan: the band's high edge against the budget, the node's host memory."""
+    verdict = judge_bytes(mem.device_bytes, mem.high_bytes, target.budget_bytes)
+    host = target.host_memory_bytes
+    if mem.host_bytes is not None and host is not None and mem.host_bytes > host:
+        return "does_not_fit"  # the node's CPU RAM cannot hold the offload or the loading
+    return verdict
+
+
+def search(w: Workload[S, T], target: Target) -> Searched[S, T]:
+    """Every candidate of the search space the loop reaches, ranked, and the best one that fits."""
+    cands: list[Candidate[S, T]] = []
+    for tier in w.tiers():
+        for family in tier:
+            for setup in family:
+                mem = w.memory(setup)
+                if mem is None:
+                    break  # the estimator refuses it; larger micro-batches too
+                c = w.candidate_model(
+                    setup=setup,
+                    effective_batch=w.effective_batch,
+                    device_bytes=mem.device_bytes,
+                    high_bytes=mem.high_bytes,
+                    budget_bytes=target.budget_bytes,
+                    verdict=fit_verdict(mem, target),
+                    host_bytes=mem.host_bytes,
+                    throughput=w.speed(setup),
+                )
+                cands.append(c)
+                if not c.fits:
+                    break  # a family grows in memory: the rest of it does not fit either
+        if not w.exhaustive and any(c.fits for c in cands):
+            break
+    if not cands:
+        raise ValueError("the search space is empty: no setup could be estimated")
+    cands.sort(key=w.rank_key)
+    return Searched(ranked=cands, chosen=next((c for c in cands if c.fits), None))
+
+
+def runners_up(
+    w: Workload[S, T], chosen: Candidate[S, T], ranked: Sequence[Candidate[S, T]]
+) -> list[RunnerUp]:
+    """Up to 5 better-ranked candidates that do not fit and 5 fitting ones ranked below, with reasons.
+
+    Candidates with the signature of one already listed (a memory-neutral difference: bf16/fp16,
+    flash/sdpa) are skipped: they would repeat the same line.
+    """
+    i = next(k for k, c in enumerate(ranked) if c is chosen)
+    seen = {w.signature(chosen)}
+    unique_above: list[Candidate[S, T]] = []
+    for c in ranked[:i]:  # the first of a signature is its best-ranked variant
+        if w.signature(c) not in seen:
+            seen.add(w.signature(c))
+            unique_above.append(c)
+    above = unique_above[-RUNNERS_UP_ABOVE:]
+    below: list[Candidate[S, T]] = []
+    for c in ranked[i + 1 :]:
+        if len(below) == RUNNERS_UP_BELOW:
+            break
+        if c.fits and w.signature(c) not in seen:
+            seen.add(w.signature(c))
+            below.append(c)
+    return [RunnerUp(candidate=c, reason=w.why_not(c, chosen)) for c in [*above, *below]]  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What the plan is about: the model, the machine, its speed and the request (echoed in the Plan)."""
+
+    model: str
+    model_name: str
+    target: Target
+    device: DevicePerf
+    request: PlanRequest | DiffusionRequest
+
+
+def make(w: Workload[S, T], asked: Asked) -> Plan:
+    """Search, choose and explain: the `Plan` of every workload."""
+    found = search(w, asked.target)
+    chosen = found.chosen
+    est = w.estimate(chosen.setup) if chosen is not None else None
+    warnings = [f"speed figures assumed: {'; '.join(asked.device.assumed)}"] if asked.device.assumed else []
+    return Plan(
+        kind=w.kind,
+        model=asked.model,
+        model_name=asked.model_name,
+        target=asked.target,
+        device=asked.device,
+        request=asked.request,
+        fits=chosen is not None,
+        chosen=chosen,  # type: ignore[arg-type]  # Candidate[S, T] is one of AnyCandidate's members
+        estimate=est,
+        reasons=tuple(w.reasons(chosen, found.ranked)) if chosen is not None else (),
+        runners_up=tuple(runners_up(w, chosen, found.ranked)) if chosen is not None else (),
+        env=w.env(chosen) if chosen is not None else (),
+        min_device_bytes=found.smallest.device_bytes,
+        changes=tuple(w.changes(found.ranked)) if chosen is None else (),
+        grid_points=len(found.ranked),
+        estimates_run=w.estimates_run,
+        warnings=(*warnings, *(est.warnings if est is not None else ())),
+        smallest=found.smallest if chosen is None else None,  # type: ignore[arg-type]
+        notes=w.notes(chosen),
+    )
