@@ -10,11 +10,12 @@ import functools
 import json
 from typing import Any
 
-from fitcheck.diffusion.plan import DiffusionPlan, plan_diffusion
+from fitcheck.diffusion.plan import plan_diffusion
 from fitcheck.diffusion.sources import spec_from_preset
 from fitcheck.diffusion.spec import DiffusionSpec
 from fitcheck.hardware.budget import resolve_target
 from fitcheck.models import DiffusionSetup
+from fitcheck.planner.models import Plan
 
 
 @functools.cache
@@ -24,12 +25,12 @@ def spec(preset: str) -> DiffusionSpec:
 
 def plan(
     preset: str, on: str, fields: dict[str, Any] | None = None, floor: int | None = None
-) -> DiffusionPlan:
+) -> Plan:
     """``plan_diffusion`` for kohya, memoised on its arguments."""
     return _plan(preset, on, json.dumps(fields or {}, sort_keys=True), floor)
 
 
 @functools.cache
-def _plan(preset: str, on: str, fields_json: str, floor: int | None) -> DiffusionPlan:
+def _plan(preset: str, on: str, fields_json: str, floor: int | None) -> Plan:
     setup = DiffusionSetup(trainer="kohya", **json.loads(fields_json))
     return plan_diffusion(spec(preset), setup, resolve_target(on, None), floor)

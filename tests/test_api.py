@@ -102,13 +102,13 @@ def test_a_flag_that_does_not_apply_is_one_error_line(
 def test_diffusion_plan_keeps_the_effective_batch_asked() -> None:
     """`plan sdxl --effective-batch 16` planned an effective batch of 1 (a sentinel comparison)."""
     p = api.plan("sd15", "rtx-4090", effective_batch=16)
-    assert p.fits
-    assert p.setup.batch_size * p.setup.grad_accum >= 16  # type: ignore[union-attr]
+    assert p.fits and p.chosen is not None and p.kind == "diffusion"
+    assert p.chosen.setup.batch_size * p.chosen.setup.grad_accum >= 16 == p.chosen.effective_batch
 
 
 def test_diffusion_plan_honours_lora_targets() -> None:
     p = api.plan("sd15", "rtx-4090", lora_targets="conv")
-    assert p.setup.lora_targets == "conv"  # type: ignore[union-attr]
+    assert p.chosen is not None and p.chosen.setup.lora_targets == "conv"
 
 
 def test_on_none_answers_without_a_verdict(capsys: pytest.CaptureFixture[str]) -> None:
@@ -236,7 +236,8 @@ def test_kohya_implements_the_emitter_protocol() -> None:
     assert (em.NAME, em.TRAINER) == ("kohya.toml", "kohya")
     files = em.emit(p, ctx)
     assert list(files) == ["sd15.kohya.toml", "sd15.dataset.toml"]
-    assert files == emit_kohya(spec, p.setup, p.estimate, p.target, names=tuple(files))  # type: ignore[union-attr,arg-type]
+    assert p.chosen is not None and isinstance(p.chosen.setup, DiffusionSetup) and p.estimate is not None
+    assert files == emit_kohya(spec, p.chosen.setup, p.estimate, p.target, names=tuple(files))
     with pytest.raises(OptionError, match="diffusion"):
         em.check(p, EmitContext(spec=api.resolve("7B"), model_ref=None, command="x"))
 

@@ -12,17 +12,29 @@ from fitcheck.diffusion.sources import spec_from_preset
 from fitcheck.emitters.kohya import CONFIG, emit_kohya
 from fitcheck.hardware.budget import resolve_target
 from fitcheck.models import DiffusionSetup
+from fitcheck.planner.models import ImageThroughput, Plan
+
+
+def chosen_setup(plan: Plan) -> DiffusionSetup:
+    assert plan.chosen is not None and isinstance(plan.chosen.setup, DiffusionSetup)
+    return plan.chosen.setup
 
 
 def test_sdxl_lora_on_12gb() -> None:
     spec, target = spec_from_preset("sdxl"), resolve_target("rtx-3060-12gb", None)
     plan = shared_plan("sdxl", "rtx-3060-12gb")
-    s = plan.setup
-    assert plan.fits and plan.estimate.device_bytes <= target.budget_bytes
+    assert plan.kind == "diffusion" and plan.chosen is not None and plan.estimate is not None
+    s = chosen_setup(plan)
+    assert plan.fits and plan.chosen.high_bytes <= target.budget_bytes
+    assert plan.estimate.device_bytes == plan.chosen.device_bytes
     assert s.resolution == 1024 and s.cache_latents and s.cache_text_encoder_outputs
     assert s.optimizer == "adamw"  # kept as asked: 12 GB does not need 8-bit states here
-    assert any("checkpointing" in r for r in plan.reasons) and any("bucket" in n for n in plan.notes)
-    assert plan.images_per_second > 0
+    assert any("checkpointing" in r.text for r in plan.reasons) and any("bucket" in n for n in plan.notes)
+    assert all(r.source for r in plan.reasons)
+    assert isinstance(plan.chosen.throughput, ImageThroughput) and plan.chosen.throughput.images_per_s > 0
+    # the runners-up: better-ranked ones that do not fit, fitting ones ranked below, each with a reason
+    assert any(not r.candidate.fits for r in plan.runners_up) and any(r.candidate.fits for r in plan.runners_up)
+    assert all(r.reason for r in plan.runners_up)
     files = emit_kohya(spec, s, plan.estimate, target)
     cfg = tomllib.loads(files[CONFIG])
     assert cfg["training_arguments"]["train_batch_size"] == s.batch_size
@@ -30,23 +42,26 @@ def test_sdxl_lora_on_12gb() -> None:
 
 def test_flux_on_24gb_needs_fp8() -> None:
     plan = shared_plan("flux.1-dev", "rtx-4090")
-    assert plan.fits and plan.setup.fp8_base and plan.setup.grad_ckpt
-    assert any("fp8" in r for r in plan.reasons)
+    s = chosen_setup(plan)
+    assert plan.fits and s.fp8_base and s.grad_ckpt
+    assert any("fp8" in r.text and r.rule == "diffusion-departure" for r in plan.reasons)
 
 
 def test_apple_silicon_rules() -> None:
     plan = shared_plan("sd15", "apple-m3-max-36gb", {"attn": "xformers"})
-    s = plan.setup
+    s = chosen_setup(plan)
     assert (
         plan.fits and s.batch_size <= 2 and s.attn == "sdpa" and "8bit" not in s.optimizer and not s.fp8_base
     )
-    assert any("never xformers" in r for r in plan.reasons)
+    assert any("never xformers" in r.text for r in plan.reasons)
 
 
 @pytest.mark.slow
 def test_nothing_fits_returns_the_smallest() -> None:
     plan = shared_plan("flux.1-dev", "8GB", floor=512)
-    assert not plan.fits and plan.setup.resolution == 512 and plan.reasons[0].startswith("nothing fits")
+    assert not plan.fits and plan.chosen is None and plan.smallest is not None
+    assert plan.smallest.setup.resolution == 512 and plan.min_device_bytes == plan.smallest.device_bytes
+    assert plan.min_device_bytes > plan.target.budget_bytes
 
 
 def test_lower_resolution_when_allowed() -> None:
@@ -59,8 +74,9 @@ def test_lower_resolution_when_allowed() -> None:
     asked = DiffusionSetup(method="full", resolution=1024, precision="bf16")
     assert not plan_diffusion(spec, asked, target).fits
     plan = shared_plan("sd15", "8GB", {"method": "full", "resolution": 1024}, 256)
-    assert plan.setup.precision == asked.precision
-    assert plan.fits and plan.setup.resolution < 1024 and any("lowered" in r for r in plan.reasons)
+    s = chosen_setup(plan)
+    assert s.precision == asked.precision
+    assert plan.fits and s.resolution < 1024 and any("lowered" in r.text for r in plan.reasons)
 
 
 def test_checkpointing_and_fp8_cost_speed() -> None:

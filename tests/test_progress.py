@@ -45,7 +45,7 @@ def test_the_diffusion_planner_reports_each_setup() -> None:
     plan = plan_diffusion(
         spec_from_preset("sd15"), DiffusionSetup(), resolve_target("rtx-4090", None), progress=seen.append
     )
-    assert len(seen) == plan.considered and seen[-1].startswith(f"{plan.considered} setups estimated")
+    assert len(seen) == plan.estimates_run and seen[-1].startswith(f"{plan.estimates_run} setups estimated")
 
 
 def test_the_library_reports_through_the_installed_reporter() -> None:
@@ -55,4 +55,4 @@ def test_the_library_reports_through_the_installed_reporter() -> None:
     seen: list[str] = []
     with reporting(seen.append):
         plan = api.plan("sd15", "rtx-4090")
-    assert len(seen) == plan.considered  # type: ignore[union-attr]
+    assert len(seen) == plan.estimates_run

@@ -40,7 +40,6 @@ from fitcheck.vocab import (
 )
 
 if TYPE_CHECKING:
-    from fitcheck.diffusion.plan import DiffusionPlan
     from fitcheck.diffusion.spec import DiffusionSpec
     from fitcheck.hardware.env import ProbeEnv
     from fitcheck.hardware.report import HwCatalog, HwReport
@@ -49,7 +48,6 @@ if TYPE_CHECKING:
 
     Spec = ModelSpec | DiffusionSpec
     Setup = LlmSetup | DiffusionSetup
-    AnyPlan = Plan | DiffusionPlan
 
 
 class _Common(TypedDict, total=False):
@@ -381,8 +379,9 @@ def plan(
     *,
     headroom: str | None = None,
     **options: Unpack[PlanOptions],
-) -> AnyPlan:
-    """The fastest configuration that fits ``on``, explained (docs/planner.md).
+) -> Plan:
+    """The fastest configuration that fits ``on``, explained (docs/planner.md); one `Plan` for LLMs
+    and diffusion models (its ``kind`` says which).
 
     ``on=None`` (``--on none``) plans with no memory limit on the backend's assumed device: the
     fastest configuration, with the least memory any configuration needs in ``min_device_bytes``.
@@ -398,7 +397,7 @@ def plan(
         tgt = unlimited_target()
     if kind_of(spec) == "llm":
         return _plan_llm(spec, tgt, opts, headroom)  # type: ignore[arg-type]
-    return _plan_diffusion(spec, tgt, opts)  # type: ignore[arg-type]
+    return _plan_diffusion(spec, tgt, opts, headroom)  # type: ignore[arg-type]
 
 
 def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: str | None) -> Plan:
@@ -442,7 +441,7 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
     return make_plan(spec, tgt, device_for(tgt), req, other_targets(tgt, headroom))
 
 
-def _plan_diffusion(spec: DiffusionSpec, tgt: Target, opts: dict[str, object]) -> DiffusionPlan:
+def _plan_diffusion(spec: DiffusionSpec, tgt: Target, opts: dict[str, object], headroom: str | None) -> Plan:
     from fitcheck.diffusion.plan import plan_diffusion
 
     gpus = opts.get("gpus")
@@ -476,7 +475,11 @@ def _plan_diffusion(spec: DiffusionSpec, tgt: Target, opts: dict[str, object]) -
 
         asked["precision"] = diffusion_precision(tgt)
     setup = setup_for(spec, asked, tgt)
-    return plan_diffusion(spec, setup, tgt, opts.get("min_resolution"))  # type: ignore[arg-type]
+    from fitcheck.models import DiffusionSetup
+
+    assert isinstance(setup, DiffusionSetup)  # setup_for of a diffusion spec
+    others = other_targets(tgt, headroom)
+    return plan_diffusion(spec, setup, tgt, floor if isinstance(floor, int) else None, others=others)
 
 
 def device_for(tgt: Target) -> DevicePerf:

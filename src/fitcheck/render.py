@@ -11,7 +11,7 @@ import sys
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fitcheck.models import SCHEMA_VERSION, Estimate, ModelInfo, ModelSpec, Verdict
+from fitcheck.models import Estimate, ModelInfo, ModelSpec, Verdict
 from fitcheck.units import GIB, MIB, fmt_count, fmt_gib
 
 if TYPE_CHECKING:
@@ -666,37 +666,20 @@ def matrix_table(
     _table(con, ["model", *methods], body, right=set(methods))
 
 
-def diffusion_plan_doc(plan: Any, spec: Any, target: Any) -> dict[str, Any]:
-    """``fitcheck plan --format json`` for a diffusion model."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "kind": "diffusion",
-        "model": spec.id,
-        "target": target.model_dump(mode="json"),
-        "fits": plan.fits,
-        "chosen": plan.setup.model_dump(mode="json"),
-        "images_per_second": plan.images_per_second,
-        "estimate": estimate_doc(plan.estimate),
-        "reasons": list(plan.reasons),
-        "notes": list(plan.notes),
-        "considered": plan.considered,
-    }
-
-
-def diffusion_plan_table(plan: Any, spec: Any, target: Any, stderr: bool = False) -> None:
-    """The human view of a diffusion plan: headline, chosen settings, reasons, notes."""
+def diffusion_plan_table(plan: Any, stderr: bool = False) -> None:
+    """The human view of a diffusion plan that fits: headline, chosen settings, reasons, runners-up."""
     con = _console(stderr=stderr)
-    s, est = plan.setup, plan.estimate
-    head = "fits" if plan.fits else "[red]nothing fits[/] (the smallest setup found)"
+    c, t = plan.chosen, plan.target
+    s = c.setup
     _say(
         con,
-        f"[bold]{_escape(spec.name)}[/] on {_escape(target.name)} ({target.backend}): {head} — "
-        f"{_g(est.device_bytes)} of "
-        f"{_g(target.budget_bytes)} GiB budget, about {plan.images_per_second:.2f} images/s",
+        f"[bold]{_escape(plan.model_name)}[/] on {_escape(t.name)} ({t.backend}): fits — "
+        f"{_g(c.device_bytes)} of {_g(t.budget_bytes)} GiB budget, about "
+        f"{c.throughput.images_per_s:.2f} images/s",
     )
     rows = [
         ("method", f"{s.method} (kohya sd-scripts)" + ("" if s.method == "full" else f", r{s.lora_rank}")),
-        ("resolution", f"{s.resolution or spec.native_resolution} px (bucketing keeps about res^2 pixels)"),
+        ("resolution", f"{s.resolution} px (bucketing keeps about res^2 pixels)"),
         ("micro-batch", f"{s.batch_size} x accumulation {s.grad_accum}"),
         ("precision", s.precision + (" · full_bf16" if s.full_bf16 else "")
          + (" · fp8 base" if s.fp8_base else "")),
@@ -709,7 +692,13 @@ def diffusion_plan_table(plan: Any, spec: Any, target: Any, stderr: bool = False
     ]  # fmt: skip
     _table(con, ["setting", "value"], [[k, v] for k, v in rows], flex="value", dim={"setting"}, box=False)
     for r in plan.reasons:
-        _say(con, f"· {_escape(r)}", indent=2)
+        _say(con, f"· {_escape(r.text)}", indent=2)
+    if plan.runners_up:
+        _say(con, "[bold]runners-up[/]")
+    for r in plan.runners_up:
+        x = r.candidate
+        _say(con, f"{_escape(_setup_line(x.setup))}: {_g(x.device_bytes)} GiB, {_speed(x)}", indent=2)
+        _say(con, f"why not: {_escape(r.reason)}", indent=4, style="dim")
     for n in plan.notes:
         _say(con, f"note: {_escape(n)}", indent=2, style="dim")
 
@@ -723,12 +712,27 @@ def note(msg: str) -> None:
 
 def _setup_line(s: Any) -> str:
     """A configuration in one line: method, micro-batch x accumulation, length, dtype, kernel, ..."""
+    if s.kind == "diffusion":
+        return (
+            f"{s.method} · {s.batch_size}x{s.grad_accum} · {s.resolution} px · {s.precision}"
+            + (" · full_bf16" if s.full_bf16 else "")
+            + (" · fp8 base" if s.fp8_base else "")
+            + f" · {s.attn} · {s.optimizer}{' · ckpt' if s.grad_ckpt else ''}"
+        )
     return (
         f"{s.method}{'+dora' if s.dora else ''} · {s.batch_size}x{s.grad_accum} · {s.seq_len} tok · "
         f"{s.precision} · {s.attn} · {s.optimizer}{' · ckpt' if s.grad_ckpt else ''}"
         + (f" · {s.effective_strategy}" if s.distributed else "")
         + (f"+offload-{s.offload}" if s.offload != "none" else "")
     )
+
+
+def _speed(c: Any) -> str:
+    """A candidate's estimated speed in its workload's unit."""
+    tp = c.throughput
+    if hasattr(tp, "images_per_s"):
+        return f"{tp.images_per_s:.2f} images/s"
+    return f"{tp.tokens_per_s:,.0f} tokens/s"
 
 
 def _duration(seconds: float) -> str:
@@ -760,22 +764,21 @@ def plan_markdown(plan: Any) -> str:
         out += [f"- `{c.flag}`: {c.change} ({_g(c.device_bytes)} GiB)" for c in plan.changes]
         return "\n".join(out) + "\n"
     c = plan.chosen
-    tp = c.throughput
+    unit = _speed(c).split(" ")[1]
     out = [
         f"### fitcheck plan: {plan.model_name} on {t.name}",
         "",
-        f"`{_setup_line(c.setup)}`: {_g(c.device_bytes)} of {_g(c.budget_bytes)} GiB, "
-        f"about {tp.tokens_per_s:,.0f} tokens/s",
+        f"`{_setup_line(c.setup)}`: {_g(c.device_bytes)} of {_g(c.budget_bytes)} GiB, about {_speed(c)}",
         "",
         "| choice | reason | rule |",
         "|---|---|---|",
     ]
     out += [f"| {r.choice} | {r.text} | {r.rule} |" for r in plan.reasons]
-    out += ["", "| runner-up | GiB | tokens/s | why not |", "|---|---:|---:|---|"]
+    out += ["", f"| runner-up | GiB | {unit} | why not |", "|---|---:|---:|---|"]
     for r in plan.runners_up:
         x = r.candidate
-        tps = f"{x.throughput.tokens_per_s:,.0f}"
-        out.append(f"| {_setup_line(x.setup)} | {_g(x.device_bytes)} | {tps} | {r.reason} |")
+        speed = _speed(x).split(" ")[0]
+        out.append(f"| {_setup_line(x.setup)} | {_g(x.device_bytes)} | {speed} | {r.reason} |")
     return "\n".join(out) + "\n"
 
 
@@ -795,6 +798,9 @@ def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
     """The human view of a plan (on stderr when stdout carries an emitted file)."""
     from rich.text import Text
 
+    if plan.kind == "diffusion" and plan.fits:
+        diffusion_plan_table(plan, stderr=stderr)
+        return
     con = _console(stderr=stderr)
     t = plan.target
     if not plan.fits:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from fitcheck.measure.result import MeasuredStep
 from fitcheck.models import Estimate, SetupBase
-from fitcheck.planner.models import Candidate, Plan
+from fitcheck.planner.models import AnyCandidate, ImageThroughput, Plan
 
 PHASE_LABEL = {
     "load": "load",
@@ -194,10 +194,11 @@ def estimate_chart(est: Estimate) -> BarChart:
     )
 
 
-def _candidate_label(c: Candidate) -> str:
+def _candidate_label(c: AnyCandidate) -> str:
     s = c.setup
     accum = max(1, c.effective_batch // max(1, s.batch_size))
-    words = [s.method, f"{s.batch_size}x{accum}", f"seq {s.seq_len}"]
+    size = f"{s.resolution}px" if s.kind == "diffusion" else f"seq {s.seq_len}"
+    words = [s.method, f"{s.batch_size}x{accum}", size]
     words += ["ckpt" if s.grad_ckpt else "no ckpt", s.optimizer]
     return " ".join(words)
 
@@ -207,14 +208,10 @@ def plan_chart(plan: Plan) -> PlanChart:
     rows: list[PlanRow] = []
     if plan.chosen is not None:
         c = plan.chosen
-        rows.append(PlanRow(_candidate_label(c), c.device_bytes, c.verdict, c.throughput.tokens_per_s, True))
+        rows.append(PlanRow(_candidate_label(c), c.device_bytes, c.verdict, _per_s(c), True))
     for ru in plan.runners_up:
         c = ru.candidate
-        rows.append(
-            PlanRow(
-                _candidate_label(c), c.device_bytes, c.verdict, c.throughput.tokens_per_s, False, ru.reason
-            )
-        )
+        rows.append(PlanRow(_candidate_label(c), c.device_bytes, c.verdict, _per_s(c), False, ru.reason))
     if not rows:  # nothing fits: what each smallest change would need against the budget
         for ch in plan.changes:
             verdict = "fits" if ch.device_bytes <= ch.budget_bytes else "does_not_fit"
@@ -224,9 +221,15 @@ def plan_chart(plan: Plan) -> PlanChart:
         subtitle=(setup_words(plan.chosen.setup) if plan.chosen is not None else "no configuration fits"),
         rows=tuple(rows),
         budget_bytes=plan.target.budget_bytes,
-        speed_unit="tokens/s",  # a Plan is an LLM plan; a diffusion plan is charted by its estimate
+        speed_unit="images/s" if plan.kind == "diffusion" else "tokens/s",
         lines=(Line("budget", plan.target.budget_bytes, "dashed"),),
     )
+
+
+def _per_s(c: AnyCandidate) -> float:
+    """A candidate's estimated speed in its workload's unit (tokens/s, images/s)."""
+    tp = c.throughput
+    return tp.images_per_s if isinstance(tp, ImageThroughput) else tp.tokens_per_s
 
 
 def matrix_chart(

@@ -11,6 +11,7 @@ option types of `fitcheck.cli`, and typer must see those annotations as objects.
 import re
 import shlex
 import sys
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -166,67 +167,126 @@ def emit_files(
     return files
 
 
-def run_plan(
-    model: str, spec: Any, kw: dict[str, Any], emits: list[str], fmt_name: str | None, output_dir: str
-) -> Any:
-    """Plan an LLM and (when it fits) render the emitted files; returns (plan, [(kind, dest, text)])."""
-    from fitcheck import api
-    from fitcheck.planner.models import Plan
+@dataclass(frozen=True)
+class Output:
+    """Where the plan goes: the ``--emit`` files, the format, the chart."""
 
-    wanted = resolve_emits(emits, fmt_name, output_dir)
-    trainer = choose_trainer(kw["trainer"], [k for k, _ in wanted])
+    emit: list[str]
+    emit_format: str | None
+    output_dir: str
+    force: bool
+    fmt: str
+    chart: str | None
+    verbose: bool
+
+
+def _check_emits(spec: Any, kinds: list[str], trainer: str | None, out: Output) -> str:
+    """The trainer the plan is estimated for, after refusing formats the model's kind cannot use."""
+    from fitcheck import api
+
+    if api.kind_of(spec) == "llm":
+        return choose_trainer(trainer, kinds)
+    for kind in kinds:
+        if kind != "kohya.toml":
+            raise OptionError(
+                f"{kind} is a config for LLM trainers; for {spec.id} (a diffusion model) use "
+                "--emit kohya.toml"
+            )
+    if "-" in out.emit or (out.emit and out.output_dir == "-"):
+        raise OptionError(
+            "kohya.toml is two files (the config names its dataset.toml by path): give -o DIR, not stdout"
+        )
+    return trainer or "kohya"
+
+
+def run_plan(model: str, spec: Any, kw: dict[str, Any], out: Output) -> tuple[Any, list[Any]]:
+    """Plan any model and (when it fits) render the emitted files; returns (plan, [(kind, dest, text)])."""
+    from fitcheck import api
+    from fitcheck.progress import StderrProgress, reporting
+
+    wanted = resolve_emits(out.emit, out.emit_format, out.output_dir)
+    kinds = [k for k, _ in wanted]
+    trainer = _check_emits(spec, kinds, kw["trainer"], out)
     tgt = api.target(kw["on"], kw["headroom"], kw["gpus"])
-    if kw["trainer"] is None and tgt is not None:
-        _check_format_backend([k for k, _ in wanted], trainer, tgt.backend)
-    plan = api.plan(spec, tgt, headroom=kw["headroom"], **{**plan_options(kw), "trainer": trainer})
-    assert isinstance(plan, Plan)
-    implied = trainer if kw["trainer"] is None and trainer != "hf" else None
+    llm = api.kind_of(spec) == "llm"
+    if llm and kw["trainer"] is None and tgt is not None:
+        _check_format_backend(kinds, trainer, tgt.backend)
+    opts = {**plan_options(kw), "trainer": trainer if llm else kw["trainer"]}
+    where = tgt.id if tgt is not None else "no memory limit"
+    with StderrProgress(f"planning {spec.id} on {where}") as progress, reporting(progress):
+        plan = api.plan(spec, tgt, headroom=kw["headroom"], **opts)
+    implied = trainer if llm and kw["trainer"] is None and trainer != "hf" else None
     files = emit_files(plan, spec, model, wanted, kw["canonical"], implied) if plan.fits else []
     return plan, files
+
+
+#: The ``plan`` command's options that shape the plan (`fitcheck.api.plan` options, ``--on``,
+#: ``--headroom``); the others say where the answer goes (`Output`).
+PLAN_KW = ("on", "method", "effective_batch", "seq_len", "min_seq_len", "batch_size", "resolution", "dora",
+           "precision", "master_weights", "optimizer", "grad_ckpt", "attn", "lora_rank", "lora_alpha",
+           "lora_targets", "lora_dropout", "double_quant", "trainer", "fp8_base", "gpus", "strategy",
+           "offload", "nodes", "fsdp_version", "quant_storage", "host_memory", "headroom", "dataset_tokens",
+           "epochs", "min_resolution")  # fmt: skip
+
+OnPlanO = Annotated[
+    str,
+    typer.Option("--on", help="target: auto (this machine), catalog id (rtx-4090), 24GB, 36GB-unified, cpu"),
+]
+MethodPO = Annotated[
+    PlanMethod, typer.Option("--method", "-m", help="auto: full if it fits, then LoRA, then QLoRA")
+]
+EffO = Annotated[
+    int | None,
+    typer.Option(
+        "--effective-batch",
+        help="examples per optimizer step: micro-batch x accumulation x GPUs [default: 16 for LLMs, "
+        "1 for diffusion]",
+        min=1,
+    ),
+]
+MinResO = Annotated[
+    int | None,
+    typer.Option(
+        "--min-resolution", help="diffusion: lowest resolution to fall back to [default: --resolution]"
+    ),
+]
+MinSeqO = Annotated[
+    int | None,
+    typer.Option("--min-seq-len", help="shortest length to fall back to [default: --seq-len, never shorter]"),
+]
+MicroO = Annotated[
+    int | None, typer.Option("--batch-size", "-b", help="fix the micro-batch [default: searched]")
+]
+CkptPO = Annotated[
+    bool | None, typer.Option("--grad-ckpt/--no-grad-ckpt", help="fix checkpointing [default: searched]")
+]
+EmitO = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--emit",
+        help="write a config: hf.yaml, axolotl.yaml, llamafactory.yaml, mlx.yaml, env.sh (LLMs); "
+        "kohya.toml (diffusion: writes dataset.toml beside it)",
+    ),
+]
+EmitFmtO = Annotated[
+    str | None, typer.Option("--emit-format", help="format of --emit files whose names do not say it")
+]
+OutO = Annotated[str, typer.Option("--output-dir", "-o", help="folder for --emit files, or - for stdout")]
+ForceO = Annotated[bool, typer.Option("--force", help="overwrite existing files")]
+TokensO = Annotated[
+    str | None, typer.Option("--dataset-tokens", help="tokens in the dataset (250M, 1.5B): time per run")
+]
+EpochsO = Annotated[
+    float | None, typer.Option("--epochs", help="passes over the dataset [default: 1]", min=0)
+]
 
 
 def register(app: typer.Typer) -> None:
     """Add ``fitcheck plan`` to the CLI, with the setup options of ``estimate`` that make sense."""
     from fitcheck import cli as c
 
-    OnPlanO = Annotated[
-        str,
-        typer.Option(
-            "--on", help="target: auto (this machine), catalog id (rtx-4090), 24GB, 36GB-unified, cpu"
-        ),
-    ]
-    MethodPO = Annotated[
-        PlanMethod, typer.Option("--method", "-m", help="auto: full if it fits, then LoRA, then QLoRA")
-    ]
-    EffO = Annotated[
-        int | None,
-        typer.Option(
-            "--effective-batch",
-            help="examples per optimizer step: micro-batch x accumulation x GPUs [default: 16 for LLMs, "
-            "1 for diffusion]",
-            min=1,
-        ),
-    ]
-    MinResO = Annotated[
-        int | None,
-        typer.Option(
-            "--min-resolution", help="diffusion: lowest resolution to fall back to [default: --resolution]"
-        ),
-    ]
-    MinSeqO = Annotated[
-        int | None,
-        typer.Option(
-            "--min-seq-len", help="shortest length to fall back to [default: --seq-len, never shorter]"
-        ),
-    ]
-    MicroO = Annotated[
-        int | None, typer.Option("--batch-size", "-b", help="fix the micro-batch [default: searched]")
-    ]
     PrecPO = Annotated[c.PrecisionOpt | None, typer.Option("--precision", help="fix the compute dtype")]
     OptPO = Annotated[c.OptimizerOpt | None, typer.Option("--optimizer", help="fix the optimizer")]
-    CkptPO = Annotated[
-        bool | None, typer.Option("--grad-ckpt/--no-grad-ckpt", help="fix checkpointing [default: searched]")
-    ]
     AttnPO = Annotated[c.AttnOpt | None, typer.Option("--attn", help="fix the attention kernel")]
     OffloadPO = Annotated[
         c.OffloadOpt | None,
@@ -235,25 +295,6 @@ def register(app: typer.Typer) -> None:
     TrainerPO = Annotated[
         c.TrainerOpt | None,
         typer.Option("--trainer", help="whose regime to plan for [default: the emitted config's, else hf]"),
-    ]
-    EmitO = Annotated[
-        list[str] | None,
-        typer.Option(
-            "--emit",
-            help="write a config: hf.yaml, axolotl.yaml, llamafactory.yaml, mlx.yaml, env.sh (LLMs); "
-            "kohya.toml (diffusion: writes dataset.toml beside it)",
-        ),
-    ]
-    EmitFmtO = Annotated[
-        str | None, typer.Option("--emit-format", help="format of --emit files whose names do not say it")
-    ]
-    OutO = Annotated[str, typer.Option("--output-dir", "-o", help="folder for --emit files, or - for stdout")]
-    ForceO = Annotated[bool, typer.Option("--force", help="overwrite existing files")]
-    TokensO = Annotated[
-        str | None, typer.Option("--dataset-tokens", help="tokens in the dataset (250M, 1.5B): time per run")
-    ]
-    EpochsO = Annotated[
-        float | None, typer.Option("--epochs", help="passes over the dataset [default: 1]", min=0)
     ]
 
     @app.command()
@@ -301,71 +342,40 @@ def register(app: typer.Typer) -> None:
         verbose: c.VerboseO = False,
     ) -> None:
         """The fastest configuration that fits (exit 0; 1 when none does), with reasons and configs."""
-        kw = c.plain(
-            on=on,
-            method=method,
-            effective_batch=effective_batch,
-            seq_len=seq_len,
-            min_seq_len=min_seq_len,
-            batch_size=batch_size,
-            resolution=resolution,
-            dora=dora,
-            precision=precision,
-            master_weights=master_weights,
-            optimizer=optimizer,
-            grad_ckpt=grad_ckpt,
-            attn=attn,
-            lora_rank=lora_rank,
-            lora_alpha=lora_alpha,
-            lora_targets=lora_targets,
-            lora_dropout=lora_dropout,
-            double_quant=double_quant,
-            trainer=trainer,
-            fp8_base=fp8_base,
-            gpus=gpus,
-            strategy=strategy,
-            offload=offload,
-            nodes=nodes,
-            fsdp_version=fsdp_version,
-            quant_storage=quant_storage,
-            host_memory=host_memory,
-            headroom=headroom,
-            dataset_tokens=dataset_tokens,
-            epochs=epochs,
-            min_resolution=min_resolution,
-        )
-        model, prov = plan_from(model, kw, from_file, from_format)
-        from fitcheck import api
+        given = locals()
+        kw = c.plain(**{k: given[k] for k in PLAN_KW})
+        out = Output(list(emit or []), emit_format, output_dir, force, fmt.value, chart, verbose)
+        code = run_command(model, kw, from_file, from_format, out)
+        if code:
+            raise typer.Exit(code=code)
 
-        spec = api.resolve(model)
-        if prov is not None:
-            api.refuse_foreign(spec, kw)
-            prov.say()
-        if api.kind_of(spec) == "diffusion":
-            emits = list(emit or [])
-            code = plan_diffusion_command(spec, kw, emits, emit_format, output_dir, force, fmt.value, chart)
-            if code:
-                raise typer.Exit(code=code)
-            return
-        api.refuse_foreign(spec, kw)
-        kw["canonical"] = _canonical(kw)
-        if output_dir == "-" and fmt is not c.Fmt.table:
-            raise OptionError(
-                "-o - puts the emitted file on stdout; it cannot also carry --format " + fmt.value
-            )
-        result, files = run_plan(model, spec, kw, list(emit or []), emit_format, output_dir)
-        _check_destinations(files, force, chart)
-        _write(files, force)  # files first: a reader leaving early never stops them being written
-        c.write_chart(chart, force, lambda: _plan_chart(result))
-        _render(result, fmt, to_stderr=any(dest is None for _, dest, _ in files), verbose=verbose)
-        _print_files(files)
-        c.print_chart_link(fmt, chart)
-        for w in result.warnings:
-            sys.stderr.write(f"fitcheck: warning: {w}\n")
-        if emit and not result.fits:
-            sys.stderr.write("fitcheck: nothing written: no configuration fits\n")
-        if not result.fits:
-            raise typer.Exit(code=1)
+
+def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, from_format: str | None,
+                out: Output) -> int:  # fmt: skip
+    """``fitcheck plan`` after parsing: resolve, plan, write the files, render; the exit code."""
+    from fitcheck import api
+    from fitcheck import cli as c
+
+    model, prov = plan_from(model, kw, from_file, from_format)
+    spec = api.resolve(model)
+    api.refuse_foreign(spec, kw)
+    if prov is not None:
+        prov.say()
+    kw["canonical"] = _canonical(kw)
+    if out.output_dir == "-" and out.fmt != "table":
+        raise OptionError(f"-o - puts the emitted file on stdout; it cannot also carry --format {out.fmt}")
+    result, files = run_plan(model, spec, kw, out)
+    _check_destinations(files, out.force, out.chart)
+    _write(files, out.force)  # files first: a reader leaving early never stops them being written
+    c.write_chart(out.chart, out.force, lambda: _plan_chart(result))
+    _render(result, out.fmt, to_stderr=any(dest is None for _, dest, _ in files), verbose=out.verbose)
+    _print_files(files)
+    c.print_chart_link(c.Fmt(out.fmt), out.chart)
+    for w in result.warnings:
+        sys.stderr.write(f"fitcheck: warning: {w}\n")
+    if out.emit and not result.fits:
+        sys.stderr.write("fitcheck: nothing written: no configuration fits\n")
+    return 0 if result.fits else 1
 
 
 #: What a ``--from`` file fixes for the planner; the rest (micro-batch, checkpointing, optimizer,
@@ -399,60 +409,6 @@ def plan_from(model: str | None, kw: dict[str, Any], path: str | None, fmt: str 
         per_step = int(prov.values["batch_size"]) * int(prov.values.get("grad_accum", 1))
         kw["effective_batch"] = per_step * int(kw.get("gpus") or 1)
     return prov.model, prov
-
-
-def plan_diffusion_command(
-    spec: Any,
-    kw: dict[str, Any],
-    emits: list[str],
-    emit_format: str | None,
-    output_dir: str,
-    force: bool,
-    fmt: str,
-    chart: str | None = None,
-) -> int:
-    """``fitcheck plan`` for a diffusion model: `fitcheck.api.plan`, render, kohya files; the exit code."""
-    from fitcheck import api
-    from fitcheck.diffusion.plan import DiffusionPlan
-
-    for name in emits:
-        kind = resolve_emits([name], emit_format, output_dir)[0][0]
-        if kind != "kohya.toml":
-            raise OptionError(
-                f"{kind} is a config for LLM trainers; for {spec.id} (a diffusion model) use "
-                "--emit kohya.toml"
-            )
-    if "-" in emits or (emits and output_dir == "-"):
-        raise OptionError(
-            "kohya.toml is two files (the config names its dataset.toml by path): give -o DIR, not stdout"
-        )
-    target = api.target(kw["on"], kw["headroom"])
-    if target is None:
-        from fitcheck.hardware.budget import unlimited_target
-
-        target = unlimited_target()
-    from fitcheck.progress import StderrProgress, reporting
-
-    with StderrProgress(f"planning {spec.id} on {target.id}") as progress, reporting(progress):
-        result = api.plan(spec, target, headroom=kw["headroom"], **plan_options(kw))
-    assert isinstance(result, DiffusionPlan)
-    wanted = resolve_emits(emits, emit_format, output_dir)
-    files = emit_files(result, spec, spec.id, wanted, _canonical(kw)) if result.fits else []
-    _check_destinations(files, force, chart)
-    _write(files, force)
-    from fitcheck import cli as c
-    from fitcheck import render
-
-    c.write_chart(chart, force, lambda: _plan_chart(result))
-    if fmt == "table":
-        render.diffusion_plan_table(result, spec, target, stderr=any(d is None for _, d, _ in files))
-    else:
-        sys.stdout.write(render.dump(render.diffusion_plan_doc(result, spec, target), fmt))
-    _print_files(files)
-    c.print_chart_link(c.Fmt(fmt), chart)
-    if emits and not result.fits:
-        sys.stderr.write("fitcheck: nothing written: no configuration fits\n")
-    return 0 if result.fits else 1
 
 
 def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
@@ -493,25 +449,22 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
     return flags
 
 
-def _render(plan: Any, fmt: Any, to_stderr: bool, verbose: bool = False) -> None:
+def _render(plan: Any, fmt: str, to_stderr: bool, verbose: bool = False) -> None:
     from fitcheck import render
 
-    if fmt.value == "table":
+    if fmt == "table":
         render.plan_table(plan, stderr=to_stderr, verbose=verbose)
-    elif fmt.value == "markdown":
+    elif fmt == "markdown":
         sys.stdout.write(render.plan_markdown(plan))
     else:
-        sys.stdout.write(render.dump(render.plan_doc(plan), fmt.value))
+        sys.stdout.write(render.dump(render.plan_doc(plan), fmt))
 
 
 def _plan_chart(result: Any) -> Any:
-    """The plan's chart: chosen vs runners-up; a diffusion plan (no runners-up) shows its estimate."""
-    from fitcheck.chart.spec import estimate_chart, plan_chart
-    from fitcheck.planner.models import Plan
+    """The plan's chart: the chosen configuration against its runners-up (or the changes)."""
+    from fitcheck.chart.spec import plan_chart
 
-    if isinstance(result, Plan):
-        return plan_chart(result)
-    return estimate_chart(result.estimate)
+    return plan_chart(result)
 
 
 def _check_destinations(

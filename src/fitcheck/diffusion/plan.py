@@ -1,60 +1,62 @@
-"""``plan_diffusion``: the fastest kohya setup that fits a target, and why each choice was made.
+"""The diffusion workload of the planner loop: kohya setups, their memory and speed, and why.
 
-A pure function the planner (``fitcheck plan``, another branch) calls for diffusion models. It
-searches micro-batch (powers of two up to 16, 1-2 on Apple silicon per the source documents),
-gradient checkpointing, the optimizer (8-bit AdamW only on CUDA), caching (latents and text-encoder
-outputs are cached whenever kohya allows: it costs no step time), fp8 base weights (LoRA) and
-``full_bf16`` (full training), at the resolution asked (or stepping down to ``min_resolution``).
+``plan_diffusion`` runs `fitcheck.planner.loop` over `DiffusionWorkload`. Its search space: tiers
+by resolution (as asked, then 64 px lower down to ``min_resolution``; the loop stops at the first
+resolution where something fits); in each, families by checkpointing, optimizer (8-bit AdamW only
+on CUDA), fp8 base weights (LoRA) and ``full_bf16`` (full training), each family over micro-batches
+(powers of two up to 16, 1-2 on Apple silicon per the source documents) so the loop stops a family
+at its first micro-batch that does not fit. Latents and text-encoder outputs are cached whenever
+kohya allows: it costs no step time.
 
-Speed is estimated, not measured: images/s from the denoiser's FLOPs per image (counted by the
-simulator: 2 x multiply-adds of every matmul, convolution and attention), x3 for forward and
-backward, x4 with checkpointing (one more forward), over the LLM planner's device model (the same
-`DevicePerf` from the catalog, or the backend's labelled assumption, and the same sourced
-utilisation per backend, `fitcheck.planner.throughput.UTILISATION`), plus memory-bound terms from
-its bandwidth: the optimizer step over the trainable parameters, and with fp8 base the per-use cast
-of every frozen weight (docs/diffusion.md, "Speed"); the ranking, not the absolute number, is what
-the planner relies on.
+Speed is estimated, not measured (`image_throughput`): images/s from the denoiser's FLOPs per image
+(counted by the simulator: 2 x multiply-adds of every matmul, convolution and attention), x3 for
+forward and backward, x4 with checkpointing (one more forward), over the planner's one device model
+(`DevicePerf` from the catalog, or the backend's labelled assumption) and the sourced utilisation per
+backend (`fitcheck.facts.speed.UTILISATION`), plus memory-bound terms over its bandwidth: the
+optimizer step over the trainable parameters (`fitcheck.facts.speed.STEP_BYTES`), and with fp8 base
+the per-use cast of every frozen weight (docs/diffusion.md, "Speed"); the ranking, not the absolute
+number, is what the planner relies on. A departure from what was asked (another optimizer, fp8
+base, full_bf16) must buy more than `DEPARTURE` of speed.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-
-from pydantic import Field
+from collections.abc import Iterator, Sequence
 
 from fitcheck.diffusion.estimate import estimate_diffusion
 from fitcheck.diffusion.regime import check, plan_parts
 from fitcheck.diffusion.spec import DiffusionSpec
 from fitcheck.diffusion.step import simulate
-from fitcheck.engine.verdict import judge
-from fitcheck.models import DiffusionSetup, Estimate, Frozen, Target
+from fitcheck.engine.verdict import high_bytes, verdict
+from fitcheck.errors import OptionError
+from fitcheck.facts.speed import UTILISATION, step_bytes
+from fitcheck.models import DiffusionSetup, Estimate, SetupKind, Target
+from fitcheck.planner import loop
 from fitcheck.planner.device import catalog_id, default_perf, perf_from_entry
-from fitcheck.planner.models import DevicePerf
-from fitcheck.planner.throughput import UTILISATION
+from fitcheck.planner.models import (
+    Change,
+    DevicePerf,
+    DiffusionCandidate,
+    DiffusionRequest,
+    EnvVar,
+    ImageThroughput,
+    Plan,
+    Reason,
+)
+from fitcheck.planner.rules import reason_for
 from fitcheck.progress import Progress, current
 from fitcheck.units import GB, GIB
 
-#: Bytes read and written per trainable parameter by one optimizer step (param, grad, states).
-STEP_BYTES = {"adamw": 28, "adamw8bit": 16, "paged-adamw8bit": 16, "adafactor": 16, "lion": 20}
-STEP_BYTES |= {"lion8bit": 14, "prodigy": 44, "sgd": 20}
 BATCHES = (1, 2, 4, 8, 16)
 #: A departure from what was asked (another optimizer, fp8 base, full_bf16) must buy more than this
 #: share of speed: estimated speed differences that small are within the model's noise.
 DEPARTURE = 0.05
-
-
-class DiffusionPlan(Frozen):
-    """The chosen setup with its estimate, estimated speed and the reasons."""
-
-    setup: DiffusionSetup
-    estimate: Estimate
-    target: Target
-    fits: bool
-    images_per_second: float = Field(description="estimated; see docs/diffusion.md#speed")
-    reasons: tuple[str, ...]
-    notes: tuple[str, ...] = ()
-    considered: int
+#: Resolution steps (kohya buckets in multiples of 64 px).
+RES_STEP = 64
+#: The lowest resolution suggested when nothing fits.
+MIN_SUGGESTED_RES = 256
 
 
 def _device(target: Target) -> DevicePerf:
@@ -73,19 +75,33 @@ def images_per_second(
     utilisation: float = UTILISATION["cuda"][0],
 ) -> float:
     """Estimated training throughput of ``setup`` (see the module docstring)."""
+    return _speed(spec, setup, tflops, bandwidth_gbps, utilisation)[0]
+
+
+def _speed(
+    spec: DiffusionSpec, setup: DiffusionSetup, tflops: float, bandwidth_gbps: float, utilisation: float
+) -> tuple[float, float, float]:
+    """(images/s, FLOPs per image, seconds per optimizer step)."""
     step = simulate(spec, setup.model_copy(update={"batch_size": 1, "grad_accum": 1}))
     passes = 4 if setup.grad_ckpt else 3
-    compute = passes * step.flops_forward / (tflops * 1e12 * utilisation)
-    per_image = compute
+    per_image = passes * step.flops_forward / (tflops * 1e12 * utilisation)
     if setup.fp8_base:
         frozen = sum(p.part.params for p in plan_parts(spec, setup) if p.on_device and p.dtype == "fp8")
         # each use reads fp8 and writes/reads a 16-bit copy: 5 B per weight, forward (+ recompute)
         per_image += (passes - 2) * 5 * frozen / (bandwidth_gbps * GB) / setup.batch_size
     trainable = sum(math.prod(s) for s in step.adapter_shapes)
     trainable += sum(math.prod(s) for shapes in step.trainable_shapes.values() for s in shapes)
-    step_time = trainable * STEP_BYTES.get(setup.optimizer, 28) / (bandwidth_gbps * GB)
+    step_time = trainable * step_bytes(setup.optimizer) / (bandwidth_gbps * GB)
     images = setup.batch_size * setup.grad_accum
-    return images / (images * per_image + step_time)
+    seconds = images * per_image + step_time
+    return images / seconds, passes * step.flops_forward, seconds
+
+
+def image_throughput(spec: DiffusionSpec, setup: DiffusionSetup, device: DevicePerf) -> ImageThroughput:
+    """The cost model's speed of ``setup`` on ``device`` (one device model for every workload)."""
+    util = UTILISATION[device.backend][0]
+    ips, flops, seconds = _speed(spec, setup, device.tflops(setup.precision), device.bandwidth_gbps, util)
+    return ImageThroughput(images_per_s=ips, flops_per_image=flops, step_s=seconds)
 
 
 def _families(spec: DiffusionSpec, setup: DiffusionSetup, res: int) -> list[list[DiffusionSetup]]:
@@ -127,14 +143,87 @@ def _families(spec: DiffusionSpec, setup: DiffusionSetup, res: int) -> list[list
     return groups
 
 
+class DiffusionWorkload:
+    """kohya setups for `fitcheck.planner.loop`: search space, cost model, ranking and words."""
+
+    kind: SetupKind = "diffusion"
+    candidate_model = DiffusionCandidate
+    exhaustive = False  # a lower resolution only when nothing fits at a higher one
+
+    def __init__(
+        self,
+        spec: DiffusionSpec,
+        asked: DiffusionSetup,
+        target: Target,
+        device: DevicePerf,
+        resolutions: Sequence[int],
+        progress: Progress | None = None,
+        others: Sequence[Target] = (),
+    ) -> None:
+        self.spec, self.asked, self.target, self.device = spec, asked, target, device
+        self.resolutions, self.progress, self.others = tuple(resolutions), progress, tuple(others)
+        self.effective_batch = asked.batch_size * asked.grad_accum
+        self.estimates_run = 0
+
+    def tiers(self) -> Iterator[list[list[DiffusionSetup]]]:
+        return (_families(self.spec, self.asked, res) for res in self.resolutions)
+
+    def memory(self, setup: DiffusionSetup) -> loop.Memory | None:
+        try:
+            est = estimate_diffusion(self.spec, setup, self.target.context_bytes or None)
+        except OptionError:
+            return None  # kohya refuses it (and every larger micro-batch of the family)
+        self.estimates_run += 1
+        if self.progress is not None:
+            where = f"{setup.resolution} px, micro-batch {setup.batch_size}"
+            self.progress(f"{self.estimates_run} setups estimated ({where})")
+        return loop.Memory(est.device_bytes, high_bytes(est), est.host_bytes)
+
+    def speed(self, setup: DiffusionSetup) -> ImageThroughput:
+        return image_throughput(self.spec, setup, self.device)
+
+    def rank_key(self, c: DiffusionCandidate) -> tuple[object, ...]:
+        """The highest resolution, then the highest speed after departures, then the least memory."""
+        adjusted = c.throughput.images_per_s * (1 - DEPARTURE * _risk(c.setup, self.asked))
+        return (-(c.setup.resolution or self.spec.native_resolution), -adjusted, c.device_bytes)
+
+    def signature(self, c: DiffusionCandidate) -> tuple[object, ...]:
+        s = c.setup
+        return (s.resolution, s.batch_size, s.grad_ckpt, s.optimizer, s.fp8_base, s.full_bf16)
+
+    def why_not(self, c: DiffusionCandidate, chosen: DiffusionCandidate) -> str:
+        return _why_not(c, chosen, self.asked)
+
+    def reasons(self, chosen: DiffusionCandidate, ranked: Sequence[DiffusionCandidate]) -> list[Reason]:
+        return _reasons(self.spec, self.asked, chosen, self.target)
+
+    def env(self, chosen: DiffusionCandidate) -> tuple[EnvVar, ...]:
+        return ()
+
+    def changes(self, ranked: Sequence[DiffusionCandidate]) -> list[Change]:
+        frugal = min(ranked, key=lambda c: c.device_bytes).setup
+        return _changes(self.spec, frugal, self.target, self.others)
+
+    def estimate(self, setup: DiffusionSetup) -> Estimate:
+        est = estimate_diffusion(self.spec, setup, self.target.context_bytes or None)
+        return est.model_copy(update={"target": verdict(est, self.target)})
+
+    def notes(self, chosen: DiffusionCandidate | None) -> tuple[str, ...]:
+        return (
+            "bucketing: kohya keeps about resolution^2 pixels per bucket (enable_bucket), so other aspect "
+            "ratios need about the same memory as the square resolution estimated here",
+        )
+
+
 def plan_diffusion(
     spec: DiffusionSpec,
     setup: DiffusionSetup,
     target: Target,
     min_resolution: int | None = None,
     progress: Progress | None = None,
-) -> DiffusionPlan:
-    """The fastest setup that fits ``target`` (or, when none does, the smallest), with reasons.
+    others: Sequence[Target] = (),
+) -> Plan:
+    """The fastest setup that fits ``target`` (or, when none does, the least need and what would fit).
 
     Args:
         spec: the pipeline.
@@ -144,127 +233,159 @@ def plan_diffusion(
         min_resolution: lowest resolution to step down to (multiples of 64) when nothing fits.
         progress: called with a short message after each setup estimated (default: the reporter
             `fitcheck.progress.reporting` installed, if any).
+        others: catalog devices of the same backend, for "a bigger device" when nothing fits.
     """
-    progress = progress or current()
-    setup = setup.model_copy(update={"backend": target.backend})
-    if setup.attn == "xformers" and setup.backend == "mps":
-        setup = setup.model_copy(update={"attn": "sdpa"})  # never xformers on Apple silicon
-    check(spec, setup)
-    device = _device(target)
-    tflops, bandwidth = device.tflops(setup.precision), device.bandwidth_gbps
-    util = UTILISATION[device.backend][0]
-    res0 = setup.resolution or spec.native_resolution
+    asked = _as_asked(spec, setup, target)
+    res0 = asked.resolution or spec.native_resolution
     if min_resolution is not None and min_resolution > res0:
-        from fitcheck.errors import OptionError
-
         raise OptionError(
             f"--min-resolution {min_resolution} is above the resolution planned ({res0}): it is the lowest "
             "to step down to"
         )
     floor = min_resolution or res0
-    resolutions = [res0, *range((res0 - 64) // 64 * 64, floor - 1, -64)]
-    considered = 0
-    best: tuple[float, int, DiffusionSetup, Estimate] | None = None
-    smallest: tuple[int, DiffusionSetup, Estimate] | None = None
-    for res in resolutions:
-        for group in _families(spec, setup, res):
-            for cand in group:
-                try:
-                    est = estimate_diffusion(spec, cand, target.context_bytes or None)
-                except OptionError:
-                    break
-                considered += 1
-                if progress is not None:
-                    progress(f"{considered} setups estimated ({res} px, micro-batch {cand.batch_size})")
-                if smallest is None or est.device_bytes < smallest[0]:
-                    smallest = (est.device_bytes, cand, est)
-                if judge(est, target)[0] != "fits":
-                    break  # a larger micro-batch needs more memory
-                speed = images_per_second(spec, cand, tflops, bandwidth, util)
-                key = (speed * (1 - DEPARTURE * _risk(cand, setup)), -est.device_bytes)
-                if best is None or key > (best[0], best[1]):
-                    best = (key[0], key[1], cand, est)
-        if best is not None:
-            break
-    if best is None:
-        assert smallest is not None, "no setup could be estimated"
-        _, cand, est = smallest
-        why = _reasons(spec, setup, cand, est, target)
-        reasons = ("nothing fits: this is the smallest setup found", *why)
-        speed = images_per_second(spec, cand, tflops, bandwidth, util)
-        return DiffusionPlan(
-            setup=cand,
-            estimate=est,
-            target=target,
-            fits=False,
-            images_per_second=round(speed, 4),
-            reasons=reasons,
-            notes=_notes(cand, device),
-            considered=considered,
-        )
-    _, _, cand, est = best
-    return DiffusionPlan(
-        setup=cand,
-        estimate=est,
-        target=target,
-        fits=True,
-        images_per_second=round(images_per_second(spec, cand, tflops, bandwidth, util), 4),
-        reasons=_reasons(spec, setup, cand, est, target),
-        notes=_notes(cand, device),
-        considered=considered,
+    resolutions = [res0, *range((res0 - RES_STEP) // RES_STEP * RES_STEP, floor - 1, -RES_STEP)]
+    device = _device(target)
+    w = DiffusionWorkload(spec, asked, target, device, resolutions, progress or current(), others)
+    req = DiffusionRequest(
+        base=asked, effective_batch=asked.batch_size * asked.grad_accum, min_resolution=min_resolution
     )
+    return loop.make(w, loop.Asked(spec.id, spec.name, target, device, req))
+
+
+def _as_asked(spec: DiffusionSpec, setup: DiffusionSetup, target: Target) -> DiffusionSetup:
+    """The setup as asked, on the target's backend (never xformers on Apple silicon), checked."""
+    setup = setup.model_copy(update={"backend": target.backend})
+    if setup.attn == "xformers" and setup.backend == "mps":
+        setup = setup.model_copy(update={"attn": "sdpa"})  # never xformers on Apple silicon
+    check(spec, setup)
+    return setup
 
 
 def _risk(cand: DiffusionSetup, asked: DiffusionSetup) -> int:
     """Departures from what was asked (fp8, full_bf16, another optimizer), each worth `DEPARTURE`."""
-    return (
-        int(cand.fp8_base and not asked.fp8_base)
-        + int(cand.full_bf16 and not asked.full_bf16)
-        + int(cand.optimizer != asked.optimizer)
-    )
+    return len(_departures(cand, asked))
+
+
+def _departures(cand: DiffusionSetup, asked: DiffusionSetup) -> list[str]:
+    out = ["fp8 base weights"] if cand.fp8_base and not asked.fp8_base else []
+    out += ["full_bf16"] if cand.full_bf16 and not asked.full_bf16 else []
+    out += [f"optimizer {cand.optimizer}"] if cand.optimizer != asked.optimizer else []
+    return out
+
+
+def _why_not(c: DiffusionCandidate, chosen: DiffusionCandidate, asked: DiffusionSetup) -> str:
+    """Why a fitting runner-up lost (the loop words the ones that do not fit)."""
+    mine, best = c.throughput.images_per_s, chosen.throughput.images_per_s
+    if mine < best:
+        return f"fits, {100 * (1 - mine / best):.1f}% slower ({mine:.2f} vs {best:.2f} images/s)"
+    extra = [d for d in _departures(c.setup, asked) if d not in _departures(chosen.setup, asked)]
+    if extra:
+        return (
+            f"fits and {100 * (mine / best - 1):.1f}% faster, but {', '.join(extra)} departs from what was "
+            f"asked and must buy more than {100 * DEPARTURE:.0f}% of speed"
+        )
+    return f"fits at the same estimated speed with more memory ({c.device_bytes / GIB:.2f} GiB)"
+
+
+def _r(rule: str, choice: str, text: str) -> Reason:
+    rid, ch, txt, src = reason_for(rule, choice, text)
+    return Reason(rule=rid, choice=ch, text=txt, source=src)
 
 
 def _reasons(
-    spec: DiffusionSpec, asked: DiffusionSetup, cand: DiffusionSetup, est: Estimate, target: Target
-) -> tuple[str, ...]:
-    fits = judge(est, target)[0] == "fits"
+    spec: DiffusionSpec, asked: DiffusionSetup, chosen: DiffusionCandidate, target: Target
+) -> list[Reason]:
+    """One reason per decided setting, each with its rule (`fitcheck.planner.rules`) and source."""
+    cand = chosen.setup
     tc = " (Tensor Cores prefer 4, 8, 16: source documents)" if cand.batch_size in (4, 8, 16) else ""
     out = [
-        f"micro-batch {cand.batch_size} x accumulation {cand.grad_accum}: "
-        + (f"the fastest that fits{tc}" if fits else "the smallest")
-        + f"; {est.device_bytes / GIB:.1f} GiB of a {target.budget_bytes / GIB:.1f} GiB budget"
-        + f" on {target.id}",
-        "latents cached: the VAE encodes once and leaves the GPU (color_aug and random_crop stay off)",
+        _r(
+            "throughput",
+            "micro-batch",
+            f"micro-batch {cand.batch_size} x accumulation {cand.grad_accum}: the fastest that fits{tc}; "
+            f"{chosen.device_bytes / GIB:.1f} GiB of a {target.budget_bytes / GIB:.1f} GiB budget"
+            f" on {target.id}",
+        ),
+        _r(
+            "diffusion-cache",
+            "caching",
+            "latents cached: the VAE encodes once and leaves the GPU (color_aug and random_crop stay off)",
+        ),
     ]
     if cand.cache_text_encoder_outputs:
-        out.append("text-encoder outputs cached: the encoders leave the GPU (no caption shuffle or dropout)")
+        text = "text-encoder outputs cached: the encoders leave the GPU (no caption shuffle or dropout)"
+        out.append(_r("diffusion-cache", "caching", text))
     out.append(
-        "gradient checkpointing on: needed to fit (one more forward per step, about 30% slower)"
-        if cand.grad_ckpt
-        else "gradient checkpointing off: it fits without it, and it would cost a forward pass per step"
+        _r(
+            "grad-ckpt",
+            "checkpointing",
+            "gradient checkpointing on: needed to fit (one more forward per step, about 30% slower)"
+            if cand.grad_ckpt
+            else "gradient checkpointing off: it fits without it, and it would cost a forward pass per step",
+        )
     )
-    if cand.optimizer != asked.optimizer:
-        out.append(f"optimizer {cand.optimizer} instead of {asked.optimizer}: smaller optimizer states")
-    if cand.fp8_base and not asked.fp8_base:
-        out.append("fp8 base weights: halves the frozen weights; each layer is cast when used (slower)")
-    if cand.full_bf16 and not asked.full_bf16:
-        out.append("full_bf16: bf16 weights and gradients (no fp32 copy), as kohya's 24 GB SDXL recipe")
+    out += _departure_reasons(cand, asked)
     attn = "sdpa" if cand.attn in ("sdpa", "flash") else cand.attn
-    out.append(
-        f"attention: {attn}"
-        + (" (never xformers on Apple silicon: CUDA-only)" if target.backend == "mps" else " (O(N) memory)")
-    )
+    mac = " (never xformers on Apple silicon: CUDA-only)" if target.backend == "mps" else " (O(N) memory)"
+    out.append(_r("diffusion-attention", "attention", f"attention: {attn}{mac}"))
     res = cand.resolution or spec.native_resolution
     if res != (asked.resolution or spec.native_resolution):
-        out.append(f"resolution lowered to {res}px: the asked resolution did not fit")
-    return tuple(out)
+        text = f"resolution lowered to {res}px: the asked resolution did not fit"
+        out.append(_r("diffusion-resolution", "resolution", text))
+    return out
 
 
-def _notes(cand: DiffusionSetup, device: DevicePerf) -> tuple[str, ...]:
-    notes = [
-        "bucketing: kohya keeps about resolution^2 pixels per bucket (enable_bucket), so other aspect "
-        "ratios need about the same memory as the square resolution estimated here",
-    ]
-    if device.assumed:
-        notes.append(f"speed figures assumed (images/s for ranking only): {'; '.join(device.assumed)}")
-    return tuple(notes)
+def _departure_reasons(cand: DiffusionSetup, asked: DiffusionSetup) -> list[Reason]:
+    out = []
+    if cand.optimizer != asked.optimizer:
+        text = f"optimizer {cand.optimizer} instead of {asked.optimizer}: smaller optimizer states"
+        out.append(_r("diffusion-departure", "optimizer", text))
+    if cand.fp8_base and not asked.fp8_base:
+        text = "fp8 base weights: halves the frozen weights; each layer is cast when used (slower)"
+        out.append(_r("diffusion-departure", "fp8 base", text))
+    if cand.full_bf16 and not asked.full_bf16:
+        text = "full_bf16: bf16 weights and gradients (no fp32 copy), as kohya's 24 GB SDXL recipe"
+        out.append(_r("diffusion-departure", "full_bf16", text))
+    return out
+
+
+def _fits_on(spec: DiffusionSpec, setup: DiffusionSetup, target: Target) -> int | None:
+    """The setup's device bytes when its band's high edge fits the target's budget, else None."""
+    try:
+        est = estimate_diffusion(spec, setup, target.context_bytes or None)
+    except OptionError:
+        return None
+    return (
+        est.device_bytes
+        if loop.fit_verdict(loop.Memory(est.device_bytes, high_bytes(est)), target) == "fits"
+        else None
+    )
+
+
+def _changes(
+    spec: DiffusionSpec, frugal: DiffusionSetup, target: Target, others: Sequence[Target]
+) -> list[Change]:
+    """When nothing fits: a lower resolution, or a bigger device, for the least-memory setup found."""
+    out: list[Change] = []
+    res = (frugal.resolution or spec.native_resolution) - RES_STEP
+    while res >= MIN_SUGGESTED_RES:
+        need = _fits_on(spec, frugal.model_copy(update={"resolution": res}), target)
+        if need is not None:
+            change = f"a resolution of {res}px (bucketing keeps about res^2 pixels)"
+            out.append(Change(change=change, flag=f"--min-resolution {res}", device_bytes=need,
+                              budget_bytes=target.budget_bytes))  # fmt: skip
+            break
+        res -= RES_STEP
+    pool = sorted(
+        (t for t in others if t.backend == target.backend and t.budget_bytes > target.budget_bytes),
+        key=lambda t: (t.budget_bytes, t.id),
+    )
+    for t in pool:
+        need = _fits_on(spec, frugal.model_copy(update={"backend": t.backend}), t)
+        if need is not None:
+            change = f"a bigger device: {t.name} ({t.budget_bytes / GIB:.1f} GiB budget)"
+            out.append(
+                Change(change=change, flag=f"--on {t.id}", device_bytes=need, budget_bytes=t.budget_bytes)
+            )
+            break
+    return out

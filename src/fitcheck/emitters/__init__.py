@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Protocol
 from fitcheck.errors import OptionError, suggest
 
 if TYPE_CHECKING:
-    from fitcheck.diffusion.plan import DiffusionPlan
     from fitcheck.emitters.common import EmitContext
     from fitcheck.planner.models import Plan
 
@@ -28,9 +27,9 @@ class Emitter(Protocol):
     TRAINER: str | None
     DESCRIPTION: str
 
-    def check(self, plan: Plan | DiffusionPlan, ctx: EmitContext) -> None: ...
+    def check(self, plan: Plan, ctx: EmitContext) -> None: ...
 
-    def emit(self, plan: Plan | DiffusionPlan, ctx: EmitContext) -> dict[str, str]: ...
+    def emit(self, plan: Plan, ctx: EmitContext) -> dict[str, str]: ...
 
 
 #: Format name -> module.

@@ -20,7 +20,7 @@ from fitcheck.emitters.launch import launch_line
 from fitcheck.engine.params import layer_linears
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup, ModelSpec
-from fitcheck.planner.models import Candidate, Plan
+from fitcheck.planner.models import LlmCandidate, Plan, PlanRequest
 from fitcheck.units import GIB
 
 #: Learning rates written when the user gives none: the TRL/PEFT examples' usual values, not tuned.
@@ -67,11 +67,23 @@ class Item:
     comment: str = ""
 
 
-def chosen(plan: Plan) -> Candidate:
-    """The plan's chosen candidate; emitters are only called for plans that fit."""
-    if plan.chosen is None:
+def chosen(plan: Plan) -> LlmCandidate:
+    """The plan's chosen candidate; emitters are only called for LLM plans that fit."""
+    c = plan.chosen
+    if c is None:
         raise OptionError("no configuration fits, so there is nothing to write")
-    return plan.chosen
+    if not isinstance(c.setup, LlmSetup):
+        raise OptionError(
+            f"{plan.model} is a diffusion model: its trainer config is kohya.toml (the LLM trainers' "
+            "configs cannot express it)"
+        )
+    return c  # type: ignore[return-value]  # an LlmSetup's candidate is an LlmCandidate
+
+
+def epochs(plan: Plan) -> float:
+    """Passes over the dataset the plan was asked for (``--epochs``, default 1)."""
+    req = plan.request
+    return float(req.epochs or 1.0) if isinstance(req, PlanRequest) else 1.0
 
 
 def model_ref(ctx: EmitContext, what: str) -> str:

@@ -20,6 +20,7 @@ from fitcheck.emitters.common import (
     Item,
     chosen,
     comment_block,
+    epochs,
     header,
     integer_alpha,
     learning_rate,
@@ -165,7 +166,7 @@ def text(plan: Plan, ctx: EmitContext) -> str:
         Item("fp16", s.precision == "fp16"),
         Item("optim", optim_name(s.optimizer)),
         Item("learning_rate", learning_rate(s)),
-        Item("num_train_epochs", float(plan.request.epochs or 1.0)),
+        Item("num_train_epochs", epochs(plan)),
         Item("logging_steps", 10),
         Item("report_to", "none"),
     ]

@@ -27,8 +27,8 @@ from fitcheck.planner import kernels
 from fitcheck.units import GIB
 
 if TYPE_CHECKING:
-    from fitcheck.diffusion.plan import DiffusionPlan
     from fitcheck.emitters.common import EmitContext
+    from fitcheck.planner.models import Plan
 
 NAME = "kohya.toml"
 TRAINER = "kohya"
@@ -199,23 +199,25 @@ def dataset_name(config_name: str) -> str:
     return config_name.removesuffix("kohya.toml") + "dataset.toml"
 
 
-def check(plan: DiffusionPlan, ctx: EmitContext) -> None:
+def check(plan: Plan, ctx: EmitContext) -> None:
     """Only a plan that fits is written, for a diffusion model."""
     if not plan.fits:
         raise OptionError("no configuration fits, so there is nothing to write")
-    if not isinstance(ctx.spec, DiffusionSpec):
+    if not isinstance(ctx.spec, DiffusionSpec) or plan.kind != "diffusion":
         raise OptionError(
             "kohya.toml is a kohya sd-scripts config for diffusion models; for a language model emit "
             "hf.yaml, axolotl.yaml, llamafactory.yaml or mlx.yaml"
         )
 
 
-def emit(plan: DiffusionPlan, ctx: EmitContext) -> dict[str, str]:
+def emit(plan: Plan, ctx: EmitContext) -> dict[str, str]:
     """{config name: text, dataset name: text} (the emitter protocol, `fitcheck.emitters.Emitter`)."""
     check(plan, ctx)
     assert isinstance(ctx.spec, DiffusionSpec)
+    c, est = plan.chosen, plan.estimate
+    assert c is not None and est is not None and isinstance(c.setup, DiffusionSetup)  # check() made sure
     config = ctx.filename or NAME
-    return emit_kohya(ctx.spec, plan.setup, plan.estimate, plan.target, names=(config, dataset_name(config)))
+    return emit_kohya(ctx.spec, c.setup, est, plan.target, names=(config, dataset_name(config)))
 
 
 def emit_kohya(

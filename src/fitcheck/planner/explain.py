@@ -333,14 +333,8 @@ def _strategy(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest) -
 
 
 def why_not(c: Candidate, chosen: Candidate, methods: tuple[str, ...]) -> str:
-    """Why a runner-up was not chosen (the loop picks the runners-up, `fitcheck.planner.loop`)."""
-    if not c.fits:
-        if c.verdict == "tight":
-            return (
-                f"tight: needs {_gib(c.device_bytes)}, likely up to {_gib(c.high_bytes)}, budget "
-                f"{_gib(c.budget_bytes)} (a plan must fit the likely range)"
-            )
-        return f"does not fit: needs {_gib(c.device_bytes)}, budget {_gib(c.budget_bytes)}"
+    """Why a fitting runner-up was not chosen (the loop picks the runners-up and words the ones that
+    do not fit, `fitcheck.planner.loop`)."""
     s, x = c.setup, chosen.setup
     if methods.index(s.method) > methods.index(x.method):
         return f"fits, but --method auto prefers {x.method} (full, then LoRA, then QLoRA)"

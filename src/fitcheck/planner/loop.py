@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, NamedTuple, Protocol, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar, cast
 
 from fitcheck.engine.verdict import judge_bytes
-from fitcheck.models import DiffusionSetup, Estimate, LlmSetup, SetupKind, Target
+from fitcheck.models import DiffusionSetup, Estimate, LlmSetup, SetupKind, Target, VerdictName
 from fitcheck.planner.models import (
     Candidate,
     Change,
@@ -40,6 +40,7 @@ from fitcheck.planner.models import (
     RunnerUp,
     Throughput,
 )
+from fitcheck.units import GIB
 
 S = TypeVar("S", LlmSetup, DiffusionSetup)
 T = TypeVar("T", Throughput, ImageThroughput)
@@ -87,7 +88,9 @@ class Workload(Protocol[S, T]):
         """Runners-up that share a signature would read the same: only the best-ranked is listed."""
         ...
 
-    def why_not(self, c: Candidate[S, T], chosen: Candidate[S, T]) -> str: ...
+    def why_not(self, c: Candidate[S, T], chosen: Candidate[S, T]) -> str:
+        """Why a fitting candidate ranked below the choice lost."""
+        ...
 
     def reasons(self, chosen: Candidate[S, T], ranked: Sequence[Candidate[S, T]]) -> list[Reason]: ...
 
@@ -117,9 +120,9 @@ class Searched(Generic[S, T]):
         return min(self.ranked, key=lambda c: c.device_bytes)
 
 
-def fit_verdict(mem: Memory, target: Target) -> str:
+def fit_verdict(mem: Memory, target: Target) -> VerdictName:
     """The fit test of every plan: the band's high edge against the budget, the node's host memory."""
-    verdict = judge_bytes(mem.device_bytes, mem.high_bytes, target.budget_bytes)
+    verdict = cast(VerdictName, judge_bytes(mem.device_bytes, mem.high_bytes, target.budget_bytes))
     host = target.host_memory_bytes
     if mem.host_bytes is not None and host is not None and mem.host_bytes > host:
         return "does_not_fit"  # the node's CPU RAM cannot hold the offload or the loading
@@ -171,7 +174,7 @@ def runners_up(
         if w.signature(c) not in seen:
             seen.add(w.signature(c))
             unique_above.append(c)
-    above = unique_above[-RUNNERS_UP_ABOVE:]
+    above: list[Candidate[S, T]] = unique_above[-RUNNERS_UP_ABOVE:]
     below: list[Candidate[S, T]] = []
     for c in ranked[i + 1 :]:
         if len(below) == RUNNERS_UP_BELOW:
@@ -179,7 +182,24 @@ def runners_up(
         if c.fits and w.signature(c) not in seen:
             seen.add(w.signature(c))
             below.append(c)
-    return [RunnerUp(candidate=c, reason=w.why_not(c, chosen)) for c in [*above, *below]]  # type: ignore[arg-type]
+    return [
+        RunnerUp(candidate=c, reason=w.why_not(c, chosen) if c.fits else why_not_fit(c))  # type: ignore[arg-type]
+        for c in [*above, *below]
+    ]
+
+
+def why_not_fit(c: Candidate[S, T]) -> str:
+    """Why a candidate ranked above the choice lost: it does not fit, or only its central estimate does."""
+    if c.verdict == "tight":
+        return (
+            f"tight: needs {_gib(c.device_bytes)}, likely up to {_gib(c.high_bytes)}, budget "
+            f"{_gib(c.budget_bytes)} (a plan must fit the likely range)"
+        )
+    return f"does not fit: needs {_gib(c.device_bytes)}, budget {_gib(c.budget_bytes)}"
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
 
 
 @dataclass(frozen=True)
@@ -197,8 +217,9 @@ def make(w: Workload[S, T], asked: Asked) -> Plan:
     """Search, choose and explain: the `Plan` of every workload."""
     found = search(w, asked.target)
     chosen = found.chosen
-    est = w.estimate(chosen.setup) if chosen is not None else None
-    warnings = [f"speed figures assumed: {'; '.join(asked.device.assumed)}"] if asked.device.assumed else []
+    est: Estimate | None = w.estimate(chosen.setup) if chosen is not None else None
+    assumed = asked.device.assumed
+    warnings: list[str] = [f"speed figures assumed: {'; '.join(assumed)}"] if assumed else []
     return Plan(
         kind=w.kind,
         model=asked.model,

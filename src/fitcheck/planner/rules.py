@@ -169,6 +169,32 @@ _RULES = (
         "fsdp, zero3; CPU offload only when nothing fits without it",
         "issue #14; docs/distributed.md (strategies, offload)",
     ),
+    Rule(
+        "diffusion-cache",
+        "diffusion: latents and text-encoder outputs cached whenever kohya allows; the VAE and the "
+        "encoders then leave the GPU at no step cost",
+        "kohya-ss/sd-scripts docs/train_SDXL-en.md (cache_latents, cache_text_encoder_outputs); "
+        "docs/diffusion.md#speed",
+    ),
+    Rule(
+        "diffusion-departure",
+        "diffusion: another optimizer, fp8 base weights or full_bf16 than asked only when needed to fit or "
+        "when it buys more than 5% of estimated speed (smaller differences are within the model's noise)",
+        "kohya-ss/sd-scripts docs/train_SDXL-en.md (Adafactor and full_bf16 for 24 GB), "
+        "docs/flux_train_network.md (fp8_base for 24 GB); docs/diffusion.md#speed",
+    ),
+    Rule(
+        "diffusion-attention",
+        "diffusion: the attention kernel as asked (SDPA by default, O(N) memory); xformers becomes SDPA "
+        "on Apple silicon",
+        "seeds/000 (Apple 3); facebookresearch/xformers#731; docs/diffusion.md",
+    ),
+    Rule(
+        "diffusion-resolution",
+        "diffusion: the asked resolution; 64 px lower at a time, never below --min-resolution, only when "
+        "nothing fits",
+        "docs/diffusion.md#speed (kohya buckets in multiples of 64 px)",
+    ),
 )
 RULES: dict[str, Rule] = {r.id: r for r in _RULES}
 

@@ -28,21 +28,11 @@ from fitcheck.engine.params import count_params, layer_kinds
 from fitcheck.engine.regimes import regime_for
 from fitcheck.engine.states import quantizable_tensors
 from fitcheck.facts.dtypes import nbytes
+from fitcheck.facts.speed import UTILISATION
 from fitcheck.models import DecoderArch, LlmSetup
 from fitcheck.planner.models import DevicePerf, Throughput
 from fitcheck.units import GB
 
-#: Fraction of the dense peak a fine-tuning step sustains, per backend: (fraction, why).
-UTILISATION: dict[str, tuple[float, str]] = {
-    "cuda": (
-        0.40,
-        "below the 46-52% MFU of large pre-training runs (PaLM, arXiv 2204.02311 Table 3; Megatron-LM, "
-        "arXiv 2104.04473), because fine-tuning stacks run unfused norms, RoPE and loss between matmuls",
-    ),
-    "rocm": (0.30, "assumed below CUDA: fewer fused kernels in the ROCm training stack (no measurement)"),
-    "mps": (0.30, "assumed: PyTorch MPS and MLX run many small Metal kernels (no measurement)"),
-    "cpu": (0.30, "assumed: oneDNN matmuls between memory-bound elementwise ops (no measurement)"),
-}
 #: Causal attention: fused kernels (flash, SDPA, xformers) skip the masked upper triangle.
 CAUSAL_FRACTION = {"eager": 1.0, "sdpa": 0.5, "flash": 0.5, "xformers": 0.5}
 #: bitsandbytes dequantization reads the packed 4-bit weight (0.5 B + constants) and writes a 16-bit copy.
