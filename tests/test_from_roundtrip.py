@@ -57,10 +57,7 @@ def test_plan_emit_then_estimate_from_gives_the_plan(
         ["plan", model, "--on", on, *extra, "--emit", emit, "-o", str(tmp_path), "--format", "json"], capsys
     )
     assert plan["fits"], "the case must plan something to write"
-    if emit == "kohya.toml":
-        planned_setup, planned_bytes = plan["chosen"], plan["estimate"]["device_bytes"]
-    else:
-        planned_setup, planned_bytes = plan["chosen"]["setup"], plan["chosen"]["device_bytes"]
+    planned_setup, planned_bytes = plan["chosen"]["setup"], plan["chosen"]["device_bytes"]  # one shape
     est, err = _json(
         ["estimate", model, "--from", str(tmp_path / emit), "--on", on, "--format", "json"], capsys
     )

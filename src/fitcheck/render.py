@@ -794,6 +794,44 @@ def _plan_dist_rows(plan: Any) -> list[tuple[str, str]]:
     return [("strategy", f"{s.effective_strategy}{off} on {gpus}; memory per GPU{host}")]
 
 
+def _plan_nothing_fits(con: Any, plan: Any) -> None:
+    """The least any configuration needs, and the changes that would fit (any workload)."""
+    t = plan.target
+    _say(
+        con,
+        f"[bold red]nothing fits[/] {_escape(plan.model_name)} on {_escape(t.name)}: the least any of "
+        f"the {plan.grid_points} configurations needs is {_g(plan.min_device_bytes)} GiB, "
+        f"budget {_g(t.budget_bytes)} GiB",
+    )
+    for i, ch in enumerate(plan.changes):
+        lead = "smallest change" if i == 0 else "or"
+        _say(con, f"{lead}: [bold]{_escape(ch.flag)}[/] — {_escape(ch.change)} "
+                  f"({_g(ch.device_bytes)} GiB)", indent=2)  # fmt: skip
+    if not plan.changes:
+        _say(con, "no single change found: try a smaller model or a device with more memory", indent=2)
+
+
+def _plan_runners_up(con: Any, plan: Any) -> None:
+    """An LLM plan's runners-up: a table when it fits the width, else one folded entry each."""
+    from rich.text import Text
+
+    if not plan.runners_up:
+        return
+    _say(con, Text("runners-up", style="bold"))
+    ru: list[list[str | Text]] = []
+    for r in plan.runners_up:
+        x = r.candidate
+        ru.append([_setup_line(x.setup), _g(x.device_bytes), f"{x.throughput.tokens_per_s:,.0f}", r.reason])
+    widest = max(_cell_width(r[0]) for r in ru) + 5 + 9 + 3 * 4 + 1 + 30
+    if widest <= con.width:
+        _table(con, ["configuration", "GiB", "tokens/s", "why not"], ru, right={"GiB", "tokens/s"},
+               flex="why not")  # fmt: skip
+    else:  # folded: each runner-up on its own line, the reason below it
+        for cfg, gib_, tps, why_not in ru:
+            _say(con, Text(f"{cfg}: {gib_} GiB, {tps} tokens/s"), indent=2)
+            _say(con, Text(f"why not: {why_not}"), indent=4, style="dim")
+
+
 def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
     """The human view of a plan (on stderr when stdout carries an emitted file)."""
     from rich.text import Text
@@ -804,18 +842,7 @@ def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
     con = _console(stderr=stderr)
     t = plan.target
     if not plan.fits:
-        _say(
-            con,
-            f"[bold red]nothing fits[/] {_escape(plan.model_name)} on {_escape(t.name)}: the least any of "
-            f"the {plan.grid_points} configurations needs is {_g(plan.min_device_bytes)} GiB, "
-            f"budget {_g(t.budget_bytes)} GiB",
-        )
-        for i, ch in enumerate(plan.changes):
-            lead = "smallest change" if i == 0 else "or"
-            _say(con, f"{lead}: [bold]{_escape(ch.flag)}[/] — {_escape(ch.change)} "
-                      f"({_g(ch.device_bytes)} GiB)", indent=2)  # fmt: skip
-        if not plan.changes:
-            _say(con, "no single change found: try a smaller model or a device with more memory", indent=2)
+        _plan_nothing_fits(con, plan)
         return
     c = plan.chosen
     s, tp = c.setup, c.throughput
@@ -855,22 +882,7 @@ def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
     if not verbose:
         header, why = header[:2], [r[:2] for r in why]
     _table(con, header, why, flex="reason", dim={"rule"})
-    if plan.runners_up:
-        _say(con, Text("runners-up", style="bold"))
-        ru: list[list[str | Text]] = []
-        for r in plan.runners_up:
-            x = r.candidate
-            ru.append(
-                [_setup_line(x.setup), _g(x.device_bytes), f"{x.throughput.tokens_per_s:,.0f}", r.reason]
-            )
-        widest = max(_cell_width(r[0]) for r in ru) + 5 + 9 + 3 * 4 + 1 + 30
-        if widest <= con.width:
-            _table(con, ["configuration", "GiB", "tokens/s", "why not"], ru, right={"GiB", "tokens/s"},
-                   flex="why not")  # fmt: skip
-        else:  # folded: each runner-up on its own line, the reason below it
-            for cfg, gib_, tps, why_not in ru:
-                _say(con, Text(f"{cfg}: {gib_} GiB, {tps} tokens/s"), indent=2)
-                _say(con, Text(f"why not: {why_not}"), indent=4, style="dim")
+    _plan_runners_up(con, plan)
     for e in plan.env:
         state = "[green]set[/]" if e.active else "[dim]left off[/]"
         _say(con, f"env {state} {_escape(e.name)}={_escape(e.value)}: {_escape(e.why)}")

@@ -285,18 +285,6 @@ def register(app: typer.Typer) -> None:
     """Add ``fitcheck plan`` to the CLI, with the setup options of ``estimate`` that make sense."""
     from fitcheck import cli as c
 
-    PrecPO = Annotated[c.PrecisionOpt | None, typer.Option("--precision", help="fix the compute dtype")]
-    OptPO = Annotated[c.OptimizerOpt | None, typer.Option("--optimizer", help="fix the optimizer")]
-    AttnPO = Annotated[c.AttnOpt | None, typer.Option("--attn", help="fix the attention kernel")]
-    OffloadPO = Annotated[
-        c.OffloadOpt | None,
-        typer.Option("--offload", help="fix CPU offload: none, optimizer, all [default: searched]"),
-    ]
-    TrainerPO = Annotated[
-        c.TrainerOpt | None,
-        typer.Option("--trainer", help="whose regime to plan for [default: the emitted config's, else hf]"),
-    ]
-
     @app.command()
     def plan(
         model: c.ModelOptArg = None,
@@ -311,21 +299,27 @@ def register(app: typer.Typer) -> None:
         batch_size: MicroO = None,
         resolution: c.ResO = None,
         dora: c.DoraO = False,
-        precision: PrecPO = None,
+        precision: Annotated[c.PrecisionOpt | None, typer.Option(help="fix the compute dtype")] = None,
         master_weights: c.MasterO = False,
-        optimizer: OptPO = None,
+        optimizer: Annotated[c.OptimizerOpt | None, typer.Option(help="fix the optimizer")] = None,
         grad_ckpt: CkptPO = None,
-        attn: AttnPO = None,
+        attn: Annotated[c.AttnOpt | None, typer.Option(help="fix the attention kernel")] = None,
         lora_rank: c.RankO = None,
         lora_alpha: c.AlphaO = None,
         lora_targets: c.TargetsO = None,
         lora_dropout: c.DropO = None,
         double_quant: c.DQO = True,
-        trainer: TrainerPO = None,
+        trainer: Annotated[
+            c.TrainerOpt | None,
+            typer.Option(help="whose regime to plan for [default: the emitted config's, else hf]"),
+        ] = None,
         fp8_base: c.Fp8O = False,
         gpus: c.GpusO = 1,
         strategy: c.StrategyO = None,
-        offload: OffloadPO = None,
+        offload: Annotated[
+            c.OffloadOpt | None,
+            typer.Option(help="fix CPU offload: none, optimizer, all [default: searched]"),
+        ] = None,
         nodes: c.NodesO = 1,
         fsdp_version: c.FsdpVerO = 2,
         quant_storage: c.QuantStorageO = None,
@@ -342,11 +336,9 @@ def register(app: typer.Typer) -> None:
         verbose: c.VerboseO = False,
     ) -> None:
         """The fastest configuration that fits (exit 0; 1 when none does), with reasons and configs."""
-        given = locals()
-        kw = c.plain(**{k: given[k] for k in PLAN_KW})
+        kw = c.plain(**{k: v for k, v in locals().items() if k in PLAN_KW})
         out = Output(list(emit or []), emit_format, output_dir, force, fmt.value, chart, verbose)
-        code = run_command(model, kw, from_file, from_format, out)
-        if code:
+        if code := run_command(model, kw, from_file, from_format, out):
             raise typer.Exit(code=code)
 
 

@@ -277,14 +277,18 @@ def _why_not(c: DiffusionCandidate, chosen: DiffusionCandidate, asked: Diffusion
     """Why a fitting runner-up lost (the loop words the ones that do not fit)."""
     mine, best = c.throughput.images_per_s, chosen.throughput.images_per_s
     if mine < best:
-        return f"fits, {100 * (1 - mine / best):.1f}% slower ({mine:.2f} vs {best:.2f} images/s)"
+        return f"fits, {_pct(1 - mine / best)} slower ({mine:.3g} vs {best:.3g} images/s)"
     extra = [d for d in _departures(c.setup, asked) if d not in _departures(chosen.setup, asked)]
     if extra:
         return (
-            f"fits and {100 * (mine / best - 1):.1f}% faster, but {', '.join(extra)} departs from what was "
-            f"asked and must buy more than {100 * DEPARTURE:.0f}% of speed"
+            f"fits and {_pct(mine / best - 1)} faster, but {', '.join(extra)} departs from what was asked "
+            f"and must buy more than {100 * DEPARTURE:.0f}% of speed"
         )
     return f"fits at the same estimated speed with more memory ({c.device_bytes / GIB:.2f} GiB)"
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f}%" if share >= 0.001 else "under 0.1%"
 
 
 def _r(rule: str, choice: str, text: str) -> Reason:
