@@ -23,9 +23,7 @@ def spec(preset: str) -> DiffusionSpec:
     return spec_from_preset(preset)
 
 
-def plan(
-    preset: str, on: str, fields: dict[str, Any] | None = None, floor: int | None = None
-) -> Plan:
+def plan(preset: str, on: str, fields: dict[str, Any] | None = None, floor: int | None = None) -> Plan:
     """``plan_diffusion`` for kohya, memoised on its arguments."""
     return _plan(preset, on, json.dumps(fields or {}, sort_keys=True), floor)
 
