@@ -33,6 +33,7 @@ def test_sdxl_lora_on_12gb() -> None:
     assert all(r.source for r in plan.reasons)
     assert isinstance(plan.chosen.throughput, ImageThroughput) and plan.chosen.throughput.images_per_s > 0
     # the runners-up: better-ranked ones that do not fit, fitting ones ranked below, each with a reason
+    assert Plan.model_validate_json(plan.model_dump_json()) == plan  # the one JSON shape reads back
     fitting = [r.candidate.fits for r in plan.runners_up]
     assert True in fitting and False in fitting and all(r.reason for r in plan.runners_up)
     files = emit_kohya(spec, s, plan.estimate, target)

@@ -11,6 +11,7 @@ from fitcheck.engine.estimate import estimate
 from fitcheck.engine.states import counts
 from fitcheck.engine.verdict import high_bytes
 from fitcheck.models import LlmSetup
+from fitcheck.planner.models import Plan
 from fitcheck.planner.plan import make_plan
 from fitcheck.planner.search import evaluate_grid
 from fitcheck.planner.throughput import throughput
@@ -158,6 +159,7 @@ def test_memory_equivalent_points_share_estimates() -> None:
 
 def test_runners_up_are_ranked_and_explained() -> None:
     plan = plan_for("llama-3.1-8b", "rtx-4090")
+    assert plan.kind == "llm" and Plan.model_validate_json(plan.model_dump_json()) == plan
     assert plan.fits and plan.runners_up
     for r in plan.runners_up:
         assert r.reason
