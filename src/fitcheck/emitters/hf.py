@@ -29,6 +29,7 @@ from fitcheck.emitters.common import (
     yaml_text,
 )
 from fitcheck.errors import OptionError
+from fitcheck.facts.hf_optim import HF_OPTIM_WRITTEN
 from fitcheck.planner import kernels
 from fitcheck.planner.models import Plan
 
@@ -36,16 +37,8 @@ NAME = "hf.yaml"
 TRAINER = "hf"
 DESCRIPTION = "TRL `trl sft --config` file (transformers Trainer, PEFT, bitsandbytes)"
 
-#: fitcheck optimizer -> TrainingArguments.optim (OptimizerNames, transformers 5.x; trainer_keys).
-OPTIM = {
-    "adamw": "adamw_torch_fused",
-    "adamw8bit": "adamw_8bit",
-    "paged-adamw8bit": "paged_adamw_8bit",
-    "adafactor": "adafactor",
-    "lion": "lion_32bit",
-    "lion8bit": "lion_8bit",
-    "sgd": "sgd",
-}
+#: fitcheck optimizer -> TrainingArguments.optim, from the one table of transformers' names.
+OPTIM = HF_OPTIM_WRITTEN
 #: fitcheck attention -> attn_implementation (transformers AttentionInterface names).
 ATTN = {"flash": "flash_attention_2", "sdpa": "sdpa", "eager": "eager"}
 DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -54,8 +47,7 @@ DATASET = "trl-lib/Capybara"
 
 
 def optim_name(optimizer: str) -> str:
-    """The optim name. Fused AdamW runs on every backend fitcheck plans for (torch's fused-kernel
-    devices include cuda, mps and cpu: torch/utils/_foreach_utils.py), as the engine's hf regime assumes."""
+    """The optim name written for ``optimizer`` (fitcheck.facts.hf_optim says why fused AdamW)."""
     return OPTIM[optimizer]
 
 
