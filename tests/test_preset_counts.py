@@ -2,10 +2,11 @@
 
 fitcheck derives every preset's count from its architecture (`count_params` for decoders, the op-level
 module inventory for diffusion parts). These tests do not compare that count with itself: they compare it
-with what the model's publisher states, recorded with its source in tests/data/param_counts.yaml: a
-checkpoint index's byte total (exact), a rounded figure (to one unit in its last digit), or the count a
-calibration record measured on the real implementation. Both the preset path and the resolve path that
-every command takes are checked.
+with counts published outside fitcheck, recorded with their sources in tests/data/param_counts.yaml: a
+checkpoint index's byte total (exact), an exact count someone else made on the real model (KerasHub's
+preset counts, a loaded model's printed count), the count a calibration record measured on the real
+implementation, or a rounded figure (to one unit in its last digit). Both the preset path and the
+resolve path that every command takes are checked.
 """
 
 from __future__ import annotations
@@ -61,21 +62,28 @@ def published_range(entry: dict[str, Any]) -> tuple[int, int]:
         per = STORED_BYTES[idx["dtype"]]
         assert payload % per == 0, "an index total is a whole number of stored elements"
         return payload // per, payload // per
+    if "count" in entry:
+        return entry["count"], entry["count"]
     if "traced" in entry:
         rec = json.loads((DATA / "calibration" / "diffusion" / entry["traced"]["record"]).read_text())
         traced = rec["traced"]
         adapters = traced["trainable_params"] if rec["setup"]["method"] == "lora" else 0
         n = traced["total_params"] - adapters
         return n, n
-    low, high = figure_range(entry["figure"])
-    drop = entry.get("minus_buffers", 0)
-    return low - drop, high - drop
+    return figure_range(entry["figure"])
 
 
 def test_figure_range_reads_the_last_digit() -> None:
     assert figure_range("8.03B") == (8_020_000_000, 8_040_000_000)
     assert figure_range("865M") == (864_000_000, 866_000_000)
     assert figure_range("406B") == (405_000_000_000, 407_000_000_000)
+
+
+def test_an_index_total_pins_the_count_exactly() -> None:
+    """16,060,522,496 bytes of bf16 tensors are 8,030,261,248 parameters: one more or less fails."""
+    assert published_range(LLM["llama-3.1-8b"]) == (8_030_261_248, 8_030_261_248)
+    low, high = published_range(LLM["llama-2-7b"])  # less its 8,192 bytes of inv_freq buffers
+    assert low == high == (13_476_839_424 - 8_192) // 2
 
 
 def test_every_preset_is_checked_or_listed_unchecked() -> None:
@@ -85,11 +93,11 @@ def test_every_preset_is_checked_or_listed_unchecked() -> None:
     assert set(UNCHECKED) == (llm - set(LLM)) | (diff - set(DIFFUSION))
 
 
-@pytest.mark.parametrize("entry", LLM.values(), ids=list(LLM))
+@pytest.mark.parametrize("entry", [*LLM.values(), *DIFFUSION.values()], ids=[*LLM, *DIFFUSION])
 def test_entries_say_where_the_figure_comes_from(entry: dict[str, Any]) -> None:
-    assert str(entry["source"]).startswith("https://")
+    assert "traced" in entry or str(entry["source"]).startswith("https://")
     assert entry["seen_in"] and entry["read_on"]
-    assert sum(k in entry for k in ("index", "figure", "traced")) == 1
+    assert sum(k in entry for k in ("index", "count", "figure", "traced")) == 1
 
 
 @pytest.mark.parametrize("pid", sorted(LLM))
