@@ -56,6 +56,17 @@ def test_every_component_has_one_stable_colour() -> None:
     assert len({colour(n) for n in weights}) == len(weights)
 
 
+def test_categories_are_the_registry_ones() -> None:
+    from fitcheck.chart.palette import CATEGORY_COLOUR
+    from fitcheck.components import REGISTRY
+
+    for row in REGISTRY.values():
+        assert category(row.id) == row.category
+        assert row.category in CATEGORY_COLOUR
+    assert category("merged_expert_weights") == "temporaries"  # the registry's word, not the suffix
+    assert category("cuda_context") == category("allocator_reserve") == "overhead"
+
+
 def test_matrix_chart_from_rows() -> None:
     rows = [
         {

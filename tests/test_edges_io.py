@@ -28,6 +28,22 @@ def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
         read_bytes(fifo, 1000, "model config")
 
 
+def test_safetensors_header_shares_the_regular_file_check(tmp_path: Path) -> None:
+    """read_header opens through fileio.open_regular: a FIFO or /dev/zero is refused, never read."""
+    from fitcheck.sources.safetensors_header import read_header
+
+    fifo = tmp_path / "model.safetensors"
+    os.mkfifo(fifo)
+    with pytest.raises(ModelSourceError, match="is a FIFO, not a safetensors file"):
+        read_header(fifo)
+    link = tmp_path / "zero.safetensors"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(ModelSourceError, match="character device, not a safetensors file"):
+        read_header(link)
+    with pytest.raises(ModelSourceError, match="no such file"):
+        read_header(tmp_path / "absent.safetensors")
+
+
 def test_link_to_dev_zero_is_refused(tmp_path: Path) -> None:
     link = tmp_path / "config.json"
     link.symlink_to("/dev/zero")

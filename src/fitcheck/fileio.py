@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +37,14 @@ def file_kind(mode: int) -> str:
     return next((words for test, words in _KIND if test(mode)), "not a regular file")
 
 
-def read_bytes(path: Path, limit: int, what: str = "file") -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes; `ModelSourceError` otherwise."""
+@contextmanager
+def open_regular(path: Path, what: str = "file") -> Iterator[tuple[int, int]]:
+    """A read descriptor of a regular file and its size, closed on leaving the block.
+
+    Opened non-blocking (a FIFO does not block the open) and checked with ``fstat`` on the descriptor
+    (no race with a rename); anything but a regular file is refused. An ``OSError`` inside the block
+    becomes the same one-line `ModelSourceError`.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
@@ -46,24 +54,36 @@ def read_bytes(path: Path, limit: int, what: str = "file") -> bytes:
     except OSError as exc:
         raise ModelSourceError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise ModelSourceError(f"{path} is {file_kind(mode)}, not a {what}")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, min(MIB, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise ModelSourceError(f"{path}: over {limit:,} bytes, too large for a {what}")
-        return b"".join(chunks)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ModelSourceError(f"{path} is {file_kind(st.st_mode)}, not a {what}")
+        yield fd, st.st_size
     except OSError as exc:
         raise ModelSourceError(f"cannot read {path}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
+
+
+def read_upto(fd: int, n: int) -> bytes:
+    """Up to ``n`` bytes from ``fd``: fewer only at the end of the file."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < n:
+        chunk = os.read(fd, min(MIB, n - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def read_bytes(path: Path, limit: int, what: str = "file") -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes; `ModelSourceError` otherwise."""
+    with open_regular(path, what) as (fd, _size):
+        data = read_upto(fd, limit + 1)  # one byte past the bound: st_size is no bound (/dev/zero)
+    if len(data) > limit:
+        raise ModelSourceError(f"{path}: over {limit:,} bytes, too large for a {what}")
+    return data
 
 
 def read_text(path: Path, limit: int, what: str = "file") -> str:

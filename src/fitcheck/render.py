@@ -385,51 +385,11 @@ def estimate_table(est: Estimate, spec: ModelSpec | Any, verbose: bool = False) 
     from rich.text import Text
 
     con = _console()
-    s = est.setup
     no_gpu_first(con, est.target)
-    peak = est.phase(est.peak_phase)
     _say(con, Text(spec.name, style="bold") + Text(f" · peak of one training step ({est.peak_phase})"))
-    _say(con, assumptions(s).replace("trainer generic", f"trainer {est.regime.name}"), style="dim")
-    header = ["component", "GiB", "share", "rule", "source"]
-    rows: list[list[str | Text]] = []
-    for c in peak.components:
-        rows.append(
-            [
-                c.name,
-                _g(c.bytes),
-                f"{100 * c.bytes / max(1, peak.total_bytes):.1f}%",
-                c.rule,
-                c.source.split("#")[-1],
-            ]
-        )
-    band = est.band.model_dump() if est.band else None
-    rows += [
-        [Text(f"peak allocated ({est.peak_phase})", style="bold"), Text(_g(est.peak_allocated_bytes), "bold"),
-         "", "", ""],
-        ["allocator reserve", _g(est.allocator_reserve_bytes), "",
-         "caching-allocator rounding and fragmentation", "overhead"],
-        ["CUDA context" if s.backend in ("cuda", "rocm") else "context", _g(est.context_bytes), "", "",
-         "overhead"],
-        [Text("device total", style="bold"), Text(_g(est.device_bytes), "bold"), "",
-         f"what nvidia-smi would show: {band_words(est.device_bytes, band)}", ""],
-    ]  # fmt: skip
-    if not verbose:
-        header, rows = header[:4], [r[:4] for r in rows]
-    _table(
-        con, header, rows, right={"GiB", "share"}, flex="rule", drop=("share",), dim={"source"},
-        sections={len(peak.components)},
-    )  # fmt: skip
-    p = est.params
-    _say(
-        con,
-        f"params: {fmt_count(p.total)} total, {fmt_count(p.trainable)} trainable"
-        + (f", {fmt_count(p.quantized)} in 4-bit" if p.quantized else "")
-        + " · phases: "
-        + ", ".join(
-            f"{ph.name} {_g(ph.total_bytes)} GiB" + (" (peak)" if ph.name == est.peak_phase else "")
-            for ph in est.phases
-        ),
-    )
+    _say(con, assumptions(est.setup).replace("trainer generic", f"trainer {est.regime.name}"), style="dim")
+    _peak_table(con, est, verbose)
+    _say(con, _params_line(est))
     if est.distributed is not None:
         _distributed_lines(con, est)
     if est.thumb:
@@ -440,12 +400,69 @@ def estimate_table(est: Estimate, spec: ModelSpec | Any, verbose: bool = False) 
             + (f"; {th.source}" if verbose else "; the source documents")
             + f") · detailed: {fmt_gib(est.device_bytes, 1)}",
         )
-    master = master_copy_note(s, est.regime)
+    master = master_copy_note(est.setup, est.regime)
     if master:
         _say(con, f"note: {master}", style="dim")
     if est.target:
         _verdict(con, est, verbose)
     _warn(est)
+
+
+def _peak_table(con: Any, est: Estimate, verbose: bool) -> None:
+    """The peak phase's components, then the totals down to the device (source column with -v)."""
+    peak = est.phase(est.peak_phase)
+    header = ["component", "GiB", "share", "rule", "source"]
+    rows: list[list[str | Text]] = [
+        [
+            c.name,
+            _g(c.bytes),
+            f"{100 * c.bytes / max(1, peak.total_bytes):.1f}%",
+            c.rule,
+            c.source.split("#")[-1],
+        ]
+        for c in peak.components
+    ]
+    rows += _total_rows(est)
+    if not verbose:
+        header, rows = header[:4], [r[:4] for r in rows]
+    _table(
+        con, header, rows, right={"GiB", "share"}, flex="rule", drop=("share",), dim={"source"},
+        sections={len(peak.components)},
+    )  # fmt: skip
+
+
+def _total_rows(est: Estimate) -> list[list[str | Text]]:
+    """Peak allocated, allocator reserve, context and device total rows of the estimate table."""
+    from rich.text import Text
+
+    band = est.band.model_dump() if est.band else None
+    return [
+        [Text(f"peak allocated ({est.peak_phase})", style="bold"), Text(_g(est.peak_allocated_bytes), "bold"),
+         "", "", ""],
+        ["allocator reserve", _g(est.allocator_reserve_bytes), "",
+         "caching-allocator rounding and fragmentation", "overhead"],
+        [_context_label(est), _g(est.context_bytes), "", "", "overhead"],
+        [Text("device total", style="bold"), Text(_g(est.device_bytes), "bold"), "",
+         f"what nvidia-smi would show: {band_words(est.device_bytes, band)}", ""],
+    ]  # fmt: skip
+
+
+def _context_label(est: Estimate) -> str:
+    return "CUDA context" if est.setup.backend in ("cuda", "rocm") else "context"
+
+
+def _params_line(est: Estimate) -> str:
+    """Parameter totals and every phase's total, the peak marked."""
+    p = est.params
+    return (
+        f"params: {fmt_count(p.total)} total, {fmt_count(p.trainable)} trainable"
+        + (f", {fmt_count(p.quantized)} in 4-bit" if p.quantized else "")
+        + " · phases: "
+        + ", ".join(
+            f"{ph.name} {_g(ph.total_bytes)} GiB" + (" (peak)" if ph.name == est.peak_phase else "")
+            for ph in est.phases
+        )
+    )
 
 
 def _distributed_lines(con: Any, est: Estimate) -> None:
@@ -490,11 +507,48 @@ def useful(suggestions: Sequence[Any]) -> list[Any]:
 
 
 def _verdict(con: Any, est: Estimate, verbose: bool = False) -> None:
+    """The device bar, its legend, the verdict line and what to try."""
     from rich.text import Text
 
     v = est.target
     assert v is not None
     color = {"fits": "green", "tight": "yellow", "does_not_fit": "red"}[v.verdict]
+    legend = _device_bar(con, est, v)
+    _say(
+        con,
+        f"{_g(v.device_bytes)} GiB of {_g(v.usable_bytes)} GiB usable on {_escape(v.hardware)} "
+        "[dim](^ budget: usable minus headroom; | usable memory)[/]",
+    )
+    _legend_lines(con, legend)
+    band = est.band.model_dump() if est.band else None
+    _say(
+        con,
+        Text(v.verdict.replace("_", " "), style=f"bold {color}")
+        + Text(
+            f": needs {band_words(est.device_bytes, band)}; {verdict_words(v.model_dump())}; "
+            f"{spare_words(v.spare_bytes, v.spare_pct)}"
+        ),
+    )
+    _say(con, f"budget: {budget_sentence(v.budget_lines)}", indent=2, style="dim")
+    if verbose:
+        if est.band:
+            _say(con, f"band: {_escape(est.band.basis)}", indent=2, style="dim")
+        for bl in v.budget_lines:
+            _say(con, f"{bl.name}: {_escape(bl.note)}", indent=2, style="dim")
+    _suggestion_lines(con, v)
+    for note_ in v.notes:
+        shown = note_ if verbose else plain_note(note_)
+        if shown:
+            _say(con, f"note: {_escape(shown)}", indent=2, style="dim")
+
+
+def _device_bar(con: Any, est: Estimate, v: Verdict) -> list[Text]:
+    """Print the device as a bar of the peak's segments with budget (^) and usable (|) marks.
+
+    Returns the legend items, one per segment, in the bar's colours.
+    """
+    from rich.text import Text
+
     width = max(20, min(60, con.width - 2))
     scale = width / max(1, v.usable_bytes, v.device_bytes)
     bar, legend = Text(), []
@@ -514,34 +568,25 @@ def _verdict(con: Any, est: Estimate, verbose: bool = False) -> None:
     marks[min(usable_col, len(marks) - 1)] = "|"
     con.print(bar, soft_wrap=True)
     con.print(Text("".join(marks).rstrip(), style="dim"), soft_wrap=True)
-    _say(
-        con,
-        f"{_g(v.device_bytes)} GiB of {_g(v.usable_bytes)} GiB usable on {_escape(v.hardware)} "
-        "[dim](^ budget: usable minus headroom; | usable memory)[/]",
-    )
+    return legend
+
+
+def _legend_lines(con: Any, legend: list[Text]) -> None:
+    """The bar's legend, whole items per line."""
+    from rich.text import Text
+
     line = Text()
-    for item in legend:  # whole items per line
+    for item in legend:
         if line.plain and line.cell_len + 2 + item.cell_len > con.width:
             con.print(line, soft_wrap=True)
             line = Text()
         line += (Text("  ") if line.plain else Text()) + item
     if line.plain:
         con.print(line, soft_wrap=True)
-    band = est.band.model_dump() if est.band else None
-    _say(
-        con,
-        Text(v.verdict.replace("_", " "), style=f"bold {color}")
-        + Text(
-            f": needs {band_words(est.device_bytes, band)}; {verdict_words(v.model_dump())}; "
-            f"{spare_words(v.spare_bytes, v.spare_pct)}"
-        ),
-    )
-    _say(con, f"budget: {budget_sentence(v.budget_lines)}", indent=2, style="dim")
-    if verbose:
-        if est.band:
-            _say(con, f"band: {_escape(est.band.basis)}", indent=2, style="dim")
-        for bl in v.budget_lines:
-            _say(con, f"{bl.name}: {_escape(bl.note)}", indent=2, style="dim")
+
+
+def _suggestion_lines(con: Any, v: Verdict) -> None:
+    """The changes that save memory, each with whether it then fits."""
     for sug in useful(v.suggestions):
         mark = "[green]fits[/]" if sug.fits else "[red]still too big[/]"
         _say(
@@ -557,10 +602,6 @@ def _verdict(con: Any, est: Estimate, verbose: bool = False) -> None:
             "a device with more memory (fitcheck plan searches more settings)",
             indent=2,
         )
-    for note_ in v.notes:
-        shown = note_ if verbose else plain_note(note_)
-        if shown:
-            _say(con, f"note: {_escape(shown)}", indent=2, style="dim")
 
 
 def thumb_table(est: Estimate, judged: Verdict | None = None, verbose: bool = False) -> None:
@@ -853,6 +894,27 @@ def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
         + Text(f" — {_g(c.device_bytes)} of {_g(c.budget_bytes)} GiB budget, about "
                f"{tp.tokens_per_s:,.0f} tokens/s"),
     )  # fmt: skip
+    _table(con, ["setting", "value"], _plan_setting_rows(plan), flex="value", dim={"setting"}, box=False)
+    chosen_est = getattr(plan, "estimate", None)
+    master = master_copy_note(s, chosen_est.regime if chosen_est is not None else None)
+    if master:
+        _say(con, f"note: {master}", style="dim")
+    _say(con, Text("why", style="bold"))
+    why: list[list[str | Text]] = [[r.choice, r.text, r.rule] for r in plan.reasons]
+    header = ["choice", "reason", "rule"]
+    if not verbose:
+        header, why = header[:2], [r[:2] for r in why]
+    _table(con, header, why, flex="reason", dim={"rule"})
+    _plan_runners_up(con, plan)
+    for e in plan.env:
+        state = "[green]set[/]" if e.active else "[dim]left off[/]"
+        _say(con, f"env {state} {_escape(e.name)}={_escape(e.value)}: {_escape(e.why)}")
+
+
+def _plan_setting_rows(plan: Any) -> list[list[str | Text]]:
+    """The chosen configuration as setting/value rows, speed and dataset time last."""
+    c = plan.chosen
+    s, tp = c.setup, c.throughput
     dist_rows: list[list[str | Text]] = [[name, value] for name, value in _plan_dist_rows(plan)]
     rows: list[list[str | Text]] = [
         ["method", s.method + ("+dora" if s.dora else "") + f" (trainer {s.trainer})"],
@@ -871,21 +933,7 @@ def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
     ]
     if tp.dataset_s is not None:
         rows.append(["dataset", f"{tp.optimizer_steps:,} optimizer steps, about {_duration(tp.dataset_s)}"])
-    _table(con, ["setting", "value"], rows, flex="value", dim={"setting"}, box=False)
-    chosen_est = getattr(plan, "estimate", None)
-    master = master_copy_note(s, chosen_est.regime if chosen_est is not None else None)
-    if master:
-        _say(con, f"note: {master}", style="dim")
-    _say(con, Text("why", style="bold"))
-    why: list[list[str | Text]] = [[r.choice, r.text, r.rule] for r in plan.reasons]
-    header = ["choice", "reason", "rule"]
-    if not verbose:
-        header, why = header[:2], [r[:2] for r in why]
-    _table(con, header, why, flex="reason", dim={"rule"})
-    _plan_runners_up(con, plan)
-    for e in plan.env:
-        state = "[green]set[/]" if e.active else "[dim]left off[/]"
-        _say(con, f"env {state} {_escape(e.name)}={_escape(e.value)}: {_escape(e.why)}")
+    return rows
 
 
 # ------------------------------------------------------------------------------------------ hw

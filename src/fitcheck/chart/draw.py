@@ -51,7 +51,32 @@ def _titles(fig: Figure, title: str, subtitle: str) -> None:
 
 
 def _bars(ax: Axes, spec: BarChart) -> None:
-    xs = range(len(spec.bars))
+    """Stacked bars, reference lines and the band, then one legend (lines first, then components)."""
+    seen = _stacks(ax, spec)
+    _reference_lines(ax, spec)
+    if spec.band is not None:
+        b = spec.band
+        lo, hi = _gib(b.low_bytes), _gib(b.high_bytes)
+        ax.errorbar(
+            [b.bar + 0.38],
+            [(lo + hi) / 2],
+            yerr=[[(hi - lo) / 2], [(hi - lo) / 2]],
+            fmt="none",
+            ecolor="#000000",
+            capsize=5,
+            linewidth=1.5,
+            label=f"{b.label}: {lo:.1f}-{hi:.1f} GiB",
+        )
+    ax.set_xticks(list(range(len(spec.bars))), [b.label for b in spec.bars])
+    ax.set_ylabel("GiB")
+    _legend(ax, seen)
+    ax.spines[["top", "right"]].set_visible(False)
+    if spec.note:
+        ax.set_xlabel(spec.note, fontsize=8, color="#555555")
+
+
+def _stacks(ax: Axes, spec: BarChart) -> set[str]:
+    """One stacked bar per entry, its total above it; returns the component names drawn."""
     seen: set[str] = set()
     for i, bar in enumerate(spec.bars):
         bottom = 0.0
@@ -79,6 +104,10 @@ def _bars(ax: Axes, spec: BarChart) -> None:
             fontsize=9,
             fontweight="bold" if bar.marked else "normal",
         )
+    return seen
+
+
+def _reference_lines(ax: Axes, spec: BarChart) -> None:
     styles = {"solid": "-", "dashed": "--", "dotted": ":"}
     for line in spec.lines:
         ax.axhline(
@@ -88,25 +117,14 @@ def _bars(ax: Axes, spec: BarChart) -> None:
             linewidth=1.2,
             label=f"{line.label}: {_gib(line.bytes):.1f} GiB",
         )
-    if spec.band is not None:
-        b = spec.band
-        lo, hi = _gib(b.low_bytes), _gib(b.high_bytes)
-        ax.errorbar(
-            [b.bar + 0.38],
-            [(lo + hi) / 2],
-            yerr=[[(hi - lo) / 2], [(hi - lo) / 2]],
-            fmt="none",
-            ecolor="#000000",
-            capsize=5,
-            linewidth=1.5,
-            label=f"{b.label}: {lo:.1f}-{hi:.1f} GiB",
-        )
-    ax.set_xticks(list(xs), [b.label for b in spec.bars])
-    ax.set_ylabel("GiB")
+
+
+def _legend(ax: Axes, components: set[str]) -> None:
+    """Reference lines first, then components from the top of the stack down."""
     handles, labels = ax.get_legend_handles_labels()
-    parts = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab in seen]
-    rest = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab not in seen]
-    order = rest + parts[::-1]  # reference lines first, then components from the top of the stack down
+    parts = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab in components]
+    rest = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab not in components]
+    order = rest + parts[::-1]
     ax.legend(
         [h for h, _ in order],
         [lab for _, lab in order],
@@ -115,9 +133,6 @@ def _bars(ax: Axes, spec: BarChart) -> None:
         fontsize=8,
         frameon=False,
     )
-    ax.spines[["top", "right"]].set_visible(False)
-    if spec.note:
-        ax.set_xlabel(spec.note, fontsize=8, color="#555555")
 
 
 def _plan(fig: Figure, spec: PlanChart) -> None:

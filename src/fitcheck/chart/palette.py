@@ -3,44 +3,23 @@
 Components are grouped into the categories a user reads a memory picture by (weights, gradients,
 optimizer states, activations, temporaries, overhead); each category has a hue, each component in
 it a shade of that hue, so a stacked bar reads by colour family before its legend is read. The
-timeline of a traced step (categories only) uses the category colours themselves. Pure data: no
-plotting library is imported here.
+timeline of a traced step (categories only) uses the category colours themselves. The category of a
+component is the registry's (`fitcheck.components.ComponentId.category`). Pure data: no plotting
+library is imported here.
 """
 
 from __future__ import annotations
 
 import hashlib
 
-#: Category of each component id (docs/json.md lists them; diffusion parts end in ``_weights``).
-CATEGORY_OF: dict[str, str] = {
-    "weights": "weights",
-    "weights_frozen": "weights",
-    "weights_4bit": "weights",
-    "weights_unquantized": "weights",
-    "adapters": "weights",
-    "merged_expert_weights": "temporaries",
-    "autocast_weight_copies": "temporaries",
-    "weight_casts": "temporaries",
-    "dequant_transient": "temporaries",
-    "gradients": "gradients",
-    "tied_embedding_grads": "gradients",
-    "activation_gradients": "gradients",
-    "optimizer_states": "optimizer states",
-    "master_weights": "optimizer states",
-    "optimizer_transient": "temporaries",
-    "inputs": "activations",
-    "activations": "activations",
-    "attention_scores": "activations",
-    "checkpoints": "activations",
-    "final_norm": "activations",
-    "logits_loss": "activations",
-    "layer_recompute": "activations",
-    "vae_encode": "activations",
-    "text_encoder_activations": "activations",
-    "backward_temporaries": "temporaries",
-    "allocator_reserve": "overhead",
-    "cuda_context": "overhead",
-}
+from fitcheck.components import REGISTRY
+
+#: The chart's own segments that are not phase components: the estimate's reserve and context lines.
+OVERHEAD_SEGMENTS = ("allocator_reserve", "cuda_context")
+
+#: Category of each component id: the registry's (fitcheck.components), plus the overhead segments.
+CATEGORY_OF: dict[str, str] = {row.id: row.category for row in REGISTRY.values()}
+CATEGORY_OF |= dict.fromkeys(OVERHEAD_SEGMENTS, "overhead")
 
 #: Category colours (Okabe-Ito based: distinguishable with the common colour-vision deficiencies).
 CATEGORY_COLOUR: dict[str, str] = {
@@ -60,18 +39,15 @@ CATEGORY_ORDER: tuple[str, ...] = (
 
 
 def category(component: str) -> str:
-    """The category a component id belongs to (``*_weights`` parts of diffusion models are weights)."""
-    if component in CATEGORY_OF:
-        return CATEGORY_OF[component]
-    if component.endswith("_weights"):
-        return "weights"
-    return "other"
+    """The category a component id belongs to; ``other`` for a name the registry does not hold."""
+    return CATEGORY_OF.get(component, "other")
 
 
-def _shade(hex_colour: str, step: int) -> str:
-    """Lighten (even steps) or darken (odd steps) a colour by a step-sized fraction."""
+def _shade(hex_colour: str, step: int, count: int) -> str:
+    """Step ``step`` of ``count`` shades: darker (odd steps) or lighter (even steps), further out as the
+    step grows, spread so the last one stays within 60% of the way to black or white."""
     r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
-    k = 0.18 * ((step + 1) // 2)
+    k = 0.6 * ((step + 1) // 2) / (count // 2 + 1)
     if step % 2:  # darker
         r, g, b = (round(v * (1 - k)) for v in (r, g, b))
     else:  # lighter
@@ -85,7 +61,7 @@ def colour(component: str) -> str:
     base = CATEGORY_COLOUR[cat]
     members = sorted(c for c, k in CATEGORY_OF.items() if k == cat)
     if component in members:
-        step = members.index(component)
-    else:  # a part name (unet_weights) or a new id: a stable shade from its name
-        step = int(hashlib.sha256(component.encode()).hexdigest(), 16) % 4
-    return _shade(base, step) if step else base
+        step, count = members.index(component), len(members)
+    else:  # a name the registry does not hold: a stable shade from its name
+        step, count = int(hashlib.sha256(component.encode()).hexdigest(), 16) % 4, 4
+    return _shade(base, step, count) if step else base

@@ -30,6 +30,7 @@ from fitcheck.emitters.common import (
     yaml_text,
 )
 from fitcheck.errors import OptionError
+from fitcheck.facts.hf_optim import HF_OPTIM_WRITTEN
 from fitcheck.planner import kernels
 from fitcheck.planner.models import Plan
 
@@ -37,16 +38,8 @@ NAME = "hf.yaml"
 TRAINER = "hf"
 DESCRIPTION = "TRL `trl sft --config` file (transformers Trainer, PEFT, bitsandbytes)"
 
-#: fitcheck optimizer -> TrainingArguments.optim (OptimizerNames, transformers 5.x; trainer_keys).
-OPTIM = {
-    "adamw": "adamw_torch_fused",
-    "adamw8bit": "adamw_8bit",
-    "paged-adamw8bit": "paged_adamw_8bit",
-    "adafactor": "adafactor",
-    "lion": "lion_32bit",
-    "lion8bit": "lion_8bit",
-    "sgd": "sgd",
-}
+#: fitcheck optimizer -> TrainingArguments.optim, from the one table of transformers' names.
+OPTIM = HF_OPTIM_WRITTEN
 #: fitcheck attention -> attn_implementation (transformers AttentionInterface names).
 ATTN = {"flash": "flash_attention_2", "sdpa": "sdpa", "eager": "eager"}
 DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -55,8 +48,7 @@ DATASET = "trl-lib/Capybara"
 
 
 def optim_name(optimizer: str) -> str:
-    """The optim name. Fused AdamW runs on every backend fitcheck plans for (torch's fused-kernel
-    devices include cuda, mps and cpu: torch/utils/_foreach_utils.py), as the engine's hf regime assumes."""
+    """The optim name written for ``optimizer`` (fitcheck.facts.hf_optim says why fused AdamW)."""
     return OPTIM[optimizer]
 
 
@@ -114,30 +106,40 @@ def emit(plan: Plan, ctx: EmitContext) -> dict[str, str]:
 def text(plan: Plan, ctx: EmitContext) -> str:
     """The TRL config text."""
     check(plan, ctx)
-    c = chosen(plan)
-    s = c.setup
+    s = chosen(plan).setup
+    items = _model_items(plan, ctx) + _peft_items(plan, ctx) + _training_items(plan)
+    if s.backend == "cpu":
+        items.append(Item("use_cpu", True, "train on the CPU (bf16 needs it outside CUDA)"))
+    items += multigpu.items(plan, ctx, "hf")
+    head = header(plan, ctx, "TRL SFT config", f"trl sft --config {NAME}")
+    return comment_block(head) + yaml_text(items)
+
+
+def _model_items(plan: Plan, ctx: EmitContext) -> list[Item]:
+    """Model loading: checkpoint, load dtype (fp32 under --master-weights) and attention kernel."""
+    s = chosen(plan).setup
     amp = s.master_weights and s.precision != "fp32"
-    items = [
+    if not amp:
+        dtype_why = "weights as loaded"
+    elif s.precision == "fp16" and s.method == "full":
+        dtype_why = "fp32 weights, fp16 autocast: the GradScaler cannot unscale fp16 gradients"
+    else:
+        dtype_why = "load fp32 weights, autocast to the compute dtype (--master-weights)"
+    if s.attn != "eager":
+        attn_why = "O(s) attention memory"
+    else:
+        attn_why = "the soft-capped attention needs eager" if ctx.arch.attn_logit_softcapping else ""
+    return [
         Item("model_name_or_path", model_ref(ctx, NAME)),
-        Item(
-            "dtype",
-            "float32" if amp else DTYPE[s.precision],
-            (
-                "fp32 weights, fp16 autocast: the GradScaler cannot unscale fp16 gradients"
-                if s.precision == "fp16" and s.method == "full"
-                else "load fp32 weights, autocast to the compute dtype (--master-weights)"
-            )
-            if amp
-            else "weights as loaded",
-        ),
-        Item(
-            "attn_implementation",
-            ATTN[s.attn],
-            "O(s) attention memory"
-            if s.attn != "eager"
-            else ("the soft-capped attention needs eager" if ctx.arch.attn_logit_softcapping else ""),
-        ),
+        Item("dtype", "float32" if amp else DTYPE[s.precision], dtype_why),
+        Item("attn_implementation", ATTN[s.attn], attn_why),
     ]
+
+
+def _peft_items(plan: Plan, ctx: EmitContext) -> list[Item]:
+    """PEFT (LoRA / DoRA) and, for QLoRA, the bitsandbytes 4-bit loading keys; none for a full fine-tune."""
+    s = chosen(plan).setup
+    items: list[Item] = []
     if s.method != "full":
         targets = lora_modules(ctx.arch, s)
         items += [
@@ -155,7 +157,14 @@ def text(plan: Plan, ctx: EmitContext) -> str:
             Item("bnb_4bit_quant_type", "nf4"),
             Item("use_bnb_nested_quant", s.double_quant, "double quantization of the NF4 constants"),
         ]
-    items += [
+    return items
+
+
+def _training_items(plan: Plan) -> list[Item]:
+    """SFTConfig / TrainingArguments: data, batch, checkpointing, precision, optimizer, schedule."""
+    c = chosen(plan)
+    s = c.setup
+    return [
         Item("dataset_name", DATASET, "replace with your dataset"),
         Item("output_dir", run_name(plan)),
         Item("max_length", s.seq_len, "tokens per example (memory grows with it)"),
@@ -170,8 +179,3 @@ def text(plan: Plan, ctx: EmitContext) -> str:
         Item("logging_steps", 10),
         Item("report_to", "none"),
     ]
-    if s.backend == "cpu":
-        items.append(Item("use_cpu", True, "train on the CPU (bf16 needs it outside CUDA)"))
-    items += multigpu.items(plan, ctx, "hf")
-    head = header(plan, ctx, "TRL SFT config", f"trl sft --config {NAME}")
-    return comment_block(head) + yaml_text(items)

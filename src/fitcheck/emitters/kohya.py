@@ -89,9 +89,23 @@ def training_config(
     spec: DiffusionSpec, setup: DiffusionSetup, dreambooth: bool = False, dataset_name: str = DATASET
 ) -> dict[str, dict[str, Any]]:
     """The ``--config_file`` content as tables of sd-scripts option names (tables are cosmetic)."""
-    script = script_for(spec, setup, dreambooth).removesuffix(".py")
     res = setup.resolution or spec.native_resolution
-    full = setup.method == "full"
+    dataset: dict[str, Any] = {"dataset_config": dataset_name, "resolution": f"{res},{res}"}
+    if setup.cache_latents:
+        dataset |= {"cache_latents": True, "cache_latents_to_disk": True}
+    out = {
+        "model_arguments": _model_arguments(spec),
+        "dataset_arguments": dataset,
+        "training_arguments": _training_arguments(spec, setup, dreambooth),
+    }
+    out["optimizer_arguments"] = _optimizer_arguments(setup)
+    if setup.method != "full":
+        out["network_arguments"] = _network_arguments(spec, setup)
+    return out
+
+
+def _model_arguments(spec: DiffusionSpec) -> dict[str, Any]:
+    """The checkpoint and, for SD 2 / SD3 / FLUX, the flags and separate encoder files the scripts read."""
     model: dict[str, Any] = {"pretrained_model_name_or_path": f"/path/to/{spec.id}.safetensors"}
     if spec.family == "sd2":
         model["v2"] = True
@@ -102,9 +116,13 @@ def training_config(
     if spec.family == "sd3":
         model |= {"clip_l": "/path/to/clip_l.safetensors", "clip_g": "/path/to/clip_g.safetensors"}
         model["t5xxl"] = "/path/to/t5xxl_fp16.safetensors"
-    dataset: dict[str, Any] = {"dataset_config": dataset_name, "resolution": f"{res},{res}"}
-    if setup.cache_latents:
-        dataset |= {"cache_latents": True, "cache_latents_to_disk": True}
+    return model
+
+
+def _training_arguments(spec: DiffusionSpec, setup: DiffusionSetup, dreambooth: bool) -> dict[str, Any]:
+    """Batch, precision, checkpointing, attention and caching options of the training table."""
+    script = script_for(spec, setup, dreambooth).removesuffix(".py")
+    full = setup.method == "full"
     mp = {"bf16": "bf16", "fp16": "fp16", "fp32": "no"}[setup.precision]
     training: dict[str, Any] = {
         "output_dir": "/path/to/output",
@@ -118,12 +136,7 @@ def training_config(
         "gradient_checkpointing": setup.grad_ckpt,
         "seed": 42,
     }
-    if not kernels.kohya_reads_attention_flags(spec.family):
-        pass  # SD3 / FLUX scripts run their own attention and read no flag (kernels.KOHYA_ATTN_SOURCE)
-    elif setup.attn in ("sdpa", "flash"):
-        training["sdpa"] = True
-    elif setup.attn == "xformers" and setup.backend != "mps":
-        training["xformers"] = True
+    training |= _attention_flags(spec, setup)
     if setup.full_bf16:
         training["full_bf16"] = True
     if setup.full_fp16:
@@ -138,6 +151,23 @@ def training_config(
         # sd-scripts' FLUX.1 recipe (docs/flux_train_network.md)
         training |= {"guidance_scale": 1.0, "timestep_sampling": "shift", "discrete_flow_shift": 3.1582}
         training["model_prediction_type"] = "raw"
+    return training
+
+
+def _attention_flags(spec: DiffusionSpec, setup: DiffusionSetup) -> dict[str, bool]:
+    """``sdpa`` / ``xformers`` for the UNet scripts; SD3 / FLUX run their own attention and read no flag
+    (kernels.KOHYA_ATTN_SOURCE)."""
+    if not kernels.kohya_reads_attention_flags(spec.family):
+        return {}
+    if setup.attn in ("sdpa", "flash"):
+        return {"sdpa": True}
+    if setup.attn == "xformers" and setup.backend != "mps":
+        return {"xformers": True}
+    return {}
+
+
+def _optimizer_arguments(setup: DiffusionSetup) -> dict[str, Any]:
+    """sd-scripts' optimizer name, learning rate and schedule (Adafactor with a fixed rate)."""
     optimizer: dict[str, Any] = {
         "optimizer_type": OPTIMIZERS[setup.optimizer],
         "learning_rate": _learning_rate(setup),
@@ -146,21 +176,22 @@ def training_config(
     }
     if setup.optimizer == "adafactor":
         optimizer["optimizer_args"] = list(ADAFACTOR_ARGS)
-    out = {"model_arguments": model, "dataset_arguments": dataset, "training_arguments": training}
-    out["optimizer_arguments"] = optimizer
-    if not full:
-        network: dict[str, Any] = {
-            "network_module": NETWORK_MODULES[spec.family],
-            "network_dim": setup.lora_rank,
-            "network_alpha": float(setup.alpha),
-            "network_train_unet_only": not setup.train_text_encoder,
-        }
-        if setup.lora_targets == "conv":
-            # networks/lora.py create_network: conv_dim / conv_alpha (LyCORIS's names too) add LoRA to
-            # the 3x3 convolutions; without conv_alpha sd-scripts uses 1.0, so it is written explicitly
-            network["network_args"] = [f"conv_dim={setup.lora_rank}", f"conv_alpha={setup.alpha:g}"]
-        out["network_arguments"] = network
-    return out
+    return optimizer
+
+
+def _network_arguments(spec: DiffusionSpec, setup: DiffusionSetup) -> dict[str, Any]:
+    """The LoRA network table: module, rank, alpha, and conv LoRA when the targets include convolutions."""
+    network: dict[str, Any] = {
+        "network_module": NETWORK_MODULES[spec.family],
+        "network_dim": setup.lora_rank,
+        "network_alpha": float(setup.alpha),
+        "network_train_unet_only": not setup.train_text_encoder,
+    }
+    if setup.lora_targets == "conv":
+        # networks/lora.py create_network: conv_dim / conv_alpha (LyCORIS's names too) add LoRA to
+        # the 3x3 convolutions; without conv_alpha sd-scripts uses 1.0, so it is written explicitly
+        network["network_args"] = [f"conv_dim={setup.lora_rank}", f"conv_alpha={setup.alpha:g}"]
+    return network
 
 
 def dataset_config(spec: DiffusionSpec, setup: DiffusionSetup, dreambooth: bool = False) -> dict[str, Any]:

@@ -167,13 +167,12 @@ def uses_eager_scores(a: DecoderArch, setup: LlmSetup) -> bool:
 
 
 def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool = False) -> LayerActs:
-    """Saved bytes per token of one decoder layer (no checkpointing)."""
+    """Saved bytes per token of one decoder layer (no checkpointing): norms, attention, MLP."""
     c = context(setup, regime)
     if a.model_type == "gpt2":
         return _gpt2_layer(a, setup, c)
     acts = LayerActs()
-    h, d = a.hidden_size, a.head_dim
-    q_w, kv_w = a.num_heads * d, a.num_kv_heads * d
+    h = a.hidden_size
     fam = "layer" if a.norm == "layer" else ("gemma" if a.model_type.startswith("gemma") else "rms")
     # the self-attention layer; an encoder-decoder's cross-attention is engine/tasks.py's
     lins = layer_linears(a, moe, active=True, stack="encoder")
@@ -194,6 +193,24 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
     acts.add(
         "qkv_inputs", _linear_inputs(c, setup, a, qkv + (up if shared_input else []), c.norm_out, fused, held)
     )
+    _attention_acts(acts, a, setup, c, fam, o, held)
+    if setup.dora and not c.full:
+        acts.add("dora_outputs", _dora_outputs(c, setup, a, lins))
+    if up and not shared_input:
+        acts.add("mlp_inputs", _linear_inputs(c, setup, a, up, c.norm_out, held=held))
+    if a.resid_dropout:
+        # hidden dropout after attention and after the MLP: a 1-byte mask each (native_dropout)
+        acts.add("dropout_masks", 2 * h)
+    _mlp_acts(acts, a, setup, regime, c, mlp, moe, held)
+    return acts
+
+
+def _attention_acts(
+    acts: LayerActs, a: DecoderArch, setup: LlmSetup, c: Ctx, fam: str, o: list[Linear], held: bool
+) -> None:
+    """What attention saves: MLA's parts, q/k norms, q/k/v after RoPE, scores (eager) or the kernel's
+    output and logsumexp, and the output projection's input."""
+    q_w, kv_w = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
     if a.is_mla:
         for name, value in _mla_parts(a, setup, c).items():
             acts.add(name, value)
@@ -216,27 +233,33 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
         # flash / memory-efficient kernels save the output and an fp32 logsumexp per head
         acts.add("attn_out", c.gamma * q_w + 4 * a.num_heads)
     acts.add("o_input", _linear_inputs(c, setup, a, o, c.gamma, held=held))
-    if setup.dora and not c.full:
-        acts.add("dora_outputs", _dora_outputs(c, setup, a, lins))
-    down = [x for x in mlp if x.d_out == h and x.role != "expert"]
-    if up and not shared_input:
-        acts.add("mlp_inputs", _linear_inputs(c, setup, a, up, c.norm_out, held=held))
-    if a.resid_dropout:
-        # hidden dropout after attention and after the MLP: a 1-byte mask each (native_dropout)
-        acts.add("dropout_masks", 2 * h)
+
+
+def _mlp_acts(
+    acts: LayerActs,
+    a: DecoderArch,
+    setup: LlmSetup,
+    regime: Regime,
+    c: Ctx,
+    mlp: list[Linear],
+    moe: bool,
+    held: bool,
+) -> None:
+    """What the MLP saves past its input: the experts' (MoE), or the hidden activations and the down
+    projection's input."""
     if moe:
         acts.add("moe", _moe(a, c, setup))
+        return
+    width = a.intermediate_size
+    out_b = quantized_out_bytes(setup, regime, c)
+    if a.mlp == "gated":
+        # gate output (activation input), activation output, up output; the product feeds down_proj
+        acts.add("mlp_hidden", out_b * width * 3)
     else:
-        width = a.intermediate_size
-        out_b = quantized_out_bytes(setup, regime, c)
-        if a.mlp == "gated":
-            # gate output (activation input), activation output, up output; the product feeds down_proj
-            acts.add("mlp_hidden", out_b * width * 3)
-        else:
-            # what the activation keeps; its output is the down projection's input
-            acts.add("mlp_hidden", plain_activation_bytes(a.activation, c, out_b) * width)
-        acts.add("down_input", _linear_inputs(c, setup, a, down, out_b, held=held) if down else 0)
-    return acts
+        # what the activation keeps; its output is the down projection's input
+        acts.add("mlp_hidden", plain_activation_bytes(a.activation, c, out_b) * width)
+    down = [x for x in mlp if x.d_out == a.hidden_size and x.role != "expert"]
+    acts.add("down_input", _linear_inputs(c, setup, a, down, out_b, held=held) if down else 0)
 
 
 #: What an MLP activation saves for backward, per element of the MLP width, besides its output:

@@ -283,39 +283,50 @@ def _ddp(setup: LlmSetup, est: Estimate, sh: Shares) -> Plan:
 def _zero(
     setup: LlmSetup, est: Estimate, sh: Shares, n: int, stage: int, z: dict[str, int | float | bool]
 ) -> Plan:
+    """DeepSpeed ZeRO-1/2/3 on one rank: parameters, the fp32 optimizer partition, gradients, buffers."""
+    always, host = _zero_params(setup, est, sh, n, stage)
+    kept, offloaded, step = _zero_optimizer(setup, est, sh, n, stage, z)
+    more, fwd, bwd, grads = _zero_grads(setup, sh, n, stage, z)
+    return Plan([*always, *kept, *more], fwd, bwd, step, grads, [*host, *offloaded])
+
+
+def _zero_params(
+    setup: LlmSetup, est: Estimate, sh: Shares, n: int, stage: int
+) -> tuple[list[Component], list[Component]]:
+    """(on the GPU, on the host): compute-dtype parameters; ZeRO-3 partitions them, 1/n per rank."""
     cb = sh.compute_b
-    off_opt = setup.offload in ("optimizer", "all")
-    off_par = setup.offload == "all"
     always: list[Component] = []
     host: list[Component] = []
     train_b = sh.trainable * cb
-    params_all = train_b + sh.frozen_bytes
     if stage < 3:
         name = "weights" if setup.method == "full" else "adapters"
         rule = f"{sh.trainable:,} trainable params in the compute dtype (the engine casts the module)"
         always.append(_c(name, train_b, rule, "zero-params"))
         always += [c for c in est.phases[-1].components if c.name in FROZEN_NAMES]
-    else:
-        persist = sh.persistent_params * cb
-        replicated_q = sh.quant_bytes if setup.method == "qlora" and _storage(setup) != setup.precision else 0
-        if replicated_q:
-            rule = "4-bit weights not partitioned: quant_storage differs from the compute dtype"
-            always.append(_c("weights_4bit", replicated_q, rule, "qlora"))
-        part = _c(
-            "param_partitions",
-            (params_all - persist - replicated_q) / n,
-            f"compute-dtype partitions, 1/{n} of the model",
-            "zero3-params",
-        )
-        (host if off_par else always).append(part)
-        always.append(
-            _c(
-                "persistent_params",
-                persist,
-                "params under stage3_param_persistence_threshold",
-                "zero3-params",
-            )
-        )
+        return always, host
+    persist = sh.persistent_params * cb
+    replicated_q = sh.quant_bytes if setup.method == "qlora" and _storage(setup) != setup.precision else 0
+    if replicated_q:
+        rule = "4-bit weights not partitioned: quant_storage differs from the compute dtype"
+        always.append(_c("weights_4bit", replicated_q, rule, "qlora"))
+    part = _c(
+        "param_partitions",
+        (train_b + sh.frozen_bytes - persist - replicated_q) / n,
+        f"compute-dtype partitions, 1/{n} of the model",
+        "zero3-params",
+    )
+    (host if setup.offload == "all" else always).append(part)
+    always.append(
+        _c("persistent_params", persist, "params under stage3_param_persistence_threshold", "zero3-params")
+    )
+    return always, host
+
+
+def _zero_optimizer(
+    setup: LlmSetup, est: Estimate, sh: Shares, n: int, stage: int, z: dict[str, int | float | bool]
+) -> tuple[list[Component], list[Component], list[Component]]:
+    """(on the GPU, on the host, at the step): the fp32 master partition, its optimizer states and
+    the fp32 gradient of the partition (one sub_group under ZeRO-3), or all on the host when offloaded."""
     master = _c(
         "fp32_master_partition", 4 * sh.trainable / n, f"fp32 flat partition, 1/{n}", "zero-optimizer"
     )
@@ -329,60 +340,63 @@ def _zero(
         "fp32 gradient of the partition at step",
         "zero-optimizer",
     )
-    if off_opt:
-        host += [master, opt, grad32]
+    if setup.offload in ("optimizer", "all"):
         buf = (master.bytes + opt.bytes + grad32.bytes) * (DS_HOST_BUFFER_FACTOR - 1)
-        host.append(_c("offload_buffers", buf, "DeepSpeed estimator's additional_buffer_factor 1.5", "host"))
-        step: list[Component] = []
-    else:
-        always += [master, opt]
-        step = [grad32]
-        if stage == 3:
-            sub = min(int(z["sub_group_size"]), sh.trainable // n)
-            step = [
-                _c("fp32_grad_partition", 4 * sub, "fp32 gradient of one sub_group at step", "zero3-params")
-            ]
+        extra = _c("offload_buffers", buf, "DeepSpeed estimator's additional_buffer_factor 1.5", "host")
+        return [], [master, opt, grad32, extra], []
+    if stage == 3:
+        sub = min(int(z["sub_group_size"]), sh.trainable // n)
+        grad32 = _c("fp32_grad_partition", 4 * sub, "fp32 gradient of one sub_group at step", "zero3-params")
+    return [master, opt], [], [grad32]
+
+
+def _zero_grads(
+    setup: LlmSetup, sh: Shares, n: int, stage: int, z: dict[str, int | float | bool]
+) -> tuple[list[Component], list[Component], list[Component], list[Component]]:
+    """(always, forward, backward, gradients phase): gradients or their partition, the reduce
+    buckets, and ZeRO-3's gathered parameters."""
+    cb = sh.compute_b
+    train_b = sh.trainable * cb
+    off_opt = setup.offload in ("optimizer", "all")
     rb = int(z["reduce_bucket_size"])
     overlap = bool(z["overlap_comm"])
+    always: list[Component] = []
     grads: list[Component] = []
-    bwd: list[Component] = []
-    fwd: list[Component] = []
     if stage == 1:
-        grads.append(
-            _c(
-                "gradients",
-                train_b,
-                "full gradients in the compute dtype (ZeRO-1 does not partition them)",
-                "zero-grads",
-            )
-        )
+        rule = "full gradients in the compute dtype (ZeRO-1 does not partition them)"
+        grads.append(_c("gradients", train_b, rule, "zero-grads"))
     elif stage == 2 and not off_opt:
         # allocated when the first backward starts and kept: alive in every phase from then on
         rule = "grads_in_partition, allocated at backward start"
         always.append(_c("gradient_partition", train_b / n, rule, "zero-grads"))
     if stage < 3:
         ipg = rb * cb * (2 if overlap else 1)
-        bwd.append(
-            _c("reduce_buckets", ipg, f"ipg buffer(s): reduce_bucket_size {rb:,} x {1 + overlap}", "buckets")
-        )
-    else:
-        if not off_opt:
-            always.append(
-                _c("gradient_partition", train_b / n, "grad_partitions_flat_buffer, 1/n", "zero-grads")
-            )
-        always.append(_c("reduce_buckets", rb * cb, f"ipg bucket: reduce_bucket_size {rb:,}", "buckets"))
-        live = min(
-            int(z["stage3_max_live_parameters"]),
-            max(sh.unit_params, sh.head_params) + int(z["stage3_prefetch_bucket_size"]),
-        )
-        rule = "largest gathered module + stage3_prefetch_bucket_size, capped by max_live_parameters"
-        gathered = _c("gathered_params", live * cb, rule, "zero3-gather")
-        fwd.append(gathered)
-        bwd.append(gathered)
-    return Plan(always, fwd, bwd, step, grads, host)
+        rule = f"ipg buffer(s): reduce_bucket_size {rb:,} x {1 + overlap}"
+        return always, [], [_c("reduce_buckets", ipg, rule, "buckets")], grads
+    if not off_opt:
+        always.append(_c("gradient_partition", train_b / n, "grad_partitions_flat_buffer, 1/n", "zero-grads"))
+    always.append(_c("reduce_buckets", rb * cb, f"ipg bucket: reduce_bucket_size {rb:,}", "buckets"))
+    live = min(
+        int(z["stage3_max_live_parameters"]),
+        max(sh.unit_params, sh.head_params) + int(z["stage3_prefetch_bucket_size"]),
+    )
+    rule = "largest gathered module + stage3_prefetch_bucket_size, capped by max_live_parameters"
+    gathered = _c("gathered_params", live * cb, rule, "zero3-gather")
+    return always, [gathered], [gathered], grads
 
 
 def _fsdp(setup: LlmSetup, est: Estimate, sh: Shares, n: int, facts: StrategyFacts) -> Plan:
+    """FSDP on one rank: the shards and their optimizer states, and the units unsharded while used."""
+    always, grads, trans, host = _fsdp_shards(setup, est, sh, n)
+    fwd, bwd, start = _fsdp_units(setup, sh, facts)
+    return Plan(always, fwd, bwd, [trans], grads, host, start)
+
+
+def _fsdp_shards(
+    setup: LlmSetup, est: Estimate, sh: Shares, n: int
+) -> tuple[list[Component], list[Component], Component, list[Component]]:
+    """(always, gradients, step temporaries, host): parameter, gradient and optimizer shards, 1/n each
+    (on the host under offload "all"), and 4-bit weights FSDP cannot shard."""
     cb = sh.compute_b
     # accelerate upcasts trainable params to fp32 under mixed precision; torchtune keeps them in bf16
     shard_b = 4 if setup.trainer != "torchtune" else cb
@@ -391,7 +405,6 @@ def _fsdp(setup: LlmSetup, est: Estimate, sh: Shares, n: int, facts: StrategyFac
     if setup.method == "qlora" and _storage(setup) != setup.precision:
         replicated_q = sh.quant_bytes
         shard_frozen -= replicated_q
-    off = setup.offload == "all"
     rule_sh = (
         f"1/{n} of each parameter (DTensor dim-0 shards)" if setup.fsdp_version == 2 else f"1/{n} flat shard"
     )
@@ -405,32 +418,26 @@ def _fsdp(setup: LlmSetup, est: Estimate, sh: Shares, n: int, facts: StrategyFac
     ]
     always: list[Component] = []
     if replicated_q:
-        always.append(
-            _c(
-                "weights_4bit",
-                replicated_q,
-                "4-bit weights not sharded: quant_storage differs from the compute dtype",
-                "qlora",
-            )
-        )
-    opt = _c(
-        "optimizer_states",
-        sh.optimizer_single * shard_b / max(1, _opt_state_b(est)) / n,
-        f"on the shards, 1/{n}",
-        "fsdp-shards",
-    )
-    trans = _c(
-        "optimizer_transient",
-        sh.transient_single / n,
-        f"optimizer.step() temporaries on the shards, 1/{n}",
-        "fsdp-shards",
-    )
+        rule = "4-bit weights not sharded: quant_storage differs from the compute dtype"
+        always.append(_c("weights_4bit", replicated_q, rule, "qlora"))
+    opt_b = sh.optimizer_single * shard_b / max(1, _opt_state_b(est)) / n
+    opt = _c("optimizer_states", opt_b, f"on the shards, 1/{n}", "fsdp-shards")
+    rule = f"optimizer.step() temporaries on the shards, 1/{n}"
+    trans = _c("optimizer_transient", sh.transient_single / n, rule, "fsdp-shards")
     grads = [_c("gradient_shards", sh.trainable * shard_b / n, f"sharded gradients, 1/{n}", "fsdp-shards")]
     host: list[Component] = []
-    if off:
+    if setup.offload == "all":
         host += [*params, opt, *grads]
         grads, params, opt = [], [], _c("optimizer_states", 0, "", "fsdp-shards")
-    always += [*params, opt]
+    return [*always, *params, opt], grads, trans, host
+
+
+def _fsdp_units(
+    setup: LlmSetup, sh: Shares, facts: StrategyFacts
+) -> tuple[list[Component], list[Component], list[Component]]:
+    """(forward, backward, backward start): the root unit, the unsharded layers (current and
+    prefetched, or all of them without reshard-after-forward) and the unsharded gradients."""
+    cb = sh.compute_b
     root = _c(
         "root_params",
         sh.root_params * cb,
@@ -441,29 +448,13 @@ def _fsdp(setup: LlmSetup, est: Estimate, sh: Shares, n: int, facts: StrategyFac
     fwd: list[Component] = [root]
     bwd: list[Component] = [root]
     if facts.reshard_after_forward:
-        fwd.append(
-            _c(
-                "gathered_units",
-                k_fwd * sh.unit_bytes,
-                f"{k_fwd} unsharded layer(s): current + prefetch",
-                "fsdp-units",
-            )
-        )
-        bwd.append(
-            _c(
-                "gathered_units",
-                2 * sh.unit_bytes,
-                "2 unsharded layers: current + backward prefetch",
-                "fsdp-units",
-            )
-        )
+        rule = f"{k_fwd} unsharded layer(s): current + prefetch"
+        fwd.append(_c("gathered_units", k_fwd * sh.unit_bytes, rule, "fsdp-units"))
+        rule = "2 unsharded layers: current + backward prefetch"
+        bwd.append(_c("gathered_units", 2 * sh.unit_bytes, rule, "fsdp-units"))
     else:
-        allp = _c(
-            "gathered_units",
-            sh.layers * sh.unit_bytes,
-            "every layer unsharded from forward to backward (no reshard after forward)",
-            "fsdp-units",
-        )
+        rule = "every layer unsharded from forward to backward (no reshard after forward)"
+        allp = _c("gathered_units", sh.layers * sh.unit_bytes, rule, "fsdp-units")
         fwd.append(allp)
         bwd.append(allp)
     # at the loss hump no gradient exists yet, not even the lm_head's (traced: fsdp-09/10 in
@@ -477,7 +468,7 @@ def _fsdp(setup: LlmSetup, est: Estimate, sh: Shares, n: int, facts: StrategyFac
             "fsdp-units",
         )
     )
-    return Plan(always, fwd, bwd, [trans], grads, host, start)
+    return fwd, bwd, start
 
 
 def _opt_state_b(est: Estimate) -> int:

@@ -137,38 +137,12 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
     """Activations saved for backward (all layers, or checkpoints), the loss hump and the transients."""
     a = spec.arch
     shape = tasks.task_shape(a, setup)  # tokens per stack and output rows follow --task
-    T, s, L = shape.tokens, shape.seq_len, a.num_layers
-    moe_n = a.moe_layers if a.is_moe else 0
+    T, s = shape.tokens, shape.seq_len
     dense = act.layer_activations(a, setup, regime, moe=False)
-    sparse = act.layer_activations(a, setup, regime, moe=True) if moe_n else dense
+    sparse = act.layer_activations(a, setup, regime, moe=True) if a.is_moe and a.moe_layers else dense
     per_layer_tok = dense.total(s)
     ctx = act.context(setup, regime)
-    final_norm = _c("final_norm", T * 4 * a.hidden_size, "final norm fp32 input")
-    on_device = offload.device_share(setup, regime, L)
-    where = offload.rule(setup, regime, L)
-    head_in = _c(
-        "head_inputs",
-        T * act.head_input_bytes(a, setup, regime),
-        "inputs saved by a trained or LoRA-wrapped lm_head",
-    )
-    if setup.grad_ckpt:
-        ckpt = T * L * ctx.rho * a.hidden_size * on_device
-        ckpt_rule = "one layer input per layer (non-reentrant checkpoint)" + where
-        saved: tuple[Component, ...] = (_c("checkpoints", ckpt, ckpt_rule), final_norm, head_in)
-    else:
-        all_layers = T * ((L - moe_n) * per_layer_tok + moe_n * sparse.total(s))
-        scores = T * s * L * dense.scores
-        per_tok = f"{L} layers x {per_layer_tok - s * dense.scores:,.0f} B/token" + where
-        scores_rule = "eager: fp32 softmax + compute-dtype copy, b*heads*s^2 per layer"
-        saved = (
-            _c("activations", (all_layers - scores) * on_device, per_tok),
-            _c("attention_scores", scores * on_device, scores_rule),
-            final_norm,
-            head_in,
-        )
-    enc = tasks.encoder_stack_bytes(a, setup, regime, shape)
-    enc_rule = "encoder stack on the source + cross-attention"
-    saved = (*saved, _c("encoder_and_cross_attention", enc, enc_rule))
+    saved = _stored(spec, setup, regime, shape, dense, sparse)
     # the output layer's rows and width follow --task (every token x vocabulary, or one row x labels)
     lg = loss.hump(a, setup, regime, ctx.gamma, rows=shape.logit_rows, width=shape.logit_width)
     one_layer = T * max(per_layer_tok, sparse.total(s))
@@ -202,6 +176,47 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
         head_grads=_c("gradients", head, "the output layer's gradient, made by the loss backward"),
         layer=layer,
     )
+
+
+def _stored(
+    spec: ModelSpec,
+    setup: LlmSetup,
+    regime: Regime,
+    shape: tasks.TaskShape,
+    dense: act.LayerActs,
+    sparse: act.LayerActs,
+) -> tuple[Component, ...]:
+    """What stays saved through the forward: every layer's activations (and eager scores) or one
+    checkpoint per layer, the final norm's input, the lm_head's inputs, and an encoder stack."""
+    a = spec.arch
+    T, s, L = shape.tokens, shape.seq_len, a.num_layers
+    moe_n = a.moe_layers if a.is_moe else 0
+    per_layer_tok = dense.total(s)
+    final_norm = _c("final_norm", T * 4 * a.hidden_size, "final norm fp32 input")
+    on_device = offload.device_share(setup, regime, L)
+    where = offload.rule(setup, regime, L)
+    head_in = _c(
+        "head_inputs",
+        T * act.head_input_bytes(a, setup, regime),
+        "inputs saved by a trained or LoRA-wrapped lm_head",
+    )
+    if setup.grad_ckpt:
+        ckpt = T * L * act.context(setup, regime).rho * a.hidden_size * on_device
+        ckpt_rule = "one layer input per layer (non-reentrant checkpoint)" + where
+        saved: tuple[Component, ...] = (_c("checkpoints", ckpt, ckpt_rule), final_norm, head_in)
+    else:
+        all_layers = T * ((L - moe_n) * per_layer_tok + moe_n * sparse.total(s))
+        scores = T * s * L * dense.scores
+        per_tok = f"{L} layers x {per_layer_tok - s * dense.scores:,.0f} B/token" + where
+        scores_rule = "eager: fp32 softmax + compute-dtype copy, b*heads*s^2 per layer"
+        saved = (
+            _c("activations", (all_layers - scores) * on_device, per_tok),
+            _c("attention_scores", scores * on_device, scores_rule),
+            final_norm,
+            head_in,
+        )
+    enc = tasks.encoder_stack_bytes(a, setup, regime, shape)
+    return (*saved, _c("encoder_and_cross_attention", enc, "encoder stack on the source + cross-attention"))
 
 
 def _dequant(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:

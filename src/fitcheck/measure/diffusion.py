@@ -176,14 +176,12 @@ def trace_module(
     checkpointing, other tensors, (call, target)): ``call()`` runs the forward and returns the
     prediction, compared with ``target`` by an fp32 MSE loss.
     """
-    import torch
 
-    from fitcheck.measure._internals import FakeTensorMode, fakeify, param_bytes, unique_params
-    from fitcheck.measure.autocast import cuda_autocast_policy
-    from fitcheck.measure.optim import make_optimizer, state_tensors
+    from fitcheck.measure._internals import FakeTensorMode, fakeify, param_bytes
+    from fitcheck.measure.optim import make_optimizer
     from fitcheck.measure.summary import RunFacts, summarize
     from fitcheck.measure.trace import window
-    from fitcheck.measure.tracker import LiveStorageMode, ModuleScope, Tracker
+    from fitcheck.measure.tracker import Tracker
 
     model.train()
     fake = FakeTensorMode()
@@ -198,32 +196,8 @@ def trace_module(
         if setup.grad_ckpt:
             for t in grads_in:
                 t.requires_grad_(True)  # kohya: noisy latents / text conds requires_grad_(True)
-        uniq = unique_params(model)
-        tracker.register([p for p in uniq if not p.requires_grad], "parameters_frozen", "<parameter>")
-        tracker.register([p for p in uniq if p.requires_grad], "parameters_trainable", "<parameter>")
-        tracker.register(list(model.buffers()), "buffers", "<buffer>")
-        tracker.register([*grads_in, *others], "inputs", "<batch>")
-        names = {id(m): n for n, m in model.named_modules()}
-        autocast = (
-            torch.autocast("cpu", dtype=torch_dtype(c))
-            if c != "fp32"
-            else torch.autocast("cpu", enabled=False)
-        )
-        with cuda_autocast_policy(), ModuleScope(tracker, names), LiveStorageMode(tracker):
-            for step in range(1, steps + 1):
-                tracker.begin("forward", step)
-                with autocast:
-                    pred = call()
-                loss = torch.nn.functional.mse_loss(pred.float(), target.float(), reduction="none").mean()
-                del pred
-                tracker.begin("backward", step)
-                loss.backward()
-                del loss
-                tracker.begin("optimizer_step", step)
-                optimizer.step()
-                tracker.retag([p.grad for p in params if p.grad is not None], "gradients")
-                tracker.retag([t for _, t in state_tensors(optimizer)], "optimizer_states")
-                optimizer.zero_grad(set_to_none=True)
+        uniq = _register(tracker, model, [*grads_in, *others])
+        _run_steps(tracker, model, call, target, optimizer, params, c, steps)
         tracker.end()
         windows = [window(tracker, w, 8) for w in tracker.windows]
         facts = RunFacts(
@@ -241,3 +215,48 @@ def trace_module(
         )
         del optimizer, model, params, grads_in, others, call, target
     return summarize(windows, setup, facts)
+
+
+def _register(tracker: Any, model: Any, batch: list[Any]) -> list[Any]:
+    """Tag the model's frozen and trainable parameters, its buffers and the batch; returns the
+    unique parameters (tied ones once)."""
+    from fitcheck.measure._internals import unique_params
+
+    uniq = unique_params(model)
+    tracker.register([p for p in uniq if not p.requires_grad], "parameters_frozen", "<parameter>")
+    tracker.register([p for p in uniq if p.requires_grad], "parameters_trainable", "<parameter>")
+    tracker.register(list(model.buffers()), "buffers", "<buffer>")
+    tracker.register(batch, "inputs", "<batch>")
+    return uniq
+
+
+def _run_steps(
+    tracker: Any, model: Any, call: Any, target: Any, optimizer: Any, params: list[Any], c: str, steps: int
+) -> None:
+    """Forward under autocast, an fp32 MSE loss, backward and the optimizer step, ``steps`` times,
+    each phase a tracker window; gradients and optimizer states retagged after the step."""
+    import torch
+
+    from fitcheck.measure.autocast import cuda_autocast_policy
+    from fitcheck.measure.optim import state_tensors
+    from fitcheck.measure.tracker import LiveStorageMode, ModuleScope
+
+    names = {id(m): n for n, m in model.named_modules()}
+    autocast = (
+        torch.autocast("cpu", dtype=torch_dtype(c)) if c != "fp32" else torch.autocast("cpu", enabled=False)
+    )
+    with cuda_autocast_policy(), ModuleScope(tracker, names), LiveStorageMode(tracker):
+        for step in range(1, steps + 1):
+            tracker.begin("forward", step)
+            with autocast:
+                pred = call()
+            loss = torch.nn.functional.mse_loss(pred.float(), target.float(), reduction="none").mean()
+            del pred
+            tracker.begin("backward", step)
+            loss.backward()
+            del loss
+            tracker.begin("optimizer_step", step)
+            optimizer.step()
+            tracker.retag([p.grad for p in params if p.grad is not None], "gradients")
+            tracker.retag([t for _, t in state_tensors(optimizer)], "optimizer_states")
+            optimizer.zero_grad(set_to_none=True)

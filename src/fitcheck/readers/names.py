@@ -8,28 +8,11 @@ mlx-lm ``lora.py`` optimizer choices @d78bf58, torchtune/bitsandbytes/torchao op
 
 from __future__ import annotations
 
-#: transformers ``optim`` (and axolotl ``optimizer``) -> fitcheck optimizer. The paged and fused
-#: variants keep the same states (paged ones page them to the CPU under pressure).
-HF_OPTIM: dict[str, str] = {
-    "adamw_torch": "adamw",
-    "adamw_torch_fused": "adamw",
-    "adamw_hf": "adamw",
-    "adamw_apex_fused": "adamw",
-    "adamw_anyprecision": "adamw",
-    "paged_adamw_32bit": "adamw",
-    "optimi_adamw": "adamw",
-    "adamw_bnb_8bit": "adamw8bit",
-    "adamw_8bit": "adamw8bit",
-    "adamw_torch_8bit": "adamw8bit",
-    "ao_adamw_8bit": "adamw8bit",
-    "paged_adamw_8bit": "paged-adamw8bit",
-    "adafactor": "adafactor",
-    "lion_32bit": "lion",
-    "paged_lion_32bit": "lion",
-    "lion_8bit": "lion8bit",
-    "paged_lion_8bit": "lion8bit",
-    "sgd": "sgd",
-}
+from fitcheck.facts import hf_optim
+
+#: transformers ``optim`` (and axolotl ``optimizer``) -> fitcheck optimizer: the one table the emitters
+#: write from too (fitcheck.facts.hf_optim).
+HF_OPTIM = hf_optim.HF_OPTIM
 
 #: sd-scripts ``optimizer_type`` (matched case-insensitively, as get_optimizer does).
 KOHYA_OPTIM: dict[str, str] = {

@@ -35,32 +35,19 @@ def read_header(path: Path) -> dict[str, Any]:
     Raises:
         ModelSourceError: truncated file, absurd or oversized header length, non-JSON header.
     """
-    import os
-    import stat as stat_mod
+    from fitcheck.fileio import loads, open_regular, read_upto
 
-    try:
-        st = path.stat()
-        if not stat_mod.S_ISREG(st.st_mode):
-            from fitcheck.fileio import file_kind
-
-            raise ModelSourceError(f"{path} is {file_kind(st.st_mode)}, not a safetensors file")
-        size = st.st_size
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as fh:
-            raw = fh.read(8)
-            if len(raw) < 8:
-                raise ModelSourceError(f"{path}: too short to be a safetensors file")
-            (n,) = struct.unpack("<Q", raw)
-            if n > MAX_HEADER_BYTES or n + 8 > size:
-                raise ModelSourceError(
-                    f"{path}: header length {n:,} is larger than the file ({size:,} bytes) or the "
-                    f"{MAX_HEADER_BYTES:,}-byte limit; the file is truncated or not safetensors"
-                )
-            text = fh.read(n)
-    except OSError as exc:
-        raise ModelSourceError(f"{path}: cannot read ({exc.strerror})") from None
-    from fitcheck.fileio import loads
-
+    with open_regular(path, "safetensors file") as (fd, size):
+        raw = read_upto(fd, 8)
+        if len(raw) < 8:
+            raise ModelSourceError(f"{path}: too short to be a safetensors file")
+        (n,) = struct.unpack("<Q", raw)
+        if n > MAX_HEADER_BYTES or n + 8 > size:
+            raise ModelSourceError(
+                f"{path}: header length {n:,} is larger than the file ({size:,} bytes) or the "
+                f"{MAX_HEADER_BYTES:,}-byte limit; the file is truncated or not safetensors"
+            )
+        text = read_upto(fd, n)
     try:
         decoded = text.decode("utf-8")
     except UnicodeDecodeError:

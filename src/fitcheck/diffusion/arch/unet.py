@@ -12,6 +12,7 @@ norm/proj_in/proj_out and the samplers are not checkpointed).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from fitcheck.diffusion.arch.common import Run, TimestepMLP, attention
@@ -175,90 +176,131 @@ class Block(Module):
         self.sampler: Module | None = None
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """The per-block lists ``UNet2DConditionModel.__init__`` derives from its config (scalars spread)."""
+
+    boc: list[int]
+    heads: list[Any]
+    layers: list[int]
+    ctx: list[int]
+    tlpb: list[Any]
+    rtlpb: list[Any]
+    groups: int
+    linear: bool
+    temb: int
+
+    @classmethod
+    def of(cls, cfg: Mapping[str, Any]) -> _Layout:
+        boc = list(cfg["block_out_channels"])
+        n = len(boc)
+        head_dim = cfg.get("attention_head_dim", 8)
+        tlpb = _per_block(cfg.get("transformer_layers_per_block", 1), n)
+        return cls(
+            boc=boc,
+            heads=_per_block(cfg.get("num_attention_heads") or head_dim, n),
+            layers=_per_block(cfg.get("layers_per_block", 2), n),
+            ctx=_per_block(cfg.get("cross_attention_dim", 1280), n),
+            tlpb=tlpb,
+            rtlpb=cfg.get("reverse_transformer_layers_per_block") or list(reversed(tlpb)),
+            groups=int(cfg.get("norm_num_groups", 32)),
+            linear=bool(cfg.get("use_linear_projection", False)),
+            temb=boc[0] * 4,
+        )
+
+
+def _down_blocks(lay: _Layout, kinds: list[str]) -> Seq:
+    """Down blocks: resnets, cross-attention transformers (CrossAttn*), a downsampler but the last."""
+    n = len(lay.boc)
+    downs: list[Module] = []
+    out_c = lay.boc[0]
+    for i, kind in enumerate(kinds):
+        in_c, out_c = out_c, lay.boc[i]
+        blk = Block()
+        blk.resnets = Seq(
+            [
+                ResnetBlock2D(in_c if j == 0 else out_c, out_c, lay.temb, lay.groups)
+                for j in range(lay.layers[i])
+            ]
+        )
+        if kind.startswith("CrossAttn"):
+            depth = _per_block(lay.tlpb[i], lay.layers[i])
+            blk.attentions = Seq(
+                [
+                    Transformer2DModel(out_c, lay.heads[i], depth[j], lay.ctx[i], lay.groups, lay.linear)
+                    for j in range(lay.layers[i])
+                ]
+            )
+        if i < n - 1:
+            blk.sampler = Downsample2D(out_c)
+        downs.append(blk)
+    return Seq(downs)
+
+
+def _mid_block(lay: _Layout) -> Block:
+    """Two resnets around one cross-attention transformer at the lowest resolution."""
+    c = lay.boc[-1]
+    mid = Block()
+    mid.resnets = Seq([ResnetBlock2D(c, c, lay.temb, lay.groups) for _ in range(2)])
+    depth = _per_block(lay.tlpb[-1], 1)[0]
+    mid.attentions = Seq([Transformer2DModel(c, lay.heads[-1], depth, lay.ctx[-1], lay.groups, lay.linear)])
+    return mid
+
+
+def _up_blocks(lay: _Layout, kinds: list[str]) -> Seq:
+    """Up blocks: one more resnet than the down block, each reading a skip connection; upsamplers."""
+    n = len(lay.boc)
+    rboc = list(reversed(lay.boc))
+    rheads, rlayers, rctx = list(reversed(lay.heads)), list(reversed(lay.layers)), list(reversed(lay.ctx))
+    ups: list[Module] = []
+    out_c = rboc[0]
+    for i, kind in enumerate(kinds):
+        prev, out_c = out_c, rboc[i]
+        in_c = rboc[min(i + 1, n - 1)]
+        nl = rlayers[i] + 1
+        blk = Block()
+        res = []
+        for j in range(nl):
+            skip = in_c if j == nl - 1 else out_c
+            res.append(ResnetBlock2D((prev if j == 0 else out_c) + skip, out_c, lay.temb, lay.groups))
+        blk.resnets = Seq(res)
+        if kind.startswith("CrossAttn"):
+            depth = _per_block(lay.rtlpb[i], nl)
+            blk.attentions = Seq(
+                [
+                    Transformer2DModel(out_c, rheads[i], depth[j], rctx[i], lay.groups, lay.linear)
+                    for j in range(nl)
+                ]
+            )
+        if i < n - 1:
+            blk.sampler = Upsample2D(out_c)
+        ups.append(blk)
+    return Seq(ups)
+
+
 class UNet2DConditionModel(Module):
     def __init__(self, cfg: Mapping[str, Any]) -> None:
         super().__init__()
-        boc = list(cfg["block_out_channels"])
-        n = len(boc)
-        down_types = list(cfg["down_block_types"])
-        up_types = list(cfg["up_block_types"])
-        groups = int(cfg.get("norm_num_groups", 32))
-        head_dim = cfg.get("attention_head_dim", 8)
-        heads = _per_block(cfg.get("num_attention_heads") or head_dim, n)
-        layers = _per_block(cfg.get("layers_per_block", 2), n)
-        ctx = _per_block(cfg.get("cross_attention_dim", 1280), n)
-        tlpb = _per_block(cfg.get("transformer_layers_per_block", 1), n)
-        rtlpb = cfg.get("reverse_transformer_layers_per_block") or list(reversed(tlpb))
-        linear = bool(cfg.get("use_linear_projection", False))
-        temb = boc[0] * 4
+        lay = _Layout.of(cfg)
+        boc = lay.boc
         self.in_channels = int(cfg.get("in_channels", 4))
         self.conv_in = Conv2d(self.in_channels, boc[0], int(cfg.get("conv_in_kernel", 3)), padding=1)
-        self.time_embedding = TimestepMLP(boc[0], temb)
+        self.time_embedding = TimestepMLP(boc[0], lay.temb)
         self.text_time = cfg.get("addition_embed_type") == "text_time"
         self.add_embedding: TimestepMLP | None = None
         self.add_time_dim = int(cfg.get("addition_time_embed_dim") or 0)
         self.add_in = int(cfg.get("projection_class_embeddings_input_dim") or 0)
         if self.text_time:
-            self.add_embedding = TimestepMLP(self.add_in, temb)
-        self.ctx_dim = ctx[0]
-        downs: list[Module] = []
-        out_c = boc[0]
-        for i, kind in enumerate(down_types):
-            in_c, out_c = out_c, boc[i]
-            blk = Block()
-            blk.resnets = Seq(
-                [ResnetBlock2D(in_c if j == 0 else out_c, out_c, temb, groups) for j in range(layers[i])]
-            )
-            if kind.startswith("CrossAttn"):
-                blk.attentions = Seq(
-                    [
-                        Transformer2DModel(
-                            out_c, heads[i], _per_block(tlpb[i], layers[i])[j], ctx[i], groups, linear
-                        )
-                        for j in range(layers[i])
-                    ]
-                )
-            if i < n - 1:
-                blk.sampler = Downsample2D(out_c)
-            downs.append(blk)
-        self.down_blocks = Seq(downs)
-        mid = Block()
-        mid.resnets = Seq([ResnetBlock2D(boc[-1], boc[-1], temb, groups) for _ in range(2)])
-        mid.attentions = Seq(
-            [Transformer2DModel(boc[-1], heads[-1], _per_block(tlpb[-1], 1)[0], ctx[-1], groups, linear)]
-        )
-        self.mid_block = mid
-        rboc = list(reversed(boc))
-        rheads, rlayers, rctx = list(reversed(heads)), list(reversed(layers)), list(reversed(ctx))
-        ups: list[Module] = []
-        out_c = rboc[0]
-        for i, kind in enumerate(up_types):
-            prev, out_c = out_c, rboc[i]
-            in_c = rboc[min(i + 1, n - 1)]
-            nl = rlayers[i] + 1
-            blk = Block()
-            res = []
-            for j in range(nl):
-                skip = in_c if j == nl - 1 else out_c
-                res.append(ResnetBlock2D((prev if j == 0 else out_c) + skip, out_c, temb, groups))
-            blk.resnets = Seq(res)
-            if kind.startswith("CrossAttn"):
-                depth = _per_block(rtlpb[i], nl)
-                blk.attentions = Seq(
-                    [
-                        Transformer2DModel(out_c, rheads[i], depth[j], rctx[i], groups, linear)
-                        for j in range(nl)
-                    ]
-                )
-            if i < n - 1:
-                blk.sampler = Upsample2D(out_c)
-            ups.append(blk)
-        self.up_blocks = Seq(ups)
-        self.conv_norm_out = GroupNorm(groups, boc[0])
+            self.add_embedding = TimestepMLP(self.add_in, lay.temb)
+        self.ctx_dim = lay.ctx[0]
+        self.down_blocks = _down_blocks(lay, list(cfg["down_block_types"]))
+        self.mid_block = _mid_block(lay)
+        self.up_blocks = _up_blocks(lay, list(cfg["up_block_types"]))
+        self.conv_norm_out = GroupNorm(lay.groups, boc[0])
         self.conv_out = Conv2d(
             boc[0], int(cfg.get("out_channels", 4)), int(cfg.get("conv_out_kernel", 3)), padding=1
         )
-        self.down_factor = 2 ** (n - 1)
+        self.down_factor = 2 ** (len(boc) - 1)
 
     # --- forward -------------------------------------------------------------------------------
 
