@@ -1,11 +1,12 @@
 """Engine vs published measurements (tests/data/published/) -> docs/accuracy.md, scores.json.
 
 Every record of the corpus that fitcheck can pose today (a model preset, full / LoRA / QLoRA, one GPU, a
-stated sequence length) is estimated and compared with the figure the source printed: the engine's
+stated sequence length; several GPUs through fitcheck's distributed setup, per GPU) is estimated and
+compared with the figure the source printed: the engine's
 ``peak_allocated_bytes`` for ``max_memory_allocated``, ``peak_reserved_bytes`` for ``max_memory_reserved``
 and for ``unknown`` (a logger that does not say is most often reporting reserved memory), ``device_bytes``
 for ``nvidia-smi`` and for capacity records (the GPU's whole memory). Records it cannot pose are listed
-with the reason. Multi-GPU records are kept for the multi-GPU work and not scored here.
+with the reason. A model without a preset is read offline from tests/data/published/configs/.
 
     python bench/published.py                 # rewrite the generated section of docs/accuracy.md
     python bench/published.py --write-scores  # also rewrite tests/data/published/scores.json
@@ -39,8 +40,8 @@ END = "<!-- published:end -->"
 METRICS = ("max_memory_allocated", "max_memory_reserved", "nvidia-smi", "unknown")
 RELATIONS = ("peak", "capacity")
 UNITS = {"B": 1, "MiB": 1 << 20, "GiB": 1 << 30, "MB": 10**6, "GB": 10**9}
-#: ``host_measured``: host (CPU) memory a multi-GPU record states beside the device figure (scored by
-#: tests/test_published_multigpu.py, not here).
+#: ``host_measured``: host (CPU) memory a multi-GPU record states beside the device figure (kept, not
+#: scored: the bar is on the per-GPU figure).
 RECORD_KEYS = (
     "id",
     "model",
@@ -258,9 +259,11 @@ def _multi_gpu(s: dict[str, Any]) -> tuple[dict[str, Any], list[str]] | str:
     ]
     if offload == "params":
         notes.append("FSDP CPUOffload(offload_params=True): --offload all")
-    for key in ("nodes", "fsdp_version", "quant_storage"):
+    for key in ("nodes", "fsdp_version"):
         if key in s:
             kw[key] = s[key]
+    if "quant_storage" in s and s.get("method") == "qlora":
+        kw["quant_storage"] = s["quant_storage"]
     if strategy.startswith("fsdp") and "fsdp_version" not in s:
         notes.append("FSDP version not stated: fitcheck's default (2)")
     return kw, notes
@@ -534,8 +537,8 @@ def render(scored: dict[str, list[Score]], skipped: dict[str, list[tuple[Record,
     """The generated section of docs/accuracy.md."""
     srcs = {sid: src for sid, (src, _) in corpus().items()}
     all_scores = [s for sc in scored.values() for s in sc]
-    n_multi = sum(1 for sk in skipped.values() for r, _ in sk if r.gpus > 1)
-    n_skip = sum(len(v) for v in skipped.values()) - n_multi
+    n_multi = sum(1 for s in all_scores if s.record.gpus > 1)
+    n_skip = sum(len(v) for v in skipped.values())
     lines = [
         BEGIN,
         "## Published measurements (tests/data/published/)",
@@ -550,12 +553,14 @@ def render(scored: dict[str, list[Score]], skipped: dict[str, list[tuple[Record,
         "at most 10%, no record more than 15% under unless the record names a setting the source leaves",
         "unstated (`known_gap`).",
         "",
-        f"**{len(all_scores)} single-GPU records scored; median |error| "
+        f"**{len(all_scores)} records scored ({len(all_scores) - n_multi} on one GPU, {n_multi} on several, "
+        "per GPU); median |error| "
         f"{100 * statistics.median(abs(s.error) for s in all_scores):.1f}%, bias (median signed error) "
         f"{_pct(statistics.median(s.error for s in all_scores))}, "
         f"{sum(1 for s in all_scores if s.error < UNDER_BAR)} more than 15% under.** "
-        f"{n_skip} single-GPU records cannot be posed yet and {n_multi} multi-GPU records wait for the",
-        "multi-GPU work (listed below).",
+        f"{n_skip} records cannot be posed yet (listed below with the reason). Multi-GPU records are posed",
+        "through fitcheck's distributed setup (`--gpus`, `--strategy`, `--offload`, `--fsdp-version`) as the",
+        "source states it, and compared per GPU.",
         "",
         "| source | n | median abs | max under | bias | > 15% under | worst records |",
         "|---|---:|---:|---:|---:|---:|---|",
@@ -652,9 +657,8 @@ def render(scored: dict[str, list[Score]], skipped: dict[str, list[tuple[Record,
     lines += ["", "### Not scored", "", "| source | records | why |", "|---|---:|---|"]
     for sid in sorted(skipped):
         reasons: dict[str, int] = {}
-        for r, why in skipped[sid]:
-            key = why if r.gpus == 1 or "GPUs" not in why else "several GPUs: kept for the multi-GPU work"
-            reasons[key] = reasons.get(key, 0) + 1
+        for _, why in skipped[sid]:
+            reasons[why] = reasons.get(why, 0) + 1
         for why, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
             lines.append(f"| {sid} | {n} | {why} |")
     lines += ["", END]
