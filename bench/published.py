@@ -1,11 +1,12 @@
 """Engine vs published measurements (tests/data/published/) -> docs/accuracy.md, scores.json.
 
 Every record of the corpus that fitcheck can pose today (a model preset, full / LoRA / QLoRA, one GPU, a
-stated sequence length) is estimated and compared with the figure the source printed: the engine's
+stated sequence length; several GPUs through fitcheck's distributed setup, per GPU) is estimated and
+compared with the figure the source printed: the engine's
 ``peak_allocated_bytes`` for ``max_memory_allocated``, ``peak_reserved_bytes`` for ``max_memory_reserved``
 and for ``unknown`` (a logger that does not say is most often reporting reserved memory), ``device_bytes``
 for ``nvidia-smi`` and for capacity records (the GPU's whole memory). Records it cannot pose are listed
-with the reason. Multi-GPU records are kept for the multi-GPU work and not scored here.
+with the reason. A model without a preset is read offline from tests/data/published/configs/.
 
     python bench/published.py                 # rewrite the generated section of docs/accuracy.md
     python bench/published.py --write-scores  # also rewrite tests/data/published/scores.json
@@ -39,8 +40,8 @@ END = "<!-- published:end -->"
 METRICS = ("max_memory_allocated", "max_memory_reserved", "nvidia-smi", "unknown")
 RELATIONS = ("peak", "capacity")
 UNITS = {"B": 1, "MiB": 1 << 20, "GiB": 1 << 30, "MB": 10**6, "GB": 10**9}
-#: ``host_measured``: host (CPU) memory a multi-GPU record states beside the device figure (scored by
-#: tests/test_published_multigpu.py, not here).
+#: ``host_measured``: host (CPU) memory a multi-GPU record states beside the device figure (kept, not
+#: scored: the bar is on the per-GPU figure).
 RECORD_KEYS = (
     "id",
     "model",
@@ -79,7 +80,7 @@ _UNMODELLED = {
     "compile": "torch.compile is not modelled",
     "quant_backend": "torchao NF4 is posed as bitsandbytes NF4",
     "rslora": "rsLoRA changes only the scale, not the memory",
-    "offload": "offloading of parameters / optimizer states is not modelled",
+    "offload": "offloading of parameters / optimizer states on one GPU is not modelled",
 }
 #: Quantized bases the sources name, as fitcheck's ``--base-quant`` (None: no fitcheck format stores it).
 _BASE_QUANT = {"gptq-int4": "gptq", "gptq": "gptq", "awq": "awq", "int8": "int8", "bnb-int8": "int8"}
@@ -169,19 +170,31 @@ def corpus() -> dict[str, tuple[dict[str, Any], list[Record]]]:
     return {p.stem: load_source(p) for p in sorted(DATA.glob("*.yaml"))}
 
 
-def _spec(model: str) -> Any:
-    """The preset for a preset id or a preset's exact Hugging Face id; None when there is none."""
-    from fitcheck.presets import load_preset, preset_ids
-    from fitcheck.sources.resolve import spec_from_preset
+#: Offline model configs for corpus models no preset holds: configs/<org>/<name>/config.json, each the
+#: model's Hub config.json (configs/README.md: where each was read, at which revision).
+CONFIGS = DATA / "configs"
 
-    ids = preset_ids("models")
-    if model.lower() in ids:
-        return spec_from_preset(model.lower())
-    for pid in ids:
-        hf = load_preset("models", pid).get("hf_id") or ""
-        if hf.lower() == model.lower():
-            return spec_from_preset(pid)
-    return None
+
+def _spec(model: str) -> ModelSpec | str:
+    """The model of a record through fitcheck's own resolver, offline: a preset id, a preset's Hugging
+    Face id (``hf_id`` / ``hf_ids``), or the config folder configs/<org>/<name> (what ``fitcheck
+    estimate ./folder`` reads); else the reason it cannot be sized (the resolver would go to the Hub)."""
+    from fitcheck.errors import FitcheckError
+    from fitcheck.presets import load_preset, preset_ids
+    from fitcheck.sources.resolve import resolve_model
+
+    low = model.lower()
+    for pid in preset_ids("models"):
+        data = load_preset("models", pid)
+        if low in (pid, *(str(h).lower() for h in [data.get("hf_id"), *(data.get("hf_ids") or [])] if h)):
+            return resolve_model(pid)
+    folder = CONFIGS / model
+    if "/" not in model or not (folder / "config.json").is_file():
+        return f"no preset and no config in configs/ for {model}"
+    try:
+        return resolve_model(str(folder))
+    except FitcheckError as exc:
+        return f"configs/{model}: {str(exc).split('; ')[0]}"
 
 
 def _with_head(spec: ModelSpec, targets: str) -> str:
@@ -202,13 +215,68 @@ def _with_head(spec: ModelSpec, targets: str) -> str:
     return targets + ",lm_head"
 
 
+#: Strategies the sources name, as fitcheck's ``--strategy`` (docs/distributed.md, "Strategies").
+_STRATEGIES = {
+    "ddp": "ddp",
+    "zero1": "zero1",
+    "zero2": "zero2",
+    "zero3": "zero3",
+    "fsdp": "fsdp",
+    "fsdp-grad-op": "fsdp-grad-op",
+    "fsdp-hybrid": "fsdp-hybrid",
+}
+#: Strategies the sources name that no fitcheck strategy expresses, and why.
+_NO_STRATEGY = {
+    "device-map": "naive model parallelism (layers split over GPUs by device_map) is not a fitcheck strategy",
+    "fsdp-no-shard": "FSDP NO_SHARD (a full replica under FSDP's flat parameters) is not a fitcheck strategy",
+}
+#: Offload as the sources name it -> fitcheck's ``--offload``. FSDP's CPUOffload(offload_params=True)
+#: moves parameters, gradients and the optimizer step together (docs/distributed.md, "Offload"): the
+#: sources' "params" is fitcheck's ``all`` under FSDP.
+_OFFLOAD = {"none": "none", "optimizer": "optimizer", "all": "all", "params": "all"}
+
+
+def _multi_gpu(s: dict[str, Any]) -> tuple[dict[str, Any], list[str]] | str:
+    """The distributed setup fields of a multi-GPU record (gpus, strategy, offload, nodes, FSDP
+    version), or the reason fitcheck cannot express it. The estimate is per GPU."""
+    strategy = str(s.get("strategy", ""))
+    if strategy in _NO_STRATEGY:
+        return _NO_STRATEGY[strategy]
+    if strategy not in _STRATEGIES:
+        return f"strategy {strategy or 'not stated'} is not a fitcheck strategy"
+    offload = str(s.get("offload", "none"))
+    if offload not in _OFFLOAD:
+        return f"offload {offload} is not a fitcheck offload"
+    if offload == "params" and not strategy.startswith("fsdp"):
+        return f"parameter offload without optimizer offload under {strategy} is not a fitcheck offload"
+    kw: dict[str, Any] = {
+        "gpus": int(s["gpus"]),
+        "strategy": _STRATEGIES[strategy],
+        "offload": _OFFLOAD[offload],
+    }
+    notes = [
+        f"{kw['gpus']} GPUs, {strategy}" + (f", offload {offload}" if offload != "none" else "") + ": per GPU"
+    ]
+    if offload == "params":
+        notes.append("FSDP CPUOffload(offload_params=True): --offload all")
+    for key in ("nodes", "fsdp_version"):
+        if key in s:
+            kw[key] = s[key]
+    if "quant_storage" in s and s.get("method") == "qlora":
+        kw["quant_storage"] = s["quant_storage"]
+    if strategy.startswith("fsdp") and "fsdp_version" not in s:
+        notes.append("FSDP version not stated: fitcheck's default (2)")
+    return kw, notes
+
+
 def pose(rec: Record) -> tuple[Any, Any, list[str]] | str:
     """(spec, LlmSetup, notes) for a record, or the reason it cannot be posed."""
     from fitcheck.models import OPTIMIZERS, TRAINERS, LlmSetup
 
     s = rec.setup
-    if rec.gpus > 1:
-        return f"{rec.gpus} GPUs ({s.get('strategy', 'strategy not stated')}): kept for the multi-GPU work"
+    multi = _multi_gpu(s) if rec.gpus > 1 else {}
+    if isinstance(multi, str):
+        return multi
     if s.get("method") not in ("full", "lora", "qlora"):
         return f"method {s.get('method')} is not modelled"
     base_quant = str(s.get("base_quant") or "none")
@@ -217,10 +285,13 @@ def pose(rec: Record) -> tuple[Any, Any, list[str]] | str:
     if not s.get("seq_len"):
         return "sequence length not stated"
     spec = _spec(rec.model)
-    if spec is None:
-        return f"no preset for {rec.model} (fitcheck resolves Hugging Face ids offline only through presets)"
+    if isinstance(spec, str):
+        return spec
     notes: list[str] = []
     kw: dict[str, Any] = {k: s[k] for k in _DIRECT if k in s}
+    if multi:
+        kw.update(multi[0])
+        notes += multi[1]
     opt = str(s.get("optimizer", "adamw"))
     if opt in _OPTIMIZER_ALIASES:
         opt, why = _OPTIMIZER_ALIASES[opt]
@@ -260,7 +331,7 @@ def pose(rec: Record) -> tuple[Any, Any, list[str]] | str:
             kw[key] = s[key]
     if s.get("method") == "qlora":
         kw["double_quant"] = bool(s.get("double_quant", True))
-    notes += [why for key, why in _UNMODELLED.items() if s.get(key)]
+    notes += [why for key, why in _UNMODELLED.items() if s.get(key) and not (multi and key == "offload")]
     try:
         setup = LlmSetup(**kw)
     except ValueError as exc:
@@ -466,8 +537,8 @@ def render(scored: dict[str, list[Score]], skipped: dict[str, list[tuple[Record,
     """The generated section of docs/accuracy.md."""
     srcs = {sid: src for sid, (src, _) in corpus().items()}
     all_scores = [s for sc in scored.values() for s in sc]
-    n_multi = sum(1 for sk in skipped.values() for r, _ in sk if r.gpus > 1)
-    n_skip = sum(len(v) for v in skipped.values()) - n_multi
+    n_multi = sum(1 for s in all_scores if s.record.gpus > 1)
+    n_skip = sum(len(v) for v in skipped.values())
     lines = [
         BEGIN,
         "## Published measurements (tests/data/published/)",
@@ -482,12 +553,14 @@ def render(scored: dict[str, list[Score]], skipped: dict[str, list[tuple[Record,
         "at most 10%, no record more than 15% under unless the record names a setting the source leaves",
         "unstated (`known_gap`).",
         "",
-        f"**{len(all_scores)} single-GPU records scored; median |error| "
+        f"**{len(all_scores)} records scored ({len(all_scores) - n_multi} on one GPU, {n_multi} on several, "
+        "per GPU); median |error| "
         f"{100 * statistics.median(abs(s.error) for s in all_scores):.1f}%, bias (median signed error) "
         f"{_pct(statistics.median(s.error for s in all_scores))}, "
         f"{sum(1 for s in all_scores if s.error < UNDER_BAR)} more than 15% under.** "
-        f"{n_skip} single-GPU records cannot be posed yet and {n_multi} multi-GPU records wait for the",
-        "multi-GPU work (listed below).",
+        f"{n_skip} records cannot be posed yet (listed below with the reason). Multi-GPU records are posed",
+        "through fitcheck's distributed setup (`--gpus`, `--strategy`, `--offload`, `--fsdp-version`) as the",
+        "source states it, and compared per GPU.",
         "",
         "| source | n | median abs | max under | bias | > 15% under | worst records |",
         "|---|---:|---:|---:|---:|---:|---|",
@@ -584,9 +657,8 @@ def render(scored: dict[str, list[Score]], skipped: dict[str, list[tuple[Record,
     lines += ["", "### Not scored", "", "| source | records | why |", "|---|---:|---|"]
     for sid in sorted(skipped):
         reasons: dict[str, int] = {}
-        for r, why in skipped[sid]:
-            key = why if r.gpus == 1 or "GPUs" not in why else "several GPUs: kept for the multi-GPU work"
-            reasons[key] = reasons.get(key, 0) + 1
+        for _, why in skipped[sid]:
+            reasons[why] = reasons.get(why, 0) + 1
         for why, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
             lines.append(f"| {sid} | {n} | {why} |")
     lines += ["", END]
