@@ -70,17 +70,18 @@ _DIRECT = (
     "lora_rank",
     "lora_alpha",
     "lora_dropout",
+    "optimizer_in_bwd",
 )
 #: Optimizers the sources name that fitcheck models under another name (same bytes per state).
 _OPTIMIZER_ALIASES = {"paged-adamw": ("adamw", "bitsandbytes PagedAdamW: 32-bit states, as AdamW")}
 #: Setup flags fitcheck has no option for, and what leaving them out means for the pose.
 _UNMODELLED = {
-    "optimizer_in_backward": "the optimizer step inside backward is not modelled",
     "compile": "torch.compile is not modelled",
-    "quant_backend": "torchao NF4 is posed as bitsandbytes NF4",
     "rslora": "rsLoRA changes only the scale, not the memory",
     "offload": "offloading of parameters / optimizer states is not modelled",
 }
+#: QLoRA 4-bit formats the sources name, as the regime's ``nf4_format`` (engine/nf4.py).
+_NF4_FORMATS = {"torchao-nf4": "torchao", "bnb-nf4": "bitsandbytes"}
 #: Quantized bases the sources name, as fitcheck's ``--base-quant`` (None: no fitcheck format stores it).
 _BASE_QUANT = {"gptq-int4": "gptq", "gptq": "gptq", "awq": "awq", "int8": "int8", "bnb-int8": "int8"}
 #: Checkpointing modes the sources name: (grad_ckpt, offload_activations, note).
@@ -265,7 +266,23 @@ def pose(rec: Record) -> tuple[Any, Any, list[str]] | str:
         setup = LlmSetup(**kw)
     except ValueError as exc:
         return f"setup not accepted: {exc}"
+    notes += _nf4_note(s, setup)
     return spec, setup, notes
+
+
+def _nf4_note(s: dict[str, Any], setup: Any) -> list[str]:
+    """A note when the source's 4-bit format is not the one the posed trainer's regime stores."""
+    from fitcheck.engine.regimes import regime_for
+
+    named = s.get("quant_backend")
+    if setup.method != "qlora" or not named:
+        return []
+    fmt = _NF4_FORMATS.get(str(named))
+    if fmt is None:
+        return [f"{named} is not a modelled 4-bit format: posed as {regime_for(setup).nf4_format}"]
+    if fmt != regime_for(setup).nf4_format:
+        return [f"{named} is posed as {regime_for(setup).nf4_format} NF4"]
+    return []
 
 
 def _figure(est: Any, rec: Record) -> int:

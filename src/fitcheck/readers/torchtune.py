@@ -128,4 +128,4 @@ def _optimizer(r: Reading, k: Keys) -> None:
             )
         opt.touch("fused", "lr", "weight_decay", "betas", "eps")
     if as_bool(k.get("optimizer_in_bwd"), "optimizer_in_bwd", r.path):
-        r.note("optimizer_in_bwd: gradients are freed as they are applied; not modelled (an upper bound)")
+        r.set("optimizer_in_bwd", True, "optimizer_in_bwd")
