@@ -285,13 +285,26 @@ def _nf4_note(s: dict[str, Any], setup: Any) -> list[str]:
     return []
 
 
+#: Metrics read from torch.cuda's allocator counters (an unstated metric is scored as reserved).
+_TORCH_COUNTERS = ("max_memory_allocated", "max_memory_reserved", "unknown")
+
+
+def _unseen(est: Any, rec: Record) -> int:
+    """Bytes the estimate holds that torch.cuda's counters cannot see: a paged optimizer's states live in
+    CUDA managed memory (bitsandbytes functional.py get_paged @0.43.3), outside the caching allocator."""
+    if rec.relation == "capacity" or rec.metric not in _TORCH_COUNTERS:
+        return 0
+    peak = est.phase(est.peak_phase)
+    return sum(c.bytes for c in peak.components if c.name == "optimizer_states_paged")
+
+
 def _figure(est: Any, rec: Record) -> int:
     """The estimate's figure comparable with what the source measured."""
     if rec.relation == "capacity" or rec.metric == "nvidia-smi":
         return int(est.device_bytes)
     if rec.metric == "max_memory_allocated":
-        return int(est.peak_allocated_bytes)
-    return int(est.peak_reserved_bytes)
+        return int(est.peak_allocated_bytes) - _unseen(est, rec)
+    return int(est.peak_reserved_bytes) - _unseen(est, rec)
 
 
 def score(rec: Record) -> Score | str:
@@ -338,7 +351,8 @@ def _kinds_in_figure(s: Score) -> dict[str, int]:
     cut = est.context_bytes
     if s.record.metric == "max_memory_allocated":
         cut += est.allocator_reserve_bytes
-    return {**parts, "transient": parts["transient"] - cut, "figure": s.estimate_bytes}
+    states = parts["states"] - _unseen(est, s.record)
+    return {**parts, "states": states, "transient": parts["transient"] - cut, "figure": s.estimate_bytes}
 
 
 def calibration_spread() -> float:

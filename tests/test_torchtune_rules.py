@@ -128,3 +128,20 @@ def test_torchtune_reader_sets_optimizer_in_bwd(tmp_path: Path) -> None:
     )
     got = read_config(str(cfg))
     assert got.values["optimizer_in_bwd"] is True and got.keys["optimizer_in_bwd"] == "optimizer_in_bwd"
+
+
+def test_paged_optimizer_states_are_their_own_line(spec) -> None:  # type: ignore[no-untyped-def]
+    from fitcheck.facts.optimizers import PAGED_MIN_NUMEL
+
+    paged = LlmSetup(method="full", trainer="torchtune", optimizer="paged-adamw8bit")
+    plain = estimate(spec, paged.model_copy(update={"optimizer": "adamw8bit"}))
+    est = estimate(spec, paged)
+    big = sum(k * math.prod(s) for s, k in tensor_shapes(spec.arch, paged) if math.prod(s) >= PAGED_MIN_NUMEL)
+    # the two uint8 states of every tensor of 1e5+ elements leave the allocator; the total is unchanged
+    assert _get(est, "optimizer_step", "optimizer_states_paged") == 2 * big
+    assert _get(est, "optimizer_step", "optimizer_states") + 2 * big == _get(
+        plain, "optimizer_step", "optimizer_states"
+    )
+    assert est.device_bytes == plain.device_bytes
+    assert any("CUDA managed memory" in w for w in est.warnings)
+    assert _get(plain, "optimizer_step", "optimizer_states_paged") == 0

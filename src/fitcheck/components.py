@@ -56,6 +56,10 @@ _ROWS = (
     ComponentId("adapters", "LoRA (and DoRA) parameters", "weights", "lora"),
     ComponentId("master_weights", "fp32 master copy of trainable weights", "master-copy"),
     ComponentId("optimizer_states", "optimizer states kept between steps", "optimizer-states", "optimizer"),
+    ComponentId(
+        "optimizer_states_paged", "a paged optimizer's states in CUDA managed memory (bitsandbytes)",
+        "optimizer-states",
+    ),
     ComponentId("gradients", "parameter gradients", "gradients", "model-states"),
     ComponentId(
         "optimizer_transient", "temporaries inside optimizer.step()", "optimizer-step-transients", "optimizer"

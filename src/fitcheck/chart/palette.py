@@ -26,6 +26,7 @@ CATEGORY_OF: dict[str, str] = {
     "tied_embedding_grads": "gradients",
     "activation_gradients": "gradients",
     "optimizer_states": "optimizer states",
+    "optimizer_states_paged": "optimizer states",
     "master_weights": "optimizer states",
     "optimizer_transient": "temporaries",
     "inputs": "activations",

@@ -28,6 +28,7 @@ from fitcheck.engine.regimes import model_as_trained, regime_for
 from fitcheck.engine.thumb import thumb
 from fitcheck.errors import OptionError
 from fitcheck.models import Component, Estimate, LlmSetup, ModelSpec, ParamCounts, Phase, Regime
+from fitcheck.units import gib
 
 
 def _c(name: str, value: float, rule: str) -> Component:
@@ -128,7 +129,14 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
         "master_weights", states.master_bytes(regime, c), "fp32 copy of trainable weights"
     )
     opt = states.optimizer_state_bytes(a, setup, regime)
-    out["optimizer_states"] = _c("optimizer_states", opt, f"{setup.optimizer} states")
+    paged = states.paged_optimizer_bytes(a, setup)
+    small = " (small tensors, absmax)" if paged else ""
+    out["optimizer_states"] = _c("optimizer_states", opt - paged, f"{setup.optimizer} states{small}")
+    out["optimizer_states_paged"] = _c(
+        "optimizer_states_paged",
+        paged,
+        "bitsandbytes paged states (tensors of 1e5+ elements): CUDA managed memory, outside torch's counters",
+    )
     grads = states.grad_bytes(setup, regime, c, a)
     grad_rule = f"{c.trainable:,} x {regime.grad_dtype}"
     if setup.optimizer_in_bwd:
@@ -152,6 +160,7 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
 #: Model-state components alive through the whole step, in the order phases list them.
 PERSISTENT: tuple[str, ...] = ("weights", "weights_frozen", "weights_4bit", "weights_quantized")
 PERSISTENT += ("weights_unquantized", "adapters", "module_copies", "master_weights", "optimizer_states")
+PERSISTENT += ("optimizer_states_paged",)
 
 
 @dataclass(frozen=True)
@@ -493,6 +502,14 @@ def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]
         w.append(
             f"the safetensors headers hold {declared:,} parameters but the config describes {derived:,}; "
             "the estimate follows the config (extra tensors such as a vision tower are not modelled)"
+        )
+    paged = states.paged_optimizer_bytes(spec.arch, setup)
+    if paged:
+        w.append(
+            f"{setup.optimizer} keeps {gib(paged):.1f} GiB of optimizer states in CUDA managed memory "
+            "(bitsandbytes get_paged): counted on the device here, but torch.cuda's peak counters do not "
+            "show them, and when the device runs short the driver pages them to the CPU (slower steps) "
+            "instead of failing"
         )
     if setup.method == "qlora" and setup.trainer == "hf" and not setup.grad_ckpt:
         w.append(

@@ -146,6 +146,15 @@ def optimizer_state_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> in
     return adapters + _copy_state_bytes(a, setup, regime)
 
 
+def paged_optimizer_bytes(a: DecoderArch, setup: LlmSetup) -> int:
+    """Optimizer states a bitsandbytes paged optimizer keeps in CUDA managed memory, outside PyTorch's
+    allocator (`fitcheck.facts.optimizers.paged_state_bytes`); one GPU only (the multi-GPU engine shards
+    the states as one line)."""
+    if setup.distributed:
+        return 0
+    return opt.paged_state_bytes(setup.optimizer, tensor_shapes(a, setup))
+
+
 def _copy_state_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
     """Optimizer states of ``modules_to_save`` copies (V x h matrices), in their own dtype."""
     mods = trained_modules(setup)
