@@ -128,6 +128,10 @@ def test_torchtune_reader_sets_optimizer_in_bwd(tmp_path: Path) -> None:
     )
     got = read_config(str(cfg))
     assert got.values["optimizer_in_bwd"] is True and got.keys["optimizer_in_bwd"] == "optimizer_in_bwd"
+    # the LoRA recipes never read the key: noted, not set
+    cfg.write_text(cfg.read_text().replace("llama3_1_8b", "lora_llama3_1_8b"))
+    lora = read_config(str(cfg))
+    assert "optimizer_in_bwd" not in lora.values and any("LoRA recipes ignore" in n for n in lora.notes)
 
 
 def test_paged_optimizer_states_are_their_own_line(spec) -> None:  # type: ignore[no-untyped-def]
