@@ -128,6 +128,14 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
     out["master_weights"] = _c(
         "master_weights", states.master_bytes(regime, c), "fp32 copy of trainable weights"
     )
+    out.update(_step_lines(spec, setup, regime, c))
+    return out
+
+
+def _step_lines(spec: ModelSpec, setup: LlmSetup, regime: Regime, c: states.Counts) -> dict[str, Component]:
+    """Optimizer states (paged ones on their own line), gradients and the step's temporaries."""
+    a = spec.arch
+    out: dict[str, Component] = {}
     opt = states.optimizer_state_bytes(a, setup, regime)
     paged = states.paged_optimizer_bytes(a, setup)
     small = " (small tensors, absmax)" if paged else ""
