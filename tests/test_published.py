@@ -87,7 +87,7 @@ KNOWN_SOURCE: dict[str, str] = {
     "fitcheck-llm": "11.9% median: " + _NO_AUTOCAST,
     "litgpt-config-hub": "16.6% median: full fine-tuning +72-125% (Llama 3.2, Phi-3), QLoRA 13-24% under",
     "litgpt-resource-tables": "11.0% median: QLoRA -11-13% and LoRA -6-11% under",
-    "torchtune": "README rows +24-91% over (torch.compile, paged optimizer states, settings not stated)",
+    "torchtune": "17.9% median: README rows +11-66% over (torch.compile unmodelled, A6000 settings unstated)",
     "universal-llm-trainer": "LoRA at 2 x 8192 over by 28-44% (logits handling), QLoRA and Phi-3 full under",
 }
 
