@@ -71,17 +71,18 @@ _DIRECT = (
     "lora_rank",
     "lora_alpha",
     "lora_dropout",
+    "optimizer_in_bwd",
 )
 #: Optimizers the sources name that fitcheck models under another name (same bytes per state).
 _OPTIMIZER_ALIASES = {"paged-adamw": ("adamw", "bitsandbytes PagedAdamW: 32-bit states, as AdamW")}
 #: Setup flags fitcheck has no option for, and what leaving them out means for the pose.
 _UNMODELLED = {
-    "optimizer_in_backward": "the optimizer step inside backward is not modelled",
     "compile": "torch.compile is not modelled",
-    "quant_backend": "torchao NF4 is posed as bitsandbytes NF4",
     "rslora": "rsLoRA changes only the scale, not the memory",
     "offload": "offloading of parameters / optimizer states on one GPU is not modelled",
 }
+#: QLoRA 4-bit formats the sources name, as the regime's ``nf4_format`` (engine/nf4.py).
+_NF4_FORMATS = {"torchao-nf4": "torchao", "bnb-nf4": "bitsandbytes"}
 #: Quantized bases the sources name, as fitcheck's ``--base-quant`` (None: no fitcheck format stores it).
 _BASE_QUANT = {"gptq-int4": "gptq", "gptq": "gptq", "awq": "awq", "int8": "int8", "bnb-int8": "int8"}
 #: Checkpointing modes the sources name: (grad_ckpt, offload_activations, note).
@@ -336,7 +337,36 @@ def pose(rec: Record) -> tuple[Any, Any, list[str]] | str:
         setup = LlmSetup(**kw)
     except ValueError as exc:
         return f"setup not accepted: {exc}"
+    notes += _nf4_note(s, setup)
     return spec, setup, notes
+
+
+def _nf4_note(s: dict[str, Any], setup: Any) -> list[str]:
+    """A note when the source's 4-bit format is not the one the posed trainer's regime stores."""
+    from fitcheck.engine.regimes import regime_for
+
+    named = s.get("quant_backend")
+    if setup.method != "qlora" or not named:
+        return []
+    fmt = _NF4_FORMATS.get(str(named))
+    if fmt is None:
+        return [f"{named} is not a modelled 4-bit format: posed as {regime_for(setup).nf4_format}"]
+    if fmt != regime_for(setup).nf4_format:
+        return [f"{named} is posed as {regime_for(setup).nf4_format} NF4"]
+    return []
+
+
+#: Metrics read from torch.cuda's allocator counters (an unstated metric is scored as reserved).
+_TORCH_COUNTERS = ("max_memory_allocated", "max_memory_reserved", "unknown")
+
+
+def _unseen(est: Any, rec: Record) -> int:
+    """Bytes the estimate holds that torch.cuda's counters cannot see: a paged optimizer's states live in
+    CUDA managed memory (bitsandbytes functional.py get_paged @0.43.3), outside the caching allocator."""
+    if rec.relation == "capacity" or rec.metric not in _TORCH_COUNTERS:
+        return 0
+    peak = est.phase(est.peak_phase)
+    return sum(c.bytes for c in peak.components if c.name == "optimizer_states_paged")
 
 
 def _figure(est: Any, rec: Record) -> int:
@@ -344,8 +374,8 @@ def _figure(est: Any, rec: Record) -> int:
     if rec.relation == "capacity" or rec.metric == "nvidia-smi":
         return int(est.device_bytes)
     if rec.metric == "max_memory_allocated":
-        return int(est.peak_allocated_bytes)
-    return int(est.peak_reserved_bytes)
+        return int(est.peak_allocated_bytes) - _unseen(est, rec)
+    return int(est.peak_reserved_bytes) - _unseen(est, rec)
 
 
 def score(rec: Record) -> Score | str:
@@ -392,7 +422,8 @@ def _kinds_in_figure(s: Score) -> dict[str, int]:
     cut = est.context_bytes
     if s.record.metric == "max_memory_allocated":
         cut += est.allocator_reserve_bytes
-    return {**parts, "transient": parts["transient"] - cut, "figure": s.estimate_bytes}
+    states = parts["states"] - _unseen(est, s.record)
+    return {**parts, "states": states, "transient": parts["transient"] - cut, "figure": s.estimate_bytes}
 
 
 def calibration_spread() -> float:

@@ -44,7 +44,6 @@ _QLORA_LITGPT = (
     "litgpt QLoRA (bitsandbytes 0.42 pinned): 16-24% under after the held-input, untied-head, "
     "expanded-KV and dropout rules; the rest unexplained"
 )
-_QLORA_TT = "torchtune QLoRA tutorial (torchao NF4): -46%, torchao's NF4 path not modelled"
 _LITGPT_FULL = (
     "litgpt full fine-tuning: TinyLlama -20% while Llama 3.2 / Phi-3 sit +72-125% over (unexplained)"
 )
@@ -88,7 +87,6 @@ KNOWN_UNDER: dict[str, str] = {
     "litgpt-config-hub/mistral-7b-qlora": _QLORA_LITGPT,
     "litgpt-config-hub/llama-3.1-8b-qlora": _QLORA_LITGPT,
     "litgpt-config-hub/llama-3.2-1b-qlora": _QLORA_LITGPT,
-    "torchtune/llama-2-7b-qlora-tutorial": _QLORA_TT,
     "litgpt-config-hub/tinyllama-full": _LITGPT_FULL,
     "universal-llm-trainer/llama-2-13b-qlora-h100": _QLORA,
     "universal-llm-trainer/llama-2-13b-qlora-rtx-pro-6000": _QLORA,

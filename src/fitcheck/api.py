@@ -73,6 +73,7 @@ class _Common(TypedDict, total=False):
     train_modules: str | None
     loss: Loss | None
     offload_activations: bool
+    optimizer_in_bwd: bool
     trainer: Trainer | None
     gpus: Annotated[int, Field(ge=1, le=4096)] | None
     task: Task | None
@@ -126,6 +127,7 @@ LLM_ONLY: dict[str, object] = {
     "train_modules": "",
     "loss": None,
     "offload_activations": False,
+    "optimizer_in_bwd": False,
     "quant_storage": None,
     "min_seq_len": None,
     "dataset_tokens": None,
@@ -410,7 +412,7 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
             f"--master-weights: {trainer} decides its own precision; drop it (or use --trainer hf)"
         )
     method = opts.get("method") or "auto"
-    llm_extra = ("base_quant", "train_modules", "loss", "offload_activations")
+    llm_extra = ("base_quant", "train_modules", "loss", "offload_activations", "optimizer_in_bwd")
     base_keys = ("dora", "master_weights", *_LORA, "double_quant", "seq_len", "nodes", "fsdp_version")
     base_opts = {k: opts.get(k) for k in (*base_keys, "quant_storage", *llm_extra)}
     base = setup_for(

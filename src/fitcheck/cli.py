@@ -221,6 +221,13 @@ LossO = Annotated[
 OffloadActO = Annotated[
     bool, typer.Option("--offload-activations", help="keep saved activations / checkpoints in CPU memory")
 ]
+OptInBwdO = Annotated[
+    bool,
+    typer.Option(
+        "--optimizer-in-backward",
+        help="full fine-tuning: each parameter's step runs in backward (torchtune optimizer_in_bwd)",
+    ),
+]
 OnO = Annotated[
     str,
     typer.Option(
@@ -451,6 +458,7 @@ def _training_template(
     train_modules: TrainModulesO = None,
     loss: LossO = None,
     offload_activations: OffloadActO = False,
+    optimizer_in_bwd: OptInBwdO = False,
     trainer: TrainerO = TrainerOpt.generic,
     gpus: GpusO = 1,
     task: TaskO = None,

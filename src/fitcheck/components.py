@@ -71,6 +71,10 @@ _ROWS = (
     _weights("adapters", "LoRA (and DoRA) parameters", "weights", "lora"),
     _states("master_weights", "fp32 master copy of trainable weights", "master-copy"),
     _states("optimizer_states", "optimizer states kept between steps", "optimizer-states", "optimizer"),
+    _states(
+        "optimizer_states_paged", "a paged optimizer's states in CUDA managed memory (bitsandbytes)",
+        "optimizer-states",
+    ),
     _grads("gradients", "parameter gradients", "gradients", "model-states"),
     _temps(
         "optimizer_transient", "temporaries inside optimizer.step()", "optimizer-step-transients", "optimizer"

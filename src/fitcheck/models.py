@@ -221,6 +221,9 @@ class LlmSetup(SetupBase):
     train_modules: str = Field(default="", description="modules trained in full (modules_to_save)")
     loss: Loss | None = Field(default=None, description="cross-entropy kernel; the trainer's own when unset")
     offload_activations: bool = Field(default=False, description="saved activations kept on the CPU")
+    optimizer_in_bwd: bool = Field(
+        default=False, description="each parameter's optimizer step runs in backward as its gradient is made"
+    )
     trainer: LlmTrainer = "generic"
     # What the model is trained for (docs/methodology.md, "Tasks"); None: the model's own
     # (causal-lm for decoders, classification for encoders, seq2seq for encoder-decoders).
@@ -327,6 +330,9 @@ class Regime(Frozen):
     loss_kernel: str = Field(default="standard", description="cross-entropy kernel (engine/loss.py KERNELS)")
     offload_checkpoints: bool = Field(default=False, description="checkpointed layer inputs kept on the CPU")
     quantized_lm_head: bool = Field(default=False, description="QLoRA quantizes the output layer too")
+    nf4_format: Literal["bitsandbytes", "torchao"] = Field(
+        default="bitsandbytes", description="QLoRA's 4-bit base: bitsandbytes Params4bit or torchao NF4Tensor"
+    )
     source: str
 
 

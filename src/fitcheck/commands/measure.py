@@ -124,7 +124,8 @@ def register(app: typer.Typer) -> None:
     ]
 
     @app.command()
-    @c.training_options(exclude=(*DIFFUSION_ONLY, "gpus", "double_quant"))
+    # the tracer steps the optimizer after backward: --optimizer-in-backward would compare two different runs
+    @c.training_options(exclude=(*DIFFUSION_ONLY, "gpus", "double_quant", "optimizer_in_bwd"))
     def measure(
         model: c.ModelArg,
         device: DeviceO = DeviceOpt.fake,

@@ -31,6 +31,7 @@ KIND_OF: dict[str, str] = {
     "adapters": "states",
     "master_weights": "states",
     "optimizer_states": "states",
+    "optimizer_states_paged": "states",
     "gradients": "states",
     "tied_embedding_grads": "states",
     "weights_4bit": "quantized",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fitcheck.assembly import assemble, phase
 from fitcheck.components import component
 from fitcheck.engine import activations as act
-from fitcheck.engine import loss, offload, states, tasks
+from fitcheck.engine import loss, nf4, offload, states, tasks
 from fitcheck.engine.load import largest_projection, load_transient_bytes
 from fitcheck.engine.lora import (
     adapter_params,
@@ -28,6 +28,7 @@ from fitcheck.engine.regimes import model_as_trained, regime_for
 from fitcheck.engine.thumb import thumb
 from fitcheck.errors import OptionError
 from fitcheck.models import Component, Estimate, LlmSetup, ModelSpec, ParamCounts, Phase, Regime
+from fitcheck.units import gib
 
 
 def _c(name: str, value: float, rule: str) -> Component:
@@ -50,6 +51,7 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
             f"--trainer {setup.trainer} trains LoRA on a bitsandbytes 4-bit base; "
             "--base-quant is for the HF-Trainer family"
         )
+    _check_in_backward(setup)
     if setup.dora and setup.method == "full":
         raise OptionError("--dora applies to LoRA and QLoRA, not --method full")
     if setup.attn == "xformers" and setup.backend == "mps":
@@ -59,6 +61,34 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
             f"--optimizer {setup.optimizer} needs bitsandbytes CUDA kernels; on Apple silicon use "
             "adamw, adafactor or lion"
         )
+
+
+#: Trainers whose loop can run the optimizer in backward: torchtune's full fine-tuning recipes
+#: (``optimizer_in_bwd``, training/memory.py register_optim_in_bwd_hooks @30b8519e) and a plain PyTorch loop
+#: with ``register_post_accumulate_grad_hook`` (pytorch.org/tutorials/intermediate/
+#: optimizer_step_in_backward_tutorial.html), which ``generic`` stands for.
+IN_BACKWARD_TRAINERS = ("generic", "torchtune")
+
+
+def _check_in_backward(setup: LlmSetup) -> None:
+    if not setup.optimizer_in_bwd:
+        return
+    if setup.method != "full":
+        raise OptionError(
+            "--optimizer-in-backward applies to --method full (torchtune's full fine-tuning recipes)"
+        )
+    if setup.trainer not in IN_BACKWARD_TRAINERS:
+        raise OptionError(
+            f"--optimizer-in-backward: --trainer {setup.trainer} has no optimizer step in backward; "
+            "use --trainer torchtune or generic"
+        )
+    if setup.grad_accum > 1:
+        raise OptionError(
+            "--optimizer-in-backward steps every parameter as its gradient is made, so it cannot "
+            "accumulate gradients: use --grad-accum 1 (torchtune refuses the pair)"
+        )
+    if setup.distributed:
+        raise OptionError("--optimizer-in-backward is modelled on one GPU only")
 
 
 def _tensor_count(spec: ModelSpec, setup: LlmSetup) -> int:
@@ -83,7 +113,13 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
             "module_copies": f"{c.module_copies:,} params: trained copies of {setup.train_modules} "
             f"(peft modules_to_save) x {states.copy_dtype(regime)}",
             "weights_4bit": f"{c.quantized:,} params in NF4: 0.5 B + 64-block absmax"
-            + (" (double-quantized)" if setup.double_quant else " (fp32)"),
+            + (
+                " (torchao NF4Tensor: int8 scalers, always double-quantized)"
+                if regime.nf4_format == "torchao"
+                else " (double-quantized)"
+                if setup.double_quant
+                else " (fp32)"
+            ),
             "weights_unquantized": f"{c.base - c.quantized:,} params (embeddings, norms, "
             f"lm_head) x {'fp32 (kbit upcast)' if regime.kbit_upcast else regime.weight_dtype}",
             "adapters": f"{c.adapter:,} LoRA params x {regime.adapter_dtype}",
@@ -92,16 +128,38 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
     out["master_weights"] = _c(
         "master_weights", states.master_bytes(regime, c), "fp32 copy of trainable weights"
     )
+    out.update(_step_lines(spec, setup, regime, c))
+    return out
+
+
+def _step_lines(spec: ModelSpec, setup: LlmSetup, regime: Regime, c: states.Counts) -> dict[str, Component]:
+    """Optimizer states (paged ones on their own line), gradients and the step's temporaries."""
+    a = spec.arch
+    out: dict[str, Component] = {}
     opt = states.optimizer_state_bytes(a, setup, regime)
-    out["optimizer_states"] = _c("optimizer_states", opt, f"{setup.optimizer} states")
-    grads = states.grad_bytes(setup, regime, c)
-    out["gradients"] = _c("gradients", grads, f"{c.trainable:,} x {regime.grad_dtype}")
+    paged = states.paged_optimizer_bytes(a, setup)
+    small = " (small tensors, absmax)" if paged else ""
+    out["optimizer_states"] = _c("optimizer_states", opt - paged, f"{setup.optimizer} states{small}")
+    out["optimizer_states_paged"] = _c(
+        "optimizer_states_paged",
+        paged,
+        "bitsandbytes paged states (tensors of 1e5+ elements): CUDA managed memory, outside torch's counters",
+    )
+    grads = states.grad_bytes(setup, regime, c, a)
+    grad_rule = f"{c.trainable:,} x {regime.grad_dtype}"
+    if setup.optimizer_in_bwd:
+        grad_rule = (
+            f"optimizer in backward: one gradient at a time (the largest parameter) x {regime.grad_dtype}"
+        )
+    out["gradients"] = _c("gradients", grads, grad_rule)
     trans = states.step_transient_bytes(a, setup, regime)
     out["optimizer_transient"] = _c(
         "optimizer_transient",
         trans,
         "fused step: none"
         if regime.fused_optimizer and trans == 0
+        else "temporaries of one parameter's step, inside backward"
+        if setup.optimizer_in_bwd
         else "temporaries inside optimizer.step()",
     )
     return out
@@ -110,6 +168,7 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
 #: Model-state components alive through the whole step, in the order phases list them.
 PERSISTENT: tuple[str, ...] = ("weights", "weights_frozen", "weights_4bit", "weights_quantized")
 PERSISTENT += ("weights_unquantized", "adapters", "module_copies", "master_weights", "optimizer_states")
+PERSISTENT += ("optimizer_states_paged",)
 
 
 @dataclass(frozen=True)
@@ -220,10 +279,18 @@ def _stored(
 
 
 def _dequant(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
-    dq = 0.0
+    dq = 0
+    rule = "one quantized weight dequantized to the compute dtype"
     if states.quantized_base(setup):
-        dq = largest_projection(spec.arch, regime.quantized_lm_head) * act.context(setup, regime).gamma
-    return _c("dequant_transient", dq, "one quantized weight dequantized to the compute dtype")
+        n = largest_projection(spec.arch, regime.quantized_lm_head)
+        gamma = int(act.context(setup, regime).gamma)
+        fmt = regime.nf4_format if setup.method == "qlora" else "bitsandbytes"
+        dq = nf4.dequant_bytes(fmt, n, gamma)
+        if fmt == "torchao":
+            rule = (
+                "torchao get_original_weight: int64 indices, halves and the stacked weight of one projection"
+            )
+    return _c("dequant_transient", dq, rule)
 
 
 def _casts(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[Component, Component, Component]:
@@ -272,8 +339,14 @@ def load_phase(spec: ModelSpec, setup: LlmSetup, regime: Regime, ms: dict[str, C
     return phase("load", [*weights, transient])
 
 
-def step_phases(ms: dict[str, Component], sv: Saved, accumulating: bool) -> tuple[Phase, Phase, Phase]:
-    """What is alive at the peak of forward, backward (its start, late, or end) and the optimizer step."""
+def step_phases(
+    ms: dict[str, Component], sv: Saved, accumulating: bool, step_in_backward: bool = False
+) -> tuple[Phase, Phase, Phase]:
+    """What is alive at the peak of forward, backward (its start, late, or end) and the optimizer step.
+
+    ``step_in_backward``: each parameter's step runs inside backward (``optimizer_in_bwd``), so its
+    temporaries join backward's late and final moments beside the one live gradient.
+    """
     persistent = [ms[k] for k in PERSISTENT if k in ms]
     grads = ms["gradients"]
     grads_fwd = grads if accumulating else _c("gradients", 0, "")
@@ -287,6 +360,9 @@ def step_phases(ms: dict[str, Component], sv: Saved, accumulating: bool) -> tupl
     bwd_start = [*held, sv.casts_bwd, sv.merged_fwd, sv.logits_bwd, sv.mask]
     bwd_late = [*persistent, grads, sv.inputs, sv.late, sv.mask, sv.dequant, sv.casts_layer, sv.merged_layer]
     bwd_end = [*persistent, grads, sv.inputs, sv.tied]
+    if step_in_backward:
+        bwd_late.append(ms["optimizer_transient"])
+        bwd_end.append(ms["optimizer_transient"])
     # The first layer to run its backward (the last one) while every earlier checkpoint (or every
     # earlier layer's saved activations) is still held: with long sequences this is the peak.
     bwd_first = [*persistent, grads_fwd, sv.head_grads, sv.inputs, sv.mask, sv.casts_bwd, sv.merged_layer]
@@ -313,7 +389,10 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
     regime = regime_for(setup)
     ms = model_states(spec, setup, regime)
     sv = saved_activations(spec, setup, regime)
-    phases = (load_phase(spec, setup, regime, ms), *step_phases(ms, sv, setup.grad_accum > 1))
+    phases = (
+        load_phase(spec, setup, regime, ms),
+        *step_phases(ms, sv, setup.grad_accum > 1, setup.optimizer_in_bwd),
+    )
     c = states.counts(spec.arch, setup)
     inv = inventory(spec.arch)
     params = ParamCounts(
@@ -446,6 +525,14 @@ def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]
         w.append(
             f"the safetensors headers hold {declared:,} parameters but the config describes {derived:,}; "
             "the estimate follows the config (extra tensors such as a vision tower are not modelled)"
+        )
+    paged = states.paged_optimizer_bytes(spec.arch, setup)
+    if paged:
+        w.append(
+            f"{setup.optimizer} keeps {gib(paged):.1f} GiB of optimizer states in CUDA managed memory "
+            "(bitsandbytes get_paged): counted on the device here, but torch.cuda's peak counters do not "
+            "show them, and when the device runs short the driver pages them to the CPU (slower steps) "
+            "instead of failing"
         )
     if setup.method == "qlora" and setup.trainer == "hf" and not setup.grad_ckpt:
         w.append(

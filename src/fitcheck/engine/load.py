@@ -19,11 +19,14 @@ peak while its weights arrive. Each trainer's loading path, from its code (docs/
   whole 16-bit model is never on the device at once.
 * torchtune builds the model on the device in the model dtype; ``FrozenNF4Linear`` converts its weight
   with torchao ``to_nf4`` in its constructor (modules/low_precision/nf4_linear.py @0e08081e), one layer
-  at a time, and the checkpoint is loaded on the CPU and copied in.
+  at a time, and the checkpoint is loaded on the CPU and copied in: torchao's ``copy_`` moves each
+  16-bit tensor to the device and runs ``NF4Tensor.from_tensor`` on it (nf4tensor.py @v0.5.0), so the
+  peak is the packed weights plus one projection being quantized (`fitcheck.engine.nf4.quantize_bytes`).
 """
 
 from __future__ import annotations
 
+from fitcheck.engine import nf4
 from fitcheck.engine.params import inventory, layer_linears
 from fitcheck.facts.dtypes import nbytes
 from fitcheck.models import DecoderArch, LlmSetup, Regime
@@ -46,8 +49,11 @@ def load_transient_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, quanti
     upcast). Zero for an unquantized model: tensors are placed where they stay."""
     if not quantized:
         return 0
+    n = largest_projection(a, regime.quantized_lm_head)
     per = QUANTIZE_TRANSIENT_BYTES.get(regime.name, QUANTIZE_TRANSIENT_BYTES["default"])
-    quant = per * largest_projection(a, regime.quantized_lm_head)
+    fmt = regime.nf4_format if setup.method == "qlora" else "bitsandbytes"
+    torchao = nf4.quantize_bytes(fmt, n, nbytes(regime.weight_dtype))
+    quant = per * n if torchao is None else torchao
     upcast = 0
     if regime.kbit_upcast:
         inv = inventory(a)

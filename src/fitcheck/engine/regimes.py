@@ -35,7 +35,11 @@ from fitcheck.models import Dtype, LlmSetup, ModelSpec, Regime
 
 SRC_SEEDS = "seeds/002 (12 B/param: 16-bit weight + 16-bit grad + two fp32 Adam moments)"
 SRC_HF = "transformers 5.x Trainer (bf16=True autocast, optim adamw_torch_fused default), peft defaults"
-SRC_TT = "torchtune recipes (dtype bf16, fused AdamW, CEWithChunkedOutputLoss num_output_chunks=8)"
+SRC_TT = (
+    "torchtune recipes (dtype bf16, fused AdamW, CEWithChunkedOutputLoss num_output_chunks=8); QLoRA bases "
+    "are torchao NF4Tensor (modules/low_precision/nf4_linear.py FrozenNF4Linear, modules/peft/lora.py "
+    "LoRALinear quantize_base -> to_nf4 / linear_nf4 @30b8519e; torchao dtypes/nf4tensor.py @v0.5.0)"
+)
 SRC_KBIT = "peft utils/other.py prepare_model_for_kbit_training: non-INT8/4-bit params cast to fp32"
 SRC_AXO = (
     "axolotl loaders/model.py _configure_embedding_dtypes @067b021c: norms and embeddings cast back to "
@@ -173,7 +177,8 @@ def _torchtune(setup: LlmSetup) -> Regime:
     c = _compute(setup)
     return Regime(
         name="torchtune",
-        description=f"torchtune: everything in {c} (adapters too), fused AdamW, chunked cross-entropy",
+        description=f"torchtune: everything in {c} (adapters too), fused AdamW, chunked cross-entropy"
+        + ("; torchao NF4 base" if setup.method == "qlora" else ""),
         weight_dtype=c,
         trainable_dtype=c,
         adapter_dtype=c,
@@ -186,6 +191,7 @@ def _torchtune(setup: LlmSetup) -> Regime:
         fused_optimizer=True,
         loss_chunks=8,
         loss_kernel="chunked",
+        nf4_format="torchao",
         source=SRC_TT,
     )
 

@@ -6,8 +6,10 @@ of it). Rules and sources: docs/methodology.md, "Model states".
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from fitcheck.engine import nf4
 from fitcheck.engine.lora import adapter_params, head_targets, trained_modules
 from fitcheck.engine.params import head_shapes, inventory, layer_kinds
 from fitcheck.engine.quant import quantized_bytes
@@ -15,13 +17,6 @@ from fitcheck.facts import optimizers as opt
 from fitcheck.facts.dtypes import BYTES, nbytes
 from fitcheck.facts.optimizers import Shape
 from fitcheck.models import DecoderArch, LlmSetup, Regime
-
-#: bitsandbytes 4-bit: blocks of 64 weights share one absmax (fp32, or uint8 with double quantization,
-#: whose own absmax is fp32 per 256 blocks); per-tensor code tables (functional.py quantize_4bit).
-NF4_BLOCK = 64
-DQ_BLOCK = 256
-NF4_TENSOR_CONST = 16 * 4  # the 16-entry NF4 code (fp32)
-DQ_TENSOR_CONST = 256 * 4 + 4  # the 8-bit dynamic code of the second level, plus its offset
 
 
 @dataclass(frozen=True)
@@ -87,15 +82,12 @@ def copy_dtype(regime: Regime) -> str:
     return "fp32" if regime.kbit_upcast else regime.weight_dtype
 
 
-def nf4_bytes(numel: int, tensors: int, double_quant: bool) -> int:
-    """Packed 4-bit weights plus their quantization constants."""
-    packed = numel // 2
-    blocks = -(-numel // NF4_BLOCK)
-    if double_quant:
-        consts = blocks + 4 * -(-blocks // DQ_BLOCK) + tensors * (DQ_TENSOR_CONST + NF4_TENSOR_CONST)
-    else:
-        consts = 4 * blocks + tensors * NF4_TENSOR_CONST
-    return packed + consts
+def nf4_bytes(numel: int, tensors: int, double_quant: bool, regime: Regime | None = None) -> int:
+    """Packed 4-bit weights plus their quantization constants, in the regime's NF4 format
+    (`fitcheck.engine.nf4`); torchao keeps its constants in the model dtype."""
+    fmt = regime.nf4_format if regime is not None else "bitsandbytes"
+    dtype_b = nbytes(regime.weight_dtype) if regime is not None else 2
+    return nf4.stored_bytes(fmt, numel, tensors, double_quant, dtype_b)
 
 
 def trainable_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[int, int, int]]:
@@ -154,6 +146,15 @@ def optimizer_state_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> in
     return adapters + _copy_state_bytes(a, setup, regime)
 
 
+def paged_optimizer_bytes(a: DecoderArch, setup: LlmSetup) -> int:
+    """Optimizer states a bitsandbytes paged optimizer keeps in CUDA managed memory, outside PyTorch's
+    allocator (`fitcheck.facts.optimizers.paged_state_bytes`); one GPU only (the multi-GPU engine shards
+    the states as one line)."""
+    if setup.distributed:
+        return 0
+    return opt.paged_state_bytes(setup.optimizer, tensor_shapes(a, setup))
+
+
 def _copy_state_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
     """Optimizer states of ``modules_to_save`` copies (V x h matrices), in their own dtype."""
     mods = trained_modules(setup)
@@ -175,8 +176,11 @@ def adam_impl(setup: LlmSetup, regime: Regime) -> opt.AdamImpl:
 
 
 def step_transient_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
-    """Temporaries alive inside ``optimizer.step()`` (`fitcheck.facts.optimizers.step_temporary_bytes`)."""
+    """Temporaries alive inside ``optimizer.step()`` (`fitcheck.facts.optimizers.step_temporary_bytes`);
+    with the optimizer in backward each step sees one parameter, the largest deciding."""
     shapes = tensor_shapes(a, setup)
+    if setup.optimizer_in_bwd and shapes:
+        shapes = [(max(shapes, key=lambda sk: math.prod(sk[0]))[0], 1)]
     return opt.step_temporary_bytes(
         setup.optimizer, shapes, _param_bytes(setup, regime), adam_impl(setup, regime)
     )
@@ -193,7 +197,7 @@ def weight_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, c: Counts) -> 
         head = inventory(a).lm_head if regime.quantized_lm_head and setup.method == "qlora" else 0
         if setup.method == "qlora":
             out["weights_4bit"] = nf4_bytes(
-                c.quantized + head, c.quantized_tensors + (head > 0), setup.double_quant
+                c.quantized + head, c.quantized_tensors + (head > 0), setup.double_quant, regime
             )
         else:
             out["weights_quantized"] = quantized_bytes(a, setup.base_quant)
@@ -208,8 +212,13 @@ def weight_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, c: Counts) -> 
     return out
 
 
-def grad_bytes(setup: LlmSetup, regime: Regime, c: Counts) -> int:
-    """Gradients: one per trainable parameter in its dtype; accumulation adds nothing."""
+def grad_bytes(setup: LlmSetup, regime: Regime, c: Counts, a: DecoderArch | None = None) -> int:
+    """Gradients: one per trainable parameter in its dtype; accumulation adds nothing. With the optimizer
+    in backward (``optimizer_in_bwd``, full fine-tuning) a parameter's step runs from its post-accumulate-
+    grad hook and frees its gradient, so one gradient exists at a time: the largest parameter's bounds it."""
+    if setup.optimizer_in_bwd and a is not None:
+        largest = max((math.prod(shape) for shape, _ in tensor_shapes(a, setup)), default=0)
+        return largest * int(BYTES[regime.grad_dtype])
     copies = c.module_copies * nbytes(copy_dtype(regime))
     return (c.trainable - c.module_copies) * int(BYTES[regime.grad_dtype]) + copies
 

@@ -20,6 +20,13 @@ Shapes = Sequence[tuple[Shape, int]]
 BNB8_BLOCK = 256
 BNB8_MIN_SIZE = 4096
 EIGHT_BIT = ("adamw8bit", "paged-adamw8bit", "lion8bit")
+#: bitsandbytes paged optimizers allocate the state buffers of tensors with 1e5+ elements with
+#: ``F.get_paged`` (CUDA managed memory from ``cget_managed_ptr``, wrapped by ``torch.frombuffer``), which
+#: PyTorch's caching allocator never sees; smaller tensors' states and every absmax are ``torch.zeros`` on
+#: the device (optim/optimizer.py ``get_state_buffer`` / ``init_state``, functional.py ``get_paged``
+#: @0.43.3).
+PAGED = ("paged-adamw8bit",)
+PAGED_MIN_NUMEL = 100_000
 
 #: How an AdamW step allocates: torch's foreach path (``_foreach_sqrt(exp_avg_sq)``, one copy of every
 #: second moment at once), the fused kernel (in place), or a for-loop step over fp32 moments of 16-bit
@@ -89,6 +96,15 @@ def state_bytes(optimizer: str, shapes: Iterable[tuple[Shape, int]], state_elem_
         else:
             total += k * states * n * state_elem_bytes
     return int(total)
+
+
+def paged_state_bytes(optimizer: str, shapes: Iterable[tuple[Shape, int]]) -> int:
+    """The part of `state_bytes` a paged optimizer keeps in CUDA managed memory: the uint8 states of
+    tensors with at least `PAGED_MIN_NUMEL` elements (their fp32 absmax stays in the allocator)."""
+    if optimizer not in PAGED:
+        return 0
+    states = OPTIMIZERS[optimizer].states
+    return sum(k * states * _numel(s) for s, k in shapes if _numel(s) >= PAGED_MIN_NUMEL)
 
 
 def step_temporary_bytes(optimizer: str, shapes: Shapes, param_bytes: int, adam: AdamImpl = "foreach") -> int:

@@ -8,7 +8,7 @@ method (``lora_*`` LoRA, ``qlora_*`` QLoRA with an NF4 base, otherwise full) and
 output_proj), ``apply_lora_to_mlp`` (w1, w2, w3), ``apply_lora_to_output`` (the output projection);
 ``tokenizer.max_seq_len``; ``batch_size``; ``gradient_accumulation_steps``;
 ``enable_activation_checkpointing`` / ``enable_activation_offloading``; ``dtype``;
-``optimizer._component_``; ``optimizer_in_bwd``; ``loss._component_`` (chunked or linear
+``optimizer._component_``; ``optimizer_in_bwd`` (full fine-tuning); ``loss._component_`` (chunked or linear
 cross-entropy); ``fsdp_cpu_offload`` in the distributed recipes.
 """
 
@@ -128,4 +128,8 @@ def _optimizer(r: Reading, k: Keys) -> None:
             )
         opt.touch("fused", "lr", "weight_decay", "betas", "eps")
     if as_bool(k.get("optimizer_in_bwd"), "optimizer_in_bwd", r.path):
-        r.note("optimizer_in_bwd: gradients are freed as they are applied; not modelled (an upper bound)")
+        # read by the full fine-tuning recipes only (full_finetune_*, ppo, qat @30b8519e and later)
+        if r.values.get("method") == "full":
+            r.set("optimizer_in_bwd", True, "optimizer_in_bwd")
+        else:
+            r.note("optimizer_in_bwd: only the full fine-tuning recipes read it; the LoRA recipes ignore it")
