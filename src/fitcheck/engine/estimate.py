@@ -519,7 +519,13 @@ def autocast_copies(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[i
 
 
 def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]:
-    w: list[str] = list(spec.notes)
+    """What the user should know beside the figures: the model's notes, then the setup's caveats."""
+    return (*spec.notes, *_state_warnings(spec, setup, derived), *_setup_warnings(spec, setup))
+
+
+def _state_warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> list[str]:
+    """Where the counted states may differ from what the device shows: checkpoint vs config, paging."""
+    w: list[str] = []
     declared = spec.declared_params
     if spec.source_kind == "safetensors" and declared and abs(declared - derived) > 0.01 * declared:
         w.append(
@@ -534,6 +540,12 @@ def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]
             "show them, and when the device runs short the driver pages them to the CPU (slower steps) "
             "instead of failing"
         )
+    return w
+
+
+def _setup_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
+    """Trainer defaults the setup leaves out, and kernels or layouts that cost more than one may think."""
+    w: list[str] = []
     if setup.method == "qlora" and setup.trainer == "hf" and not setup.grad_ckpt:
         w.append(
             "peft's prepare_model_for_kbit_training turns gradient checkpointing on by default "
@@ -579,4 +591,4 @@ def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]
             "QLoRA on MoE: experts assumed quantized to 4 bits (transformers 4.x layout); transformers 5 "
             "stores experts as 3-D parameters that bitsandbytes may leave in 16 bits"
         )
-    return tuple(w)
+    return w
