@@ -221,6 +221,15 @@ LossO = Annotated[
 OffloadActO = Annotated[
     bool, typer.Option("--offload-activations", help="keep saved activations / checkpoints in CPU memory")
 ]
+AutocastO = Annotated[
+    bool | None,
+    typer.Option(
+        "--autocast/--no-autocast",
+        help="LLM: --no-autocast runs the model in its load dtype without torch.autocast (a plain loop, "
+        "HF Trainer with bf16/fp16 off on a 16-bit model) [default: the trainer's own]",
+        show_default=False,
+    ),
+]
 OnO = Annotated[
     str,
     typer.Option(
@@ -451,6 +460,7 @@ def _training_template(
     train_modules: TrainModulesO = None,
     loss: LossO = None,
     offload_activations: OffloadActO = False,
+    autocast: AutocastO = None,
     trainer: TrainerO = TrainerOpt.generic,
     gpus: GpusO = 1,
     task: TaskO = None,

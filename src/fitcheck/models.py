@@ -221,6 +221,10 @@ class LlmSetup(SetupBase):
     train_modules: str = Field(default="", description="modules trained in full (modules_to_save)")
     loss: Loss | None = Field(default=None, description="cross-entropy kernel; the trainer's own when unset")
     offload_activations: bool = Field(default=False, description="saved activations kept on the CPU")
+    autocast: bool | None = Field(
+        default=None,
+        description="None: the trainer's own; False: no torch.autocast, the model runs in its load dtype",
+    )
     trainer: LlmTrainer = "generic"
     # What the model is trained for (docs/methodology.md, "Tasks"); None: the model's own
     # (causal-lm for decoders, classification for encoders, seq2seq for encoder-decoders).
