@@ -99,8 +99,10 @@ def test_cli_echoes_it_and_exits_2_on_a_contradiction(capsys) -> None:  # type: 
         res = runner.invoke(app, [*base, *flag])
         assert res.exit_code == 0, res.output
         doc = json.loads(res.stdout)
-        assert doc["setup"]["autocast"] is value
+        assert doc["setup"]["autocast"] is value and doc["setup"]["keep_logits"] is False
         assert doc["regime"]["autocast"] is (value is not False)
+    doc = json.loads(runner.invoke(app, [*base, "--keep-logits"]).stdout)
+    assert doc["setup"]["keep_logits"] is True
     code = main([*base, "--no-autocast", "--master-weights"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("fitcheck: error: --no-autocast") and err.count("\n") == 1
@@ -129,3 +131,30 @@ def test_traced_records_without_autocast_hold_the_rules() -> None:
         for phase in rec["measured"]["phases"]:
             worst = max(worst, abs(posed.phase(phase["name"]).total_bytes / phase["peak_bytes"] - 1))
     assert worst > 0.03
+
+
+def test_keep_logits_holds_the_output_through_backward_and_step(spec) -> None:  # type: ignore[no-untyped-def]
+    """A loop that keeps ``out`` holds b x s x vocab logits in their dtype until the step is done (traced:
+    calibration llama2-20); HF Trainer drops them with the forward; Liger / CCE never make them."""
+    setup = LlmSetup(**LORA, batch_size=2, seq_len=512, autocast=False)  # type: ignore[arg-type]
+    tv = 2 * 512 * spec.arch.vocab_size
+    off, on = estimate(spec, setup), estimate(spec, setup.model_copy(update={"keep_logits": True}))
+    held = [c.bytes for c in on.phase("optimizer_step").components if c.name == "held_logits"]
+    assert held == [tv * 2]
+    assert on.phase("optimizer_step").total_bytes - off.phase("optimizer_step").total_bytes == tv * 2
+    assert on.phase("forward").total_bytes == off.phase("forward").total_bytes
+    assert on.phase("backward").total_bytes > off.phase("backward").total_bytes
+    assert any(c.name == "held_logits" for c in on.phase("backward").components)
+    fused = setup.model_copy(update={"keep_logits": True, "loss": "liger"})
+    assert all(c.name != "held_logits" for p in estimate(spec, fused).phases for c in p.components)
+
+
+def test_fp32_logits_have_no_upcast_copy(spec) -> None:  # type: ignore[no-untyped-def]
+    """``logits.float()`` on fp32 logits returns the tensor itself: 8 B per entry at the forward's end
+    (logits, fp32 log-softmax), against 10 for 16-bit logits (traced: calibration llama2-21)."""
+    tv = 512 * spec.arch.vocab_size
+    for precision, per_entry in (("fp32", 8), ("bf16", 10)):
+        est = estimate(spec, LlmSetup(trainer="hf", method="full", precision=precision, seq_len=512))  # type: ignore[arg-type]
+        assert (
+            sum(c.bytes for c in est.phase("forward").components if c.name == "logits_loss") == tv * per_entry
+        )

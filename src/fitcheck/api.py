@@ -76,6 +76,7 @@ class _Common(TypedDict, total=False):
     loss: Loss | None
     offload_activations: bool
     autocast: bool | None
+    keep_logits: bool
     trainer: Trainer | None
     gpus: Annotated[int, Field(ge=1, le=4096)] | None
     task: Task | None
@@ -130,6 +131,7 @@ LLM_ONLY: dict[str, object] = {
     "loss": None,
     "offload_activations": False,
     "autocast": None,
+    "keep_logits": False,
     "quant_storage": None,
     "min_seq_len": None,
     "dataset_tokens": None,
@@ -435,7 +437,7 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
             f"--master-weights: {trainer} decides its own precision; drop it (or use --trainer hf)"
         )
     method = opts.get("method") or "auto"
-    llm_extra = ("base_quant", "train_modules", "loss", "offload_activations", "autocast")
+    llm_extra = ("base_quant", "train_modules", "loss", "offload_activations", "autocast", "keep_logits")
     base_keys = ("dora", "master_weights", *_LORA, "double_quant", "seq_len", "nodes", "fsdp_version")
     base_opts = {k: opts.get(k) for k in (*base_keys, "quant_storage", *llm_extra)}
     base = setup_for(

@@ -230,6 +230,14 @@ AutocastO = Annotated[
         show_default=False,
     ),
 ]
+KeepLogitsO = Annotated[
+    bool,
+    typer.Option(
+        "--keep-logits",
+        help="LLM: the training loop holds the model's output through backward and the optimizer step "
+        "(out = model(**batch); out.loss.backward()); HF Trainer keeps only the loss",
+    ),
+]
 OnO = Annotated[
     str,
     typer.Option(
@@ -461,6 +469,7 @@ def _training_template(
     loss: LossO = None,
     offload_activations: OffloadActO = False,
     autocast: AutocastO = None,
+    keep_logits: KeepLogitsO = False,
     trainer: TrainerO = TrainerOpt.generic,
     gpus: GpusO = 1,
     task: TaskO = None,

@@ -95,6 +95,9 @@ _ROWS = (
     ),
     ComponentId("merged_expert_weights", "MoE experts merged with their LoRA factors (peft)", "moe"),
     ComponentId("logits_loss", "logits, their fp32 upcast and the loss", "logits-and-loss"),
+    ComponentId(
+        "held_logits", "the model's output logits, held by the loop (--keep-logits)", "logits-and-loss"
+    ),
     ComponentId("dequant_transient", "one quantized weight dequantized to the compute dtype", "weights"),
     ComponentId("layer_recompute", "one layer's activations recomputed from its checkpoint", "checkpointing"),
     ComponentId(

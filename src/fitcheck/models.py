@@ -221,6 +221,10 @@ class LlmSetup(SetupBase):
     train_modules: str = Field(default="", description="modules trained in full (modules_to_save)")
     loss: Loss | None = Field(default=None, description="cross-entropy kernel; the trainer's own when unset")
     offload_activations: bool = Field(default=False, description="saved activations kept on the CPU")
+    keep_logits: bool = Field(
+        default=False,
+        description="the loop holds the model's output (logits) through backward and the optimizer step",
+    )
     autocast: bool | None = Field(
         default=None,
         description="None: the trainer's own; False: no torch.autocast, the model runs in its load dtype",

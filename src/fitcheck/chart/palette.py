@@ -34,6 +34,7 @@ CATEGORY_OF: dict[str, str] = {
     "checkpoints": "activations",
     "final_norm": "activations",
     "logits_loss": "activations",
+    "held_logits": "activations",
     "layer_recompute": "activations",
     "vae_encode": "activations",
     "text_encoder_activations": "activations",

@@ -281,6 +281,7 @@ def register(app: typer.Typer) -> None:
         lora_dropout: c.DropO = None,
         double_quant: c.DQO = True,
         autocast: c.AutocastO = None,
+        keep_logits: c.KeepLogitsO = False,
         trainer: TrainerPO = None,
         fp8_base: c.Fp8O = False,
         gpus: c.GpusO = 1,
@@ -322,6 +323,7 @@ def register(app: typer.Typer) -> None:
             lora_dropout=lora_dropout,
             double_quant=double_quant,
             autocast=autocast,
+            keep_logits=keep_logits,
             trainer=trainer,
             fp8_base=fp8_base,
             gpus=gpus,
@@ -373,7 +375,8 @@ def register(app: typer.Typer) -> None:
 #: What a ``--from`` file fixes for the planner; the rest (micro-batch, checkpointing, optimizer,
 #: attention, precision) stays searched unless given on the command line.
 PLAN_FIXED = ("method", "dora", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "double_quant",
-              "master_weights", "autocast", "seq_len", "resolution", "trainer", "gpus")  # fmt: skip
+              "master_weights", "autocast", "keep_logits", "seq_len", "resolution", "trainer",
+              "gpus")  # fmt: skip
 
 
 def plan_from(model: str | None, kw: dict[str, Any], path: str | None, fmt: str | None) -> tuple[str, Any]:
@@ -479,6 +482,7 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
         "--no-double-quant": not kw["double_quant"],
         "--autocast": kw.get("autocast") is True,
         "--no-autocast": kw.get("autocast") is False,
+        "--keep-logits": kw.get("keep_logits", False),
         "--trainer": kw["trainer"],
         "--fp8-base": kw.get("fp8_base", False),
         "--gpus": kw["gpus"] if kw["gpus"] != 1 else None,
