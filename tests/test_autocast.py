@@ -158,3 +158,27 @@ def test_fp32_logits_have_no_upcast_copy(spec) -> None:  # type: ignore[no-untyp
         assert (
             sum(c.bytes for c in est.phase("forward").components if c.name == "logits_loss") == tv * per_entry
         )
+
+
+def test_trl_config_with_both_flags_off_reads_as_no_autocast(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """HF Trainer with ``bf16: false, fp16: false`` on a model loaded in bf16 trains in pure bf16 (no AMP)."""
+    from fitcheck.readers import read_config
+
+    path = tmp_path / "sft.yaml"
+    base = "model_name_or_path: HuggingFaceTB/SmolLM2-360M\ndtype: bfloat16\nuse_peft: true\n"
+    path.write_text(base + "bf16: false\nfp16: false\n", encoding="utf-8")
+    values = read_config(str(path), "trl").values
+    assert values["autocast"] is False and values["precision"] == "bf16"
+    path.write_text(base + "bf16: true\n", encoding="utf-8")
+    assert "autocast" not in read_config(str(path), "trl").values
+
+
+def test_hf_emitter_writes_both_flags_off_and_others_refuse(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from fitcheck.cli import main
+
+    out = tmp_path / "run.hf.yaml"
+    args = ["plan", "smollm2-360m", "--on", "24GB", "--method", "lora", "--no-autocast", "-o", str(tmp_path)]
+    assert main([*args, "--trainer", "hf", "--emit", out.name]) == 0
+    text = out.read_text(encoding="utf-8")
+    assert "\nbf16: false" in text and "\nfp16: false" in text and "--no-autocast" in text
+    assert main([*args, "--trainer", "axolotl", "--emit", "run.axolotl.yaml"]) == 2
