@@ -296,8 +296,9 @@ def fp32_stream(setup: LlmSetup, regime: Regime) -> bool:
     ``prepare_model_for_kbit_training`` casts every non-quantized parameter to fp32 (peft utils/other.py),
     so the embedding output and every norm output are fp32; bitsandbytes' ``Linear4bit.forward`` casts
     its input to ``compute_dtype`` for the matmul and the output back to the input's dtype
-    (``out.to(inp_dtype)``, bitsandbytes nn/modules.py; ``Linear8bitLt`` likewise), so every projection
-    returns fp32, and with no autocast to cast them down, attention, MLP and logits all run in fp32.
+    (``matmul_4bit(...).to(inp_dtype)``, bitsandbytes nn/modules.py @005a63c2), so every projection returns
+    fp32, and with no autocast to cast them down, attention, MLP and logits all run in fp32 (peft 0.21.2
+    utils/other.py ``param.data.to(torch.float32)``).
     """
     return not regime.autocast and bnb_kbit_base(setup, regime)
 

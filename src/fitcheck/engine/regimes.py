@@ -98,8 +98,10 @@ def _compute(setup: LlmSetup) -> Dtype:
 AUTOCAST_TRAINERS = ("hf", "axolotl", "llamafactory", "unsloth")
 SRC_NO_AUTOCAST = (
     "no torch.autocast (setup autocast=false: a plain loop, or HF Trainer with bf16=fp16=False on a 16-bit "
-    "model): every op runs in its inputs' dtype; torch optim/adamw.py states zeros_like(param); peft "
-    "tuners/lora/layer.py Linear.forward _cast_input_dtype(x, lora_A.weight.dtype) per wrapped module"
+    "model): every op runs in its inputs' dtype; torch 2.13 optim/adam.py _init_group states "
+    "zeros_like(param) (AdamW subclasses Adam); peft 0.21.2 tuners/lora/layer.py Linear.forward "
+    "_cast_input_dtype(x, lora_A.weight.dtype) per wrapped module; bitsandbytes nn/modules.py @005a63c2 "
+    "Linear4bit.forward returns matmul_4bit(...).to(inp_dtype)"
 )
 
 
