@@ -127,13 +127,16 @@ EXTRA: list[tuple[str, str, dict[str, Any]]] = [
                                  lora_targets="all-linear", lora_rank=16, batch_size=1, seq_len=2048)),
     ("gpt2-14", "gpt2", dict(method="full", trainer="hf", precision="bf16", autocast=False, attn="eager",
                              batch_size=2, seq_len=1024)),
-    # a plain loop that holds the model's output through backward and the step (--keep-logits), and an
-    # fp32 model (fp32 logits: no upcast copy)
+    # a plain loop that holds the model's output through backward and the step (--keep-logits), and fp32
+    # models (fp32 logits: no upcast copy; eager scores saved once, ``.to(fp32)`` being the same tensor)
     ("llama2-20", "llama2", dict(method="lora", trainer="hf", precision="fp16", autocast=False,
                                  keep_logits=True, attn="sdpa", lora_targets="q_proj,k_proj,v_proj,o_proj",
                                  lora_rank=32, batch_size=2, seq_len=1024)),
     ("llama2-21", "llama2", dict(method="full", trainer="hf", precision="fp32", attn="sdpa", batch_size=1,
                                  seq_len=1024)),
+    ("llama2-22", "llama2", dict(method="lora", trainer="hf", precision="fp32", attn="eager",
+                                 lora_targets="q_proj,k_proj,v_proj,o_proj", lora_rank=32, batch_size=1,
+                                 seq_len=2048)),
 ]  # fmt: skip
 ROTATE = ["sgd", "adafactor", "lion"]
 MOE = ("mixtral", "qwen3_moe")

@@ -212,10 +212,11 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
     kv_saved = q_w if eager or setup.trainer in EXPANDED_KV_TRAINERS else kv_w
     acts.add("qkv", c.gamma * (q_w + 2 * kv_saved))
     if eager:
-        # softmax output in fp32 (saved by softmax) and its compute-dtype copy (saved by the matmul);
-        # with attention soft-capping (Gemma 2) also the tanh output (traced)
+        # softmax output in fp32 (saved by softmax) and its compute-dtype copy (saved by the matmul; with
+        # fp32 activations ``.to(query.dtype)`` returns the same tensor, saved once); with attention
+        # soft-capping (Gemma 2) also the tanh output (traced)
         capped = c.gamma if a.attn_logit_softcapping else 0
-        acts.scores = a.num_heads * (4 + c.gamma + capped)
+        acts.scores = a.num_heads * (4 + (c.gamma if c.gamma != 4 else 0) + capped)
         acts.add("attn_out", c.gamma * q_w)
     else:
         # flash / memory-efficient kernels save the output and an fp32 logsumexp per head
