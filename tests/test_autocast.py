@@ -182,3 +182,17 @@ def test_hf_emitter_writes_both_flags_off_and_others_refuse(tmp_path) -> None:  
     text = out.read_text(encoding="utf-8")
     assert "\nbf16: false" in text and "\nfp16: false" in text and "--no-autocast" in text
     assert main([*args, "--trainer", "axolotl", "--emit", "run.axolotl.yaml"]) == 2
+    # pure fp16 full fine-tuning: no GradScaler without autocast, so no fp32-weights refusal
+    full = [
+        "plan",
+        "smollm2-360m",
+        "--on",
+        "24GB",
+        "--method",
+        "full",
+        "--precision",
+        "fp16",
+        "--no-autocast",
+    ]
+    assert main([*full, "--trainer", "hf", "-o", str(tmp_path), "--emit", "full.hf.yaml", "--force"]) == 0
+    assert 'dtype: "float16"' in (tmp_path / "full.hf.yaml").read_text(encoding="utf-8")

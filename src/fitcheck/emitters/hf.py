@@ -85,7 +85,9 @@ def check(
     why = kernels.precision_refusal(trainer_name, s.method, s.precision)
     if why is not None:
         raise OptionError(f"{what}: {why}")
-    if kernels.amp_fp32_weights(trainer_name, s.method, s.precision) and not s.master_weights:
+    # (without autocast there is no GradScaler to refuse fp16 gradients: the model trains in fp16 as asked)
+    amp = kernels.amp_fp32_weights(trainer_name, s.method, s.precision) and s.autocast is not False
+    if amp and not s.master_weights:
         raise OptionError(f"{what}: a full fine-tune in fp16 needs fp32 weights (plan it with fitcheck plan)")
     if s.autocast is False and trainer_name != TRAINER:
         raise OptionError(f"{what} cannot express --no-autocast; emit hf.yaml (bf16/fp16 off) for it")
