@@ -273,7 +273,9 @@ def step_phases(ms: dict[str, Component], sv: Saved, accumulating: bool) -> tupl
     grads = ms["gradients"]
     grads_fwd = grads if accumulating else _c("gradients", 0, "")
     held = [*persistent, grads_fwd, sv.inputs, *sv.saved]
-    fwd_main = [*held, sv.casts_fwd, sv.merged_fwd, sv.logits_fwd, sv.dequant, sv.mask]
+    # with accumulation a loop's previous output lives until this forward returns and rebinds it
+    prev_out = sv.held if accumulating else _c("held_logits", 0, "")
+    fwd_main = [*held, prev_out, sv.casts_fwd, sv.merged_fwd, sv.logits_fwd, sv.dequant, sv.mask]
     fwd_layer = [*persistent, grads_fwd, sv.inputs, sv.mask, sv.casts_fwd, *sv.layer.forward]
     forward = max(
         (phase("forward", c) for c in ((fwd_main, fwd_layer) if sv.layer.forward else (fwd_main,))),

@@ -56,7 +56,7 @@ def model_loss(
     """
     out = model(input_ids=ids, labels=labels)
     if held is not None:
-        held.append(out)
+        held[:] = [out]  # ``out = model(...)`` rebinds: the previous micro-batch's output dies only now
     return out.loss
 
 
