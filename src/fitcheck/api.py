@@ -277,7 +277,7 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
 
 
 def refuse_autocast(values: Mapping[str, object]) -> None:
-    """``--autocast`` / ``--no-autocast`` against the rest of the setup (docs/cli.md, "Autocast")."""
+    """``--autocast`` / ``--no-autocast`` against the rest of the setup (docs/cli.md, the option table)."""
     from fitcheck.engine.regimes import AUTOCAST_TRAINERS
 
     autocast = values.get("autocast")
