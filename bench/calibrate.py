@@ -111,6 +111,36 @@ EXTRA: list[tuple[str, str, dict[str, Any]]] = [
                                seq_len=4096)),
     ("llama3-14", "llama3", dict(method="lora", trainer="hf", attn="sdpa", lora_rank=256, batch_size=1,
                                  seq_len=1024)),
+    # without autocast (--no-autocast): an fp16 model with peft's fp32 adapters (fp32 input copies per
+    # wrapped module), eager and SDPA, with and without checkpointing; a pure-bf16 full fine-tune
+    ("llama2-18", "llama2", dict(method="lora", trainer="hf", precision="fp16", autocast=False, attn="sdpa",
+                                 lora_targets="q_proj,k_proj,v_proj,o_proj", lora_rank=32, batch_size=2,
+                                 seq_len=1024)),
+    ("qwen2-15", "qwen2", dict(method="lora", trainer="hf", precision="fp16", autocast=False, attn="eager",
+                               grad_ckpt=True, lora_targets="q_proj,k_proj,v_proj,o_proj", lora_rank=32,
+                               batch_size=1, seq_len=2048)),
+    ("llama3-15", "llama3", dict(method="full", trainer="hf", precision="bf16", autocast=False, attn="sdpa",
+                                 batch_size=1, seq_len=1024)),
+    ("gemma2-14", "gemma2", dict(method="lora", trainer="hf", precision="fp16", autocast=False, attn="sdpa",
+                                 lora_targets="all-linear", lora_rank=16, batch_size=1, seq_len=512)),
+    ("llama2-19", "llama2", dict(method="lora", trainer="hf", precision="fp16", autocast=False, attn="eager",
+                                 lora_targets="all-linear", lora_rank=16, batch_size=1, seq_len=2048)),
+    ("gpt2-14", "gpt2", dict(method="full", trainer="hf", precision="bf16", autocast=False, attn="eager",
+                             batch_size=2, seq_len=1024)),
+    # a plain loop that holds the model's output through backward and the step (--keep-logits), and fp32
+    # models (fp32 logits: no upcast copy; eager scores saved once, ``.to(fp32)`` being the same tensor)
+    ("llama2-20", "llama2", dict(method="lora", trainer="hf", precision="fp16", autocast=False,
+                                 keep_logits=True, attn="sdpa", lora_targets="q_proj,k_proj,v_proj,o_proj",
+                                 lora_rank=32, batch_size=2, seq_len=1024)),
+    ("llama2-23", "llama2", dict(method="lora", trainer="hf", precision="fp16", autocast=False,
+                                 keep_logits=True, grad_accum=2, attn="sdpa",
+                                 lora_targets="q_proj,k_proj,v_proj,o_proj", lora_rank=32, batch_size=2,
+                                 seq_len=1024)),
+    ("llama2-21", "llama2", dict(method="full", trainer="hf", precision="fp32", attn="sdpa", batch_size=1,
+                                 seq_len=1024)),
+    ("llama2-22", "llama2", dict(method="lora", trainer="hf", precision="fp32", attn="eager",
+                                 lora_targets="q_proj,k_proj,v_proj,o_proj", lora_rank=32, batch_size=1,
+                                 seq_len=2048)),
 ]  # fmt: skip
 ROTATE = ["sgd", "adafactor", "lion"]
 MOE = ("mixtral", "qwen3_moe")

@@ -72,6 +72,8 @@ _DIRECT = (
     "lora_alpha",
     "lora_dropout",
     "optimizer_in_bwd",
+    "autocast",
+    "keep_logits",
 )
 #: Optimizers the sources name that fitcheck models under another name (same bytes per state).
 _OPTIMIZER_ALIASES = {"paged-adamw": ("adamw", "bitsandbytes PagedAdamW: 32-bit states, as AdamW")}

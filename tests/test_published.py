@@ -47,13 +47,6 @@ _QLORA_LITGPT = (
 _LITGPT_FULL = (
     "litgpt full fine-tuning: TinyLlama -20% while Llama 3.2 / Phi-3 sit +72-125% over (unexplained)"
 )
-#: fitcheck-llm's scripts/measure.py (@02ebe015) trains in a plain loop without autocast: an fp16 model with
-#: fp32 peft adapters (each lora_A saves an fp32 input copy, not the bf16 cast the hf pose counts), and
-#: QLoRA after prepare_model_for_kbit_training runs on an fp32 residual stream; no fitcheck trainer
-#: regime expresses "HF model, no autocast" yet, so these are posed as --trainer hf.
-_NO_AUTOCAST = "fitcheck-llm's loop runs without autocast (fp32 adapter inputs), posed as hf"
-_SMALL = "small vocabulary-heavy models without checkpointing: " + _NO_AUTOCAST
-_EAGER = "eager attention at long sequence on a T4 (fp16): 15-22% under after issue 13's eager rules"
 _PHI3_FULL = "Phi-3 full fine-tuning at 2 x 8192 (fused qkv / gate_up): activations under-counted (issue 13)"
 #: Multi-GPU records, posed through the distributed setup (bench/published.py `_multi_gpu`), per GPU.
 _FSDP1_OFFLOAD = (
@@ -74,12 +67,6 @@ _ULT_FSDP_OFFLOAD = (
 #: Records more than 15% under their measured figure today, with the reason (each one must be fixed, or its
 #: record must name a setting the source leaves unstated, to leave this list).
 KNOWN_UNDER: dict[str, str] = {
-    "fitcheck-llm/tinyllama-qlora-b2-s2048-eager": _NO_AUTOCAST + "; " + _EAGER,
-    "fitcheck-llm/tinyllama-qlora-b2-s1024-eager": _NO_AUTOCAST + "; " + _EAGER,
-    "fitcheck-llm/smollm2-360m-lora-b1-s4096-eager": _EAGER,
-    "fitcheck-llm/smollm2-135m-lora-b2-s512-sdpa": _SMALL,
-    "fitcheck-llm/smollm2-135m-lora-b4-s512-sdpa": _SMALL,
-    "fitcheck-llm/smollm2-135m-lora-b1-s2048-sdpa": _SMALL,
     "litgpt-config-hub/tinyllama-qlora": _QLORA_LITGPT,
     "litgpt-config-hub/phi-3-mini-qlora": _QLORA_LITGPT,
     "litgpt-config-hub/llama-3.2-3b-qlora": _QLORA_LITGPT,

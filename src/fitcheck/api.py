@@ -74,6 +74,8 @@ class _Common(TypedDict, total=False):
     loss: Loss | None
     offload_activations: bool
     optimizer_in_bwd: bool
+    autocast: bool | None
+    keep_logits: bool
     trainer: Trainer | None
     gpus: Annotated[int, Field(ge=1, le=4096)] | None
     task: Task | None
@@ -128,6 +130,8 @@ LLM_ONLY: dict[str, object] = {
     "loss": None,
     "offload_activations": False,
     "optimizer_in_bwd": False,
+    "autocast": None,
+    "keep_logits": False,
     "quant_storage": None,
     "min_seq_len": None,
     "dataset_tokens": None,
@@ -257,6 +261,8 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
         )
     model = LlmSetup if kind == "llm" else DiffusionSetup
     values = {k: v for k, v in options.items() if v is not None and k in model.model_fields}
+    if kind == "llm":
+        refuse_autocast(values)
     if kind == "diffusion":
         values["trainer"] = "kohya"
     if tgt is not None:
@@ -268,6 +274,26 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "value"
         raise InputError(f"{_flag(field)}: {err['msg']} (got {err.get('input')!r})") from None
+
+
+def refuse_autocast(values: Mapping[str, object]) -> None:
+    """``--autocast`` / ``--no-autocast`` against the rest of the setup (docs/cli.md, the option table)."""
+    from fitcheck.engine.regimes import AUTOCAST_TRAINERS
+
+    autocast = values.get("autocast")
+    trainer = values.get("trainer") or "generic"
+    if autocast is False and values.get("master_weights"):
+        raise OptionError(
+            "--no-autocast: --master-weights is fp32 weights under autocast; without autocast a model "
+            "loaded in fp32 trains in fp32 (--precision fp32)"
+        )
+    if autocast is True and trainer not in AUTOCAST_TRAINERS:
+        raise OptionError(
+            f"--autocast: {trainer} runs the model in its own dtype without torch.autocast; "
+            f"use --trainer {' / '.join(AUTOCAST_TRAINERS)} for an autocast run"
+        )
+    if autocast is True and values.get("precision") == "fp32":
+        raise OptionError("--autocast: --precision fp32 has no lower-precision dtype to autocast to")
 
 
 def _validate(options: Mapping[str, object], kind: type) -> dict[str, object]:
@@ -412,7 +438,10 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
             f"--master-weights: {trainer} decides its own precision; drop it (or use --trainer hf)"
         )
     method = opts.get("method") or "auto"
-    llm_extra = ("base_quant", "train_modules", "loss", "offload_activations", "optimizer_in_bwd")
+    llm_extra = (
+        "base_quant", "train_modules", "loss", "offload_activations", "optimizer_in_bwd", "autocast",
+        "keep_logits",
+    )
     base_keys = ("dora", "master_weights", *_LORA, "double_quant", "seq_len", "nodes", "fsdp_version")
     base_opts = {k: opts.get(k) for k in (*base_keys, "quant_storage", *llm_extra)}
     base = setup_for(

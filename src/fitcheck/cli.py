@@ -228,6 +228,23 @@ OptInBwdO = Annotated[
         help="full fine-tuning: each parameter's step runs in backward (torchtune optimizer_in_bwd)",
     ),
 ]
+AutocastO = Annotated[
+    bool | None,
+    typer.Option(
+        "--autocast/--no-autocast",
+        help="LLM: --no-autocast runs the model in its load dtype without torch.autocast (a plain loop, "
+        "HF Trainer with bf16/fp16 off on a 16-bit model) [default: the trainer's own]",
+        show_default=False,
+    ),
+]
+KeepLogitsO = Annotated[
+    bool,
+    typer.Option(
+        "--keep-logits",
+        help="LLM: the training loop holds the model's output through backward and the optimizer step "
+        "(out = model(**batch); out.loss.backward()); HF Trainer keeps only the loss",
+    ),
+]
 OnO = Annotated[
     str,
     typer.Option(
@@ -459,6 +476,8 @@ def _training_template(
     loss: LossO = None,
     offload_activations: OffloadActO = False,
     optimizer_in_bwd: OptInBwdO = False,
+    autocast: AutocastO = None,
+    keep_logits: KeepLogitsO = False,
     trainer: TrainerO = TrainerOpt.generic,
     gpus: GpusO = 1,
     task: TaskO = None,

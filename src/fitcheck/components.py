@@ -114,6 +114,7 @@ _ROWS = (
     ),
     _temps("merged_expert_weights", "MoE experts merged with their LoRA factors (peft)", "moe"),
     _acts("logits_loss", "logits, their fp32 upcast and the loss", "logits-and-loss"),
+    _acts("held_logits", "the model's output logits, held by the loop (--keep-logits)", "logits-and-loss"),
     _temps("dequant_transient", "one quantized weight dequantized to the compute dtype", "weights"),
     _acts("layer_recompute", "one layer's activations recomputed from its checkpoint", "checkpointing"),
     _grads(

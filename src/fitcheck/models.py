@@ -224,6 +224,14 @@ class LlmSetup(SetupBase):
     optimizer_in_bwd: bool = Field(
         default=False, description="each parameter's optimizer step runs in backward as its gradient is made"
     )
+    keep_logits: bool = Field(
+        default=False,
+        description="the loop holds the model's output (logits) through backward and the optimizer step",
+    )
+    autocast: bool | None = Field(
+        default=None,
+        description="None: the trainer's own; False: no torch.autocast, the model runs in its load dtype",
+    )
     trainer: LlmTrainer = "generic"
     # What the model is trained for (docs/methodology.md, "Tasks"); None: the model's own
     # (causal-lm for decoders, classification for encoders, seq2seq for encoder-decoders).

@@ -224,7 +224,7 @@ def run_plan(model: str, spec: Any, kw: dict[str, Any], out: Output) -> tuple[An
 #: ``--headroom``); the others say where the answer goes (`Output`).
 PLAN_KW = ("on", "method", "effective_batch", "seq_len", "min_seq_len", "batch_size", "resolution", "dora",
            "precision", "master_weights", "optimizer", "grad_ckpt", "attn", "lora_rank", "lora_alpha",
-           "lora_targets", "lora_dropout", "double_quant", "trainer", "fp8_base", "gpus", "strategy",
+           "lora_targets", "lora_dropout", "double_quant", "autocast", "keep_logits", "trainer", "fp8_base", "gpus", "strategy",
            "offload", "nodes", "fsdp_version", "quant_storage", "host_memory", "headroom", "dataset_tokens",
            "epochs", "min_resolution")  # fmt: skip
 
@@ -309,6 +309,8 @@ def register(app: typer.Typer) -> None:
         lora_targets: c.TargetsO = None,
         lora_dropout: c.DropO = None,
         double_quant: c.DQO = True,
+        autocast: c.AutocastO = None,
+        keep_logits: c.KeepLogitsO = False,
         trainer: Annotated[
             c.TrainerOpt | None,
             typer.Option(help="whose regime to plan for [default: the emitted config's, else hf]"),
@@ -373,7 +375,8 @@ def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, fr
 #: What a ``--from`` file fixes for the planner; the rest (micro-batch, checkpointing, optimizer,
 #: attention, precision) stays searched unless given on the command line.
 PLAN_FIXED = ("method", "dora", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "double_quant",
-              "master_weights", "seq_len", "resolution", "trainer", "gpus")  # fmt: skip
+              "master_weights", "autocast", "keep_logits", "seq_len", "resolution", "trainer",
+              "gpus")  # fmt: skip
 
 
 def plan_from(model: str | None, kw: dict[str, Any], path: str | None, fmt: str | None) -> tuple[str, Any]:
@@ -423,6 +426,9 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
         "--lora-targets": kw["lora_targets"],
         "--lora-dropout": kw["lora_dropout"],
         "--no-double-quant": not kw["double_quant"],
+        "--autocast": kw.get("autocast") is True,
+        "--no-autocast": kw.get("autocast") is False,
+        "--keep-logits": kw.get("keep_logits", False),
         "--trainer": kw["trainer"],
         "--fp8-base": kw.get("fp8_base", False),
         "--gpus": kw["gpus"] if kw["gpus"] != 1 else None,

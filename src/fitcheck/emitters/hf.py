@@ -78,8 +78,12 @@ def check(
     why = kernels.precision_refusal(trainer_name, s.method, s.precision)
     if why is not None:
         raise OptionError(f"{what}: {why}")
-    if kernels.amp_fp32_weights(trainer_name, s.method, s.precision) and not s.master_weights:
+    # (without autocast there is no GradScaler to refuse fp16 gradients: the model trains in fp16 as asked)
+    amp = kernels.amp_fp32_weights(trainer_name, s.method, s.precision) and s.autocast is not False
+    if amp and not s.master_weights:
         raise OptionError(f"{what}: a full fine-tune in fp16 needs fp32 weights (plan it with fitcheck plan)")
+    if s.autocast is False and trainer_name != TRAINER:
+        raise OptionError(f"{what} cannot express --no-autocast; emit hf.yaml (bf16/fp16 off) for it")
     if s.optimizer not in OPTIM:
         raise OptionError(f"{what} has no --optimizer {s.optimizer}; it offers {', '.join(OPTIM)}")
     if s.method != "full":
@@ -171,8 +175,12 @@ def _training_items(plan: Plan) -> list[Item]:
         Item("per_device_train_batch_size", s.batch_size, "micro-batch"),
         Item("gradient_accumulation_steps", s.grad_accum, f"effective batch {c.effective_batch}"),
         _ckpt_item(plan),
-        Item("bf16", s.precision == "bf16"),
-        Item("fp16", s.precision == "fp16"),
+        Item("bf16", s.precision == "bf16" and s.autocast is not False),
+        Item(
+            "fp16",
+            s.precision == "fp16" and s.autocast is not False,
+            "both off: the model trains in its load dtype without autocast" if s.autocast is False else "",
+        ),
         Item("optim", optim_name(s.optimizer)),
         Item("learning_rate", learning_rate(s)),
         Item("num_train_epochs", epochs(plan)),

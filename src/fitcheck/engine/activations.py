@@ -34,10 +34,15 @@ class Ctx:
 
 
 def context(setup: LlmSetup, regime: Regime) -> Ctx:
+    """The setup's dtypes. Without autocast every op runs in its inputs' dtype: the weights' dtype, or
+    fp32 throughout on a k-bit-prepared bitsandbytes base (`fp32_stream`)."""
     full = setup.method == "full"
     weight = regime.trainable_dtype if full else regime.weight_dtype
     embed = "fp32" if regime.kbit_upcast else weight
-    gamma = nbytes(setup.precision) if regime.autocast else nbytes(weight)
+    if regime.autocast:
+        gamma = nbytes(setup.precision)
+    else:
+        gamma = 4 if fp32_stream(setup, regime) else nbytes(weight)
     return Ctx(
         gamma=gamma,
         rho=nbytes(embed),
@@ -224,10 +229,11 @@ def _attention_acts(
     kv_saved = q_w if eager or setup.trainer in EXPANDED_KV_TRAINERS else kv_w
     acts.add("qkv", c.gamma * (q_w + 2 * kv_saved))
     if eager:
-        # softmax output in fp32 (saved by softmax) and its compute-dtype copy (saved by the matmul);
-        # with attention soft-capping (Gemma 2) also the tanh output (traced)
+        # softmax output in fp32 (saved by softmax) and its compute-dtype copy (saved by the matmul; with
+        # fp32 activations ``.to(query.dtype)`` returns the same tensor, saved once); with attention
+        # soft-capping (Gemma 2) also the tanh output (traced)
         capped = c.gamma if a.attn_logit_softcapping else 0
-        acts.scores = a.num_heads * (4 + c.gamma + capped)
+        acts.scores = a.num_heads * (4 + (c.gamma if c.gamma != 4 else 0) + capped)
         acts.add("attn_out", c.gamma * q_w)
     else:
         # flash / memory-efficient kernels save the output and an fp32 logsumexp per head
@@ -300,6 +306,27 @@ def _mla_parts(a: DecoderArch, setup: LlmSetup, c: Ctx) -> dict[str, float]:
     return out
 
 
+def bnb_kbit_base(setup: LlmSetup, regime: Regime) -> bool:
+    """A bitsandbytes 4-/8-bit base whose other parameters peft's k-bit preparation made fp32."""
+    from fitcheck.engine.states import quantized_base
+
+    bnb = setup.method == "qlora" or setup.base_quant == "int8"
+    return quantized_base(setup) and bnb and regime.kbit_upcast
+
+
+def fp32_stream(setup: LlmSetup, regime: Regime) -> bool:
+    """Whether a run without autocast computes every layer in fp32.
+
+    ``prepare_model_for_kbit_training`` casts every non-quantized parameter to fp32 (peft utils/other.py),
+    so the embedding output and every norm output are fp32; bitsandbytes' ``Linear4bit.forward`` casts
+    its input to ``compute_dtype`` for the matmul and the output back to the input's dtype
+    (``matmul_4bit(...).to(inp_dtype)``, bitsandbytes nn/modules.py @005a63c2), so every projection returns
+    fp32, and with no autocast to cast them down, attention, MLP and logits all run in fp32 (peft 0.21.2
+    utils/other.py ``param.data.to(torch.float32)``).
+    """
+    return not regime.autocast and bnb_kbit_base(setup, regime)
+
+
 def quantized_out_bytes(setup: LlmSetup, regime: Regime, c: Ctx) -> int:
     """Bytes of a projection's output: the compute dtype, except for bitsandbytes layers fed an fp32
     residual stream.
@@ -310,10 +337,7 @@ def quantized_out_bytes(setup: LlmSetup, regime: Regime, c: Ctx) -> int:
     MLP keeps its gate, activation and up outputs in fp32 (the attention kernel's autocast casts q, k, v
     back to the compute dtype).
     """
-    from fitcheck.engine.states import quantized_base
-
-    bnb = setup.method == "qlora" or setup.base_quant == "int8"
-    if quantized_base(setup) and bnb and regime.kbit_upcast and c.autocast:
+    if bnb_kbit_base(setup, regime) and c.autocast:
         return 4
     return c.gamma
 

@@ -189,6 +189,7 @@ class Saved:
     tied: Component  # tied embedding gradients at the very end of backward
     mask: Component  # eager attention's causal mask, alive from the forward to the first layer's backward
     head_grads: Component  # the output layer's gradient once the loss backward made it
+    held: Component  # the model's output logits when the loop keeps them (--keep-logits)
     layer: LayerPeaks  # inside the last layer: its attention's transients over what earlier layers hold
 
 
@@ -223,6 +224,7 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
         saved=saved,
         logits_fwd=_c("logits_loss", lg.forward, lg.rule),
         logits_bwd=_c("logits_loss", lg.backward, lg.rule + ", at the loss backward"),
+        held=_held_logits(setup, regime, shape.logit_rows, shape.logit_width, ctx.gamma),
         casts_fwd=casts_fwd,
         casts_bwd=casts_bwd,
         casts_layer=casts_layer,
@@ -309,6 +311,14 @@ def _casts(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[Component,
     return tuple(_c("autocast_weight_copies", n, rule) for n in (cast_fwd, cast_bwd, copies_layer))  # type: ignore[return-value]
 
 
+def _held_logits(setup: LlmSetup, regime: Regime, rows: int, width: int, gamma: int) -> Component:
+    """The output logits a loop keeps alive (``out = model(**batch); out.loss.backward();
+    optimizer.step()``) through backward and the step; HF Trainer's ``training_step`` keeps only the
+    loss (``compute_loss`` returns ``outputs`` only when asked), so they die with the forward there."""
+    held = loss.output_logits_bytes(setup, regime, rows, width, gamma) if setup.keep_logits else 0
+    return _c("held_logits", held, "the model's output logits, held by the loop until after the step")
+
+
 def _merged_experts(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[Component, Component]:
     a = spec.arch
     moe_n = a.moe_layers if a.is_moe else 0
@@ -351,25 +361,29 @@ def step_phases(
     grads = ms["gradients"]
     grads_fwd = grads if accumulating else _c("gradients", 0, "")
     held = [*persistent, grads_fwd, sv.inputs, *sv.saved]
-    fwd_main = [*held, sv.casts_fwd, sv.merged_fwd, sv.logits_fwd, sv.dequant, sv.mask]
+    # with accumulation a loop's previous output lives until this forward returns and rebinds it
+    prev_out = sv.held if accumulating else _c("held_logits", 0, "")
+    fwd_main = [*held, prev_out, sv.casts_fwd, sv.merged_fwd, sv.logits_fwd, sv.dequant, sv.mask]
     fwd_layer = [*persistent, grads_fwd, sv.inputs, sv.mask, sv.casts_fwd, *sv.layer.forward]
     forward = max(
         (phase("forward", c) for c in ((fwd_main, fwd_layer) if sv.layer.forward else (fwd_main,))),
         key=lambda p: p.total_bytes,
     )
-    bwd_start = [*held, sv.casts_bwd, sv.merged_fwd, sv.logits_bwd, sv.mask]
-    bwd_late = [*persistent, grads, sv.inputs, sv.late, sv.mask, sv.dequant, sv.casts_layer, sv.merged_layer]
-    bwd_end = [*persistent, grads, sv.inputs, sv.tied]
+    bwd_start = [*held, sv.held, sv.casts_bwd, sv.merged_fwd, sv.logits_bwd, sv.mask]
+    bwd_late = [*persistent, grads, sv.inputs, sv.held, sv.late, sv.mask, sv.dequant, sv.casts_layer]
+    bwd_late += [sv.merged_layer]
+    bwd_end = [*persistent, grads, sv.inputs, sv.held, sv.tied]
     if step_in_backward:
         bwd_late.append(ms["optimizer_transient"])
         bwd_end.append(ms["optimizer_transient"])
     # The first layer to run its backward (the last one) while every earlier checkpoint (or every
     # earlier layer's saved activations) is still held: with long sequences this is the peak.
-    bwd_first = [*persistent, grads_fwd, sv.head_grads, sv.inputs, sv.mask, sv.casts_bwd, sv.merged_layer]
+    bwd_first = [*persistent, grads_fwd, sv.head_grads, sv.inputs, sv.held, sv.mask, sv.casts_bwd]
+    bwd_first += [sv.merged_layer]
     bwd_first += sv.layer.backward
     candidates = (phase("backward", c) for c in (bwd_start, bwd_late, bwd_end, bwd_first))
     backward = max(candidates, key=lambda p: p.total_bytes)
-    step = phase("optimizer_step", [*persistent, grads, ms["optimizer_transient"]])
+    step = phase("optimizer_step", [*persistent, grads, sv.held, ms["optimizer_transient"]])
     return forward, backward, step
 
 

@@ -51,11 +51,14 @@ class Dims:
 def _standard(d: Dims) -> Hump:
     """HF: 10 B per vocabulary entry forward (lm_head output, fp32 copy, fp32 log-softmax); 12 B backward
     (saved log-softmax, nll_loss gradient, log-softmax input gradient; traced). With chunking, every
-    chunk's log-softmax stays saved, so only the transient copy and the two gradients shrink."""
+    chunk's log-softmax stays saved, so only the transient copy and the two gradients shrink. fp32
+    logits (an fp32 model, or an fp32 lm_head without autocast) have no copy: ``.float()`` returns the
+    tensor itself (traced)."""
     tv = d.tokens * d.vocab
     c = 1 / d.chunks
+    copy = 4 * c if d.gamma != 4 else 0
     return Hump(
-        forward=tv * (d.gamma + 4 + 4 * c + d.cap),
+        forward=tv * (d.gamma + 4 + copy + d.cap),
         backward=tv * (4 + 8 * c + d.cap),
         saved=tv * (4 + d.cap),
         rule="lm_head output + fp32 upcast + log-softmax" + (f" ({d.chunks} chunks)" if d.chunks > 1 else ""),
@@ -174,3 +177,16 @@ def hump(
         chunks,
     )
     return KERNELS[kernel](dims)
+
+
+#: Kernels whose model output carries the whole batch's logits (``CausalLMOutput.logits``; litgpt's list
+#: of chunks); Unsloth, Liger and CCE return none in training.
+MATERIALIZED_LOGITS = ("standard", "chunked", "litgpt")
+
+
+def output_logits_bytes(setup: LlmSetup, regime: Regime, rows: int, width: int, gamma: int) -> int:
+    """Bytes of the logits the model returns (lm_head output in ``gamma`` bytes, the final soft-cap
+    applied), zero for kernels that never materialize them (`MATERIALIZED_LOGITS`)."""
+    if kernel_for(setup, regime) not in MATERIALIZED_LOGITS:
+        return 0
+    return rows * width * gamma

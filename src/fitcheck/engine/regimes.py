@@ -31,6 +31,8 @@ kept in its stored dtype, with no autocast.
 
 from __future__ import annotations
 
+import re
+
 from fitcheck.models import Dtype, LlmSetup, ModelSpec, Regime
 
 SRC_SEEDS = "seeds/002 (12 B/param: 16-bit weight + 16-bit grad + two fp32 Adam moments)"
@@ -94,7 +96,43 @@ def _compute(setup: LlmSetup) -> Dtype:
     return setup.precision
 
 
+#: Trainers whose regime runs the forward under ``torch.autocast`` (the HF Trainer and those built on it:
+#: ``Trainer.compute_loss`` under ``accelerator.autocast()`` when bf16/fp16 is set); the others already run
+#: the model in its own dtype, so ``--no-autocast`` changes nothing there.
+AUTOCAST_TRAINERS = ("hf", "axolotl", "llamafactory", "unsloth")
+SRC_NO_AUTOCAST = (
+    "no torch.autocast (setup autocast=false: a plain loop, or HF Trainer with bf16=fp16=False on a 16-bit "
+    "model): every op runs in its inputs' dtype; torch 2.13 optim/adam.py _init_group states "
+    "zeros_like(param) (AdamW subclasses Adam); peft 0.21.2 tuners/lora/layer.py Linear.forward "
+    "_cast_input_dtype(x, lora_A.weight.dtype) per wrapped module; bitsandbytes nn/modules.py @005a63c2 "
+    "Linear4bit.forward returns matmul_4bit(...).to(inp_dtype)"
+)
+
+
 def regime_for(setup: LlmSetup) -> Regime:
+    """The trainer's regime, run without autocast when the setup says so (`without_autocast`)."""
+    base = _trainer_regime(setup)
+    if setup.autocast is False and base.autocast:
+        return without_autocast(base)
+    return base
+
+
+def without_autocast(base: Regime) -> Regime:
+    """The regime with the forward outside ``torch.autocast``: weights, grads and optimizer states keep
+    their dtypes (AdamW's states follow the param), but activations are now in the weights' dtype, and
+    fp32 adapters (peft) get fp32 copies of their inputs. Only the flag, the words and the source change
+    here (the name stays: it names the trainer); the activation rules read ``autocast``
+    (engine/activations.py ``context``)."""
+    return base.model_copy(
+        update={
+            "description": re.sub(r"autocast (bf16|fp16)", "no autocast", base.description),
+            "autocast": False,
+            "source": base.source + "; " + SRC_NO_AUTOCAST,
+        }
+    )
+
+
+def _trainer_regime(setup: LlmSetup) -> Regime:
     """The regime for the setup's trainer, method and precision.
 
     axolotl and LLaMA-Factory train through the HF Trainer, so their regimes start from ``hf`` and
@@ -109,7 +147,7 @@ def regime_for(setup: LlmSetup) -> Regime:
     if trainer == "mlx":
         return _mlx(setup)
     if trainer == "kohya":
-        base = regime_for(setup.model_copy(update={"trainer": "generic"}))
+        base = _trainer_regime(setup.model_copy(update={"trainer": "generic"}))
         return base.model_copy(update={"name": f"{trainer} (generic)"})
     if trainer == "hf":
         return _hf(setup)

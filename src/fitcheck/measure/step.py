@@ -45,13 +45,19 @@ def _autocast(regime: Regime, setup: LlmSetup, device_type: str) -> contextlib.A
     return torch.autocast(device_type=device_type, dtype=dtype)
 
 
-def model_loss(model: Any, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def model_loss(
+    model: Any, ids: torch.Tensor, labels: torch.Tensor, held: list[Any] | None = None
+) -> torch.Tensor:
     """The model's own loss (transformers ``ForCausalLMLoss``: logits upcast to fp32, shift, CE).
 
     Only the loss leaves this function, like HF Trainer's ``compute_loss``: the bf16 logits die here
-    unless autograd saved them.
+    unless autograd saved them, or unless ``held`` (``--keep-logits``) keeps the output as a plain loop
+    that writes ``out = model(**batch); out.loss.backward()`` does.
     """
-    return model(input_ids=ids, labels=labels).loss
+    out = model(input_ids=ids, labels=labels)
+    if held is not None:
+        held[:] = [out]  # ``out = model(...)`` rebinds: the previous micro-batch's output dies only now
+    return out.loss
 
 
 def chunked_loss(model: Any, ids: torch.Tensor, labels: torch.Tensor, chunks: int) -> torch.Tensor:
@@ -82,11 +88,13 @@ def chunked_loss(model: Any, ids: torch.Tensor, labels: torch.Tensor, chunks: in
     return loss / total  # type: ignore[return-value]
 
 
-def compute_loss(model: Any, ids: torch.Tensor, labels: torch.Tensor, regime: Regime) -> torch.Tensor:
+def compute_loss(
+    model: Any, ids: torch.Tensor, labels: torch.Tensor, regime: Regime, held: list[Any] | None = None
+) -> torch.Tensor:
     """The loss as the regime computes it (model loss, or torchtune's chunked cross-entropy)."""
     if regime.loss_chunks > 1:
         return chunked_loss(model, ids, labels, regime.loss_chunks)
-    return model_loss(model, ids, labels)
+    return model_loss(model, ids, labels, held)
 
 
 def clips_gradients(regime: Regime) -> bool:
@@ -108,11 +116,12 @@ def run_steps(
     ids, labels = batch
     micro = min(setup.grad_accum, 2)
     params = [p for p in model.parameters() if p.requires_grad]
+    held: list[Any] | None = [] if setup.keep_logits else None
     for step in range(1, steps + 1):
         for _ in range(micro):
             probe.begin("forward", step)
             with _autocast(regime, setup, device_type):
-                loss = compute_loss(model, ids, labels, regime)
+                loss = compute_loss(model, ids, labels, regime, held)
             probe.begin("backward", step)
             (loss / micro).backward()
             del loss
@@ -120,6 +129,8 @@ def run_steps(
         if clips_gradients(regime):
             torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
         optimizer.step()
+        if held is not None:
+            held.clear()  # the loop's output dies when its step function returns
         probe.step_end(step, model, optimizer)
         optimizer.zero_grad(set_to_none=True)
 

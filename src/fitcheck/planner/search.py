@@ -125,7 +125,9 @@ def setup_for(base: LlmSetup, p: Point) -> LlmSetup:
             "strategy": p.strategy,
             "offload": p.offload,
             # fp16 full fine-tuning under the HF Trainer: fp32 weights with autocast (kernels.FP16_FULL)
-            "master_weights": base.master_weights or K.amp_fp32_weights(base.trainer, p.method, p.precision),
+            # (not without autocast: the model then trains in its load dtype, --no-autocast)
+            "master_weights": base.master_weights
+            or (base.autocast is not False and K.amp_fp32_weights(base.trainer, p.method, p.precision)),
         }
     )
 

@@ -46,7 +46,8 @@ def read(data: Doc, path: str) -> ReadResult:
 
 
 def _precision(r: Reading, k: Keys) -> None:
-    """``dtype`` (loading) with the bf16/fp16 flags (autocast): AMP over fp32 weights is master weights."""
+    """``dtype`` (loading) with the bf16/fp16 flags (autocast): AMP over fp32 weights is master weights; a
+    16-bit model with both flags off trains in its own dtype without autocast (``--no-autocast``)."""
     key = "dtype" if k.has("dtype") else "torch_dtype"
     dtype = k.get(key)
     if not isinstance(dtype, str) or dtype == "auto":
@@ -67,6 +68,7 @@ def _precision(r: Reading, k: Keys) -> None:
         r.set("master_weights", False, key)
         if autocast is None and flags_off:
             r.set("precision", loaded, key)
+            r.set("autocast", False, "bf16")
 
 
 def _peft(r: Reading, k: Keys) -> None:
