@@ -99,7 +99,6 @@ KNOWN_UNDER: dict[str, str] = {
 }
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {
-    "fitcheck-llm": "11.9% median: " + _NO_AUTOCAST,
     "litgpt-config-hub": "16.5% median: full fine-tuning +72-125% (Llama 3.2, Phi-3), QLoRA 13-24% under",
     "litgpt-resource-tables": "11.3% median: QLoRA -11-13% and LoRA -6-11% under, FSDP LoRA -47% to +43%",
     "torchtune": "QLoRA tutorial -46% (torchao NF4), README rows with compile / optimizer-in-backward and "

@@ -224,9 +224,9 @@ def run_plan(model: str, spec: Any, kw: dict[str, Any], out: Output) -> tuple[An
 #: ``--headroom``); the others say where the answer goes (`Output`).
 PLAN_KW = ("on", "method", "effective_batch", "seq_len", "min_seq_len", "batch_size", "resolution", "dora",
            "precision", "master_weights", "optimizer", "grad_ckpt", "attn", "lora_rank", "lora_alpha",
-           "lora_targets", "lora_dropout", "double_quant", "autocast", "keep_logits", "trainer", "fp8_base", "gpus", "strategy",
-           "offload", "nodes", "fsdp_version", "quant_storage", "host_memory", "headroom", "dataset_tokens",
-           "epochs", "min_resolution")  # fmt: skip
+           "lora_targets", "lora_dropout", "double_quant", "autocast", "keep_logits", "trainer", "fp8_base",
+           "gpus", "strategy", "offload", "nodes", "fsdp_version", "quant_storage", "host_memory", "headroom",
+           "dataset_tokens", "epochs", "min_resolution")  # fmt: skip
 
 OnPlanO = Annotated[
     str,
