@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fitcheck.assembly import assemble, phase
 from fitcheck.components import component
 from fitcheck.engine import activations as act
-from fitcheck.engine import loss, offload, states, tasks
+from fitcheck.engine import litgpt, loss, offload, states, tasks
 from fitcheck.engine.load import largest_projection, load_transient_bytes
 from fitcheck.engine.lora import (
     adapter_params,
@@ -126,6 +126,8 @@ class Saved:
     merged_fwd: Component  # MoE experts merged with their LoRA factors: all layers / one layer
     merged_layer: Component
     dequant: Component  # one 4-bit weight dequantized
+    logits_head: Component  # the loss hump when the output layer's own backward runs
+    head_dequant: Component  # a 4-bit output layer dequantized again by its backward
     late: Component  # one layer's activations late in backward
     tied: Component  # tied embedding gradients at the very end of backward
     mask: Component  # eager attention's causal mask, alive from the forward to the first layer's backward
@@ -196,6 +198,8 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
         merged_fwd=merged_fwd,
         merged_layer=merged_layer,
         dequant=_dequant(spec, setup, regime),
+        logits_head=_c("logits_loss", lg.at_head, lg.rule + ", at the output layer's backward"),
+        head_dequant=_head_dequant(spec, setup, regime),
         late=late,
         tied=_tied_grads(spec, setup, regime),
         mask=_c("attention_mask", act.eager_mask_bytes(a, setup, regime), "eager causal mask, b x s^2"),
@@ -207,8 +211,20 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
 def _dequant(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
     dq = 0.0
     if states.quantized_base(setup):
-        dq = largest_projection(spec.arch, regime.quantized_lm_head) * act.context(setup, regime).gamma
+        per = litgpt.dequant_bytes_per_weight(setup, act.context(setup, regime).gamma)
+        dq = largest_projection(spec.arch, regime.quantized_lm_head) * per
     return _c("dequant_transient", dq, "one quantized weight dequantized to the compute dtype")
+
+
+def _head_dequant(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
+    """A 4-bit lm_head is dequantized again by ``MatMul4Bit.backward`` (``grad_A = grad_output @
+    dequantize_4bit(B)``, bitsandbytes autograd/_functions.py @0.42.0) right after the loss backward,
+    while every layer's activations are still saved."""
+    dq = 0
+    if setup.method == "qlora" and regime.quantized_lm_head:
+        per = litgpt.dequant_bytes_per_weight(setup, act.context(setup, regime).gamma)
+        dq = spec.arch.vocab_size * spec.arch.hidden_size * per
+    return _c("dequant_transient", dq, "the 4-bit lm_head dequantized by its backward")
 
 
 def _casts(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[Component, Component, Component]:
@@ -270,13 +286,14 @@ def step_phases(ms: dict[str, Component], sv: Saved, accumulating: bool) -> tupl
         key=lambda p: p.total_bytes,
     )
     bwd_start = [*held, sv.casts_bwd, sv.merged_fwd, sv.logits_bwd, sv.mask]
+    bwd_head = [*held, sv.casts_bwd, sv.merged_fwd, sv.logits_head, sv.mask, sv.head_dequant]
     bwd_late = [*persistent, grads, sv.inputs, sv.late, sv.mask, sv.dequant, sv.casts_layer, sv.merged_layer]
     bwd_end = [*persistent, grads, sv.inputs, sv.tied]
     # The first layer to run its backward (the last one) while every earlier checkpoint (or every
     # earlier layer's saved activations) is still held: with long sequences this is the peak.
     bwd_first = [*persistent, grads_fwd, sv.head_grads, sv.inputs, sv.mask, sv.casts_bwd, sv.merged_layer]
     bwd_first += sv.layer.backward
-    candidates = (phase("backward", c) for c in (bwd_start, bwd_late, bwd_end, bwd_first))
+    candidates = (phase("backward", c) for c in (bwd_start, bwd_head, bwd_late, bwd_end, bwd_first))
     backward = max(candidates, key=lambda p: p.total_bytes)
     step = phase("optimizer_step", [*persistent, grads, ms["optimizer_transient"]])
     return forward, backward, step
