@@ -40,14 +40,7 @@ FILES = sorted(pub.DATA.glob("*.yaml"))
 _QLORA = (
     "QLoRA under the HF Trainer: bitsandbytes 4-bit runs measure 12-21% above the estimate (cause not found)"
 )
-_QLORA_LITGPT = (
-    "litgpt QLoRA (bitsandbytes 0.42 pinned): 16-24% under after the held-input, untied-head, "
-    "expanded-KV and dropout rules; the rest unexplained"
-)
 _QLORA_TT = "torchtune QLoRA tutorial (torchao NF4): -46%, torchao's NF4 path not modelled"
-_LITGPT_FULL = (
-    "litgpt full fine-tuning: TinyLlama -20% while Llama 3.2 / Phi-3 sit +72-125% over (unexplained)"
-)
 #: fitcheck-llm's scripts/measure.py (@02ebe015) trains in a plain loop without autocast: an fp16 model with
 #: fp32 peft adapters (each lora_A saves an fp32 input copy, not the bf16 cast the hf pose counts), and
 #: QLoRA after prepare_model_for_kbit_training runs on an fp32 residual stream; no fitcheck trainer
@@ -65,15 +58,7 @@ KNOWN_UNDER: dict[str, str] = {
     "fitcheck-llm/smollm2-135m-lora-b2-s512-sdpa": _SMALL,
     "fitcheck-llm/smollm2-135m-lora-b4-s512-sdpa": _SMALL,
     "fitcheck-llm/smollm2-135m-lora-b1-s2048-sdpa": _SMALL,
-    "litgpt-config-hub/tinyllama-qlora": _QLORA_LITGPT,
-    "litgpt-config-hub/phi-3-mini-qlora": _QLORA_LITGPT,
-    "litgpt-config-hub/llama-3.2-3b-qlora": _QLORA_LITGPT,
-    "litgpt-config-hub/llama-2-7b-qlora": _QLORA_LITGPT,
-    "litgpt-config-hub/mistral-7b-qlora": _QLORA_LITGPT,
-    "litgpt-config-hub/llama-3.1-8b-qlora": _QLORA_LITGPT,
-    "litgpt-config-hub/llama-3.2-1b-qlora": _QLORA_LITGPT,
     "torchtune/llama-2-7b-qlora-tutorial": _QLORA_TT,
-    "litgpt-config-hub/tinyllama-full": _LITGPT_FULL,
     "universal-llm-trainer/llama-2-13b-qlora-h100": _QLORA,
     "universal-llm-trainer/llama-2-13b-qlora-rtx-pro-6000": _QLORA,
     "universal-llm-trainer/llama-2-13b-qlora-a100": _QLORA,
@@ -87,8 +72,6 @@ KNOWN_UNDER: dict[str, str] = {
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {
     "fitcheck-llm": "11.9% median: " + _NO_AUTOCAST,
-    "litgpt-config-hub": "16.6% median: full fine-tuning +72-125% (Llama 3.2, Phi-3), QLoRA 13-24% under",
-    "litgpt-resource-tables": "11.0% median: QLoRA -11-13% and LoRA -6-11% under",
     "torchtune": "QLoRA tutorial -46% (torchao NF4), README rows with compile / optimizer-in-backward over",
     "universal-llm-trainer": "LoRA at 2 x 8192 over by 28-44% (logits handling), QLoRA and Phi-3 full under",
 }
