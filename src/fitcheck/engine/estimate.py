@@ -75,6 +75,7 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
     a = spec.arch
     c = states.counts(a, setup)
     out: dict[str, Component] = {}
+    head = states.quantized_head_params(a, setup, regime)
     for name, value in states.weight_bytes(a, setup, regime, c).items():
         rules = {
             "weights": f"{c.trainable:,} params x {regime.trainable_dtype}",
@@ -82,10 +83,11 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
             "weights_quantized": f"{c.quantized:,} params as {setup.base_quant} (packed + scales)",
             "module_copies": f"{c.module_copies:,} params: trained copies of {setup.train_modules} "
             f"(peft modules_to_save) x {states.copy_dtype(regime)}",
-            "weights_4bit": f"{c.quantized:,} params in NF4: 0.5 B + 64-block absmax"
+            "weights_4bit": f"{c.quantized + head:,} params in NF4: 0.5 B + 64-block absmax"
             + (" (double-quantized)" if setup.double_quant else " (fp32)"),
-            "weights_unquantized": f"{c.base - c.quantized:,} params (embeddings, norms, "
-            f"lm_head) x {'fp32 (kbit upcast)' if regime.kbit_upcast else regime.weight_dtype}",
+            "weights_unquantized": f"{c.base - c.quantized - head:,} params (embeddings, norms"
+            + (")" if head else ", lm_head)")
+            + f" x {'fp32 (kbit upcast)' if regime.kbit_upcast else regime.weight_dtype}",
             "adapters": f"{c.adapter:,} LoRA params x {regime.adapter_dtype}",
         }
         out[name] = _c(name, value, rules[name])
