@@ -325,7 +325,7 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         trainable=c.trainable,
         adapter=c.adapter,
         frozen=c.total - c.trainable,
-        quantized=c.quantized,
+        quantized=c.quantized + states.quantized_head_params(spec.arch, setup, regime),
         embedding=inv.embedding,
         lm_head=inv.lm_head,
     )
