@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fitcheck.engine import activations as act
+from fitcheck.engine import litgpt, loss
 from fitcheck.engine.estimate import estimate
 from fitcheck.engine.regimes import model_as_trained, regime_for
 from fitcheck.models import LlmSetup
@@ -76,7 +77,88 @@ def test_old_bitsandbytes_holds_every_quantized_projection_input(monkeypatch: py
 
 
 def test_litgpt_saves_grouped_kv_at_every_head() -> None:
+    """q, k and v all adapted, so litgpt's zero_pad scatter (and its saved source) does not run."""
     a = spec_from_preset("llama-3.1-8b").arch
-    kw = {"method": "lora", "lora_targets": "q_proj,v_proj", "lora_rank": 8}
+    kw = {"method": "lora", "lora_targets": "q_proj,k_proj,v_proj", "lora_rank": 8}
     diff = _acts("llama-3.1-8b", trainer="litgpt", **kw) - _acts("llama-3.1-8b", trainer="torchtune", **kw)
     assert diff == 2 * 2 * (a.num_heads - a.num_kv_heads) * a.head_dim
+
+
+def _without_litgpt_model_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(litgpt, "LITGPT_MODEL_TRAINERS", ())
+
+
+def test_litgpt_mha_keeps_the_fused_qkv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Multi-head: v is a view of the fused qkv output, so q's and k's slices stay alive with it."""
+    a = spec_from_preset("llama-2-7b").arch
+    assert a.num_kv_heads == a.num_heads
+    kw = {"trainer": "litgpt", "method": "lora", "lora_targets": "q_proj,k_proj,v_proj"}
+    with_rule = _acts("llama-2-7b", **kw)
+    _without_litgpt_model_code(monkeypatch)
+    assert with_rule - _acts("llama-2-7b", **kw) == 2 * (a.num_heads + a.num_kv_heads) * a.head_dim
+
+
+def test_litgpt_grouped_model_keeps_no_fused_qkv() -> None:
+    a = spec_from_preset("llama-3.1-8b").arch
+    setup = LlmSetup(trainer="litgpt", method="lora")
+    assert litgpt.fused_qkv_kept_bytes(a, setup, 2) == 0
+
+
+def test_litgpt_partial_qkv_lora_keeps_the_scatter_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    """q and v adapted, k not: index_copy_ keeps the q and v LoRA outputs (bf16 adapters)."""
+    a = spec_from_preset("llama-3.1-8b").arch
+    kw = {"trainer": "litgpt", "method": "lora", "lora_targets": "q_proj,v_proj"}
+    with_rule = _acts("llama-3.1-8b", **kw)
+    _without_litgpt_model_code(monkeypatch)
+    assert with_rule - _acts("llama-3.1-8b", **kw) == 2 * (a.num_heads + a.num_kv_heads) * a.head_dim
+
+
+def test_litgpt_full_norm_product_is_fp32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Full fine-tuning: litgpt's RMSNorm multiplies by weight.float(), so the saved operand is fp32."""
+    a = spec_from_preset("llama-3.1-8b").arch
+    kw = {"trainer": "litgpt", "method": "full"}
+    with_rule = _acts("llama-3.1-8b", **kw)
+    _without_litgpt_model_code(monkeypatch)
+    assert with_rule - _acts("llama-3.1-8b", **kw) == 2 * (4 - 2) * a.hidden_size
+
+
+@pytest.mark.parametrize(
+    ("trainer", "precision", "per_weight"),
+    [("litgpt", "bf16", 4), ("litgpt", "fp16", 2), ("litgpt", "fp32", 6), ("hf", "bf16", 2)],
+)
+def test_dequantized_weight_bytes(trainer: str, precision: str, per_weight: int) -> None:
+    """lightning quantizes from fp16: bitsandbytes dequantizes to fp16, then casts to the compute dtype."""
+    setup = LlmSetup(trainer=trainer, method="qlora", precision=precision)  # type: ignore[arg-type]
+    gamma = act.context(setup, regime_for(setup)).gamma
+    assert litgpt.dequant_bytes_per_weight(setup, gamma) == per_weight
+
+
+def test_litgpt_qlora_dequantizes_the_head_again_in_backward() -> None:
+    spec = spec_from_preset("llama-3.2-1b")
+    est = estimate(spec, LlmSetup(trainer="litgpt", method="qlora", batch_size=2, seq_len=512))
+    a = est.phase("backward")
+    head = [c for c in a.components if c.name == "dequant_transient"]
+    assert [c.bytes for c in head] == [spec.arch.vocab_size * spec.arch.hidden_size * 4]
+
+
+def _hump(kernel_trainer: str, method: str, batch: int) -> tuple[loss.Hump, int, int]:
+    spec = spec_from_preset("llama-3.2-1b")
+    setup = LlmSetup(trainer=kernel_trainer, method=method, batch_size=batch, seq_len=512)  # type: ignore[arg-type]
+    tv = setup.tokens * spec.arch.vocab_size
+    chunk = batch * loss.LITGPT_CHUNK_TOKENS * spec.arch.vocab_size
+    return loss.hump(spec.arch, setup, regime_for(setup), 2), tv, chunk
+
+
+def test_litgpt_adapter_loss_runs_on_fabric_fp32_logits() -> None:
+    """fp32 logits (Fabric's cast) and fp32 log-softmax; backward adds a chunk's two fp32 gradients; at the
+    lm_head's backward the gradient is back in bf16 beside the fp32 logits."""
+    h, tv, chunk = _hump("litgpt", "lora", 2)
+    assert (h.forward, h.backward, h.at_head) == (8 * tv, 8 * tv + 8 * chunk, 6 * tv)
+
+
+@pytest.mark.parametrize(("batch", "forward"), [(1, 8), (4, 12)])
+def test_litgpt_full_loss_flattens_the_shifted_logits(batch: int, forward: int) -> None:
+    """full.py: the shifted logits are copied when flattened (more than one row); backward concatenates the
+    chunks' gradients beside the fp32 logits."""
+    h, tv, _ = _hump("litgpt", "full", batch)
+    assert (h.forward, h.backward) == (forward * tv, 12 * tv)

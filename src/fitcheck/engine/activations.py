@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fitcheck.engine import litgpt
 from fitcheck.engine.lora import targeted
 from fitcheck.engine.params import EAGER_ONLY_TYPES, Linear, layer_linears
 from fitcheck.facts.dtypes import nbytes
@@ -150,12 +151,14 @@ def _dora_outputs(c: Ctx, setup: LlmSetup, a: DecoderArch, lins: list[Linear]) -
 def _norm(c: Ctx, width: int, family: str) -> float:
     """RMSNorm saves an fp32 copy of its input; the normalized tensor too if its weight trains.
 
-    Gemma's norm multiplies in fp32 (``output * (1 + weight.float())``), so that copy is fp32.
-    LayerNorm saves its input (fp32 under autocast, which runs layer_norm in fp32).
+    Gemma's norm multiplies in fp32 (``output * (1 + weight.float())``), and so does litgpt's ``RMSNorm``
+    for every model (``(x_normed * weight.float()).to(dtype=dtype)``, litgpt/model.py @00af8b0d): family
+    ``rms_fp32``, whose copy is fp32. LayerNorm saves its input (fp32 under autocast, which runs
+    layer_norm in fp32).
     """
     if family == "layer":
         return 4 * width if c.autocast else c.rho * width
-    trained = (4 if family == "gemma" else c.rho) * width if c.full else 0
+    trained = (4 if family == "rms_fp32" else c.rho) * width if c.full else 0
     return 4 * width + trained
 
 
@@ -177,8 +180,10 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
     if a.model_type == "gpt2":
         return _gpt2_layer(a, setup, c)
     acts = LayerActs()
-    h = a.hidden_size
-    fam = "layer" if a.norm == "layer" else ("gemma" if a.model_type.startswith("gemma") else "rms")
+    h, d = a.hidden_size, a.head_dim
+    q_w, kv_w = a.num_heads * d, a.num_kv_heads * d
+    fp32_product = a.model_type.startswith("gemma") or setup.trainer in litgpt.LITGPT_MODEL_TRAINERS
+    fam = "layer" if a.norm == "layer" else ("rms_fp32" if fp32_product else "rms")
     # the self-attention layer; an encoder-decoder's cross-attention is engine/tasks.py's
     lins = layer_linears(a, moe, active=True, stack="encoder")
     attn = [x for x in lins if x.role == "attn"]
@@ -228,6 +233,8 @@ def _attention_acts(
     eager = uses_eager_scores(a, setup)
     kv_saved = q_w if eager or setup.trainer in EXPANDED_KV_TRAINERS else kv_w
     acts.add("qkv", c.gamma * (q_w + 2 * kv_saved))
+    for name, value in litgpt.layer_extras(a, setup, qkv, c.gamma, c.adapter).items():
+        acts.add(name, value)
     if eager:
         # softmax output in fp32 (saved by softmax) and its compute-dtype copy (saved by the matmul; with
         # fp32 activations ``.to(query.dtype)`` returns the same tensor, saved once); with attention

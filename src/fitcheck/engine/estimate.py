@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fitcheck.assembly import assemble, phase
 from fitcheck.components import component
 from fitcheck.engine import activations as act
-from fitcheck.engine import loss, nf4, offload, states, tasks
+from fitcheck.engine import litgpt, loss, nf4, offload, states, tasks
 from fitcheck.engine.load import largest_projection, load_transient_bytes
 from fitcheck.engine.lora import (
     adapter_params,
@@ -105,6 +105,7 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
     a = spec.arch
     c = states.counts(a, setup)
     out: dict[str, Component] = {}
+    head = states.quantized_head_params(a, setup, regime)
     for name, value in states.weight_bytes(a, setup, regime, c).items():
         rules = {
             "weights": f"{c.trainable:,} params x {regime.trainable_dtype}",
@@ -112,7 +113,7 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
             "weights_quantized": f"{c.quantized:,} params as {setup.base_quant} (packed + scales)",
             "module_copies": f"{c.module_copies:,} params: trained copies of {setup.train_modules} "
             f"(peft modules_to_save) x {states.copy_dtype(regime)}",
-            "weights_4bit": f"{c.quantized:,} params in NF4: 0.5 B + 64-block absmax"
+            "weights_4bit": f"{c.quantized + head:,} params in NF4: 0.5 B + 64-block absmax"
             + (
                 " (torchao NF4Tensor: int8 scalers, always double-quantized)"
                 if regime.nf4_format == "torchao"
@@ -120,8 +121,9 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
                 if setup.double_quant
                 else " (fp32)"
             ),
-            "weights_unquantized": f"{c.base - c.quantized:,} params (embeddings, norms, "
-            f"lm_head) x {'fp32 (kbit upcast)' if regime.kbit_upcast else regime.weight_dtype}",
+            "weights_unquantized": f"{c.base - c.quantized - head:,} params (embeddings, norms"
+            + (")" if head else ", lm_head)")
+            + f" x {'fp32 (kbit upcast)' if regime.kbit_upcast else regime.weight_dtype}",
             "adapters": f"{c.adapter:,} LoRA params x {regime.adapter_dtype}",
         }
         out[name] = _c(name, value, rules[name])
@@ -185,6 +187,8 @@ class Saved:
     merged_fwd: Component  # MoE experts merged with their LoRA factors: all layers / one layer
     merged_layer: Component
     dequant: Component  # one 4-bit weight dequantized
+    logits_head: Component  # the loss hump when the output layer's own backward runs
+    head_dequant: Component  # a 4-bit output layer dequantized again by its backward
     late: Component  # one layer's activations late in backward
     tied: Component  # tied embedding gradients at the very end of backward
     mask: Component  # eager attention's causal mask, alive from the forward to the first layer's backward
@@ -231,6 +235,8 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
         merged_fwd=merged_fwd,
         merged_layer=merged_layer,
         dequant=_dequant(spec, setup, regime),
+        logits_head=_c("logits_loss", lg.at_head, lg.rule + ", at the output layer's backward"),
+        head_dequant=_head_dequant(spec, setup, regime),
         late=late,
         tied=_tied_grads(spec, setup, regime),
         mask=_c("attention_mask", act.eager_mask_bytes(a, setup, regime), "eager causal mask, b x s^2"),
@@ -287,12 +293,25 @@ def _dequant(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
         n = largest_projection(spec.arch, regime.quantized_lm_head)
         gamma = int(act.context(setup, regime).gamma)
         fmt = regime.nf4_format if setup.method == "qlora" else "bitsandbytes"
-        dq = nf4.dequant_bytes(fmt, n, gamma)
         if fmt == "torchao":
+            dq = nf4.dequant_bytes(fmt, n, gamma)
             rule = (
                 "torchao get_original_weight: int64 indices, halves and the stacked weight of one projection"
             )
+        else:
+            dq = n * litgpt.dequant_bytes_per_weight(setup, gamma)
     return _c("dequant_transient", dq, rule)
+
+
+def _head_dequant(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
+    """A 4-bit lm_head is dequantized again by ``MatMul4Bit.backward`` (``grad_A = grad_output @
+    dequantize_4bit(B)``, bitsandbytes autograd/_functions.py @0.42.0) right after the loss backward,
+    while every layer's activations are still saved."""
+    dq = 0
+    if setup.method == "qlora" and regime.quantized_lm_head:
+        per = litgpt.dequant_bytes_per_weight(setup, act.context(setup, regime).gamma)
+        dq = spec.arch.vocab_size * spec.arch.hidden_size * per
+    return _c("dequant_transient", dq, "the 4-bit lm_head dequantized by its backward")
 
 
 def _casts(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[Component, Component, Component]:
@@ -370,6 +389,7 @@ def step_phases(
         key=lambda p: p.total_bytes,
     )
     bwd_start = [*held, sv.held, sv.casts_bwd, sv.merged_fwd, sv.logits_bwd, sv.mask]
+    bwd_head = [*held, sv.held, sv.casts_bwd, sv.merged_fwd, sv.logits_head, sv.mask, sv.head_dequant]
     bwd_late = [*persistent, grads, sv.inputs, sv.held, sv.late, sv.mask, sv.dequant, sv.casts_layer]
     bwd_late += [sv.merged_layer]
     bwd_end = [*persistent, grads, sv.inputs, sv.held, sv.tied]
@@ -381,7 +401,7 @@ def step_phases(
     bwd_first = [*persistent, grads_fwd, sv.head_grads, sv.inputs, sv.held, sv.mask, sv.casts_bwd]
     bwd_first += [sv.merged_layer]
     bwd_first += sv.layer.backward
-    candidates = (phase("backward", c) for c in (bwd_start, bwd_late, bwd_end, bwd_first))
+    candidates = (phase("backward", c) for c in (bwd_start, bwd_head, bwd_late, bwd_end, bwd_first))
     backward = max(candidates, key=lambda p: p.total_bytes)
     step = phase("optimizer_step", [*persistent, grads, sv.held, ms["optimizer_transient"]])
     return forward, backward, step
@@ -414,7 +434,7 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         trainable=c.trainable,
         adapter=c.adapter,
         frozen=c.total - c.trainable,
-        quantized=c.quantized,
+        quantized=c.quantized + states.quantized_head_params(spec.arch, setup, regime),
         embedding=inv.embedding,
         lm_head=inv.lm_head,
     )

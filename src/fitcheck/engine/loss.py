@@ -4,14 +4,15 @@ start of the backward (docs/methodology.md, "Logits and loss").
 One table of kernels, each a small function of (tokens, vocabulary, hidden size, dtypes) returning
 whole-batch bytes, so a trainer's default and ``--loss`` resolve to the same rows:
 
-=========  ==================================================================================
-standard   HF ``ForCausalLMLoss``: lm_head output, ``logits.float()``, fp32 log-softmax (traced)
-chunked    torchtune ``CEWithChunkedOutputLoss`` (8 chunks): every chunk's fp32 log-softmax saved
-litgpt     litgpt ``chunked_cross_entropy`` on ``lm_head_chunk_size=128`` chunks, no fp32 upcast
-unsloth    Unsloth's fused, chunked loss ("Chunk & Fuse"): one slice of tokens' logits at a time
-liger      Liger ``LigerFusedLinearCrossEntropyLoss``: logits of one token chunk at a time
-cce        Apple ``linear_cross_entropy`` (Cut Cross-Entropy): no logits in global memory
-=========  ==================================================================================
+===========  ======================================================================================
+standard     HF ``ForCausalLMLoss``: lm_head output, ``logits.float()``, fp32 log-softmax (traced)
+chunked      torchtune ``CEWithChunkedOutputLoss`` (8 chunks): every chunk's fp32 log-softmax saved
+litgpt       litgpt's adapter scripts: 128-position lm_head chunks, cast to fp32 by Fabric, chunked CE
+litgpt_full  litgpt ``finetune/full.py``: whole logits, cast to fp32 by Fabric, CE in 128-row chunks
+unsloth      Unsloth's fused, chunked loss ("Chunk & Fuse"): one slice of tokens' logits at a time
+liger        Liger ``LigerFusedLinearCrossEntropyLoss``: logits of one token chunk at a time
+cce          Apple ``linear_cross_entropy`` (Cut Cross-Entropy): no logits in global memory
+===========  ======================================================================================
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ TORCHTUNE_CHUNKS = 8
 #: litgpt finetune scripts call ``model(input_ids, lm_head_chunk_size=128)`` and
 #: ``chunked_cross_entropy(..., chunk_size=128)`` (litgpt/finetune/lora.py, litgpt/utils.py @01db2ec3).
 LITGPT_CHUNK_TOKENS = 128
+#: Lightning Fabric casts every floating tensor a wrapped module returns to the default dtype, fp32
+#: (``_FabricModule.forward``: ``precision.convert_output(output)``; ``HalfPrecision`` and
+#: ``BitsandbytesPrecision.convert_output``: ``dst_type=torch.get_default_dtype()``; lightning 2.4.0
+#: fabric/wrappers.py and fabric/plugins/precision/half.py, bitsandbytes.py, the same at 71aed751), so
+#: litgpt's loss always runs on fp32 logits.
+FABRIC_OUTPUT_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,12 @@ class Hump:
     backward: float
     saved: float
     rule: str
+    #: what the loss still holds when the output layer's own backward runs (default: ``backward``)
+    head_backward: float | None = None
+
+    @property
+    def at_head(self) -> float:
+        return self.backward if self.head_backward is None else self.head_backward
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,7 @@ class Dims:
     gamma: int  # compute dtype bytes (the lm_head output)
     cap: int  # Gemma 2 final soft-cap: its tanh output, compute dtype (0 without)
     chunks: int
+    batch: int = 1  # rows of the micro-batch (litgpt's head chunks are 128 positions of every row)
 
 
 def _standard(d: Dims) -> Hump:
@@ -66,16 +80,49 @@ def _standard(d: Dims) -> Hump:
 
 
 def _litgpt(d: Dims) -> Hump:
-    """litgpt: F.cross_entropy on compute-dtype chunks (no ``.float()``): each chunk's logits (held by
-    the training loop's ``logits`` list through backward) and its compute-dtype log-softmax (saved);
-    backward adds one 128-token chunk's two gradients."""
+    """litgpt's LoRA / QLoRA / adapter scripts: ``model(input_ids, lm_head_chunk_size=128)`` returns a list
+    of compute-dtype chunks (128 positions of every row), which Fabric casts to fp32 while the
+    compute-dtype list still exists (``FABRIC_OUTPUT_BYTES``); ``chunked_cross_entropy`` then saves each
+    chunk's fp32 log-softmax while the training loop's ``logits`` list keeps the fp32 chunks through
+    backward (litgpt/finetune/lora.py, litgpt/utils.py @00af8b0d).
+
+    Backward runs every chunk's cross-entropy before any chunk's cast or lm_head (autograd runs the
+    highest sequence number first, and those nodes were made last), so each fp32 log-softmax gives way
+    to an fp32 gradient of the same size, plus one chunk's two gradients in flight; when the lm_head's
+    backward runs the gradients have been cast back to the compute dtype.
+    """
     tv = d.tokens * d.vocab
-    chunk = min(d.tokens, LITGPT_CHUNK_TOKENS) * d.vocab
+    f = FABRIC_OUTPUT_BYTES
+    chunk = min(d.tokens, d.batch * LITGPT_CHUNK_TOKENS) * d.vocab
+    cast = tv * (d.gamma + f) if d.gamma != f else 0
     return Hump(
-        forward=tv * 2 * d.gamma,
-        backward=tv * 2 * d.gamma + chunk * 2 * d.gamma,
-        saved=tv * 2 * d.gamma,
-        rule="compute-dtype logits + log-softmax in 128-token chunks (no fp32 upcast)",
+        forward=max(cast, tv * 2 * f),
+        backward=tv * 2 * f + chunk * 2 * f,
+        saved=tv * 2 * f,
+        rule="logits in 128-position chunks, cast to fp32 by Fabric, fp32 log-softmax per chunk",
+        head_backward=tv * (f + d.gamma),
+    )
+
+
+def _litgpt_full(d: Dims) -> Hump:
+    """litgpt ``finetune/full.py``: ``model(input_ids)`` returns the whole compute-dtype logits, which
+    Fabric casts to fp32 (``FABRIC_OUTPUT_BYTES``); ``chunked_cross_entropy(logits[..., :-1, :], ...)``
+    flattens the shifted logits (a copy when the batch has more than one row) and saves each 128-row
+    chunk's fp32 log-softmax (litgpt/finetune/full.py, litgpt/utils.py @00af8b0d).
+
+    Backward: the chunks' gradients meet in the split's backward, which concatenates them into one
+    whole-batch fp32 gradient while the fp32 logits are still held by the training loop.
+    """
+    tv = d.tokens * d.vocab
+    f = FABRIC_OUTPUT_BYTES
+    flat = tv * f if d.batch > 1 else 0
+    cast = tv * (d.gamma + f) if d.gamma != f else 0
+    return Hump(
+        forward=max(cast, tv * 2 * f + flat),
+        backward=tv * 3 * f,
+        saved=tv * 2 * f,
+        rule="whole logits cast to fp32 by Fabric, flattened, fp32 log-softmax in 128-row chunks",
+        head_backward=tv * (f + d.gamma),
     )
 
 
@@ -139,6 +186,7 @@ KERNELS: dict[str, Callable[[Dims], Hump]] = {
     "standard": _standard,
     "chunked": _standard,
     "litgpt": _litgpt,
+    "litgpt_full": _litgpt_full,
     "unsloth": _unsloth,
     "liger": _liger,
     "cce": _cce,
@@ -175,6 +223,7 @@ def hump(
         gamma,
         cap,
         chunks,
+        setup.batch_size if rows is None else 1,
     )
     return KERNELS[kernel](dims)
 

@@ -54,8 +54,10 @@ SRC_LMF = (
 SRC_LITGPT = (
     "litgpt finetune/lora.py @01fe959c (precision bf16-true by default; quantize=bnb.* -> lightning "
     "BitsandbytesPrecision, every nn.Linear incl. lm_head 4-bit; bnb.optim.PagedAdamW when quantized, "
-    "torch.optim.AdamW otherwise; model(input_ids, lm_head_chunk_size=128) + chunked_cross_entropy); "
-    "litgpt/lora.py LoRA modules built in the model dtype; no activation checkpointing on one device"
+    "torch.optim.AdamW otherwise; model(input_ids, lm_head_chunk_size=128) + chunked_cross_entropy, "
+    "finetune/full.py model(input_ids) unchunked); litgpt/lora.py LoRA modules built in the model dtype; "
+    "no activation checkpointing on one device; lightning 2.4.0 _FabricModule.forward casts the logits "
+    "to fp32 (precision.convert_output)"
 )
 SRC_UNSLOTH = (
     "Unsloth FastLanguageModel on the HF/TRL Trainer: bitsandbytes 4-bit base, peft adapters, "
@@ -295,14 +297,17 @@ def _mlx(setup: LlmSetup) -> Regime:
 
 
 def _litgpt(setup: LlmSetup) -> Regime:
-    """litgpt: bf16-true (no autocast, everything in the compute dtype), chunked head and loss; QLoRA
-    quantizes every Linear including lm_head and trains with bitsandbytes' 32-bit PagedAdamW."""
+    """litgpt: bf16-true (no autocast, everything in the compute dtype), Fabric's fp32 logits, chunked
+    head (adapter scripts) and loss; QLoRA quantizes every Linear including lm_head and trains with
+    bitsandbytes' 32-bit PagedAdamW."""
     c = _compute(setup)
     qlora = setup.method == "qlora"
+    full = setup.method == "full"
     return Regime(
         name="litgpt",
-        description=f"litgpt {c}-true: weights, adapters, grads in {c}, no autocast; lm_head and "
-        "cross-entropy in 128-token chunks without an fp32 upcast"
+        description=f"litgpt {c}-true: weights, adapters, grads in {c}, no autocast; logits cast to fp32 "
+        "by Fabric"
+        + (", cross-entropy in 128-row chunks" if full else ", lm_head and loss in 128-position chunks")
         + (
             "; every Linear (lm_head too) 4-bit, PagedAdamW with fp32 states"
             if qlora
@@ -315,10 +320,10 @@ def _litgpt(setup: LlmSetup) -> Regime:
         optimizer_state_dtype="fp32" if qlora else "param",
         master_weights=False,
         autocast=False,
-        logits_fp32=False,
+        logits_fp32=True,
         kbit_upcast=False,
         fused_optimizer=qlora,
-        loss_kernel="litgpt",
+        loss_kernel="litgpt_full" if full else "litgpt",
         quantized_lm_head=qlora,
         source=SRC_LITGPT,
     )

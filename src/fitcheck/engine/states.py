@@ -186,6 +186,12 @@ def step_transient_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int
     )
 
 
+def quantized_head_params(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
+    """Output-layer parameters stored in 4 bits: litgpt's BitsandbytesPrecision replaces every nn.Linear,
+    the output layer included (``Regime.quantized_lm_head``)."""
+    return inventory(a).lm_head if regime.quantized_lm_head and setup.method == "qlora" else 0
+
+
 def weight_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, c: Counts) -> dict[str, int]:
     """Resident weights by kind: base (dense or 4-bit), the layers left unquantized, adapters."""
     if setup.method == "full":
@@ -193,8 +199,7 @@ def weight_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, c: Counts) -> 
     out: dict[str, int] = {}
     base = c.base
     if quantized_base(setup):
-        # litgpt's BitsandbytesPrecision replaces every nn.Linear, the output layer included
-        head = inventory(a).lm_head if regime.quantized_lm_head and setup.method == "qlora" else 0
+        head = quantized_head_params(a, setup, regime)
         if setup.method == "qlora":
             out["weights_4bit"] = nf4_bytes(
                 c.quantized + head, c.quantized_tensors + (head > 0), setup.double_quant, regime
