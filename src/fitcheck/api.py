@@ -439,7 +439,12 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         )
     method = opts.get("method") or "auto"
     llm_extra = (
-        "base_quant", "train_modules", "loss", "offload_activations", "optimizer_in_bwd", "autocast",
+        "base_quant",
+        "train_modules",
+        "loss",
+        "offload_activations",
+        "optimizer_in_bwd",
+        "autocast",
         "keep_logits",
     )
     base_keys = ("dora", "master_weights", *_LORA, "double_quant", "seq_len", "nodes", "fsdp_version")

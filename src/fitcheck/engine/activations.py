@@ -180,8 +180,7 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
     if a.model_type == "gpt2":
         return _gpt2_layer(a, setup, c)
     acts = LayerActs()
-    h, d = a.hidden_size, a.head_dim
-    q_w, kv_w = a.num_heads * d, a.num_kv_heads * d
+    h = a.hidden_size
     fp32_product = a.model_type.startswith("gemma") or setup.trainer in litgpt.LITGPT_MODEL_TRAINERS
     fam = "layer" if a.norm == "layer" else ("rms_fp32" if fp32_product else "rms")
     # the self-attention layer; an encoder-decoder's cross-attention is engine/tasks.py's
@@ -203,7 +202,7 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
     acts.add(
         "qkv_inputs", _linear_inputs(c, setup, a, qkv + (up if shared_input else []), c.norm_out, fused, held)
     )
-    _attention_acts(acts, a, setup, c, fam, o, held)
+    _attention_acts(acts, a, setup, c, fam, qkv, o, held)
     if setup.dora and not c.full:
         acts.add("dora_outputs", _dora_outputs(c, setup, a, lins))
     if up and not shared_input:
@@ -216,7 +215,14 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
 
 
 def _attention_acts(
-    acts: LayerActs, a: DecoderArch, setup: LlmSetup, c: Ctx, fam: str, o: list[Linear], held: bool
+    acts: LayerActs,
+    a: DecoderArch,
+    setup: LlmSetup,
+    c: Ctx,
+    fam: str,
+    qkv: list[Linear],
+    o: list[Linear],
+    held: bool,
 ) -> None:
     """What attention saves: MLA's parts, q/k norms, q/k/v after RoPE, scores (eager) or the kernel's
     output and logsumexp, and the output projection's input."""
