@@ -54,6 +54,28 @@ def test_kinds() -> None:
     assert kind_of("activations") == "transient" and kind_of("merged_expert_weights") == "transient"
     parts = kind_bytes(_phase(weights=100, activations=50, weights_4bit=10), 7, 3)
     assert parts == {"states": 100, "quantized": 10, "transient": 60}
+    # several GPUs: shards, partitions and gathered units are exact counts of kept tensors (states);
+    # gradients of activations and the communicators are not
+    for name in (
+        "param_shards",
+        "gradient_shards",
+        "fp32_master_partition",
+        "gathered_units",
+        "ddp_grad_buckets",
+    ):
+        assert kind_of(name) == "states", name
+    assert kind_of("activation_gradients") == "transient" and kind_of("nccl_communicators") == "transient"
+
+
+def test_every_registered_component_has_the_kind_of_its_category() -> None:
+    from fitcheck.components import REGISTRY
+
+    kept = {"weights", "optimizer states", "gradients"}
+    for name, row in REGISTRY.items():
+        if kind_of(name) == "states":
+            assert row.category in kept, name
+        if kind_of(name) == "quantized":
+            assert row.category in ("weights", "temporaries") and ("4bit" in name or "dequant" in name), name
 
 
 def test_band_is_the_per_kind_spread() -> None:

@@ -21,25 +21,18 @@ table against the derivation.
 
 from __future__ import annotations
 
+from fitcheck.components import REGISTRY
 from fitcheck.models import Band, Phase
 
-#: Component name -> kind; a name ending in ``_weights`` is ``states``; every other one ``transient``.
-KIND_OF: dict[str, str] = {
-    "weights": "states",
-    "weights_frozen": "states",
-    "weights_unquantized": "states",
-    "adapters": "states",
-    "master_weights": "states",
-    "optimizer_states": "states",
-    "optimizer_states_paged": "states",
-    "gradients": "states",
-    "tied_embedding_grads": "states",
-    "weights_4bit": "quantized",
-    "dequant_transient": "quantized",
-    "merged_expert_weights": "transient",
-}
-#: Diffusion pipelines name their weights per model (``unet_weights``, ``text_encoder_weights``, ...).
-STATES_SUFFIX = "_weights"
+#: Kinds follow the component registry (`fitcheck.components`): a component in a category of kept tensors
+#: (weights, optimizer states, gradients) is ``states`` (an exact count, also when sharded, gathered or
+#: bucketed across GPUs), except the ones below; everything else (activations, temporaries, overhead) is
+#: ``transient``.
+STATE_CATEGORIES = ("weights", "optimizer states", "gradients")
+#: 4-bit weights and their dequantization buffer: the published QLoRA spread.
+QUANTIZED = ("weights_4bit", "dequant_transient")
+#: In a state category but not a count of kept tensors: gradients with respect to activations.
+NOT_STATES = ("activation_gradients",)
 KINDS = ("states", "quantized", "transient")
 
 #: (down, up) fractions of each kind's bytes. Derived by `python bench/published.py` from the
@@ -52,10 +45,13 @@ SPREAD: dict[str, tuple[float, float]] = {
 
 
 def kind_of(name: str) -> str:
-    """The kind of a component, by name."""
-    if name in KIND_OF:
-        return KIND_OF[name]
-    return "states" if name.endswith(STATES_SUFFIX) else "transient"
+    """The kind of a component, by name (its registry category)."""
+    if name in QUANTIZED:
+        return "quantized"
+    row = REGISTRY.get(name)
+    if row is not None and row.category in STATE_CATEGORIES and name not in NOT_STATES:
+        return "states"
+    return "transient"
 
 
 def kind_bytes(peak: Phase, reserve_bytes: int, context_bytes: int) -> dict[str, int]:
