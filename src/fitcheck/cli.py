@@ -85,6 +85,7 @@ class LossOpt(StrEnum):
     chunked = "chunked"
     liger = "liger"
     cce = "cce"
+    plain = "plain"
 
 
 class BaseQuantOpt(StrEnum):
@@ -215,7 +216,8 @@ TrainModulesO = Annotated[
 LossO = Annotated[
     LossOpt | None,
     typer.Option(
-        "--loss", help="cross-entropy kernel: standard, chunked, liger, cce [default: the trainer's own]"
+        "--loss",
+        help="cross-entropy kernel: standard, chunked, liger, cce, plain [default: the trainer's own]",
     ),
 ]
 OffloadActO = Annotated[

@@ -8,6 +8,7 @@ whole-batch bytes, so a trainer's default and ``--loss`` resolve to the same row
 standard   HF ``ForCausalLMLoss``: lm_head output, ``logits.float()``, fp32 log-softmax (traced)
 chunked    torchtune ``CEWithChunkedOutputLoss`` (8 chunks): every chunk's fp32 log-softmax saved
 litgpt     litgpt ``chunked_cross_entropy`` on ``lm_head_chunk_size=128`` chunks, no fp32 upcast
+plain      the training loop's own ``nn.CrossEntropyLoss`` on the model's logits as they come (no upcast)
 unsloth    Unsloth's fused, chunked loss ("Chunk & Fuse"): one slice of tokens' logits at a time
 liger      Liger ``LigerFusedLinearCrossEntropyLoss``: logits of one token chunk at a time
 cce        Apple ``linear_cross_entropy`` (Cut Cross-Entropy): no logits in global memory
@@ -79,6 +80,24 @@ def _litgpt(d: Dims) -> Hump:
     )
 
 
+def _plain(d: Dims) -> Hump:
+    """A training loop that calls the model without labels and computes the loss itself:
+    ``nn.CrossEntropyLoss()(out.logits[:, :-1, :].reshape(-1, V), label[:, 1:].reshape(-1))`` on the
+    logits in the dtype the output layer made them (no ``.float()``), then drops the model output before
+    ``loss.backward()`` (ljm565/universal-llm-trainer src/models/llama3.py ``Llama3.forward``,
+    ``del_logits_after_forward: True`` in every config/*.yaml @9efd14b5). The slice is not contiguous, so
+    ``reshape`` copies it. Forward: logits, the shifted copy and the log-softmax (all ``g`` bytes). At the
+    backward's start the logits and the copy are gone; the saved log-softmax, the ``nll_loss`` gradient and
+    the log-softmax input gradient are alive (``g`` bytes each). A soft-cap keeps its tanh output."""
+    tv = d.tokens * d.vocab
+    return Hump(
+        forward=tv * (3 * d.gamma + d.cap),
+        backward=tv * (3 * d.gamma + d.cap),
+        saved=tv * (d.gamma + d.cap),
+        rule="logits + shifted copy + log-softmax in the logits' dtype (the loop's own loss, no upcast)",
+    )
+
+
 def _unsloth_materialized(d: Dims) -> Hump:
     """Unsloth's Triton cross-entropy on materialized logits: saves them and an fp32 logsumexp per row and
     writes the gradient into the logits buffer in backward (unsloth/kernels/cross_entropy_loss.py
@@ -139,6 +158,7 @@ KERNELS: dict[str, Callable[[Dims], Hump]] = {
     "standard": _standard,
     "chunked": _standard,
     "litgpt": _litgpt,
+    "plain": _plain,
     "unsloth": _unsloth,
     "liger": _liger,
     "cce": _cce,
@@ -167,7 +187,7 @@ def hump(
     chunks = 1
     if kernel == "chunked":
         chunks = regime.loss_chunks if regime.loss_chunks > 1 else TORCHTUNE_CHUNKS
-    cap = gamma if a.final_logit_softcapping and kernel in ("standard", "chunked") else 0
+    cap = gamma if a.final_logit_softcapping and kernel in ("standard", "chunked", "plain") else 0
     dims = Dims(
         setup.tokens if rows is None else rows,
         a.vocab_size if width is None else width,
