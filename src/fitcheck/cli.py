@@ -61,6 +61,11 @@ class OptimizerOpt(StrEnum):
     sgd = "sgd"
 
 
+class OptimizerImplOpt(StrEnum):
+    fused = "fused"
+    foreach = "foreach"
+
+
 class AttnOpt(StrEnum):
     eager = "eager"
     sdpa = "sdpa"
@@ -177,6 +182,14 @@ MasterO = Annotated[
     bool, typer.Option("--master-weights", help="keep an fp32 master copy of trainable weights")
 ]
 OptO = Annotated[OptimizerOpt, typer.Option("--optimizer", help="optimizer")]
+OptImplO = Annotated[
+    OptimizerImplOpt | None,
+    typer.Option(
+        "--optimizer-impl",
+        help="LLM, AdamW: fused (in place) or foreach (torch.optim.AdamW's default on CUDA: a copy of the "
+        "second moments inside the step; HF optim adamw_torch) [default: the trainer's own]",
+    ),
+]
 CkptO = Annotated[bool, typer.Option("--grad-ckpt/--no-grad-ckpt", help="gradient checkpointing")]
 AttnO = Annotated[AttnOpt, typer.Option("--attn", help="attention kernel")]
 RankO = Annotated[
@@ -459,6 +472,7 @@ def _training_template(
     precision: PrecO = PrecisionOpt.bf16,
     master_weights: MasterO = False,
     optimizer: OptO = OptimizerOpt.adamw,
+    optimizer_impl: OptImplO = None,
     grad_ckpt: CkptO = False,
     attn: AttnO = AttnOpt.sdpa,
     lora_rank: RankO = None,

@@ -11,6 +11,9 @@ Precision = Literal["bf16", "fp16", "fp32"]
 Optimizer = Literal[
     "adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"
 ]
+#: AdamW's step (docs/methodology.md, "Optimizer step"): one fused kernel, or torch's foreach path, which
+#: holds a copy of every second moment (``torch._foreach_sqrt(exp_avg_sq)``) inside ``optimizer.step()``.
+OptimizerImpl = Literal["fused", "foreach"]
 Attention = Literal["eager", "sdpa", "flash", "xformers"]
 LlmTrainer = Literal["generic", "hf", "torchtune", "axolotl", "llamafactory", "mlx", "litgpt", "unsloth"]
 DiffusionTrainer = Literal["kohya"]
