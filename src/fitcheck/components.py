@@ -101,6 +101,10 @@ _ROWS = (
     ComponentId("dequant_transient", "one quantized weight dequantized to the compute dtype", "weights"),
     ComponentId("layer_recompute", "one layer's activations recomputed from its checkpoint", "checkpointing"),
     ComponentId(
+        "lora_transient", "a LoRA-wrapped MLP input's base output, scaled branch and sum (one layer)",
+        "lora-projection-transient",
+    ),
+    ComponentId(
         "tied_embedding_grads", "lm_head and embedding gradients before they are summed", "gradients"
     ),
     ComponentId("activation_gradients", "gradients of activations alive in backward", diffusion="backward"),
