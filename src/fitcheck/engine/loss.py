@@ -88,7 +88,8 @@ def _plain(d: Dims) -> Hump:
     ``del_logits_after_forward: True`` in every config/*.yaml @9efd14b5). The slice is not contiguous, so
     ``reshape`` copies it. Forward: logits, the shifted copy and the log-softmax (all ``g`` bytes). At the
     backward's start the logits and the copy are gone; the saved log-softmax, the ``nll_loss`` gradient and
-    the log-softmax input gradient are alive (``g`` bytes each). A soft-cap keeps its tanh output."""
+    the log-softmax input gradient are alive (``g`` bytes each). A soft-cap keeps its tanh output. A loop
+    that keeps the output instead is ``--keep-logits`` (``held_logits``)."""
     tv = d.tokens * d.vocab
     return Hump(
         forward=tv * (3 * d.gamma + d.cap),
@@ -201,7 +202,7 @@ def hump(
 
 #: Kernels whose model output carries the whole batch's logits (``CausalLMOutput.logits``; litgpt's list
 #: of chunks); Unsloth, Liger and CCE return none in training.
-MATERIALIZED_LOGITS = ("standard", "chunked", "litgpt")
+MATERIALIZED_LOGITS = ("standard", "chunked", "litgpt", "plain")
 
 
 def output_logits_bytes(setup: LlmSetup, regime: Regime, rows: int, width: int, gamma: int) -> int:
