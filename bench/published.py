@@ -332,6 +332,8 @@ def pose(rec: Record) -> tuple[Any, Any, list[str]] | str:
     for key in ("loss", "train_modules", "task"):
         if s.get(key):
             kw[key] = s[key]
+    if s.get("optimizer_impl"):
+        kw["optimizer_impl"] = s["optimizer_impl"]
     if s.get("method") == "qlora":
         kw["double_quant"] = bool(s.get("double_quant", True))
     notes += [why for key, why in _UNMODELLED.items() if s.get(key) and not (multi and key == "offload")]

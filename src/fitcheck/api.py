@@ -32,6 +32,7 @@ from fitcheck.vocab import (
     MethodChoice,
     Offload,
     Optimizer,
+    OptimizerImpl,
     Precision,
     QuantStorage,
     Strategy,
@@ -95,6 +96,7 @@ class TrainingOptions(_Common, total=False):
     batch_size: int
     precision: Precision
     optimizer: Optimizer
+    optimizer_impl: OptimizerImpl | None
     grad_ckpt: bool
     attn: Attention
     strategy: Strategy | None
@@ -132,6 +134,7 @@ LLM_ONLY: dict[str, object] = {
     "optimizer_in_bwd": False,
     "autocast": None,
     "keep_logits": False,
+    "optimizer_impl": None,
     "quant_storage": None,
     "min_seq_len": None,
     "dataset_tokens": None,
@@ -263,6 +266,7 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
     values = {k: v for k, v in options.items() if v is not None and k in model.model_fields}
     if kind == "llm":
         refuse_autocast(values)
+        refuse_optimizer_impl(values)
     if kind == "diffusion":
         values["trainer"] = "kohya"
     if tgt is not None:
@@ -294,6 +298,27 @@ def refuse_autocast(values: Mapping[str, object]) -> None:
         )
     if autocast is True and values.get("precision") == "fp32":
         raise OptionError("--autocast: --precision fp32 has no lower-precision dtype to autocast to")
+
+
+def refuse_optimizer_impl(values: Mapping[str, object]) -> None:
+    """``--optimizer-impl`` against the optimizer and the trainer (docs/cli.md): it picks the step of
+    ``torch.optim.AdamW``, so another optimizer or a trainer without one is an error."""
+    from fitcheck.engine.regimes import TORCH_ADAMW_TRAINERS
+
+    impl = values.get("optimizer_impl")
+    if impl is None:
+        return
+    optimizer = values.get("optimizer") or "adamw"
+    trainer = values.get("trainer") or "generic"
+    if optimizer != "adamw":
+        raise OptionError(f"--optimizer-impl: picks torch AdamW's step; --optimizer {optimizer} has its own")
+    if trainer not in TORCH_ADAMW_TRAINERS:
+        raise OptionError(
+            f"--optimizer-impl: {trainer} does not train with torch.optim.AdamW; use --trainer "
+            f"{' / '.join(TORCH_ADAMW_TRAINERS)}"
+        )
+    if trainer == "litgpt" and values.get("method") == "qlora":
+        raise OptionError("--optimizer-impl: litgpt's QLoRA trains with bitsandbytes' PagedAdamW")
 
 
 def _validate(options: Mapping[str, object], kind: type) -> dict[str, object]:

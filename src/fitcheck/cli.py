@@ -61,6 +61,11 @@ class OptimizerOpt(StrEnum):
     sgd = "sgd"
 
 
+class OptimizerImplOpt(StrEnum):
+    fused = "fused"
+    foreach = "foreach"
+
+
 class AttnOpt(StrEnum):
     eager = "eager"
     sdpa = "sdpa"
@@ -85,6 +90,7 @@ class LossOpt(StrEnum):
     chunked = "chunked"
     liger = "liger"
     cce = "cce"
+    plain = "plain"
 
 
 class BaseQuantOpt(StrEnum):
@@ -176,6 +182,14 @@ MasterO = Annotated[
     bool, typer.Option("--master-weights", help="keep an fp32 master copy of trainable weights")
 ]
 OptO = Annotated[OptimizerOpt, typer.Option("--optimizer", help="optimizer")]
+OptImplO = Annotated[
+    OptimizerImplOpt | None,
+    typer.Option(
+        "--optimizer-impl",
+        help="LLM, AdamW: fused (in place) or foreach (torch.optim.AdamW's default on CUDA: a copy of the "
+        "second moments inside the step; HF optim adamw_torch) [default: the trainer's own]",
+    ),
+]
 CkptO = Annotated[bool, typer.Option("--grad-ckpt/--no-grad-ckpt", help="gradient checkpointing")]
 AttnO = Annotated[AttnOpt, typer.Option("--attn", help="attention kernel")]
 RankO = Annotated[
@@ -215,7 +229,8 @@ TrainModulesO = Annotated[
 LossO = Annotated[
     LossOpt | None,
     typer.Option(
-        "--loss", help="cross-entropy kernel: standard, chunked, liger, cce [default: the trainer's own]"
+        "--loss",
+        help="cross-entropy kernel: standard, chunked, liger, cce, plain [default: the trainer's own]",
     ),
 ]
 OffloadActO = Annotated[
@@ -464,6 +479,7 @@ def _training_template(
     precision: PrecO = PrecisionOpt.bf16,
     master_weights: MasterO = False,
     optimizer: OptO = OptimizerOpt.adamw,
+    optimizer_impl: OptImplO = None,
     grad_ckpt: CkptO = False,
     attn: AttnO = AttnOpt.sdpa,
     lora_rank: RankO = None,

@@ -117,6 +117,10 @@ _ROWS = (
     _acts("held_logits", "the model's output logits, held by the loop (--keep-logits)", "logits-and-loss"),
     _temps("dequant_transient", "one quantized weight dequantized to the compute dtype", "weights"),
     _acts("layer_recompute", "one layer's activations recomputed from its checkpoint", "checkpointing"),
+    _temps(
+        "lora_transient", "a LoRA-wrapped MLP input's base output, scaled branch and sum (one layer)",
+        "lora-projection-transient",
+    ),
     _grads(
         "tied_embedding_grads", "lm_head and embedding gradients before they are summed", "gradients"
     ),

@@ -23,6 +23,7 @@ from fitcheck.vocab import (
     Method,
     Offload,
     Optimizer,
+    OptimizerImpl,
     PhaseName,
     Precision,
     QuantStorage,
@@ -231,6 +232,11 @@ class LlmSetup(SetupBase):
     autocast: bool | None = Field(
         default=None,
         description="None: the trainer's own; False: no torch.autocast, the model runs in its load dtype",
+    )
+    optimizer_impl: OptimizerImpl | None = Field(
+        default=None,
+        description="AdamW's step: fused (no temporaries) or foreach (a copy of the second moments); None: "
+        "the trainer's own",
     )
     trainer: LlmTrainer = "generic"
     # What the model is trained for (docs/methodology.md, "Tasks"); None: the model's own

@@ -11,6 +11,9 @@ Precision = Literal["bf16", "fp16", "fp32"]
 Optimizer = Literal[
     "adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"
 ]
+#: AdamW's step (docs/methodology.md, "Optimizer step"): one fused kernel, or torch's foreach path, which
+#: holds a copy of every second moment (``torch._foreach_sqrt(exp_avg_sq)``) inside ``optimizer.step()``.
+OptimizerImpl = Literal["fused", "foreach"]
 Attention = Literal["eager", "sdpa", "flash", "xformers"]
 LlmTrainer = Literal["generic", "hf", "torchtune", "axolotl", "llamafactory", "mlx", "litgpt", "unsloth"]
 DiffusionTrainer = Literal["kohya"]
@@ -21,7 +24,7 @@ Backend = Literal["cuda", "rocm", "mps", "cpu"]
 Kind = Literal["llm", "diffusion"]
 PhaseName = Literal["load", "forward", "backward", "optimizer_step"]
 #: Cross-entropy kernels (docs/methodology.md, "Logits and loss"): the trainer's own when not given.
-Loss = Literal["standard", "chunked", "liger", "cce"]
+Loss = Literal["standard", "chunked", "liger", "cce", "plain"]
 #: A quantized base under LoRA other than QLoRA's NF4 (docs/methodology.md, "Quantized bases").
 BaseQuant = Literal["none", "int8", "gptq", "awq"]
 VerdictName = Literal["fits", "tight", "does_not_fit"]

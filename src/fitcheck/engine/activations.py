@@ -88,6 +88,21 @@ EXPANDED_KV_TRAINERS = ("litgpt",)
 BNB_HOLDS_INPUT_TRAINERS = ("litgpt",)
 
 
+def fused_qkv_storage(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
+    """The fused qkv output kept whole, per token, beyond the q, k, v the attention saves.
+
+    transformers' Phi3Attention slices one ``qkv_proj`` output into query, key and value views; RoPE
+    makes new q and k, but v stays a view, and the attention kernel saves it, so the whole fused tensor
+    (q, k and v wide) stays alive until backward (traced: phi3_mlp calibration records). With as many
+    KV heads as query heads no ``repeat_kv`` copy replaces v; litgpt builds its own attention."""
+    if not a.fused_qkv or a.model_type == "gpt2" or setup.trainer in EXPANDED_KV_TRAINERS:
+        return 0.0
+    if a.num_kv_heads != a.num_heads:
+        return 0.0
+    q_w = a.num_heads * a.head_dim
+    return float(c.gamma * 2 * q_w)  # q and k of the fused tensor; its v is the v counted as saved
+
+
 def holds_4bit_inputs(setup: LlmSetup) -> bool:
     """Whether every 4-bit projection keeps its input alive until backward (`BNB_HOLDS_INPUT_TRAINERS`)."""
     return setup.method == "qlora" and setup.trainer in BNB_HOLDS_INPUT_TRAINERS
@@ -241,6 +256,7 @@ def _attention_acts(
     acts.add("qkv", c.gamma * (q_w + 2 * kv_saved))
     for name, value in litgpt.layer_extras(a, setup, qkv, c.gamma, c.adapter).items():
         acts.add(name, value)
+    acts.add("qkv", fused_qkv_storage(a, setup, c))
     if eager:
         # softmax output in fp32 (saved by softmax) and its compute-dtype copy (saved by the matmul; with
         # fp32 activations ``.to(query.dtype)`` returns the same tensor, saved once); with attention

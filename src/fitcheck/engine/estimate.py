@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fitcheck.assembly import assemble, phase
 from fitcheck.components import component
 from fitcheck.engine import activations as act
-from fitcheck.engine import litgpt, loss, nf4, offload, states, tasks
+from fitcheck.engine import litgpt, lora_transient, loss, nf4, offload, states, tasks
 from fitcheck.engine.load import largest_projection, load_transient_bytes
 from fitcheck.engine.lora import (
     adapter_params,
@@ -497,6 +497,7 @@ def _layer_peaks(
             max(one_layer, layer_bwd),
             "the last layer recomputed from its checkpoint while every checkpoint is held",
         )
+        fwd, bwd = _with_lora_transient(spec, setup, regime, fwd, bwd)
         return LayerPeaks([*held, fwd] if fwd.bytes else [], [*held, bwd], layer_bwd)
     if not ep.backward:
         return LayerPeaks([], [], 0.0)
@@ -512,6 +513,23 @@ def _layer_peaks(
         "eager: the last layer's softmax backward (its MLP already freed)",
     )
     return LayerPeaks([*held, fwd] if fwd.bytes else [], [*held, bwd] if bwd.bytes else [], layer_bwd)
+
+
+def _with_lora_transient(
+    spec: ModelSpec, setup: LlmSetup, regime: Regime, fwd: Component, bwd: Component
+) -> tuple[Component, Component]:
+    """The last layer's forward and recompute moments, or the LoRA projection transient's where it is
+    larger (`engine.lora_transient`; checkpointing only: without it every layer's saved activations
+    are held to the forward's end, which the logits moment already counts)."""
+    lt = lora_transient.mlp_lora_transient(spec.arch, setup, regime)
+    if lt is None:
+        return fwd, bwd
+    T = setup.tokens
+    if T * lt.forward > fwd.bytes:
+        fwd = _c("lora_transient", T * lt.forward, lt.rule + ", in the last layer's forward")
+    if T * lt.recompute > bwd.bytes:
+        bwd = _c("lora_transient", T * lt.recompute, lt.rule + ", in the last layer's recompute")
+    return fwd, bwd
 
 
 def adapter_casts(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[int, int]:

@@ -9,6 +9,7 @@ standard     HF ``ForCausalLMLoss``: lm_head output, ``logits.float()``, fp32 lo
 chunked      torchtune ``CEWithChunkedOutputLoss`` (8 chunks): every chunk's fp32 log-softmax saved
 litgpt       litgpt's adapter scripts: 128-position lm_head chunks, cast to fp32 by Fabric, chunked CE
 litgpt_full  litgpt ``finetune/full.py``: whole logits, cast to fp32 by Fabric, CE in 128-row chunks
+plain        a training loop's own ``nn.CrossEntropyLoss`` on the model's logits as they come (no upcast)
 unsloth      Unsloth's fused, chunked loss ("Chunk & Fuse"): one slice of tokens' logits at a time
 liger        Liger ``LigerFusedLinearCrossEntropyLoss``: logits of one token chunk at a time
 cce          Apple ``linear_cross_entropy`` (Cut Cross-Entropy): no logits in global memory
@@ -126,6 +127,25 @@ def _litgpt_full(d: Dims) -> Hump:
     )
 
 
+def _plain(d: Dims) -> Hump:
+    """A training loop that calls the model without labels and computes the loss itself:
+    ``nn.CrossEntropyLoss()(out.logits[:, :-1, :].reshape(-1, V), label[:, 1:].reshape(-1))`` on the
+    logits in the dtype the output layer made them (no ``.float()``), then drops the model output before
+    ``loss.backward()`` (ljm565/universal-llm-trainer src/models/llama3.py ``Llama3.forward``,
+    ``del_logits_after_forward: True`` in every config/*.yaml @9efd14b5). The slice is not contiguous, so
+    ``reshape`` copies it. Forward: logits, the shifted copy and the log-softmax (all ``g`` bytes). At the
+    backward's start the logits and the copy are gone; the saved log-softmax, the ``nll_loss`` gradient and
+    the log-softmax input gradient are alive (``g`` bytes each). A soft-cap keeps its tanh output. A loop
+    that keeps the output instead is ``--keep-logits`` (``held_logits``)."""
+    tv = d.tokens * d.vocab
+    return Hump(
+        forward=tv * (3 * d.gamma + d.cap),
+        backward=tv * (3 * d.gamma + d.cap),
+        saved=tv * (d.gamma + d.cap),
+        rule="logits + shifted copy + log-softmax in the logits' dtype (the loop's own loss, no upcast)",
+    )
+
+
 def _unsloth_materialized(d: Dims) -> Hump:
     """Unsloth's Triton cross-entropy on materialized logits: saves them and an fp32 logsumexp per row and
     writes the gradient into the logits buffer in backward (unsloth/kernels/cross_entropy_loss.py
@@ -187,6 +207,7 @@ KERNELS: dict[str, Callable[[Dims], Hump]] = {
     "chunked": _standard,
     "litgpt": _litgpt,
     "litgpt_full": _litgpt_full,
+    "plain": _plain,
     "unsloth": _unsloth,
     "liger": _liger,
     "cce": _cce,
@@ -215,7 +236,7 @@ def hump(
     chunks = 1
     if kernel == "chunked":
         chunks = regime.loss_chunks if regime.loss_chunks > 1 else TORCHTUNE_CHUNKS
-    cap = gamma if a.final_logit_softcapping and kernel in ("standard", "chunked") else 0
+    cap = gamma if a.final_logit_softcapping and kernel in ("standard", "chunked", "plain") else 0
     dims = Dims(
         setup.tokens if rows is None else rows,
         a.vocab_size if width is None else width,
@@ -230,7 +251,7 @@ def hump(
 
 #: Kernels whose model output carries the whole batch's logits (``CausalLMOutput.logits``; litgpt's list
 #: of chunks); Unsloth, Liger and CCE return none in training.
-MATERIALIZED_LOGITS = ("standard", "chunked", "litgpt")
+MATERIALIZED_LOGITS = ("standard", "chunked", "litgpt", "plain")
 
 
 def output_logits_bytes(setup: LlmSetup, regime: Regime, rows: int, width: int, gamma: int) -> int:

@@ -112,11 +112,12 @@ SRC_NO_AUTOCAST = (
 
 
 def regime_for(setup: LlmSetup) -> Regime:
-    """The trainer's regime, run without autocast when the setup says so (`without_autocast`)."""
+    """The trainer's regime, run without autocast when the setup says so (`without_autocast`), with the
+    AdamW step the setup names (`with_optimizer_impl`)."""
     base = _trainer_regime(setup)
     if setup.autocast is False and base.autocast:
-        return without_autocast(base)
-    return base
+        base = without_autocast(base)
+    return with_optimizer_impl(base, setup.optimizer_impl)
 
 
 def without_autocast(base: Regime) -> Regime:
@@ -130,6 +131,33 @@ def without_autocast(base: Regime) -> Regime:
             "description": re.sub(r"autocast (bf16|fp16)", "no autocast", base.description),
             "autocast": False,
             "source": base.source + "; " + SRC_NO_AUTOCAST,
+        }
+    )
+
+
+#: Trainers whose AdamW is ``torch.optim.AdamW`` (or the HF Trainer's ``adamw_torch`` /
+#: ``adamw_torch_fused``), so ``--optimizer-impl`` picks its step; litgpt's QLoRA runs bitsandbytes'
+#: PagedAdamW instead.
+TORCH_ADAMW_TRAINERS = ("hf", "axolotl", "llamafactory", "unsloth", "torchtune", "litgpt")
+SRC_OPTIMIZER_IMPL = (
+    "torch optim/adamw.py: torch.optim.AdamW() picks foreach on CUDA tensors (_default_to_fused_or_foreach), "
+    "whose _multi_tensor_adamw holds torch._foreach_sqrt(exp_avg_sq) for every tensor at once; fused=True "
+    "(HF optim adamw_torch_fused) updates in place; HF optim adamw_torch is foreach"
+)
+
+
+def with_optimizer_impl(base: Regime, impl: str | None) -> Regime:
+    """The regime with the AdamW step the setup names (``--optimizer-impl``); None keeps the trainer's own.
+    Only ``fused_optimizer`` (what `engine.states.adam_impl` reads), the words and the source change."""
+    if impl is None or (impl == "fused") == base.fused_optimizer:
+        return base
+    fused = impl == "fused"
+    words = base.description.replace("fused AdamW", "AdamW") if not fused else base.description
+    return base.model_copy(
+        update={
+            "description": f"{words}; {impl} AdamW step",
+            "fused_optimizer": fused,
+            "source": base.source + "; " + SRC_OPTIMIZER_IMPL,
         }
     )
 
