@@ -70,8 +70,8 @@ KNOWN_UNDER: dict[str, str] = {
 }
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {
-    "torchtune": "README rows measured with torch.compile (not modelled) 11-56% over; 8 x A100 FSDP rows "
-    "29-80% over (FSDP version not stated)",
+    "torchtune": "README rows measured with torch.compile (not modelled) 11-56% over; 8 x A100 FSDP2 rows "
+    "29-80% over (compile; 70B full's custom_sharded_layers not posable)",
     "answerai-fsdp-qlora": "10.2% median: FSDP1 parameter offload 25-26% under, pure-bf16 LoRA / QLoRA "
     "-15% to +10%",
     "ms-swift": "17.1% median: remote-code chatglm3 / Baichuan2 (known gap: attention not stated) under at "
