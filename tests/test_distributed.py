@@ -9,6 +9,7 @@ import pytest
 from fitcheck.cli import main
 from fitcheck.engine.distributed import STRATEGY_FACTS, hf_auto, zero_config
 from fitcheck.engine.estimate import estimate
+from fitcheck.engine.params import inventory, layer_linears
 from fitcheck.errors import OptionError
 from fitcheck.models import Estimate, LlmSetup, ModelSpec
 from fitcheck.sources.resolve import resolve_model
@@ -180,3 +181,30 @@ def test_diffusion_across_gpus_is_data_parallel(capsys: pytest.CaptureFixture[st
     assert two["host_bytes"] > 0 and two["device_bytes"] > one["device_bytes"]
     rc3 = main(["estimate", "sdxl", "--method", "lora", "--on", "2x4090", "--strategy", "zero2"])
     assert rc3 == 2 and "data-parallel" in capsys.readouterr().err
+
+
+def test_fsdp1_no_sync_holds_every_units_unsharded_grads(spec7b: ModelSpec) -> None:
+    """lit-gpt accumulates under FSDP1's no_sync(): each rank keeps every layer unit's whole unsharded
+    gradient (frozen weights of the unit included under use_orig_params=True) in every phase; FSDP2,
+    and one micro-batch keep gradient shards (docs/distributed.md#fsdp-no-sync)."""
+    kw: dict[str, object] = {"method": "lora", "lora_targets": "q_proj,v_proj", "gpus": 2, "strategy": "fsdp"}
+    held = est(spec7b, trainer="litgpt", fsdp_version=1, grad_accum=32, **kw)
+    a = spec7b.arch
+    per_layer = (
+        sum(lin.numel for lin in layer_linears(a, False))
+        + (inventory(a).per_layer_norms + inventory(a).other_layer) // a.num_layers
+    )
+    lora = held.params.adapter // a.num_layers
+    expected = a.num_layers * (per_layer + lora) * 2  # bf16: the layers, not the root's embeddings/lm_head
+    for phase in ("forward", "backward", "optimizer_step"):
+        got = parts(held, phase)
+        assert got["no_sync_grads"] == expected, phase
+        assert "gradient_shards" not in got
+    for other in (
+        est(spec7b, trainer="litgpt", fsdp_version=2, grad_accum=32, **kw),
+        est(spec7b, trainer="litgpt", fsdp_version=1, grad_accum=1, **kw),
+    ):
+        assert "no_sync_grads" not in parts(other)
+        assert held.device_bytes - other.device_bytes > 0.9 * expected
+    full = est(spec7b, trainer="litgpt", fsdp_version=1, grad_accum=4, method="full", gpus=2, strategy="fsdp")
+    assert parts(full)["no_sync_grads"] == full.params.total * 2  # the root trains too: the whole model

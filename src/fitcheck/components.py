@@ -142,6 +142,7 @@ _ROWS = (
     _weights("root_params", "FSDP root unit kept unsharded from forward to backward", multi="fsdp-units"),
     _weights("gathered_units", "FSDP layers all-gathered (current and prefetched)", multi="fsdp-units"),
     _grads("unit_grads", "FSDP unsharded gradients before their reduce-scatter", multi="fsdp-units"),
+    _grads("no_sync_grads", "FSDP1 unsharded gradients held under no_sync()", multi="fsdp-no-sync"),
     _overhead("nccl_communicators", "NCCL communicator memory", multi="nccl"),
     _weights("model_load", "host: the model read into CPU RAM while loading", multi="loading"),
     _overhead("offload_buffers", "host: DeepSpeed's pinned and staging buffers for offload", multi="host"),

@@ -40,7 +40,7 @@ KINDS = ("states", "quantized", "transient")
 SPREAD: dict[str, tuple[float, float]] = {
     "states": (0.025, 0.025),
     "quantized": (0.01, 0.0),
-    "transient": (0.14, 0.42),
+    "transient": (0.14, 0.37),
 }
 
 

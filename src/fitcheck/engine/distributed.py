@@ -95,6 +95,10 @@ NCCL_COMM_MIB: dict[str, int] = {"two_ranks": 544, "more_ranks": 688}
 #: DeepSpeed's own estimators multiply host memory by ``additional_buffer_factor=1.5``
 #: (estimate_zero2/zero3_model_states_mem_needs_all_live, stage_1_and_2.py / stage3.py).
 DS_HOST_BUFFER_FACTOR = 1.5
+#: Trainers that accumulate gradients under FSDP1's ``no_sync()`` on every micro-batch but the last:
+#: lit-gpt/litgpt (``fabric.no_backward_sync(model, enabled=is_accumulating)``, finetune/lora.py at
+#: lit-gpt 8641822), which Lightning Fabric's FSDPStrategy runs as ``FullyShardedDataParallel.no_sync()``.
+NO_SYNC_TRAINERS = frozenset({"litgpt"})
 #: transformers' default ``max_shard_size`` for hub checkpoints saved before 5.x was "5GB"; most large
 #: hub models ship 5 GB shards (Llama 3.1 70B: 30 files of about 4.7 GB). ZeRO-3's zero.Init loads one
 #: shard at a time per rank.
@@ -389,7 +393,37 @@ def _fsdp(setup: LlmSetup, est: Estimate, sh: Shares, n: int, facts: StrategyFac
     """FSDP on one rank: the shards and their optimizer states, and the units unsharded while used."""
     always, grads, trans, host = _fsdp_shards(setup, est, sh, n)
     fwd, bwd, start = _fsdp_units(setup, sh, facts)
+    held = _no_sync_grads(setup, sh)
+    if held is not None:
+        grads = [held]
     return Plan(always, fwd, bwd, [trans], grads, host, start)
+
+
+def accumulates_unsharded(setup: LlmSetup) -> bool:
+    """FSDP1 gradient accumulation under ``no_sync()``: the trainer skips the reduce-scatter on the
+    micro-batches before the last one (docs/distributed.md#fsdp-no-sync)."""
+    return (
+        setup.fsdp_version == 1
+        and setup.grad_accum > 1
+        and setup.offload == "none"
+        and setup.trainer in NO_SYNC_TRAINERS
+    )
+
+
+def _no_sync_grads(setup: LlmSetup, sh: Shares) -> Component | None:
+    """The unsharded gradients FSDP1 keeps under ``no_sync()``: every unit that holds a trainable
+    parameter, at the size of its whole flat parameter (frozen weights included under
+    ``use_orig_params=True``), in the compute dtype; the root unit only when it trains."""
+    if not accumulates_unsharded(setup):
+        return None
+    layers = sh.layers * sh.unit_bytes if sh.unit_trainable else 0
+    root = sh.root_params * sh.compute_b if sh.root_trainable else 0
+    rule = (
+        f"no_sync(): unsharded grads of {sh.layers if layers else 0} layer unit(s)"
+        f"{' and the root' if root else ''}, frozen weights of each unit included, kept until the "
+        "last micro-batch"
+    )
+    return _c("no_sync_grads", layers + root, rule, "fsdp-no-sync")
 
 
 def _fsdp_shards(
