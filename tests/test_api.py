@@ -168,10 +168,14 @@ def test_the_example_in_docs_api_md_runs(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_layering_render_and_hardware_import_nothing_from_engine() -> None:
-    """Shared facts live in fitcheck.facts; render and hardware read them, never the engine."""
+    """Shared facts live in fitcheck.facts; render and hardware read them, never the engine; diffusion
+    estimates without measure/ (all torch lives there)."""
     for path in [SRC / "render.py", *sorted((SRC / "hardware").glob("*.py"))]:
         text = path.read_text()
         assert "fitcheck.engine" not in text, f"{path.name} imports from fitcheck.engine"
+    for path in sorted((SRC / "diffusion").rglob("*.py")):
+        text = path.read_text()
+        assert "fitcheck.measure" not in text and "import torch" not in text, f"diffusion/{path.name}"
     for path in sorted((SRC / "facts").glob("*.py")):
         text = path.read_text()
         for layer in ("engine", "diffusion", "planner", "hardware", "render", "api"):
