@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fitcheck.engine.estimate import estimate
-from fitcheck.engine.verdict import high_bytes
+from fitcheck.engine.verdict import fits_budget
 from fitcheck.models import LlmSetup, ModelSpec, Target
 from fitcheck.planner import loop
 from fitcheck.planner import rules as R
@@ -176,7 +176,7 @@ def _smaller_model(spec: ModelSpec, target: Target, frugal: LlmSetup) -> tuple[s
             continue
         label = f"{b:g}B"
         est = estimate(spec_from_size(label), setup, target.context_bytes or None)
-        if high_bytes(est) <= target.budget_bytes:
+        if fits_budget(est, target.budget_bytes):
             return label, est.device_bytes
     return None
 
@@ -191,6 +191,6 @@ def _bigger_device(
     )
     for t in pool:
         est = estimate(spec, frugal, t.context_bytes or None)
-        if high_bytes(est) <= t.budget_bytes:
+        if fits_budget(est, t.budget_bytes):
             return t, est.device_bytes
     return None
