@@ -108,12 +108,13 @@ def verdict_words(v: dict[str, Any]) -> str:
     paging = f" once {_g(host)} GiB of paged optimizer states page to the host" if host else ""
     if v["verdict"] == "fits":
         return f"the likely range fits the {budget}{paging}"
-    if v["verdict"] == "tight":
-        return (
-            f"the estimate fits the {budget} but the likely range reaches {_g(v['high_bytes'])} GiB: "
-            "it may run out of memory"
-        )
     paged = v.get("paged_bytes") or 0
+    if v["verdict"] == "tight":
+        without = f", {_g(v['high_bytes'] - paged)} GiB without its paged optimizer states" if paged else ""
+        return (
+            f"the estimate fits the {budget}{paging} but the likely range reaches {_g(v['high_bytes'])} "
+            f"GiB{without}: it may run out of memory"
+        )
     even = f" even with its {_g(paged)} GiB of paged optimizer states on the host" if paged else ""
     return f"the estimate is over the {budget}{even}"
 
