@@ -76,6 +76,9 @@ def test_optimizer_in_backward_plans_full_without_accumulation(capsys: pytest.Ca
     assert setup["optimizer_in_bwd"] is True and setup["method"] == "full"
     assert (setup["batch_size"], setup["grad_accum"]) == (1, 1)
     assert doc["chosen"]["device_bytes"] > doc["target"]["usable_bytes"]  # paged bytes counted, then paged
+    assert doc["chosen"]["paged_bytes"] > doc["chosen"]["device_bytes"] - doc["target"]["usable_bytes"]
+    objective = next(r["text"] for r in doc["reasons"] if r["choice"] == "objective")
+    assert "paged optimizer states on the host" in objective
 
 
 def test_optimizer_in_backward_offers_one_example_per_gpu(capsys: pytest.CaptureFixture[str]) -> None:

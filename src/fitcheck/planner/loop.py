@@ -156,6 +156,7 @@ def search(w: Workload[S, T], target: Target) -> Searched[S, T]:
                     budget_bytes=target.budget_bytes,
                     verdict=fit_verdict(mem, target),
                     host_bytes=mem.host_bytes,
+                    paged_bytes=mem.paged_bytes,
                     throughput=w.speed(setup),
                 )
                 cands.append(c)
