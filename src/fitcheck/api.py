@@ -110,6 +110,7 @@ class PlanOptions(_Common, total=False):
     batch_size: int | None
     precision: Precision | None
     optimizer: Optimizer | None
+    optimizer_impl: OptimizerImpl | None
     grad_ckpt: bool | None
     attn: Attention | None
     effective_batch: Annotated[int, Field(ge=1, le=1_048_576)] | None
@@ -463,6 +464,11 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
             f"--master-weights: {trainer} decides its own precision; drop it (or use --trainer hf)"
         )
     method = opts.get("method") or "auto"
+    if opts.get("optimizer_in_bwd") and method == "auto":
+        method = "full"  # the step in backward is torchtune's full fine-tuning (engine/estimate.py)
+    if opts.get("optimizer_impl") is not None:  # it picks torch AdamW's step: the optimizer is AdamW
+        opts = {"optimizer": "adamw", **{k: v for k, v in opts.items() if v is not None}}
+        refuse_optimizer_impl({**opts, "trainer": trainer})
     llm_extra = (
         "base_quant",
         "train_modules",
@@ -471,6 +477,7 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         "optimizer_in_bwd",
         "autocast",
         "keep_logits",
+        "optimizer_impl",
     )
     base_keys = ("dora", "master_weights", *_LORA, "double_quant", "seq_len", "nodes", "fsdp_version")
     base_opts = {k: opts.get(k) for k in (*base_keys, "quant_storage", *llm_extra)}

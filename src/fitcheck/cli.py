@@ -202,6 +202,11 @@ TargetsO = Annotated[
 DropO = Annotated[float | None, typer.Option("--lora-dropout", help="LoRA dropout [default: 0]")]
 DQO = Annotated[bool, typer.Option("--double-quant/--no-double-quant", help="QLoRA double quantization")]
 TrainerO = Annotated[TrainerOpt, typer.Option("--trainer", help="whose implementation details to model")]
+#: ``fitcheck plan``'s --trainer: fixed when given, else the emitted config's (commands/plan.py).
+TrainerPO = Annotated[
+    TrainerOpt | None,
+    typer.Option("--trainer", help="whose regime to plan for [default: the emitted config's, else hf]"),
+]
 TaskO = Annotated[
     TaskOpt | None,
     typer.Option(
@@ -280,6 +285,11 @@ StrategyO = Annotated[
 ]
 OffloadO = Annotated[
     OffloadOpt, typer.Option("--offload", help="to CPU: none, optimizer (ZeRO), all (ZeRO-3 params, FSDP)")
+]
+#: ``fitcheck plan``'s --offload: fixed when given, else searched (commands/plan.py).
+OffloadPO = Annotated[
+    OffloadOpt | None,
+    typer.Option("--offload", help="fix CPU offload: none, optimizer, all [default: searched]"),
 ]
 NodesO = Annotated[int, typer.Option("--nodes", help="nodes; world size = GPUs per node x nodes")]
 FsdpVerO = Annotated[int, typer.Option("--fsdp-version", help="2 (fully_shard) or 1 (the legacy wrapper)")]

@@ -416,7 +416,7 @@ class Verdict(Frozen):
         ge=0, description="the safety margin kept free (--headroom), as on the target"
     )
     spare_bytes: int = Field(
-        description="budget_bytes - device_bytes: left after the run (negative: short by)"
+        description="budget_bytes - device_bytes + paged_host_bytes: left after the run (negative: short by)"
     )
     spare_pct: float = Field(description="100 x spare_bytes / usable_bytes, one decimal")
     detected: bool = Field(default=False, description="the target is this machine, as detected (--on auto)")
@@ -425,6 +425,14 @@ class Verdict(Frozen):
     notes: tuple[str, ...] = ()
     host_budget_bytes: int | None = Field(default=None, description="CPU RAM of one node, when known")
     host_verdict: Literal["fits", "does_not_fit"] | None = None
+    paged_bytes: int = Field(
+        default=0, ge=0, description="paged optimizer states counted in device_bytes (CUDA managed memory)"
+    )
+    paged_host_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="of paged_bytes, those over the budget: they page to the host (slower steps)",
+    )
 
 
 class HostPhase(Frozen):

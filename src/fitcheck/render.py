@@ -104,14 +104,19 @@ def band_words(device_bytes: int, band: dict[str, Any] | None) -> str:
 def verdict_words(v: dict[str, Any]) -> str:
     """Why the verdict is what it is, against the budget."""
     budget = f"{_g(v['budget_bytes'])} GiB budget"
+    host = v.get("paged_host_bytes") or 0
+    paging = f" once {_g(host)} GiB of paged optimizer states page to the host" if host else ""
     if v["verdict"] == "fits":
-        return f"the likely range fits the {budget}"
+        return f"the likely range fits the {budget}{paging}"
+    paged = v.get("paged_bytes") or 0
     if v["verdict"] == "tight":
+        without = f", {_g(v['high_bytes'] - paged)} GiB without its paged optimizer states" if paged else ""
         return (
-            f"the estimate fits the {budget} but the likely range reaches {_g(v['high_bytes'])} GiB: "
-            "it may run out of memory"
+            f"the estimate fits the {budget}{paging} but the likely range reaches {_g(v['high_bytes'])} "
+            f"GiB{without}: it may run out of memory"
         )
-    return f"the estimate is over the {budget}"
+    even = f" even with its {_g(paged)} GiB of paged optimizer states on the host" if paged else ""
+    return f"the estimate is over the {budget}{even}"
 
 
 def estimate_doc(est: Estimate) -> dict[str, Any]:

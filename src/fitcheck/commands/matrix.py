@@ -83,7 +83,7 @@ def build(
 ) -> list[dict[str, Any]]:
     """One row per model: for each method, GiB needed and the verdict (None without a target)."""
     from fitcheck import api
-    from fitcheck.engine.verdict import high_bytes, judge_bytes
+    from fitcheck.engine.verdict import high_bytes, judge_bytes, paged_bytes
 
     rows: list[dict[str, Any]] = []
     for name in names:
@@ -97,7 +97,9 @@ def build(
             row[f"{method}_bytes"] = need
             row[f"{method}_high_bytes"] = high
             row[f"{method}_verdict"] = (
-                judge_bytes(need, high, target.budget_bytes) if target is not None else None
+                judge_bytes(need, high, target.budget_bytes, 0 if thumb else paged_bytes(est))
+                if target is not None
+                else None
             )
         row["usable_bytes"] = target.usable_bytes if target is not None else None
         row["budget_bytes"] = target.budget_bytes if target is not None else None

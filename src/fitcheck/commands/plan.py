@@ -226,7 +226,8 @@ PLAN_KW = ("on", "method", "effective_batch", "seq_len", "min_seq_len", "batch_s
            "precision", "master_weights", "optimizer", "grad_ckpt", "attn", "lora_rank", "lora_alpha",
            "lora_targets", "lora_dropout", "double_quant", "autocast", "keep_logits", "trainer", "fp8_base",
            "gpus", "strategy", "offload", "nodes", "fsdp_version", "quant_storage", "host_memory", "headroom",
-           "dataset_tokens", "epochs", "min_resolution")  # fmt: skip
+           "dataset_tokens", "epochs", "min_resolution", "loss", "offload_activations", "optimizer_in_bwd",
+           "optimizer_impl")  # fmt: skip
 
 OnPlanO = Annotated[
     str,
@@ -311,17 +312,15 @@ def register(app: typer.Typer) -> None:
         double_quant: c.DQO = True,
         autocast: c.AutocastO = None,
         keep_logits: c.KeepLogitsO = False,
-        trainer: Annotated[
-            c.TrainerOpt | None,
-            typer.Option(help="whose regime to plan for [default: the emitted config's, else hf]"),
-        ] = None,
+        loss: c.LossO = None,
+        offload_activations: c.OffloadActO = False,
+        optimizer_in_bwd: c.OptInBwdO = False,
+        optimizer_impl: c.OptImplO = None,
+        trainer: c.TrainerPO = None,
         fp8_base: c.Fp8O = False,
         gpus: c.GpusO = 1,
         strategy: c.StrategyO = None,
-        offload: Annotated[
-            c.OffloadOpt | None,
-            typer.Option(help="fix CPU offload: none, optimizer, all [default: searched]"),
-        ] = None,
+        offload: c.OffloadPO = None,
         nodes: c.NodesO = 1,
         fsdp_version: c.FsdpVerO = 2,
         quant_storage: c.QuantStorageO = None,
@@ -429,6 +428,10 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
         "--autocast": kw.get("autocast") is True,
         "--no-autocast": kw.get("autocast") is False,
         "--keep-logits": kw.get("keep_logits", False),
+        "--loss": kw.get("loss"),
+        "--offload-activations": kw.get("offload_activations", False),
+        "--optimizer-in-backward": kw.get("optimizer_in_bwd", False),
+        "--optimizer-impl": kw.get("optimizer_impl"),
         "--trainer": kw["trainer"],
         "--fp8-base": kw.get("fp8_base", False),
         "--gpus": kw["gpus"] if kw["gpus"] != 1 else None,

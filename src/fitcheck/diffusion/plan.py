@@ -29,7 +29,7 @@ from fitcheck.diffusion.estimate import estimate_diffusion
 from fitcheck.diffusion.regime import check, plan_parts
 from fitcheck.diffusion.spec import DiffusionSpec
 from fitcheck.diffusion.step import simulate
-from fitcheck.engine.verdict import high_bytes, verdict
+from fitcheck.engine.verdict import verdict
 from fitcheck.errors import OptionError
 from fitcheck.facts.speed import UTILISATION, step_bytes
 from fitcheck.models import DiffusionSetup, Estimate, SetupKind, Target
@@ -177,7 +177,7 @@ class DiffusionWorkload:
         if self.progress is not None:
             where = f"{setup.resolution} px, micro-batch {setup.batch_size}"
             self.progress(f"{self.estimates_run} setups estimated ({where})")
-        return loop.Memory(est.device_bytes, high_bytes(est), est.host_bytes)
+        return loop.memory_of(est)
 
     def speed(self, setup: DiffusionSetup) -> ImageThroughput:
         return image_throughput(self.spec, setup, self.device)
@@ -361,7 +361,7 @@ def _fits_on(spec: DiffusionSpec, setup: DiffusionSetup, target: Target) -> int 
         return None
     return (
         est.device_bytes
-        if loop.fit_verdict(loop.Memory(est.device_bytes, high_bytes(est)), target) == "fits"
+        if loop.fit_verdict(loop.memory_of(est)._replace(host_bytes=None), target) == "fits"
         else None
     )
 

@@ -588,9 +588,9 @@ def _state_warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> list[str]
     if paged:
         w.append(
             f"{setup.optimizer} keeps {gib(paged):.1f} GiB of optimizer states in CUDA managed memory "
-            "(bitsandbytes get_paged): counted on the device here, but torch.cuda's peak counters do not "
+            "(bitsandbytes get_paged): counted in device_bytes, but torch.cuda's peak counters do not "
             "show them, and when the device runs short the driver pages them to the CPU (slower steps) "
-            "instead of failing"
+            "instead of failing; the verdict lets the ones over the budget page"
         )
     return w
 

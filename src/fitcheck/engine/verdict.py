@@ -7,6 +7,13 @@ on ``device_bytes`` alone. Suggestions follow the source documents' order (seeds
 esaurisce la memoria"): shorter maximum length, smaller micro-batch with more accumulation, QLoRA, gradient
 checkpointing, LoRA instead of full. When none of them fits alone, the fewest of them (two or three, drawn
 from the five that save most) that fit together are suggested as one more change (`combined_change`).
+
+Paged optimizer states (component ``optimizer_states_paged``) live in CUDA managed memory, which the driver
+pages to the host when the device runs short instead of failing (bitsandbytes functional.py ``get_paged`` ->
+csrc/pythonInterface.cpp ``cudaMallocManaged``, optim/optimizer.py ``prefetch_state`` ->
+``cudaMemPrefetchAsync`` @95f9af30). One rule for every fit test (`judge_bytes`): each figure is judged
+less the paged bytes that do not fit what is left of the budget (`spill_bytes`); paging never excuses the
+other bytes, so a run whose non-paged bytes are over the budget does not fit.
 """
 
 from __future__ import annotations
@@ -15,16 +22,23 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fitcheck.models import DiffusionSetup, Estimate, LlmSetup, Suggestion, Target, Verdict
+from fitcheck.units import gib
 
 #: The setup model of the workload being judged (its remedies and estimator take the same kind).
 S = TypeVar("S", LlmSetup, DiffusionSetup)
 
 
-def judge_bytes(device: int, high: int, budget: int) -> str:
-    """``fits`` when ``high`` fits the budget, ``tight`` when only ``device`` does, else ``does_not_fit``."""
-    if high <= budget:
+def spill_bytes(figure: int, paged: int, budget: int) -> int:
+    """The paged bytes of ``figure`` that do not fit the budget and page to the host (0 to ``paged``)."""
+    return min(max(0, figure - budget), max(0, paged))
+
+
+def judge_bytes(device: int, high: int, budget: int, paged: int = 0) -> str:
+    """``fits`` when ``high`` fits the budget, ``tight`` when only ``device`` does, else ``does_not_fit``;
+    each figure less the ``paged`` bytes that would spill to the host (`spill_bytes`)."""
+    if high - spill_bytes(high, paged, budget) <= budget:
         return "fits"
-    if device <= budget:
+    if device - spill_bytes(device, paged, budget) <= budget:
         return "tight"
     return "does_not_fit"
 
@@ -34,11 +48,43 @@ def high_bytes(est: Estimate) -> int:
     return est.band.high_bytes if est.band is not None else est.device_bytes
 
 
+def paged_bytes(est: Estimate) -> int:
+    """Paged optimizer states at the peak (component ``optimizer_states_paged``; 0 without one)."""
+    peak = est.phase(est.peak_phase)
+    return sum(c.bytes for c in peak.components if c.name == "optimizer_states_paged")
+
+
+def fits_budget(est: Estimate, budget: int) -> bool:
+    """Whether the estimate ``fits`` the budget under the one rule (`judge_bytes`)."""
+    return judge_bytes(est.device_bytes, high_bytes(est), budget, paged_bytes(est)) == "fits"
+
+
 def judge(est: Estimate, target: Target) -> tuple[str, int, float]:
-    """(verdict, spare bytes of the budget after device_bytes, that as % of usable memory)."""
-    need = est.device_bytes
-    verdict = judge_bytes(need, high_bytes(est), target.budget_bytes)
-    return verdict, target.budget_bytes - need, 100.0 * (target.budget_bytes - need) / target.usable_bytes
+    """(verdict, spare bytes of the budget after device_bytes less its spilled paged bytes, that as % of
+    usable memory)."""
+    budget, paged = target.budget_bytes, paged_bytes(est)
+    verdict = judge_bytes(est.device_bytes, high_bytes(est), budget, paged)
+    need = est.device_bytes - spill_bytes(est.device_bytes, paged, budget)
+    return verdict, budget - need, 100.0 * (budget - need) / target.usable_bytes
+
+
+def paged_note(est: Estimate, budget: int) -> str | None:
+    """The warning line of a run that fits (or is tight) because paged optimizer states spill to the host
+    (None when none spill, or when the run does not fit anyway)."""
+    paged = paged_bytes(est)
+    host = spill_bytes(est.device_bytes, paged, budget)
+    most = spill_bytes(high_bytes(est), paged, budget)
+    if most == 0 or judge_bytes(est.device_bytes, high_bytes(est), budget, paged) == "does_not_fit":
+        return None
+    if host == 0:
+        return (
+            f"up to {gib(most):.1f} GiB of paged optimizer states may live on the host (at the band's "
+            "upper edge); steps slow down while they page"
+        )
+    return (
+        f"{gib(host):.1f} GiB of paged optimizer states will live on the host; steps slow down while they "
+        "page"
+    )
 
 
 def candidate_changes(setup: LlmSetup) -> list[tuple[str, str, LlmSetup]]:
@@ -131,7 +177,7 @@ def combined_change(
                 again = estimator(spec, est.setup.model_copy(update=update))  # type: ignore[arg-type]
             except OptionError:
                 continue
-            if high_bytes(again) > target.budget_bytes:
+            if not fits_budget(again, target.budget_bytes):
                 continue
             if best is None or again.device_bytes < best[0]:
                 best = (
@@ -184,7 +230,7 @@ def verdict(
                     flag=flag,
                     saves_bytes=est.device_bytes - after,
                     device_bytes_after=after,
-                    fits=high_bytes(again) <= target.budget_bytes,
+                    fits=fits_budget(again, target.budget_bytes),
                 )
             )
         if suggestions and not any(sug.fits for sug in suggestions):
@@ -193,6 +239,8 @@ def verdict(
             # the five that save most, in the seeds' order: at most 10 pairs and 10 triples re-estimated
             both = combined_change(est, target, spec, estimator, [ch for ch in changes or () if ch[1] in top])
             suggestions += [both] if both is not None else []
+    paged = paged_bytes(est)
+    note: str | None = paged_note(est, target.budget_bytes)
     return Verdict(
         hardware=target.id,
         backend=target.backend,
@@ -207,7 +255,9 @@ def verdict(
         budget_lines=target.budget_lines,
         detected=target.detected,
         suggestions=tuple(suggestions),
-        notes=target.notes,
+        notes=(*target.notes, *([note] if note else [])),
+        paged_bytes=paged,
+        paged_host_bytes=spill_bytes(est.device_bytes, paged, target.budget_bytes),
     )
 
 

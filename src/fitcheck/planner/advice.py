@@ -23,7 +23,7 @@ def _env(rule: str, name: str, value: str, active: bool, why: str) -> EnvVar:
 def env_vars(chosen: Candidate, target: Target) -> tuple[EnvVar, ...]:
     """What to export before training, per backend, each with why (and when it is left off)."""
     s = chosen.setup
-    share = chosen.high_bytes / max(1, chosen.budget_bytes)  # the band's upper edge: what may be reached
+    share = chosen.reach_bytes / max(1, chosen.budget_bytes)  # the band's upper edge on the device
     out: list[EnvVar] = []
     if target.backend == "cuda":
         near = share > NEAR_LIMIT

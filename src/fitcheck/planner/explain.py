@@ -73,10 +73,16 @@ def reasons(
             "throughput",
             "objective",
             f"{t.tokens_per_s:,.0f} tokens/s estimated ({t.bound}-bound, MFU {100 * t.mfu:.0f}%), "
-            f"{_gib(chosen.device_bytes)} of the {_gib(chosen.budget_bytes)} budget",
+            f"{_gib(chosen.device_bytes)} of the {_gib(chosen.budget_bytes)} budget" + _paging(chosen),
         )
     )
     return out
+
+
+def _paging(c: Candidate) -> str:
+    """How much of a plan's paged optimizer states page to the host (empty when none do)."""
+    host = c.paged_host_bytes
+    return f" ({_gib(host)} of paged optimizer states on the host: slower steps)" if host else ""
 
 
 def _method(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest) -> list[Reason]:

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, NamedTuple, Protocol, TypeVar, cast
 
-from fitcheck.engine.verdict import judge_bytes
+from fitcheck.engine.verdict import high_bytes, judge_bytes, paged_bytes
 from fitcheck.models import DiffusionSetup, Estimate, LlmSetup, SetupKind, Target, VerdictName
 from fitcheck.planner.models import (
     Candidate,
@@ -56,6 +56,13 @@ class Memory(NamedTuple):
     device_bytes: int
     high_bytes: int
     host_bytes: int | None = None
+    #: Paged optimizer states counted in both figures: those over the budget may page to the host.
+    paged_bytes: int = 0
+
+
+def memory_of(est: Estimate) -> Memory:
+    """An estimate's figures for the fit test (`fit_verdict`)."""
+    return Memory(est.device_bytes, high_bytes(est), est.host_bytes, paged_bytes(est))
 
 
 class Workload(Protocol[S, T]):
@@ -121,8 +128,11 @@ class Searched(Generic[S, T]):
 
 
 def fit_verdict(mem: Memory, target: Target) -> VerdictName:
-    """The fit test of every plan: the band's high edge against the budget, the node's host memory."""
-    verdict = cast(VerdictName, judge_bytes(mem.device_bytes, mem.high_bytes, target.budget_bytes))
+    """The fit test of every plan: the band's high edge against the budget (paged optimizer states over it
+    page to the host: engine/verdict.py `judge_bytes`), the node's host memory."""
+    verdict = cast(
+        VerdictName, judge_bytes(mem.device_bytes, mem.high_bytes, target.budget_bytes, mem.paged_bytes)
+    )
     host = target.host_memory_bytes
     if mem.host_bytes is not None and host is not None and mem.host_bytes > host:
         return "does_not_fit"  # the node's CPU RAM cannot hold the offload or the loading
@@ -146,6 +156,7 @@ def search(w: Workload[S, T], target: Target) -> Searched[S, T]:
                     budget_bytes=target.budget_bytes,
                     verdict=fit_verdict(mem, target),
                     host_bytes=mem.host_bytes,
+                    paged_bytes=mem.paged_bytes,
                     throughput=w.speed(setup),
                 )
                 cands.append(c)

@@ -145,10 +145,24 @@ class Candidate(Frozen, Generic[SetupT, SpeedT]):
     verdict: VerdictName
     throughput: SpeedT
     host_bytes: int | None = Field(default=None, description="CPU memory per node (several GPUs)")
+    paged_bytes: int = Field(
+        default=0, ge=0, description="paged optimizer states in device_bytes: those over the budget page"
+    )
 
     @property
     def fits(self) -> bool:
         return self.verdict == "fits"
+
+    @property
+    def paged_host_bytes(self) -> int:
+        """Paged optimizer states over the budget at ``device_bytes``: they live on the host."""
+        return min(max(0, self.device_bytes - self.budget_bytes), self.paged_bytes)
+
+    @property
+    def reach_bytes(self) -> int:
+        """What the band's upper edge holds on the device: ``high_bytes`` less the paged bytes over the
+        budget (engine/verdict.py `judge_bytes`)."""
+        return self.high_bytes - min(max(0, self.high_bytes - self.budget_bytes), self.paged_bytes)
 
 
 #: A candidate of each workload: the types the planner's two cost models produce.

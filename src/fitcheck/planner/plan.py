@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fitcheck.engine.estimate import estimate
-from fitcheck.engine.verdict import high_bytes
+from fitcheck.engine.verdict import fits_budget
 from fitcheck.models import LlmSetup, ModelSpec, Target
 from fitcheck.planner import loop
 from fitcheck.planner import rules as R
@@ -139,7 +139,13 @@ def _request_changes(
                 f"drop {flag}",
                 _fits_with(spec, target, device, freer),
             )
-    for m in {"full": ("lora", "qlora"), "lora": ("qlora",)}.get(req.method, ()):
+    # the optimizer step in backward, as asked, is full fine-tuning only: no other method to offer
+    others = (
+        ()
+        if req.base.optimizer_in_bwd
+        else {"full": ("lora", "qlora"), "lora": ("qlora",)}.get(req.method, ())
+    )
+    for m in others:
         c = _fits_with(spec, target, device, req.model_copy(update={"method": m}))
         add(
             "QLoRA: 4-bit base weights" if m == "qlora" else "LoRA instead of full fine-tuning",
@@ -148,6 +154,8 @@ def _request_changes(
         )
         if c is not None:
             break
+    if req.base.optimizer_in_bwd:
+        add(*_one_per_gpu(spec, target, device, req))
     seq = req.floor_seq_len // 2
     while seq >= MIN_SUGGESTED_SEQ:
         c = _fits_with(spec, target, device, req.model_copy(update={"seq_len": seq, "min_seq_len": None}))
@@ -160,6 +168,19 @@ def _request_changes(
             break
         seq //= 2
     return out
+
+
+def _one_per_gpu(
+    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest
+) -> tuple[str, str, Candidate | None]:
+    """With the step in backward every example of the effective batch is in one micro-batch (no
+    accumulation): the change to one example per GPU."""
+    n = target.gpus * req.base.nodes
+    if req.effective_batch <= n:
+        return "", "", None
+    c = _fits_with(spec, target, device, req.model_copy(update={"effective_batch": n}))
+    why = "the optimizer step in backward cannot accumulate gradients"
+    return f"an effective batch of {n} ({why})", f"--effective-batch {n}", c
 
 
 def _smaller_model(spec: ModelSpec, target: Target, frugal: LlmSetup) -> tuple[str, int] | None:
@@ -176,7 +197,7 @@ def _smaller_model(spec: ModelSpec, target: Target, frugal: LlmSetup) -> tuple[s
             continue
         label = f"{b:g}B"
         est = estimate(spec_from_size(label), setup, target.context_bytes or None)
-        if high_bytes(est) <= target.budget_bytes:
+        if fits_budget(est, target.budget_bytes):
             return label, est.device_bytes
     return None
 
@@ -191,6 +212,6 @@ def _bigger_device(
     )
     for t in pool:
         est = estimate(spec, frugal, t.context_bytes or None)
-        if high_bytes(est) <= t.budget_bytes:
+        if fits_budget(est, t.budget_bytes):
             return t, est.device_bytes
     return None

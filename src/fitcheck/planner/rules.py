@@ -354,6 +354,8 @@ def micro_batches(req: PlanRequest, target: Target) -> tuple[int, ...]:
     per_gpu = req.effective_batch // (target.gpus * req.base.nodes)
     if req.batch_size is not None:
         return (req.batch_size,)
+    if req.base.optimizer_in_bwd:  # no accumulation with the step in backward (engine/estimate.py)
+        return (per_gpu,)
     divs = _divisors(per_gpu)
     pow2 = [d for d in divs if d & (d - 1) == 0]
     if target.backend in ("cuda", "rocm"):

@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from fitcheck.engine.distributed import STRATEGY_FACTS
 from fitcheck.engine.estimate import estimate
 from fitcheck.engine.states import counts
-from fitcheck.engine.verdict import high_bytes, verdict
+from fitcheck.engine.verdict import verdict
 from fitcheck.models import Estimate, LlmSetup, ModelSpec, SetupKind, Target
 from fitcheck.planner import explain
 from fitcheck.planner import kernels as K
 from fitcheck.planner import rules as R
 from fitcheck.planner.advice import env_vars
-from fitcheck.planner.loop import Memory, search
+from fitcheck.planner.loop import Memory, memory_of, search
 from fitcheck.planner.models import (
     Change,
     DevicePerf,
@@ -161,7 +161,7 @@ def device_bytes_fn(spec: ModelSpec, target: Target) -> MemoryFn:
 
     def need(setup: LlmSetup) -> Memory:
         est = estimate(spec, setup, ctx)
-        return Memory(est.device_bytes, high_bytes(est), est.host_bytes)
+        return memory_of(est)
 
     return need
 

@@ -1,0 +1,98 @@
+"""``fitcheck plan`` takes the setup options of ``estimate`` that the api's plan takes, and keeps them fixed:
+--loss, --offload-activations, --optimizer-in-backward, --optimizer-impl (docs/cli.md)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from fitcheck import api
+from fitcheck.cli import main
+
+
+def _plan(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    rc = main(["plan", *args, "--format", "json"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_loss_and_offloaded_activations_stay_as_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["qwen2.5-0.5b", "--on", "24GB", "--trainer", "torchtune"]
+    rc, doc = _plan([*base, "--loss", "chunked", "--offload-activations"], capsys)
+    assert rc == 0
+    setup = doc["chosen"]["setup"]
+    assert (setup["loss"], setup["offload_activations"]) == ("chunked", True)
+    _, plain = _plan(base, capsys)
+    assert (plain["chosen"]["setup"]["loss"], plain["chosen"]["setup"]["offload_activations"]) == (
+        None,
+        False,
+    )
+
+
+def test_optimizer_impl_fixes_adamw_and_its_step(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, doc = _plan(
+        ["qwen2.5-0.5b", "--on", "24GB", "--trainer", "hf", "--optimizer-impl", "foreach"], capsys
+    )
+    assert rc == 0
+    setup = doc["chosen"]["setup"]
+    assert (setup["optimizer"], setup["optimizer_impl"]) == ("adamw", "foreach")
+    assert "foreach AdamW step" in doc["estimate"]["regime"]["description"]
+    plan = api.plan("qwen2.5-0.5b", "24GB", trainer="hf", optimizer_impl="fused")
+    assert plan.chosen is not None and plan.chosen.setup.optimizer_impl == "fused"
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--optimizer", "adamw8bit"], "--optimizer-impl: picks torch AdamW's step"),
+        (["--trainer", "generic"], "--optimizer-impl: generic does not train with torch.optim.AdamW"),
+    ],
+)
+def test_optimizer_impl_refusals_are_one_line(
+    extra: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(["plan", "qwen2.5-0.5b", "--on", "24GB", "--optimizer-impl", "fused", *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith(f"fitcheck: error: {says}") and len(err.splitlines()) == 1
+
+
+TORCHTUNE_4090 = [
+    "llama-3.1-8b",
+    "--on",
+    "rtx-4090",
+    "--trainer",
+    "torchtune",
+    "--optimizer",
+    "paged-adamw8bit",
+]
+
+
+def test_optimizer_in_backward_plans_full_without_accumulation(capsys: pytest.CaptureFixture[str]) -> None:
+    # torchtune's published 4090 run (tests/data/published/torchtune.yaml): the paged states page to the host
+    rc, doc = _plan([*TORCHTUNE_4090, "--optimizer-in-backward", "--effective-batch", "1"], capsys)
+    assert rc == 0 and doc["chosen"]["verdict"] == "fits"
+    setup = doc["chosen"]["setup"]
+    assert setup["optimizer_in_bwd"] is True and setup["method"] == "full"
+    assert (setup["batch_size"], setup["grad_accum"]) == (1, 1)
+    assert doc["chosen"]["device_bytes"] > doc["target"]["usable_bytes"]  # paged bytes counted, then paged
+    assert doc["chosen"]["paged_bytes"] > doc["chosen"]["device_bytes"] - doc["target"]["usable_bytes"]
+    objective = next(r["text"] for r in doc["reasons"] if r["choice"] == "objective")
+    assert "paged optimizer states on the host" in objective
+
+
+def test_optimizer_in_backward_offers_one_example_per_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, doc = _plan([*TORCHTUNE_4090, "--optimizer-in-backward"], capsys)  # effective batch 16: no fit
+    assert rc == 1
+    flags = [c["flag"] for c in doc["changes"]]
+    assert flags[0] == "--effective-batch 1" and not any(f.startswith("--method") for f in flags)
+
+
+def test_the_reproduce_line_keeps_the_options(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", "qwen2.5-0.5b", "--on", "24GB", "--trainer", "hf", "--loss", "liger"]
+    args += ["--offload-activations", "--optimizer-impl", "fused", "--emit", "-", "--emit-format", "hf.yaml"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("# reproduce: fitcheck plan"))
+    for flag in ("--loss liger", "--offload-activations", "--optimizer-impl fused"):
+        assert flag in line, flag
