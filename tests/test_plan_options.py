@@ -96,3 +96,22 @@ def test_the_reproduce_line_keeps_the_options(capsys: pytest.CaptureFixture[str]
     line = next(x for x in out.splitlines() if x.startswith("# reproduce: fitcheck plan"))
     for flag in ("--loss liger", "--offload-activations", "--optimizer-impl fused"):
         assert flag in line, flag
+
+
+def test_every_llm_trainer_has_a_row_in_each_planner_table() -> None:
+    """A trainer estimate accepts is one plan can search: backends, optimizers and kernels per trainer."""
+    from typing import get_args
+
+    from fitcheck.planner.kernels import TRAINER_KERNELS
+    from fitcheck.planner.rules import TRAINER_BACKENDS, TRAINER_OPT
+    from fitcheck.vocab import LlmTrainer
+
+    for trainer in get_args(LlmTrainer):
+        assert trainer in TRAINER_BACKENDS and trainer in TRAINER_OPT and trainer in TRAINER_KERNELS, trainer
+
+
+@pytest.mark.parametrize("trainer", ["litgpt", "unsloth"])
+def test_plan_for_litgpt_and_unsloth(trainer: str, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, doc = _plan(["llama-3.1-8b", "--on", "rtx-4090", "--trainer", trainer, "--method", "qlora"], capsys)
+    assert rc == 0 and doc["chosen"]["setup"]["trainer"] == trainer
+    assert main(["plan", "llama-3.1-8b", "--on", "apple-m2-max-64gb", "--trainer", "unsloth"]) == 2

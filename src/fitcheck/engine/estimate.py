@@ -612,8 +612,8 @@ def _setup_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
         w.append("litgpt's finetune scripts use bitsandbytes PagedAdamW (32-bit) whenever they quantize")
     if setup.trainer == "litgpt":
         w.append(
-            "litgpt runs its own model code (litgpt/model.py), not transformers': activations follow the "
-            "transformers layout here, and litgpt's published peaks sit above this estimate"
+            "litgpt runs its own model code (litgpt/model.py): what it saves beyond transformers' layout is "
+            "modelled from that code, but litgpt's published QLoRA peaks still sit up to 15% above this"
         )
     if setup.method == "qlora" and setup.backend == "mps":
         w.append(

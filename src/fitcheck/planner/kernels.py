@@ -50,6 +50,10 @@ TRAINER_KERNELS: dict[str, tuple[str, ...]] = {
     "llamafactory": ("flash", "sdpa", "eager"),
     "mlx": ("sdpa", "eager"),
     "torchtune": ("sdpa",),
+    # litgpt's CausalSelfAttention calls torch SDPA (litgpt/model.py); Unsloth patches attention with
+    # FlashAttention-2 or xformers where installed, SDPA otherwise
+    "litgpt": ("sdpa",),
+    "unsloth": ("flash", "xformers", "sdpa"),
     "generic": ("flash", "xformers", "sdpa", "eager"),
     "kohya": ("xformers", "sdpa", "eager"),
 }

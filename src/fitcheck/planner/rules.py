@@ -207,6 +207,10 @@ TRAINER_OPT: dict[str, tuple[str, ...]] = {
     "llamafactory": _HF_OPT,
     "mlx": ("adamw", "adafactor", "sgd"),
     "torchtune": ("adamw", "adamw8bit", "paged-adamw8bit", "sgd"),
+    # litgpt's --optimizer names a torch.optim class (AdamW by default; bitsandbytes PagedAdamW when it
+    # quantizes); Unsloth trains through the HF/TRL Trainer and takes its optim names
+    "litgpt": ("adamw", "sgd"),
+    "unsloth": _HF_OPT,
     "generic": ("adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"),
     "kohya": ("adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"),
 }
@@ -220,6 +224,10 @@ TRAINER_BACKENDS: dict[str, tuple[str, ...]] = {
     "llamafactory": ("cuda", "rocm", "mps", "cpu"),
     "mlx": ("mps",),
     "torchtune": ("cuda", "rocm", "mps", "cpu"),
+    # litgpt runs on Lightning Fabric's accelerators (cuda, mps, cpu; ROCm builds report cuda); Unsloth's
+    # kernels are Triton on NVIDIA GPUs (Apple silicon "in the works": reference/estimators.md)
+    "litgpt": ("cuda", "rocm", "mps", "cpu"),
+    "unsloth": ("cuda",),
     "generic": ("cuda", "rocm", "mps", "cpu"),
     "kohya": ("cuda", "rocm", "mps", "cpu"),
 }
