@@ -208,3 +208,43 @@ def test_fsdp1_no_sync_holds_every_units_unsharded_grads(spec7b: ModelSpec) -> N
         assert held.device_bytes - other.device_bytes > 0.9 * expected
     full = est(spec7b, trainer="litgpt", fsdp_version=1, grad_accum=4, method="full", gpus=2, strategy="fsdp")
     assert parts(full)["no_sync_grads"] == full.params.total * 2  # the root trains too: the whole model
+
+
+def test_fsdp_keeps_bitsandbytes_quant_state_whole_on_every_gpu() -> None:
+    """FSDP shards parameters only; bitsandbytes keeps NF4's absmax and code tables in ``quant_state``,
+    so every rank holds all of them on its GPU, also under CPU offload; torchao's NF4Tensor shards its
+    scalers with the tensor (docs/distributed.md#qlora)."""
+    spec = resolve_model("8B")
+    kw: dict[str, object] = {"method": "qlora", "strategy": "fsdp", "quant_storage": "bf16"}
+    one = estimate(spec, LlmSetup(method="qlora", grad_ckpt=True))
+    consts = parts(one)["weights_4bit"] - one.params.quantized // 2
+    assert consts > 0
+    for gpus, offload, version in ((2, "none", 1), (8, "none", 2), (2, "all", 1), (4, "all", 2)):
+        e = est(spec, gpus=gpus, offload=offload, fsdp_version=version, **kw)
+        assert parts(e)["weights_4bit"] == consts, (gpus, offload)
+    two, eight = (est(spec, gpus=g, fsdp_version=1, **kw) for g in (2, 8))
+    # the shards hold the packed weights, the 16-bit frozen rest and the fp32 trainables, not the constants
+    p1 = parts(one)
+    frozen = p1["weights_4bit"] + p1.get("weights_unquantized", 0) - consts
+    whole = one.params.trainable * 4 + frozen
+    assert parts(two)["param_shards"] == pytest.approx(whole / 2, abs=1)
+    assert parts(eight)["param_shards"] == pytest.approx(whole / 8, abs=1)
+    tt = est(spec, gpus=2, trainer="torchtune", **kw)
+    assert tt.regime.nf4_format == "torchao" and "weights_4bit" not in parts(tt)
+
+
+def test_fsdp1_param_offload_copies_the_shard_to_the_gpu_to_gather(spec7b: ModelSpec) -> None:
+    """FSDP1 CPUOffload(offload_params=True): pre_unshard copies the host shard to the GPU for the
+    all-gather, one unit's shard (1/N of a layer) beside the gathered layers; not without offload, not
+    under FSDP2 (docs/distributed.md#fsdp-units)."""
+    kw: dict[str, object] = {"method": "lora", "gpus": 2, "strategy": "fsdp"}
+
+    def units(e: Estimate, phase: str) -> int:
+        return parts(e, phase)["gathered_units"]
+
+    off, on = (est(spec7b, fsdp_version=1, offload=o, **kw) for o in ("all", "none"))
+    layer = units(on, "forward")  # FSDP1: one unsharded layer in forward
+    for phase in ("forward", "backward"):
+        assert units(off, phase) - units(on, phase) == pytest.approx(layer / 2, abs=1)
+    two_off, two_on = (est(spec7b, fsdp_version=2, offload=o, **kw) for o in ("all", "none"))
+    assert units(two_off, "backward") == units(two_on, "backward")

@@ -163,6 +163,7 @@ class Shares:
     compute_b: int  # bytes per element of the compute dtype
     frozen_bytes: int  # frozen weights as stored (dense or 4-bit)
     quant_bytes: int  # the 4-bit part of frozen_bytes
+    quant_consts: int  # bitsandbytes: the quantization constants within quant_bytes (quant_state)
     grads_single: int
     optimizer_single: int
     transient_single: int
@@ -204,6 +205,7 @@ def shares(spec: ModelSpec, setup: LlmSetup, est: Estimate, threshold: int) -> S
         compute_b=cb,
         frozen_bytes=frozen,
         quant_bytes=_comp(est, "weights_4bit"),
+        quant_consts=_quant_consts(est),
         grads_single=_comp(est, "gradients"),
         optimizer_single=_comp(est, "optimizer_states"),
         transient_single=_comp(est, "optimizer_transient"),
@@ -216,6 +218,15 @@ def shares(spec: ModelSpec, setup: LlmSetup, est: Estimate, threshold: int) -> S
         persistent_params=persistent,
         layers=a.num_layers,
     )
+
+
+def _quant_consts(est: Estimate) -> int:
+    """bitsandbytes NF4: the bytes of ``weights_4bit`` beyond the packed weights (absmax and code
+    tables), which ``Params4bit`` keeps in its ``quant_state``, not in the parameter's data; torchao's
+    ``NF4Tensor`` carries its scalers inside the tensor (0 here)."""
+    if est.setup.method != "qlora" or est.regime.nf4_format != "bitsandbytes":
+        return 0
+    return max(0, _comp(est, "weights_4bit") - est.params.quantized // 2)
 
 
 FROZEN_NAMES = frozenset({"weights_frozen", "weights_4bit", "weights_unquantized"})
@@ -439,6 +450,10 @@ def _fsdp_shards(
     if setup.method == "qlora" and _storage(setup) != setup.precision:
         replicated_q = sh.quant_bytes
         shard_frozen -= replicated_q
+    always: list[Component] = []
+    if not replicated_q and sh.quant_consts:
+        shard_frozen -= sh.quant_consts
+        always.append(_quant_state(sh))
     rule_sh = (
         f"1/{n} of each parameter (DTensor dim-0 shards)" if setup.fsdp_version == 2 else f"1/{n} flat shard"
     )
@@ -450,7 +465,6 @@ def _fsdp_shards(
             "fsdp-shards",
         ),
     ]
-    always: list[Component] = []
     if replicated_q:
         rule = "4-bit weights not sharded: quant_storage differs from the compute dtype"
         always.append(_c("weights_4bit", replicated_q, rule, "qlora"))
@@ -464,6 +478,15 @@ def _fsdp_shards(
         host += [*params, opt, *grads]
         grads, params, opt = [], [], _c("optimizer_states", 0, "", "fsdp-shards")
     return [*always, *params, opt], grads, trans, host
+
+
+def _quant_state(sh: Shares) -> Component:
+    """bitsandbytes' NF4 quantization constants under FSDP: FSDP flattens and shards parameters only,
+    and ``Params4bit`` keeps absmax and code tables in ``quant_state`` (also set on its ``Linear4bit``
+    module), so every rank holds all of them on its GPU, with or without CPU offload
+    (docs/distributed.md#qlora)."""
+    rule = "NF4 quant_state (absmax, code tables): not a parameter, so neither sharded nor offloaded"
+    return _c("weights_4bit", sh.quant_consts, rule, "qlora")
 
 
 def _fsdp_units(
@@ -482,10 +505,11 @@ def _fsdp_units(
     fwd: list[Component] = [root]
     bwd: list[Component] = [root]
     if facts.reshard_after_forward:
-        rule = f"{k_fwd} unsharded layer(s): current + prefetch"
-        fwd.append(_c("gathered_units", k_fwd * sh.unit_bytes, rule, "fsdp-units"))
-        rule = "2 unsharded layers: current + backward prefetch"
-        bwd.append(_c("gathered_units", 2 * sh.unit_bytes, rule, "fsdp-units"))
+        copy, why = _offload_shard_copy(setup, sh)
+        rule = f"{k_fwd} unsharded layer(s): current + prefetch{why}"
+        fwd.append(_c("gathered_units", k_fwd * sh.unit_bytes + copy, rule, "fsdp-units"))
+        rule = f"2 unsharded layers: current + backward prefetch{why}"
+        bwd.append(_c("gathered_units", 2 * sh.unit_bytes + copy, rule, "fsdp-units"))
     else:
         rule = "every layer unsharded from forward to backward (no reshard after forward)"
         allp = _c("gathered_units", sh.layers * sh.unit_bytes, rule, "fsdp-units")
@@ -503,6 +527,18 @@ def _fsdp_units(
         )
     )
     return fwd, bwd, start
+
+
+def _offload_shard_copy(setup: LlmSetup, sh: Shares) -> tuple[float, str]:
+    """FSDP1 ``CPUOffload(offload_params=True)``: the sharded flat parameter lives on the host, and
+    ``FlatParamHandle.pre_unshard`` copies it to the GPU (``flat_param_to(self.device)``) to all-gather
+    from; that copy is handed to the unshard stream (``_no_dispatch_record_stream``) and freed after the
+    all-gather (torch/distributed/fsdp/_flat_param.py, torch 2.x): one unit's shard in flight
+    (docs/distributed.md#fsdp-units). (bytes, rule suffix)"""
+    if setup.fsdp_version != 1 or setup.offload != "all":
+        return 0.0, ""
+    n = shard_group(setup)
+    return sh.unit_bytes / n, f" + the host shard copied to the GPU for the all-gather (1/{n} unit)"
 
 
 def _opt_state_b(est: Estimate) -> int:
