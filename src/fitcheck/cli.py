@@ -87,6 +87,7 @@ class TrainerOpt(StrEnum):
 
 class LossOpt(StrEnum):
     standard = "standard"
+    hf_legacy = "hf-legacy"
     chunked = "chunked"
     liger = "liger"
     cce = "cce"
@@ -235,7 +236,8 @@ LossO = Annotated[
     LossOpt | None,
     typer.Option(
         "--loss",
-        help="cross-entropy kernel: standard, chunked, liger, cce, plain [default: the trainer's own]",
+        help="cross-entropy kernel: standard, hf-legacy, chunked, liger, cce, plain "
+        "[default: the trainer's own]",
     ),
 ]
 OffloadActO = Annotated[

@@ -24,7 +24,7 @@ Backend = Literal["cuda", "rocm", "mps", "cpu"]
 Kind = Literal["llm", "diffusion"]
 PhaseName = Literal["load", "forward", "backward", "optimizer_step"]
 #: Cross-entropy kernels (docs/methodology.md, "Logits and loss"): the trainer's own when not given.
-Loss = Literal["standard", "chunked", "liger", "cce", "plain"]
+Loss = Literal["standard", "hf-legacy", "chunked", "liger", "cce", "plain"]
 #: A quantized base under LoRA other than QLoRA's NF4 (docs/methodology.md, "Quantized bases").
 BaseQuant = Literal["none", "int8", "gptq", "awq"]
 VerdictName = Literal["fits", "tight", "does_not_fit"]

@@ -6,6 +6,7 @@ whole-batch bytes, so a trainer's default and ``--loss`` resolve to the same row
 
 ===========  ======================================================================================
 standard     HF ``ForCausalLMLoss``: lm_head output, ``logits.float()``, fp32 log-softmax (traced)
+hf_legacy    transformers <= 4.45 ``LlamaForCausalLM.forward``: fp32 logits returned, shifted fp32 copy, CE
 chunked      torchtune ``CEWithChunkedOutputLoss`` (8 chunks): every chunk's fp32 log-softmax saved
 litgpt       litgpt's adapter scripts: 128-position lm_head chunks, cast to fp32 by Fabric, chunked CE
 litgpt_full  litgpt ``finetune/full.py``: whole logits, cast to fp32 by Fabric, CE in 128-row chunks
@@ -77,6 +78,31 @@ def _standard(d: Dims) -> Hump:
         backward=tv * (4 + 8 * c + d.cap),
         saved=tv * (4 + d.cap),
         rule="lm_head output + fp32 upcast + log-softmax" + (f" ({d.chunks} chunks)" if d.chunks > 1 else ""),
+    )
+
+
+def _hf_legacy(d: Dims) -> Hump:
+    """transformers before ``loss_function`` (4.37.2 through 4.45.2; 4.46.0 moved the loss into
+    ``ForCausalLMLoss``): ``LlamaForCausalLM.forward`` (and Mistral's) computes ``logits = self.lm_head(h)``,
+    ``logits = logits.float()`` (always; 4.45: ``self.lm_head(...).float()``) and returns those fp32 logits as
+    the output, then ``shift_logits = logits[..., :-1, :].contiguous()`` (an fp32 copy), ``.view(-1, V)`` and
+    ``CrossEntropyLoss`` (transformers 4.37.2 models/llama/modeling_llama.py lines 1201-1215; 4.45.2 lines
+    1214-1229). Forward peak, per entry: the fp32 logits (4; a compute-dtype lm_head output, 2, is dropped
+    when ``logits`` is rebound, and nothing saves it), the shifted copy (4) and the fp32 log-softmax (4).
+    The shifted copy is local to ``forward`` (log-softmax saves its output, not its input) and dies with
+    it; the fp32 logits die too unless the loop holds the output (``--keep-logits``: 4 bytes,
+    ``output_logits_bytes``). Backward start: as ``standard``, the saved log-softmax and its two fp32
+    gradients (12). The slice's backward then writes a whole fp32 gradient (8 with its input, under the
+    12), and when the lm_head's backward runs, the cast back to the compute dtype sits beside its fp32
+    source (``4 + g``; no cast for fp32 logits)."""
+    tv = d.tokens * d.vocab
+    cast = d.gamma if d.gamma != 4 else 0
+    return Hump(
+        forward=tv * (12 + d.cap),
+        backward=tv * (12 + d.cap),
+        saved=tv * (4 + d.cap),
+        rule="fp32 logits returned + shifted fp32 copy + fp32 log-softmax (transformers <= 4.45)",
+        head_backward=tv * (4 + cast + d.cap),
     )
 
 
@@ -204,6 +230,7 @@ def _cce(d: Dims) -> Hump:
 
 KERNELS: dict[str, Callable[[Dims], Hump]] = {
     "standard": _standard,
+    "hf_legacy": _hf_legacy,
     "chunked": _standard,
     "litgpt": _litgpt,
     "litgpt_full": _litgpt_full,
@@ -214,9 +241,13 @@ KERNELS: dict[str, Callable[[Dims], Hump]] = {
 }
 
 
+#: Kernels that run Gemma 2's final soft-cap as separate ops, keeping its tanh output (compute dtype).
+SOFTCAP_OUTSIDE = ("standard", "hf_legacy", "chunked", "plain")
+
+
 def kernel_for(setup: LlmSetup, regime: Regime) -> str:
-    """``--loss`` when given, else the trainer's own kernel."""
-    return setup.loss or regime.loss_kernel
+    """``--loss`` when given (spelt ``hf-legacy`` for the ``hf_legacy`` kernel), else the trainer's own."""
+    return (setup.loss or regime.loss_kernel).replace("-", "_")
 
 
 def hump(
@@ -236,7 +267,7 @@ def hump(
     chunks = 1
     if kernel == "chunked":
         chunks = regime.loss_chunks if regime.loss_chunks > 1 else TORCHTUNE_CHUNKS
-    cap = gamma if a.final_logit_softcapping and kernel in ("standard", "chunked", "plain") else 0
+    cap = gamma if a.final_logit_softcapping and kernel in SOFTCAP_OUTSIDE else 0
     dims = Dims(
         setup.tokens if rows is None else rows,
         a.vocab_size if width is None else width,
@@ -251,12 +282,16 @@ def hump(
 
 #: Kernels whose model output carries the whole batch's logits (``CausalLMOutput.logits``; litgpt's list
 #: of chunks); Unsloth, Liger and CCE return none in training.
-MATERIALIZED_LOGITS = ("standard", "chunked", "litgpt", "plain")
+MATERIALIZED_LOGITS = ("standard", "hf_legacy", "chunked", "litgpt", "plain")
+#: Kernels whose returned logits are fp32 whatever the lm_head made (transformers <= 4.45 ``.float()``).
+FP32_OUTPUT_LOGITS = ("hf_legacy",)
 
 
 def output_logits_bytes(setup: LlmSetup, regime: Regime, rows: int, width: int, gamma: int) -> int:
     """Bytes of the logits the model returns (lm_head output in ``gamma`` bytes, the final soft-cap
-    applied), zero for kernels that never materialize them (`MATERIALIZED_LOGITS`)."""
-    if kernel_for(setup, regime) not in MATERIALIZED_LOGITS:
+    applied; fp32 for `FP32_OUTPUT_LOGITS`), zero for kernels that never materialize them
+    (`MATERIALIZED_LOGITS`)."""
+    kernel = kernel_for(setup, regime)
+    if kernel not in MATERIALIZED_LOGITS:
         return 0
-    return rows * width * gamma
+    return rows * width * (4 if kernel in FP32_OUTPUT_LOGITS else gamma)
