@@ -38,12 +38,6 @@ pub = _bench()
 FILES = sorted(pub.DATA.glob("*.yaml"))
 
 #: Multi-GPU records, posed through the distributed setup (bench/published.py `_multi_gpu`), per GPU.
-_FSDP1_OFFLOAD = (
-    "fsdp_qlora FSDP1 with CPUOffload(offload_params=True), pure bf16 (--precision bf16): 16-18% under the "
-    "per-GPU peak reserved with the loop's held output, bitsandbytes' replicated quant_state and the H2D "
-    "shard copy modelled; the rest scales with the batch (the no-offload LoRA b6 run is 11% under), cause "
-    "not found"
-)
 _ULT_FSDP = (
     "universal-llm-trainer under FSDP1 on 2 GPUs, posed as build.py:156-164 runs it (FULL_SHARD, every "
     "Linear its own unit, CPUOffload(offload_params=True), fp16 units over bf16 shards, no no_sync()): "
@@ -58,8 +52,6 @@ KNOWN_UNDER: dict[str, str] = {
     "universal-llm-trainer/phi-3-mini-qlora-h100": _ULT_PHI3_QLORA,
     "universal-llm-trainer/phi-3-mini-qlora-rtx-pro-6000": _ULT_PHI3_QLORA,
     "universal-llm-trainer/phi-3-mini-qlora-a100": _ULT_PHI3_QLORA,
-    "answerai-fsdp-qlora/llama-2-70b-qlora-offload-b2-2x3090": _FSDP1_OFFLOAD,
-    "answerai-fsdp-qlora/llama-2-7b-lora-offload-b10-2x4090": _FSDP1_OFFLOAD,
     **{
         f"universal-llm-trainer/{m}-2x{g}": _ULT_FSDP
         for m in ("llama-2-13b-full", "llama-3.1-70b-lora", "gemma-7b-full", "gemma-2-9b-full")
