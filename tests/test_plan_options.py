@@ -115,3 +115,20 @@ def test_plan_for_litgpt_and_unsloth(trainer: str, capsys: pytest.CaptureFixture
     rc, doc = _plan(["llama-3.1-8b", "--on", "rtx-4090", "--trainer", trainer, "--method", "qlora"], capsys)
     assert rc == 0 and doc["chosen"]["setup"]["trainer"] == trainer
     assert main(["plan", "llama-3.1-8b", "--on", "apple-m2-max-64gb", "--trainer", "unsloth"]) == 2
+
+
+def test_every_plan_parameter_shapes_the_plan_or_says_where_it_goes() -> None:
+    """The plan command passes on what `api.PlanOptions` names (and --on, --headroom); every other parameter
+    is the model, --from, or an `Output` field: an option outside all of these would be dropped silently."""
+    import dataclasses
+
+    import typer.main
+
+    from fitcheck.cli import app
+    from fitcheck.commands.plan import PLAN_TARGET_KW, Output
+
+    group = typer.main.get_command(app)
+    plan = group.commands["plan"]  # type: ignore[attr-defined]
+    known = {*api.PlanOptions.__annotations__, *PLAN_TARGET_KW, "model", "from_file", "from_format"}
+    known |= {f.name for f in dataclasses.fields(Output)}
+    assert {p.name for p in plan.params} <= known

@@ -220,14 +220,9 @@ def run_plan(model: str, spec: Any, kw: dict[str, Any], out: Output) -> tuple[An
     return plan, files
 
 
-#: The ``plan`` command's options that shape the plan (`fitcheck.api.plan` options, ``--on``,
-#: ``--headroom``); the others say where the answer goes (`Output`).
-PLAN_KW = ("on", "method", "effective_batch", "seq_len", "min_seq_len", "batch_size", "resolution", "dora",
-           "precision", "master_weights", "optimizer", "grad_ckpt", "attn", "lora_rank", "lora_alpha",
-           "lora_targets", "lora_dropout", "double_quant", "autocast", "keep_logits", "trainer", "fp8_base",
-           "gpus", "strategy", "offload", "nodes", "fsdp_version", "quant_storage", "host_memory", "headroom",
-           "dataset_tokens", "epochs", "min_resolution", "loss", "offload_activations", "optimizer_in_bwd",
-           "optimizer_impl")  # fmt: skip
+#: Options of the ``plan`` command beyond `fitcheck.api.PlanOptions` that shape the plan; the others say
+#: where the answer goes (`Output`).
+PLAN_TARGET_KW = ("on", "headroom")
 
 OnPlanO = Annotated[
     str,
@@ -337,7 +332,10 @@ def register(app: typer.Typer) -> None:
         verbose: c.VerboseO = False,
     ) -> None:
         """The fastest configuration that fits (exit 0; 1 when none does), with reasons and configs."""
-        kw = c.plain(**{k: v for k, v in locals().items() if k in PLAN_KW})
+        from fitcheck.api import PlanOptions
+
+        shaping = {*PlanOptions.__annotations__, *PLAN_TARGET_KW}
+        kw = c.plain(**{k: v for k, v in locals().items() if k in shaping})
         out = Output(list(emit or []), emit_format, output_dir, force, fmt.value, chart, verbose)
         if code := run_command(model, kw, from_file, from_format, out):
             raise typer.Exit(code=code)

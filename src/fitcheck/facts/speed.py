@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fitcheck.facts.optimizers import EIGHT_BIT, OPTIMIZERS, OptimizerRow
+
 #: Fraction of the dense peak a fine-tuning step sustains, per backend: (fraction, why).
 UTILISATION: dict[str, tuple[float, str]] = {
     "cuda": (
@@ -31,25 +33,29 @@ class StepTraffic:
     source: str
 
 
-#: Every row: the fp32 weight read and written (4 + 4) and its fp32 gradient read (4) = 12 B, plus
-#: each state tensor read and written once (`fitcheck.facts.optimizers.OPTIMIZERS` counts them:
-#: 2 x 4 B per fp32 state element, 2 x 1 B per bitsandbytes uint8 one; the absmax blocks are
-#: under 2% and not counted). kohya keeps trainable weights in fp32 (mixed precision autocasts the
-#: compute), so fp32 is the figure; with full_bf16 the step moves less, which the ranking ignores.
-STEP_BYTES: dict[str, StepTraffic] = {
-    "adamw": StepTraffic(28, "12 + exp_avg, exp_avg_sq (fp32): 2 x 8 (torch/optim/adamw.py)"),
-    "adamw8bit": StepTraffic(16, "12 + two uint8 states: 2 x 2 (bitsandbytes optim/adamw.py, blockwise)"),
-    "paged-adamw8bit": StepTraffic(16, "as adamw8bit; paging moves states only under memory pressure"),
-    "adafactor": StepTraffic(
-        16,
-        "12 + the fp32 update tensor written once (4); the factored row and column states are "
-        "negligible (transformers optimization.py, Adafactor.step with beta1=None)",
-    ),
-    "lion": StepTraffic(20, "12 + exp_avg (fp32): 8 (lucidrains/lion-pytorch, lion_pytorch.py update_fn)"),
-    "lion8bit": StepTraffic(14, "12 + one uint8 state: 2 (bitsandbytes optim/lion.py, 8-bit blockwise)"),
-    "prodigy": StepTraffic(44, "12 + exp_avg, exp_avg_sq, s, p0 (fp32): 4 x 8 (prodigyopt prodigy.py)"),
-    "sgd": StepTraffic(20, "12 + momentum_buffer (fp32): 8 (torch/optim/sgd.py)"),
-}
+#: fp32 weight read and written (4 + 4) and its fp32 gradient read (4): every optimizer moves these.
+#: kohya keeps trainable weights in fp32 (mixed precision autocasts the compute), so fp32 is the figure;
+#: with full_bf16 the step moves less, which the ranking ignores.
+WEIGHT_AND_GRAD = 4 + 4 + 4
+#: Adafactor (beta1=None): the factored row and column states are negligible; the fp32 update tensor is
+#: written once (transformers optimization.py, Adafactor.step).
+ADAFACTOR_UPDATE = 4
+
+
+def _traffic(name: str, row: OptimizerRow) -> StepTraffic:
+    """An optimizer step's traffic from its state table: each state tensor read and written once, 4 B per
+    fp32 element, 1 B per bitsandbytes uint8 one (the absmax blocks are under 2% and not counted)."""
+    if name == "adafactor":
+        update = f"12 + the fp32 update written once: {row.source}"
+        return StepTraffic(WEIGHT_AND_GRAD + ADAFACTOR_UPDATE, update)
+    per = 1 if name in EIGHT_BIT else 4
+    return StepTraffic(
+        WEIGHT_AND_GRAD + 2 * per * row.states, f"12 + {row.states} x 2 x {per} B of states: {row.source}"
+    )
+
+
+#: Bytes one step moves per trainable parameter, derived from `fitcheck.facts.optimizers.OPTIMIZERS`.
+STEP_BYTES: dict[str, StepTraffic] = {name: _traffic(name, row) for name, row in OPTIMIZERS.items()}
 
 
 def step_bytes(optimizer: str) -> int:

@@ -50,8 +50,9 @@ TRAINER_KERNELS: dict[str, tuple[str, ...]] = {
     "llamafactory": ("flash", "sdpa", "eager"),
     "mlx": ("sdpa", "eager"),
     "torchtune": ("sdpa",),
-    # litgpt's CausalSelfAttention calls torch SDPA (litgpt/model.py); Unsloth patches attention with
-    # FlashAttention-2 or xformers where installed, SDPA otherwise
+    # litgpt's CausalSelfAttention calls torch SDPA (litgpt/model.py @00af8b0d, read for the litgpt rules);
+    # Unsloth's own attention dispatch (FlashAttention-2, xformers or SDPA) is not read at a commit here:
+    # the three O(s) kernels are offered, eager is not
     "litgpt": ("sdpa",),
     "unsloth": ("flash", "xformers", "sdpa"),
     "generic": ("flash", "xformers", "sdpa", "eager"),

@@ -224,8 +224,9 @@ TRAINER_BACKENDS: dict[str, tuple[str, ...]] = {
     "llamafactory": ("cuda", "rocm", "mps", "cpu"),
     "mlx": ("mps",),
     "torchtune": ("cuda", "rocm", "mps", "cpu"),
-    # litgpt runs on Lightning Fabric's accelerators (cuda, mps, cpu; ROCm builds report cuda); Unsloth's
-    # kernels are Triton on NVIDIA GPUs (Apple silicon "in the works": reference/estimators.md)
+    # litgpt runs on Lightning Fabric's accelerators (cuda, mps, cpu; PyTorch's ROCm builds report cuda).
+    # Unsloth: NVIDIA GPUs only here; Apple silicon is "in the works" (reference/estimators.md), and its
+    # AMD support is not read yet, so ROCm is refused rather than assumed
     "litgpt": ("cuda", "rocm", "mps", "cpu"),
     "unsloth": ("cuda",),
     "generic": ("cuda", "rocm", "mps", "cpu"),
