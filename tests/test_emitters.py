@@ -51,6 +51,7 @@ MATRIX = [
     ("qwen2.5-0.5b", "cpu", {"method": "full"}),
     ("qwen2.5-1.5b", "apple-m1-16gb", {"method": "lora"}),
     ("llama-3.1-8b", "apple-m3-max-36gb", {"method": "qlora"}),
+    ("llama-3.1-8b", "rtx-4090", {"method": "lora", "loss": "liger", "optimizer_impl": "foreach"}),
 ]
 BACKENDS = {
     "hf.yaml": None,
@@ -219,7 +220,13 @@ def test_axolotl_yaml_key_by_key(model: str, on: str, kw: dict) -> None:
     keys = fields("axolotl_keys.txt")
     hf_optims = set(fields("hf_training_arguments.txt")["optim"]["choices"].split("|"))
     attn = header_choices("axolotl_keys.txt", "attn_implementation canonical values:")
+    plugin_keys = {
+        k: r for k, r in fields("axolotl_plugin_keys.txt").items() if r["plugin"] in data.get("plugins", [])
+    }
     for key, value in data.items():
+        if key in plugin_keys:  # a listed plugin's own field (get_input_args)
+            assert type_ok(plugin_keys[key]["type"], value), (key, value)
+            continue
         assert key in keys, f"axolotl silently drops unknown key {key}"
         row = keys[key]
         assert "deprecated" not in row["flag"], key

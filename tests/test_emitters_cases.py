@@ -264,3 +264,39 @@ def test_emit_help_lists_kohya_toml(capsys: pytest.CaptureFixture[str]) -> None:
     main(["plan", "--help"])
     out = re.sub(r"\s+", " ", capsys.readouterr().out)
     assert "kohya.toml" in out
+
+
+# ------------------------------------------------------------------------- loss kernel and AdamW step
+
+
+@pytest.mark.parametrize(
+    ("fmt", "loss", "key"),
+    [
+        ("hf.yaml", "liger", "use_liger_kernel"),
+        ("axolotl.yaml", "liger", "liger_fused_linear_cross_entropy"),
+        ("axolotl.yaml", "cce", "cut_cross_entropy"),
+        ("llamafactory.yaml", "liger", "enable_liger_kernel"),
+    ],
+)
+def test_a_planned_loss_kernel_is_written(fmt: str, loss: str, key: str) -> None:
+    """The file runs the kernel the plan's estimate assumed (without it the trainer's own loss, with
+    fp32 logits, would run)."""
+    _, data, _ = emit_yaml(fmt, "llama-3.1-8b", "rtx-4090", method="lora", loss=loss)
+    assert data[key] is True
+    if fmt == "axolotl.yaml":
+        assert len(data["plugins"]) == 1 and data["plugins"][0].startswith("axolotl.integrations.")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "loss"),
+    [("hf.yaml", "cce"), ("hf.yaml", "chunked"), ("llamafactory.yaml", "cce"), ("axolotl.yaml", "plain")],
+)
+def test_a_loss_kernel_the_format_cannot_select_is_refused(fmt: str, loss: str) -> None:
+    with pytest.raises(OptionError, match=f"cannot select --loss {loss}"):
+        emit_yaml(fmt, "llama-3.1-8b", "rtx-4090", method="lora", loss=loss)
+
+
+@pytest.mark.parametrize(("impl", "name"), [("foreach", "adamw_torch"), ("fused", "adamw_torch_fused")])
+def test_the_adamw_step_is_written_as_its_optim_name(impl: str, name: str) -> None:
+    _, data, _ = emit_yaml("hf.yaml", "qwen2.5-0.5b", "rtx-4090", method="full", optimizer_impl=impl)
+    assert data["optim"] == name

@@ -49,6 +49,7 @@ EXPECTED: dict[str, tuple[str, str, str | None, dict[str, object]]] = {
             "grad_ckpt": True,
             "precision": "bf16",
             "optimizer": "adamw",
+            "optimizer_impl": "fused",
             "attn": "flash",
             "loss": "liger",  # LigerPlugin + liger_fused_linear_cross_entropy
             "strategy": "fsdp",  # fsdp: [full_shard, auto_wrap]
@@ -84,6 +85,7 @@ EXPECTED: dict[str, tuple[str, str, str | None, dict[str, object]]] = {
             "grad_ckpt": False,
             "precision": "bf16",
             "optimizer": "adamw",
+            "optimizer_impl": "fused",
             "loss": "chunked",  # LinearCrossEntropyLoss
         },
     ),
@@ -454,3 +456,36 @@ def test_a_fifo_or_device_is_refused_without_blocking(tmp_path: Path) -> None:
     link.symlink_to("/dev/zero")
     with pytest.raises(FitcheckError, match=r"--from .*character device"):
         read_config(str(link))
+
+
+@pytest.mark.parametrize(
+    ("body", "impl"),
+    [
+        ("model_name_or_path: x/y\nuse_peft: true\noptim: adamw_torch\n", "foreach"),
+        ("model_name_or_path: x/y\nuse_peft: true\noptim: adamw_torch_fused\n", "fused"),
+        ("model_name_or_path: x/y\nuse_peft: true\noptim: paged_adamw_8bit\n", None),
+    ],
+)
+def test_hf_optim_names_the_adamw_step(tmp_path: Path, body: str, impl: str | None) -> None:
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(body)
+    assert read_config(str(cfg)).values.get("optimizer_impl") == impl
+
+
+def test_torchtune_adamw_without_fused_is_torchs_foreach_step(tmp_path: Path) -> None:
+    text = (DATA / "torchtune/1B_qlora_single_device.yaml").read_text()
+    assert "  fused: True\n" in text
+    cfg = tmp_path / "1B_qlora_single_device.yaml"
+    cfg.write_text(text.replace("  fused: True\n", ""))
+    assert read_config(str(cfg)).values["optimizer_impl"] == "foreach"
+
+
+def test_a_command_line_optimizer_drops_the_files_adamw_step(tmp_path: Path) -> None:
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("model_name_or_path: x/y\nuse_peft: true\noptim: adamw_torch\n")
+    read = read_config(str(cfg))
+    fields = ("optimizer", "optimizer_impl", "trainer")
+    kept = resolve({}, (), read, fields)
+    assert kept.values["optimizer_impl"] == "foreach"
+    replaced = resolve({"optimizer": "lion"}, ("optimizer",), read, fields)
+    assert "optimizer_impl" not in replaced.values and replaced.values["optimizer"] == "lion"

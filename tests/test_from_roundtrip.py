@@ -15,6 +15,11 @@ CASES = [
     ("hf.yaml", "llama-3.1-8b", "rtx-4090", []),
     ("hf.yaml", "llama-3.1-8b", "rtx-4090", ["--method", "qlora"]),
     ("hf.yaml", "qwen2.5-0.5b", "rtx-4090", ["--method", "full", "--master-weights"]),
+    ("hf.yaml", "qwen2.5-0.5b", "rtx-4090", ["--method", "full", "--optimizer-impl", "foreach"]),
+    ("hf.yaml", "llama-3.1-8b", "rtx-4090", ["--loss", "liger"]),
+    ("axolotl.yaml", "llama-3.1-8b", "rtx-4090", ["--loss", "cce"]),
+    ("axolotl.yaml", "llama-3.1-8b", "rtx-4090", ["--loss", "liger", "--optimizer-impl", "foreach"]),
+    ("llamafactory.yaml", "llama-3.1-8b", "rtx-4090", ["--loss", "liger"]),
     ("axolotl.yaml", "llama-3.1-8b", "rtx-4090", ["--method", "qlora"]),
     ("axolotl.yaml", "smollm2-360m", "rtx-3060-12gb", ["--method", "full"]),
     ("llamafactory.yaml", "llama-3.1-8b", "rtx-4090", []),
@@ -33,12 +38,19 @@ def _json(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[dict[str
     return json.loads(out), err
 
 
+#: Trainers whose unset AdamW step is the fused one (engine/regimes.py), which their files name.
+FUSED_BY_DEFAULT = ("hf", "axolotl", "llamafactory")
+
+
 def _same_setup(planned: dict[str, Any], read: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """Fields that differ, once alpha is compared as a value (None means 2 x rank) and the
-    double-quantization flag only where QLoRA quantizes the base."""
+    """Fields that differ, once alpha is compared as a value (None means 2 x rank), the
+    double-quantization flag only where QLoRA quantizes the base, and an unset AdamW step as the
+    trainer's own (a file names it: ``optim: adamw_torch_fused``)."""
     out = {}
     for key, want in planned.items():
         got = read[key]
+        if key == "optimizer_impl" and want is None and planned["optimizer"] == "adamw":
+            want = "fused" if planned["trainer"] in FUSED_BY_DEFAULT else None
         if key == "lora_alpha":
             want = want if want is not None else 2.0 * planned["lora_rank"]
             got = got if got is not None else 2.0 * read["lora_rank"]

@@ -30,7 +30,8 @@ from fitcheck.emitters.common import (
     yaml_text,
 )
 from fitcheck.errors import OptionError
-from fitcheck.facts.hf_optim import HF_OPTIM_WRITTEN
+from fitcheck.facts.hf_optim import HF_OPTIM_WRITTEN, optim_written
+from fitcheck.models import LlmSetup
 from fitcheck.planner import kernels
 from fitcheck.planner.models import Plan
 
@@ -47,9 +48,43 @@ DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 DATASET = "trl-lib/Capybara"
 
 
-def optim_name(optimizer: str) -> str:
-    """The optim name written for ``optimizer`` (fitcheck.facts.hf_optim says why fused AdamW)."""
-    return OPTIM[optimizer]
+#: What each HF-Trainer-based format writes to run a cross-entropy kernel other than the trainer's own
+#: (unset or ``standard``: nothing is written); a kernel without a row is refused. Sources:
+#: transformers TrainingArguments ``use_liger_kernel`` (trainer_keys/hf_training_arguments.txt);
+#: axolotl's Liger plugin (``axolotl.integrations.liger.LigerPlugin``, LigerArgs
+#: ``liger_fused_linear_cross_entropy``) and Cut Cross Entropy plugin
+#: (``axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin``, CutCrossEntropyArgs
+#: ``cut_cross_entropy``) (trainer_keys/axolotl_plugin_keys.txt); LLaMA-Factory ``enable_liger_kernel``
+#: (trainer_keys/llamafactory_keys.txt). The readers map the same keys back (fitcheck.readers).
+LOSS_ITEMS: dict[str, dict[str, tuple[Item, ...]]] = {
+    "hf": {"liger": (Item("use_liger_kernel", True, "Liger's fused linear cross-entropy"),)},
+    "axolotl": {
+        "liger": (
+            Item("plugins", ["axolotl.integrations.liger.LigerPlugin"]),
+            Item("liger_fused_linear_cross_entropy", True, "Liger's fused linear cross-entropy"),
+        ),
+        "cce": (
+            Item("plugins", ["axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"]),
+            Item("cut_cross_entropy", True, "Apple's Cut Cross Entropy"),
+        ),
+    },
+    "llamafactory": {
+        "liger": (Item("enable_liger_kernel", True, "Liger's kernels, its fused cross-entropy too"),)
+    },
+}
+
+
+def loss_items(s: LlmSetup, trainer_name: str) -> list[Item]:
+    """The keys that run the setup's cross-entropy kernel (`LOSS_ITEMS`; `check` refused the rest)."""
+    if s.loss in (None, "standard"):
+        return []
+    return list(LOSS_ITEMS[trainer_name][s.loss])
+
+
+def optim_name(s: LlmSetup) -> str:
+    """The optim name written for the setup's optimizer and AdamW step (fitcheck.facts.hf_optim says
+    why fused AdamW when no step is asked)."""
+    return optim_written(s.optimizer, s.optimizer_impl)
 
 
 def check(
@@ -86,6 +121,10 @@ def check(
         raise OptionError(f"{what} cannot express --no-autocast; emit hf.yaml (bf16/fp16 off) for it")
     if s.optimizer not in OPTIM:
         raise OptionError(f"{what} has no --optimizer {s.optimizer}; it offers {', '.join(OPTIM)}")
+    losses = LOSS_ITEMS[trainer_name]
+    if s.loss not in (None, "standard", *losses):
+        offered = " or ".join(["standard", *losses])
+        raise OptionError(f"{what} cannot select --loss {s.loss}; it offers {offered}")
     if s.method != "full":
         integer_alpha(s, what)
     model_ref(ctx, what)
@@ -181,7 +220,8 @@ def _training_items(plan: Plan) -> list[Item]:
             s.precision == "fp16" and s.autocast is not False,
             "both off: the model trains in its load dtype without autocast" if s.autocast is False else "",
         ),
-        Item("optim", optim_name(s.optimizer)),
+        Item("optim", optim_name(s)),
+        *loss_items(s, TRAINER),
         Item("learning_rate", learning_rate(s)),
         Item("num_train_epochs", epochs(plan)),
         Item("logging_steps", 10),

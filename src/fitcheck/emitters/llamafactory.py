@@ -157,7 +157,8 @@ def text(plan: Plan, ctx: EmitContext) -> str:
             not s.grad_ckpt,
             "LLaMA-Factory checkpoints by default" if not s.grad_ckpt else "",
         ),
-        Item("optim", hf.optim_name(s.optimizer)),
+        Item("optim", hf.optim_name(s)),
+        *hf.loss_items(s, TRAINER),
         Item("logging_steps", 10),
         Item("report_to", "none"),
     ]

@@ -45,3 +45,19 @@ def _written() -> dict[str, str]:
 
 #: fitcheck optimizer -> the ``optim`` name the emitters write (derived: the first name of each).
 HF_OPTIM_WRITTEN: dict[str, str] = _written()
+
+#: ``optim`` names that pick torch AdamW's step (fitcheck ``--optimizer-impl``). transformers
+#: ``Trainer.get_optimizer_cls_and_kwargs`` builds ``torch.optim.AdamW`` for both and adds
+#: ``fused=True`` for ``adamw_torch_fused`` only (src/transformers/trainer.py, 4.46 to 5.x), so
+#: ``adamw_torch`` runs torch's default step on CUDA tensors, the foreach one (torch optim/adamw.py
+#: ``_default_to_fused_or_foreach``). The other AdamW names are other implementations (apex,
+#: bitsandbytes, transformers' own), which ``--optimizer-impl`` does not describe.
+HF_OPTIM_IMPL: dict[str, str] = {"adamw_torch_fused": "fused", "adamw_torch": "foreach"}
+
+
+def optim_written(optimizer: str, impl: str | None) -> str:
+    """The ``optim`` name for a fitcheck optimizer and AdamW step: the first name of the optimizer,
+    or the name that picks the step when one is asked (`HF_OPTIM_IMPL`)."""
+    if optimizer == "adamw" and impl is not None:
+        return next(name for name, step in HF_OPTIM_IMPL.items() if step == impl)
+    return HF_OPTIM_WRITTEN[optimizer]

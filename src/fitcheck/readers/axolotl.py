@@ -55,6 +55,7 @@ def read(data: Doc, path: str) -> ReadResult:
     optim = k.get("optimizer")
     if isinstance(optim, str):
         r.set("optimizer", names.optimizer(names.HF_OPTIM, optim, "optimizer", r.notes), "optimizer")
+        r.set("optimizer_impl", names.HF_OPTIM_IMPL.get(optim), "optimizer")
     _attention(r, k)
     _loss(r, k)
     if as_bool(k.get("sample_packing"), "sample_packing", path):

@@ -39,6 +39,7 @@ def training_args(r: Reading, k: Keys) -> None:
     optim = k.get("optim")
     if isinstance(optim, str):
         r.set("optimizer", names.optimizer(names.HF_OPTIM, optim, "optim", r.notes), "optim")
+        r.set("optimizer_impl", names.HF_OPTIM_IMPL.get(optim), "optim")
     if as_bool(k.get("use_liger_kernel"), "use_liger_kernel", p):
         r.set("loss", "liger", "use_liger_kernel")
     distributed(r, k)

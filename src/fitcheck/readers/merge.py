@@ -81,6 +81,9 @@ def resolve(
     if values.get("method") != "qlora" and origin.get("double_quant") == TRAINER_DEFAULT:
         del values["double_quant"]  # only QLoRA quantizes the base: no default worth reporting
         origin["double_quant"] = FITCHECK_DEFAULT
+    if origin.get("optimizer_impl") == FILE and values.get("optimizer", "adamw") != "adamw":
+        del values["optimizer_impl"]  # the file's AdamW step, for an optimizer the command line replaced
+        origin["optimizer_impl"] = FITCHECK_DEFAULT
     pending = {k: v for k, v in file_values.items() if k not in setup_fields}
     return Resolved(values=values, origin=origin, pending=pending, sources=sources)
 

@@ -13,6 +13,8 @@ from fitcheck.facts import hf_optim
 #: transformers ``optim`` (and axolotl ``optimizer``) -> fitcheck optimizer: the one table the emitters
 #: write from too (fitcheck.facts.hf_optim).
 HF_OPTIM = hf_optim.HF_OPTIM
+#: transformers ``optim`` -> the AdamW step it picks (``--optimizer-impl``), where it names one.
+HF_OPTIM_IMPL = hf_optim.HF_OPTIM_IMPL
 
 #: sd-scripts ``optimizer_type`` (matched case-insensitively, as get_optimizer does).
 KOHYA_OPTIM: dict[str, str] = {

@@ -116,6 +116,10 @@ def _model(r: Reading, k: Keys) -> None:
     model.touch("quantize_base")
 
 
+#: torch.optim classes whose step ``--optimizer-impl`` picks (Adam keeps AdamW's states and step).
+TORCH_ADAMW = ("AdamW", "Adam")
+
+
 def _optimizer(r: Reading, k: Keys) -> None:
     opt = k.sub("optimizer")
     if opt is not None:
@@ -126,6 +130,10 @@ def _optimizer(r: Reading, k: Keys) -> None:
                 names.optimizer(names.TORCH_OPTIM, comp, "optimizer._component_", r.notes),
                 "optimizer._component_",
             )
+        if comp in TORCH_ADAMW and str(opt.get("_component_", "")).startswith("torch.optim."):
+            # torch.optim.AdamW(fused=...): unset, torch picks foreach on CUDA (optim/adamw.py)
+            fused = as_bool(opt.get("fused"), "optimizer.fused", r.path)
+            r.set("optimizer_impl", "fused" if fused else "foreach", "optimizer.fused")
         opt.touch("fused", "lr", "weight_decay", "betas", "eps")
     if as_bool(k.get("optimizer_in_bwd"), "optimizer_in_bwd", r.path):
         # read by the full fine-tuning recipes only (full_finetune_*, ppo, qat @30b8519e and later)
