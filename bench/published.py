@@ -76,7 +76,7 @@ _DIRECT = (
     "keep_logits",
 )
 #: Optimizers the sources name that fitcheck models under another name (same bytes per state).
-_OPTIMIZER_ALIASES = {"paged-adamw": ("adamw", "bitsandbytes PagedAdamW: 32-bit states, as AdamW")}
+_OPTIMIZER_ALIASES: dict[str, tuple[str, str]] = {}
 #: Setup flags fitcheck has no option for, and what leaving them out means for the pose.
 _UNMODELLED = {
     "compile": "torch.compile is not modelled",

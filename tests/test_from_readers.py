@@ -33,7 +33,7 @@ EXPECTED: dict[str, tuple[str, str, str | None, dict[str, object]]] = {
             "grad_accum": 4,
             "grad_ckpt": True,
             "precision": "bf16",
-            "optimizer": "adamw",  # paged_adamw_32bit: AdamW's two fp32 states, paged
+            "optimizer": "paged-adamw",  # paged_adamw_32bit: two fp32 states, paged
             "attn": "flash",  # legacy flash_attention: true
         },
     ),

@@ -153,3 +153,24 @@ def test_planner_memory_carries_the_paged_bytes() -> None:
     assert fit_verdict(Memory(budget + 10, budget + 20, None, 20), t) == "fits"  # type: ignore[arg-type]
     assert fit_verdict(Memory(budget + 10, budget + 20, None, 5), t) == "does_not_fit"  # type: ignore[arg-type]
     assert fit_verdict(Memory(budget + 10, budget + 20, None, 15), t) == "tight"  # type: ignore[arg-type]
+
+
+def test_paged_adamw_32bit_keeps_fp32_states_in_paged_memory() -> None:
+    """bitsandbytes PagedAdamW (HF ``paged_adamw_32bit``): two fp32 states per parameter whatever its
+    dtype (bf16 here), those of tensors with 1e5+ elements in managed memory, updated in place."""
+    from fitcheck.engine.params import count_params
+
+    opts = {"method": "full", "trainer": "hf", "grad_ckpt": True, "seq_len": 512}
+    spec = api.resolve("qwen2.5-0.5b")
+    paged = api.estimate(spec, on="rtx-4090", optimizer="paged-adamw", **opts)  # type: ignore[arg-type]
+    plain = api.estimate(spec, on="rtx-4090", optimizer="adamw", **opts)  # type: ignore[arg-type]
+    n = count_params(spec.arch)  # type: ignore[arg-type]
+
+    def comp(est: Estimate, name: str) -> int:
+        return max(sum(c.bytes for c in p.components if c.name == name) for p in est.phases)
+
+    states = comp(paged, "optimizer_states") + comp(paged, "optimizer_states_paged")
+    assert states == 2 * 4 * n  # fp32, against bf16 (2 x 2 B) for torch AdamW on bf16 weights
+    assert comp(plain, "optimizer_states") == 2 * 2 * n and comp(plain, "optimizer_states_paged") == 0
+    assert comp(paged, "optimizer_states_paged") == paged_bytes(paged)
+    assert 0.99 * states < paged_bytes(paged) < states  # the norm vectors' states stay in the allocator

@@ -52,6 +52,7 @@ class PrecisionOpt(StrEnum):
 
 class OptimizerOpt(StrEnum):
     adamw = "adamw"
+    paged_adamw = "paged-adamw"
     adamw8bit = "adamw8bit"
     paged_adamw8bit = "paged-adamw8bit"
     adafactor = "adafactor"

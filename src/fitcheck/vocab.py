@@ -9,7 +9,7 @@ Method = Literal["full", "lora", "qlora"]
 MethodChoice = Literal["auto", "full", "lora", "qlora"]
 Precision = Literal["bf16", "fp16", "fp32"]
 Optimizer = Literal[
-    "adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"
+    "adamw", "paged-adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"
 ]
 #: AdamW's step (docs/methodology.md, "Optimizer step"): one fused kernel, or torch's foreach path, which
 #: holds a copy of every second moment (``torch._foreach_sqrt(exp_avg_sq)``) inside ``optimizer.step()``.

@@ -23,7 +23,7 @@ SRC_KOHYA = (
     "kohya-ss/sd-scripts 48d368f: train_network.py, sdxl_train.py, flux_train_network.py (dtypes per part)"
 )
 #: Optimizers whose kernels need bitsandbytes (CUDA; not on Apple silicon).
-BNB = ("adamw8bit", "paged-adamw8bit", "lion8bit")
+BNB = ("paged-adamw", "adamw8bit", "paged-adamw8bit", "lion8bit")
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ NETWORK_MODULES |= {"sd3": "networks.lora_sd3", "flux": "networks.lora_flux"}
 OPTIMIZERS = {
     "adamw": "AdamW",
     "adamw8bit": "AdamW8bit",
+    "paged-adamw": "PagedAdamW32bit",
     "paged-adamw8bit": "PagedAdamW8bit",
     "adafactor": "Adafactor",
     "lion": "Lion",

@@ -20,7 +20,7 @@ HF_OPTIM: dict[str, str] = {
     "adamw_hf": "adamw",
     "adamw_apex_fused": "adamw",
     "adamw_anyprecision": "adamw",
-    "paged_adamw_32bit": "adamw",
+    "paged_adamw_32bit": "paged-adamw",
     "optimi_adamw": "adamw",
     "adamw_8bit": "adamw8bit",
     "adamw_bnb_8bit": "adamw8bit",

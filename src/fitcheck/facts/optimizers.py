@@ -25,7 +25,11 @@ EIGHT_BIT = ("adamw8bit", "paged-adamw8bit", "lion8bit")
 #: PyTorch's caching allocator never sees; smaller tensors' states and every absmax are ``torch.zeros`` on
 #: the device (optim/optimizer.py ``get_state_buffer`` / ``init_state``, functional.py ``get_paged``
 #: @0.43.3).
-PAGED = ("paged-adamw8bit",)
+PAGED = ("paged-adamw", "paged-adamw8bit")
+#: bitsandbytes 32-bit optimizers keep fp32 states whatever the parameter's dtype
+#: (``Optimizer2State.init_state``: ``dtype = torch.float32`` when ``optim_bits == 32``, then
+#: ``get_state_buffer(p, dtype=torch.float32)``) and update in place in their kernels.
+BNB32 = ("paged-adamw",)
 PAGED_MIN_NUMEL = 100_000
 
 #: How an AdamW step allocates: torch's foreach path (``_foreach_sqrt(exp_avg_sq)``, one copy of every
@@ -45,6 +49,9 @@ class OptimizerRow:
 OPTIMIZERS: dict[str, OptimizerRow] = {
     "adamw": OptimizerRow(2, "torch.optim.AdamW: exp_avg, exp_avg_sq (zeros_like(param))"),
     "adamw8bit": OptimizerRow(2, "bitsandbytes AdamW8bit: two uint8 states + fp32 absmax per 256"),
+    "paged-adamw": OptimizerRow(
+        2, "bitsandbytes PagedAdamW (optim_bits 32): two fp32 states, in paged memory from 1e5 elements"
+    ),
     "paged-adamw8bit": OptimizerRow(2, "bitsandbytes PagedAdamW8bit: as AdamW8bit, in paged memory"),
     "adafactor": OptimizerRow(
         1,
@@ -69,6 +76,7 @@ STEP_SOURCES: dict[str, str] = {
     "prodigy": "prodigyopt: per-tensor temporaries of the parameter's size (two)",
     "sgd": "torch foreach SGD: momentum and weights updated in place",
     "8-bit": "bitsandbytes 8-bit kernels update states and weights in place",
+    "paged-adamw": "bitsandbytes 32-bit kernels (optimizer_update_32bit) update states and weights in place",
 }
 
 
@@ -93,18 +101,22 @@ def state_bytes(optimizer: str, shapes: Iterable[tuple[Shape, int]], state_elem_
             total += k * 4 * _adafactor_elems(shape)
         elif optimizer in EIGHT_BIT:
             total += k * states * (n * 4 if n < BNB8_MIN_SIZE else n + 4 * math.ceil(n / BNB8_BLOCK))
+        elif optimizer in BNB32:
+            total += k * states * n * 4
         else:
             total += k * states * n * state_elem_bytes
     return int(total)
 
 
 def paged_state_bytes(optimizer: str, shapes: Iterable[tuple[Shape, int]]) -> int:
-    """The part of `state_bytes` a paged optimizer keeps in CUDA managed memory: the uint8 states of
-    tensors with at least `PAGED_MIN_NUMEL` elements (their fp32 absmax stays in the allocator)."""
+    """The part of `state_bytes` a paged optimizer keeps in CUDA managed memory: the states of tensors
+    with at least `PAGED_MIN_NUMEL` elements (uint8, their fp32 absmax staying in the allocator; or fp32
+    for the 32-bit ones)."""
     if optimizer not in PAGED:
         return 0
     states = OPTIMIZERS[optimizer].states
-    return sum(k * states * _numel(s) for s, k in shapes if _numel(s) >= PAGED_MIN_NUMEL)
+    per = 4 if optimizer in BNB32 else 1
+    return sum(k * states * per * _numel(s) for s, k in shapes if _numel(s) >= PAGED_MIN_NUMEL)
 
 
 def step_temporary_bytes(optimizer: str, shapes: Shapes, param_bytes: int, adam: AdamImpl = "foreach") -> int:

@@ -200,22 +200,23 @@ RULES: dict[str, Rule] = {r.id: r for r in _RULES}
 
 #: Attention kernels each trainer's config can name: one table, in `fitcheck.planner.kernels`.
 TRAINER_ATTN = K.TRAINER_KERNELS
-_HF_OPT = ("adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "sgd")
+_HF_OPT = ("adamw", "paged-adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "sgd")
+_ALL_OPT = (*_HF_OPT, "prodigy")
 TRAINER_OPT: dict[str, tuple[str, ...]] = {
     "hf": _HF_OPT,
     "axolotl": _HF_OPT,
     "llamafactory": _HF_OPT,
     "mlx": ("adamw", "adafactor", "sgd"),
-    "torchtune": ("adamw", "adamw8bit", "paged-adamw8bit", "sgd"),
+    "torchtune": ("adamw", "paged-adamw", "adamw8bit", "paged-adamw8bit", "sgd"),
     # litgpt's --optimizer names a torch.optim class (AdamW by default; bitsandbytes PagedAdamW when it
     # quantizes); Unsloth trains through the HF/TRL Trainer and takes its optim names
-    "litgpt": ("adamw", "sgd"),
+    "litgpt": ("adamw", "paged-adamw", "sgd"),
     "unsloth": _HF_OPT,
-    "generic": ("adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"),
-    "kohya": ("adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"),
+    "generic": _ALL_OPT,
+    "kohya": _ALL_OPT,
 }
 #: Optimizers that need bitsandbytes' CUDA kernels (HF's ``lion`` is bitsandbytes' ``lion_32bit``).
-BNB_OPT = frozenset({"adamw8bit", "paged-adamw8bit", "lion8bit"})
+BNB_OPT = frozenset({"paged-adamw", "adamw8bit", "paged-adamw8bit", "lion8bit"})
 HF_BNB_LION = frozenset({"hf", "axolotl", "llamafactory"})
 #: Backends each trainer runs on.
 TRAINER_BACKENDS: dict[str, tuple[str, ...]] = {
@@ -242,7 +243,17 @@ SEARCH_OPT: dict[str, tuple[str, ...]] = {
 #: Tie order per dimension (earlier wins when throughput is equal).
 PRECISION_ORDER = ("bf16", "fp16", "fp32")
 ATTN_ORDER = ("flash", "xformers", "sdpa", "eager")
-OPT_ORDER = ("adamw", "adafactor", "lion", "sgd", "prodigy", "adamw8bit", "paged-adamw8bit", "lion8bit")
+OPT_ORDER = (
+    "adamw",
+    "adafactor",
+    "lion",
+    "sgd",
+    "prodigy",
+    "paged-adamw",
+    "adamw8bit",
+    "paged-adamw8bit",
+    "lion8bit",
+)
 METHOD_ORDER = ("full", "lora", "qlora")
 
 
