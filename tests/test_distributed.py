@@ -248,3 +248,31 @@ def test_fsdp1_param_offload_copies_the_shard_to_the_gpu_to_gather(spec7b: Model
         assert units(off, phase) - units(on, phase) == pytest.approx(layer / 2, abs=1)
     two_off, two_on = (est(spec7b, fsdp_version=2, offload=o, **kw) for o in ("all", "none"))
     assert units(two_off, "backward") == units(two_on, "backward")
+
+
+def test_fsdp1_cpu_offload_keeps_grad_shards_on_the_gpu_until_backward_ends(spec7b: ModelSpec) -> None:
+    """FSDP1 CPUOffload(offload_params=True): ``_saved_grad_shard`` keeps each unit's reduce-scattered
+    gradient on the GPU after its copy to the host until the post-backward callback, so the end of
+    backward holds every trainable shard (shard dtype, 1/N); their blocks stay cached in the
+    post-backward stream's pool through the next forward, not at load. FSDP2 and FSDP1 without
+    offload keep none of it; with offload the optimizer step runs on the CPU
+    (docs/distributed.md#fsdp-offload-grads)."""
+    kw: dict[str, object] = {"gpus": 2, "strategy": "fsdp", "offload": "all"}
+    off = est(spec7b, fsdp_version=1, **kw)
+    trainable = off.params.trainable
+    for phase in ("forward", "backward", "optimizer_step"):
+        assert parts(off, phase)["offload_grad_shards"] == pytest.approx(4 * trainable / 2, abs=1), phase
+    assert "offload_grad_shards" not in parts(off, "load")
+    # no accelerate mixed precision (--no-autocast): the shards, and so their gradients, keep bf16
+    plain = est(spec7b, fsdp_version=1, autocast=False, **kw)
+    assert parts(plain, "backward")["offload_grad_shards"] == pytest.approx(2 * trainable / 2, abs=1)
+    for other in (est(spec7b, fsdp_version=2, **kw), est(spec7b, fsdp_version=1, gpus=2, strategy="fsdp")):
+        assert all("offload_grad_shards" not in parts(other, p.name) for p in other.phases)
+    lora = est(spec7b, fsdp_version=1, method="lora", **kw)
+    assert parts(lora, "backward")["offload_grad_shards"] == pytest.approx(
+        4 * lora.params.trainable / 2, abs=1
+    )
+    for e in (off, est(spec7b, fsdp_version=2, **kw)):
+        assert "optimizer_transient" not in parts(e, "optimizer_step")
+        host = {c.name for h in e.host_phases for c in h.components}
+        assert "optimizer_transient" in host

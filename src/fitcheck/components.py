@@ -143,6 +143,10 @@ _ROWS = (
     _weights("gathered_units", "FSDP layers all-gathered (current and prefetched)", multi="fsdp-units"),
     _grads("unit_grads", "FSDP unsharded gradients before their reduce-scatter", multi="fsdp-units"),
     _grads("no_sync_grads", "FSDP1 unsharded gradients held under no_sync()", multi="fsdp-no-sync"),
+    _grads(
+        "offload_grad_shards", "FSDP1 CPU offload: gradient shards kept on the GPU until backward ends",
+        multi="fsdp-offload-grads",
+    ),
     _overhead("nccl_communicators", "NCCL communicator memory", multi="nccl"),
     _weights("model_load", "host: the model read into CPU RAM while loading", multi="loading"),
     _overhead("offload_buffers", "host: DeepSpeed's pinned and staging buffers for offload", multi="host"),

@@ -257,6 +257,7 @@ class Plan:
     grads: list[Component]  # alive late in backward and at the step; earlier only when accumulating
     host: list[Component]
     bwd_start: list[Component] | None = None  # backward at its start (loss hump), when it differs
+    trained: list[Component] | None = None  # every phase from the first backward on (not at load)
 
 
 def _c(name: str, value: float, rule: str, anchor: str) -> Component:
@@ -407,7 +408,33 @@ def _fsdp(setup: LlmSetup, est: Estimate, sh: Shares, n: int, facts: StrategyFac
     held = _no_sync_grads(setup, sh)
     if held is not None:
         grads = [held]
-    return Plan(always, fwd, bwd, [trans], grads, host, start)
+    kept = _offload_grad_shards(setup, est, sh, n)
+    return Plan(always, fwd, bwd, [trans], grads, host, start, [kept] if kept is not None else None)
+
+
+def shard_bytes(setup: LlmSetup) -> int:
+    """Bytes per element of FSDP's trainable shards (the master copy): accelerate upcasts them to fp32
+    when its mixed precision is on (the switch that also turns autocast on); torchtune, and a run
+    without autocast (a plain ``FullyShardedDataParallel`` over a 16-bit model, FSDP's own
+    ``MixedPrecision`` at most), keep the load dtype (docs/distributed.md#fsdp-shards)."""
+    cb = 4 if setup.precision == "fp32" else 2
+    return cb if setup.trainer == "torchtune" or setup.autocast is False else 4
+
+
+def _offload_grad_shards(setup: LlmSetup, est: Estimate, sh: Shares, n: int) -> Component | None:
+    """FSDP1 ``CPUOffload(offload_params=True)``: each unit's reduce-scattered gradient shard is copied
+    to the host but stays referenced on the GPU by ``flat_param._saved_grad_shard`` until the
+    post-backward callback deletes it (``prepare_gradient_for_optim``), so the end of backward holds
+    every trainable shard on the GPU, in the shard dtype. Those blocks were allocated in FSDP's
+    post-backward stream, and the caching allocator gives a freed block back only to its own stream,
+    so they stay reserved through the next forward (docs/distributed.md#fsdp-offload-grads)."""
+    if setup.fsdp_version != 1 or setup.offload != "all" or not sh.trainable:
+        return None
+    rule = (
+        f"1/{n} of the trainable params in the shard dtype: _saved_grad_shard holds each unit's sharded "
+        "gradient on the GPU until backward ends; then cached in the post-backward stream's pool"
+    )
+    return _c("offload_grad_shards", sh.trainable * shard_bytes(setup) / n, rule, "fsdp-offload-grads")
 
 
 def accumulates_unsharded(setup: LlmSetup) -> bool:
@@ -443,8 +470,7 @@ def _fsdp_shards(
     """(always, gradients, step temporaries, host): parameter, gradient and optimizer shards, 1/n each
     (on the host under offload "all"), and 4-bit weights FSDP cannot shard."""
     cb = sh.compute_b
-    # accelerate upcasts trainable params to fp32 under mixed precision; torchtune keeps them in bf16
-    shard_b = 4 if setup.trainer != "torchtune" else cb
+    shard_b = shard_bytes(setup)
     shard_frozen = sh.frozen_bytes
     replicated_q = 0
     if setup.method == "qlora" and _storage(setup) != setup.precision:
@@ -475,8 +501,11 @@ def _fsdp_shards(
     grads = [_c("gradient_shards", sh.trainable * shard_b / n, f"sharded gradients, 1/{n}", "fsdp-shards")]
     host: list[Component] = []
     if setup.offload == "all":
-        host += [*params, opt, *grads]
+        # CPUOffload / CPUOffloadPolicy: "the optimizer step runs on CPU" (torch/distributed/fsdp/api.py,
+        # _fully_shard/_fsdp_api.py), so its temporaries are host memory too
+        host += [*params, opt, *grads, trans]
         grads, params, opt = [], [], _c("optimizer_states", 0, "", "fsdp-shards")
+        trans = _c("optimizer_transient", 0, "", "fsdp-shards")
     return [*always, *params, opt], grads, trans, host
 
 
@@ -598,7 +627,8 @@ def _phases(est: Estimate, plan: Plan, extra: list[Component]) -> tuple[Phase, .
         )
         # loading holds this rank's persistent share and the load transient, no step buffers
         own = plan.bwd_start if start and plan.bwd_start is not None else by.get(p.name, [])
-        out.append(phase(p.name, [*plan.always, *grads, *own, *rest, *extra]))
+        trained = plan.trained if plan.trained is not None and p.name != "load" else []
+        out.append(phase(p.name, [*plan.always, *grads, *trained, *own, *rest, *extra]))
     return tuple(out)
 
 
@@ -647,7 +677,7 @@ def distribute(spec: ModelSpec, setup: LlmSetup, est: Estimate, tensors: int) ->
     else:
         plan = _fsdp(setup, est, sh, n, facts)
     phases = _phases(est, plan, [_nccl(setup, facts)])
-    persistent = sum(c.bytes for c in [*plan.always, *plan.grads])
+    persistent = sum(c.bytes for c in [*plan.always, *plan.grads, *(plan.trained or [])])
     load_c = tuple(_loading(spec, setup, sh))
     load = HostPhase(name="loading", components=load_c, total_bytes=sum(c.bytes for c in load_c))
     host_train = tuple(
