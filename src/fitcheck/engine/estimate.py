@@ -418,8 +418,8 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         setup: method, batch, sequence, precision, optimizer, ... and the trainer regime.
         target_context: CUDA context bytes of the target GPU, when one is known.
     """
-    _check(spec, setup)
     spec = model_as_trained(tasks.with_task_head(spec, setup), setup)
+    _check(spec, setup)
     regime = regime_for(setup)
     ms = model_states(spec, setup, regime)
     sv = saved_activations(spec, setup, regime)
