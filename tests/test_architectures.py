@@ -343,3 +343,15 @@ def test_saved_config_with_defaults_left_out(model_type: str) -> None:
     with torch.device("meta"):
         model = auto.from_config(config)
     assert count_params(arch_from_hf_config(saved)) == sum(p.numel() for p in model.parameters())
+
+
+def test_refined_web_reads_as_transformers_converts_it() -> None:
+    """Falcon-7B's 2023 ``RefinedWebModel`` config sizes as the ``falcon`` config that transformers'
+    falcon/convert_custom_code_checkpoint.py makes of it (n_head, n_layer renamed; no n_head_kv, so
+    new_decoder_architecture false)."""
+    legacy, _ = REMOTE["falcon-7b"]
+    converted = {k: v for k, v in legacy.items() if k not in ("n_head", "n_layer")}
+    converted |= {"model_type": "falcon", "num_attention_heads": legacy["n_head"]}
+    converted |= {"num_hidden_layers": legacy["n_layer"], "new_decoder_architecture": False}
+    old, new = arch_from_hf_config(legacy), arch_from_hf_config(converted)
+    assert old.model_copy(update={"model_type": "falcon"}) == new
