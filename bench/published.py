@@ -74,9 +74,13 @@ _DIRECT = (
     "optimizer_in_bwd",
     "autocast",
     "keep_logits",
+    "lora_fa",
 )
 #: Optimizers the sources name that fitcheck models under another name (same bytes per state).
-_OPTIMIZER_ALIASES = {"paged-adamw": ("adamw", "bitsandbytes PagedAdamW: 32-bit states, as AdamW")}
+_OPTIMIZER_ALIASES = {
+    "paged-adamw": ("adamw", "bitsandbytes PagedAdamW: 32-bit states, as AdamW"),
+    "lora-fa": ("adamw", "peft LoraFAOptimizer: AdamW states for lora_B only (--lora-fa)"),
+}
 #: Setup flags fitcheck has no option for, and what leaving them out means for the pose.
 _UNMODELLED = {
     "compile": "torch.compile is not modelled",

@@ -54,6 +54,9 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
     _check_in_backward(setup)
     if setup.dora and setup.method == "full":
         raise OptionError("--dora applies to LoRA and QLoRA, not --method full")
+    if setup.lora_fa and (setup.method == "full" or setup.dora):
+        what = "--method full" if setup.method == "full" else "--dora (not modelled with LoRA-FA)"
+        raise OptionError(f"--lora-fa freezes LoRA's A factors: it applies to LoRA and QLoRA, not {what}")
     if setup.attn == "xformers" and setup.backend == "mps":
         raise OptionError("xformers is CUDA-only and crashes on Apple silicon; use --attn sdpa")
     if setup.optimizer in ("adamw8bit", "paged-adamw8bit", "lion8bit") and setup.backend == "mps":
