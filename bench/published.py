@@ -74,9 +74,12 @@ _DIRECT = (
     "optimizer_in_bwd",
     "autocast",
     "keep_logits",
+    "lora_fa",
 )
 #: Optimizers the sources name that fitcheck models under another name (same bytes per state).
-_OPTIMIZER_ALIASES: dict[str, tuple[str, str]] = {}
+_OPTIMIZER_ALIASES: dict[str, tuple[str, str]] = {
+    "lora-fa": ("adamw", "peft LoraFAOptimizer: AdamW states for lora_B only (--lora-fa)"),
+}
 #: Setup flags fitcheck has no option for, and what leaving them out means for the pose.
 _UNMODELLED = {
     "compile": "torch.compile is not modelled",
@@ -203,7 +206,8 @@ def _spec(model: str) -> ModelSpec | str:
 def _with_head(spec: ModelSpec, targets: str) -> str:
     """LoRA targets plus the output layer (``lora_head``): ``all-linear`` and ``attn`` leave lm_head out
     (peft ``_maybe_include_all_linear_layers``), so they are spelled as the model's own projection names
-    with ``lm_head`` added, as a user would pass ``--lora-targets``."""
+    (of the model as the trainer builds it, `model_as_trained`) with ``lm_head`` added, as a user would
+    pass ``--lora-targets``."""
     from fitcheck.engine.params import layer_kinds
 
     if targets in ("all-linear", "attn"):
@@ -274,6 +278,7 @@ def _multi_gpu(s: dict[str, Any]) -> tuple[dict[str, Any], list[str]] | str:
 
 def pose(rec: Record) -> tuple[Any, Any, list[str]] | str:
     """(spec, LlmSetup, notes) for a record, or the reason it cannot be posed."""
+    from fitcheck.engine.regimes import model_as_trained
     from fitcheck.models import OPTIMIZERS, TRAINERS, LlmSetup
 
     s = rec.setup
@@ -324,7 +329,7 @@ def pose(rec: Record) -> tuple[Any, Any, list[str]] | str:
     if s.get("method") != "full":
         targets = str(s.get("lora_targets", "all-linear"))
         if s.get("lora_head"):
-            targets = _with_head(spec, targets)
+            targets = _with_head(model_as_trained(spec, LlmSetup(trainer=kw["trainer"])), targets)
         kw["lora_targets"] = targets
         kw["dora"] = bool(s.get("dora", False))
     if base_quant != "none":

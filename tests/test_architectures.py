@@ -238,6 +238,10 @@ def test_state_space_models_refused(model_type: str) -> None:
 #: - openbmb/MiniCPM-2B-sft-bf16: 2,724,880,896, the same banner ("You are served by MiniCPM, with
 #:   2724880896 (2.7B) parameters") and MTEB's model metadata for MiniCPM-based embedders
 #:   (n_parameters=2724880896).
+#: - tiiuae/falcon-7b (``RefinedWebModel``, the 2023 remote-code config, as copied verbatim with the
+#:   checkpoint in tenstorrent/tt-buda pybuda/test/falcon/models/falcon7b/ @97caab79): 6,921,720,704, from
+#:   that checkpoint's pytorch_model.bin.index.json (total_size 14,434,379,520 bytes of bf16, less the tied
+#:   lm_head.weight it also stores, 65,024 x 4,544 x 2 bytes).
 REMOTE: dict[str, tuple[dict[str, Any], int]] = {
     "chatglm3-6b": ({"model_type": "chatglm", "add_bias_linear": False, "add_qkv_bias": True,
                      "ffn_hidden_size": 13696, "hidden_size": 4096, "kv_channels": 128,
@@ -255,6 +259,9 @@ REMOTE: dict[str, tuple[dict[str, Any], int]] = {
                     "num_attention_heads": 36, "num_key_value_heads": 36, "num_hidden_layers": 40,
                     "vocab_size": 122753, "scale_emb": 12, "dim_model_base": 256, "scale_depth": 1.4},
                    2_724_880_896),
+    "falcon-7b": ({"model_type": "RefinedWebModel", "hidden_size": 4544, "n_head": 71, "n_layer": 32,
+                   "multi_query": True, "parallel_attn": True, "bias": False, "vocab_size": 65024},
+                  6_921_720_704),
 }  # fmt: skip
 
 
@@ -336,3 +343,15 @@ def test_saved_config_with_defaults_left_out(model_type: str) -> None:
     with torch.device("meta"):
         model = auto.from_config(config)
     assert count_params(arch_from_hf_config(saved)) == sum(p.numel() for p in model.parameters())
+
+
+def test_refined_web_reads_as_transformers_converts_it() -> None:
+    """Falcon-7B's 2023 ``RefinedWebModel`` config sizes as the ``falcon`` config that transformers'
+    falcon/convert_custom_code_checkpoint.py makes of it (n_head, n_layer renamed; no n_head_kv, so
+    new_decoder_architecture false)."""
+    legacy, _ = REMOTE["falcon-7b"]
+    converted = {k: v for k, v in legacy.items() if k not in ("n_head", "n_layer")}
+    converted |= {"model_type": "falcon", "num_attention_heads": legacy["n_head"]}
+    converted |= {"num_hidden_layers": legacy["n_layer"], "new_decoder_architecture": False}
+    old, new = arch_from_hf_config(legacy), arch_from_hf_config(converted)
+    assert old.model_copy(update={"model_type": "falcon"}) == new

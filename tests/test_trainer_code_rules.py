@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fitcheck.engine import activations as act
 from fitcheck.engine import litgpt, loss
 from fitcheck.engine.estimate import estimate
 from fitcheck.engine.regimes import model_as_trained, regime_for
+from fitcheck.errors import OptionError
 from fitcheck.models import LlmSetup
-from fitcheck.sources.resolve import spec_from_preset
+from fitcheck.sources.resolve import resolve_model, spec_from_preset
+
+CONFIGS = Path(__file__).parent / "data" / "published" / "configs"
 
 
 def _acts(model: str, **kw: object) -> float:
@@ -162,3 +167,35 @@ def test_litgpt_full_loss_flattens_the_shifted_logits(batch: int, forward: int) 
     chunks' gradients beside the fp32 logits."""
     h, tv, _ = _hump("litgpt", "full", batch)
     assert (h.forward, h.backward) == (forward * tv, 12 * tv)
+
+
+def test_litgpt_adapts_the_parts_of_a_fused_qkv() -> None:
+    """litgpt's LoRAQKVLinear adapts q, k and v of one fused module each on its own (enable_lora): a
+    fused-qkv model is posed with separate q/k/v (same weights): q_proj,v_proj = lora_query + lora_value."""
+    spec = spec_from_preset("phi-3-mini")
+    a = spec.arch
+    assert a.fused_qkv
+    lit = LlmSetup(trainer="litgpt", method="lora", lora_rank=8, lora_targets="q_proj,v_proj", seq_len=256)
+    built = model_as_trained(spec, lit)
+    assert not built.arch.fused_qkv
+    est = estimate(spec, lit)
+    q, kv = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
+    # lora_A (2r, h) and lora_B (q + kv, r) per layer: litgpt/lora.py @00af8b0d LoRAQKVLinear
+    assert est.params.adapter == a.num_layers * 8 * (2 * a.hidden_size + q + kv)
+    hf = estimate(spec, LlmSetup(trainer="hf", method="lora", seq_len=256))
+    assert est.params.frozen == hf.params.frozen
+    with pytest.raises(OptionError, match="no module 'q_proj'"):
+        estimate(spec, LlmSetup(trainer="hf", method="lora", lora_targets="q_proj,v_proj", seq_len=256))
+
+
+def test_litgpt_runs_a_python_gelu_as_one_op() -> None:
+    """Phi's config names gelu_new (the Python tanh formula, four saved tensors); litgpt's GptNeoxMLP calls
+    torch's gelu(approximate="tanh"), which saves its input only."""
+    spec = resolve_model(str(CONFIGS / "microsoft" / "phi-2"))
+    assert spec.arch.activation == "gelu_new"
+    lit = LlmSetup(trainer="litgpt", method="lora", seq_len=256)
+    built = model_as_trained(spec, lit)
+    assert built.arch.activation == "gelu_pytorch_tanh"
+    parts = act.layer_activations(built.arch, lit, regime_for(lit)).parts
+    assert parts["mlp_hidden"] == 2 * spec.arch.intermediate_size  # one bf16 tensor, the GELU input
+    assert model_as_trained(spec, LlmSetup(trainer="hf")).arch.activation == "gelu_new"

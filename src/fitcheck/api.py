@@ -55,6 +55,7 @@ class _Common(TypedDict, total=False):
     """Options every sizing command takes; None (or leaving a key out) means the workload's default."""
 
     dora: bool
+    lora_fa: bool
     grad_accum: int
     seq_len: int | None
     resolution: int | None
@@ -126,6 +127,7 @@ class PlanOptions(_Common, total=False):
 LLM_ONLY: dict[str, object] = {
     "seq_len": None,
     "dora": False,
+    "lora_fa": False,
     "master_weights": False,
     "double_quant": True,
     "base_quant": "none",
@@ -479,7 +481,9 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         "keep_logits",
         "optimizer_impl",
     )
-    base_keys = ("dora", "master_weights", *_LORA, "double_quant", "seq_len", "nodes", "fsdp_version")
+    base_keys = (
+        "dora", "lora_fa", "master_weights", *_LORA, "double_quant", "seq_len", "nodes", "fsdp_version"
+    )  # fmt: skip
     base_opts = {k: opts.get(k) for k in (*base_keys, "quant_storage", *llm_extra)}
     base = setup_for(
         spec, {**base_opts, "method": "full" if method == "full" else "lora", "trainer": trainer}, tgt

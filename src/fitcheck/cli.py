@@ -173,6 +173,13 @@ MethodO = Annotated[MethodOpt, typer.Option("--method", "-m", help="full (also p
 DoraO = Annotated[
     bool, typer.Option("--dora", help="DoRA on top of LoRA (adds a magnitude vector per module)")
 ]
+LoraFaO = Annotated[
+    bool,
+    typer.Option(
+        "--lora-fa",
+        help="LLM: LoRA-FA, lora_A frozen and only lora_B trained (peft's create_lorafa_optimizer)",
+    ),
+]
 BatchO = Annotated[int, typer.Option("--batch-size", "-b", help="micro-batch size")]
 AccumO = Annotated[int, typer.Option("--grad-accum", help="gradient accumulation steps (no memory cost)")]
 SeqO = Annotated[int | None, typer.Option("--seq-len", "-s", help="tokens per example (LLM) [default: 2048]")]
@@ -479,6 +486,7 @@ def with_origin(doc: dict[str, Any], est: Any, prov: FromFile, given: frozenset[
 def _training_template(
     method: MethodO = MethodOpt.lora,
     dora: DoraO = False,
+    lora_fa: LoraFaO = False,
     batch_size: BatchO = 1,
     grad_accum: AccumO = 1,
     seq_len: SeqO = None,

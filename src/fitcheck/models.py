@@ -215,6 +215,9 @@ class LlmSetup(SetupBase):
 
     kind: Literal["llm"] = "llm"
     dora: bool = False
+    lora_fa: bool = Field(
+        default=False, description="LoRA-FA: lora_A frozen, only lora_B trains (peft create_lorafa_optimizer)"
+    )
     seq_len: int = Field(default=2048, ge=1, le=10_000_000)
     master_weights: bool = False
     double_quant: bool = True

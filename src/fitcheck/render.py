@@ -347,10 +347,15 @@ def spare_words(spare_bytes: int, spare_pct: float) -> str:
     return f"spare {_g(spare_bytes)} GiB ({spare_pct:.1f}% of usable)"
 
 
+def method_suffix(s: Any) -> str:
+    """What rides on the LoRA method in captions: ``+dora``, ``+lora-fa`` (an LLM setup's flags)."""
+    return ("+dora" if s.dora else "") + ("+lora-fa" if getattr(s, "lora_fa", False) else "")
+
+
 def assumptions(s: Any) -> str:
     """The caption every sizing table carries: regime, batch, sequence, precision, checkpointing."""
     shape = f"{s.resolution} px" if s.kind == "diffusion" else f"{s.seq_len} tokens"
-    dora = "+dora" if s.kind == "llm" and s.dora else ""
+    dora = method_suffix(s) if s.kind == "llm" else ""
     return (
         f"assumes: {s.method}{dora} · trainer {s.trainer} · batch {s.batch_size} x {shape} · "
         f"{s.precision} · {s.optimizer} · attn {s.attn} · checkpointing {'on' if s.grad_ckpt else 'off'}"
@@ -766,7 +771,7 @@ def _setup_line(s: Any) -> str:
             + f" · {s.attn} · {s.optimizer}{' · ckpt' if s.grad_ckpt else ''}"
         )
     return (
-        f"{s.method}{'+dora' if s.dora else ''} · {s.batch_size}x{s.grad_accum} · {s.seq_len} tok · "
+        f"{s.method}{method_suffix(s)} · {s.batch_size}x{s.grad_accum} · {s.seq_len} tok · "
         f"{s.precision} · {s.attn} · {s.optimizer}{' · ckpt' if s.grad_ckpt else ''}"
         + (f" · {s.effective_strategy}" if s.distributed else "")
         + (f"+offload-{s.offload}" if s.offload != "none" else "")
@@ -922,7 +927,7 @@ def _plan_setting_rows(plan: Any) -> list[list[str | Text]]:
     s, tp = c.setup, c.throughput
     dist_rows: list[list[str | Text]] = [[name, value] for name, value in _plan_dist_rows(plan)]
     rows: list[list[str | Text]] = [
-        ["method", s.method + ("+dora" if s.dora else "") + f" (trainer {s.trainer})"],
+        ["method", s.method + method_suffix(s) + f" (trainer {s.trainer})"],
         ["micro-batch", f"{s.batch_size} x accumulation {s.grad_accum} = {c.effective_batch}"],
         ["sequence", f"{s.seq_len} tokens"],
         ["precision", s.precision],

@@ -295,6 +295,7 @@ def register(app: typer.Typer) -> None:
         batch_size: MicroO = None,
         resolution: c.ResO = None,
         dora: c.DoraO = False,
+        lora_fa: c.LoraFaO = False,
         precision: Annotated[c.PrecisionOpt | None, typer.Option(help="fix the compute dtype")] = None,
         master_weights: c.MasterO = False,
         optimizer: Annotated[c.OptimizerOpt | None, typer.Option(help="fix the optimizer")] = None,
@@ -371,8 +372,8 @@ def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, fr
 
 #: What a ``--from`` file fixes for the planner; the rest (micro-batch, checkpointing, optimizer,
 #: attention, precision) stays searched unless given on the command line.
-PLAN_FIXED = ("method", "dora", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "double_quant",
-              "master_weights", "autocast", "keep_logits", "seq_len", "resolution", "trainer",
+PLAN_FIXED = ("method", "dora", "lora_fa", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
+              "double_quant", "master_weights", "autocast", "keep_logits", "seq_len", "resolution", "trainer",
               "gpus")  # fmt: skip
 
 
@@ -417,6 +418,7 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
         "--optimizer": kw["optimizer"],
         "--attn": kw["attn"],
         "--dora": kw["dora"],
+        "--lora-fa": kw.get("lora_fa", False),
         "--master-weights": kw["master_weights"],
         "--lora-rank": kw["lora_rank"],
         "--lora-alpha": kw["lora_alpha"],

@@ -77,6 +77,11 @@ def chosen(plan: Plan) -> LlmCandidate:
             f"{plan.model} is a diffusion model: its trainer config is kohya.toml (the LLM trainers' "
             "configs cannot express it)"
         )
+    if c.setup.lora_fa:
+        raise OptionError(
+            "--lora-fa: no emitted config expresses LoRA-FA (peft's create_lorafa_optimizer is called in "
+            "the training code), and plain LoRA needs more memory than this plan; drop --emit or --lora-fa"
+        )
     return c  # type: ignore[return-value]  # an LlmSetup's candidate is an LlmCandidate
 
 

@@ -144,7 +144,11 @@ def _linear_inputs(
         elif targeted(a, setup.lora_targets, lin):
             dropped = setup.lora_dropout > 0 and not (one_dropout and dropouts)
             dropouts += 1 if setup.lora_dropout > 0 else 0
-            if c.autocast and c.adapter != c.gamma:
+            if setup.lora_fa:
+                # LoRA-FA: a frozen lora_A saves no input (autograd keeps an operand only for a gradient
+                # it computes); the dropout keeps its mask for the input's gradient
+                per_op += d_in if dropped else 0
+            elif c.autocast and c.adapter != c.gamma:
                 per_op += c.gamma * d_in + (d_in if dropped else 0)
             elif c.adapter != x_bytes or dropped:
                 per_op += c.adapter * d_in + (d_in if dropped else 0)
@@ -504,5 +508,5 @@ def head_input_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> float:
         out += c.gamma * h
     if "lm_head" in head_targets(setup.lora_targets):
         x = c.gamma if c.autocast else c.adapter
-        out += x * h + x * setup.lora_rank
+        out += (0 if setup.lora_fa else x * h) + x * setup.lora_rank  # a frozen lora_A saves no input
     return out

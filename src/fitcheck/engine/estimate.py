@@ -54,6 +54,9 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
     _check_in_backward(setup)
     if setup.dora and setup.method == "full":
         raise OptionError("--dora applies to LoRA and QLoRA, not --method full")
+    if setup.lora_fa and (setup.method == "full" or setup.dora):
+        what = "--method full" if setup.method == "full" else "--dora (not modelled with LoRA-FA)"
+        raise OptionError(f"--lora-fa freezes LoRA's A factors: it applies to LoRA and QLoRA, not {what}")
     if setup.attn == "xformers" and setup.backend == "mps":
         raise OptionError("xformers is CUDA-only and crashes on Apple silicon; use --attn sdpa")
     if setup.optimizer in ("adamw8bit", "paged-adamw8bit", "lion8bit") and setup.backend == "mps":
@@ -418,8 +421,8 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         setup: method, batch, sequence, precision, optimizer, ... and the trainer regime.
         target_context: CUDA context bytes of the target GPU, when one is known.
     """
-    _check(spec, setup)
     spec = model_as_trained(tasks.with_task_head(spec, setup), setup)
+    _check(spec, setup)
     regime = regime_for(setup)
     ms = model_states(spec, setup, regime)
     sv = saved_activations(spec, setup, regime)

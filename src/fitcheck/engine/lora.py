@@ -112,3 +112,27 @@ def adapter_params(a: DecoderArch, setup: LlmSetup) -> int:
     """All LoRA (and DoRA magnitude) parameters of the model."""
     layers = sum(k.count * adapter_params_per_layer(a, setup, k) for k in layer_kinds(a))
     return layers + head_adapter_params(a, setup)
+
+
+#: LoRA-FA (``--lora-fa``): peft's ``create_lorafa_optimizer`` calls ``requires_grad_(False)`` on every
+#: parameter whose name holds ``lora_A`` and keeps AdamW states for ``lora_B`` only (``exp_avg_B``,
+#: ``exp_avg_sq_B`` = ``zeros_like(B)``), src/peft/optimizers/lorafa.py @01ee6424. An embedding's factor
+#: is ``lora_embedding_A``, which the name test misses: it still trains.
+SRC_LORA_FA = "peft src/peft/optimizers/lorafa.py @01ee6424 create_lorafa_optimizer: lora_A frozen"
+
+
+def frozen_a_params(a: DecoderArch, setup: LlmSetup) -> int:
+    """LoRA ``A`` factors that LoRA-FA freezes: r x d_in per wrapped projection, and lm_head's r x h."""
+    if not setup.lora_fa or setup.method == "full":
+        return 0
+    total = 0
+    for kind in layer_kinds(a):
+        per_layer = sum(
+            lin.copies * setup.lora_rank * lin.lora_factor * lin.d_in
+            for lin in kind.linears(a)
+            if targeted(a, setup.lora_targets, lin)
+        )
+        total += kind.count * per_layer
+    if "lm_head" in head_targets(setup.lora_targets):
+        total += setup.lora_rank * a.hidden_size
+    return total

@@ -85,13 +85,45 @@ SRC_UNTIED = (
 )
 
 
+#: Trainers whose attention adapts the query, key and value parts of one fused qkv module each on its own
+#: (litgpt ``LoRAQKVLinear``: ``enable_lora = (lora_query, lora_key, lora_value)``, ``lora_A`` r x (parts)
+#: rows, ``lora_B`` as wide as the enabled parts, litgpt/lora.py @00af8b0d and lit-gpt lora.py @8641822):
+#: a model whose config fuses qkv is posed with q, k and v as separate projections (same weights), so
+#: ``--lora-targets q_proj,v_proj`` says ``lora_query`` + ``lora_value``; what the fused module keeps
+#: beyond that is litgpt's rules (engine/litgpt.py: fused output kept, ``zero_pad`` source, one dropout).
+QKV_PARTS_TRAINERS = ("litgpt",)
+#: Trainers whose plain (non-gated) MLP runs its GELU as one torch op, whatever formula the Hub config
+#: names: litgpt ``GptNeoxMLP.forward`` calls ``torch.nn.functional.gelu(x, approximate=
+#: config.gelu_approximate)`` (lit_gpt/model.py @8641822, litgpt/model.py @00af8b0d; Phi's litgpt configs
+#: set ``gelu_approximate="tanh"``), so the Python tanh formulas (``gelu_new`` and kin, which keep several
+#: tensors) are posed as ``gelu_pytorch_tanh`` (one op that saves its input).
+FUSED_GELU_TRAINERS = ("litgpt",)
+PYTHON_GELUS = ("gelu_new", "gelu_python", "gelu_fast", "gelu_accurate")
+
+
 def model_as_trained(spec: ModelSpec, setup: LlmSetup) -> ModelSpec:
-    """The model as the trainer builds it: untied output layer under trainers that never tie it."""
+    """The model as the trainer builds it: untied output layer under trainers that never tie it; q, k
+    and v as separately adaptable parts under trainers that adapt a fused qkv's parts
+    (`QKV_PARTS_TRAINERS`); one-op GELU under trainers whose model code calls torch's
+    (`FUSED_GELU_TRAINERS`)."""
+    update: dict[str, bool | str] = {}
+    notes: list[str] = []
     if setup.trainer in UNTIED_TRAINERS and spec.arch.tie_embeddings:
-        arch = spec.arch.model_copy(update={"tie_embeddings": False})
-        note = f"{setup.trainer} keeps lm_head untied from the embedding: both are counted"
-        return spec.model_copy(update={"arch": arch, "notes": (*spec.notes, note)})
-    return spec
+        update["tie_embeddings"] = False
+        notes.append(f"{setup.trainer} keeps lm_head untied from the embedding: both are counted")
+    if setup.trainer in QKV_PARTS_TRAINERS and spec.arch.fused_qkv:
+        update["fused_qkv"] = False
+        notes.append(
+            f"{setup.trainer} adapts the q, k and v parts of the fused qkv separately "
+            "(lora_query / lora_key / lora_value): they are named q_proj, k_proj, v_proj"
+        )
+    if setup.trainer in FUSED_GELU_TRAINERS and spec.arch.activation in PYTHON_GELUS:
+        update["activation"] = "gelu_pytorch_tanh"
+        notes.append(f"{setup.trainer} runs the MLP's GELU as torch's gelu(approximate='tanh')")
+    if not update:
+        return spec
+    arch = spec.arch.model_copy(update=update)
+    return spec.model_copy(update={"arch": arch, "notes": (*spec.notes, *notes)})
 
 
 def _compute(setup: LlmSetup) -> Dtype:

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from fitcheck.engine import nf4
-from fitcheck.engine.lora import adapter_params, head_targets, trained_modules
+from fitcheck.engine.lora import adapter_params, frozen_a_params, head_targets, trained_modules
 from fitcheck.engine.params import head_shapes, inventory, layer_kinds
 from fitcheck.engine.quant import quantized_bytes
 from fitcheck.facts import optimizers as opt
@@ -57,7 +57,7 @@ def counts(a: DecoderArch, setup: LlmSetup) -> Counts:
     else:
         q, qt = 0, 0
     copies = module_copy_params(a, setup)
-    trainable = total if setup.method == "full" else adapters + copies
+    trainable = total if setup.method == "full" else adapters - frozen_a_params(a, setup) + copies
     frozen_dense = 0 if setup.method == "full" else total - q
     return Counts(total + adapters + copies, trainable, adapters, q, qt, frozen_dense, copies)
 
@@ -102,12 +102,15 @@ def trainable_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[int, int, in
                 if targeted(a, setup.lora_targets, lin):
                     # peft stores an expert parameter's factors as single tensors of rank r*E
                     k, r = n_layers, setup.lora_rank * lin.lora_factor * lin.copies
-                    out += [(r, lin.d_in, k), (lin.d_out, r, k)]
+                    out += [(lin.d_out, r, k)] if setup.lora_fa else [(r, lin.d_in, k), (lin.d_out, r, k)]
                     if setup.dora:
                         out.append((lin.d_out, 1, k))
         r, h, v = setup.lora_rank, a.hidden_size, a.vocab_size
         for m in head_targets(setup.lora_targets):
-            out += [(r, h, 1), (v, r, 1)] if m == "lm_head" else [(r, v, 1), (h, r, 1)]
+            if m == "lm_head":
+                out += [(v, r, 1)] if setup.lora_fa else [(r, h, 1), (v, r, 1)]
+            else:
+                out += [(r, v, 1), (h, r, 1)]
         return out
     inv = inventory(a)
     h = a.hidden_size

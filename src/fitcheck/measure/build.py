@@ -172,6 +172,10 @@ def apply_lora(model: Any, setup: LlmSetup, regime: Regime, model_type: str) -> 
     for p in peft_model.parameters():
         if p.requires_grad and p.dtype != want:  # e.g. fp16 adapters on an fp32 base: follow the regime
             p.data = p.data.to(want)
+    if setup.lora_fa:  # LoRA-FA: peft's create_lorafa_optimizer freezes every "lora_A" parameter
+        for name, p in peft_model.named_parameters():
+            if "lora_A" in name:
+                p.requires_grad_(False)
     return peft_model
 
 

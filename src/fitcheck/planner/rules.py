@@ -298,6 +298,10 @@ def check_request(spec: ModelSpec, target: Target, device: DevicePerf, req: Plan
         raise OptionError(f"--min-seq-len {req.floor_seq_len} is above --seq-len {req.seq_len}")
     if req.method == "full" and req.base.dora:
         raise OptionError("--dora applies to LoRA and QLoRA, not --method full")
+    if req.method == "full" and req.base.lora_fa:
+        raise OptionError(
+            "--lora-fa freezes LoRA's A factors: it applies to LoRA and QLoRA, not --method full"
+        )
 
 
 def _check_attn(spec: ModelSpec, attn: str, trainer: str, backend: str, device: DevicePerf) -> None:
@@ -352,7 +356,8 @@ def methods(req: PlanRequest) -> tuple[str, ...]:
     """The methods to search, in preference order (auto: full, then LoRA, then QLoRA)."""
     if req.method != "auto":
         return (req.method,)
-    out: tuple[str, ...] = METHOD_ORDER if not req.base.dora else ("lora", "qlora")
+    lora_only = req.base.dora or req.base.lora_fa  # options that only mean something on LoRA
+    out: tuple[str, ...] = METHOD_ORDER if not lora_only else ("lora", "qlora")
     if req.precision is not None and K.precision_refusal(req.base.trainer, "full", req.precision):
         out = tuple(m for m in out if m != "full")
     return out

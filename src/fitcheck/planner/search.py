@@ -122,6 +122,7 @@ def setup_for(base: LlmSetup, p: Point) -> LlmSetup:
             "batch_size": p.batch_size,
             "grad_accum": p.grad_accum,
             "dora": base.dora and p.method != "full",
+            "lora_fa": base.lora_fa and p.method != "full",
             "strategy": p.strategy,
             "offload": p.offload,
             # fp16 full fine-tuning under the HF Trainer: fp32 weights with autocast (kernels.FP16_FULL)

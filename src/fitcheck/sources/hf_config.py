@@ -207,6 +207,16 @@ def _falcon(cfg: Config, d: Fields) -> Fields:
     }
 
 
+def _refined_web(cfg: Config, d: Fields) -> Fields:
+    """Falcon's 2023 remote-code config (``RefinedWebModel``, tiiuae/falcon-7b): read as transformers'
+    converter reads it (models/falcon/convert_custom_code_checkpoint.py @15ea02a2: ``n_head`` ->
+    ``num_attention_heads``, ``n_layer`` -> ``num_hidden_layers``, ``n_head_kv`` -> ``num_kv_heads`` with
+    ``new_decoder_architecture`` true exactly when ``n_head_kv`` is given); the shape keys are `KEYS`
+    aliases already."""
+    legacy = {**cfg, "new_decoder_architecture": "n_head_kv" in cfg, "num_kv_heads": cfg.get("n_head_kv")}
+    return _falcon(legacy, d)
+
+
 def _parallel_residual(cfg: Config, d: Fields) -> Fields:
     """GPT-NeoX / StableLM: ``use_parallel_residual``; StableLM then keeps only the input norm."""
     par = bool(_opt(cfg, "use_parallel_residual", d["model_type"] == "gpt_neox"))
@@ -382,6 +392,18 @@ _QWEN_MOE = Family(
     features=(_qwen_moe,),
 )
 
+#: Falcon-7B's remote-code config before transformers' FalconConfig (tiiuae/falcon-7b until 2023-08;
+#: falcon-40b's ``RefinedWeb`` is not read: no published count to check it against here):
+#: the modeling is Falcon's; RWConfig's defaults (configuration_RW.py of those repositories: multi_query,
+#: parallel_attn and bias False) stand for keys a config leaves out.
+_REFINED_WEB = Family(
+    fixed={**_LAYER, **_PLAIN, "fused_qkv": True},
+    flags=_TIE_T,
+    features=(_refined_web,),
+    defaults={"activation": "gelu", "multi_query": False, "parallel_attn": False, "bias": False},
+    source="remote",
+)
+
 FAMILIES: dict[str, Family] = {
     # Llama-shaped decoders
     "llama": Family(flags=_LLAMA_FLAGS),
@@ -505,6 +527,7 @@ FAMILIES: dict[str, Family] = {
         features=(_falcon,),
         defaults={"activation": "gelu"},
     ),
+    "RefinedWebModel": _REFINED_WEB,
     "bloom": Family(
         fixed={**_LAYER, **_PLAIN, **_ALL_BIAS, "fused_qkv": True, "embed_norm": True},
         flags=_TIE_T,
