@@ -370,12 +370,15 @@ _TORCH_COUNTERS = ("max_memory_allocated", "max_memory_reserved", "unknown")
 
 
 def _unseen(est: Any, rec: Record) -> int:
-    """Bytes the estimate holds that torch.cuda's counters cannot see: a paged optimizer's states live in
-    CUDA managed memory (bitsandbytes functional.py get_paged @0.43.3), outside the caching allocator."""
+    """Bytes the estimate holds that torch.cuda's counters cannot see (fitcheck.components
+    ``OUTSIDE_ALLOCATOR``): a paged optimizer's states live in CUDA managed memory (bitsandbytes
+    functional.py get_paged @0.43.3), NCCL's communicator buffers in NCCL's own allocations."""
+    from fitcheck.components import OUTSIDE_ALLOCATOR
+
     if rec.relation == "capacity" or rec.metric not in _TORCH_COUNTERS:
         return 0
     peak = est.phase(est.peak_phase)
-    return sum(c.bytes for c in peak.components if c.name == "optimizer_states_paged")
+    return sum(c.bytes for c in peak.components if c.name in OUTSIDE_ALLOCATOR)
 
 
 def _figure(est: Any, rec: Record) -> int:

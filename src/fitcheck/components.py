@@ -33,6 +33,9 @@ class ComponentId:
     diffusion: str | None = None  # anchor in docs/diffusion.md
     multi: str | None = None  # anchor in docs/distributed.md: a multi-GPU line, either workload
     category: Category = field(kw_only=True)
+    #: Memory PyTorch's caching allocator never hands out (CUDA managed memory, NCCL's own cudaMalloc):
+    #: in the phase totals and on the device, but not in ``torch.cuda.max_memory_allocated/reserved``.
+    outside_allocator: bool = field(default=False, kw_only=True)
 
     def source(self, kind: Kind) -> str:
         if self.multi is not None:
@@ -73,7 +76,7 @@ _ROWS = (
     _states("optimizer_states", "optimizer states kept between steps", "optimizer-states", "optimizer"),
     _states(
         "optimizer_states_paged", "a paged optimizer's states in CUDA managed memory (bitsandbytes)",
-        "optimizer-states",
+        "optimizer-states", outside_allocator=True,
     ),
     _grads("gradients", "parameter gradients", "gradients", "model-states"),
     _temps(
@@ -147,13 +150,15 @@ _ROWS = (
         "offload_grad_shards", "FSDP1 CPU offload: gradient shards kept on the GPU until backward ends",
         multi="fsdp-offload-grads",
     ),
-    _overhead("nccl_communicators", "NCCL communicator memory", multi="nccl"),
+    _overhead("nccl_communicators", "NCCL communicator memory", multi="nccl", outside_allocator=True),
     _weights("model_load", "host: the model read into CPU RAM while loading", multi="loading"),
     _overhead("offload_buffers", "host: DeepSpeed's pinned and staging buffers for offload", multi="host"),
 )
 # fmt: on
 
 REGISTRY: dict[str, ComponentId] = {row.id: row for row in _ROWS}
+#: Components torch.cuda's counters cannot see (`ComponentId.outside_allocator`).
+OUTSIDE_ALLOCATOR: frozenset[str] = frozenset(row.id for row in _ROWS if row.outside_allocator)
 
 
 def component(name: str, value: float, rule: str, kind: Kind) -> Component:
