@@ -235,6 +235,8 @@ def test_state_space_models_refused(model_type: str) -> None:
 #: - baichuan-inc/Baichuan-7B: 7,000,559,616, same calflops table ("baichuan-7B ... 7000559616").
 #: - internlm/internlm2_5-7b-chat: 7,737,708,544, ChatLLM.cpp's loader banner ("You are served by
 #:   InternLM, with 7737708544 (7.7B) parameters", github.com/foldl/chatllm.cpp docs).
+#: - Qwen/Qwen-7B: 7,721,324,544, the same calflops table ("Qwen-7B ... 7721324544"); the config.json of
+#:   the repository (Qwen/Qwen-7B @e7a368b, 2023-11-30, mirrored at github.com/zhangningboo/Qwen-7B).
 #: - openbmb/MiniCPM-2B-sft-bf16: 2,724,880,896, the same banner ("You are served by MiniCPM, with
 #:   2724880896 (2.7B) parameters") and MTEB's model metadata for MiniCPM-based embedders
 #:   (n_parameters=2724880896).
@@ -251,6 +253,9 @@ REMOTE: dict[str, tuple[dict[str, Any], int]] = {
                              "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
                              "vocab_size": 92544, "bias": False, "tie_word_embeddings": False},
                             7_737_708_544),
+    "qwen-7b": ({"model_type": "qwen", "hidden_size": 4096, "intermediate_size": 22016, "kv_channels": 128,
+                 "num_attention_heads": 32, "num_hidden_layers": 32, "no_bias": True, "vocab_size": 151936,
+                 "tie_word_embeddings": False}, 7_721_324_544),
     "minicpm-2b": ({"model_type": "minicpm", "hidden_size": 2304, "intermediate_size": 5760,
                     "num_attention_heads": 36, "num_key_value_heads": 36, "num_hidden_layers": 40,
                     "vocab_size": 122753, "scale_emb": 12, "dim_model_base": 256, "scale_depth": 1.4},
