@@ -274,6 +274,32 @@ def test_remote_code_families_are_all_checked() -> None:
     assert remote == {cfg["model_type"] for cfg, _ in REMOTE.values()}
 
 
+def test_qwen1_layout_and_first_key_names() -> None:
+    """Qwen-1 (modeling_qwen.py): c_attn with a bias, c_proj and the MLP without (no_bias), w1/w2 of
+    intermediate_size // 2; the Aug 2023 config keys (n_embd, n_layer, n_head, ffn_hidden_size) give the
+    same model as the later ones."""
+    from fitcheck.engine.params import attention_linears, layer_linears
+
+    new, published = REMOTE["qwen-7b"]
+    old = {"model_type": "qwen", "n_embd": 4096, "n_layer": 32, "n_head": 32, "kv_channels": 128,
+           "ffn_hidden_size": 22016, "no_bias": True, "padded_vocab_size": 151936, "vocab_size": 151936,
+           "tie_word_embeddings": False}  # fmt: skip
+    a = arch_from_hf_config(new)
+    assert arch_from_hf_config(old) == a
+    assert (a.intermediate_size, a.qkv_bias, a.o_bias, a.mlp_bias) == (11008, True, False, False)
+    names = {lin.name: (lin.d_in, lin.d_out, lin.bias) for lin in layer_linears(a, False)}
+    assert names == {
+        "c_attn": (4096, 3 * 4096, True),
+        "c_proj": (4096, 4096, False),
+        "w2": (4096, 11008, False),
+        "w1": (4096, 11008, False),
+        "mlp.c_proj": (11008, 4096, False),
+    }
+    assert [x.name for x in attention_linears(a)] == ["c_attn", "c_proj"]
+    biased = arch_from_hf_config({**new, "no_bias": False})
+    assert count_params(biased) == published + 32 * (4096 + 2 * 11008 + 4096)
+
+
 FALLBACK = {"model_type": "persimmon", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
             "num_attention_heads": 4, "vocab_size": 256}  # fmt: skip
 
