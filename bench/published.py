@@ -89,7 +89,14 @@ _UNMODELLED = {
 #: QLoRA 4-bit formats the sources name, as the regime's ``nf4_format`` (engine/nf4.py).
 _NF4_FORMATS = {"torchao-nf4": "torchao", "bnb-nf4": "bitsandbytes"}
 #: Quantized bases the sources name, as fitcheck's ``--base-quant`` (None: no fitcheck format stores it).
-_BASE_QUANT = {"gptq-int4": "gptq", "gptq": "gptq", "awq": "awq", "int8": "int8", "bnb-int8": "int8"}
+_BASE_QUANT = {
+    "gptq-int4": "gptq",
+    "gptq": "gptq",
+    "gptq-int8": "gptq-int8",
+    "awq": "awq",
+    "int8": "int8",
+    "bnb-int8": "int8",
+}
 #: Checkpointing modes the sources name: (grad_ckpt, offload_activations, note).
 _CKPT_MODES = {
     "unsloth-offload": (True, True, "Unsloth's offloaded checkpointing: --grad-ckpt --offload-activations"),
@@ -289,7 +296,8 @@ def pose(rec: Record) -> tuple[Any, Any, list[str]] | str:
         return f"method {s.get('method')} is not modelled"
     base_quant = str(s.get("base_quant") or "none")
     if base_quant != "none" and base_quant not in _BASE_QUANT:
-        return f"a {base_quant} base is not modelled (--base-quant stores int8, 4-bit GPTQ or 4-bit AWQ)"
+        stored = "int8, 4-bit or 8-bit GPTQ, or 4-bit AWQ"
+        return f"a {base_quant} base is not modelled (--base-quant stores {stored})"
     if not s.get("seq_len"):
         return "sequence length not stated"
     spec = _spec(rec.model)

@@ -235,6 +235,8 @@ def test_state_space_models_refused(model_type: str) -> None:
 #: - baichuan-inc/Baichuan-7B: 7,000,559,616, same calflops table ("baichuan-7B ... 7000559616").
 #: - internlm/internlm2_5-7b-chat: 7,737,708,544, ChatLLM.cpp's loader banner ("You are served by
 #:   InternLM, with 7737708544 (7.7B) parameters", github.com/foldl/chatllm.cpp docs).
+#: - Qwen/Qwen-7B: 7,721,324,544, the same calflops table ("Qwen-7B ... 7721324544"); the config.json of
+#:   the repository (Qwen/Qwen-7B @e7a368b, 2023-11-30, mirrored at github.com/zhangningboo/Qwen-7B).
 #: - openbmb/MiniCPM-2B-sft-bf16: 2,724,880,896, the same banner ("You are served by MiniCPM, with
 #:   2724880896 (2.7B) parameters") and MTEB's model metadata for MiniCPM-based embedders
 #:   (n_parameters=2724880896).
@@ -255,6 +257,9 @@ REMOTE: dict[str, tuple[dict[str, Any], int]] = {
                              "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
                              "vocab_size": 92544, "bias": False, "tie_word_embeddings": False},
                             7_737_708_544),
+    "qwen-7b": ({"model_type": "qwen", "hidden_size": 4096, "intermediate_size": 22016, "kv_channels": 128,
+                 "num_attention_heads": 32, "num_hidden_layers": 32, "no_bias": True, "vocab_size": 151936,
+                 "tie_word_embeddings": False}, 7_721_324_544),
     "minicpm-2b": ({"model_type": "minicpm", "hidden_size": 2304, "intermediate_size": 5760,
                     "num_attention_heads": 36, "num_key_value_heads": 36, "num_hidden_layers": 40,
                     "vocab_size": 122753, "scale_emb": 12, "dim_model_base": 256, "scale_depth": 1.4},
@@ -274,6 +279,32 @@ def test_remote_code_counts_match_published(name: str) -> None:
 def test_remote_code_families_are_all_checked() -> None:
     remote = {t for t, f in FAMILIES.items() if f.source == "remote"}
     assert remote == {cfg["model_type"] for cfg, _ in REMOTE.values()}
+
+
+def test_qwen1_layout_and_first_key_names() -> None:
+    """Qwen-1 (modeling_qwen.py): c_attn with a bias, c_proj and the MLP without (no_bias), w1/w2 of
+    intermediate_size // 2; the Aug 2023 config keys (n_embd, n_layer, n_head, ffn_hidden_size) give the
+    same model as the later ones."""
+    from fitcheck.engine.params import attention_linears, layer_linears
+
+    new, published = REMOTE["qwen-7b"]
+    old = {"model_type": "qwen", "n_embd": 4096, "n_layer": 32, "n_head": 32, "kv_channels": 128,
+           "ffn_hidden_size": 22016, "no_bias": True, "padded_vocab_size": 151936, "vocab_size": 151936,
+           "tie_word_embeddings": False}  # fmt: skip
+    a = arch_from_hf_config(new)
+    assert arch_from_hf_config(old) == a
+    assert (a.intermediate_size, a.qkv_bias, a.o_bias, a.mlp_bias) == (11008, True, False, False)
+    names = {lin.name: (lin.d_in, lin.d_out, lin.bias) for lin in layer_linears(a, False)}
+    assert names == {
+        "c_attn": (4096, 3 * 4096, True),
+        "c_proj": (4096, 4096, False),
+        "w2": (4096, 11008, False),
+        "w1": (4096, 11008, False),
+        "mlp.c_proj": (11008, 4096, False),
+    }
+    assert [x.name for x in attention_linears(a)] == ["c_attn", "c_proj"]
+    biased = arch_from_hf_config({**new, "no_bias": False})
+    assert count_params(biased) == published + 32 * (4096 + 2 * 11008 + 4096)
 
 
 FALLBACK = {"model_type": "persimmon", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,

@@ -63,8 +63,8 @@ KNOWN_UNDER: dict[str, str] = {
 KNOWN_SOURCE: dict[str, str] = {
     "torchtune": "README rows measured with torch.compile (not modelled) 11-56% over; 8 x A100 FSDP2 rows "
     "29-80% over (compile; 70B full's custom_sharded_layers not posable)",
-    "ms-swift": "17.1% median: remote-code chatglm3 / Baichuan2 (known gap: attention not stated) under at "
-    "long sequences, to -69%",
+    "ms-swift": "30% median: Qwen-1 / chatglm3 LoRA rows 12-69% under (known gap: max_memory_reserved over "
+    "a run on variable-length text grows ~45 B per vocabulary entry per token, the code read holds ~12 B)",
     "multigpu_peft": "12.8% median: Llama-2-70B QLoRA on 2 GPUs 10-15% over (FSDP1, ZeRO-3); figures in GB "
     "read by an unstated tool",
 }

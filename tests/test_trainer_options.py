@@ -109,7 +109,7 @@ def test_offload_activations_keeps_two_layers(spec) -> None:  # type: ignore[no-
     )
 
 
-@pytest.mark.parametrize("fmt", ["int8", "gptq", "awq"])
+@pytest.mark.parametrize("fmt", ["int8", "gptq", "gptq-int8", "awq"])
 def test_quantized_bases(spec, fmt: str) -> None:  # type: ignore[no-untyped-def]
     setup = LlmSetup(method="lora", base_quant=fmt)  # type: ignore[arg-type]
     est = estimate(spec, setup)
@@ -117,8 +117,20 @@ def test_quantized_bases(spec, fmt: str) -> None:  # type: ignore[no-untyped-def
     q = _get(est, "optimizer_step", "weights_quantized")
     assert q == quantized_bytes(spec.arch, fmt)
     per = q / c.quantized
-    assert (1.0 < per < 1.01) if fmt == "int8" else (0.5 < per < 0.53)
-    assert _get(est, "forward", "dequant_transient") == largest_projection(spec.arch, False) * 2
+    bounds = {"int8": (1.0, 1.01), "gptq-int8": (1.02, 1.05)}.get(fmt, (0.5, 0.53))
+    assert bounds[0] < per < bounds[1]
+    per_dq = 6 if fmt == "gptq-int8" else 2
+    assert _get(est, "forward", "dequant_transient") == largest_projection(spec.arch, False) * per_dq
+
+
+def test_gptq_int8_buffers() -> None:
+    """auto_gptq 0.5.1 QuantLinear at 8 bits, group 128, a 4096 x 11008 projection: qweight int32
+    (4096 // 32 * 8, 11008), qzeros int32 (32, 11008 // 32 * 8), scales fp16 (32, 11008), g_idx int32
+    (4096)."""
+    from fitcheck.engine.quant import _tensor_bytes
+
+    expected = 4 * (4096 // 32 * 8) * 11008 + 4 * 32 * (11008 // 32 * 8) + 2 * 32 * 11008 + 4 * 4096
+    assert _tensor_bytes("gptq-int8", 4096, 11008) == expected
 
 
 def test_int8_gets_the_kbit_upcast_and_gptq_does_not() -> None:

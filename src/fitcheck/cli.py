@@ -99,6 +99,7 @@ class BaseQuantOpt(StrEnum):
     none = "none"
     int8 = "int8"
     gptq = "gptq"
+    gptq_int8 = "gptq-int8"
     awq = "awq"
 
 
@@ -230,7 +231,8 @@ ImageO = Annotated[int, typer.Option("--image-tokens", help="image tokens per ex
 BaseQuantO = Annotated[
     BaseQuantOpt | None,
     typer.Option(
-        "--base-quant", help="LoRA on a quantized base: int8 (bitsandbytes), gptq, awq [default: none]"
+        "--base-quant",
+        help="LoRA on a quantized base: int8 (bitsandbytes), gptq, gptq-int8, awq [default: none]",
     ),
 ]
 TrainModulesO = Annotated[

@@ -26,7 +26,7 @@ PhaseName = Literal["load", "forward", "backward", "optimizer_step"]
 #: Cross-entropy kernels (docs/methodology.md, "Logits and loss"): the trainer's own when not given.
 Loss = Literal["standard", "hf-legacy", "chunked", "liger", "cce", "plain"]
 #: A quantized base under LoRA other than QLoRA's NF4 (docs/methodology.md, "Quantized bases").
-BaseQuant = Literal["none", "int8", "gptq", "awq"]
+BaseQuant = Literal["none", "int8", "gptq", "gptq-int8", "awq"]
 VerdictName = Literal["fits", "tight", "does_not_fit"]
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "nf4", "fp4"]
 Task = Literal["causal-lm", "classification", "seq2seq"]

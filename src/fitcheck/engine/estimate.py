@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fitcheck.assembly import assemble, phase
 from fitcheck.components import component
 from fitcheck.engine import activations as act
-from fitcheck.engine import litgpt, lora_transient, loss, nf4, offload, states, tasks
+from fitcheck.engine import litgpt, lora_transient, loss, nf4, offload, quant, states, tasks
 from fitcheck.engine.load import largest_projection, load_transient_bytes
 from fitcheck.engine.lora import (
     adapter_params,
@@ -301,6 +301,9 @@ def _dequant(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
             rule = (
                 "torchao get_original_weight: int64 indices, halves and the stacked weight of one projection"
             )
+        elif setup.base_quant in quant.DEQUANT_BYTES:
+            dq = n * quant.DEQUANT_BYTES[setup.base_quant]
+            rule = "AutoGPTQ 8-bit QuantLinear torch path: int32/int16 unpacking and the fp16 weight"
         else:
             dq = n * litgpt.dequant_bytes_per_weight(setup, gamma)
     return _c("dequant_transient", dq, rule)

@@ -73,6 +73,7 @@ NAMES: dict[str, dict[str, str]] = {
     "arcee": {"up": "up_proj", "down": "down_proj"},
     "internlm2": {"qkv": "wqkv", "o": "wo", "gate": "w1", "up": "w3", "down": "w2"},
     "baichuan": {"qkv": "W_pack"},
+    "qwen": {"qkv": "c_attn", "o": "c_proj", "gate": "w2", "up": "w1", "down": "mlp.c_proj"},
     "bert": _BERT,
     "roberta": _BERT,
     "deberta-v2": {**_BERT, "q": "query_proj", "k": "key_proj", "v": "value_proj"},

@@ -10,9 +10,19 @@ int8   bitsandbytes LLM.int8 ``Linear8bitLt`` (has_fp16_weights=False): ``CB`` i
 gptq   AutoGPTQ / GPTQModel ``QuantLinear`` at 4 bits, group 128: ``qweight`` int32 packing 8 weights,
        ``qzeros`` (4 bits per group and output), ``scales`` fp16 per group and output, ``g_idx`` int32
        per input row
+gptq-  AutoGPTQ ``QuantLinear`` at 8 bits, group 128 (auto_gptq 0.5.1 ``qlinear_cuda_old.py`` and
+int8   ``qlinear_cuda.py``): ``qweight`` int32 (in // 32 * 8, out), 4 weights per int32; ``qzeros`` int32
+       (groups, out // 32 * 8), one byte per group and output; ``scales`` fp16 (groups, out); ``g_idx``
+       int32 per input row
 awq    AutoAWQ ``WQLinear_GEMM`` at 4 bits, group 128: ``qweight``, ``qzeros`` and fp16 ``scales`` as
        GPTQ, no ``g_idx``
 =====  ===========================================================================================
+
+An 8-bit GPTQ projection is dequantized on every training matmul: with 128 or more input rows (the
+``kernel_switch_threshold`` default) ``QuantLinear.forward`` takes its torch path, not the CUDA kernel
+(auto_gptq 0.5.1 ``qlinear_cuda_old.py`` lines 232-273): ``bitwise_right_shift`` of ``qweight`` expanded
+to one int32 per weight, cast to int16, ``bitwise_and``, ``weight - zeros`` (int16) and ``scales * ...``
+(fp16), then ``torch.matmul(x, weight)``. `DEQUANT_BYTES` holds the bytes alive at once per weight.
 """
 
 from __future__ import annotations
@@ -24,10 +34,18 @@ from fitcheck.models import DecoderArch
 GROUP = 128
 
 
+#: Bytes per weight alive while one projection is dequantized, per format with a rule of its own
+#: (the others: one copy in the compute dtype, ``estimate._dequant``). gptq-int8: the int32 shift result
+#: (4) beside its int16 cast (2); later the int16 weight, the int16 difference and the fp16 product (6).
+DEQUANT_BYTES: dict[str, int] = {"gptq-int8": 6}
+
+
 def _tensor_bytes(fmt: str, d_in: int, d_out: int) -> float:
     if fmt == "int8":
         return d_in * d_out + 4 * d_out
     groups = -(-d_in // GROUP)
+    if fmt == "gptq-int8":
+        return d_in * d_out + groups * d_out * (2 + 1) + 4 * d_in
     packed = d_in * d_out / 2 + groups * d_out * (2 + 0.5)
     return packed + (4 * d_in if fmt == "gptq" else 0)
 

@@ -344,6 +344,20 @@ def _t5(cfg: Config, d: Fields) -> Fields:
     }
 
 
+def _qwen(cfg: Config, d: Fields) -> Fields:
+    """Qwen (1.x) remote code, ``modeling_qwen.py`` (Qwen/Qwen-7B @d4efd21, 2023-12-07, mirrored at
+    github.com/zhangningboo/Qwen-7B; the same in Qwen/Qwen-7B-Chat @04df5dd, 2023-08-04, under the older
+    key ``ffn_hidden_size``): ``w1`` and ``w2`` are ``intermediate_size // 2`` wide (``a1 * silu(a2)``)
+    and ``mlp.c_proj`` reads that width back; ``c_attn`` always has a bias (``nn.Linear`` default), the
+    output ``c_proj`` and the MLP have one only when ``no_bias`` is false."""
+    bias = not bool(_opt(cfg, "no_bias", True))
+    return {
+        "intermediate_size": int(_need(cfg, "intermediate_size", "ffn_hidden_size")) // 2,
+        "o_bias": bias,
+        "mlp_bias": bias,
+    }
+
+
 def _gemma2_caps(cfg: Config, d: Fields) -> Fields:
     return {
         "final_logit_softcapping": cfg.get("final_logit_softcapping"),
@@ -417,6 +431,22 @@ FAMILIES: dict[str, Family] = {
         source="remote",
     ),
     "baichuan": Family(fixed={"fused_qkv": True}, flags=_TIE, source="remote"),
+    # QWenConfig defaults (configuration_qwen.py, Qwen/Qwen-7B @d4efd21); head_dim is kv_channels
+    "qwen": Family(
+        defaults={
+            "vocab_size": 151936,
+            "hidden_size": 4096,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "kv_channels": 128,
+            "intermediate_size": 22016,
+            "no_bias": True,
+        },
+        fixed={"fused_qkv": True, "qkv_bias": True},
+        flags=_TIE,
+        features=(_qwen,),
+        source="remote",
+    ),
     "minicpm": Family(flags={**_TIE_T, **_ATTN_BIAS}, source="remote"),
     "qwen2": Family(fixed={"qkv_bias": True}, flags=_TIE),
     "qwen3": Family(fixed={"qk_norm": True}, flags=_LLAMA_FLAGS),
