@@ -210,6 +210,32 @@ def test_fsdp1_no_sync_holds_every_units_unsharded_grads(spec7b: ModelSpec) -> N
     assert parts(full)["no_sync_grads"] == full.params.total * 2  # the root trains too: the whole model
 
 
+def test_hf_trainer_fsdp1_accumulates_under_no_sync(spec7b: ModelSpec) -> None:
+    """The HF Trainer runs every micro-batch but the last under ``accelerator.no_sync(model)`` (transformers
+    5.24.0 trainer.py), which enters FSDP1's ``no_sync()``: unsharded gradients stay until the last
+    micro-batch. peft's wrap policy makes each LoRA leaf its own unit, so LoRA keeps the adapters' unsharded
+    gradients only; full fine-tuning keeps the whole model's. Not with FSDP2, DeepSpeed or one micro-batch
+    (docs/distributed.md#fsdp-no-sync)."""
+    kw: dict[str, object] = {"trainer": "hf", "gpus": 8, "strategy": "fsdp", "fsdp_version": 1}
+    lora = est(spec7b, method="lora", grad_accum=4, **kw)
+    for phase in ("forward", "backward", "optimizer_step"):
+        got = parts(lora, phase)
+        assert got["no_sync_grads"] == lora.params.adapter * 2, phase  # bf16, frozen weights excluded
+        assert "gradient_shards" not in got
+    full = est(spec7b, method="full", grad_accum=4, **kw)
+    assert parts(full, "forward")["no_sync_grads"] == full.params.total * 2
+    synced = [
+        est(spec7b, method="full", grad_accum=1, **kw),
+        est(spec7b, method="full", grad_accum=4, **{**kw, "fsdp_version": 2}),
+        est(spec7b, method="full", grad_accum=4, trainer="hf", gpus=8, strategy="zero3"),
+    ]
+    for other in synced:
+        assert "no_sync_grads" not in parts(other)
+    # against FSDP2's accumulated fp32 gradient shards (1/8): the whole bf16 gradient instead
+    held = full.params.total * 2 - full.params.total * 4 // 8
+    assert full.phase("forward").total_bytes - synced[1].phase("forward").total_bytes > 0.9 * held
+
+
 def test_fsdp_keeps_bitsandbytes_quant_state_whole_on_every_gpu() -> None:
     """FSDP shards parameters only; bitsandbytes keeps NF4's absmax and code tables in ``quant_state``,
     so every rank holds all of them on its GPU, also under CPU offload; torchao's NF4Tensor shards its

@@ -97,8 +97,11 @@ NCCL_COMM_MIB: dict[str, int] = {"two_ranks": 544, "more_ranks": 688}
 DS_HOST_BUFFER_FACTOR = 1.5
 #: Trainers that accumulate gradients under FSDP1's ``no_sync()`` on every micro-batch but the last:
 #: lit-gpt/litgpt (``fabric.no_backward_sync(model, enabled=is_accumulating)``, finetune/lora.py at
-#: lit-gpt 8641822), which Lightning Fabric's FSDPStrategy runs as ``FullyShardedDataParallel.no_sync()``.
-NO_SYNC_TRAINERS = frozenset({"litgpt"})
+#: lit-gpt 8641822), which Lightning Fabric's FSDPStrategy runs as ``FullyShardedDataParallel.no_sync()``;
+#: the HF Trainer and the trainers built on it (transformers 5.24.0 trainer.py, the inner loop: every
+#: micro-batch but the last under ``accelerator.no_sync(model)`` unless ``sync_each_batch`` or DeepSpeed;
+#: accelerate 1.15.0 ``Accelerator.no_sync`` enters the FSDP1 module's ``no_sync``). HF_FAMILY below.
+NO_SYNC_TRAINERS = frozenset({"litgpt", "hf", "axolotl", "llamafactory"})
 #: transformers' default ``max_shard_size`` for hub checkpoints saved before 5.x was "5GB"; most large
 #: hub models ship 5 GB shards (Llama 3.1 70B: 30 files of about 4.7 GB). ZeRO-3's zero.Init loads one
 #: shard at a time per rank.
@@ -427,8 +430,14 @@ def _no_sync_grads(setup: LlmSetup, sh: Shares) -> Component | None:
     ``use_orig_params=True``), in the compute dtype; the root unit only when it trains."""
     if not accumulates_unsharded(setup):
         return None
-    layers = sh.layers * sh.unit_bytes if sh.unit_trainable else 0
     root = sh.root_params * sh.compute_b if sh.root_trainable else 0
+    if setup.trainer in HF_FAMILY and setup.method != "full":
+        # peft's fsdp_auto_wrap_policy makes every trainable LoRA leaf its own unit, so the layer units
+        # hold frozen weights only and get no gradient (docs/distributed.md#fsdp-no-sync)
+        adapters = sh.layers * sh.unit_trainable * sh.compute_b
+        rule = "no_sync(): unsharded grads of every LoRA unit (peft's wrap policy) until the last micro-batch"
+        return _c("no_sync_grads", adapters + root, rule, "fsdp-no-sync")
+    layers = sh.layers * sh.unit_bytes if sh.unit_trainable else 0
     rule = (
         f"no_sync(): unsharded grads of {sh.layers if layers else 0} layer unit(s)"
         f"{' and the root' if root else ''}, frozen weights of each unit included, kept until the "
