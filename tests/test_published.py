@@ -64,8 +64,6 @@ KNOWN_SOURCE: dict[str, str] = {
     "29-80% over (compile; 70B full's custom_sharded_layers not posable)",
     "ms-swift": "17.1% median: remote-code chatglm3 / Baichuan2 (known gap: attention not stated) under at "
     "long sequences, to -69%",
-    "multigpu_peft": "12.8% median: Llama-2-70B QLoRA on 2 GPUs 10-15% over (FSDP1, ZeRO-3); figures in GB "
-    "read by an unstated tool",
 }
 
 
