@@ -5,8 +5,9 @@ stated sequence length; several GPUs through fitcheck's distributed setup, per G
 compared with the figure the source printed: the engine's
 ``peak_allocated_bytes`` for ``max_memory_allocated``, ``peak_reserved_bytes`` for ``max_memory_reserved``
 and for ``unknown`` (a logger that does not say is most often reporting reserved memory), ``device_bytes``
-for ``nvidia-smi`` and for capacity records (the GPU's whole memory). Records it cannot pose are listed
-with the reason. A model without a preset is read offline from tests/data/published/configs/.
+for ``nvidia-smi`` and for capacity records (the GPU's whole memory); what torch's counters cannot see
+(paged optimizer states, NCCL communicators) is left out of the torch-counter figures. Records it cannot
+pose are listed with the reason. A model without a preset is read offline from tests/data/published/configs/.
 
     python bench/published.py                 # rewrite the generated section of docs/accuracy.md
     python bench/published.py --write-scores  # also rewrite tests/data/published/scores.json
@@ -377,16 +378,26 @@ def _nf4_note(s: dict[str, Any], setup: Any) -> list[str]:
 _TORCH_COUNTERS = ("max_memory_allocated", "max_memory_reserved", "unknown")
 
 
-def _unseen(est: Any, rec: Record) -> int:
-    """Bytes the estimate holds that torch.cuda's counters cannot see (fitcheck.components
+def _unseen_by_kind(est: Any, rec: Record) -> dict[str, int]:
+    """Bytes the estimate holds that torch.cuda's counters cannot see, by band kind (fitcheck.components
     ``OUTSIDE_ALLOCATOR``): a paged optimizer's states live in CUDA managed memory (bitsandbytes
-    functional.py get_paged @0.43.3), NCCL's communicator buffers in NCCL's own allocations."""
+    functional.py get_paged @0.43.3); NCCL allocates its communicators' buffers itself
+    (docs/distributed.md#nccl)."""
     from fitcheck.components import OUTSIDE_ALLOCATOR
+    from fitcheck.engine.band import kind_of
 
+    out: dict[str, int] = {}
     if rec.relation == "capacity" or rec.metric not in _TORCH_COUNTERS:
-        return 0
-    peak = est.phase(est.peak_phase)
-    return sum(c.bytes for c in peak.components if c.name in OUTSIDE_ALLOCATOR)
+        return out
+    for c in est.phase(est.peak_phase).components:
+        if c.name in OUTSIDE_ALLOCATOR:
+            out[kind_of(c.name)] = out.get(kind_of(c.name), 0) + c.bytes
+    return out
+
+
+def _unseen(est: Any, rec: Record) -> int:
+    """Bytes the estimate holds that torch.cuda's counters cannot see."""
+    return sum(_unseen_by_kind(est, rec).values())
 
 
 def _figure(est: Any, rec: Record) -> int:
@@ -442,8 +453,9 @@ def _kinds_in_figure(s: Score) -> dict[str, int]:
     cut = est.context_bytes
     if s.record.metric == "max_memory_allocated":
         cut += est.allocator_reserve_bytes
-    states = parts["states"] - _unseen(est, s.record)
-    return {**parts, "states": states, "transient": parts["transient"] - cut, "figure": s.estimate_bytes}
+    unseen = _unseen_by_kind(est, s.record)
+    out = {k: v - unseen.get(k, 0) for k, v in parts.items()}
+    return {**out, "transient": out["transient"] - cut, "figure": s.estimate_bytes}
 
 
 def calibration_spread() -> float:

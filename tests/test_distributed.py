@@ -185,8 +185,8 @@ def test_diffusion_across_gpus_is_data_parallel(capsys: pytest.CaptureFixture[st
 
 def test_fsdp1_no_sync_holds_every_units_unsharded_grads(spec7b: ModelSpec) -> None:
     """lit-gpt accumulates under FSDP1's no_sync(): each rank keeps every layer unit's whole unsharded
-    gradient (frozen weights of the unit included under use_orig_params=True) in every phase; FSDP2,
-    and one micro-batch keep gradient shards (docs/distributed.md#fsdp-no-sync)."""
+    gradient (frozen weights of the unit included under use_orig_params=True) in every phase; FSDP2
+    (not lit-gpt's) and one micro-batch keep gradient shards (docs/distributed.md#fsdp-no-sync)."""
     kw: dict[str, object] = {"method": "lora", "lora_targets": "q_proj,v_proj", "gpus": 2, "strategy": "fsdp"}
     held = est(spec7b, trainer="litgpt", fsdp_version=1, grad_accum=32, **kw)
     a = spec7b.arch
@@ -208,6 +208,36 @@ def test_fsdp1_no_sync_holds_every_units_unsharded_grads(spec7b: ModelSpec) -> N
         assert held.device_bytes - other.device_bytes > 0.9 * expected
     full = est(spec7b, trainer="litgpt", fsdp_version=1, grad_accum=4, method="full", gpus=2, strategy="fsdp")
     assert parts(full)["no_sync_grads"] == full.params.total * 2  # the root trains too: the whole model
+
+
+def test_hf_trainer_fsdp_accumulates_unsharded_grads(spec7b: ModelSpec) -> None:
+    """The HF Trainer runs every micro-batch but the last under ``accelerator.no_sync(model)`` (transformers
+    5.24.0 trainer.py): FSDP1's ``no_sync()``, FSDP2's ``set_requires_gradient_sync(False)``. Either way the
+    unsharded gradients of the trainable parameters stay until the last micro-batch: LoRA's adapters (peft's
+    wrap policy: each LoRA Linear its own FSDP1 unit, no gradient for the frozen layer units), the whole
+    model for full fine-tuning. Not with DeepSpeed, one micro-batch, or (not applied yet) CPU offload
+    (docs/distributed.md#fsdp-no-sync)."""
+    kw: dict[str, object] = {"trainer": "hf", "gpus": 8, "strategy": "fsdp"}
+    for version in (1, 2):
+        lora = est(spec7b, method="lora", grad_accum=4, fsdp_version=version, **kw)
+        for phase in ("forward", "backward", "optimizer_step"):
+            got = parts(lora, phase)
+            assert got["no_sync_grads"] == lora.params.adapter * 2, (version, phase)  # bf16, frozen excluded
+            assert "gradient_shards" not in got
+        full = est(spec7b, method="full", grad_accum=4, fsdp_version=version, **kw)
+        assert parts(full, "forward")["no_sync_grads"] == full.params.total * 2
+        off = est(spec7b, method="full", grad_accum=4, fsdp_version=version, offload="all", **kw)
+        assert "no_sync_grads" not in parts(off)  # not applied with CPU offload (docs/distributed.md)
+    synced = [
+        est(spec7b, method="full", grad_accum=1, fsdp_version=2, **kw),
+        est(spec7b, method="full", grad_accum=4, fsdp_version=2, **{**kw, "trainer": "torchtune"}),
+        est(spec7b, method="full", grad_accum=4, trainer="hf", gpus=8, strategy="zero3"),
+    ]
+    for other in synced:
+        assert "no_sync_grads" not in parts(other)
+    # one micro-batch holds no gradient in forward; accumulating, the whole bf16 gradient is there
+    held = full.params.total * 2
+    assert full.phase("forward").total_bytes - synced[0].phase("forward").total_bytes > 0.99 * held
 
 
 def test_fsdp_keeps_bitsandbytes_quant_state_whole_on_every_gpu() -> None:

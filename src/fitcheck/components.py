@@ -145,7 +145,7 @@ _ROWS = (
     _weights("root_params", "FSDP root unit kept unsharded from forward to backward", multi="fsdp-units"),
     _weights("gathered_units", "FSDP layers all-gathered (current and prefetched)", multi="fsdp-units"),
     _grads("unit_grads", "FSDP unsharded gradients before their reduce-scatter", multi="fsdp-units"),
-    _grads("no_sync_grads", "FSDP1 unsharded gradients held under no_sync()", multi="fsdp-no-sync"),
+    _grads("no_sync_grads", "FSDP unsharded gradients held while accumulating", multi="fsdp-no-sync"),
     _grads(
         "offload_grad_shards", "FSDP1 CPU offload: gradient shards kept on the GPU until backward ends",
         multi="fsdp-offload-grads",

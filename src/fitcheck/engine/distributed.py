@@ -95,10 +95,15 @@ NCCL_COMM_MIB: dict[str, int] = {"two_ranks": 544, "more_ranks": 688}
 #: DeepSpeed's own estimators multiply host memory by ``additional_buffer_factor=1.5``
 #: (estimate_zero2/zero3_model_states_mem_needs_all_live, stage_1_and_2.py / stage3.py).
 DS_HOST_BUFFER_FACTOR = 1.5
-#: Trainers that accumulate gradients under FSDP1's ``no_sync()`` on every micro-batch but the last:
+#: Trainers that accumulate gradients without reduce-scattering them on every micro-batch but the last:
 #: lit-gpt/litgpt (``fabric.no_backward_sync(model, enabled=is_accumulating)``, finetune/lora.py at
-#: lit-gpt 8641822), which Lightning Fabric's FSDPStrategy runs as ``FullyShardedDataParallel.no_sync()``.
-NO_SYNC_TRAINERS = frozenset({"litgpt"})
+#: lit-gpt 8641822), which Lightning Fabric's FSDPStrategy runs as ``FullyShardedDataParallel.no_sync()``;
+#: the HF Trainer and the trainers built on it (transformers 5.24.0 trainer.py, the inner loop: every
+#: micro-batch but the last under ``accelerator.no_sync(model)`` unless ``sync_each_batch`` or DeepSpeed;
+#: accelerate 1.15.0 ``Accelerator.no_sync`` enters the FSDP1 module's ``no_sync`` and calls FSDP2's
+#: ``set_requires_gradient_sync(False)``, after which torch 2.13's ``FSDPParamGroup.post_backward`` keeps each
+#: parameter's unsharded gradient instead of reduce-scattering it). HF_FAMILY below.
+NO_SYNC_TRAINERS = frozenset({"litgpt", "hf", "axolotl", "llamafactory"})
 #: transformers' default ``max_shard_size`` for hub checkpoints saved before 5.x was "5GB"; most large
 #: hub models ship 5 GB shards (Llama 3.1 70B: 30 files of about 4.7 GB). ZeRO-3's zero.Init loads one
 #: shard at a time per rank.
@@ -438,26 +443,33 @@ def _offload_grad_shards(setup: LlmSetup, est: Estimate, sh: Shares, n: int) -> 
 
 
 def accumulates_unsharded(setup: LlmSetup) -> bool:
-    """FSDP1 gradient accumulation under ``no_sync()``: the trainer skips the reduce-scatter on the
-    micro-batches before the last one (docs/distributed.md#fsdp-no-sync)."""
-    return (
-        setup.fsdp_version == 1
-        and setup.grad_accum > 1
-        and setup.offload == "none"
-        and setup.trainer in NO_SYNC_TRAINERS
-    )
+    """Gradient accumulation without the reduce-scatter on the micro-batches before the last one
+    (docs/distributed.md#fsdp-no-sync): the HF Trainer under FSDP1 (``no_sync()``) and FSDP2
+    (``set_requires_gradient_sync(False)``), lit-gpt under FSDP1; without CPU offload (with it the HF
+    Trainer's code does the same, but corpus records of other loops are posed as ``hf``: not applied yet)."""
+    if setup.grad_accum <= 1 or setup.trainer not in NO_SYNC_TRAINERS or setup.offload != "none":
+        return False
+    return setup.trainer in HF_FAMILY or setup.fsdp_version == 1
 
 
 def _no_sync_grads(setup: LlmSetup, sh: Shares) -> Component | None:
-    """The unsharded gradients FSDP1 keeps under ``no_sync()``: every unit that holds a trainable
-    parameter, at the size of its whole flat parameter (frozen weights included under
-    ``use_orig_params=True``), in the compute dtype; the root unit only when it trains."""
+    """The unsharded gradients FSDP keeps while it accumulates, in the compute dtype: under lit-gpt every
+    FSDP1 unit that holds a trainable parameter, at the size of its whole flat parameter (frozen weights
+    included under ``use_orig_params=True``); under the HF Trainer the trainable parameters only (peft's
+    wrap policy gives each LoRA Linear its own FSDP1 unit; FSDP2 keeps a gradient per parameter). The
+    root only when it trains."""
     if not accumulates_unsharded(setup):
         return None
-    layers = sh.layers * sh.unit_bytes if sh.unit_trainable else 0
     root = sh.root_params * sh.compute_b if sh.root_trainable else 0
+    how = "no_sync()" if setup.fsdp_version == 1 else "set_requires_gradient_sync(False)"
+    if setup.trainer in HF_FAMILY:
+        trained = sh.layers * (sh.unit_bytes if setup.method == "full" else sh.unit_trainable * sh.compute_b)
+        what = "the whole model" if setup.method == "full" else "every LoRA parameter"
+        rule = f"{how}: unsharded grads of {what} until the last micro-batch"
+        return _c("no_sync_grads", trained + root, rule, "fsdp-no-sync")
+    layers = sh.layers * sh.unit_bytes if sh.unit_trainable else 0
     rule = (
-        f"no_sync(): unsharded grads of {sh.layers if layers else 0} layer unit(s)"
+        f"{how}: unsharded grads of {sh.layers if layers else 0} layer unit(s)"
         f"{' and the root' if root else ''}, frozen weights of each unit included, kept until the "
         "last micro-batch"
     )
