@@ -240,6 +240,31 @@ def test_hf_trainer_fsdp_accumulates_unsharded_grads(spec7b: ModelSpec) -> None:
     assert full.phase("forward").total_bytes - synced[0].phase("forward").total_bytes > 0.99 * held
 
 
+def test_sharded_qlora_under_hf_keeps_the_load_dtype(spec7b: ModelSpec) -> None:
+    """TRL skips (0.8-0.25) or never runs (0.26+) prepare_model_for_kbit_training when transformers left
+    the Params4bit on the CPU, which it does under FSDP and ZeRO-3: no fp32 residual stream, adapters in
+    bf16 (engine/regimes.py SRC_SHARDED_QLORA). One GPU, DDP and ZeRO-2 keep the k-bit upcast."""
+    from fitcheck.engine.regimes import regime_for
+
+    kw: dict[str, object] = {"method": "qlora", "trainer": "hf", "grad_ckpt": True}
+    sharded = {s: LlmSetup(**kw, gpus=2, strategy=s) for s in ("fsdp", "zero3")}  # type: ignore[arg-type]
+    prepared = [
+        LlmSetup(**kw),  # type: ignore[arg-type]
+        LlmSetup(**kw, gpus=2, strategy="zero2"),  # type: ignore[arg-type]
+        LlmSetup(**kw, gpus=2),  # type: ignore[arg-type]
+    ]
+    for setup in sharded.values():
+        r = regime_for(setup)
+        assert (r.kbit_upcast, r.adapter_dtype) == (False, "bf16") and "SFTTrainer" in r.source
+    for setup in prepared:
+        r = regime_for(setup)
+        assert (r.kbit_upcast, r.adapter_dtype) == (True, "fp32")
+    a = spec7b.arch
+    bf16 = parts(estimate(spec7b, sharded["fsdp"]), "backward")["checkpoints"]
+    fp32 = parts(estimate(spec7b, prepared[2]), "backward")["checkpoints"]
+    assert bf16 == a.num_layers * 2048 * a.hidden_size * 2 and fp32 == 2 * bf16
+
+
 def test_fsdp_keeps_bitsandbytes_quant_state_whole_on_every_gpu() -> None:
     """FSDP shards parameters only; bitsandbytes keeps NF4's absmax and code tables in ``quant_state``,
     so every rank holds all of them on its GPU, also under CPU offload; torchao's NF4Tensor shards its

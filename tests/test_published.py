@@ -49,6 +49,10 @@ _ULT_FSDP = (
 _ULT_PHI3_QLORA = "Phi-3 mini QLoRA at 2 x 8192 without autocast: 19% under, cause not found"
 #: Records more than 15% under their measured figure today, with the reason (each one must be fixed, or its
 #: record must name a setting the source leaves unstated, to leave this list).
+_PEFT_SHARDED = (
+    "posed as it ran (sharded QLoRA: no k-bit preparation, bf16 stream and adapters; TRL 58c0888): about "
+    "5 GiB per GPU that the runs held is not found in the code read; the figures' tool is not stated"
+)
 KNOWN_UNDER: dict[str, str] = {
     "universal-llm-trainer/phi-3-mini-qlora-h100": _ULT_PHI3_QLORA,
     "universal-llm-trainer/phi-3-mini-qlora-rtx-pro-6000": _ULT_PHI3_QLORA,
@@ -58,6 +62,7 @@ KNOWN_UNDER: dict[str, str] = {
         for m in ("llama-3.1-70b-lora",)
         for g in ("a100", "h100", "rtx-pro-6000")
     },
+    **{f"multigpu_peft/llama-2-70b-qlora-{s}": _PEFT_SHARDED for s in ("fsdp1-offload", "zero3")},
 }
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {
@@ -65,8 +70,8 @@ KNOWN_SOURCE: dict[str, str] = {
     "29-80% over (compile; 70B full's custom_sharded_layers not posable)",
     "ms-swift": "30% median: Qwen-1 / chatglm3 LoRA rows 12-69% under (known gap: max_memory_reserved over "
     "a run on variable-length text grows ~45 B per vocabulary entry per token, the code read holds ~12 B)",
-    "multigpu_peft": "12.8% median: Llama-2-70B QLoRA on 2 GPUs 10-15% over (FSDP1, ZeRO-3); figures in GB "
-    "read by an unstated tool",
+    "multigpu_peft": "15.7% median: Llama-2-70B QLoRA on 2 GPUs posed as sharded QLoRA (bf16 stream) is 12-32% "
+    "under (FSDP1, ZeRO-3); figures in GB read by an unstated tool",
 }
 
 
@@ -235,7 +240,8 @@ def test_model_configs_resolve_offline_and_are_sourced() -> None:
 def test_multi_gpu_records_are_posed_per_gpu() -> None:
     """Records with several GPUs are estimated through the distributed setup, as the source states it
     (world size, strategy, offload); their bar is the corpus bar above (it replaced the 15% median / 25%
-    under bar of the former tests/test_published_multigpu.py, which multigpu_peft.yaml still meets)."""
+    under bar of the former tests/test_published_multigpu.py, which multigpu_peft.yaml no longer meets
+    since its runs are posed as they ran, with a bf16 stream: KNOWN_UNDER)."""
     multi = [s for s in _all_scores() if s.record.gpus > 1]
     assert len(multi) >= 30
     for s in multi:
@@ -245,7 +251,7 @@ def test_multi_gpu_records_are_posed_per_gpu() -> None:
         assert d.strategy == pub._STRATEGIES[s.record.setup["strategy"]]
         assert d.offload == pub._OFFLOAD[str(s.record.setup.get("offload", "none"))]
     peft = [s for s in multi if s.record.source == "multigpu_peft"]
-    assert len(peft) == 3 and min(s.error for s in peft) >= -0.25
+    assert len(peft) == 3 and all(s.estimate.regime.kbit_upcast is False for s in peft)
 
 
 def test_unexpressible_strategies_stay_unposed_with_the_reason() -> None:

@@ -25,6 +25,7 @@ is the textbook accounting (adapters in the compute dtype, no framework quirks),
 seeds' rules of thumb assume. QLoRA under hf: ``prepare_model_for_kbit_training`` upcasts every
 non-quantized parameter (embeddings, norms, lm_head) to fp32; axolotl and LLaMA-Factory do not keep
 that upcast (axolotl casts norms and embeddings back to the load dtype, LLaMA-Factory never calls it).
+QLoRA under hf with FSDP or ZeRO-3 ("sharded QLoRA") has no k-bit preparation and compute-dtype adapters.
 mlx-lm builds LoRA adapters in fp32 (``mx.random.uniform`` / ``mx.zeros`` default dtype) on a model
 kept in its stored dtype, with no autocast.
 """
@@ -212,7 +213,7 @@ def _trainer_regime(setup: LlmSetup) -> Regime:
         base = _trainer_regime(setup.model_copy(update={"trainer": "generic"}))
         return base.model_copy(update={"name": f"{trainer} (generic)"})
     if trainer == "hf":
-        return _hf(setup)
+        return _sharded_qlora(setup, _hf(setup)) if sharded_qlora(setup) else _hf(setup)
     if trainer == "litgpt":
         return _litgpt(setup)
     if trainer == "unsloth":
@@ -270,6 +271,49 @@ def _hf(setup: LlmSetup) -> Regime:
         kbit_upcast=kbit,
         fused_optimizer=True,
         source=SRC_HF + ("; " + SRC_KBIT if kbit else ""),
+    )
+
+
+#: Strategies under which transformers leaves a bitsandbytes 4-bit model's ``Params4bit`` on the CPU (or the
+#: meta device) after loading: FSDP with ``cpu_ram_efficient_loading`` (what fitcheck emits) and ZeRO-3.
+SHARDED_LOAD_STRATEGIES = ("fsdp", "fsdp-grad-op", "fsdp-hybrid", "zero3")
+SRC_SHARDED_QLORA = (
+    "sharded QLoRA: transformers modeling_utils _load_state_dict_into_meta_model (4.39 and later) quantizes "
+    "each weight on the GPU and moves the Params4bit to the CPU (meta on other ranks) when is_fsdp_enabled() "
+    "or is_deepspeed_zero3_enabled(); TRL SFTTrainer then skips prepare_model_for_kbit_training and "
+    "peft_module_casting_to_bf16 (is_sharded_qlora, trl 58c0888 / v0.8.0 to v0.25) or never calls them "
+    "(trl 2af35fb0 / v0.26 and later, which casts QLoRA adapters to bf16); peft < 0.12 built adapters in "
+    "the base weight's dtype (the bf16 quant storage); transformers distributed/fsdp.py "
+    "update_fsdp_plugin_peft (5.24.0) sets the FSDP mixed precision to the quant storage dtype"
+)
+
+
+def sharded_qlora(setup: LlmSetup) -> bool:
+    """QLoRA under TRL's SFTTrainer with FSDP or ZeRO-3: the non-quantized parameters stay in the load
+    dtype (no k-bit preparation) and the adapters compute in the compute dtype (`SRC_SHARDED_QLORA`)."""
+    return (
+        setup.trainer == "hf"
+        and setup.method == "qlora"
+        and setup.distributed
+        and setup.effective_strategy in SHARDED_LOAD_STRATEGIES
+    )
+
+
+def _sharded_qlora(setup: LlmSetup, base: Regime) -> Regime:
+    """The hf regime of a sharded QLoRA run: no fp32 upcast of embeddings, norms and lm_head, adapters and
+    their gradients in the compute dtype (FSDP/DeepSpeed re-deal the stored shards: engine/distributed.py)."""
+    c = _compute(setup)
+    return base.model_copy(
+        update={
+            "description": base.description.replace(
+                "peft adapters fp32; non-4-bit params upcast to fp32 by prepare_model_for_kbit_training",
+                f"sharded QLoRA: no k-bit preparation, non-4-bit params and adapters in {c}",
+            ),
+            "adapter_dtype": c,
+            "grad_dtype": c,
+            "kbit_upcast": False,
+            "source": SRC_HF + "; " + SRC_SHARDED_QLORA,
+        }
     )
 
 
