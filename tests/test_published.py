@@ -70,7 +70,8 @@ KNOWN_SOURCE: dict[str, str] = {
     "29-80% over (compile; 70B full's custom_sharded_layers not posable)",
     "ms-swift": "30% median: Qwen-1 / chatglm3 LoRA rows 12-69% under (known gap: max_memory_reserved over "
     "a run on variable-length text grows ~45 B per vocabulary entry per token, the code read holds ~12 B)",
-    "multigpu_peft": "15.7% median: Llama-2-70B QLoRA on 2 GPUs posed as sharded QLoRA (bf16 stream) is 12-32% "
+    "multigpu_peft": "15.7% median: Llama-2-70B QLoRA on 2 GPUs posed as sharded QLoRA (bf16 stream) is "
+    "12-32% "
     "under (FSDP1, ZeRO-3); figures in GB read by an unstated tool",
 }
 
