@@ -227,10 +227,10 @@ _STRATEGIES = {
     "fsdp": "fsdp",
     "fsdp-grad-op": "fsdp-grad-op",
     "fsdp-hybrid": "fsdp-hybrid",
+    "device-map": "device-map",
 }
 #: Strategies the sources name that no fitcheck strategy expresses, and why.
 _NO_STRATEGY = {
-    "device-map": "naive model parallelism (layers split over GPUs by device_map) is not a fitcheck strategy",
     "fsdp-no-shard": "FSDP NO_SHARD (a full replica under FSDP's flat parameters) is not a fitcheck strategy",
 }
 #: Offload as the sources name it -> fitcheck's ``--offload``. FSDP's CPUOffload(offload_params=True)

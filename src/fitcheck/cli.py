@@ -115,6 +115,7 @@ class StrategyOpt(StrEnum):
     fsdp = "fsdp"
     fsdp_grad_op = "fsdp-grad-op"
     fsdp_hybrid = "fsdp-hybrid"
+    device_map = "device-map"
 
 
 class OffloadOpt(StrEnum):
@@ -282,7 +283,8 @@ StrategyO = Annotated[
     StrategyOpt | None,
     typer.Option(
         "--strategy",
-        help="several GPUs: ddp (default), DeepSpeed zero1/zero2/zero3, FSDP2 fsdp/fsdp-grad-op/fsdp-hybrid",
+        help="several GPUs: ddp (default), DeepSpeed zero1/zero2/zero3, FSDP2 fsdp/fsdp-grad-op/fsdp-hybrid, "
+        "device-map (layers split over the GPUs, HF device_map=auto)",
     ),
 ]
 OffloadO = Annotated[

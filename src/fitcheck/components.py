@@ -144,6 +144,7 @@ _ROWS = (
     _grads("unit_grads", "FSDP unsharded gradients before their reduce-scatter", multi="fsdp-units"),
     _grads("no_sync_grads", "FSDP1 unsharded gradients held under no_sync()", multi="fsdp-no-sync"),
     _overhead("nccl_communicators", "NCCL communicator memory", multi="nccl"),
+    _acts("output_copy", "device-map: the model's output copied back to the first GPU", multi="device-map"),
     _weights("model_load", "host: the model read into CPU RAM while loading", multi="loading"),
     _overhead("offload_buffers", "host: DeepSpeed's pinned and staging buffers for offload", multi="host"),
 )

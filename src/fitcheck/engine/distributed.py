@@ -35,7 +35,7 @@ from fitcheck.models import (
 from fitcheck.units import MIB
 
 D = "docs/distributed.md#"
-Engine = Literal["torch-ddp", "deepspeed", "fsdp"]
+Engine = Literal["torch-ddp", "deepspeed", "fsdp", "accelerate-device-map"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,10 @@ STRATEGY_FACTS: dict[Strategy, StrategyFacts] = {
     ),
     "fsdp": StrategyFacts("fsdp", True, True, True, True, False, 5, "torch/distributed/fsdp/_fully_shard"),
     "zero3": StrategyFacts("deepspeed", True, True, True, True, False, 5, "deepspeed/runtime/zero/stage3.py"),
+    # one process, layers split over the GPUs (engine/devmap.py); only hidden states cross GPUs
+    "device-map": StrategyFacts(
+        "accelerate-device-map", False, False, False, False, False, 0, "accelerate/utils/modeling.py"
+    ),
 }
 
 #: DeepSpeed ZeRO defaults in elements (deepspeed/runtime/zero/config.py, v0.19.8).

@@ -452,6 +452,13 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         thumb=thumb(c.base, setup),
         warnings=_warnings(spec, setup, c.base),
     )
+    if setup.strategy == "device-map":
+        from fitcheck.engine import devmap
+
+        shape = tasks.task_shape(spec.arch, setup)
+        gamma = act.context(setup, regime).gamma
+        out = loss.output_logits_bytes(setup, regime, shape.logit_rows, shape.logit_width, gamma)
+        return devmap.split(spec, setup, regime, ms, sv, est, _tensor_count(spec, setup), out)
     if setup.distributed:
         from fitcheck.engine.distributed import distribute
 

@@ -1,0 +1,75 @@
+"""Where accelerate's ``device_map="auto"`` puts a decoder's modules: a pure function of their sizes.
+
+transformers' ``from_pretrained(device_map="auto")`` (and ``"balanced"``) asks accelerate for a
+balanced ``max_memory`` (``get_balanced_memory``) and then places the modules in order with
+``infer_auto_device_map``; both are in accelerate src/accelerate/utils/modeling.py, read at v1.15.0
+(the release installed here) and at v0.25.0 (6f05bbd4..., Dec 2023, the release of ms-swift's
+early-2024 table), where the rules below are the same:
+
+* balanced quota: ``per_gpu = total // gpus + int(1.25 * max(no_split_block, mean_leaf))``, where
+  ``no_split_block`` is the size of the first ``_no_split_modules`` block (the decoder layer) and
+  ``mean_leaf`` the mean size of the modules without children; every GPU but the last gets
+  ``min(per_gpu, its free memory)``; the last keeps its free memory ("The last device is left with
+  max_memory just in case the buffer is not enough").
+* placement: modules in order (embeddings, layer 0, ..., layer L-1, final norm, lm_head), never
+  splitting a decoder layer; a module goes to the current device when ``used + size <= max``, else
+  the next device takes it. The first GPU (a "main device") keeps room for the largest module still
+  to place (``current_max_size - max_layer_size``).
+* tied weights: a module tied to one placed later goes with it (``get_module_size_with_ties``): a
+  tied ``lm_head`` sits on the embedding's GPU and adds no size.
+
+Numbers in, bytes out: no torch, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+#: accelerate get_balanced_memory: ``buffer = int(1.25 * max(buffer, mean_leaves))``.
+BALANCE_BUFFER = 1.25
+
+
+def balanced_quota(sizes: Sequence[int], gpus: int, buffer_block: int) -> int:
+    """Bytes each GPU but the last may take (``get_balanced_memory`` without a memory cap).
+
+    Args:
+        sizes: every module's bytes, in placement order.
+        gpus: devices.
+        buffer_block: ``max(no_split_block, mean_leaf)``, the block the buffer is sized on.
+    """
+    return sum(sizes) // gpus + int(BALANCE_BUFFER * buffer_block)
+
+
+def place(sizes: Sequence[int], gpus: int, quota: int, caps: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The device of every module, as ``infer_auto_device_map`` assigns them (unsplittable blocks).
+
+    Args:
+        sizes: module bytes in order; a tied module that follows its partner is given size 0.
+        gpus: devices; the last takes whatever is left.
+        quota: the balanced share of every GPU but the last (``balanced_quota``).
+        caps: free memory per GPU, when known (each GPU's max is ``min(quota, cap)``; the last's is
+            its cap, and what does not fit there still lands on it, where fitcheck's verdict sees it).
+    """
+    if gpus < 1:
+        raise ValueError("gpus must be at least 1")
+    out: list[int] = []
+    dev = used = 0
+    for i, size in enumerate(sizes):
+        while dev < gpus - 1:
+            limit = min(quota, caps[dev]) if caps is not None else quota
+            if dev == 0:  # the main device keeps room for the largest module still to place
+                limit -= max(sizes[i + 1 :], default=0)
+            if used + size <= limit:
+                break
+            dev, used = dev + 1, 0
+        out.append(dev)
+        used += size
+    return tuple(out)
+
+
+def per_device(sizes: Sequence[int], devices: Sequence[int], gpus: int) -> tuple[int, ...]:
+    """Bytes placed on each device."""
+    totals = [0] * gpus
+    for size, dev in zip(sizes, devices, strict=True):
+        totals[dev] += size
+    return tuple(totals)
