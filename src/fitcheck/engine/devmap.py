@@ -9,10 +9,9 @@ own moments (`estimate.step_phases`) on each GPU, so each GPU's peak is its own 
 * model states (weights, adapters, gradients, optimizer states, step temporaries) follow their
   parameters: an optimizer allocates each state beside its parameter, and torch's foreach/fused AdamW
   groups tensors by device (torch/optim/optimizer.py ``_group_tensors_by_device_and_dtype``);
-* checkpoints stay where the checkpointed layer's input was made: the checkpoint function receives
-  the hidden state before the layer's hook moves it, so the first layer of each GPU keeps its
-  checkpoint on the GPU before (transformers ``GradientCheckpointingLayer``; reentrant or not, the
-  input argument is what is saved); saved activations and eager scores follow their layer;
+* checkpoints and saved activations follow their layer; the first layer of each GPU may keep its
+  checkpoint on the GPU before (transformers 4.x checkpoints the hooked ``__call__``), so that one is
+  counted on both (`Layout.checkpoints_on`);
 * one layer's working set (a recomputed layer, eager attention transients, a dequantized weight, the
   LoRA projection transient, the eager mask's copy) exists on every GPU that runs layers;
 * the final norm, lm_head, logits and loss live on the GPU of the lm_head; the labels are copied
@@ -77,10 +76,14 @@ class Layout:
         return sum(1 for d in self.layer_devices if d == g)
 
     def checkpoints_on(self, g: int) -> int:
-        """Layer inputs made on GPU ``g``: layer i's input is the output of layer i-1 (the embeddings'
-        for layer 0), saved by the checkpoint before the layer's hook moves it."""
+        """Checkpoints GPU ``g`` holds: one per layer it runs, plus one per layer on the next GPU whose
+        input it made. Which GPU keeps a boundary layer's checkpoint depends on whether the checkpoint
+        wraps accelerate's hook (transformers 4.x: ``checkpoint(decoder_layer.__call__, hidden_states)``,
+        the input not yet moved) or not (5.x ``GradientCheckpointingLayer`` checkpoints ``forward``,
+        "so module hooks ... stay outside the checkpoint"); fitcheck counts it on both."""
         made = (self.first, *self.layer_devices[:-1])
-        return sum(1 for d in made if d == g)
+        crossing = sum(1 for src, dst in zip(made, self.layer_devices, strict=True) if src == g != dst)
+        return self.layers_on(g) + crossing
 
     def bytes_on(self, g: int) -> int:
         return sum(s for s, d in zip(self.sizes, self.devices, strict=True) if d == g)
@@ -135,6 +138,8 @@ def check(spec: ModelSpec, setup: LlmSetup) -> None:
         raise OptionError(
             f"--strategy device-map is modelled for decoder-only models, not {spec.arch.structure}"
         )
+    if setup.backend not in ("cuda", "rocm"):
+        raise OptionError(f"--strategy device-map splits a model over CUDA/ROCm GPUs, not {setup.backend}")
     if setup.nodes > 1:
         raise OptionError("--strategy device-map runs one process on one machine: --nodes does not apply")
     if setup.offload != "none":
@@ -225,7 +230,7 @@ def _saved(c: Component, s: Share) -> Component:
     """A line of what the forward keeps: checkpoints where made, activations with their layer, the
     final norm's and lm_head's inputs on their GPU."""
     if c.name == "checkpoints":
-        return _scaled(c, s.ckpt, s.gpu, f"{s.ckpt:.1%} (layer inputs made here)")
+        return _scaled(c, s.ckpt, s.gpu, f"{s.ckpt:.1%} (its layers' inputs, boundary included)")
     if c.name in ("activations", "attention_scores", "encoder_and_cross_attention"):
         return _scaled(c, s.layers, s.gpu, f"{s.layers:.1%} (its layers)")
     if c.name == "final_norm":

@@ -3,7 +3,7 @@
 transformers' ``from_pretrained(device_map="auto")`` (and ``"balanced"``) asks accelerate for a
 balanced ``max_memory`` (``get_balanced_memory``) and then places the modules in order with
 ``infer_auto_device_map``; both are in accelerate src/accelerate/utils/modeling.py, read at v1.15.0
-(the release installed here) and at v0.25.0 (6f05bbd4..., Dec 2023, the release of ms-swift's
+(the release installed here) and at v0.25.0 (d08c23c2, 2023-12-01, the release of ms-swift's
 early-2024 table), where the rules below are the same:
 
 * balanced quota: ``per_gpu = total // gpus + int(1.25 * max(no_split_block, mean_leaf))``, where
