@@ -48,6 +48,7 @@ from fitcheck.models import (
     Phase,
     Regime,
 )
+from fitcheck.units import fmt_gib
 
 D = "docs/distributed.md#device-map"
 #: Bytes per element of a linear's weight as transformers sizes it for the placement: bitsandbytes
@@ -421,7 +422,7 @@ def _result(
     note = (
         f'device-map: layers split over {setup.gpus} GPUs as accelerate\'s device_map="auto" places them; '
         f"GPU {k} is the bottleneck ("
-        + ", ".join(f"GPU {g.gpu} {g.device_bytes / 2**30:.1f} GiB" for g in gpus)
+        + ", ".join(f"GPU {g.gpu} {fmt_gib(g.device_bytes, 1)} GiB" for g in gpus)
         + ")"
     )
     return worst.model_copy(
