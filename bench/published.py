@@ -397,6 +397,10 @@ def score(rec: Record) -> Score | str:
         return f"fitcheck refuses the setup: {exc}"
     fig = _figure(est, rec)
     err = (fig - rec.measured_bytes) / rec.measured_bytes
+    if est.distributed is not None and est.distributed.per_gpu:
+        # device-map: the figure is the bottleneck GPU's; say what each GPU came to
+        per = " / ".join(f"{g.peak_reserved_bytes / UNITS['GiB']:.2f}" for g in est.distributed.per_gpu)
+        notes = [*notes, f"reserved per GPU {per} GiB (bottleneck GPU {est.distributed.bottleneck_gpu})"]
     return Score(rec, fig, int(est.device_bytes), err, notes, est)
 
 

@@ -1,4 +1,4 @@
-"""--strategy device-map: accelerate's balanced placement and the per-GPU step (docs/distributed.md#device-map)."""
+"""--strategy device-map: accelerate's balanced placement and the per-GPU step (distributed.md#device-map)."""
 
 from __future__ import annotations
 
