@@ -227,12 +227,12 @@ _STRATEGIES = {
     "fsdp": "fsdp",
     "fsdp-grad-op": "fsdp-grad-op",
     "fsdp-hybrid": "fsdp-hybrid",
+    "fsdp-no-shard": "fsdp-no-shard",
     "device-map": "device-map",
 }
-#: Strategies the sources name that no fitcheck strategy expresses, and why.
-_NO_STRATEGY = {
-    "fsdp-no-shard": "FSDP NO_SHARD (a full replica under FSDP's flat parameters) is not a fitcheck strategy",
-}
+#: Strategies the sources name that no fitcheck strategy expresses, and why (none at present: naive model
+#: parallelism is ``device-map``, FSDP1 NO_SHARD ``fsdp-no-shard``).
+_NO_STRATEGY: dict[str, str] = {}
 #: Offload as the sources name it -> fitcheck's ``--offload``. FSDP's CPUOffload(offload_params=True)
 #: moves parameters, gradients and the optimizer step together (docs/distributed.md, "Offload"): the
 #: sources' "params" is fitcheck's ``all`` under FSDP.

@@ -245,10 +245,3 @@ def test_multi_gpu_records_are_posed_per_gpu() -> None:
         assert d.offload == pub._OFFLOAD[str(s.record.setup.get("offload", "none"))]
     peft = [s for s in multi if s.record.source == "multigpu_peft"]
     assert len(peft) == 3 and min(s.error for s in peft) >= -0.25
-
-
-def test_unexpressible_strategies_stay_unposed_with_the_reason() -> None:
-    skipped = [(r, why) for recs in _scored()[1].values() for r, why in recs if r.gpus > 1]
-    named = [(r, why) for r, why in skipped if r.setup.get("strategy") in pub._NO_STRATEGY]
-    assert named, "device-map and FSDP NO_SHARD records are in the corpus"
-    assert all(why == pub._NO_STRATEGY[r.setup["strategy"]] for r, why in named)

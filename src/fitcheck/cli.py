@@ -115,6 +115,7 @@ class StrategyOpt(StrEnum):
     fsdp = "fsdp"
     fsdp_grad_op = "fsdp-grad-op"
     fsdp_hybrid = "fsdp-hybrid"
+    fsdp_no_shard = "fsdp-no-shard"
     device_map = "device-map"
 
 
@@ -284,7 +285,7 @@ StrategyO = Annotated[
     typer.Option(
         "--strategy",
         help="several GPUs: ddp (default), DeepSpeed zero1/zero2/zero3, FSDP2 fsdp/fsdp-grad-op/fsdp-hybrid, "
-        "device-map (layers split over the GPUs, HF device_map=auto)",
+        "FSDP1 fsdp-no-shard, device-map (layers split over the GPUs, HF device_map=auto)",
     ),
 ]
 OffloadO = Annotated[

@@ -419,11 +419,12 @@ OFFLOAD_ORDER = ("none", "optimizer", "all")
 
 def strategies(req: PlanRequest, target: Target) -> tuple[str | None, ...]:
     """Strategies to search: the asked one; else none on one GPU, the ladder on several."""
-    if req.strategy == "device-map":
-        # the trainer files would need device_map="auto" and one process; not emitted yet
+    if req.strategy in ("device-map", "fsdp-no-shard"):
+        # device-map's trainer files would need device_map="auto" and one process, NO_SHARD's an FSDP1
+        # config: neither is emitted yet
         raise OptionError(
-            "plan does not search --strategy device-map (layers split over GPUs) yet; "
-            "fitcheck estimate/check --strategy device-map size it"
+            f"plan does not search --strategy {req.strategy} yet; "
+            f"fitcheck estimate/check --strategy {req.strategy} size it"
         )
     if req.strategy is not None:
         return (req.strategy,)
