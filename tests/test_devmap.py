@@ -193,3 +193,29 @@ def test_cli_plan_refuses_device_map_in_one_line(capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("fitcheck: error: plan does not search --strategy device-map")
     assert err.count("\n") == 1
+
+
+def test_the_band_upper_edge_covers_every_gpu(spec70b: ModelSpec) -> None:
+    """device_bytes is the largest GPU's; the band's upper edge is raised to any GPU's higher edge, so the
+    verdict (fits on the upper edge, does_not_fit on device_bytes) holds for every GPU."""
+    from fitcheck.engine.devmap import _run_band
+    from fitcheck.models import GpuShare
+
+    dm = run(spec70b)
+    assert dm.band is not None and dm.distributed is not None
+    d = dm.distributed
+    assert dm.band.high_bytes == max(g.high_bytes for g in d.per_gpu)
+    other = GpuShare(
+        gpu=0,
+        modules=("embed_tokens",),
+        layers=1,
+        weights_bytes=1,
+        peak_phase="backward",
+        peak_allocated_bytes=1,
+        peak_reserved_bytes=1,
+        device_bytes=dm.device_bytes - 1,
+        high_bytes=dm.band.high_bytes + GIB,
+    )
+    band = _run_band(dm, [other, d.per_gpu[1]], 1)
+    assert band is not None and band.high_bytes == dm.band.high_bytes + GIB and "GPU 0" in band.basis
+    assert band.low_bytes == dm.band.low_bytes

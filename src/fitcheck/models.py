@@ -465,6 +465,7 @@ class GpuShare(Frozen):
     peak_allocated_bytes: int = Field(ge=0)
     peak_reserved_bytes: int = Field(ge=0)
     device_bytes: int = Field(ge=0)
+    high_bytes: int = Field(ge=0, description="the upper edge of this GPU's own band")
 
 
 class Distributed(Frozen):

@@ -38,6 +38,7 @@ from fitcheck.engine.params import inventory, layer_kinds, norm_params
 from fitcheck.errors import OptionError
 from fitcheck.facts.dtypes import nbytes
 from fitcheck.models import (
+    Band,
     Component,
     Distributed,
     Estimate,
@@ -398,6 +399,7 @@ def _result(
             peak_allocated_bytes=e.peak_allocated_bytes,
             peak_reserved_bytes=e.peak_reserved_bytes,
             device_bytes=e.device_bytes,
+            high_bytes=e.band.high_bytes if e.band is not None else e.device_bytes,
         )
         for e, s in per
     )
@@ -422,11 +424,12 @@ def _result(
     note = (
         f'device-map: layers split over {setup.gpus} GPUs as accelerate\'s device_map="auto" places them; '
         f"GPU {k} is the bottleneck ("
-        + ", ".join(f"GPU {g.gpu} {fmt_gib(g.device_bytes, 1)} GiB" for g in gpus)
+        + ", ".join(f"GPU {g.gpu} {fmt_gib(g.device_bytes, 1)}" for g in gpus)
         + ")"
     )
     return worst.model_copy(
         update={
+            "band": _run_band(worst, gpus, k),
             "world_size": 1,
             "distributed": dist,
             "host_phases": host,
@@ -434,3 +437,15 @@ def _result(
             "warnings": (*worst.warnings, note),
         }
     )
+
+
+def _run_band(worst: Estimate, gpus: Sequence[GpuShare], k: int) -> Band | None:
+    """The shown GPU's band, its upper edge raised to any other GPU's: the verdict (``fits`` when the
+    upper edge fits, ``does_not_fit`` when ``device_bytes`` does not) then holds for every GPU, since
+    ``device_bytes`` is already the largest."""
+    band = worst.band
+    top = max(gpus, key=lambda g: g.high_bytes)
+    if band is None or top.high_bytes <= band.high_bytes:
+        return band
+    basis = f"{band.basis}; upper edge from GPU {top.gpu} (its own band; GPU {k} has the largest estimate)"
+    return band.model_copy(update={"high_bytes": top.high_bytes, "basis": basis})
