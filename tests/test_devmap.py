@@ -219,3 +219,15 @@ def test_the_band_upper_edge_covers_every_gpu(spec70b: ModelSpec) -> None:
     band = _run_band(dm, [other, d.per_gpu[1]], 1)
     assert band is not None and band.high_bytes == dm.band.high_bytes + GIB and "GPU 0" in band.basis
     assert band.low_bytes == dm.band.low_bytes
+
+
+def test_a_small_model_on_many_gpus_lands_where_accelerate_puts_it() -> None:
+    """A tied 135M model on 8 GPUs: the embeddings are larger than every GPU's balanced quota but the last
+    one's, and accelerate moves an unsplittable module on to the next device, so all of it lands on GPU 7;
+    the other GPUs hold only their CUDA context."""
+    spec = resolve_model("smollm2-135m")
+    e = estimate(spec, LlmSetup(method="lora", gpus=8, strategy="device-map"))
+    d = e.distributed
+    assert d is not None and d.bottleneck_gpu == 7
+    assert [g.layers for g in d.per_gpu] == [0] * 7 + [spec.arch.num_layers]
+    assert all(g.peak_allocated_bytes == 0 for g in d.per_gpu[:7])

@@ -481,8 +481,9 @@ def _distributed_lines(con: Any, est: Estimate) -> None:
             f"shown: GPU {d.bottleneck_gpu}"
         )
         for g in d.per_gpu:
+            held = ", ".join(g.modules) or "no module"
             con.print(
-                f"  GPU {g.gpu}: {_g(g.device_bytes)} GiB at {g.peak_phase} · {', '.join(g.modules)}"
+                f"  GPU {g.gpu}: {_g(g.device_bytes)} GiB at {g.peak_phase} · {held}"
                 + (" (bottleneck)" if g.gpu == d.bottleneck_gpu else "")
             )
     else:
