@@ -52,10 +52,14 @@ from fitcheck.models import (
 from fitcheck.units import fmt_gib
 
 D = "docs/distributed.md#device-map"
-#: Bytes per element of a linear's weight as transformers sizes it for the placement: bitsandbytes
-#: 4-bit modules as ``CustomDtype.INT4`` (0.5 B), 8-bit as int8 (``adjust_target_dtype`` of the bnb
-#: quantizers); GPTQ/AWQ 4-bit packed. Everything else in the load dtype.
+#: Bytes per element of a linear's weight as transformers sizes it for the placement: the bitsandbytes
+#: quantizers' ``quantized_element_size`` (4-bit 0.5, 8-bit 1) for the weights they quantize
+#: (``param_needs_quantization``: ``Linear4bit`` weights), GPTQ/AWQ checkpoints already packed (0.5).
+#: Everything else (embeddings, norms, lm_head) in the load dtype.
 QUANT_PLACE_BYTES: dict[str, float] = {"qlora": 0.5, "int8": 1.0, "gptq": 0.5, "awq": 0.5}
+#: transformers' ``adjust_max_memory`` of the bitsandbytes quantizers: ``val * 0.90`` for every device
+#: ("need more space for buffers that are created during quantization", quantizer_bnb_4bit.py / _8bit.py).
+MAX_MEMORY_SCALE: dict[str, float] = {"qlora": 0.9, "int8": 0.9}
 #: transformers' default shard size for hub checkpoints (the host reads one shard at a time when
 #: loading straight onto the GPUs).
 CHECKPOINT_SHARD_BYTES = 5 * 10**9
@@ -91,34 +95,40 @@ class Layout:
         return sum(s for s, d in zip(self.sizes, self.devices, strict=True) if d == g)
 
 
-def _block_sizes(spec: ModelSpec, setup: LlmSetup) -> tuple[list[str], list[int], int, int]:
-    """(names, bytes, mean leaf, layer bytes) of the modules accelerate places, in order."""
+def _block_sizes(spec: ModelSpec, setup: LlmSetup) -> tuple[list[str], list[int], int]:
+    """(names, bytes, biggest leaf module) of the modules transformers places, in order."""
     a = spec.arch
     inv = inventory(a)
     wb = nbytes(setup.precision)
-    qkey = "qlora" if setup.method == "qlora" else setup.base_quant
-    qb = QUANT_PLACE_BYTES.get(qkey, wb)
-    names, sizes, leaves = ["embed_tokens"], [(inv.embedding + inv.positions) * wb], 1
+    qb = QUANT_PLACE_BYTES.get(_quant_key(setup), wb)
+    names, sizes = ["embed_tokens"], [(inv.embedding + inv.positions) * wb]
     norms = a.norms_per_layer * norm_params(a)
+    leaf = 0
     for kind in layer_kinds(a):
         lins = kind.linears(a)
-        size = sum(round(lin.numel * (qb if lin.is_module else wb)) for lin in lins) + norms * wb
-        size += (inv.other_layer // max(1, a.num_layers)) * wb
+        parts = [round(lin.numel * (qb if lin.is_module else wb)) for lin in lins]
+        leaf = max(leaf, *parts)
+        size = sum(parts) + norms * wb + (inv.other_layer // max(1, a.num_layers)) * wb
         for _ in range(kind.count):
             names.append(f"layers.{len(names) - 1}")
             sizes.append(size)
-        leaves += kind.count * (len(lins) + a.norms_per_layer)
     names += ["norm", "lm_head"]
     sizes += [inv.final_norm * wb, 0 if a.tie_embeddings else inv.lm_head * wb]
-    leaves += 2 - int(a.tie_embeddings)
-    return names, sizes, sum(sizes) // max(1, leaves), max(sizes[1:-2], default=0)
+    return names, sizes, max(leaf, sizes[0], sizes[-1])
+
+
+def _quant_key(setup: LlmSetup) -> str:
+    return "qlora" if setup.method == "qlora" else setup.base_quant
 
 
 def layout(spec: ModelSpec, setup: LlmSetup) -> Layout:
     """accelerate's balanced placement of ``spec`` over ``setup.gpus`` GPUs (`devmap_place`)."""
-    names, sizes, mean_leaf, layer = _block_sizes(spec, setup)
+    names, sizes, leaf = _block_sizes(spec, setup)
     g = setup.gpus
-    devices = list(dp.place(sizes, g, dp.balanced_quota(sizes, g, max(layer, mean_leaf))))
+    quota = dp.balanced_quota(sizes, g, max(max(sizes[1:-2], default=0), leaf))
+    # bitsandbytes' quantizers keep 10% of every GPU's max_memory back for quantization buffers
+    quota = int(quota * MAX_MEMORY_SCALE.get(_quant_key(setup), 1.0))
+    devices = list(dp.place(sizes, g, quota))
     if spec.arch.tie_embeddings:
         devices[-1] = devices[0]  # a tied lm_head goes with the embeddings
     L = spec.arch.num_layers

@@ -1,16 +1,18 @@
-"""Where accelerate's ``device_map="auto"`` puts a decoder's modules: a pure function of their sizes.
+"""Where ``device_map="auto"`` puts a decoder's modules: a pure function of their sizes.
 
-transformers' ``from_pretrained(device_map="auto")`` (and ``"balanced"``) asks accelerate for a
-balanced ``max_memory`` (``get_balanced_memory``) and then places the modules in order with
-``infer_auto_device_map``; both are in accelerate src/accelerate/utils/modeling.py, read at v1.15.0
-(the release installed here) and at v0.25.0 (d08c23c2, 2023-12-01, the release of ms-swift's
-early-2024 table), where the rules below are the same:
+transformers' ``from_pretrained(device_map="auto")`` (and ``"balanced"``) computes a balanced
+``max_memory`` (``get_balanced_memory``) and then places the modules in order
+(``infer_auto_device_map``). transformers 5.x carries its own copies of both
+(src/transformers/integrations/accelerate.py, read at v5.24.0, the release installed here); 4.x called
+accelerate's (src/accelerate/utils/modeling.py, read at v1.15.0 and at v0.25.0, d08c23c2, 2023-12-01,
+the release of ms-swift's early-2024 table). The placement loop is the same in all three; the buffer
+differs:
 
-* balanced quota: ``per_gpu = total // gpus + int(1.25 * max(no_split_block, mean_leaf))``, where
-  ``no_split_block`` is the size of the first ``_no_split_modules`` block (the decoder layer) and
-  ``mean_leaf`` the mean size of the modules without children; every GPU but the last gets
-  ``min(per_gpu, its free memory)``; the last keeps its free memory ("The last device is left with
-  max_memory just in case the buffer is not enough").
+* balanced quota: ``per_gpu = total // gpus + int(1.25 * max(block, leaf))``; transformers 5.x takes
+  the biggest ``_no_split_modules`` block and the biggest leaf module ("usually the embedding is a huge
+  param compared to others"), accelerate the first such block and the mean leaf. fitcheck follows 5.x.
+  Every GPU but the last gets ``min(per_gpu, its free memory)``; the last keeps its free memory ("The
+  last device is left with max_memory just in case the buffer is not enough").
 * placement: modules in order (embeddings, layer 0, ..., layer L-1, final norm, lm_head), never
   splitting a decoder layer; a module goes to the current device when ``used + size <= max``, else
   the next device takes it. The first GPU (a "main device") keeps room for the largest module still
@@ -35,7 +37,8 @@ def balanced_quota(sizes: Sequence[int], gpus: int, buffer_block: int) -> int:
     Args:
         sizes: every module's bytes, in placement order.
         gpus: devices.
-        buffer_block: ``max(no_split_block, mean_leaf)``, the block the buffer is sized on.
+        buffer_block: the block the buffer is sized on (transformers 5.x: the biggest decoder layer or
+            leaf module; accelerate: the first decoder layer or the mean leaf).
     """
     return sum(sizes) // gpus + int(BALANCE_BUFFER * buffer_block)
 
