@@ -262,7 +262,7 @@ def _multi_gpu(s: dict[str, Any]) -> tuple[dict[str, Any], list[str]] | str:
     ]
     if offload == "params":
         notes.append("FSDP CPUOffload(offload_params=True): --offload all")
-    for key in ("nodes", "fsdp_version"):
+    for key in ("nodes", "fsdp_version", "device_map_version"):
         if key in s:
             kw[key] = s[key]
     if "quant_storage" in s and s.get("method") == "qlora":

@@ -241,3 +241,25 @@ def test_a_small_model_on_many_gpus_fills_the_first_ones() -> None:
     used = [g.gpu for g in d.per_gpu if g.modules]
     assert used == list(range(len(used))) and len(used) < 8
     assert all(g.peak_allocated_bytes == 0 for g in d.per_gpu[len(used) :])
+
+
+def test_transformers4_placement_uses_accelerates_mean_leaf(spec70b: ModelSpec) -> None:
+    """--device-map-version 4: accelerate's get_balanced_memory sizes the buffer on the first decoder layer
+    or the mean leaf (here the layer), transformers 5 on the biggest leaf (here the 2.1 GB embeddings):
+    the first GPU's quota is smaller by 1.25 x (embeddings - layer) (here less than a layer)."""
+    setup5 = LlmSetup(method="lora", gpus=2, strategy="device-map")
+    setup4 = setup5.model_copy(update={"device_map_version": 4})
+    lay5, lay4 = devmap.layout(spec70b, setup5), devmap.layout(spec70b, setup4)
+    assert lay4.sizes == lay5.sizes  # bf16: sized alike
+    emb, layer = lay5.sizes[0], lay5.sizes[1]
+    assert emb > layer
+    total = sum(lay5.sizes)
+    for lay, block in ((lay5, emb), (lay4, layer)):
+        quota = total // 2 + int(1.25 * block)
+        assert lay.layers_on(0) == (quota - 2 * emb) // layer
+    assert lay4.layers_on(0) <= lay5.layers_on(0)
+
+
+def test_device_map_version_needs_device_map(spec70b: ModelSpec) -> None:
+    with pytest.raises(OptionError, match="--device-map-version applies to --strategy device-map"):
+        run(spec70b, strategy="fsdp", device_map_version=4)

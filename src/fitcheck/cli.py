@@ -298,6 +298,13 @@ OffloadPO = Annotated[
 ]
 NodesO = Annotated[int, typer.Option("--nodes", help="nodes; world size = GPUs per node x nodes")]
 FsdpVerO = Annotated[int, typer.Option("--fsdp-version", help="2 (fully_shard) or 1 (the legacy wrapper)")]
+DevMapVerO = Annotated[
+    int,
+    typer.Option(
+        "--device-map-version",
+        help="--strategy device-map: 5 (transformers 5 placement) or 4 (transformers 4 with accelerate's)",
+    ),
+]
 QuantStorageO = Annotated[
     QuantStorageOpt | None,
     typer.Option("--quant-storage", help="QLoRA bnb_4bit_quant_storage [default: compute dtype if sharded]"),
@@ -519,6 +526,7 @@ def _training_template(
     offload: OffloadO = OffloadOpt.none,
     nodes: NodesO = 1,
     fsdp_version: FsdpVerO = 2,
+    device_map_version: DevMapVerO = 5,
     quant_storage: QuantStorageO = None,
     host_memory: HostMemO = None,
 ) -> None:

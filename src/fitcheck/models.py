@@ -248,6 +248,10 @@ class LlmSetup(SetupBase):
     quant_storage: QuantStorage | None = Field(
         default=None, description="bnb_4bit_quant_storage; None: the compute dtype when the strategy shards"
     )
+    device_map_version: Literal[4, 5] = Field(
+        default=5,
+        description="--strategy device-map: the transformers major version whose placement rule applies",
+    )
 
     @property
     def tokens(self) -> int:

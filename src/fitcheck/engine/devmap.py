@@ -96,25 +96,30 @@ class Layout:
 
 
 def _block_sizes(spec: ModelSpec, setup: LlmSetup) -> tuple[list[str], list[int], int]:
-    """(names, bytes, biggest leaf module) of the modules transformers places, in order."""
+    """(names, bytes, the leaf module the buffer is sized on) of the modules placed, in order."""
     a = spec.arch
     inv = inventory(a)
     wb = nbytes(setup.precision)
     qb = QUANT_PLACE_BYTES.get(_quant_key(setup), wb)
-    names, sizes = ["embed_tokens"], [(inv.embedding + inv.positions) * wb]
-    norms = a.norms_per_layer * norm_params(a)
-    leaf = 0
+    # transformers 4.x sized every parameter outside modules_to_not_convert (the lm_head) at the
+    # bitsandbytes target dtype (target_dtype with special_dtypes), embeddings and norms included
+    ob = qb if setup.device_map_version == 4 and _quant_key(setup) in MAX_MEMORY_SCALE else wb
+    names, sizes = ["embed_tokens"], [round((inv.embedding + inv.positions) * ob)]
+    norms = a.norms_per_layer * norm_params(a) + inv.other_layer // max(1, a.num_layers)
+    biggest, leaves = 0, 3 - int(a.tie_embeddings)
     for kind in layer_kinds(a):
         lins = kind.linears(a)
-        parts = [round(lin.numel * (qb if lin.is_module else wb)) for lin in lins]
-        leaf = max(leaf, *parts)
-        size = sum(parts) + norms * wb + (inv.other_layer // max(1, a.num_layers)) * wb
+        parts = [round(lin.numel * (qb if lin.is_module else ob)) for lin in lins]
+        biggest = max(biggest, *parts)
+        leaves += kind.count * (len(lins) + a.norms_per_layer)
         for _ in range(kind.count):
             names.append(f"layers.{len(names) - 1}")
-            sizes.append(size)
+            sizes.append(sum(parts) + round(norms * ob))
     names += ["norm", "lm_head"]
-    sizes += [inv.final_norm * wb, 0 if a.tie_embeddings else inv.lm_head * wb]
-    return names, sizes, max(leaf, sizes[0], sizes[-1])
+    sizes += [round(inv.final_norm * ob), 0 if a.tie_embeddings else inv.lm_head * wb]
+    if setup.device_map_version == 4:  # accelerate: the mean leaf module
+        return names, sizes, sum(sizes) // leaves
+    return names, sizes, max(biggest, sizes[0], sizes[-1])  # transformers 5: the biggest leaf
 
 
 def _quant_key(setup: LlmSetup) -> str:
@@ -125,6 +130,7 @@ def layout(spec: ModelSpec, setup: LlmSetup) -> Layout:
     """accelerate's balanced placement of ``spec`` over ``setup.gpus`` GPUs (`devmap_place`)."""
     names, sizes, leaf = _block_sizes(spec, setup)
     g = setup.gpus
+    # the decoder layer: transformers 5 takes the biggest, accelerate the first (they are alike here)
     quota = dp.balanced_quota(sizes, g, max(max(sizes[1:-2], default=0), leaf))
     # bitsandbytes' quantizers keep 10% of every GPU's max_memory back for quantization buffers
     quota = int(quota * MAX_MEMORY_SCALE.get(_quant_key(setup), 1.0))
