@@ -31,7 +31,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from fitcheck.assembly import assemble
+from fitcheck.assembly import assemble, phase
 from fitcheck.engine import devmap_place as dp
 from fitcheck.engine.estimate import Saved, step_phases
 from fitcheck.engine.params import inventory, layer_kinds, norm_params
@@ -271,23 +271,20 @@ def _inputs(c: Component, s: Share, tokens: int) -> Component:
     """input_ids and labels arrive on the first GPU; the loss copies the labels to the lm_head's."""
     if s.first:
         return c
-    labels = 8 * tokens if s.head else 0
-    return Component(
-        name=c.name,
-        bytes=labels,
-        rule=f"GPU {s.gpu}: labels copied to the logits' GPU (int64)",
-        source=c.source,
-    )
+    if not s.head:
+        return Component(name=c.name, bytes=0, rule="", source=c.source)
+    rule = f"GPU {s.gpu}: labels copied to the logits' GPU (int64)"
+    return Component(name=c.name, bytes=8 * tokens, rule=rule, source=c.source)
 
 
-def _output_copy(sv: Saved, s: Share, lay: Layout, out_bytes: int) -> Component:
+def _output_copy(s: Share, lay: Layout, out_bytes: int) -> Component:
     """The model's output copied back to the first GPU by the root hook (io_same_device)."""
     n = out_bytes if s.first and lay.head != lay.first else 0
     rule = "the model's logits copied back to the input GPU by accelerate's root hook (io_same_device)"
     return Component(name="output_copy", bytes=n, rule=rule if n else "", source=D)
 
 
-def saved_for(sv: Saved, s: Share, lay: Layout, tokens: int, out_bytes: int) -> Saved:
+def saved_for(sv: Saved, s: Share, lay: Layout, setup: LlmSetup, out_bytes: int) -> Saved:
     """The single-GPU step's transient and saved lines as one GPU holds them."""
     lp = sv.layer
     layer = dataclasses.replace(
@@ -295,10 +292,16 @@ def saved_for(sv: Saved, s: Share, lay: Layout, tokens: int, out_bytes: int) -> 
         forward=[_saved(c, s) for c in lp.forward] if s.runs_layers else [],
         backward=[_saved(c, s) for c in lp.backward] if s.runs_layers else [],
     )
-    copy = _output_copy(sv, s, lay, out_bytes)
+    copy = _output_copy(s, lay, out_bytes)
+    # merged MoE experts: one layer's when checkpointing (recomputed per layer), else every layer's
+    merged = (
+        _layer_wide(sv.merged_fwd, s)
+        if setup.grad_ckpt
+        else _scaled(sv.merged_fwd, s.layers, s.gpu, f"{s.layers:.1%}")
+    )
     return dataclasses.replace(
         sv,
-        inputs=_inputs(sv.inputs, s, tokens),
+        inputs=_inputs(sv.inputs, s, setup.tokens),
         saved=tuple(_saved(c, s) for c in sv.saved),
         logits_fwd=_on_head(sv.logits_fwd, s) if s.head else copy,
         logits_bwd=_on_head(sv.logits_bwd, s),
@@ -309,7 +312,7 @@ def saved_for(sv: Saved, s: Share, lay: Layout, tokens: int, out_bytes: int) -> 
         casts_fwd=_scaled(sv.casts_fwd, s.trainable, s.gpu, f"{s.trainable:.1%}"),
         casts_bwd=_on_head(sv.casts_bwd, s),
         casts_layer=_layer_wide(sv.casts_layer, s),
-        merged_fwd=_scaled(sv.merged_fwd, s.layers, s.gpu, f"{s.layers:.1%}"),
+        merged_fwd=merged,
         merged_layer=_layer_wide(sv.merged_layer, s),
         dequant=_layer_wide(sv.dequant, s),
         late=_layer_wide(sv.late, s),
@@ -324,9 +327,7 @@ def gpu_phases(
 ) -> tuple[Phase, ...]:
     """One GPU's phases: its share of loading and the engine's moments on its own lines."""
     ms_g = {k: _state(c, s) for k, c in ms.items()}
-    sv_g = saved_for(sv, s, lay, setup.tokens, out_bytes)
-    from fitcheck.assembly import phase
-
+    sv_g = saved_for(sv, s, lay, setup, out_bytes)
     load_g = phase("load", [_state(c, s) if c.name in ms else _layer_wide(c, s) for c in load.components])
     return (load_g, *step_phases(ms_g, sv_g, setup.grad_accum > 1, setup.optimizer_in_bwd))
 
