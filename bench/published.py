@@ -239,12 +239,12 @@ _STRATEGIES = {
     "fsdp": "fsdp",
     "fsdp-grad-op": "fsdp-grad-op",
     "fsdp-hybrid": "fsdp-hybrid",
+    "fsdp-no-shard": "fsdp-no-shard",
+    "device-map": "device-map",
 }
-#: Strategies the sources name that no fitcheck strategy expresses, and why.
-_NO_STRATEGY = {
-    "device-map": "naive model parallelism (layers split over GPUs by device_map) is not a fitcheck strategy",
-    "fsdp-no-shard": "FSDP NO_SHARD (a full replica under FSDP's flat parameters) is not a fitcheck strategy",
-}
+#: Strategies the sources name that no fitcheck strategy expresses, and why (none at present: naive model
+#: parallelism is ``device-map``, FSDP1 NO_SHARD ``fsdp-no-shard``).
+_NO_STRATEGY: dict[str, str] = {}
 #: Offload as the sources name it -> fitcheck's ``--offload``. FSDP's CPUOffload(offload_params=True)
 #: moves parameters, gradients and the optimizer step together (docs/distributed.md, "Offload"): the
 #: sources' "params" is fitcheck's ``all`` under FSDP.
@@ -274,7 +274,7 @@ def _multi_gpu(s: dict[str, Any]) -> tuple[dict[str, Any], list[str]] | str:
     ]
     if offload == "params":
         notes.append("FSDP CPUOffload(offload_params=True): --offload all")
-    for key in ("nodes", "fsdp_version"):
+    for key in ("nodes", "fsdp_version", "device_map_version"):
         if key in s:
             kw[key] = s[key]
     if "quant_storage" in s and s.get("method") == "qlora":
@@ -424,6 +424,10 @@ def score(rec: Record) -> Score | str:
         return f"fitcheck refuses the setup: {exc}"
     fig = _figure(est, rec)
     err = (fig - rec.measured_bytes) / rec.measured_bytes
+    if est.distributed is not None and est.distributed.per_gpu:
+        # device-map: the figure is the bottleneck GPU's; say what each GPU came to
+        per = " / ".join(f"{g.peak_reserved_bytes / UNITS['GiB']:.2f}" for g in est.distributed.per_gpu)
+        notes = [*notes, f"reserved per GPU {per} GiB (bottleneck GPU {est.distributed.bottleneck_gpu})"]
     return Score(rec, fig, int(est.device_bytes), err, notes, est)
 
 

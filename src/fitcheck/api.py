@@ -86,6 +86,7 @@ class _Common(TypedDict, total=False):
     image_tokens: int | None
     nodes: int
     fsdp_version: int
+    device_map_version: int
     quant_storage: QuantStorage | None
     host_memory: str | None
 
@@ -146,6 +147,7 @@ LLM_ONLY: dict[str, object] = {
     "num_labels": None,
     "target_len": None,
     "image_tokens": 0,
+    "device_map_version": 5,
 }
 DIFFUSION_ONLY: dict[str, object] = {
     "resolution": None,
@@ -481,9 +483,8 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         "keep_logits",
         "optimizer_impl",
     )
-    base_keys = (
-        "dora", "lora_fa", "master_weights", *_LORA, "double_quant", "seq_len", "nodes", "fsdp_version"
-    )  # fmt: skip
+    base_keys: tuple[str, ...] = ("dora", "lora_fa", "master_weights", *_LORA, "double_quant", "seq_len")
+    base_keys += ("nodes", "fsdp_version", "device_map_version")
     base_opts = {k: opts.get(k) for k in (*base_keys, "quant_storage", *llm_extra)}
     base = setup_for(
         spec, {**base_opts, "method": "full" if method == "full" else "lora", "trainer": trainer}, tgt

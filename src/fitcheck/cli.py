@@ -117,6 +117,8 @@ class StrategyOpt(StrEnum):
     fsdp = "fsdp"
     fsdp_grad_op = "fsdp-grad-op"
     fsdp_hybrid = "fsdp-hybrid"
+    fsdp_no_shard = "fsdp-no-shard"
+    device_map = "device-map"
 
 
 class OffloadOpt(StrEnum):
@@ -292,7 +294,8 @@ StrategyO = Annotated[
     StrategyOpt | None,
     typer.Option(
         "--strategy",
-        help="several GPUs: ddp (default), DeepSpeed zero1/zero2/zero3, FSDP2 fsdp/fsdp-grad-op/fsdp-hybrid",
+        help="several GPUs: ddp (default), DeepSpeed zero1/zero2/zero3, FSDP2 fsdp/fsdp-grad-op/fsdp-hybrid, "
+        "FSDP1 fsdp-no-shard, device-map (layers split over the GPUs, HF device_map=auto)",
     ),
 ]
 OffloadO = Annotated[
@@ -305,6 +308,13 @@ OffloadPO = Annotated[
 ]
 NodesO = Annotated[int, typer.Option("--nodes", help="nodes; world size = GPUs per node x nodes")]
 FsdpVerO = Annotated[int, typer.Option("--fsdp-version", help="2 (fully_shard) or 1 (the legacy wrapper)")]
+DevMapVerO = Annotated[
+    int,
+    typer.Option(
+        "--device-map-version",
+        help="--strategy device-map: 5 (transformers 5 placement) or 4 (transformers 4 with accelerate's)",
+    ),
+]
 QuantStorageO = Annotated[
     QuantStorageOpt | None,
     typer.Option("--quant-storage", help="QLoRA bnb_4bit_quant_storage [default: compute dtype if sharded]"),
@@ -527,6 +537,7 @@ def _training_template(
     offload: OffloadO = OffloadOpt.none,
     nodes: NodesO = 1,
     fsdp_version: FsdpVerO = 2,
+    device_map_version: DevMapVerO = 5,
     quant_storage: QuantStorageO = None,
     host_memory: HostMemO = None,
 ) -> None:

@@ -251,6 +251,10 @@ class LlmSetup(SetupBase):
     quant_storage: QuantStorage | None = Field(
         default=None, description="bnb_4bit_quant_storage; None: the compute dtype when the strategy shards"
     )
+    device_map_version: Literal[4, 5] = Field(
+        default=5,
+        description="--strategy device-map: the transformers major version whose placement rule applies",
+    )
 
     @property
     def tokens(self) -> int:
@@ -452,11 +456,30 @@ class HostPhase(Frozen):
         return self
 
 
+class GpuShare(Frozen):
+    """One GPU of a ``device-map`` run (layers split over the GPUs): what accelerate placed on it and
+    its own peak; the estimate's phases are those of the bottleneck GPU (docs/distributed.md#device-map)."""
+
+    gpu: int = Field(ge=0, description="device index")
+    modules: tuple[str, ...] = Field(
+        description="the modules placed on it, in order (embed_tokens, layers 0-39, ...)"
+    )
+    layers: int = Field(ge=0, description="decoder layers placed on it")
+    weights_bytes: int = Field(
+        ge=0, description="its modules' bytes as accelerate sizes them for the placement"
+    )
+    peak_phase: PhaseName
+    peak_allocated_bytes: int = Field(ge=0)
+    peak_reserved_bytes: int = Field(ge=0)
+    device_bytes: int = Field(ge=0)
+    high_bytes: int = Field(ge=0, description="the upper edge of this GPU's own band")
+
+
 class Distributed(Frozen):
     """How the run is spread over GPUs: the strategy, its shard group and its buffer settings."""
 
     strategy: Strategy
-    engine: Literal["torch-ddp", "deepspeed", "fsdp"]
+    engine: Literal["torch-ddp", "deepspeed", "fsdp", "accelerate-device-map"]
     offload: Offload
     nodes: int
     gpus_per_node: int
@@ -466,6 +489,13 @@ class Distributed(Frozen):
     quant_storage: QuantStorage | None = None
     zero_config: dict[str, int | float | bool] = Field(
         default_factory=dict, description="DeepSpeed buffer sizes modelled (elements), HF 'auto' resolved"
+    )
+    per_gpu: tuple[GpuShare, ...] = Field(
+        default=(),
+        description="device-map: every GPU's placement and peak (other strategies: every rank alike)",
+    )
+    bottleneck_gpu: int | None = Field(
+        default=None, description="device-map: the GPU with the largest device_bytes, whose phases are shown"
     )
     source: str = "docs/distributed.md"
 

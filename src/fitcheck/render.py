@@ -480,10 +480,22 @@ def _distributed_lines(con: Any, est: Estimate) -> None:
     d = est.distributed
     assert d is not None
     off = "" if d.offload == "none" else f", offload {d.offload}"
-    con.print(
-        f"per GPU: {d.strategy} ({d.engine}{off}) on {d.world_size} GPU(s) = {d.gpus_per_node} per node x "
-        f"{d.nodes} node(s); states sharded over {d.shard_group}"
-    )
+    if d.per_gpu:
+        con.print(
+            f"per GPU: {d.strategy} (one process, layers split over {d.gpus_per_node} GPUs); "
+            f"shown: GPU {d.bottleneck_gpu}"
+        )
+        for g in d.per_gpu:
+            held = ", ".join(g.modules) or "no module"
+            con.print(
+                f"  GPU {g.gpu}: {_g(g.device_bytes)} GiB at {g.peak_phase} · {held}"
+                + (" (bottleneck)" if g.gpu == d.bottleneck_gpu else "")
+            )
+    else:
+        con.print(
+            f"per GPU: {d.strategy} ({d.engine}{off}) on {d.world_size} GPU(s) = {d.gpus_per_node} per node "
+            f"x {d.nodes} node(s); states sharded over {d.shard_group}"
+        )
     if est.host_bytes is not None:
         parts = ", ".join(
             f"{h.name} {_g(h.total_bytes)} ("

@@ -30,6 +30,12 @@ BaseQuant = Literal["none", "int8", "gptq", "gptq-int8", "awq"]
 VerdictName = Literal["fits", "tight", "does_not_fit"]
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "nf4", "fp4"]
 Task = Literal["causal-lm", "classification", "seq2seq"]
-Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-hybrid"]
+#: ``device-map``: one process, the model's layers split in order over the GPUs by accelerate's
+#: ``device_map="auto"`` placement (naive model parallelism; docs/distributed.md, "device-map").
+#: ``fsdp-no-shard``: FSDP1's ``ShardingStrategy.NO_SHARD`` (a whole replica per GPU under FSDP's flat
+#: parameters; docs/distributed.md#fsdp-no-shard).
+Strategy = Literal[
+    "ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-hybrid", "fsdp-no-shard", "device-map"
+]
 Offload = Literal["none", "optimizer", "all"]
 QuantStorage = Literal["uint8", "bf16", "fp16", "fp32"]

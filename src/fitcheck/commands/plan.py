@@ -319,6 +319,7 @@ def register(app: typer.Typer) -> None:
         offload: c.OffloadPO = None,
         nodes: c.NodesO = 1,
         fsdp_version: c.FsdpVerO = 2,
+        device_map_version: c.DevMapVerO = 5,
         quant_storage: c.QuantStorageO = None,
         host_memory: c.HostMemO = None,
         headroom: c.HeadroomO = None,
@@ -333,13 +334,29 @@ def register(app: typer.Typer) -> None:
         verbose: c.VerboseO = False,
     ) -> None:
         """The fastest configuration that fits (exit 0; 1 when none does), with reasons and configs."""
-        from fitcheck.api import PlanOptions
+        _dispatch(dict(locals()))
 
-        shaping = {*PlanOptions.__annotations__, *PLAN_TARGET_KW}
-        kw = c.plain(**{k: v for k, v in locals().items() if k in shaping})
-        out = Output(list(emit or []), emit_format, output_dir, force, fmt.value, chart, verbose)
-        if code := run_command(model, kw, from_file, from_format, out):
-            raise typer.Exit(code=code)
+
+def _dispatch(args: dict[str, Any]) -> None:
+    """Run ``fitcheck plan`` from its parsed arguments: the shaping options (api.PlanOptions and the
+    target's), the output settings, then the command; exit with its code."""
+    from fitcheck import cli as c
+    from fitcheck.api import PlanOptions
+
+    shaping = {*PlanOptions.__annotations__, *PLAN_TARGET_KW}
+    kw = c.plain(**{k: v for k, v in args.items() if k in shaping})
+    a = args
+    out = Output(
+        list(a["emit"] or []),
+        a["emit_format"],
+        a["output_dir"],
+        a["force"],
+        a["fmt"].value,
+        a["chart"],
+        a["verbose"],
+    )
+    if code := run_command(a["model"], kw, a["from_file"], a["from_format"], out):
+        raise typer.Exit(code=code)
 
 
 def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, from_format: str | None,
@@ -439,6 +456,7 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
         "--offload": kw["offload"],
         "--nodes": kw["nodes"] if kw["nodes"] != 1 else None,
         "--fsdp-version": kw["fsdp_version"] if kw["fsdp_version"] != 2 else None,
+        "--device-map-version": kw["device_map_version"] if kw["device_map_version"] != 5 else None,
         "--quant-storage": kw["quant_storage"],
         "--host-memory": kw["host_memory"],
         "--headroom": kw["headroom"],

@@ -35,7 +35,7 @@ from fitcheck.models import (
 from fitcheck.units import MIB
 
 D = "docs/distributed.md#"
-Engine = Literal["torch-ddp", "deepspeed", "fsdp"]
+Engine = Literal["torch-ddp", "deepspeed", "fsdp", "accelerate-device-map"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,14 @@ STRATEGY_FACTS: dict[Strategy, StrategyFacts] = {
     ),
     "fsdp": StrategyFacts("fsdp", True, True, True, True, False, 5, "torch/distributed/fsdp/_fully_shard"),
     "zero3": StrategyFacts("deepspeed", True, True, True, True, False, 5, "deepspeed/runtime/zero/stage3.py"),
+    # FSDP1 ShardingStrategy.NO_SHARD: every rank keeps whole flat parameters, all-reduces their grads
+    "fsdp-no-shard": StrategyFacts(
+        "fsdp", False, False, False, False, False, 0, "torch/distributed/fsdp/_runtime_utils.py"
+    ),
+    # one process, layers split over the GPUs (engine/devmap.py); only hidden states cross GPUs
+    "device-map": StrategyFacts(
+        "accelerate-device-map", False, False, False, False, False, 0, "accelerate/utils/modeling.py"
+    ),
 }
 
 #: DeepSpeed ZeRO defaults in elements (deepspeed/runtime/zero/config.py, v0.19.8).
@@ -153,6 +161,10 @@ def check(setup: LlmSetup) -> None:
             "--offload optimizer: FSDP's CPUOffload moves parameters, gradients and the optimizer step "
             "together; use --offload all, or --strategy zero3 --offload optimizer"
         )
+    if s == "fsdp-no-shard" and setup.fsdp_version != 1:
+        raise OptionError("--strategy fsdp-no-shard is FSDP1's NO_SHARD: add --fsdp-version 1")
+    if s == "fsdp-no-shard" and setup.offload != "none":
+        raise OptionError("--strategy fsdp-no-shard with --offload is not modelled")
     if setup.quant_storage is not None and setup.method != "qlora":
         raise OptionError("--quant-storage applies to --method qlora (bnb_4bit_quant_storage)")
     if setup.fsdp_version == 1 and s == "fsdp-hybrid" and setup.nodes == 1:
@@ -409,6 +421,11 @@ def _zero_grads(
 def _fsdp(setup: LlmSetup, est: Estimate, sh: Shares, n: int, facts: StrategyFacts) -> Plan:
     """FSDP on one rank: the shards and their optimizer states, and the units unsharded while used."""
     always, grads, trans, host = _fsdp_shards(setup, est, sh, n)
+    if not facts.shards_params:
+        # NO_SHARD: the flat parameter is the whole parameter (``needs_unshard`` is False, so ``unshard``
+        # uses ``self.flat_param`` itself) and ``_reduce_grad_no_shard`` all-reduces ``flat_param.grad``
+        # in place: no gathered copy, no gradient before its reduction (docs/distributed.md#fsdp-no-shard)
+        return Plan(always, [], [], [trans], grads, host, [])
     fwd, bwd, start = _fsdp_units(setup, sh, facts)
     held = _no_sync_grads(setup, sh)
     if held is not None:
@@ -598,7 +615,7 @@ def _storage(setup: LlmSetup) -> str:
 
 def shard_group(setup: LlmSetup) -> int:
     facts = STRATEGY_FACTS[setup.effective_strategy]
-    if facts.engine == "torch-ddp":
+    if facts.engine == "torch-ddp" or (facts.engine == "fsdp" and not facts.shards_params):
         return 1
     return setup.gpus if facts.hybrid else setup.world_size
 

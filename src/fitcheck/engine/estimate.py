@@ -36,6 +36,8 @@ def _c(name: str, value: float, rule: str) -> Component:
 
 
 def _check(spec: ModelSpec, setup: LlmSetup) -> None:
+    if setup.device_map_version != 5 and setup.strategy != "device-map":
+        raise OptionError("--device-map-version applies to --strategy device-map")
     if setup.method != "full":
         validate_targets(spec.arch, setup.lora_targets)
     validate_train_modules(setup)
@@ -458,6 +460,13 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         thumb=thumb(c.base, setup),
         warnings=_warnings(spec, setup, c.base),
     )
+    if setup.strategy == "device-map":
+        from fitcheck.engine import devmap
+
+        shape = tasks.task_shape(spec.arch, setup)
+        gamma = act.context(setup, regime).gamma
+        out = loss.output_logits_bytes(setup, regime, shape.logit_rows, shape.logit_width, gamma)
+        return devmap.split(spec, setup, regime, ms, sv, est, _tensor_count(spec, setup), out)
     if setup.distributed:
         from fitcheck.engine.distributed import distribute
 

@@ -148,7 +148,7 @@ def _times(base: Target, count: int, spec: str) -> Target:
         )
     note = (
         f"{count} GPUs: the budget is per GPU; what each GPU holds depends on --strategy "
-        "(ddp keeps a full copy on each, ZeRO/FSDP shard)"
+        "(ddp keeps a full copy on each, ZeRO/FSDP shard, device-map splits the layers)"
     )
     return base.model_copy(
         update={

@@ -435,6 +435,13 @@ OFFLOAD_ORDER = ("none", "optimizer", "all")
 
 def strategies(req: PlanRequest, target: Target) -> tuple[str | None, ...]:
     """Strategies to search: the asked one; else none on one GPU, the ladder on several."""
+    if req.strategy in ("device-map", "fsdp-no-shard"):
+        # device-map's trainer files would need device_map="auto" and one process, NO_SHARD's an FSDP1
+        # config: neither is emitted yet
+        raise OptionError(
+            f"plan does not search --strategy {req.strategy} yet; "
+            f"fitcheck estimate/check --strategy {req.strategy} size it"
+        )
     if req.strategy is not None:
         return (req.strategy,)
     if target.gpus * req.base.nodes == 1 or target.backend not in ("cuda", "rocm"):
