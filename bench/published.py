@@ -74,12 +74,12 @@ _DIRECT = (
     "optimizer_in_bwd",
     "autocast",
     "keep_logits",
+    "compile",
 )
 #: Optimizers the sources name that fitcheck models under another name (same bytes per state).
 _OPTIMIZER_ALIASES = {"paged-adamw": ("adamw", "bitsandbytes PagedAdamW: 32-bit states, as AdamW")}
 #: Setup flags fitcheck has no option for, and what leaving them out means for the pose.
 _UNMODELLED = {
-    "compile": "torch.compile is not modelled",
     "rslora": "rsLoRA changes only the scale, not the memory",
     "offload": "offloading of parameters / optimizer states on one GPU is not modelled",
 }

@@ -76,6 +76,7 @@ class _Common(TypedDict, total=False):
     offload_activations: bool
     optimizer_in_bwd: bool
     autocast: bool | None
+    compile: bool | None
     keep_logits: bool
     trainer: Trainer | None
     gpus: Annotated[int, Field(ge=1, le=4096)] | None
@@ -134,6 +135,7 @@ LLM_ONLY: dict[str, object] = {
     "offload_activations": False,
     "optimizer_in_bwd": False,
     "autocast": None,
+    "compile": None,
     "keep_logits": False,
     "optimizer_impl": None,
     "quant_storage": None,
@@ -476,6 +478,7 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         "offload_activations",
         "optimizer_in_bwd",
         "autocast",
+        "compile",
         "keep_logits",
         "optimizer_impl",
     )

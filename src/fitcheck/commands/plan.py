@@ -306,6 +306,7 @@ def register(app: typer.Typer) -> None:
         lora_dropout: c.DropO = None,
         double_quant: c.DQO = True,
         autocast: c.AutocastO = None,
+        compile: c.CompileO = None,
         keep_logits: c.KeepLogitsO = False,
         loss: c.LossO = None,
         offload_activations: c.OffloadActO = False,
@@ -372,7 +373,7 @@ def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, fr
 #: What a ``--from`` file fixes for the planner; the rest (micro-batch, checkpointing, optimizer,
 #: attention, precision) stays searched unless given on the command line.
 PLAN_FIXED = ("method", "dora", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "double_quant",
-              "master_weights", "autocast", "keep_logits", "seq_len", "resolution", "trainer",
+              "master_weights", "autocast", "compile", "keep_logits", "seq_len", "resolution", "trainer",
               "gpus")  # fmt: skip
 
 
@@ -425,6 +426,8 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
         "--no-double-quant": not kw["double_quant"],
         "--autocast": kw.get("autocast") is True,
         "--no-autocast": kw.get("autocast") is False,
+        "--compile": kw.get("compile") is True,
+        "--no-compile": kw.get("compile") is False,
         "--keep-logits": kw.get("keep_logits", False),
         "--loss": kw.get("loss"),
         "--offload-activations": kw.get("offload_activations", False),

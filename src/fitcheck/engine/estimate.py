@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fitcheck.assembly import assemble, phase
 from fitcheck.components import component
 from fitcheck.engine import activations as act
-from fitcheck.engine import litgpt, lora_transient, loss, nf4, offload, states, tasks
+from fitcheck.engine import compiled, litgpt, lora_transient, loss, nf4, offload, states, tasks
 from fitcheck.engine.load import largest_projection, load_transient_bytes
 from fitcheck.engine.lora import (
     adapter_params,
@@ -572,7 +572,13 @@ def autocast_copies(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[i
 
 def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]:
     """What the user should know beside the figures: the model's notes, then the setup's caveats."""
-    return (*spec.notes, *_state_warnings(spec, setup, derived), *_setup_warnings(spec, setup))
+    compiled_note = compiled.warning(spec.arch, setup, regime_for(setup))
+    return (
+        *spec.notes,
+        *_state_warnings(spec, setup, derived),
+        *_setup_warnings(spec, setup),
+        *([compiled_note] if compiled_note else []),
+    )
 
 
 def _state_warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> list[str]:
