@@ -121,3 +121,32 @@ def test_untraced_architecture_keeps_the_eager_rule_and_says_so() -> None:
     setup = LlmSetup(method="full", batch_size=1, seq_len=128, compile=True)
     est = estimate(spec, setup)
     assert any("torch.compile" in w for w in est.warnings)
+
+
+@pytest.mark.parametrize(
+    "fmt,text,want",
+    [
+        (
+            "torchtune",
+            "model:\n  _component_: torchtune.models.llama3_2.lora_llama3_2_1b\ncompile: 1\n",
+            True,
+        ),
+        ("trl", "model_name_or_path: meta-llama/Llama-3.2-1B\ntorch_compile: true\n", True),
+        (
+            "llamafactory",
+            "model_name_or_path: meta-llama/Llama-3.2-1B\nstage: sft\ntorch_compile: no\n",
+            False,
+        ),
+        ("axolotl", "base_model: meta-llama/Llama-3.2-1B\ntorch_compile: true\n", True),
+        ("axolotl", "base_model: meta-llama/Llama-3.2-1B\ntorch_compile: auto\n", None),
+    ],
+)
+def test_from_readers_take_compile(tmp_path: Path, fmt: str, text: str, want: bool | None) -> None:
+    from fitcheck.readers import read_config
+
+    path = tmp_path / "run.yaml"
+    path.write_text(text, encoding="utf-8")
+    got = read_config(str(path), fmt)
+    assert got.values.get("compile") is want
+    if want is None:
+        assert any("torch_compile: auto" in n for n in got.notes)

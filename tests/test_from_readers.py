@@ -85,6 +85,7 @@ EXPECTED: dict[str, tuple[str, str, str | None, dict[str, object]]] = {
             "precision": "bf16",
             "optimizer": "adamw",
             "loss": "chunked",  # LinearCrossEntropyLoss
+            "compile": False,  # compile: False
         },
     ),
     "mlx/lora_config.yaml": (

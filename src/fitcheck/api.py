@@ -270,6 +270,8 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
     if kind == "llm":
         refuse_autocast(values)
         refuse_optimizer_impl(values)
+        if values.get("compile") and values.get("trainer") == "mlx":
+            raise OptionError("--compile: MLX has no torch.compile (its mx.compile is not modelled)")
     if kind == "diffusion":
         values["trainer"] = "kohya"
     if tgt is not None:

@@ -79,15 +79,14 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime) -> act.La
 
     Saved by the partitioned forward: the layer input (the residual stream), one fp32 ``rsqrt`` per token per
     RMSNorm, the normed input of attention and of the MLP (compute dtype, shared by q/k/v or gate/up and their
-    lora_A), the attention output projection's output (a pre-norm layer's second norm reads input + it;
-    the sum is recomputed) and, with sandwich norms (4 per layer, Gemma 2), the MLP output too; attention as
-    its kernel saves it (SDPA: q, k, v after RoPE, output, fp32 logsumexp; eager: q and k, v repeated to every head, the
-    scores before and after softmax, fp32 max and sum per row, the reshaped output); the MLP's gate and up
-    outputs and their product (SiLU's / GELU's output is recomputed); each LoRA-wrapped projection's lora_A
-    output (rank wide). Not saved, unlike eager: RMSNorm's fp32 input copy, the activation's output, the
-    output
-    projection's input under SDPA (recomputed from the kernel output), except where autocast gives a
-    LoRA-wrapped o_proj its own cast copy.
+    lora_A), the attention output projection's output (a pre-norm layer's second norm reads input + it; the
+    sum is recomputed) and, with sandwich norms (4 per layer, Gemma 2), the MLP output too; attention as its
+    kernel saves it (SDPA: q, k, v after RoPE, output, fp32 logsumexp; eager: q and k, v repeated to every
+    head, the scores before and after softmax, fp32 max and sum per row, the reshaped output); the MLP's gate
+    and up outputs and their product (SiLU's / GELU's output is recomputed); each LoRA-wrapped projection's
+    lora_A output (rank wide). Not saved, unlike eager: RMSNorm's fp32 input copy, the activation's output,
+    the output projection's input under SDPA (recomputed from the kernel output), except where autocast gives
+    a LoRA-wrapped o_proj its own cast copy.
     """
     c = act.context(setup, regime)
     acts = act.LayerActs()
