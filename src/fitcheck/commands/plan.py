@@ -277,6 +277,13 @@ EpochsO = Annotated[
 ]
 
 
+def _shaping() -> set[str]:
+    """The plan options that shape the search: `api.PlanOptions` and the target's keywords."""
+    from fitcheck.api import PlanOptions
+
+    return {*PlanOptions.__annotations__, *PLAN_TARGET_KW}
+
+
 def register(app: typer.Typer) -> None:
     """Add ``fitcheck plan`` to the CLI, with the setup options of ``estimate`` that make sense."""
     from fitcheck import cli as c
@@ -333,10 +340,7 @@ def register(app: typer.Typer) -> None:
         verbose: c.VerboseO = False,
     ) -> None:
         """The fastest configuration that fits (exit 0; 1 when none does), with reasons and configs."""
-        from fitcheck.api import PlanOptions
-
-        shaping = {*PlanOptions.__annotations__, *PLAN_TARGET_KW}
-        kw = c.plain(**{k: v for k, v in locals().items() if k in shaping})
+        kw = c.plain(**{k: v for k, v in locals().items() if k in _shaping()})
         out = Output(list(emit or []), emit_format, output_dir, force, fmt.value, chart, verbose)
         if code := run_command(model, kw, from_file, from_format, out):
             raise typer.Exit(code=code)
