@@ -16,7 +16,9 @@ recomputes with the same compiled forward and saves the same set); torchtune's c
 step (``compute_cross_entropy``: ``F.cross_entropy(logits.float(), labels, reduction="sum")``, the only
 part ``compile_loss`` compiles) and transformers' ``ForCausalLMLoss`` on bf16 logits (HF Trainer's
 ``torch_compile`` compiles the whole model, the loss with it); and a whole two-layer model compiled with
-non-reentrant checkpointing (what the partitioner keeps when the checkpoint is inside the graph).
+non-reentrant checkpointing (what the partitioner keeps when the checkpoint is inside the graph). For the
+losses it also runs Inductor itself (CPU code generation) and records the buffers its generated code
+allocates, forward and backward: what exists at all once the pointwise chain is fused.
 
     PYTHONPATH=src python bench/compile_trace.py   # writes tests/data/compile/partition.yaml (~2 min)
 
@@ -236,16 +238,21 @@ def trace_checkpointed_model(arch: str) -> dict[str, Any]:
     }
 
 
+def _loss_inputs(vocab: int) -> tuple[Any, Any]:
+    import torch
+
+    torch.manual_seed(2)
+    logits = torch.randn(BATCH, SEQ, vocab, dtype=torch.bfloat16, requires_grad=True)
+    return logits, torch.randint(0, vocab, (BATCH, SEQ))
+
+
 def _loss_case(name: str, fn: Callable[..., Any], vocab: int) -> dict[str, Any]:
     import torch
 
     rec = Recorder()
     compiled = torch.compile(fn, backend=rec.backend(), dynamic=False)
-    torch.manual_seed(2)
     rows = BATCH * SEQ
-    logits = torch.randn(BATCH, SEQ, vocab, dtype=torch.bfloat16, requires_grad=True)
-    labels = torch.randint(0, vocab, (BATCH, SEQ))
-    loss = compiled(logits, labels)
+    loss = compiled(*_loss_inputs(vocab))
     loss.backward()
     torch._dynamo.reset()
     saved = rec.saved()
@@ -259,6 +266,33 @@ def _loss_case(name: str, fn: Callable[..., Any], vocab: int) -> dict[str, Any]:
         "saved": saved,
         "forward_ops": rec.forward_ops(),
     }
+
+
+def inductor_buffers(fn: Callable[..., Any], *args: Any) -> dict[str, list[dict[str, Any]]]:
+    """The buffers Inductor's generated code allocates (``empty_strided`` calls), forward and backward:
+    what exists beside the graph's inputs when the compiled graphs run (CPU code generation)."""
+    import re
+
+    import torch
+    from torch._inductor.utils import run_and_get_code
+
+    compiled = torch.compile(fn, dynamic=False)
+
+    def step() -> Any:
+        out = compiled(*args)
+        out.backward()
+        return out
+
+    _, codes = run_and_get_code(step)
+    torch._dynamo.reset()
+    pattern = r"empty_strided\w*\(\(([^)]*)\), \([^)]*\), torch\.(\w+)\)"
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, code in zip(("forward", "backward"), codes, strict=False):
+        found = re.findall(pattern, code)
+        out[name] = [
+            {"shape": [int(d) for d in dims.split(",") if d.strip()], "dtype": dt} for dims, dt in found
+        ]
+    return out
 
 
 def trace_losses() -> list[dict[str, Any]]:
@@ -280,10 +314,13 @@ def trace_losses() -> list[dict[str, Any]]:
     def hf_loss(logits: Any, labels: Any) -> Any:
         return ForCausalLMLoss(logits, labels, vocab_size=vocab)
 
-    return [
-        _loss_case("torchtune-chunk-ce", torchtune_chunk, vocab),
-        _loss_case("hf-for-causal-lm-loss", hf_loss, vocab),
-    ]
+    cases = [("torchtune-chunk-ce", torchtune_chunk), ("hf-for-causal-lm-loss", hf_loss)]
+    out = []
+    for name, fn in cases:
+        rec = _loss_case(name, fn, vocab)
+        rec["inductor_buffers"] = inductor_buffers(fn, *_loss_inputs(vocab))
+        out.append(rec)
+    return out
 
 
 def versions() -> dict[str, str]:

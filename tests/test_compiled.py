@@ -150,3 +150,32 @@ def test_from_readers_take_compile(tmp_path: Path, fmt: str, text: str, want: bo
     assert got.values.get("compile") is want
     if want is None:
         assert any("torch_compile: auto" in n for n in got.notes)
+
+
+def test_cli_takes_compile_and_echoes_it(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from fitcheck.cli import main
+
+    base = ["estimate", "llama-3.1-8b", "--method", "lora", "--trainer", "torchtune", "--grad-ckpt"]
+    base += ["--batch-size", "2", "--seq-len", "2048", "--on", "rtx-4090", "-f", "json"]
+    docs = []
+    for flag in ("--compile", "--no-compile"):
+        main([*base, flag])
+        docs.append(json.loads(capsys.readouterr().out))
+    on, off = docs
+    assert on["setup"]["compile"] is True and off["setup"]["compile"] is False
+    assert on["device_bytes"] < off["device_bytes"]
+    assert any("torch.compile" in w for w in on["warnings"])
+    assert main(["estimate", "llama-3.2-1b", "--compile", "--trainer", "mlx", "--on", "apple-m2-max-32gb"]) == 2
+
+
+@pytest.mark.parametrize("rec", [r for r in DATA["records"] if "inductor_buffers" in r])
+def test_inductor_allocates_nothing_vocabulary_wide_but_the_bf16_gradient(rec: dict[str, Any]) -> None:
+    """Inductor's own generated code (CPU): the forward allocates per-row fp32 values only, the backward
+    one compute-dtype gradient of the logits: the fp32 upcast and log-softmax never exist."""
+    vocab = DATA["records"][-1]["saved"][0]["shape"][-1]
+    bufs = rec["inductor_buffers"]
+    assert not [b for b in bufs["forward"] if b["shape"][-1:] == [vocab]]
+    wide = [b for b in bufs["backward"] if b["shape"][-1:] == [vocab]]
+    assert [b["dtype"] for b in wide] == ["bfloat16"]
