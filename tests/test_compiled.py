@@ -167,7 +167,9 @@ def test_cli_takes_compile_and_echoes_it(capsys: pytest.CaptureFixture[str]) -> 
     assert on["setup"]["compile"] is True and off["setup"]["compile"] is False
     assert on["device_bytes"] < off["device_bytes"]
     assert any("torch.compile" in w for w in on["warnings"])
-    assert main(["estimate", "llama-3.2-1b", "--compile", "--trainer", "mlx", "--on", "apple-m2-max-32gb"]) == 2
+    assert (
+        main(["estimate", "llama-3.2-1b", "--compile", "--trainer", "mlx", "--on", "apple-m2-max-32gb"]) == 2
+    )
 
 
 @pytest.mark.parametrize("rec", [r for r in DATA["records"] if "inductor_buffers" in r])
