@@ -323,6 +323,44 @@ def trace_losses() -> list[dict[str, Any]]:
     return out
 
 
+#: A frozen NF4 projection (out x in) for the torchao case: torchtune's QLoRA base layers call
+#: ``linear_nf4(x, weight)`` inside the compiled decoder layer (modules/peft/lora.py @30b8519e).
+NF4_SHAPE = (704, 256)
+
+
+def trace_nf4() -> list[dict[str, Any]]:
+    """torchao's ``linear_nf4`` compiled: the partitioner's saved set and the buffers Inductor's generated
+    code allocates (no record when torchao is not importable; its version is recorded when it is). torchao
+    is not a fitcheck dependency: install it beside torch to regenerate this record."""
+    try:
+        import torchao
+        from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import linear_nf4, to_nf4
+    except ImportError:
+        print("torchao not importable: no NF4 record", file=sys.stderr)
+        return []
+    import torch
+
+    torch.manual_seed(3)
+    weight = to_nf4(torch.randn(*NF4_SHAPE, dtype=torch.bfloat16))
+    x = torch.randn(BATCH, SEQ, NF4_SHAPE[1], dtype=torch.bfloat16, requires_grad=True)
+
+    def fn(x: Any) -> Any:
+        return linear_nf4(x, weight).float().sum()
+
+    rec = Recorder()
+    torch.compile(fn, backend=rec.backend(), dynamic=False)(x).backward()
+    torch._dynamo.reset()
+    return [
+        {
+            "id": "torchao-linear-nf4",
+            "what": f"linear_nf4, frozen {NF4_SHAPE[0]} x {NF4_SHAPE[1]} NF4 weight, input {BATCH} x {SEQ}",
+            "torchao": str(torchao.__version__),
+            "saved": rec.saved(),
+            "inductor_buffers": inductor_buffers(fn, x),
+        }
+    ]
+
+
 def versions() -> dict[str, str]:
     import peft
     import torch
@@ -344,6 +382,7 @@ def main() -> int:
             print(records[-1]["id"], f"{records[-1]['bytes_per_token']:.1f} B/token", file=sys.stderr)
     records.append(trace_checkpointed_model("llama"))
     records.extend(trace_losses())
+    records.extend(trace_nf4())
     doc = {
         "tool_versions": versions(),
         "device": "cpu (real bf16 tensors; Inductor's decompositions and partition_fn, graphs run eagerly)",

@@ -17,6 +17,7 @@ import yaml
 from fitcheck.engine import activations as act
 from fitcheck.engine import compiled, loss
 from fitcheck.engine.estimate import estimate
+from fitcheck.engine.params import layer_linears
 from fitcheck.engine.regimes import regime_for
 from fitcheck.models import LlmSetup, ModelSpec
 from fitcheck.sources.hf_config import arch_from_hf_config
@@ -176,8 +177,47 @@ def test_cli_takes_compile_and_echoes_it(capsys: pytest.CaptureFixture[str]) -> 
 def test_inductor_allocates_nothing_vocabulary_wide_but_the_bf16_gradient(rec: dict[str, Any]) -> None:
     """Inductor's own generated code (CPU): the forward allocates per-row fp32 values only, the backward
     one compute-dtype gradient of the logits: the fp32 upcast and log-softmax never exist."""
-    vocab = DATA["records"][-1]["saved"][0]["shape"][-1]
+    vocab = rec["saved"][0]["shape"][-1]
     bufs = rec["inductor_buffers"]
     assert not [b for b in bufs["forward"] if b["shape"][-1:] == [vocab]]
     wide = [b for b in bufs["backward"] if b["shape"][-1:] == [vocab]]
     assert [b["dtype"] for b in wide] == ["bfloat16"]
+
+
+NF4 = [r for r in DATA["records"] if r["id"] == "torchao-linear-nf4"]
+
+
+@pytest.mark.parametrize("rec", NF4, ids=[r["id"] for r in NF4])
+def test_compiled_nf4_saves_the_dequantized_weight_and_fuses_its_making(rec: dict[str, Any]) -> None:
+    """torchao's linear_nf4 compiled: the partitioner saves the compute-dtype weight (not the NF4 data);
+    Inductor's forward writes it in one buffer (no int64 indices or halves) and its backward makes none."""
+    ((shape, dtype),) = [(t["shape"], t["dtype"]) for t in rec["saved"]]
+    assert dtype == "bfloat16"
+    numel = shape[0] * shape[1]
+    fwd, bwd = rec["inductor_buffers"]["forward"], rec["inductor_buffers"]["backward"]
+    assert not [b for b in fwd + bwd if b["dtype"] == "int64"]
+
+    def size(b: dict[str, Any]) -> int:
+        out = 1
+        for d in b["shape"]:
+            out *= d
+        return out
+
+    assert [b["dtype"] for b in fwd if size(b) == numel] == ["bfloat16"]
+    assert not [b for b in bwd if size(b) == numel]
+    assert compiled.nf4_dequant_bytes(numel, 2) == 2 * numel
+
+
+def test_compiled_qlora_layer_keeps_its_weights_in_bf16() -> None:
+    """The traced NF4 rule at model scale: one compiled QLoRA layer saves its projections in bf16, so
+    without checkpointing every layer does (a compiled QLoRA run without checkpointing holds a bf16 copy of
+    its quantized weights); with checkpointing only the recomputed layer."""
+    from fitcheck.sources.resolve import resolve_model
+
+    spec = resolve_model("llama-3.1-8b")
+    a = spec.arch
+    setup = LlmSetup(method="qlora", trainer="torchtune", batch_size=2, seq_len=2048, compile=True)
+    layer = sum(x.d_in * x.d_out for x in layer_linears(a, False))
+    assert compiled.nf4_saved_bytes(a, setup, regime_for(setup)) == 2 * layer
+    no_ckpt, ckpt = estimate(spec, setup), estimate(spec, setup.model_copy(update={"grad_ckpt": True}))
+    assert no_ckpt.peak_allocated_bytes - ckpt.peak_allocated_bytes > 2 * layer * (a.num_layers - 2)

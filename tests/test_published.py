@@ -60,9 +60,8 @@ KNOWN_UNDER: dict[str, str] = {
 }
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {
-    "torchtune": "19.4% median: README rows posed with --compile still 1-22% over on one GPU (QLoRA keeps "
-    "torchao's eager dequantization); 8 x A100 FSDP2 rows 21-74% over (70B full's custom_sharded_layers not "
-    "posable)",
+    "torchtune": "11.5% median: README rows posed with --compile 1-12% over on one GPU; 8 x A100 FSDP2 rows "
+    "21-61% over (70B full's custom_sharded_layers not posable; FSDP2 around compiled layers not traced)",
     "ms-swift": "17.1% median: remote-code chatglm3 / Baichuan2 (known gap: attention not stated) under at "
     "long sequences, to -69%",
     "multigpu_peft": "12.8% median: Llama-2-70B QLoRA on 2 GPUs 10-15% over (FSDP1, ZeRO-3); figures in GB "

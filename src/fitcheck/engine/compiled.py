@@ -54,6 +54,8 @@ def untraced(a: DecoderArch, setup: LlmSetup, regime: Regime) -> str:
         (a.parallel_block or a.fused_qkv or a.qk_norm, "a parallel block, fused qkv or q/k norms"),
         (bool(a.resid_dropout), "hidden dropout"),
         (setup.dora, "DoRA"),
+        (setup.base_quant != "none", f"a {setup.base_quant} base"),
+        (setup.method == "qlora" and regime.nf4_format != "torchao", "bitsandbytes 4-bit layers"),
         (setup.lora_dropout > 0, "LoRA dropout"),
         (c.gamma == 4 or act.fp32_stream(setup, regime), "an fp32 compute dtype"),
         (c.full and c.autocast, "full fine-tuning under autocast"),
@@ -112,7 +114,31 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime) -> act.La
     if c.lora:
         wrapped = sum(1 for x in lins if targeted(a, setup.lora_targets, x))
         acts.add("lora_ranks", g * setup.lora_rank * wrapped)
+    acts.add("nf4_dequantized", nf4_saved_bytes(a, setup, regime) / setup.tokens)
     return acts
+
+
+def nf4_saved_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
+    """Bytes one compiled layer saves of its dequantized torchao NF4 weights (0 without them).
+
+    Traced (``torchao-linear-nf4``, torchao 0.18.0): torchao's ``LinearNF4`` saves only the NF4 weight, but
+    once AOTAutograd traces it into the joint graph the partitioner saves the dequantized compute-dtype
+    weight for backward instead of recomputing it (the dequantization indexes a lookup table, which it does
+    not recompute), and Inductor's backward allocates no weight. So every projection of a compiled QLoRA layer
+    keeps its weight in the compute dtype until that layer's backward: every layer's without checkpointing,
+    the recomputed layer's with it. Returned whole per layer; `layer_activations` spreads it per token.
+    """
+    if setup.method != "qlora" or regime.nf4_format != "torchao":
+        return 0
+    lins = layer_linears(a, False, active=True, stack="encoder")
+    return act.context(setup, regime).gamma * sum(x.d_in * x.d_out * x.copies for x in lins if x.is_module)
+
+
+def nf4_dequant_bytes(numel: int, gamma: int) -> int:
+    """A torchao NF4 weight dequantized inside a compiled layer: Inductor fuses the unpacking, table lookups
+    and scaling into one kernel that writes the compute-dtype weight (traced: the generated forward allocates
+    one weight-sized compute-dtype buffer, no int64 indices or halves)."""
+    return numel * gamma
 
 
 def loss_hump(

@@ -293,7 +293,10 @@ def _dequant(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
         n = largest_projection(spec.arch, regime.quantized_lm_head)
         gamma = int(act.context(setup, regime).gamma)
         fmt = regime.nf4_format if setup.method == "qlora" else "bitsandbytes"
-        if fmt == "torchao":
+        if fmt == "torchao" and setup.compile and not compiled.untraced(spec.arch, setup, regime):
+            dq = compiled.nf4_dequant_bytes(n, gamma)
+            rule = "torchao NF4 dequantized by one fused kernel in a compiled layer (traced)"
+        elif fmt == "torchao":
             dq = nf4.dequant_bytes(fmt, n, gamma)
             rule = (
                 "torchao get_original_weight: int64 indices, halves and the stacked weight of one projection"
