@@ -9,7 +9,8 @@ a backend that runs Inductor's own decompositions and partition function (joint-
 but records the graphs instead of generating kernels: the forward graph's outputs past the user
 outputs are the saved tensors, with shape and dtype from ``node.meta["val"]``.
 
-Cases: HF Llama, Qwen2, Mistral and Gemma 2 layers in bf16, full and LoRA (peft, all-linear, rank 8),
+Cases: HF Llama, Qwen2, Mistral and Gemma 2 layers in bf16, full and LoRA (peft, all-linear, rank 16), each
+without and under bf16 autocast,
 compiled per layer as torchtune compiles its layers (training/_compile.py @30b8519e: ``m.compile()`` on
 each ``TransformerSelfAttentionLayer`` before activation checkpointing wraps it, so a checkpointed run
 recomputes with the same compiled forward and saves the same set); torchtune's chunked cross-entropy
@@ -70,8 +71,9 @@ ATTN = {"gemma2": "eager"}
 LORA_RANK = 16
 #: ``full``: bf16 weights, no autocast (torchtune). ``lora``: LoRA with bf16 adapters, no autocast
 #: (torchtune's LoRA). ``lora-autocast``: peft's fp32 adapters under bf16 autocast (HF Trainer, bf16=True).
-METHODS = ("full", "lora", "lora-autocast")
-AUTOCAST_METHODS = ("lora-autocast",)
+#: ``full-autocast``: bf16 weights, all trained, under bf16 autocast (HF Trainer full fine-tuning, bf16=True).
+METHODS = ("full", "full-autocast", "lora", "lora-autocast")
+AUTOCAST_METHODS = ("full-autocast", "lora-autocast")
 
 
 class Recorder:
@@ -391,6 +393,7 @@ def main() -> int:
         "lora": {"rank": LORA_RANK, "targets": "all-linear", "dropout": 0.0},
         "methods": {
             "full": "bf16 weights, all trained, no autocast (torchtune)",
+            "full-autocast": "bf16 weights, all trained, torch.autocast bf16 (HF Trainer bf16=True)",
             "lora": "peft LoRA, adapters cast to bf16, no autocast (torchtune's dtypes)",
             "lora-autocast": "peft LoRA, fp32 adapters, torch.autocast bf16 (HF Trainer bf16=True)",
         },

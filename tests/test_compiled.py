@@ -27,6 +27,7 @@ LAYERS = [r for r in DATA["records"] if r["id"].endswith("-layer")]
 #: The traced methods as fitcheck setups: torchtune's dtypes (bf16, no autocast) and HF Trainer's autocast.
 METHODS: dict[str, dict[str, Any]] = {
     "full": {"method": "full", "trainer": "torchtune"},
+    "full-autocast": {"method": "full", "trainer": "hf"},
     "lora": {"method": "lora", "trainer": "torchtune"},
     "lora-autocast": {"method": "lora", "trainer": "hf"},
 }
@@ -50,7 +51,7 @@ def _arch(rec: dict[str, Any]) -> Any:
     return arch_from_hf_config(DATA["hf_configs"][rec["family"]])
 
 
-def test_trace_covers_four_families_and_three_methods() -> None:
+def test_trace_covers_four_families_and_every_method() -> None:
     assert {r["family"] for r in LAYERS} == {"llama", "qwen2", "mistral", "gemma2"}
     assert {r["method"] for r in LAYERS} == set(METHODS)
     assert DATA["tool_versions"]["torch"]

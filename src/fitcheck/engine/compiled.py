@@ -58,7 +58,7 @@ def untraced(a: DecoderArch, setup: LlmSetup, regime: Regime) -> str:
         (setup.method == "qlora" and regime.nf4_format != "torchao", "bitsandbytes 4-bit layers"),
         (setup.lora_dropout > 0, "LoRA dropout"),
         (c.gamma == 4 or act.fp32_stream(setup, regime), "an fp32 compute dtype"),
-        (c.full and c.autocast, "full fine-tuning under autocast"),
+        (c.full and c.autocast and c.rho != c.gamma, "fp32 weights under autocast (master weights)"),
     )
     return next((why for bad, why in checks if bad), "")
 
