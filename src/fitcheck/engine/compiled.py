@@ -47,6 +47,7 @@ def untraced(a: DecoderArch, setup: LlmSetup, regime: Regime) -> str:
     c = act.context(setup, regime)
     checks = (
         (setup.trainer not in COMPILE_TRAINERS, f"trainer {setup.trainer}"),
+        (a.structure != "decoder", f"an {a.structure.replace('_', '-')} model"),
         (a.model_type == "gpt2" or a.norm != "rms", "a LayerNorm model"),
         (a.mlp != "gated", "a non-gated MLP"),
         (a.is_moe, "a mixture of experts"),
