@@ -76,6 +76,7 @@ _DIRECT = (
     "autocast",
     "keep_logits",
     "lora_fa",
+    "compile",
 )
 #: Optimizers the sources name that fitcheck models under another name (same bytes per state).
 _OPTIMIZER_ALIASES: dict[str, tuple[str, str]] = {
@@ -83,7 +84,6 @@ _OPTIMIZER_ALIASES: dict[str, tuple[str, str]] = {
 }
 #: Setup flags fitcheck has no option for, and what leaving them out means for the pose.
 _UNMODELLED = {
-    "compile": "torch.compile is not modelled",
     "rslora": "rsLoRA changes only the scale, not the memory",
     "offload": "offloading of parameters / optimizer states on one GPU is not modelled",
 }

@@ -87,6 +87,7 @@ EXPECTED: dict[str, tuple[str, str, str | None, dict[str, object]]] = {
             "optimizer": "adamw",
             "optimizer_impl": "fused",
             "loss": "chunked",  # LinearCrossEntropyLoss
+            "compile": False,  # compile: False
         },
     ),
     "mlx/lora_config.yaml": (

@@ -69,8 +69,8 @@ KNOWN_UNDER: dict[str, str] = {
 }
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {
-    "torchtune": "README rows measured with torch.compile (not modelled) 11-56% over; 8 x A100 FSDP2 rows "
-    "29-80% over (compile; 70B full's custom_sharded_layers not posable)",
+    "torchtune": "11.5% median: README rows posed with --compile 1-12% over on one GPU; 8 x A100 FSDP2 rows "
+    "21-61% over (70B full's custom_sharded_layers not posable; FSDP2 around compiled layers not traced)",
     "ms-swift": "30% median: Qwen-1 / chatglm3 LoRA rows 12-69% under (known gap: max_memory_reserved over "
     "a run on variable-length text grows ~45 B per vocabulary entry per token, the code read holds ~12 B)",
     "multigpu_peft": "15.7% median: Llama-2-70B QLoRA on 2 GPUs posed as sharded QLoRA (bf16 stream) is "

@@ -77,6 +77,7 @@ class _Common(TypedDict, total=False):
     offload_activations: bool
     optimizer_in_bwd: bool
     autocast: bool | None
+    compile: bool | None
     keep_logits: bool
     trainer: Trainer | None
     gpus: Annotated[int, Field(ge=1, le=4096)] | None
@@ -137,6 +138,7 @@ LLM_ONLY: dict[str, object] = {
     "offload_activations": False,
     "optimizer_in_bwd": False,
     "autocast": None,
+    "compile": None,
     "keep_logits": False,
     "optimizer_impl": None,
     "quant_storage": None,
@@ -272,6 +274,8 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
     if kind == "llm":
         refuse_autocast(values)
         refuse_optimizer_impl(values)
+        if values.get("compile") and values.get("trainer") == "mlx":
+            raise OptionError("--compile: MLX has no torch.compile (its mx.compile is not modelled)")
     if kind == "diffusion":
         values["trainer"] = "kohya"
     if tgt is not None:
@@ -480,6 +484,7 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         "offload_activations",
         "optimizer_in_bwd",
         "autocast",
+        "compile",
         "keep_logits",
         "optimizer_impl",
     )

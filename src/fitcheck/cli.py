@@ -271,6 +271,15 @@ AutocastO = Annotated[
         show_default=False,
     ),
 ]
+CompileO = Annotated[
+    bool | None,
+    typer.Option(
+        "--compile/--no-compile",
+        help="LLM: torch.compile on the model and loss (torchtune compile: True, HF Trainer torch_compile); "
+        "the partitioner's saved set and fused loss (docs/methodology.md) [default: the trainer's own, off]",
+        show_default=False,
+    ),
+]
 KeepLogitsO = Annotated[
     bool,
     typer.Option(
@@ -526,6 +535,7 @@ def _training_template(
     offload_activations: OffloadActO = False,
     optimizer_in_bwd: OptInBwdO = False,
     autocast: AutocastO = None,
+    compile: CompileO = None,
     keep_logits: KeepLogitsO = False,
     trainer: TrainerO = TrainerOpt.generic,
     gpus: GpusO = 1,

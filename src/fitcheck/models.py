@@ -236,6 +236,11 @@ class LlmSetup(SetupBase):
         default=None,
         description="None: the trainer's own; False: no torch.autocast, the model runs in its load dtype",
     )
+    compile: bool | None = Field(
+        default=None,
+        description="torch.compile on the model and loss (docs/methodology.md, 'torch.compile'); None: the "
+        "trainer's own (off)",
+    )
     optimizer_impl: OptimizerImpl | None = Field(
         default=None,
         description="AdamW's step: fused (no temporaries) or foreach (a copy of the second moments); None: "

@@ -277,6 +277,13 @@ EpochsO = Annotated[
 ]
 
 
+def _shaping() -> set[str]:
+    """The plan options that shape the search: `api.PlanOptions` and the target's keywords."""
+    from fitcheck.api import PlanOptions
+
+    return {*PlanOptions.__annotations__, *PLAN_TARGET_KW}
+
+
 def register(app: typer.Typer) -> None:
     """Add ``fitcheck plan`` to the CLI, with the setup options of ``estimate`` that make sense."""
     from fitcheck import cli as c
@@ -307,6 +314,7 @@ def register(app: typer.Typer) -> None:
         lora_dropout: c.DropO = None,
         double_quant: c.DQO = True,
         autocast: c.AutocastO = None,
+        compile: c.CompileO = None,
         keep_logits: c.KeepLogitsO = False,
         loss: c.LossO = None,
         offload_activations: c.OffloadActO = False,
@@ -341,10 +349,8 @@ def _dispatch(args: dict[str, Any]) -> None:
     """Run ``fitcheck plan`` from its parsed arguments: the shaping options (api.PlanOptions and the
     target's), the output settings, then the command; exit with its code."""
     from fitcheck import cli as c
-    from fitcheck.api import PlanOptions
 
-    shaping = {*PlanOptions.__annotations__, *PLAN_TARGET_KW}
-    kw = c.plain(**{k: v for k, v in args.items() if k in shaping})
+    kw = c.plain(**{k: v for k, v in args.items() if k in _shaping()})
     a = args
     out = Output(
         list(a["emit"] or []),
@@ -390,8 +396,8 @@ def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, fr
 #: What a ``--from`` file fixes for the planner; the rest (micro-batch, checkpointing, optimizer,
 #: attention, precision) stays searched unless given on the command line.
 PLAN_FIXED = ("method", "dora", "lora_fa", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
-              "double_quant", "master_weights", "autocast", "keep_logits", "seq_len", "resolution", "trainer",
-              "gpus")  # fmt: skip
+              "double_quant", "master_weights", "autocast", "compile", "keep_logits", "seq_len", "resolution",
+              "trainer", "gpus")  # fmt: skip
 
 
 def plan_from(model: str | None, kw: dict[str, Any], path: str | None, fmt: str | None) -> tuple[str, Any]:
@@ -444,6 +450,8 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
         "--no-double-quant": not kw["double_quant"],
         "--autocast": kw.get("autocast") is True,
         "--no-autocast": kw.get("autocast") is False,
+        "--compile": kw.get("compile") is True,
+        "--no-compile": kw.get("compile") is False,
         "--keep-logits": kw.get("keep_logits", False),
         "--loss": kw.get("loss"),
         "--offload-activations": kw.get("offload_activations", False),

@@ -88,6 +88,7 @@ def text(plan: Plan, ctx: EmitContext) -> str:
             "FSDP checkpoints instead (fsdp_config)" if s.grad_ckpt and fsdp else "",
         ),
         Item("attn_implementation", ATTN[s.attn]),
+        *hf.compile_items(s),
         Item("logging_steps", 10),
     ]
     items += multigpu.items(plan, ctx, "axolotl")

@@ -203,6 +203,14 @@ def _peft_items(plan: Plan, ctx: EmitContext) -> list[Item]:
     return items
 
 
+def compile_items(setup: LlmSetup) -> list[Item]:
+    """``torch_compile: true`` when the plan's setup is compiled (TrainingArguments, axolotl and
+    LLaMA-Factory spell it alike); nothing otherwise, so uncompiled configs stay as they were."""
+    if setup.compile is not True:
+        return []
+    return [Item("torch_compile", True, "torch.compile the model (smaller saved activations and loss)")]
+
+
 def _training_items(plan: Plan) -> list[Item]:
     """SFTConfig / TrainingArguments: data, batch, checkpointing, precision, optimizer, schedule."""
     c = chosen(plan)
@@ -214,6 +222,7 @@ def _training_items(plan: Plan) -> list[Item]:
         Item("per_device_train_batch_size", s.batch_size, "micro-batch"),
         Item("gradient_accumulation_steps", s.grad_accum, f"effective batch {c.effective_batch}"),
         _ckpt_item(plan),
+        *compile_items(s),
         Item("bf16", s.precision == "bf16" and s.autocast is not False),
         Item(
             "fp16",

@@ -152,6 +152,7 @@ def text(plan: Plan, ctx: EmitContext) -> str:
         Item("bf16", s.precision == "bf16"),
         Item("fp16", s.precision == "fp16"),
         Item("flash_attn", ATTN[s.attn]),
+        *hf.compile_items(s),
         Item(
             "disable_gradient_checkpointing",
             not s.grad_ckpt,

@@ -194,7 +194,13 @@ def uses_eager_scores(a: DecoderArch, setup: LlmSetup) -> bool:
 
 
 def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool = False) -> LayerActs:
-    """Saved bytes per token of one decoder layer (no checkpointing): norms, attention, MLP."""
+    """Saved bytes per token of one decoder layer (no checkpointing): norms, attention, MLP; under
+    ``--compile`` the partitioner's saved set where it was traced (`engine.compiled`)."""
+    if setup.compile:
+        from fitcheck.engine import compiled
+
+        if not compiled.untraced(a, setup, regime):
+            return compiled.layer_activations(a, setup, regime)
     c = context(setup, regime)
     if a.model_type == "gpt2":
         return _gpt2_layer(a, setup, c)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fitcheck.assembly import assemble, phase
 from fitcheck.components import component
 from fitcheck.engine import activations as act
-from fitcheck.engine import litgpt, lora_transient, loss, nf4, offload, quant, states, tasks
+from fitcheck.engine import compiled, litgpt, lora_transient, loss, nf4, offload, quant, states, tasks
 from fitcheck.engine.load import largest_projection, load_transient_bytes
 from fitcheck.engine.lora import (
     adapter_params,
@@ -298,7 +298,10 @@ def _dequant(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
         n = largest_projection(spec.arch, regime.quantized_lm_head)
         gamma = int(act.context(setup, regime).gamma)
         fmt = regime.nf4_format if setup.method == "qlora" else "bitsandbytes"
-        if fmt == "torchao":
+        if fmt == "torchao" and setup.compile and not compiled.untraced(spec.arch, setup, regime):
+            dq = compiled.nf4_dequant_bytes(n, gamma)
+            rule = "torchao NF4 dequantized by one fused kernel in a compiled layer (traced)"
+        elif fmt == "torchao":
             dq = nf4.dequant_bytes(fmt, n, gamma)
             rule = (
                 "torchao get_original_weight: int64 indices, halves and the stacked weight of one projection"
@@ -587,7 +590,13 @@ def autocast_copies(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[i
 
 def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]:
     """What the user should know beside the figures: the model's notes, then the setup's caveats."""
-    return (*spec.notes, *_state_warnings(spec, setup, derived), *_setup_warnings(spec, setup))
+    compiled_note = compiled.warning(spec.arch, setup, regime_for(setup))
+    return (
+        *spec.notes,
+        *_state_warnings(spec, setup, derived),
+        *_setup_warnings(spec, setup),
+        *([compiled_note] if compiled_note else []),
+    )
 
 
 def _state_warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> list[str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from fitcheck.engine import compiled
 from fitcheck.models import DecoderArch, LlmSetup, Regime
 
 #: torchtune's CEWithChunkedOutputLoss default (torchtune/modules/loss/ce_chunked_output_loss.py).
@@ -268,6 +269,14 @@ def hump(
     if kernel == "chunked":
         chunks = regime.loss_chunks if regime.loss_chunks > 1 else TORCHTUNE_CHUNKS
     cap = gamma if a.final_logit_softcapping and kernel in SOFTCAP_OUTSIDE else 0
+    if setup.compile and kernel in compiled.COMPILED_LOSS_KERNELS and gamma != 4:
+        n = setup.tokens if rows is None else rows
+        fwd, bwd, saved, head = compiled.loss_hump(
+            n * (a.vocab_size if width is None else width), n, gamma, chunks, cap
+        )
+        label = f" ({chunks} chunks)" if chunks > 1 else ""
+        rule = f"compiled cross-entropy{label}: logits + fp32 max/log-sum per row"
+        return Hump(fwd, bwd, saved, rule, head)
     dims = Dims(
         setup.tokens if rows is None else rows,
         a.vocab_size if width is None else width,

@@ -115,6 +115,12 @@ def _checkpointing(r: Reading, k: Keys) -> None:
     elif value is not None:
         r.set("grad_ckpt", as_bool(value, "gradient_checkpointing", r.path), "gradient_checkpointing")
     k.touch("gradient_checkpointing_kwargs")
+    # torch_compile: true|false|auto (schema default null); ``auto`` is decided at run time: not read
+    if k.get("torch_compile") == "auto":
+        r.note("torch_compile: auto is decided when axolotl runs; give --compile or --no-compile")
+    else:
+        r.set("compile", as_bool(k.get("torch_compile"), "torch_compile", r.path), "torch_compile")
+    k.touch("torch_compile_backend", "torch_compile_mode")
     if k.get("activation_offloading") not in (None, False):
         r.set("offload_activations", True, "activation_offloading")
 

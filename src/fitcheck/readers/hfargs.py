@@ -40,6 +40,10 @@ def training_args(r: Reading, k: Keys) -> None:
     if isinstance(optim, str):
         r.set("optimizer", names.optimizer(names.HF_OPTIM, optim, "optim", r.notes), "optim")
         r.set("optimizer_impl", names.HF_OPTIM_IMPL.get(optim), "optim")
+    # torch_compile: Trainer hands accelerate a TorchDynamoPlugin, which compiles the whole prepared model
+    # (transformers 5.24 trainer.py ``_build_accelerator_args``)
+    r.set("compile", as_bool(k.get("torch_compile"), "torch_compile", p), "torch_compile")
+    k.touch("torch_compile_backend", "torch_compile_mode")
     if as_bool(k.get("use_liger_kernel"), "use_liger_kernel", p):
         r.set("loss", "liger", "use_liger_kernel")
     distributed(r, k)

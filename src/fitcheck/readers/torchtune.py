@@ -9,7 +9,8 @@ output_proj), ``apply_lora_to_mlp`` (w1, w2, w3), ``apply_lora_to_output`` (the 
 ``tokenizer.max_seq_len``; ``batch_size``; ``gradient_accumulation_steps``;
 ``enable_activation_checkpointing`` / ``enable_activation_offloading``; ``dtype``;
 ``optimizer._component_``; ``optimizer_in_bwd`` (full fine-tuning); ``loss._component_`` (chunked or linear
-cross-entropy); ``fsdp_cpu_offload`` in the distributed recipes.
+cross-entropy); ``compile`` (torch.compile on each layer and the loss); ``fsdp_cpu_offload`` in the
+distributed recipes.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def read(data: Doc, path: str) -> ReadResult:
     )
     if as_bool(k.get("enable_activation_offloading"), "enable_activation_offloading", path):
         r.set("offload_activations", True, "enable_activation_offloading")
+    # the recipes read ``cfg.compile`` and compile each layer and the loss (training/_compile.py @30b8519e)
+    r.set("compile", as_bool(k.get("compile"), "compile", path), "compile")
     dtype = k.get("dtype")
     if isinstance(dtype, str):
         r.set("precision", names.DTYPES.get(dtype), "dtype")
