@@ -73,3 +73,22 @@ def assemble(
         band=band(peak, reserve, context),
         warnings=warnings,
     )
+
+
+def reassemble(est: Estimate, phases: Sequence[Phase], steady_bytes: int, live_tensors: int) -> Estimate:
+    """``est`` with other phases (one GPU's share of a multi-GPU run), through the same assembly: peak,
+    reserve, context, device bytes and band are recomputed; model, setup, regime and notes are kept."""
+    return assemble(
+        model=est.model,
+        model_name=est.model_name,
+        model_source=est.model_source,
+        setup=est.setup,
+        regime=est.regime,
+        params=est.params,
+        phases=phases,
+        steady_bytes=steady_bytes,
+        live_tensors=live_tensors,
+        target_context=est.context_bytes,
+        thumb=est.thumb,
+        warnings=est.warnings,
+    )

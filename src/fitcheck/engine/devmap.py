@@ -31,7 +31,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from fitcheck.assembly import assemble, phase
+from fitcheck.assembly import phase, reassemble
 from fitcheck.engine import devmap_place as dp
 from fitcheck.engine.estimate import Saved, step_phases
 from fitcheck.engine.params import inventory, layer_kinds, norm_params
@@ -351,7 +351,7 @@ def split(
         phases = gpu_phases(ms, sv, setup, lay, s, out_bytes, est.phase("load"))
         steady = sum(_state(ms[k], s).bytes for k in _PERSISTENT_STEADY if k in ms)
         # tensors alive on this GPU: its layers' share (the allocator rounds each up)
-        per.append((_assemble(est, phases, steady, max(1, round(tensors * s.layers))), s))
+        per.append((reassemble(est, phases, steady, max(1, round(tensors * s.layers))), s))
     k = max(range(len(per)), key=lambda i: per[i][0].device_bytes)
     return _result(setup, lay, per, per[k][0], k)
 
@@ -369,23 +369,6 @@ _PERSISTENT_STEADY = (
     "optimizer_states_paged",
     "gradients",
 )
-
-
-def _assemble(est: Estimate, phases: Sequence[Phase], steady: int, tensors: int) -> Estimate:
-    return assemble(
-        model=est.model,
-        model_name=est.model_name,
-        model_source=est.model_source,
-        setup=est.setup,
-        regime=est.regime,
-        params=est.params,
-        phases=phases,
-        steady_bytes=steady,
-        live_tensors=tensors,
-        target_context=est.context_bytes,
-        thumb=est.thumb,
-        warnings=est.warnings,
-    )
 
 
 def _modules(lay: Layout, g: int) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fitcheck.assembly import assemble, phase
+from fitcheck.assembly import phase, reassemble
 from fitcheck.engine.params import inventory, layer_linears
 from fitcheck.errors import OptionError
 from fitcheck.facts.dtypes import nbytes
@@ -666,20 +666,7 @@ def _reassemble(
 ) -> Estimate:
     """The per-GPU estimate through the one assembly (peak, reserve, context, device), then the
     multi-GPU fields."""
-    out = assemble(
-        model=est.model,
-        model_name=est.model_name,
-        model_source=est.model_source,
-        setup=est.setup,
-        regime=est.regime,
-        params=est.params,
-        phases=phases,
-        steady_bytes=steady,
-        live_tensors=tensors,
-        target_context=est.context_bytes,
-        thumb=est.thumb,
-        warnings=est.warnings,
-    )
+    out = reassemble(est, phases, steady, tensors)
     return out.model_copy(update=extra)
 
 
