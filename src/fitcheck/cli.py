@@ -284,8 +284,8 @@ KbitPrepO = Annotated[
     bool | None,
     typer.Option(
         "--kbit-prep/--no-kbit-prep",
-        help="LLM, 4-bit/8-bit bitsandbytes base under --trainer hf: --kbit-prep when your script calls peft's "
-        "prepare_model_for_kbit_training (non-quantized params and adapters fp32); --no-kbit-prep is TRL's "
+        help="LLM, 4-bit/8-bit bitsandbytes base under --trainer hf: --kbit-prep when your script calls "
+        "peft's prepare_model_for_kbit_training (non-quantized params, adapters fp32); --no-kbit-prep: TRL's "
         "SFTTrainer (>= 0.26: load dtype, adapters cast to bf16) [default: the trainer's own; hf: no]",
         show_default=False,
     ),

@@ -243,9 +243,9 @@ class LlmSetup(SetupBase):
     )
     kbit_prep: bool | None = Field(
         default=None,
-        description="a 4-bit/8-bit bitsandbytes base: True, peft's prepare_model_for_kbit_training ran (non-quantized "
-        "params fp32, fp32 adapters); False, no k-bit preparation (TRL >= 0.26 SFTTrainer: load dtype, adapters "
-        "cast to bf16); None: the trainer's own (docs/methodology.md, 'k-bit preparation')",
+        description="a 4-bit/8-bit bitsandbytes base: True, peft's prepare_model_for_kbit_training ran "
+        "(non-quantized params fp32, fp32 adapters); False, none (TRL >= 0.26 SFTTrainer: load "
+        "dtype, adapters cast to bf16); None: the trainer's own (docs/methodology.md, 'k-bit preparation')",
     )
     optimizer_impl: OptimizerImpl | None = Field(
         default=None,

@@ -257,8 +257,8 @@ def _generic(setup: LlmSetup) -> Regime:
 #: trainers have no bitsandbytes path or quantize another way (torchao, litgpt, MLX).
 KBIT_PREP_DEFAULT: dict[str, bool] = {"hf": False, "axolotl": True}
 SRC_TRL_KBIT = (
-    "TRL 1.16.0 trainer/sft_trainer.py SFTTrainer.__init__: no prepare_model_for_kbit_training (removed in trl "
-    "2af35fb0 / v0.26); a model is_loaded_in_4bit or is_loaded_in_8bit has every trainable param except "
+    "TRL 1.16.0 trainer/sft_trainer.py SFTTrainer.__init__: no prepare_model_for_kbit_training (removed in "
+    "trl 2af35fb0 / v0.26); a model is_loaded_in_4bit or is_loaded_in_8bit has every trainable param except "
     "lora_magnitude_vector cast to torch.bfloat16 after get_peft_model; gradient checkpointing only adds "
     "enable_input_require_grads"
 )
