@@ -105,3 +105,13 @@ def test_trl_reader_notes_the_default(tmp_path, capsys: pytest.CaptureFixture[st
     _, err = capsys.readouterr()
     assert rc in (0, 1), err
     assert "cannot say whether a script calls peft's prepare_model_for_kbit_training" in err
+
+
+def test_hf_yaml_refuses_a_prepared_plan(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    """``trl sft`` cannot run peft's preparation, so a --kbit-prep plan is not emitted as hf.yaml."""
+    out = tmp_path / "run.hf.yaml"
+    base = ["plan", "llama-3.1-8b", "--on", "rtx-4090", "--method", "qlora", "--trainer", "hf"]
+    base += ["--emit", str(out)]
+    assert main([*base, "--kbit-prep"]) == 2 and not out.exists()
+    assert "never calls prepare_model_for_kbit_training" in capsys.readouterr().err
+    assert main(base) == 0 and out.exists()
