@@ -77,6 +77,7 @@ _DIRECT = (
     "keep_logits",
     "lora_fa",
     "compile",
+    "kbit_prep",
 )
 #: Optimizers the sources name that fitcheck models under another name (same bytes per state).
 _OPTIMIZER_ALIASES: dict[str, tuple[str, str]] = {

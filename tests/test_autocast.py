@@ -64,7 +64,7 @@ def test_lora_saves_fp32_input_copies_per_wrapped_module(spec) -> None:  # type:
 def test_qlora_runs_an_fp32_stream_without_autocast() -> None:
     """After prepare_model_for_kbit_training the embeddings and norms are fp32 and bitsandbytes returns
     its input's dtype: every activation is fp32 without autocast, the compute dtype with it."""
-    setup = LlmSetup(trainer="hf", method="qlora", precision="fp16")
+    setup = LlmSetup(trainer="hf", method="qlora", precision="fp16", kbit_prep=True)
     assert context(setup, regime_for(setup)).gamma == 2
     off = setup.model_copy(update={"autocast": False})
     assert context(off, regime_for(off)).gamma == 4

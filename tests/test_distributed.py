@@ -243,16 +243,19 @@ def test_hf_trainer_fsdp_accumulates_unsharded_grads(spec7b: ModelSpec) -> None:
 def test_sharded_qlora_under_hf_keeps_the_load_dtype(spec7b: ModelSpec) -> None:
     """TRL skips (0.8-0.25) or never runs (0.26+) prepare_model_for_kbit_training when transformers left
     the Params4bit on the CPU, which it does under FSDP and ZeRO-3: no fp32 residual stream, adapters in
-    bf16 (engine/regimes.py SRC_SHARDED_QLORA). One GPU, DDP and ZeRO-2 keep the k-bit upcast."""
+    bf16 (engine/regimes.py SRC_SHARDED_QLORA). One GPU, DDP and ZeRO-2 keep the k-bit upcast when the
+    script runs peft's preparation (--kbit-prep); TRL's own default there is no preparation either."""
     from fitcheck.engine.regimes import regime_for
 
     kw: dict[str, object] = {"method": "qlora", "trainer": "hf", "grad_ckpt": True}
     sharded = {s: LlmSetup(**kw, gpus=2, strategy=s) for s in ("fsdp", "zero3")}  # type: ignore[arg-type]
     prepared = [
-        LlmSetup(**kw),  # type: ignore[arg-type]
-        LlmSetup(**kw, gpus=2, strategy="zero2"),  # type: ignore[arg-type]
-        LlmSetup(**kw, gpus=2),  # type: ignore[arg-type]
+        LlmSetup(**kw, kbit_prep=True),  # type: ignore[arg-type]
+        LlmSetup(**kw, gpus=2, strategy="zero2", kbit_prep=True),  # type: ignore[arg-type]
+        LlmSetup(**kw, gpus=2, kbit_prep=True),  # type: ignore[arg-type]
     ]
+    trl = regime_for(LlmSetup(**kw))  # type: ignore[arg-type]
+    assert (trl.kbit_upcast, trl.adapter_dtype) == (False, "bf16") and "SFTTrainer" in trl.source
     for setup in sharded.values():
         r = regime_for(setup)
         assert (r.kbit_upcast, r.adapter_dtype) == (False, "bf16") and "SFTTrainer" in r.source

@@ -59,7 +59,7 @@ def test_backward_start_is_the_log_softmax_and_its_two_gradients() -> None:
 
 def test_fp32_lm_head_makes_no_cast_but_the_same_forward() -> None:
     # QLoRA without autocast: prepare_model_for_kbit_training leaves lm_head fp32, .float() is a no-op
-    h = _hump(loss="hf-legacy", method="qlora", autocast=False)
+    h = _hump(loss="hf-legacy", method="qlora", autocast=False, kbit_prep=True)
     assert h.forward == TV * 3 * FP32
     assert h.at_head == TV * FP32
 

@@ -37,7 +37,7 @@ def test_plain_loss_is_three_logits_copies_in_their_dtype() -> None:
     h = _hump("llama-3.1-8b", method="lora", batch_size=2, seq_len=8192, **LOOP)
     assert (h.forward, h.backward, h.saved) == (3 * 2 * tv, 3 * 2 * tv, 2 * tv)
     # QLoRA without autocast: lm_head and the stream are fp32 (prepare_model_for_kbit_training)
-    q = _hump("llama-3.1-8b", method="qlora", batch_size=2, seq_len=8192, **LOOP)
+    q = _hump("llama-3.1-8b", method="qlora", batch_size=2, seq_len=8192, kbit_prep=True, **LOOP)
     assert q.forward == 3 * 4 * tv
     # the standard kernel upcasts: more than the plain one for the same run
     std = _hump("llama-3.1-8b", method="lora", batch_size=2, seq_len=8192, trainer="hf", autocast=False)

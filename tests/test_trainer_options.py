@@ -67,7 +67,7 @@ def test_litgpt_regime(spec) -> None:  # type: ignore[no-untyped-def]
     # PagedAdamW keeps two fp32 states per bf16 adapter parameter
     assert _get(est, "optimizer_step", "optimizer_states") == 8 * c.adapter
     # lm_head is 4-bit too (llama-3.2-1b ties it to the embedding, so nothing moves there)
-    hf = estimate(spec, LlmSetup(method="qlora", trainer="hf"))
+    hf = estimate(spec, LlmSetup(method="qlora", trainer="hf", kbit_prep=True))
     assert _get(est, "optimizer_step", "weights_unquantized") < _get(
         hf, "optimizer_step", "weights_unquantized"
     )
@@ -90,9 +90,10 @@ def test_unsloth_regime_offloads_checkpoints(spec) -> None:  # type: ignore[no-u
     setup = LlmSetup(method="qlora", trainer="unsloth", grad_ckpt=True, seq_len=4096)
     r = regime_for(setup)
     assert r.offload_checkpoints and r.loss_kernel == "unsloth" and not r.kbit_upcast
-    hf = estimate(spec, LlmSetup(method="qlora", trainer="hf", grad_ckpt=True, seq_len=4096))
+    hf = estimate(spec, LlmSetup(method="qlora", trainer="hf", grad_ckpt=True, seq_len=4096, kbit_prep=True))
     un = estimate(spec, setup)
-    # fp32 checkpoints under hf (k-bit upcast), bf16 under Unsloth with 2 of n layers on the device
+    # fp32 checkpoints under hf with peft's k-bit preparation (upcast), bf16 under Unsloth with 2 of n
+    # layers on the device
     n_layers = spec.arch.num_layers
     expected = _get(hf, "forward", "checkpoints") / 2 * 2 / n_layers
     assert _get(un, "forward", "checkpoints") == pytest.approx(expected, rel=1e-6)
@@ -134,8 +135,12 @@ def test_gptq_int8_buffers() -> None:
 
 
 def test_int8_gets_the_kbit_upcast_and_gptq_does_not() -> None:
-    assert regime_for(LlmSetup(method="lora", base_quant="int8", trainer="hf")).kbit_upcast
-    assert not regime_for(LlmSetup(method="lora", base_quant="gptq", trainer="hf")).kbit_upcast
+    prep = {"method": "lora", "trainer": "hf", "kbit_prep": True}
+    assert regime_for(LlmSetup(base_quant="int8", **prep)).kbit_upcast  # type: ignore[arg-type]
+    assert not regime_for(LlmSetup(base_quant="gptq", **prep)).kbit_upcast  # type: ignore[arg-type]
+    # TRL's SFTTrainer casts an 8-bit model's adapters to bf16 as a 4-bit one's; GPTQ keeps peft's fp32
+    assert regime_for(LlmSetup(method="lora", base_quant="int8", trainer="hf")).adapter_dtype == "bf16"
+    assert regime_for(LlmSetup(method="lora", base_quant="gptq", trainer="hf")).adapter_dtype == "fp32"
 
 
 @pytest.mark.parametrize(

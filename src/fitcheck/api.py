@@ -78,6 +78,7 @@ class _Common(TypedDict, total=False):
     optimizer_in_bwd: bool
     autocast: bool | None
     compile: bool | None
+    kbit_prep: bool | None
     keep_logits: bool
     trainer: Trainer | None
     gpus: Annotated[int, Field(ge=1, le=4096)] | None
@@ -139,6 +140,7 @@ LLM_ONLY: dict[str, object] = {
     "optimizer_in_bwd": False,
     "autocast": None,
     "compile": None,
+    "kbit_prep": None,
     "keep_logits": False,
     "optimizer_impl": None,
     "quant_storage": None,
@@ -274,6 +276,7 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
     if kind == "llm":
         refuse_autocast(values)
         refuse_optimizer_impl(values)
+        refuse_kbit_prep(values)
         if values.get("compile") and values.get("trainer") == "mlx":
             raise OptionError("--compile: MLX has no torch.compile (its mx.compile is not modelled)")
     if kind == "diffusion":
@@ -307,6 +310,20 @@ def refuse_autocast(values: Mapping[str, object]) -> None:
         )
     if autocast is True and values.get("precision") == "fp32":
         raise OptionError("--autocast: --precision fp32 has no lower-precision dtype to autocast to")
+
+
+def refuse_kbit_prep(values: Mapping[str, object]) -> None:
+    """``--kbit-prep`` / ``--no-kbit-prep`` against the trainer (docs/cli.md): only under ``hf`` does the
+    user's own script decide whether peft's ``prepare_model_for_kbit_training`` runs; the other trainers'
+    code decides it, so a value other than theirs is an error."""
+    from fitcheck.engine.regimes import KBIT_PREP_DEFAULT
+
+    prep = values.get("kbit_prep")
+    trainer = str(values.get("trainer") or "generic")
+    if prep is None or trainer == "hf" or prep == KBIT_PREP_DEFAULT.get(trainer, False):
+        return
+    flag = "--kbit-prep" if prep else "--no-kbit-prep"
+    raise OptionError(f"{flag}: {trainer} decides its own k-bit preparation; drop it (or use --trainer hf)")
 
 
 def refuse_optimizer_impl(values: Mapping[str, object]) -> None:
@@ -485,6 +502,7 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         "optimizer_in_bwd",
         "autocast",
         "compile",
+        "kbit_prep",
         "keep_logits",
         "optimizer_impl",
     )

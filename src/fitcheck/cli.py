@@ -280,6 +280,16 @@ CompileO = Annotated[
         show_default=False,
     ),
 ]
+KbitPrepO = Annotated[
+    bool | None,
+    typer.Option(
+        "--kbit-prep/--no-kbit-prep",
+        help="LLM, 4-bit/8-bit bitsandbytes base under --trainer hf: --kbit-prep when your script calls "
+        "peft's prepare_model_for_kbit_training (non-quantized params, adapters fp32); --no-kbit-prep: TRL's "
+        "SFTTrainer (>= 0.26: load dtype, adapters cast to bf16) [default: the trainer's own; hf: no]",
+        show_default=False,
+    ),
+]
 KeepLogitsO = Annotated[
     bool,
     typer.Option(
@@ -536,6 +546,7 @@ def _training_template(
     optimizer_in_bwd: OptInBwdO = False,
     autocast: AutocastO = None,
     compile: CompileO = None,
+    kbit_prep: KbitPrepO = None,
     keep_logits: KeepLogitsO = False,
     trainer: TrainerO = TrainerOpt.generic,
     gpus: GpusO = 1,

@@ -241,6 +241,12 @@ class LlmSetup(SetupBase):
         description="torch.compile on the model and loss (docs/methodology.md, 'torch.compile'); None: the "
         "trainer's own (off)",
     )
+    kbit_prep: bool | None = Field(
+        default=None,
+        description="a 4-bit/8-bit bitsandbytes base: True, peft's prepare_model_for_kbit_training ran "
+        "(non-quantized params fp32, fp32 adapters); False, none (TRL >= 0.26 SFTTrainer: load "
+        "dtype, adapters cast to bf16); None: the trainer's own (docs/methodology.md, 'k-bit preparation')",
+    )
     optimizer_impl: OptimizerImpl | None = Field(
         default=None,
         description="AdamW's step: fused (no temporaries) or foreach (a copy of the second moments); None: "

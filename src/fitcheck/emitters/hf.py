@@ -29,6 +29,7 @@ from fitcheck.emitters.common import (
     run_name,
     yaml_text,
 )
+from fitcheck.engine.regimes import kbit_base
 from fitcheck.errors import OptionError
 from fitcheck.facts.hf_optim import HF_OPTIM_WRITTEN, optim_written
 from fitcheck.models import LlmSetup
@@ -119,6 +120,11 @@ def check(
         raise OptionError(f"{what}: a full fine-tune in fp16 needs fp32 weights (plan it with fitcheck plan)")
     if s.autocast is False and trainer_name != TRAINER:
         raise OptionError(f"{what} cannot express --no-autocast; emit hf.yaml (bf16/fp16 off) for it")
+    if trainer_name == TRAINER and s.kbit_prep and kbit_base(s):
+        raise OptionError(
+            f"{what} runs TRL's SFTTrainer, which never calls prepare_model_for_kbit_training; "
+            "plan without --kbit-prep to emit it"
+        )
     if s.optimizer not in OPTIM:
         raise OptionError(f"{what} has no --optimizer {s.optimizer}; it offers {', '.join(OPTIM)}")
     losses = LOSS_ITEMS[trainer_name]

@@ -22,10 +22,13 @@ mlx            model dtype everywhere (no autocast), states zeros_like     8
 LoRA: peft keeps adapters in fp32 (``autocast_adapter_dtype=True``), so under ``hf`` each wrapped
 module saves its own cast copy of its input; torchtune builds adapters in the model dtype; ``generic``
 is the textbook accounting (adapters in the compute dtype, no framework quirks), which is what the
-seeds' rules of thumb assume. QLoRA under hf: ``prepare_model_for_kbit_training`` upcasts every
-non-quantized parameter (embeddings, norms, lm_head) to fp32; axolotl and LLaMA-Factory do not keep
-that upcast (axolotl casts norms and embeddings back to the load dtype, LLaMA-Factory never calls it).
-QLoRA under hf with FSDP or ZeRO-3 ("sharded QLoRA") has no k-bit preparation and compute-dtype adapters.
+seeds' rules of thumb assume. QLoRA under hf follows the setup's ``kbit_prep`` (`kbit_prep`): TRL's
+SFTTrainer (>= 0.26, what ``trl sft`` runs) never calls ``prepare_model_for_kbit_training`` and casts the
+adapters to bf16, so the non-quantized parameters keep the load dtype; a script that calls it
+(``--kbit-prep``, peft's documented recipe) has every non-quantized parameter (embeddings, norms, lm_head)
+in fp32 and fp32 adapters. axolotl and LLaMA-Factory do not keep that upcast (axolotl casts norms and
+embeddings back to the load dtype, LLaMA-Factory never calls it). QLoRA under hf with FSDP or ZeRO-3
+("sharded QLoRA") has no k-bit preparation either, whatever the TRL release.
 mlx-lm builds LoRA adapters in fp32 (``mx.random.uniform`` / ``mx.zeros`` default dtype) on a model
 kept in its stored dtype, with no autocast.
 """
@@ -213,7 +216,7 @@ def _trainer_regime(setup: LlmSetup) -> Regime:
         base = _trainer_regime(setup.model_copy(update={"trainer": "generic"}))
         return base.model_copy(update={"name": f"{trainer} (generic)"})
     if trainer == "hf":
-        return _sharded_qlora(setup, _hf(setup)) if sharded_qlora(setup) else _hf(setup)
+        return _hf(setup)
     if trainer == "litgpt":
         return _litgpt(setup)
     if trainer == "unsloth":
@@ -244,14 +247,49 @@ def _generic(setup: LlmSetup) -> Regime:
     )
 
 
+#: Whether each trainer's current release runs peft's ``prepare_model_for_kbit_training`` on a bitsandbytes
+#: 4-bit/8-bit base when the setup does not say (``kbit_prep: None``). hf: TRL 1.16.0's SFTTrainer
+#: (trainer/sft_trainer.py) never calls it (trl 2af35fb0 / v0.26 removed the call) and casts the trainable
+#: parameters of a model ``is_loaded_in_4bit`` / ``is_loaded_in_8bit`` to ``torch.bfloat16`` (the DoRA
+#: magnitude excepted); with gradient checkpointing it calls ``model.enable_input_require_grads()`` only.
+#: axolotl calls it, then casts norms and embeddings back (`SRC_AXO`); LLaMA-Factory never calls it
+#: (`SRC_LMF`); Unsloth runs its own preparation, which keeps the load dtype (`SRC_UNSLOTH`); the other
+#: trainers have no bitsandbytes path or quantize another way (torchao, litgpt, MLX).
+KBIT_PREP_DEFAULT: dict[str, bool] = {"hf": False, "axolotl": True}
+SRC_TRL_KBIT = (
+    "TRL 1.16.0 trainer/sft_trainer.py SFTTrainer.__init__: no prepare_model_for_kbit_training (removed in "
+    "trl 2af35fb0 / v0.26); a model is_loaded_in_4bit or is_loaded_in_8bit has every trainable param except "
+    "lora_magnitude_vector cast to torch.bfloat16 after get_peft_model; gradient checkpointing only adds "
+    "enable_input_require_grads"
+)
+
+
+def kbit_base(setup: LlmSetup) -> bool:
+    """A base that transformers loads "in k-bit" through bitsandbytes (``is_loaded_in_4bit`` /
+    ``is_loaded_in_8bit``): QLoRA or LoRA on an int8 base. GPTQ and AWQ bases are not, and skip both
+    peft's preparation and TRL's bf16 cast."""
+    return setup.method == "qlora" or (setup.method == "lora" and setup.base_quant == "int8")
+
+
+def kbit_prep(setup: LlmSetup) -> bool:
+    """Whether peft's ``prepare_model_for_kbit_training`` runs: the setup's ``kbit_prep``, else the
+    trainer's own (`KBIT_PREP_DEFAULT`); only a k-bit base is prepared."""
+    own = KBIT_PREP_DEFAULT.get(setup.trainer, False)
+    return kbit_base(setup) and (own if setup.kbit_prep is None else setup.kbit_prep)
+
+
 def _hf(setup: LlmSetup) -> Regime:
+    """The HF Trainer (TRL's SFTTrainer): a k-bit base without peft's preparation takes `_no_kbit_prep`."""
+    base = _hf_trainer(setup)
+    return _no_kbit_prep(setup, base) if kbit_base(setup) and not kbit_prep(setup) else base
+
+
+def _hf_trainer(setup: LlmSetup) -> Regime:
     c = _compute(setup)
     amp = setup.master_weights or c == "fp32"
     weights: Dtype = "fp32" if amp else c
-    qlora = setup.method == "qlora"
-    # TRL prepares a k-bit model (is_loaded_in_4bit / is_loaded_in_8bit) with peft's
-    # prepare_model_for_kbit_training; GPTQ and AWQ bases are not loaded "in k-bit" and skip it.
-    kbit = qlora or (setup.method == "lora" and setup.base_quant == "int8")
+    # peft's prepare_model_for_kbit_training on a k-bit base (is_loaded_in_4bit / is_loaded_in_8bit)
+    kbit = kbit_base(setup)
     return Regime(
         name="hf",
         description=(
@@ -290,7 +328,8 @@ SRC_SHARDED_QLORA = (
 
 def sharded_qlora(setup: LlmSetup) -> bool:
     """QLoRA under TRL's SFTTrainer with FSDP or ZeRO-3: the non-quantized parameters stay in the load
-    dtype (no k-bit preparation) and the adapters compute in the compute dtype (`SRC_SHARDED_QLORA`)."""
+    dtype (no k-bit preparation, in every TRL release since 0.8) and the adapters compute in bf16
+    (`SRC_SHARDED_QLORA`). ``kbit_prep`` resolves to False here unless the setup says True."""
     return (
         setup.trainer == "hf"
         and setup.method == "qlora"
@@ -299,20 +338,22 @@ def sharded_qlora(setup: LlmSetup) -> bool:
     )
 
 
-def _sharded_qlora(setup: LlmSetup, base: Regime) -> Regime:
-    """The hf regime of a sharded QLoRA run: no fp32 upcast of embeddings, norms and lm_head, adapters and
-    their gradients in the compute dtype (FSDP/DeepSpeed re-deal the stored shards: engine/distributed.py)."""
-    c = _compute(setup)
+def _no_kbit_prep(setup: LlmSetup, base: Regime) -> Regime:
+    """The hf regime of a k-bit base that peft's preparation never touched (TRL's SFTTrainer, `SRC_TRL_KBIT`;
+    sharded QLoRA, `SRC_SHARDED_QLORA`): no fp32 upcast of embeddings, norms and lm_head; adapters, their
+    gradients and AdamW states in bf16 (FSDP/DeepSpeed re-deal the stored shards: engine/distributed.py)."""
+    sharded = sharded_qlora(setup)
+    words = "sharded QLoRA: no k-bit preparation" if sharded else "TRL SFTTrainer: no k-bit preparation"
     return base.model_copy(
         update={
             "description": base.description.replace(
                 "peft adapters fp32; non-4-bit params upcast to fp32 by prepare_model_for_kbit_training",
-                f"sharded QLoRA: no k-bit preparation, non-4-bit params and adapters in {c}",
+                f"{words}, non-4-bit params in the load dtype, adapters cast to bf16",
             ),
-            "adapter_dtype": c,
-            "grad_dtype": c,
+            "adapter_dtype": "bf16",
+            "grad_dtype": "bf16",
             "kbit_upcast": False,
-            "source": SRC_HF + "; " + SRC_SHARDED_QLORA,
+            "source": SRC_HF + "; " + (SRC_SHARDED_QLORA if sharded else SRC_TRL_KBIT),
         }
     )
 
@@ -342,7 +383,7 @@ def _torchtune(setup: LlmSetup) -> Regime:
 
 def _axolotl(setup: LlmSetup) -> Regime:
     """axolotl: the HF Trainer regime, except that QLoRA keeps norms and embeddings in the load dtype."""
-    base = _hf(setup)
+    base = _hf_trainer(setup)
     if setup.method != "qlora":
         return base.model_copy(update={"name": "axolotl (hf)", "source": SRC_HF + "; " + SRC_AXO})
     return base.model_copy(
@@ -361,7 +402,7 @@ def _axolotl(setup: LlmSetup) -> Regime:
 def _llamafactory(setup: LlmSetup) -> Regime:
     """LLaMA-Factory: trainable params upcast to fp32 (full fine-tuning becomes AMP), no kbit upcast."""
     full = setup.method == "full"
-    base = _hf(setup.model_copy(update={"master_weights": True}) if full else setup)
+    base = _hf_trainer(setup.model_copy(update={"master_weights": True}) if full else setup)
     c = _compute(setup)
     if full:
         what = f"trainable params cast to fp32, autocast {c}, fp32 grads and AdamW states"
@@ -436,7 +477,7 @@ def _litgpt(setup: LlmSetup) -> Regime:
 def _unsloth(setup: LlmSetup) -> Regime:
     """Unsloth: the HF Trainer regime with its own loss kernel, offloaded checkpoints and no fp32 upcast of
     the unquantized layers."""
-    base = _hf(setup)
+    base = _hf_trainer(setup)
     return base.model_copy(
         update={
             "name": "unsloth (hf)",

@@ -86,6 +86,12 @@ def _peft(r: Reading, k: Keys) -> None:
     r.set("method", "qlora" if four else "lora", "load_in_4bit" if four else "use_peft")
     if eight and not four:
         r.set("base_quant", "int8", "load_in_8bit")
+    if four or eight:
+        r.note(
+            "kbit_prep: a TRL/HF config cannot say whether a script calls peft's "
+            "prepare_model_for_kbit_training; sized as TRL's SFTTrainer (>= 0.26: none, adapters bf16); "
+            "give --kbit-prep if yours calls it"
+        )
     r.set("lora_rank", as_int(k.get("lora_r"), "lora_r", p), "lora_r")
     r.set("lora_alpha", as_float(k.get("lora_alpha"), "lora_alpha", p), "lora_alpha")
     r.set("lora_dropout", as_float(k.get("lora_dropout"), "lora_dropout", p), "lora_dropout")
