@@ -115,3 +115,16 @@ def test_hf_yaml_refuses_a_prepared_plan(tmp_path, capsys: pytest.CaptureFixture
     assert main([*base, "--kbit-prep"]) == 2 and not out.exists()
     assert "never calls prepare_model_for_kbit_training" in capsys.readouterr().err
     assert main(base) == 0 and out.exists()
+
+
+def test_the_warning_says_which_k_bit_path_the_estimate_took() -> None:
+    spec = resolve_model("llama-3.1-8b")
+    base = {"method": "qlora", "trainer": "hf"}
+    default = estimate(spec, LlmSetup(**base, grad_ckpt=True)).warnings
+    assert any("follows TRL's SFTTrainer" in w and "--kbit-prep" in w for w in default)
+    prepared = estimate(spec, LlmSetup(**base, grad_ckpt=True, kbit_prep=True)).warnings
+    assert not any("SFTTrainer" in w or "turns gradient checkpointing on" in w for w in prepared)
+    no_ckpt = estimate(spec, LlmSetup(**base, grad_ckpt=False, kbit_prep=True)).warnings
+    assert any("turns gradient checkpointing on" in w for w in no_ckpt)
+    said = estimate(spec, LlmSetup(**base, grad_ckpt=True, kbit_prep=False)).warnings
+    assert not any("SFTTrainer" in w for w in said)  # the user chose the path: nothing to say

@@ -24,7 +24,7 @@ from fitcheck.engine.lora import (
     validate_train_modules,
 )
 from fitcheck.engine.params import inventory, layer_kinds, layer_linears
-from fitcheck.engine.regimes import model_as_trained, regime_for
+from fitcheck.engine.regimes import kbit_base, kbit_prep, model_as_trained, regime_for
 from fitcheck.engine.thumb import thumb
 from fitcheck.errors import OptionError
 from fitcheck.models import Component, Estimate, LlmSetup, ModelSpec, ParamCounts, Phase, Regime
@@ -595,8 +595,29 @@ def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]
         *spec.notes,
         *_state_warnings(spec, setup, derived),
         *_setup_warnings(spec, setup),
+        *_kbit_warnings(setup),
         *([compiled_note] if compiled_note else []),
     )
+
+
+def _kbit_warnings(setup: LlmSetup) -> list[str]:
+    """peft's k-bit preparation under the HF Trainer: which path the estimate took, and its checkpointing."""
+    if setup.trainer != "hf" or not kbit_base(setup):
+        return []
+    if kbit_prep(setup):
+        if setup.grad_ckpt:
+            return []
+        return [
+            "peft's prepare_model_for_kbit_training turns gradient checkpointing on by default "
+            "(use_gradient_checkpointing=True); add --grad-ckpt to estimate that run"
+        ]
+    if setup.kbit_prep is not None or setup.distributed:
+        return []
+    return [
+        "--trainer hf with a k-bit base follows TRL's SFTTrainer (1.16: no prepare_model_for_kbit_training, "
+        "adapters cast to bf16); a script that calls peft's prepare_model_for_kbit_training itself holds "
+        "embeddings, norms, lm_head and the residual stream in fp32: add --kbit-prep to estimate that run"
+    ]
 
 
 def _state_warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> list[str]:
@@ -622,11 +643,6 @@ def _state_warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> list[str]
 def _setup_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
     """Trainer defaults the setup leaves out, and kernels or layouts that cost more than one may think."""
     w: list[str] = []
-    if setup.method == "qlora" and setup.trainer == "hf" and not setup.grad_ckpt:
-        w.append(
-            "peft's prepare_model_for_kbit_training turns gradient checkpointing on by default "
-            "(use_gradient_checkpointing=True); add --grad-ckpt to estimate that run"
-        )
     if setup.trainer == "unsloth" and not setup.grad_ckpt:
         w.append(
             "Unsloth turns its offloaded gradient checkpointing on by default "
