@@ -17,13 +17,14 @@ from dataclasses import dataclass
 
 from fitcheck.diffusion.spec import DiffusionSpec, PartSpec
 from fitcheck.errors import OptionError
+from fitcheck.facts.optimizers import BITSANDBYTES
 from fitcheck.models import DiffusionSetup, Regime
 
 SRC_KOHYA = (
     "kohya-ss/sd-scripts 48d368f: train_network.py, sdxl_train.py, flux_train_network.py (dtypes per part)"
 )
 #: Optimizers whose kernels need bitsandbytes (CUDA; not on Apple silicon).
-BNB = ("paged-adamw", "adamw8bit", "paged-adamw8bit", "lion8bit")
+BNB = BITSANDBYTES
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from fitcheck.engine.params import inventory, layer_kinds, layer_linears
 from fitcheck.engine.regimes import kbit_base, kbit_prep, model_as_trained, regime_for
 from fitcheck.engine.thumb import thumb
 from fitcheck.errors import OptionError
+from fitcheck.facts.optimizers import BITSANDBYTES
 from fitcheck.models import Component, Estimate, LlmSetup, ModelSpec, ParamCounts, Phase, Regime
 from fitcheck.units import gib
 
@@ -61,7 +62,7 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
         raise OptionError(f"--lora-fa freezes LoRA's A factors: it applies to LoRA and QLoRA, not {what}")
     if setup.attn == "xformers" and setup.backend == "mps":
         raise OptionError("xformers is CUDA-only and crashes on Apple silicon; use --attn sdpa")
-    if setup.optimizer in ("adamw8bit", "paged-adamw8bit", "lion8bit") and setup.backend == "mps":
+    if setup.optimizer in BITSANDBYTES and setup.backend == "mps":
         raise OptionError(
             f"--optimizer {setup.optimizer} needs bitsandbytes CUDA kernels; on Apple silicon use "
             "adamw, adafactor or lion"

@@ -30,6 +30,9 @@ PAGED = ("paged-adamw", "paged-adamw8bit")
 #: (``Optimizer2State.init_state``: ``dtype = torch.float32`` when ``optim_bits == 32``, then
 #: ``get_state_buffer(p, dtype=torch.float32)``) and update in place in their kernels.
 BNB32 = ("paged-adamw",)
+#: Every optimizer that runs bitsandbytes' CUDA kernels (refused on Apple silicon by the estimators and
+#: the planner; HF's ``lion`` names bitsandbytes' 32-bit Lion too, which the planner knows per trainer).
+BITSANDBYTES = (*BNB32, *EIGHT_BIT)
 PAGED_MIN_NUMEL = 100_000
 
 #: How an AdamW step allocates: torch's foreach path (``_foreach_sqrt(exp_avg_sq)``, one copy of every

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fitcheck.errors import OptionError
+from fitcheck.facts.optimizers import BITSANDBYTES
 from fitcheck.models import ModelSpec, Strategy, Target
 from fitcheck.planner import kernels as K
 from fitcheck.planner.models import DevicePerf, PlanRequest
@@ -216,7 +217,7 @@ TRAINER_OPT: dict[str, tuple[str, ...]] = {
     "kohya": _ALL_OPT,
 }
 #: Optimizers that need bitsandbytes' CUDA kernels (HF's ``lion`` is bitsandbytes' ``lion_32bit``).
-BNB_OPT = frozenset({"paged-adamw", "adamw8bit", "paged-adamw8bit", "lion8bit"})
+BNB_OPT = frozenset(BITSANDBYTES)
 HF_BNB_LION = frozenset({"hf", "axolotl", "llamafactory"})
 #: Backends each trainer runs on.
 TRAINER_BACKENDS: dict[str, tuple[str, ...]] = {
