@@ -193,7 +193,7 @@ def test_trl_legacy_casts_back_exactly_the_embeddings_and_lm_head() -> None:
     [{"precision": "fp16"}, {"autocast": False}],
 )
 def test_trl_legacy_without_bf16_keeps_the_full_upcast(kw: dict[str, object]) -> None:
-    """peft_module_casting_to_bf16 runs only with args.bf16: fp16 or no mixed precision keeps peft's upcast."""
+    """peft_module_casting_to_bf16 runs only with args.bf16: fp16 or no mixed precision keeps the upcast."""
     spec = resolve_model("llama-3.1-8b")
     assert regime_for(_path("trl-legacy", **kw)).kbit_upcast
     a, b = estimate(spec, _path("trl-legacy", **kw)), estimate(spec, _path("peft", **kw))

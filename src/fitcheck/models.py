@@ -250,11 +250,11 @@ class LlmSetup(SetupBase):
     )
     kbit_path: KbitPath | None = Field(
         default=None,
-        description="hf, a 4-bit/8-bit bitsandbytes base: peft (prepare_model_for_kbit_training: non-quantized "
-        "params and adapters fp32), trl-legacy (TRL 0.9-0.25 SFTTrainer: prepared, then with bf16 norms fp32 "
-        "and embed_tokens / lm_head back to bf16, adapters fp32), none (plain HF Trainer script: load dtype, fp32 "
-        "adapters), trl (TRL >= 0.26: load dtype, bf16 adapters); None: from kbit_prep (True peft, False trl), "
-        "else the trainer's own (docs/methodology.md, 'k-bit preparation')",
+        description="hf, a 4-bit/8-bit bitsandbytes base: peft (prepare_model_for_kbit_training: "
+        "non-quantized params and adapters fp32), trl-legacy (TRL 0.9-0.25 SFTTrainer: prepared, then with "
+        "bf16 norms fp32 and embed_tokens / lm_head back to bf16, adapters fp32), none (plain HF Trainer "
+        "script: load dtype, fp32 adapters), trl (TRL >= 0.26: load dtype, bf16 adapters); None: from "
+        "kbit_prep (True peft, False trl), else the trainer's own (docs/methodology.md, 'k-bit preparation')",
     )
     optimizer_impl: OptimizerImpl | None = Field(
         default=None,
@@ -368,8 +368,8 @@ class Regime(Frozen):
     kbit_upcast: bool = Field(description="QLoRA: non-quantized weights upcast to fp32")
     kbit_norms_fp32: bool = Field(
         default=False,
-        description="QLoRA: only the norms (and biases) kept fp32 after k-bit preparation, embeddings and lm_head "
-        "cast back to the load dtype (TRL 0.9-0.25 peft_module_casting_to_bf16)",
+        description="QLoRA: only the norms (and biases) kept fp32 after k-bit preparation, embeddings and "
+        "lm_head cast back to the load dtype (TRL 0.9-0.25 peft_module_casting_to_bf16)",
     )
     fused_optimizer: bool
     loss_chunks: int = Field(default=1, ge=1, description="cross-entropy computed in this many chunks")

@@ -278,8 +278,8 @@ SRC_TRL_LEGACY = (
     "get_peft_model (adapters fp32, peft autocast_adapter_dtype), then with args.bf16 "
     "peft_module_casting_to_bf16: modules named *norm* to fp32, lm_head / embed_tokens / wte / wpe whose "
     "weight is fp32 to bf16 (trl v0.13.0 4ea33ced trainer/sft_trainer.py:182-233, trainer/utils.py:872; "
-    "v0.25.1 074d9113 models/utils.py prepare_peft_model, its own norm-only prepare_model_for_kbit_training from "
-    "fda88c64); trl 99f2c94b (#1644, v0.9) stopped casting the LoRA layers to bf16"
+    "v0.25.1 074d9113 models/utils.py prepare_peft_model, its own norm-only prepare_model_for_kbit_training "
+    "from fda88c64); trl 99f2c94b (#1644, v0.9) stopped casting the LoRA layers to bf16"
 )
 SRC_PLAIN_KBIT = (
     "a plain HF Trainer script without prepare_model_for_kbit_training: get_peft_model builds fp32 adapters "
