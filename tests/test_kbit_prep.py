@@ -114,7 +114,10 @@ def test_hf_yaml_refuses_a_prepared_plan(tmp_path, capsys: pytest.CaptureFixture
     base += ["--emit", str(out)]
     assert main([*base, "--kbit-prep"]) == 2 and not out.exists()
     assert "never calls prepare_model_for_kbit_training" in capsys.readouterr().err
-    assert main(base) == 0 and out.exists()
+    for path in ("trl-legacy", "none", "peft"):
+        assert main([*base, "--kbit-path", path]) == 2 and not out.exists()
+        assert "casts the adapters to bf16" in capsys.readouterr().err
+    assert main([*base, "--kbit-path", "trl"]) == 0 and out.exists()
 
 
 def test_the_warning_says_which_k_bit_path_the_estimate_took() -> None:

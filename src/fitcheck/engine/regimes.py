@@ -26,7 +26,9 @@ seeds' rules of thumb assume. QLoRA under hf follows the setup's ``kbit_prep`` (
 SFTTrainer (>= 0.26, what ``trl sft`` runs) never calls ``prepare_model_for_kbit_training`` and casts the
 adapters to bf16, so the non-quantized parameters keep the load dtype; a script that calls it
 (``--kbit-prep``, peft's documented recipe) has every non-quantized parameter (embeddings, norms, lm_head)
-in fp32 and fp32 adapters. axolotl and LLaMA-Factory do not keep that upcast (axolotl casts norms and
+in fp32 and fp32 adapters; ``kbit_path`` names two more (`_hf`): TRL 0.9-0.25 (prepared, then norms fp32
+and embeddings / lm_head cast back to bf16) and a plain script (load dtype, fp32 adapters). axolotl and
+LLaMA-Factory do not keep that upcast (axolotl casts norms and
 embeddings back to the load dtype, LLaMA-Factory never calls it). QLoRA under hf with FSDP or ZeRO-3
 ("sharded QLoRA") has no k-bit preparation either, whatever the TRL release.
 mlx-lm builds LoRA adapters in fp32 (``mx.random.uniform`` / ``mx.zeros`` default dtype) on a model
