@@ -78,6 +78,7 @@ _DIRECT = (
     "lora_fa",
     "compile",
     "kbit_prep",
+    "kbit_path",
 )
 #: Optimizers the sources name that fitcheck models under another name (same bytes per state).
 _OPTIMIZER_ALIASES: dict[str, tuple[str, str]] = {

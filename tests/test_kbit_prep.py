@@ -114,7 +114,10 @@ def test_hf_yaml_refuses_a_prepared_plan(tmp_path, capsys: pytest.CaptureFixture
     base += ["--emit", str(out)]
     assert main([*base, "--kbit-prep"]) == 2 and not out.exists()
     assert "never calls prepare_model_for_kbit_training" in capsys.readouterr().err
-    assert main(base) == 0 and out.exists()
+    for path in ("trl-legacy", "none", "peft"):
+        assert main([*base, "--kbit-path", path]) == 2 and not out.exists()
+        assert "casts the adapters to bf16" in capsys.readouterr().err
+    assert main([*base, "--kbit-path", "trl"]) == 0 and out.exists()
 
 
 def test_the_warning_says_which_k_bit_path_the_estimate_took() -> None:
@@ -128,3 +131,99 @@ def test_the_warning_says_which_k_bit_path_the_estimate_took() -> None:
     assert any("turns gradient checkpointing on" in w for w in no_ckpt)
     said = estimate(spec, LlmSetup(**base, grad_ckpt=True, kbit_prep=False)).warnings
     assert not any("SFTTrainer" in w for w in said)  # the user chose the path: nothing to say
+
+
+# --- kbit_path: the four hf paths (engine/regimes.py SRC_TRL_LEGACY, SRC_PLAIN_KBIT, SRC_TRL_KBIT) ---------
+
+
+def _path(path: str, **kw: object) -> LlmSetup:
+    return LlmSetup(method="qlora", trainer="hf", grad_ckpt=True, kbit_path=path, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("path", "prepared", "upcast", "norms", "adapters"),
+    [
+        ("peft", True, True, False, "fp32"),
+        ("trl-legacy", True, False, True, "fp32"),
+        ("none", False, False, False, "fp32"),
+        ("trl", False, False, False, "bf16"),
+    ],
+)
+def test_each_path_regime(path: str, prepared: bool, upcast: bool, norms: bool, adapters: str) -> None:
+    setup = _path(path)
+    assert kbit_prep(setup) is prepared
+    r = regime_for(setup)
+    assert (r.kbit_upcast, r.kbit_norms_fp32, r.adapter_dtype) == (upcast, norms, adapters)
+
+
+def test_kbit_prep_is_an_alias_of_the_two_end_paths() -> None:
+    spec = resolve_model("llama-3.1-8b")
+    kw: dict[str, object] = {"method": "qlora", "trainer": "hf", "grad_ckpt": True}
+    for prep, path in ((True, "peft"), (False, "trl"), (None, "trl")):
+        a = estimate(spec, LlmSetup(**kw, kbit_prep=prep))  # type: ignore[arg-type]
+        b = estimate(spec, LlmSetup(**kw, kbit_path=path))  # type: ignore[arg-type]
+        assert a.peak_allocated_bytes == b.peak_allocated_bytes
+
+
+def test_trl_legacy_casts_back_exactly_the_embeddings_and_lm_head() -> None:
+    """TRL 0.9-0.25 casts lm_head and embed_tokens (fp32 after peft's preparation) back to bf16 and leaves the
+    norms fp32: the resident unquantized weights are peft's less 2 B per embedding / lm_head parameter, and a
+    plain script's plus 2 B per norm parameter; the adapters are fp32 in all three."""
+    spec = resolve_model("llama-3.1-8b")
+    c = counts(spec.arch, _path("trl"))
+    v, h = spec.arch.vocab_size, spec.arch.hidden_size
+    peft, legacy, plain, trl = (estimate(spec, _path(p)) for p in ("peft", "trl-legacy", "none", "trl"))
+    for phase in ("forward", "optimizer_step"):
+        w = [_get(e, phase, "weights_unquantized") for e in (peft, legacy, plain, trl)]
+        assert w[0] - w[1] == 2 * v * h * (4 - 2)
+        assert w[1] - w[2] == _norms(spec) * (4 - 2)
+        assert w[2] == w[3]
+        ad = [_get(e, phase, "adapters") for e in (peft, legacy, plain, trl)]
+        assert ad[0] == ad[1] == ad[2] == ad[3] + c.adapter * (4 - 2)
+    # the fp32 norms keep the residual stream fp32 (from layer 0's MLP on; counted for every layer), so the
+    # checkpointed layer inputs are fp32 as after peft's preparation, twice the plain script's bf16 ones
+    ck = [_get(e, "backward", "checkpoints") for e in (peft, legacy, plain)]
+    assert ck[0] == ck[1] == 2 * ck[2]
+    # peft's fp32 lm_head is cast to bf16 for its autocast matmul and the copy saved; the bf16 one is not
+    copies = [_get(e, "backward", "autocast_weight_copies") for e in (peft, legacy, plain)]
+    assert copies == [v * h * 2, 0, 0]
+    assert trl.peak_allocated_bytes < plain.peak_allocated_bytes < legacy.peak_allocated_bytes
+    assert legacy.peak_allocated_bytes < peft.peak_allocated_bytes
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"precision": "fp16"}, {"autocast": False}],
+)
+def test_trl_legacy_without_bf16_keeps_the_full_upcast(kw: dict[str, object]) -> None:
+    """peft_module_casting_to_bf16 runs only with args.bf16: fp16 or no mixed precision keeps the upcast."""
+    spec = resolve_model("llama-3.1-8b")
+    assert regime_for(_path("trl-legacy", **kw)).kbit_upcast
+    a, b = estimate(spec, _path("trl-legacy", **kw)), estimate(spec, _path("peft", **kw))
+    assert a.peak_allocated_bytes == b.peak_allocated_bytes
+
+
+def test_trl_legacy_on_an_int8_base_keeps_the_full_upcast() -> None:
+    """TRL casts back only a model is_loaded_in_4bit (trl v0.13.0 sft_trainer.py:228)."""
+    setup = LlmSetup(method="lora", base_quant="int8", trainer="hf", kbit_path="trl-legacy")
+    assert regime_for(setup).kbit_upcast and kbit_prep(setup)
+
+
+def test_kbit_path_through_cli_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _json(["--trainer", "hf", "--kbit-path", "trl-legacy"], capsys)
+    assert doc["setup"]["kbit_path"] == "trl-legacy"  # type: ignore[index]
+    assert doc["regime"]["kbit_norms_fp32"] is True  # type: ignore[index]
+    assert _json(["--trainer", "hf", "--kbit-path", "trl-legacy", "--kbit-prep"], capsys)["setup"][
+        "kbit_prep"
+    ]  # type: ignore[index]
+    for bad, says in (
+        (
+            ["--trainer", "hf", "--kbit-path", "none", "--kbit-prep"],
+            "--kbit-prep contradicts --kbit-path none",
+        ),
+        (["--trainer", "axolotl", "--kbit-path", "peft"], "--kbit-path: axolotl decides its own"),
+    ):
+        rc = main(["estimate", "llama-3.1-8b", "--method", "qlora", *bad])
+        out, err = capsys.readouterr()
+        assert rc == 2 and out == "" and err.count("\n") == 1
+        assert err.startswith("fitcheck: error: " + says)

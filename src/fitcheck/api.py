@@ -27,6 +27,7 @@ from fitcheck.errors import InputError, OptionError
 from fitcheck.vocab import (
     Attention,
     BaseQuant,
+    KbitPath,
     Loss,
     Method,
     MethodChoice,
@@ -79,6 +80,7 @@ class _Common(TypedDict, total=False):
     autocast: bool | None
     compile: bool | None
     kbit_prep: bool | None
+    kbit_path: KbitPath | None
     keep_logits: bool
     trainer: Trainer | None
     gpus: Annotated[int, Field(ge=1, le=4096)] | None
@@ -141,6 +143,7 @@ LLM_ONLY: dict[str, object] = {
     "autocast": None,
     "compile": None,
     "kbit_prep": None,
+    "kbit_path": None,
     "keep_logits": False,
     "optimizer_impl": None,
     "quant_storage": None,
@@ -277,6 +280,7 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
         refuse_autocast(values)
         refuse_optimizer_impl(values)
         refuse_kbit_prep(values)
+        refuse_kbit_path(values)
         if values.get("compile") and values.get("trainer") == "mlx":
             raise OptionError("--compile: MLX has no torch.compile (its mx.compile is not modelled)")
     if kind == "diffusion":
@@ -324,6 +328,25 @@ def refuse_kbit_prep(values: Mapping[str, object]) -> None:
         return
     flag = "--kbit-prep" if prep else "--no-kbit-prep"
     raise OptionError(f"{flag}: {trainer} decides its own k-bit preparation; drop it (or use --trainer hf)")
+
+
+def refuse_kbit_path(values: Mapping[str, object]) -> None:
+    """``--kbit-path`` (docs/cli.md): only under ``hf``, and not against ``--kbit-prep`` / ``--no-kbit-prep``
+    (peft and trl-legacy prepare, none and trl do not: engine/regimes.py ``KBIT_PATH_PREPARES``)."""
+    from fitcheck.engine.regimes import KBIT_PATH_PREPARES
+
+    path = values.get("kbit_path")
+    if path is None:
+        return
+    trainer = str(values.get("trainer") or "generic")
+    if trainer != "hf":
+        raise OptionError(
+            f"--kbit-path: {trainer} decides its own k-bit preparation; drop it (or use --trainer hf)"
+        )
+    prep = values.get("kbit_prep")
+    if prep is not None and prep != KBIT_PATH_PREPARES[path]:  # type: ignore[index]
+        flag = "--kbit-prep" if prep else "--no-kbit-prep"
+        raise OptionError(f"{flag} contradicts --kbit-path {path}: give one of them")
 
 
 def refuse_optimizer_impl(values: Mapping[str, object]) -> None:
@@ -503,6 +526,7 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         "autocast",
         "compile",
         "kbit_prep",
+        "kbit_path",
         "keep_logits",
         "optimizer_impl",
     )

@@ -95,6 +95,13 @@ class LossOpt(StrEnum):
     plain = "plain"
 
 
+class KbitPathOpt(StrEnum):
+    peft = "peft"
+    trl_legacy = "trl-legacy"
+    none = "none"
+    trl = "trl"
+
+
 class BaseQuantOpt(StrEnum):
     none = "none"
     int8 = "int8"
@@ -287,6 +294,17 @@ KbitPrepO = Annotated[
         help="LLM, 4-bit/8-bit bitsandbytes base under --trainer hf: --kbit-prep when your script calls "
         "peft's prepare_model_for_kbit_training (non-quantized params, adapters fp32); --no-kbit-prep: TRL's "
         "SFTTrainer (>= 0.26: load dtype, adapters cast to bf16) [default: the trainer's own; hf: no]",
+        show_default=False,
+    ),
+]
+KbitPathO = Annotated[
+    KbitPathOpt | None,
+    typer.Option(
+        "--kbit-path",
+        help="LLM, 4-bit/8-bit bitsandbytes base under --trainer hf: peft (= --kbit-prep: everything "
+        "non-quantized fp32), trl-legacy (TRL 0.9-0.25 SFTTrainer: prepared, then with bf16 norms fp32 and "
+        "embeddings / lm_head back to bf16, adapters fp32), none (plain HF Trainer script: load dtype, fp32 "
+        "adapters), trl (= --no-kbit-prep: TRL >= 0.26, bf16 adapters) [default: trl]",
         show_default=False,
     ),
 ]
@@ -547,6 +565,7 @@ def _training_template(
     autocast: AutocastO = None,
     compile: CompileO = None,
     kbit_prep: KbitPrepO = None,
+    kbit_path: KbitPathO = None,
     keep_logits: KeepLogitsO = False,
     trainer: TrainerO = TrainerOpt.generic,
     gpus: GpusO = 1,

@@ -17,6 +17,7 @@ from fitcheck.vocab import (
     BaseQuant,
     DiffusionTrainer,
     Dtype,
+    KbitPath,
     Kind,
     LlmTrainer,
     Loss,
@@ -247,6 +248,14 @@ class LlmSetup(SetupBase):
         "(non-quantized params fp32, fp32 adapters); False, none (TRL >= 0.26 SFTTrainer: load "
         "dtype, adapters cast to bf16); None: the trainer's own (docs/methodology.md, 'k-bit preparation')",
     )
+    kbit_path: KbitPath | None = Field(
+        default=None,
+        description="hf, a 4-bit/8-bit bitsandbytes base: peft (prepare_model_for_kbit_training: "
+        "non-quantized params and adapters fp32), trl-legacy (TRL 0.9-0.25 SFTTrainer: prepared, then with "
+        "bf16 norms fp32 and embed_tokens / lm_head back to bf16, adapters fp32), none (plain HF Trainer "
+        "script: load dtype, fp32 adapters), trl (TRL >= 0.26: load dtype, bf16 adapters); None: from "
+        "kbit_prep (True peft, False trl), else the trainer's own (docs/methodology.md, 'k-bit preparation')",
+    )
     optimizer_impl: OptimizerImpl | None = Field(
         default=None,
         description="AdamW's step: fused (no temporaries) or foreach (a copy of the second moments); None: "
@@ -357,6 +366,11 @@ class Regime(Frozen):
     autocast: bool
     logits_fp32: bool
     kbit_upcast: bool = Field(description="QLoRA: non-quantized weights upcast to fp32")
+    kbit_norms_fp32: bool = Field(
+        default=False,
+        description="QLoRA: only the norms (and biases) kept fp32 after k-bit preparation, embeddings and "
+        "lm_head cast back to the load dtype (TRL 0.9-0.25 peft_module_casting_to_bf16)",
+    )
     fused_optimizer: bool
     loss_chunks: int = Field(default=1, ge=1, description="cross-entropy computed in this many chunks")
     loss_kernel: str = Field(default="standard", description="cross-entropy kernel (engine/loss.py KERNELS)")

@@ -27,6 +27,11 @@ PhaseName = Literal["load", "forward", "backward", "optimizer_step"]
 Loss = Literal["standard", "hf-legacy", "chunked", "liger", "cce", "plain"]
 #: A quantized base under LoRA other than QLoRA's NF4 (docs/methodology.md, "Quantized bases").
 BaseQuant = Literal["none", "int8", "gptq", "gptq-int8", "awq"]
+#: Which k-bit path a bitsandbytes 4-/8-bit base took under ``--trainer hf`` (docs/methodology.md, "k-bit
+#: preparation"): ``peft`` (prepare_model_for_kbit_training, everything non-quantized fp32), ``trl-legacy``
+#: (TRL 0.9-0.25 SFTTrainer: prepared, then norms fp32 and embeddings / lm_head back to bf16), ``none`` (a
+#: plain HF Trainer script: load dtype, fp32 adapters), ``trl`` (TRL >= 0.26: load dtype, bf16 adapters).
+KbitPath = Literal["peft", "trl-legacy", "none", "trl"]
 VerdictName = Literal["fits", "tight", "does_not_fit"]
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "nf4", "fp4"]
 Task = Literal["causal-lm", "classification", "seq2seq"]

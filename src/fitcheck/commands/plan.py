@@ -316,6 +316,7 @@ def register(app: typer.Typer) -> None:
         autocast: c.AutocastO = None,
         compile: c.CompileO = None,
         kbit_prep: c.KbitPrepO = None,
+        kbit_path: c.KbitPathO = None,
         keep_logits: c.KeepLogitsO = False,
         loss: c.LossO = None,
         offload_activations: c.OffloadActO = False,
@@ -397,8 +398,8 @@ def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, fr
 #: What a ``--from`` file fixes for the planner; the rest (micro-batch, checkpointing, optimizer,
 #: attention, precision) stays searched unless given on the command line.
 PLAN_FIXED = ("method", "dora", "lora_fa", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
-              "double_quant", "master_weights", "autocast", "compile", "kbit_prep", "keep_logits", "seq_len",
-              "resolution", "trainer", "gpus")  # fmt: skip
+              "double_quant", "master_weights", "autocast", "compile", "kbit_prep", "kbit_path",
+              "keep_logits", "seq_len", "resolution", "trainer", "gpus")  # fmt: skip
 
 
 def plan_from(model: str | None, kw: dict[str, Any], path: str | None, fmt: str | None) -> tuple[str, Any]:
@@ -455,6 +456,7 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
         "--no-compile": kw.get("compile") is False,
         "--kbit-prep": kw.get("kbit_prep") is True,
         "--no-kbit-prep": kw.get("kbit_prep") is False,
+        "--kbit-path": kw.get("kbit_path"),
         "--keep-logits": kw.get("keep_logits", False),
         "--loss": kw.get("loss"),
         "--offload-activations": kw.get("offload_activations", False),

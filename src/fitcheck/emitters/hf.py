@@ -120,10 +120,10 @@ def check(
         raise OptionError(f"{what}: a full fine-tune in fp16 needs fp32 weights (plan it with fitcheck plan)")
     if s.autocast is False and trainer_name != TRAINER:
         raise OptionError(f"{what} cannot express --no-autocast; emit hf.yaml (bf16/fp16 off) for it")
-    if trainer_name == TRAINER and s.kbit_prep and kbit_base(s):
+    if trainer_name == TRAINER and kbit_base(s) and (s.kbit_prep or s.kbit_path not in (None, "trl")):
         raise OptionError(
-            f"{what} runs TRL's SFTTrainer, which never calls prepare_model_for_kbit_training; "
-            "plan without --kbit-prep to emit it"
+            f"{what} runs TRL's SFTTrainer (>= 0.26), which never calls prepare_model_for_kbit_training and "
+            "casts the adapters to bf16; plan without --kbit-prep / --kbit-path to emit it"
         )
     if s.optimizer not in OPTIM:
         raise OptionError(f"{what} has no --optimizer {s.optimizer}; it offers {', '.join(OPTIM)}")

@@ -39,7 +39,9 @@ def context(setup: LlmSetup, regime: Regime) -> Ctx:
     fp32 throughout on a k-bit-prepared bitsandbytes base (`fp32_stream`)."""
     full = setup.method == "full"
     weight = regime.trainable_dtype if full else regime.weight_dtype
-    embed = "fp32" if regime.kbit_upcast else weight
+    # after TRL 0.9-0.25's cast-back the fp32 norms still promote every norm output, hence every bitsandbytes
+    # projection's output (`quantized_out_bytes`) and the residual stream from the first MLP on, to fp32
+    embed = "fp32" if regime.kbit_upcast or regime.kbit_norms_fp32 else weight
     if regime.autocast:
         gamma = nbytes(setup.precision)
     else:
@@ -346,11 +348,12 @@ def _mla_parts(a: DecoderArch, setup: LlmSetup, c: Ctx) -> dict[str, float]:
 
 
 def bnb_kbit_base(setup: LlmSetup, regime: Regime) -> bool:
-    """A bitsandbytes 4-/8-bit base whose other parameters peft's k-bit preparation made fp32."""
+    """A bitsandbytes 4-/8-bit base whose norms (and, after peft's own preparation, every other
+    non-quantized parameter) k-bit preparation made fp32."""
     from fitcheck.engine.states import quantized_base
 
     bnb = setup.method == "qlora" or setup.base_quant == "int8"
-    return quantized_base(setup) and bnb and regime.kbit_upcast
+    return quantized_base(setup) and bnb and (regime.kbit_upcast or regime.kbit_norms_fp32)
 
 
 def fp32_stream(setup: LlmSetup, regime: Regime) -> bool:

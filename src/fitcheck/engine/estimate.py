@@ -24,7 +24,7 @@ from fitcheck.engine.lora import (
     validate_train_modules,
 )
 from fitcheck.engine.params import inventory, layer_kinds, layer_linears
-from fitcheck.engine.regimes import kbit_base, kbit_prep, model_as_trained, regime_for
+from fitcheck.engine.regimes import kbit_base, kbit_path, kbit_prep, model_as_trained, regime_for
 from fitcheck.engine.thumb import thumb
 from fitcheck.errors import OptionError
 from fitcheck.facts.optimizers import BITSANDBYTES
@@ -129,7 +129,7 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
             ),
             "weights_unquantized": f"{c.base - c.quantized - head:,} params (embeddings, norms"
             + (")" if head else ", lm_head)")
-            + f" x {'fp32 (kbit upcast)' if regime.kbit_upcast else regime.weight_dtype}",
+            + f" x {_unquantized_dtype(regime)}",
             "adapters": f"{c.adapter:,} LoRA params x {regime.adapter_dtype}",
         }
         out[name] = _c(name, value, rules[name])
@@ -601,23 +601,34 @@ def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]
     )
 
 
+def _unquantized_dtype(regime: Regime) -> str:
+    """The words for the non-quantized parameters' dtype after the regime's k-bit path."""
+    if regime.kbit_upcast:
+        return "fp32 (kbit upcast)"
+    if regime.kbit_norms_fp32:
+        return f"fp32 norms, {regime.weight_dtype} embeddings / lm_head (TRL 0.9-0.25 cast-back)"
+    return regime.weight_dtype
+
+
 def _kbit_warnings(setup: LlmSetup) -> list[str]:
     """peft's k-bit preparation under the HF Trainer: which path the estimate took, and its checkpointing."""
     if setup.trainer != "hf" or not kbit_base(setup):
         return []
     if kbit_prep(setup):
-        if setup.grad_ckpt:
+        # TRL 0.9-0.25 hands prepare_model_for_kbit_training args.gradient_checkpointing (SRC_TRL_LEGACY)
+        if setup.grad_ckpt or kbit_path(setup) == "trl-legacy":
             return []
         return [
             "peft's prepare_model_for_kbit_training turns gradient checkpointing on by default "
             "(use_gradient_checkpointing=True); add --grad-ckpt to estimate that run"
         ]
-    if setup.kbit_prep is not None or setup.distributed:
+    if setup.kbit_prep is not None or setup.kbit_path is not None or setup.distributed:
         return []
     return [
         "--trainer hf with a k-bit base follows TRL's SFTTrainer (1.16: no prepare_model_for_kbit_training, "
         "adapters cast to bf16); a script that calls peft's prepare_model_for_kbit_training itself holds "
-        "embeddings, norms, lm_head and the residual stream in fp32: add --kbit-prep to estimate that run"
+        "embeddings, norms, lm_head and the residual stream in fp32: add --kbit-prep to estimate that run "
+        "(--kbit-path trl-legacy for TRL 0.9-0.25, none for a plain HF Trainer script)"
     ]
 
 

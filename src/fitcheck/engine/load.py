@@ -55,7 +55,11 @@ def load_transient_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, quanti
     torchao = nf4.quantize_bytes(fmt, n, nbytes(regime.weight_dtype))
     quant = per * n if torchao is None else torchao
     upcast = 0
-    if regime.kbit_upcast:
+    if regime.kbit_upcast or regime.kbit_norms_fp32:
         inv = inventory(a)
         upcast = max(inv.embedding, inv.lm_head) * nbytes(regime.weight_dtype)
+    if regime.kbit_norms_fp32:
+        # TRL 0.9-0.24 ran peft's full upcast before casting embeddings / lm_head back: until then they are
+        # fp32 (TRL 0.25's own preparation upcasts only the norms: this is its upper bound)
+        upcast += (inv.embedding + inv.positions + inv.lm_head) * (4 - nbytes(regime.weight_dtype))
     return max(quant, upcast)

@@ -26,7 +26,9 @@ seeds' rules of thumb assume. QLoRA under hf follows the setup's ``kbit_prep`` (
 SFTTrainer (>= 0.26, what ``trl sft`` runs) never calls ``prepare_model_for_kbit_training`` and casts the
 adapters to bf16, so the non-quantized parameters keep the load dtype; a script that calls it
 (``--kbit-prep``, peft's documented recipe) has every non-quantized parameter (embeddings, norms, lm_head)
-in fp32 and fp32 adapters. axolotl and LLaMA-Factory do not keep that upcast (axolotl casts norms and
+in fp32 and fp32 adapters; ``kbit_path`` names two more (`_hf`): TRL 0.9-0.25 (prepared, then norms fp32
+and embeddings / lm_head cast back to bf16) and a plain script (load dtype, fp32 adapters). axolotl and
+LLaMA-Factory do not keep that upcast (axolotl casts norms and
 embeddings back to the load dtype, LLaMA-Factory never calls it). QLoRA under hf with FSDP or ZeRO-3
 ("sharded QLoRA") has no k-bit preparation either, whatever the TRL release.
 mlx-lm builds LoRA adapters in fp32 (``mx.random.uniform`` / ``mx.zeros`` default dtype) on a model
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 import re
 
-from fitcheck.models import Dtype, LlmSetup, ModelSpec, Regime
+from fitcheck.models import Dtype, KbitPath, LlmSetup, ModelSpec, Regime
 
 SRC_SEEDS = "seeds/002 (12 B/param: 16-bit weight + 16-bit grad + two fp32 Adam moments)"
 SRC_HF = "transformers 5.x Trainer (bf16=True autocast, optim adamw_torch_fused default), peft defaults"
@@ -271,17 +273,87 @@ def kbit_base(setup: LlmSetup) -> bool:
     return setup.method == "qlora" or (setup.method == "lora" and setup.base_quant == "int8")
 
 
+#: Whether each ``kbit_path`` runs a k-bit preparation (peft's, or TRL 0.25's own norm-only one).
+KBIT_PATH_PREPARES: dict[KbitPath, bool] = {"peft": True, "trl-legacy": True, "none": False, "trl": False}
+SRC_TRL_LEGACY = (
+    "TRL 0.9-0.25 SFTTrainer: prepare_model_for_kbit_training on a 4-bit model that is not sharded, "
+    "get_peft_model (adapters fp32, peft autocast_adapter_dtype), then with args.bf16 "
+    "peft_module_casting_to_bf16: modules named *norm* to fp32, lm_head / embed_tokens / wte / wpe whose "
+    "weight is fp32 to bf16 (trl v0.13.0 4ea33ced trainer/sft_trainer.py:182-233, trainer/utils.py:872; "
+    "v0.25.1 074d9113 models/utils.py prepare_peft_model, its own norm-only prepare_model_for_kbit_training "
+    "from fda88c64); trl 99f2c94b (#1644, v0.9) stopped casting the LoRA layers to bf16"
+)
+SRC_PLAIN_KBIT = (
+    "a plain HF Trainer script without prepare_model_for_kbit_training: get_peft_model builds fp32 adapters "
+    "(peft tuners_utils autocast_adapter_dtype=True), the base keeps its load dtype"
+)
+
+
+def kbit_path(setup: LlmSetup) -> KbitPath | None:
+    """The hf k-bit path of a k-bit base (None for any other base or trainer): the setup's ``kbit_path``,
+    else its ``kbit_prep`` (True: peft's recipe, False: TRL >= 0.26), else TRL 1.16's SFTTrainer."""
+    if setup.trainer != "hf" or not kbit_base(setup):
+        return None
+    if setup.kbit_path is not None:
+        return setup.kbit_path
+    return "peft" if setup.kbit_prep else "trl"
+
+
 def kbit_prep(setup: LlmSetup) -> bool:
-    """Whether peft's ``prepare_model_for_kbit_training`` runs: the setup's ``kbit_prep``, else the
-    trainer's own (`KBIT_PREP_DEFAULT`); only a k-bit base is prepared."""
+    """Whether a k-bit preparation runs: under hf its ``kbit_path`` (`KBIT_PATH_PREPARES`), else the setup's
+    ``kbit_prep``, else the trainer's own (`KBIT_PREP_DEFAULT`); only a k-bit base is prepared."""
+    path = kbit_path(setup)
+    if path is not None:
+        return KBIT_PATH_PREPARES[path]
     own = KBIT_PREP_DEFAULT.get(setup.trainer, False)
     return kbit_base(setup) and (own if setup.kbit_prep is None else setup.kbit_prep)
 
 
 def _hf(setup: LlmSetup) -> Regime:
-    """The HF Trainer (TRL's SFTTrainer): a k-bit base without peft's preparation takes `_no_kbit_prep`."""
+    """The HF Trainer on a k-bit base, by `kbit_path`: ``peft`` keeps `_hf_trainer`'s fp32 upcast, ``trl``
+    and sharded QLoRA take `_no_kbit_prep`, ``trl-legacy`` `_trl_legacy`, ``none`` `_plain_kbit`."""
     base = _hf_trainer(setup)
-    return _no_kbit_prep(setup, base) if kbit_base(setup) and not kbit_prep(setup) else base
+    path = kbit_path(setup)
+    if path is None or path == "peft":
+        return base
+    if path == "trl" or (path == "trl-legacy" and sharded_qlora(setup)):
+        return _no_kbit_prep(setup, base)
+    return _trl_legacy(setup, base) if path == "trl-legacy" else _plain_kbit(base)
+
+
+def _plain_kbit(base: Regime) -> Regime:
+    """A plain HF Trainer script that never prepares its k-bit base (`SRC_PLAIN_KBIT`): non-quantized params
+    in the load dtype, fp32 adapters with fp32 gradients and AdamW states."""
+    return base.model_copy(
+        update={
+            "description": base.description.replace(
+                "; non-4-bit params upcast to fp32 by prepare_model_for_kbit_training",
+                "; no k-bit preparation, non-4-bit params in the load dtype",
+            ),
+            "kbit_upcast": False,
+            "source": SRC_HF + "; " + SRC_PLAIN_KBIT,
+        }
+    )
+
+
+def _trl_legacy(setup: LlmSetup, base: Regime) -> Regime:
+    """TRL 0.9-0.25's SFTTrainer (`SRC_TRL_LEGACY`): prepared, then, for a 4-bit model under ``bf16``, the
+    norms kept fp32 and embed_tokens / lm_head cast back to bf16; adapters stay fp32. An 8-bit model or a run
+    without bf16 keeps peft's full upcast (the cast-back is skipped)."""
+    if setup.method != "qlora" or setup.autocast is False or _compute(setup) != "bf16":
+        return base.model_copy(update={"source": base.source + "; " + SRC_TRL_LEGACY})
+    return base.model_copy(
+        update={
+            "description": base.description.replace(
+                "non-4-bit params upcast to fp32 by prepare_model_for_kbit_training",
+                "TRL 0.9-0.25: prepare_model_for_kbit_training, then norms fp32 and embeddings / lm_head "
+                "cast back to bf16",
+            ),
+            "kbit_upcast": False,
+            "kbit_norms_fp32": True,
+            "source": SRC_HF + "; " + SRC_TRL_LEGACY,
+        }
+    )
 
 
 def _hf_trainer(setup: LlmSetup) -> Regime:

@@ -195,6 +195,17 @@ def quantized_head_params(a: DecoderArch, setup: LlmSetup, regime: Regime) -> in
     return inventory(a).lm_head if regime.quantized_lm_head and setup.method == "qlora" else 0
 
 
+def castback_params(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
+    """Non-quantized parameters TRL 0.9-0.25 casts back to bf16 after k-bit preparation
+    (``Regime.kbit_norms_fp32``): the modules named embed_tokens / wte, wpe and lm_head (trl v0.13.0
+    trainer/utils.py ``peft_module_casting_to_bf16``); every other one (norms, biases) stays fp32."""
+    if not regime.kbit_norms_fp32:
+        return 0
+    inv = inventory(a)
+    head = 0 if quantized_head_params(a, setup, regime) else inv.lm_head
+    return inv.embedding + inv.positions + head
+
+
 def weight_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, c: Counts) -> dict[str, int]:
     """Resident weights by kind: base (dense or 4-bit), the layers left unquantized, adapters."""
     if setup.method == "full":
@@ -210,8 +221,9 @@ def weight_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, c: Counts) -> 
         else:
             out["weights_quantized"] = quantized_bytes(a, setup.base_quant)
         dense = base - c.quantized - head
-        dense_dtype = "fp32" if regime.kbit_upcast else regime.weight_dtype
-        out["weights_unquantized"] = dense * nbytes(dense_dtype)
+        dense_dtype = "fp32" if regime.kbit_upcast or regime.kbit_norms_fp32 else regime.weight_dtype
+        back = castback_params(a, setup, regime)
+        out["weights_unquantized"] = (dense - back) * nbytes(dense_dtype) + back * nbytes(regime.weight_dtype)
     else:
         out["weights_frozen"] = base * nbytes(regime.weight_dtype)
     out["adapters"] = c.adapter * nbytes(regime.adapter_dtype)

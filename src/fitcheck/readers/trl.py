@@ -90,7 +90,7 @@ def _peft(r: Reading, k: Keys) -> None:
         r.note(
             "kbit_prep: a TRL/HF config cannot say whether a script calls peft's "
             "prepare_model_for_kbit_training; sized as TRL's SFTTrainer (>= 0.26: none, adapters bf16); "
-            "give --kbit-prep if yours calls it"
+            "give --kbit-prep if yours calls it, --kbit-path trl-legacy for TRL 0.9-0.25's SFTTrainer"
         )
     r.set("lora_rank", as_int(k.get("lora_r"), "lora_r", p), "lora_r")
     r.set("lora_alpha", as_float(k.get("lora_alpha"), "lora_alpha", p), "lora_alpha")
