@@ -160,7 +160,9 @@ def text(plan: Plan, ctx: EmitContext) -> str:
     if s.backend == "cpu":
         items.append(Item("use_cpu", True, "train on the CPU (bf16 needs it outside CUDA)"))
     items += multigpu.items(plan, ctx, "hf")
-    head = header(plan, ctx, "TRL SFT config", f"trl sft --config {NAME}")
+    # device-map: one process drives every GPU (emitters/launch.py says why --num_processes 1)
+    one = " --num_processes 1" if s.strategy == "device-map" else ""
+    head = header(plan, ctx, "TRL SFT config", f"trl sft --config {NAME}{one}")
     return comment_block(head) + yaml_text(items)
 
 

@@ -11,6 +11,7 @@ One line for every header and env.sh, so the files of one plan name each other:
 * ``llamafactory.yaml``: ``FORCE_TORCHRUN=1 NPROC_PER_NODE=N NNODES=M llamafactory-cli train`` (its
   README's multi-GPU recipe), or for FSDP its docs' ``accelerate launch --config_file accelerate.yaml
   src/train.py llamafactory.yaml`` (from a LLaMA-Factory checkout);
+* device-map: one process, ``trl sft --config hf.yaml --num_processes 1`` (or ``python train.py``);
 * no trainer file: ``accelerate launch --config_file accelerate.yaml train.py``, else ``deepspeed
   --num_gpus N train.py --deepspeed deepspeed.json`` or ``torchrun --nproc_per_node N train.py``.
 """
@@ -30,6 +31,8 @@ def launch_line(s: SetupBase, files: Mapping[str, str]) -> str | None:
     """The command that starts the run with the emitted files (format -> file name); None on one GPU."""
     if s.world_size == 1 and s.strategy is None:
         return None
+    if s.strategy == "device-map":
+        return _device_map(files)
     acc = files.get("accelerate.yaml")
     ds = files.get("deepspeed.json")
     procs = f"--num_processes {s.world_size}" + (f" --num_machines {s.nodes}" if s.nodes > 1 else "")
@@ -53,3 +56,12 @@ def launch_line(s: SetupBase, files: Mapping[str, str]) -> str | None:
     if ds:
         return f"deepspeed --num_gpus {s.gpus}{_nodes(s, '--num_nodes')} train.py --deepspeed {ds}"
     return f"torchrun --nproc_per_node {s.gpus}{_nodes(s, '--nnodes')} train.py"
+
+
+def _device_map(files: Mapping[str, str]) -> str:
+    """One process sees every GPU: ``--num_processes 1`` keeps ``accelerate launch`` (which TRL's CLI runs)
+    from starting one per GPU (accelerate 1.15.0 commands/launch.py: without a config, ``num_processes`` is
+    the GPU count and several turn multi-GPU on, and TRL then drops the device map)."""
+    if "hf.yaml" in files:
+        return f"trl sft --config {files['hf.yaml']} --num_processes 1"
+    return 'python train.py (one process; the script loads the model with device_map="auto")'
