@@ -51,6 +51,8 @@ def test_chosen_when_no_data_parallel_point_fits(capsys: pytest.CaptureFixture[s
     assert why["rule"] == "device-map"
     assert "no data-parallel strategy fits" in why["text"] and "one GPU's speed" in why["text"]
     assert "zero3 needs" in why["text"]
+    # the offloaded points fit the GPUs; the node's 32 GB of RAM is what they lack
+    assert "zero3 + offload all needs" in why["text"] and "of host memory per node" in why["text"]
 
 
 def test_offload_is_preferred_when_the_host_holds_it(capsys: pytest.CaptureFixture[str]) -> None:

@@ -319,16 +319,13 @@ def _strategy(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest) -
         for off in R.OFFLOAD_ORDER:
             if R.dist_rank(st, off) >= rank:
                 continue
-            least = _least(
-                cands,
-                lambda c, st=st, off=off: (
-                    c.setup.effective_strategy == st  # type: ignore[misc]
-                    and c.setup.offload == off
-                    and _same_tier(c, chosen)
-                ),
-            )
-            if least is not None:
-                missed.append(f"{st}{'' if off == 'none' else ' + offload ' + off} needs {_gib(least)}")
+            pool = [
+                c
+                for c in cands
+                if c.setup.effective_strategy == st and c.setup.offload == off and _same_tier(c, chosen)
+            ]
+            if pool:
+                missed.append(f"{st}{'' if off == 'none' else ' + offload ' + off} needs {_need(pool)}")
     host = f"; host {_gib(chosen.host_bytes)} per node" if chosen.host_bytes else ""
     if s.strategy == "device-map":
         return [_device_map(chosen, missed, host)]
@@ -336,6 +333,15 @@ def _strategy(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest) -
         f": less communication does not fit ({'; '.join(missed)})" if missed else ": the least communication"
     )
     return [_r("least-communication", "strategy", text + host)]
+
+
+def _need(pool: Sequence[Candidate]) -> str:
+    """What a strategy lacks: its least device memory, or, when some point fits the GPUs (band high edge
+    within the budget) and still does not fit, the least host memory per node among those."""
+    on_gpu = [c for c in pool if c.high_bytes <= c.budget_bytes and c.host_bytes is not None]
+    if on_gpu and not any(c.fits for c in on_gpu):
+        return f"{_gib(min(c.host_bytes or 0 for c in on_gpu))} of host memory per node"
+    return _gib(min(c.device_bytes for c in pool))
 
 
 def _device_map(chosen: Candidate, missed: Sequence[str], host: str) -> Reason:
