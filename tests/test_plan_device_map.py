@@ -172,8 +172,9 @@ def test_hf_yaml_golden(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         golden.write_text(text)
     assert text == golden.read_text(), "FITCHECK_UPDATE_GOLDEN=1 regenerates tests/golden/device-map/"
     head = [line for line in text.splitlines() if line.startswith("#")]
-    assert "# run: trl sft --config hf.yaml --num_processes 1" in head
-    assert not any("accelerate_config" in line or "torchrun" in line for line in head)
+    # one process without a launcher: accelerate launch / torchrun would make TRL drop the device map
+    assert "# run: python -m trl.scripts.sft --config hf.yaml" in head
+    assert not any(w in line for line in head for w in ("trl sft", "accelerate", "torchrun", "num_processes"))
 
 
 def test_hf_yaml_builds_with_trls_parser(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -206,3 +207,13 @@ def test_estimate_from_the_file_gives_the_plan(tmp_path: Path, capsys: pytest.Ca
     assert "model_init_kwargs.device_map 'auto'" in captured.err
     assert est["device_bytes"] == doc["chosen"]["device_bytes"]
     assert est["setup"]["strategy"] == "device-map"
+
+
+def test_the_run_line_names_a_runnable_trl_script() -> None:
+    """``python -m trl.scripts.sft`` is the script ``trl sft`` launches, with its own ``__main__``."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("trl.scripts.sft")
+    if spec is None or spec.origin is None:
+        pytest.skip("trl not installed")
+    assert 'if __name__ == "__main__":' in Path(spec.origin).read_text()

@@ -37,7 +37,7 @@ def check(plan: Plan, ctx: EmitContext) -> None:
     if s.strategy == "device-map":
         raise OptionError(
             f"{NAME}: device-map runs one process with no distributed engine to configure; emit hf.yaml, "
-            "whose launch line starts it (trl sft --config hf.yaml --num_processes 1)"
+            "whose launch line starts it (python -m trl.scripts.sft --config hf.yaml)"
         )
 
 

@@ -11,7 +11,8 @@ One line for every header and env.sh, so the files of one plan name each other:
 * ``llamafactory.yaml``: ``FORCE_TORCHRUN=1 NPROC_PER_NODE=N NNODES=M llamafactory-cli train`` (its
   README's multi-GPU recipe), or for FSDP its docs' ``accelerate launch --config_file accelerate.yaml
   src/train.py llamafactory.yaml`` (from a LLaMA-Factory checkout);
-* device-map: one process, ``trl sft --config hf.yaml --num_processes 1`` (or ``python train.py``);
+* device-map: one process without a launcher, ``python -m trl.scripts.sft --config hf.yaml`` (or
+  ``python train.py``);
 * no trainer file: ``accelerate launch --config_file accelerate.yaml train.py``, else ``deepspeed
   --num_gpus N train.py --deepspeed deepspeed.json`` or ``torchrun --nproc_per_node N train.py``.
 """
@@ -58,10 +59,18 @@ def launch_line(s: SetupBase, files: Mapping[str, str]) -> str | None:
     return f"torchrun --nproc_per_node {s.gpus}{_nodes(s, '--nnodes')} train.py"
 
 
+#: TRL's SFT script run by plain Python: the script ``trl sft`` starts (trl 1.16.0 cli/commands/training.py),
+#: without ``accelerate launch``.
+TRL_SFT_ONE_PROCESS = "python -m trl.scripts.sft --config"
+
+
 def _device_map(files: Mapping[str, str]) -> str:
-    """One process sees every GPU: ``--num_processes 1`` keeps ``accelerate launch`` (which TRL's CLI runs)
-    from starting one per GPU (accelerate 1.15.0 commands/launch.py: without a config, ``num_processes`` is
-    the GPU count and several turn multi-GPU on, and TRL then drops the device map)."""
+    """One process sees every GPU, started without a launcher. ``trl sft`` always goes through ``accelerate
+    launch``, which starts one process per GPU without a config and follows a default config's
+    ``distributed_type`` otherwise (accelerate 1.15.0 commands/launch.py); any launch that sets LOCAL_RANK
+    makes accelerate's state MULTI_GPU (state.py ``_prepare_backend``), and TRL 1.16.0's SFTTrainer then sets
+    ``device_map=None`` (sft_trainer.py). ``python -m trl.scripts.sft`` runs the same script (its
+    ``__main__``) in one process."""
     if "hf.yaml" in files:
-        return f"trl sft --config {files['hf.yaml']} --num_processes 1"
+        return f"{TRL_SFT_ONE_PROCESS} {files['hf.yaml']}"
     return 'python train.py (one process; the script loads the model with device_map="auto")'
