@@ -72,6 +72,8 @@ def test_faster_strategy_wins_when_both_fit(capsys: pytest.CaptureFixture[str]) 
     rc_dm, dm = plan_json(["qwen2.5-32b", *CASE[1:], "--strategy", "device-map"], capsys)
     assert rc_dm == 0 and dm["chosen"]["setup"]["strategy"] == "device-map"
     assert dm["chosen"]["throughput"]["tokens_per_s"] < doc["chosen"]["throughput"]["tokens_per_s"]
+    why = next(r for r in doc["reasons"] if r["choice"] == "strategy")
+    assert "device-map also fits, at one GPU's speed" in why["text"]
 
 
 def test_70b_qlora_on_two_4090s_does_not_fit_device_map(capsys: pytest.CaptureFixture[str]) -> None:

@@ -332,6 +332,9 @@ def _strategy(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest) -
     text = f"{label} on {s.world_size} GPUs" + (
         f": less communication does not fit ({'; '.join(missed)})" if missed else ": the least communication"
     )
+    dm = _best(cands, lambda c: c.setup.strategy == "device-map" and _same_tier(c, chosen))
+    if dm is not None:
+        text += f"; device-map also fits, at one GPU's speed ({_tps(dm)} tokens/s)"
     return [_r("least-communication", "strategy", text + host)]
 
 
