@@ -196,7 +196,9 @@ def test_cli_json_reports_every_gpu(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_cli_plan_refuses_device_map_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["plan", "llama-3.1-8b", "--on", "2x4090", "--strategy", "device-map"])
+    """plan searches device-map for --trainer hf only (tests/test_plan_device_map.py has the rest)."""
+    args = ["plan", "llama-3.1-8b", "--on", "2x4090", "--strategy", "device-map", "--trainer", "axolotl"]
+    rc = main(args)
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("fitcheck: error: plan does not search --strategy device-map")
     assert err.count("\n") == 1

@@ -202,6 +202,12 @@ class SetupBase(Frozen):
         return self.gpus * self.nodes
 
     @property
+    def data_ranks(self) -> int:
+        """Processes that each train on their own micro-batch: one under ``device-map``, where a single
+        process drives every GPU in turn (docs/distributed.md#device-map); else every rank."""
+        return 1 if self.strategy == "device-map" else self.world_size
+
+    @property
     def distributed(self) -> bool:
         """Several ranks, or a sharding/offload engine asked for on one GPU."""
         return self.world_size > 1 or self.strategy is not None or self.offload != "none"

@@ -34,6 +34,11 @@ def check(plan: Plan, ctx: EmitContext) -> None:
         )
     if s.backend not in ("cuda", "rocm"):
         raise OptionError(f"{NAME}: multi-GPU runs need CUDA or ROCm, not {s.backend}")
+    if s.strategy == "device-map":
+        raise OptionError(
+            f"{NAME}: device-map runs one process with no distributed engine to configure; emit hf.yaml, "
+            "whose launch line starts it (python -m trl.scripts.sft --config hf.yaml)"
+        )
 
 
 def _deepspeed(plan: Plan, ctx: EmitContext) -> list[Item]:

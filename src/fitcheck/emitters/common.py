@@ -133,7 +133,7 @@ def header(plan: Plan, ctx: EmitContext, what: str, runs_with: str) -> list[str]
         ),
         f"plan: {s.method}{'+dora' if s.dora else ''}, micro-batch {s.batch_size}"
         + f" x accumulation {s.grad_accum}"
-        + (f" x {s.world_size} GPUs" if s.world_size > 1 else "")
+        + (f" x {s.data_ranks} GPUs" if s.data_ranks > 1 else "")
         + f" = {c.effective_batch}, {s.seq_len} tokens, {s.precision}, attention {s.attn}, {s.optimizer}, "
         f"checkpointing {ckpt}; about {c.throughput.tokens_per_s:,.0f} tokens/s",
         f"run: {runs_with}",

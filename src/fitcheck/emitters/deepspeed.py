@@ -24,6 +24,10 @@ DESCRIPTION = "DeepSpeed ZeRO config (stage, offload, buckets; HF 'auto' values)
 
 def check(plan: Plan, ctx: EmitContext) -> None:
     s = chosen(plan).setup
+    if s.strategy == "device-map":
+        raise OptionError(
+            f"{NAME} configures DeepSpeed ZeRO; device-map runs one process without it (emit hf.yaml)"
+        )
     if not s.effective_strategy.startswith("zero"):
         raise OptionError(
             f"{NAME} configures DeepSpeed ZeRO; this plan uses {s.effective_strategy} "

@@ -29,6 +29,7 @@ from fitcheck.emitters.common import (
     run_name,
     yaml_text,
 )
+from fitcheck.emitters.launch import TRL_SFT_ONE_PROCESS
 from fitcheck.engine.regimes import kbit_base
 from fitcheck.errors import OptionError
 from fitcheck.facts.hf_optim import HF_OPTIM_WRITTEN, optim_written
@@ -160,7 +161,9 @@ def text(plan: Plan, ctx: EmitContext) -> str:
     if s.backend == "cpu":
         items.append(Item("use_cpu", True, "train on the CPU (bf16 needs it outside CUDA)"))
     items += multigpu.items(plan, ctx, "hf")
-    head = header(plan, ctx, "TRL SFT config", f"trl sft --config {NAME}")
+    # device-map: one process drives every GPU, started without a launcher (emitters/launch.py says why)
+    run = f"{TRL_SFT_ONE_PROCESS} {NAME}" if s.strategy == "device-map" else f"trl sft --config {NAME}"
+    head = header(plan, ctx, "TRL SFT config", run)
     return comment_block(head) + yaml_text(items)
 
 

@@ -43,7 +43,7 @@ def comm_seconds(setup: SetupBase, gpu_id: str, param_bytes: int, grad_bytes: in
         param_bytes: the model's parameters in the compute dtype (what an all-gather moves).
         grad_bytes: the trainable parameters' gradients in the compute dtype.
     """
-    n = setup.world_size
+    n = setup.data_ranks  # device-map: one process, no collectives (peer copies of the hidden state only)
     if n == 1:
         return 0.0
     s = setup.effective_strategy

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from fitcheck.engine.distributed import STRATEGY_FACTS
 from fitcheck.models import Target
 from fitcheck.planner import rules as R
 from fitcheck.planner.models import DevicePerf, PlanRequest, Reason
@@ -118,7 +117,7 @@ def _seq(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest) -> lis
 
 def _batch(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest, target: Target) -> list[Reason]:
     s = chosen.setup
-    gpus = f" x {s.gpus} GPUs" if s.gpus > 1 else ""
+    gpus = f" x {s.data_ranks} GPUs" if s.data_ranks > 1 else ""
     out = [
         _r(
             "effective-batch",
@@ -129,7 +128,7 @@ def _batch(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest, targ
     ]
     if req.batch_size is not None:
         return out
-    allowed = R.micro_batches(req, target)
+    allowed = R.micro_batches(req, target, s.strategy)
     bigger = [b for b in allowed if b > s.batch_size]
 
     def like(c: Candidate, b: int) -> bool:
@@ -155,7 +154,7 @@ def _batch(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest, targ
                 "tensor-core-batch",
                 "micro-batch",
                 f"micro-batch from {', '.join(map(str, allowed))} (powers of two or multiples of 8 dividing "
-                f"{req.effective_batch // target.gpus}){more}",
+                f"{R.per_process_batch(req, target, s.strategy)}){more}",
             )
         )
         gib = target.memory_bytes / GIB
@@ -310,29 +309,58 @@ def _strategy(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest) -
     if not s.distributed:
         return []
     label = s.effective_strategy + ("" if s.offload == "none" else f" with --offload {s.offload}")
+    if req.strategy == "device-map":
+        return [_device_map(chosen, (), "")]
     if req.strategy is not None and (req.offload is not None or s.offload == "none"):
         return [_r("least-communication", "strategy", f"{label}, as asked")]
-    rank = (R.OFFLOAD_ORDER.index(s.offload), STRATEGY_FACTS[s.effective_strategy].comm_rank)
+    rank = R.dist_rank(s.effective_strategy, s.offload)
     missed: list[str] = []
     for st in R.STRATEGY_ORDER:
         for off in R.OFFLOAD_ORDER:
-            if (R.OFFLOAD_ORDER.index(off), STRATEGY_FACTS[st].comm_rank) >= rank:
+            if R.dist_rank(st, off) >= rank:
                 continue
-            least = _least(
-                cands,
-                lambda c, st=st, off=off: (
-                    c.setup.effective_strategy == st  # type: ignore[misc]
-                    and c.setup.offload == off
-                    and _same_tier(c, chosen)
-                ),
-            )
-            if least is not None:
-                missed.append(f"{st}{'' if off == 'none' else ' + offload ' + off} needs {_gib(least)}")
+            pool = [
+                c
+                for c in cands
+                if c.setup.effective_strategy == st and c.setup.offload == off and _same_tier(c, chosen)
+            ]
+            if pool:
+                missed.append(f"{st}{'' if off == 'none' else ' + offload ' + off} needs {_need(pool)}")
+    host = f"; host {_gib(chosen.host_bytes)} per node" if chosen.host_bytes else ""
+    if s.strategy == "device-map":
+        return [_device_map(chosen, missed, host)]
     text = f"{label} on {s.world_size} GPUs" + (
         f": less communication does not fit ({'; '.join(missed)})" if missed else ": the least communication"
     )
-    host = f"; host {_gib(chosen.host_bytes)} per node" if chosen.host_bytes else ""
+    dm = _best(cands, lambda c: c.setup.strategy == "device-map" and _same_tier(c, chosen))
+    if dm is not None:
+        text += f"; device-map also fits, at one GPU's speed ({_tps(dm)} tokens/s)"
     return [_r("least-communication", "strategy", text + host)]
+
+
+def _need(pool: Sequence[Candidate]) -> str:
+    """What a strategy lacks: its least device memory, or, when some point fits the GPUs (band high edge
+    within the budget) and still does not fit, the least host memory per node among those."""
+    on_gpu = [c for c in pool if c.high_bytes <= c.budget_bytes and c.host_bytes is not None]
+    if on_gpu and not any(c.fits for c in on_gpu):
+        return f"{_gib(min(c.host_bytes or 0 for c in on_gpu))} of host memory per node"
+    return _gib(min(c.device_bytes for c in pool))
+
+
+def _device_map(chosen: Candidate, missed: Sequence[str], host: str) -> Reason:
+    """device-map chosen: no data-parallel strategy fits without offload (what each needs), and the
+    price: one GPU works at a time."""
+    s = chosen.setup
+    why = (
+        f"no data-parallel strategy fits, even with CPU offload ({'; '.join(missed)})"
+        if missed
+        else "as asked"
+    )
+    text = (
+        f"device-map: the layers split over {s.gpus} GPUs in one process, {why}; the GPUs run in turn, "
+        f"so {_tps(chosen)} tokens/s is one GPU's speed, no speed-up from the others" + host
+    )
+    return _r("device-map", "strategy", text)
 
 
 # ------------------------------------------------------------------------------------- runners-up
@@ -346,6 +374,11 @@ def why_not(c: Candidate, chosen: Candidate, methods: tuple[str, ...]) -> str:
         return f"fits, but --method auto prefers {x.method} (full, then LoRA, then QLoRA)"
     if s.seq_len < x.seq_len:
         return f"fits, but with {s.seq_len} tokens instead of {x.seq_len}"
+    if s.strategy == "device-map" and x.strategy != "device-map":
+        return (
+            f"fits, but device-map runs the GPUs in turn at one GPU's speed ({_tps(c)} tokens/s); "
+            f"{x.effective_strategy} trains on all {x.gpus} at once"
+        )
     if (s.offload, s.strategy) != (x.offload, x.strategy):
         return (
             f"fits, but {x.effective_strategy}/{x.offload} offload communicates less than "

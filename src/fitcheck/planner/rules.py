@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fitcheck.engine.distributed import STRATEGY_FACTS
 from fitcheck.errors import OptionError
 from fitcheck.facts.optimizers import BITSANDBYTES
 from fitcheck.models import ModelSpec, Strategy, Target
@@ -171,6 +172,16 @@ _RULES = (
         "issue #14; docs/distributed.md (strategies, offload)",
     ),
     Rule(
+        "device-map",
+        "several GPUs, no data-parallel strategy fits, even with CPU offload: device-map, one process "
+        'with the layers split over the GPUs (HF device_map="auto"); they run in turn, so the speed is one '
+        "GPU's",
+        'TRL 1.16.0 trainer/utils.py create_model_from_path (device_map "auto" unless given), '
+        "trainer/sft_trainer.py (device_map None under a MULTI_GPU/DEEPSPEED launch; nn.DataParallel "
+        "refused); transformers 5.24.0 trainer.py (is_model_parallel: n_gpu 1); "
+        "docs/distributed.md#device-map",
+    ),
+    Rule(
         "diffusion-cache",
         "diffusion: latents and text-encoder outputs cached whenever kohya allows; the VAE and the "
         "encoders then leave the GPU at no step cost",
@@ -284,7 +295,7 @@ def check_request(spec: ModelSpec, target: Target, device: DevicePerf, req: Plan
         why = K.precision_refusal(trainer, "full", req.precision)
         if why is not None and req.method == "full":
             raise OptionError(why)
-    per_gpu, rest = divmod(req.effective_batch, target.gpus)
+    per_gpu, rest = divmod(req.effective_batch, target.gpus if req.strategy != "device-map" else 1)
     if rest:
         raise OptionError(
             f"--effective-batch {req.effective_batch} is not a multiple of the {target.gpus} GPUs; "
@@ -375,9 +386,16 @@ def seq_lens(req: PlanRequest) -> tuple[int, ...]:
     return tuple(out)
 
 
-def micro_batches(req: PlanRequest, target: Target) -> tuple[int, ...]:
-    """Micro-batches that divide the per-GPU effective batch and suit the backend."""
-    per_gpu = req.effective_batch // (target.gpus * req.base.nodes)
+def per_process_batch(req: PlanRequest, target: Target, strategy: str | None) -> int:
+    """The effective batch each process trains on: all of it under device-map (one process drives every
+    GPU), else the share of each of the GPUs."""
+    ranks = 1 if strategy == "device-map" else target.gpus * req.base.nodes
+    return req.effective_batch // ranks
+
+
+def micro_batches(req: PlanRequest, target: Target, strategy: str | None = None) -> tuple[int, ...]:
+    """Micro-batches that divide the per-process effective batch and suit the backend."""
+    per_gpu = per_process_batch(req, target, strategy)
     if req.batch_size is not None:
         return (req.batch_size,)
     if req.base.optimizer_in_bwd:  # no accumulation with the step in backward (engine/estimate.py)
@@ -434,22 +452,54 @@ STRATEGY_ORDER: tuple[Strategy, ...] = ("ddp", "zero1", "zero2", "fsdp", "zero3"
 OFFLOAD_ORDER = ("none", "optimizer", "all")
 
 
+#: Trainers whose emitted file runs a model dispatched by ``device_map`` in one process: TRL's ``trl sft``
+#: (rule ``device-map``). axolotl's and LLaMA-Factory's handling of a dispatched model is not read yet.
+DEVICE_MAP_TRAINERS = frozenset({"hf"})
+
+
 def strategies(req: PlanRequest, target: Target) -> tuple[str | None, ...]:
-    """Strategies to search: the asked one; else none on one GPU, the ladder on several."""
-    if req.strategy in ("device-map", "fsdp-no-shard"):
-        # device-map's trainer files would need device_map="auto" and one process, NO_SHARD's an FSDP1
-        # config: neither is emitted yet
+    """Strategies to search: the asked one; else none on one GPU, the ladder on several (device-map
+    last, for the trainers that run it, on one node)."""
+    if req.strategy == "fsdp-no-shard":
+        # NO_SHARD's trainer files would need an FSDP1 config: not emitted yet
         raise OptionError(
-            f"plan does not search --strategy {req.strategy} yet; "
-            f"fitcheck estimate/check --strategy {req.strategy} size it"
+            "plan does not search --strategy fsdp-no-shard yet; "
+            "fitcheck estimate/check --strategy fsdp-no-shard size it"
         )
+    if req.strategy == "device-map":
+        _check_device_map(req, target)
     if req.strategy is not None:
         return (req.strategy,)
     if target.gpus * req.base.nodes == 1 or target.backend not in ("cuda", "rocm"):
         return (None,)
     if req.base.trainer in ("mlx", "kohya"):
         return ("ddp",)
+    if req.base.trainer in DEVICE_MAP_TRAINERS and req.base.nodes == 1:
+        return (*STRATEGY_ORDER, "device-map")
     return STRATEGY_ORDER
+
+
+def _check_device_map(req: PlanRequest, target: Target) -> None:
+    """--strategy device-map: a trainer that runs a dispatched model, one node, two GPUs or more."""
+    if req.base.trainer not in DEVICE_MAP_TRAINERS:
+        raise OptionError(
+            f"plan does not search --strategy device-map for --trainer {req.base.trainer} (only TRL's "
+            "trl sft, --trainer hf, is read to run a dispatched model); fitcheck estimate --strategy "
+            "device-map sizes it"
+        )
+    if target.gpus < 2 or req.base.nodes > 1:
+        raise OptionError(
+            "--strategy device-map splits the layers over the GPUs of one node: use --gpus 2 or more"
+        )
+
+
+def dist_rank(strategy: Strategy, offload: str) -> tuple[int, int]:
+    """The place of a strategy and offload in the ranking, before throughput (lower first): no offload,
+    then optimizer, then all, least communication first within each; device-map after all of them, since
+    one GPU works at a time (rule ``device-map``: every data-parallel point trains on all GPUs at once)."""
+    if strategy == "device-map":
+        return len(OFFLOAD_ORDER), 0
+    return OFFLOAD_ORDER.index(offload), STRATEGY_FACTS[strategy].comm_rank
 
 
 def offloads(req: PlanRequest, strategy: str | None) -> tuple[str, ...]:
@@ -459,6 +509,7 @@ def offloads(req: PlanRequest, strategy: str | None) -> tuple[str, ...]:
         "ddp": ("none",),
         "zero1": ("none", "optimizer"),
         "zero2": ("none", "optimizer"),
+        "device-map": ("none",),  # layers offloaded to the CPU or disk are refused (engine/devmap.py)
     }
     allowed.update({"zero3": OFFLOAD_ORDER, "fsdp": ("none", "all"), "fsdp-grad-op": ("none", "all")})
     allowed["fsdp-hybrid"] = ("none", "all")

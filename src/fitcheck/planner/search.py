@@ -23,7 +23,6 @@ import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from fitcheck.engine.distributed import STRATEGY_FACTS
 from fitcheck.engine.estimate import estimate
 from fitcheck.engine.states import counts
 from fitcheck.engine.verdict import verdict
@@ -93,19 +92,24 @@ def build_grid(req: PlanRequest, target: Target, device: DevicePerf, spec: Model
         micro_batches=R.micro_batches(req, target),
         per_gpu=req.effective_batch // (target.gpus * req.base.nodes),
     )
-    dist = [(st, off) for st in R.strategies(req, target) for off in R.offloads(req, st)]
-    for m, s, p, a, o, c, b, (st, off) in itertools.product(
+    # device-map trains the whole effective batch in one process: its own micro-batches and accumulation
+    dist = [
+        (st, off, R.per_process_batch(req, target, st), b)
+        for st in R.strategies(req, target)
+        for off in R.offloads(req, st)
+        for b in R.micro_batches(req, target, st)
+    ]
+    for m, s, p, a, o, c, (st, off, per, b) in itertools.product(
         g.methods,
         g.seq_lens,
         g.precisions,
         g.attentions,
         g.optimizers,
         g.checkpointing,
-        g.micro_batches,
         dist,
     ):
         if p in per_method[m]:
-            g.points.append(Point(m, s, p, a, o, c, b, g.per_gpu // b, st, off))
+            g.points.append(Point(m, s, p, a, o, c, b, per // b, st, off))
     return g
 
 
@@ -245,14 +249,7 @@ def rank_key(c: LlmCandidate, methods: tuple[str, ...], backend: str) -> tuple[o
     """Lexicographic ranking: method preference, longest sequence, throughput, tie order."""
     s = c.setup
     batch = s.batch_size if backend == "mps" else -s.batch_size
-    dist = (
-        (0, 0)
-        if not s.distributed
-        else (
-            R.OFFLOAD_ORDER.index(s.offload),
-            STRATEGY_FACTS[s.effective_strategy].comm_rank,
-        )
-    )
+    dist = (0, 0) if not s.distributed else R.dist_rank(s.effective_strategy, s.offload)
     return (
         methods.index(s.method),
         -s.seq_len,

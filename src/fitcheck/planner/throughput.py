@@ -150,9 +150,10 @@ def throughput(
     if setup.distributed and STRATEGY_FACTS[setup.effective_strategy].shards_optimizer:
         update /= setup.world_size  # each rank updates its partition
     step = setup.grad_accum * ms.total_s + update + comm
-    tokens_per_step = setup.batch_size * setup.grad_accum * setup.world_size * setup.seq_len
+    # device-map: one process, one micro-batch through the GPUs in turn (setup.data_ranks == 1)
+    tokens_per_step = setup.batch_size * setup.grad_accum * setup.data_ranks * setup.seq_len
     tps = tokens_per_step / step
-    peak = device.tflops(setup.precision) * 1e12 * setup.world_size
+    peak = device.tflops(setup.precision) * 1e12 * setup.world_size  # every GPU held, working or not
     steps: int | None = None
     total: float | None = None
     if dataset_tokens is not None:

@@ -39,6 +39,7 @@ def read(data: Doc, path: str) -> ReadResult:
             r.note(f"attn_implementation {attn!r} has no fitcheck model; sdpa is assumed")
     if as_bool(k.get("activation_offloading"), "activation_offloading", path):
         r.set("offload_activations", True, "activation_offloading")
+    _device_map(r, k)
     for key in ("packing", "padding_free"):
         if as_bool(k.get(key), key, path):
             r.note(f"{key}: rows are filled to the sequence length, as the estimate already assumes")
@@ -107,4 +108,22 @@ def _peft(r: Reading, k: Keys) -> None:
             "double_quant",
             as_bool(k.get("use_bnb_nested_quant"), "use_bnb_nested_quant", p),
             "use_bnb_nested_quant",
+        )
+
+
+#: ``device_map`` values that split the layers over every visible GPU in one process with the balanced
+#: placement the engine models (transformers ``from_pretrained``; docs/distributed.md#device-map).
+SPLITTING = ("auto", "balanced")
+
+
+def _device_map(r: Reading, k: Keys) -> None:
+    """``model_init_kwargs.device_map``: a note, not a strategy. The file cannot say how many GPUs the
+    process sees, nor whether it is launched once (a MULTI_GPU/DEEPSPEED launch drops the map: TRL 1.16.0
+    sft_trainer.py), and on one GPU ``auto`` only places the model there."""
+    sub = k.sub("model_init_kwargs")
+    dm = sub.get("device_map") if sub is not None else None
+    if isinstance(dm, str) and dm in SPLITTING:
+        r.note(
+            f"model_init_kwargs.device_map {dm!r}: one process splits the layers over every GPU it sees; "
+            "on several GPUs give --gpus N --strategy device-map (the file does not say how many)"
         )
