@@ -215,6 +215,8 @@ CASES: list[tuple[str, str]] = [
     ("estimate 7B --on none --method full --lora-fa", "lora-fa"),
     ("estimate 7B --on none --dora --lora-fa", "lora-fa"),
     ("plan 7B --on 24GB --lora-fa --emit hf.yaml -o -", "lora-fa"),
+    ("estimate ~0 --on none", "unknown model"),  # ~user with no such user: pathlib raises RuntimeError
+    ("estimate ~nosuchuser/model --on none", "no such file"),
     ("estimate 7B --on apple-m3-max-36gb --optimizer paged-adamw", "bitsandbytes"),
     ("estimate sdxl --on apple-m3-max-36gb --optimizer paged-adamw", "bitsandbytes"),
     ("plan 7B --on apple-m3-max-36gb --optimizer paged-adamw", "paged-adamw"),

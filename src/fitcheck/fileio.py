@@ -32,6 +32,15 @@ _KIND = (
 )
 
 
+def user_path(text: str) -> Path:
+    """A path as the user typed it, ``~`` expanded; a ``~name`` whose user does not exist (pathlib raises
+    RuntimeError) stays as typed, so it reads as a name that is no file rather than an internal error."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        return Path(text)
+
+
 def file_kind(mode: int) -> str:
     """Words for a non-regular file type (``a FIFO``, ``a folder``...)."""
     return next((words for test, words in _KIND if test(mode)), "not a regular file")

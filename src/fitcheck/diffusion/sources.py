@@ -18,6 +18,7 @@ from typing import Any
 
 from fitcheck.diffusion.spec import TEXT_TOKENS, DiffusionSpec, PartSpec, count_part
 from fitcheck.errors import ModelSourceError
+from fitcheck.fileio import user_path
 from fitcheck.presets import load_preset, preset_ids
 
 KIND = "diffusion"
@@ -267,7 +268,7 @@ def resolve_diffusion(text: str) -> DiffusionSpec | None:
     low = text.lower()
     if low in diffusion_ids() or (not looks_like_size(text) and low in _aliases()):
         return spec_from_preset(low)
-    p = Path(text).expanduser()
+    p = user_path(text)
     if p.is_dir() and (p / "model_index.json").exists():
         return spec_from_folder(p)
     if p.name == "model_index.json" and p.is_file():

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fitcheck.errors import InputError, ModelSourceError, NotFoundError, suggest
+from fitcheck.fileio import user_path
 from fitcheck.models import ModelSpec, TensorGroup
 from fitcheck.presets import load_preset, preset_ids
 from fitcheck.sources.hf_config import UnsupportedTypeError, arch_from_hf_config
@@ -201,7 +202,7 @@ def _resolve_llm_or_hub(text: str) -> ModelSpec | DiffusionSpec:
     from fitcheck.sources.hub import parse_hub_id, spec_from_hub
     from fitcheck.sources.size import spec_from_size
 
-    p = Path(text).expanduser()
+    p = user_path(text)
     hub = parse_hub_id(text) if not p.exists() else None
     if hub is None and (p.exists() or text.endswith((".json", ".safetensors")) or "/" in text):
         return spec_from_path(p)
