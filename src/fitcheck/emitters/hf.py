@@ -33,6 +33,7 @@ from fitcheck.emitters.launch import TRL_SFT_ONE_PROCESS
 from fitcheck.engine.regimes import kbit_base
 from fitcheck.errors import OptionError
 from fitcheck.facts.hf_optim import HF_OPTIM_WRITTEN, optim_written
+from fitcheck.facts.loss_keys import LOSS_SWITCHES, LOSS_WORDS
 from fitcheck.models import LlmSetup
 from fitcheck.planner import kernels
 from fitcheck.planner.models import Plan
@@ -51,28 +52,17 @@ DATASET = "trl-lib/Capybara"
 
 
 #: What each HF-Trainer-based format writes to run a cross-entropy kernel other than the trainer's own
-#: (unset or ``standard``: nothing is written); a kernel without a row is refused. Sources:
-#: transformers TrainingArguments ``use_liger_kernel`` (trainer_keys/hf_training_arguments.txt);
-#: axolotl's Liger plugin (``axolotl.integrations.liger.LigerPlugin``, LigerArgs
-#: ``liger_fused_linear_cross_entropy``) and Cut Cross Entropy plugin
-#: (``axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin``, CutCrossEntropyArgs
-#: ``cut_cross_entropy``) (trainer_keys/axolotl_plugin_keys.txt); LLaMA-Factory ``enable_liger_kernel``
-#: (trainer_keys/llamafactory_keys.txt). The readers map the same keys back (fitcheck.readers).
+#: (unset or ``standard``: nothing is written), derived from `fitcheck.facts.loss_keys.LOSS_SWITCHES`
+#: (the readers map the same keys back); a kernel without a row is refused.
 LOSS_ITEMS: dict[str, dict[str, tuple[Item, ...]]] = {
-    "hf": {"liger": (Item("use_liger_kernel", True, "Liger's fused linear cross-entropy"),)},
-    "axolotl": {
-        "liger": (
-            Item("plugins", ["axolotl.integrations.liger.LigerPlugin"]),
-            Item("liger_fused_linear_cross_entropy", True, "Liger's fused linear cross-entropy"),
-        ),
-        "cce": (
-            Item("plugins", ["axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"]),
-            Item("cut_cross_entropy", True, "Apple's Cut Cross Entropy"),
-        ),
-    },
-    "llamafactory": {
-        "liger": (Item("enable_liger_kernel", True, "Liger's kernels, its fused cross-entropy too"),)
-    },
+    fmt: {
+        loss: (
+            *([Item("plugins", [plugin])] if plugin else []),
+            Item(key, True, LOSS_WORDS[loss]),
+        )
+        for loss, (key, plugin) in switches.items()
+    }
+    for fmt, switches in LOSS_SWITCHES.items()
 }
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from fitcheck.assembly import phase, reassemble
 from fitcheck.engine import devmap_place as dp
-from fitcheck.engine.estimate import Saved, step_phases
+from fitcheck.engine.estimate import STEADY, Saved, step_phases
 from fitcheck.engine.params import inventory, layer_kinds, norm_params
 from fitcheck.errors import OptionError
 from fitcheck.facts.dtypes import nbytes
@@ -349,26 +349,11 @@ def split(
     per: list[tuple[Estimate, Share]] = []
     for s in shares(lay, spec, setup):
         phases = gpu_phases(ms, sv, setup, lay, s, out_bytes, est.phase("load"))
-        steady = sum(_state(ms[k], s).bytes for k in _PERSISTENT_STEADY if k in ms)
+        steady = sum(_state(ms[k], s).bytes for k in STEADY if k in ms)
         # tensors alive on this GPU: its layers' share (the allocator rounds each up)
         per.append((reassemble(est, phases, steady, max(1, round(tensors * s.layers))), s))
     k = max(range(len(per)), key=lambda i: per[i][0].device_bytes)
     return _result(setup, lay, per, per[k][0], k)
-
-
-_PERSISTENT_STEADY = (
-    "weights",
-    "weights_frozen",
-    "weights_4bit",
-    "weights_quantized",
-    "weights_unquantized",
-    "adapters",
-    "module_copies",
-    "master_weights",
-    "optimizer_states",
-    "optimizer_states_paged",
-    "gradients",
-)
 
 
 def _modules(lay: Layout, g: int) -> tuple[str, ...]:

@@ -177,6 +177,8 @@ def _step_lines(spec: ModelSpec, setup: LlmSetup, regime: Regime, c: states.Coun
 PERSISTENT: tuple[str, ...] = ("weights", "weights_frozen", "weights_4bit", "weights_quantized")
 PERSISTENT += ("weights_unquantized", "adapters", "module_copies", "master_weights", "optimizer_states")
 PERSISTENT += ("optimizer_states_paged",)
+#: Model-state lines alive through the whole step (what the allocator reserve counts as steady).
+STEADY: tuple[str, ...] = (*PERSISTENT, "gradients")
 
 
 @dataclass(frozen=True)
@@ -458,7 +460,7 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         regime=regime,
         params=params,
         phases=phases,
-        steady_bytes=sum(ms[k].bytes for k in (*PERSISTENT, "gradients") if k in ms),
+        steady_bytes=sum(ms[k].bytes for k in STEADY if k in ms),
         live_tensors=_tensor_count(spec, setup),
         target_context=target_context,
         thumb=thumb(c.base, setup),

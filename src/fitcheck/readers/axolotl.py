@@ -153,10 +153,7 @@ def _attention(r: Reading, k: Keys) -> None:
 
 def _loss(r: Reading, k: Keys) -> None:
     plugins = names.modules(k.get("plugins"))
-    if as_bool(k.get("cut_cross_entropy"), "cut_cross_entropy", r.path):
-        r.set("loss", "cce", "cut_cross_entropy")
-    elif as_bool(k.get("liger_fused_linear_cross_entropy"), "liger_fused_linear_cross_entropy", r.path):
-        r.set("loss", "liger", "liger_fused_linear_cross_entropy")
+    names.read_loss(r, k, "axolotl")
     liger = [
         key
         for key in ("liger_rope", "liger_rms_norm", "liger_glu_activation", "liger_layer_norm")

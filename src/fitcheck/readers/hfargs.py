@@ -44,8 +44,7 @@ def training_args(r: Reading, k: Keys) -> None:
     # (transformers 5.24 trainer.py ``_build_accelerator_args``)
     r.set("compile", as_bool(k.get("torch_compile"), "torch_compile", p), "torch_compile")
     k.touch("torch_compile_backend", "torch_compile_mode")
-    if as_bool(k.get("use_liger_kernel"), "use_liger_kernel", p):
-        r.set("loss", "liger", "use_liger_kernel")
+    names.read_loss(r, k, "hf")
     distributed(r, k)
 
 

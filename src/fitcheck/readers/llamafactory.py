@@ -49,8 +49,7 @@ def read(data: Doc, path: str) -> ReadResult:
     attn = k.get("flash_attn")
     if isinstance(attn, str):
         r.set("attn", ATTN.get(attn), "flash_attn")
-    if as_bool(k.get("enable_liger_kernel"), "enable_liger_kernel", path):
-        r.set("loss", "liger", "enable_liger_kernel")
+    names.read_loss(r, k, "llamafactory")
     if as_bool(k.get("use_unsloth_gc"), "use_unsloth_gc", path):
         r.set("offload_activations", True, "use_unsloth_gc")
     for key in ("packing", "neat_packing"):

@@ -9,6 +9,8 @@ mlx-lm ``lora.py`` optimizer choices @d78bf58, torchtune/bitsandbytes/torchao op
 from __future__ import annotations
 
 from fitcheck.facts import hf_optim
+from fitcheck.facts.loss_keys import LOSS_SWITCHES
+from fitcheck.readers.base import Keys, Reading, as_bool
 
 #: transformers ``optim`` (and axolotl ``optimizer``) -> fitcheck optimizer: the one table the emitters
 #: write from too (fitcheck.facts.hf_optim).
@@ -114,3 +116,12 @@ def targets(modules: list[str]) -> str | None:
     if "all-linear" in short or "all" in short or set(ALL_LINEAR) <= set(short):
         return "all-linear"
     return ",".join(dict.fromkeys(short))
+
+
+def read_loss(r: Reading, k: Keys, fmt: str) -> None:
+    """``--loss`` from the key that switches the format to another cross-entropy kernel (the first set
+    wins; fitcheck.facts.loss_keys, the table the emitters write from)."""
+    for loss, (key, _) in LOSS_SWITCHES[fmt].items():
+        if as_bool(k.get(key), key, r.path):
+            r.set("loss", loss, key)
+            return
