@@ -53,7 +53,13 @@ GRID: list[tuple[str, str, int, str, bool, int, int]] = [
     ("fsdp-12", "llama3-small", 8, "lora", True, 2, 1024),
     ("fsdp-13", "llama3-small", 2, "lora", True, 2, 2048),
     ("fsdp-14", "llama2-small", 6, "full", True, 2, 2048),
+    ("fsdp-15", "llama3-small", 2, "full", False, 1, 1024),
+    ("fsdp-16", "llama3-small", 8, "full", True, 2, 1024),
+    ("fsdp-17", "llama3-small", 4, "lora", False, 1, 1024),
+    ("fsdp-18", "llama3-small", 8, "lora", True, 2, 1024),
 ]
+#: Records traced with the embedding and the lm_head as their own FSDP2 units (--fsdp-embedding-units).
+EMBEDDING_UNITS = frozenset({"fsdp-15", "fsdp-16", "fsdp-17", "fsdp-18"})
 
 
 def setup_fields(world: int, method: str, ckpt: bool, batch: int, seq: int) -> dict[str, Any]:
@@ -91,6 +97,8 @@ def generate(only: str | None) -> None:
         if only and rid != only:
             continue
         fields = setup_fields(world, method, ckpt, batch, seq)
+        if rid in EMBEDDING_UNITS:
+            fields["fsdp_embedding_units"] = True
         t = trace_fsdp(CONFIGS[cfg_id], LlmSetup(**fields), world)
         by_id[rid] = {
             "id": rid,

@@ -281,6 +281,12 @@ class LlmSetup(SetupBase):
         default=5,
         description="--strategy device-map: the transformers major version whose placement rule applies",
     )
+    fsdp_embedding_units: bool = Field(
+        default=False,
+        description="FSDP2: the input embedding and the lm_head are their own fully_shard units (torchtune "
+        "custom_sharded_layers ['tok_embeddings', 'output']), gathered only while they run, not kept by the "
+        "root from forward to backward (docs/distributed.md#fsdp-embedding-units)",
+    )
 
     @property
     def tokens(self) -> int:

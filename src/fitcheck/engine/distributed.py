@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fitcheck.assembly import phase, reassemble
+from fitcheck.engine.fsdp_embedding import Held, UnitSizes, embedding_units
 from fitcheck.engine.params import inventory, layer_linears
 from fitcheck.errors import OptionError
 from fitcheck.facts.dtypes import nbytes
@@ -171,6 +172,36 @@ def check(setup: LlmSetup) -> None:
         pass  # HYBRID_SHARD on one node is FULL_SHARD; allowed
 
 
+def check_embedding_units(spec: ModelSpec, setup: LlmSetup) -> None:
+    """--fsdp-embedding-units is modelled for FSDP2 units resharded after forward (torchtune's
+    ``custom_sharded_layers`` with ``fsdp_reshard_after_forward`` True, its default), on a decoder whose
+    lm_head is its own matrix (docs/distributed.md#fsdp-embedding-units)."""
+    if not setup.fsdp_embedding_units:
+        return
+    s = setup.effective_strategy
+    if s not in ("fsdp", "fsdp-hybrid"):
+        raise OptionError(
+            "--fsdp-embedding-units gives FSDP's embedding and lm_head their own units: it needs "
+            f"--strategy fsdp or fsdp-hybrid (FSDP2 fully_shard, reshard after forward), not {s}"
+        )
+    if setup.fsdp_version != 2:
+        raise OptionError(
+            "--fsdp-embedding-units is modelled for FSDP2 (fully_shard); FSDP1 wrap policies that give the "
+            "embedding its own unit are not: drop --fsdp-version 1 or the flag"
+        )
+    a = spec.arch
+    if a.tie_embeddings or a.structure != "decoder" or a.num_labels:
+        raise OptionError(
+            f"--fsdp-embedding-units: {spec.id} "
+            + (
+                "ties its lm_head to the embedding (one parameter): as the embedding's own unit it is "
+                "resharded after the embedding runs, before the lm_head uses it; keep it in the root"
+                if a.tie_embeddings
+                else "is not a decoder with an lm_head; the flag is modelled for decoder language models"
+            )
+        )
+
+
 @dataclass(frozen=True)
 class Shares:
     """Bytes of one whole replica by kind, and the sizes that decide buffers."""
@@ -189,6 +220,8 @@ class Shares:
     unit_bytes: int  # the unit gathered in the compute dtype (4-bit packed where quantized)
     root_params: int  # embeddings, lm_head, final norm: FSDP's root unit
     root_trainable: int
+    embedding_params: int  # the input embedding (its own FSDP unit under fsdp_embedding_units)
+    lm_head_params: int  # the untied lm_head (idem); 0 when tied
     head_params: int  # the largest single module ZeRO-3 gathers outside the layers (lm_head/embedding)
     persistent_params: int  # ZeRO-3: parameters under the persistence threshold, never partitioned
     layers: int
@@ -231,6 +264,8 @@ def shares(spec: ModelSpec, setup: LlmSetup, est: Estimate, threshold: int) -> S
         unit_bytes=unit_bytes,
         root_params=root,
         root_trainable=root if full else 0,
+        embedding_params=inv.embedding,
+        lm_head_params=inv.lm_head,
         head_params=max(inv.embedding, inv.lm_head),
         persistent_params=persistent,
         layers=a.num_layers,
@@ -552,6 +587,8 @@ def _fsdp_units(
 ) -> tuple[list[Component], list[Component], list[Component]]:
     """(forward, backward, backward start): the root unit, the unsharded layers (current and
     prefetched, or all of them without reshard-after-forward) and the unsharded gradients."""
+    if setup.fsdp_embedding_units:
+        return _embedding_units(sh)
     cb = sh.compute_b
     root = _c(
         "root_params",
@@ -585,6 +622,35 @@ def _fsdp_units(
         )
     )
     return fwd, bwd, start
+
+
+def _embedding_units(sh: Shares) -> tuple[list[Component], list[Component], list[Component]]:
+    """(forward, backward, backward start) of FSDP2 with the embedding and the lm_head as their own
+    units (engine/fsdp_embedding.py): the root keeps only the final norm (and learned positions)."""
+    cb = sh.compute_b
+    rest = sh.root_params - sh.embedding_params - sh.lm_head_params
+    full = bool(sh.root_trainable)
+    u = UnitSizes(
+        layer=sh.unit_bytes,
+        layer_grads=sh.unit_trainable * cb,
+        embedding=sh.embedding_params * cb,
+        embedding_grads=sh.embedding_params * cb if full else 0,
+        head=sh.lm_head_params * cb,
+        head_grads=sh.lm_head_params * cb if full else 0,
+        prefetch=2,
+    )
+    held = embedding_units(u)
+    rule = "root unit (final norm): not resharded after forward; embedding and lm_head are their own units"
+    root = _c("root_params", rest * cb, rule, "fsdp-embedding-units")
+
+    def phase(h: Held, grads: bool) -> list[Component]:
+        out = [root, _c("gathered_units", h.gathered, f"unsharded: {h.moment}", "fsdp-embedding-units")]
+        if grads:
+            rule = f"unsharded grads before their reduce-scatter: {h.moment}{' and the root' if full else ''}"
+            out.append(_c("unit_grads", h.grads + (rest * cb if full else 0), rule, "fsdp-embedding-units"))
+        return out
+
+    return phase(held.forward, False), phase(held.backward, True), phase(held.backward_start, False)
 
 
 def _offload_shard_copy(setup: LlmSetup, sh: Shares) -> tuple[float, str]:

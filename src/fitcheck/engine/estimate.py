@@ -39,6 +39,9 @@ def _c(name: str, value: float, rule: str) -> Component:
 def _check(spec: ModelSpec, setup: LlmSetup) -> None:
     if setup.device_map_version != 5 and setup.strategy != "device-map":
         raise OptionError("--device-map-version applies to --strategy device-map")
+    from fitcheck.engine.distributed import check_embedding_units
+
+    check_embedding_units(spec, setup)
     if setup.method != "full":
         validate_targets(spec.arch, setup.lora_targets)
     validate_train_modules(setup)

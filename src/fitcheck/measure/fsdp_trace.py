@@ -83,6 +83,8 @@ def trace_fsdp(hf_config: Mapping[str, Any], setup: LlmSetup, world_size: int) -
         reshard = setup.effective_strategy != "fsdp-grad-op"
         for layer in _layers(model):
             fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+        for unit in _embedding_units(model) if setup.fsdp_embedding_units else []:
+            fully_shard(unit, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
         fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
         params = trainable_parameters(model)
         opt = torch.optim.AdamW(params, lr=1e-4, fused=True)  # HF optim adamw_torch_fused
@@ -111,3 +113,10 @@ def _layers(model: Any) -> list[Any]:
     """The decoder layers (the FSDP units accelerate's TRANSFORMER_BASED_WRAP picks)."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     return list(inner.model.layers)
+
+
+def _embedding_units(model: Any) -> list[Any]:
+    """The input embedding and the lm_head, sharded as their own units before the root, as torchtune's
+    ``custom_sharded_layers: ['tok_embeddings', 'output']`` does (``--fsdp-embedding-units``)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return [inner.model.embed_tokens, inner.lm_head]
