@@ -79,6 +79,7 @@ _DIRECT = (
     "compile",
     "kbit_prep",
     "kbit_path",
+    "fsdp_embedding_units",
 )
 #: Optimizers the sources name that fitcheck models under another name (same bytes per state).
 _OPTIMIZER_ALIASES: dict[str, tuple[str, str]] = {

@@ -91,6 +91,7 @@ class _Common(TypedDict, total=False):
     nodes: int
     fsdp_version: int
     device_map_version: int
+    fsdp_embedding_units: bool
     quant_storage: QuantStorage | None
     host_memory: str | None
 
@@ -155,6 +156,7 @@ LLM_ONLY: dict[str, object] = {
     "target_len": None,
     "image_tokens": 0,
     "device_map_version": 5,
+    "fsdp_embedding_units": False,
 }
 DIFFUSION_ONLY: dict[str, object] = {
     "resolution": None,
@@ -531,7 +533,7 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         "optimizer_impl",
     )
     base_keys: tuple[str, ...] = ("dora", "lora_fa", "master_weights", *_LORA, "double_quant", "seq_len")
-    base_keys += ("nodes", "fsdp_version", "device_map_version")
+    base_keys += ("nodes", "fsdp_version", "device_map_version", "fsdp_embedding_units")
     base_opts = {k: opts.get(k) for k in (*base_keys, "quant_storage", *llm_extra)}
     base = setup_for(
         spec, {**base_opts, "method": "full" if method == "full" else "lora", "trainer": trainer}, tgt

@@ -352,6 +352,14 @@ DevMapVerO = Annotated[
         help="--strategy device-map: 5 (transformers 5 placement) or 4 (transformers 4 with accelerate's)",
     ),
 ]
+FsdpEmbUnitsO = Annotated[
+    bool,
+    typer.Option(
+        "--fsdp-embedding-units",
+        help="FSDP2: the embedding and lm_head are their own units, gathered only while they run (torchtune "
+        "custom_sharded_layers ['tok_embeddings', 'output']); not kept unsharded by the root",
+    ),
+]
 QuantStorageO = Annotated[
     QuantStorageOpt | None,
     typer.Option("--quant-storage", help="QLoRA bnb_4bit_quant_storage [default: compute dtype if sharded]"),
@@ -578,6 +586,7 @@ def _training_template(
     nodes: NodesO = 1,
     fsdp_version: FsdpVerO = 2,
     device_map_version: DevMapVerO = 5,
+    fsdp_embedding_units: FsdpEmbUnitsO = False,
     quant_storage: QuantStorageO = None,
     host_memory: HostMemO = None,
 ) -> None:

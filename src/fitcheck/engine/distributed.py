@@ -178,7 +178,7 @@ def check_embedding_units(spec: ModelSpec, setup: LlmSetup) -> None:
     lm_head is its own matrix (docs/distributed.md#fsdp-embedding-units)."""
     if not setup.fsdp_embedding_units:
         return
-    s = setup.effective_strategy
+    s = setup.effective_strategy if setup.distributed else "one GPU"
     if s not in ("fsdp", "fsdp-hybrid"):
         raise OptionError(
             "--fsdp-embedding-units gives FSDP's embedding and lm_head their own units: it needs "
@@ -194,8 +194,9 @@ def check_embedding_units(spec: ModelSpec, setup: LlmSetup) -> None:
         raise OptionError(
             f"--fsdp-embedding-units: {spec.id} "
             + (
-                "ties its lm_head to the embedding (one parameter): as the embedding's own unit it is "
-                "resharded after the embedding runs, before the lm_head uses it; keep it in the root"
+                "ties its lm_head to the embedding (one parameter): in the embedding's own unit it is "
+                "resharded after the embedding runs, so the lm_head would meet the sharded parameter; "
+                "it stays in the root"
                 if a.tie_embeddings
                 else "is not a decoder with an lm_head; the flag is modelled for decoder language models"
             )

@@ -73,7 +73,8 @@ def _forward(u: UnitSizes) -> Held:
         Held(u.prefetch * u.layer, 0, f"{u.prefetch} layer(s): current + prefetch"),
         Held(u.head + extra, 0, "the lm_head, after the last layer"),
     ]
-    return max(moments, key=lambda h: h.total)
+    # a tie goes to the later moment: the phase's activations (checkpoints, logits) are there
+    return max(reversed(moments), key=lambda h: h.total)
 
 
 def _backward(u: UnitSizes) -> list[Held]:

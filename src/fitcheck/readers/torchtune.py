@@ -9,7 +9,8 @@ output_proj), ``apply_lora_to_mlp`` (w1, w2, w3), ``apply_lora_to_output`` (the 
 ``tokenizer.max_seq_len``; ``batch_size``; ``gradient_accumulation_steps``;
 ``enable_activation_checkpointing`` / ``enable_activation_offloading``; ``dtype``;
 ``optimizer._component_``; ``optimizer_in_bwd`` (full fine-tuning); ``loss._component_`` (chunked or linear
-cross-entropy); ``compile`` (torch.compile on each layer and the loss); ``fsdp_cpu_offload`` in the
+cross-entropy); ``compile`` (torch.compile on each layer and the loss); ``fsdp_cpu_offload`` and
+``custom_sharded_layers`` (``['tok_embeddings', 'output']``: ``--fsdp-embedding-units``) in the
 distributed recipes.
 """
 
@@ -76,12 +77,32 @@ def read(data: Doc, path: str) -> ReadResult:
         r.set("loss", LOSSES.get(comp), "loss._component_")
     if as_bool(k.get("fsdp_cpu_offload"), "fsdp_cpu_offload", path):
         r.set("offload", "all", "fsdp_cpu_offload")
+    _sharded_layers(r, k.get("custom_sharded_layers"))
     ds = k.sub("dataset")
     if ds is not None and as_bool(ds.get("packed"), "dataset.packed", path):
         r.note("dataset.packed: rows are filled to max_seq_len tokens, as the estimate already assumes")
-    if as_bool(k.get("compile"), "compile", path):
-        r.note("compile: torch.compile lowers activation memory somewhat; not modelled (an upper bound)")
     return r.result()
+
+
+#: ``custom_sharded_layers`` names the modules the distributed recipes give their own FSDP2 unit
+#: (``lambda n, m: n in custom_sharded_layers``, recipes/full_finetune_distributed.py @30b8519e).
+EMBEDDING_UNITS = ("tok_embeddings", "output")
+
+
+def _sharded_layers(r: Reading, value: object) -> None:
+    """``['tok_embeddings', 'output']`` -> ``--fsdp-embedding-units``; other lists are noted."""
+    if value is None:
+        return
+    named = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    if not named:
+        return
+    if set(named) == set(EMBEDDING_UNITS):
+        r.set("fsdp_embedding_units", True, "custom_sharded_layers")
+        return
+    r.note(
+        f"custom_sharded_layers {named}: only ['tok_embeddings', 'output'] together is modelled "
+        "(--fsdp-embedding-units); the estimate keeps the modules named in the root unit (an upper bound)"
+    )
 
 
 def _model(r: Reading, k: Keys) -> None:
