@@ -69,8 +69,6 @@ KNOWN_UNDER: dict[str, str] = {
 }
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {
-    "torchtune": "11.5% median: README rows posed with --compile 1-12% over on one GPU; 8 x A100 FSDP2 rows "
-    "21-61% over (70B full's custom_sharded_layers not posable; FSDP2 around compiled layers not traced)",
     "ms-swift": "30% median: Qwen-1 / chatglm3 rows 12-69% under (known gap: max_memory_reserved over a run "
     "grows ~45 B per vocabulary entry per token where the code read holds ~12 B; evaluation, label "
     "smoothing, fp32 output copies and allocator history ruled out as the whole cause)",
