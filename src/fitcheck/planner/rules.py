@@ -472,6 +472,8 @@ def strategies(req: PlanRequest, target: Target) -> tuple[str | None, ...]:
         return (req.strategy,)
     if target.gpus * req.base.nodes == 1 or target.backend not in ("cuda", "rocm"):
         return (None,)
+    if req.base.fsdp_embedding_units:
+        return ("fsdp",)  # the flag describes FSDP2 units (docs/distributed.md#fsdp-embedding-units)
     if req.base.trainer in ("mlx", "kohya"):
         return ("ddp",)
     if req.base.trainer in DEVICE_MAP_TRAINERS and req.base.nodes == 1:
