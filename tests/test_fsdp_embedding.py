@@ -172,3 +172,18 @@ def test_refusals_are_one_line_exit_2(
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("fitcheck: error: --fsdp-embedding-units") and err.count("\n") == 1
     assert needle in err
+
+
+def test_step_time_counts_the_units_extra_collectives() -> None:
+    from fitcheck.planner.comm import embedding_units_seconds, link_gbps
+    from fitcheck.units import GB
+
+    s = LlmSetup(method="full", gpus=8, strategy="fsdp", trainer="torchtune", fsdp_embedding_units=True)
+    link = link_gbps(s, "a100-sxm4-80gb") * GB
+    # full, 8 chunk calls: the lm_head 16 gathers + 8 reduce-scatters where two gathers and one reduce-scatter
+    # are already counted per parameter: 21 more; the embedding as counted (gathered twice, reduced once)
+    full = embedding_units_seconds(s, "a100-sxm4-80gb", 100, 30, 8, True)
+    assert full == pytest.approx(7 / 8 * 21 * 100 / link)
+    # frozen (LoRA): the lm_head 16 gathers (its input needs a gradient), the embedding one gather, not two
+    lora = embedding_units_seconds(s, "a100-sxm4-80gb", 100, 30, 8, False)
+    assert lora == pytest.approx(7 / 8 * (14 * 100 - 30) / link)

@@ -60,3 +60,23 @@ def comm_seconds(setup: SetupBase, gpu_id: str, param_bytes: int, grad_bytes: in
         shard = grad_bytes / (n if facts.shards_grads else 1)
         t += 2 * shard / (PCIE4.intra_gbps * GB)
     return t
+
+
+def embedding_units_seconds(
+    setup: SetupBase, gpu_id: str, head_bytes: int, embedding_bytes: int, head_calls: int, trains: bool
+) -> float:
+    """What ``--fsdp-embedding-units`` adds to `comm_seconds` per optimizer step on one rank.
+
+    `comm_seconds` counts two all-gathers of every parameter per micro-step and one reduce-scatter of
+    every gradient. As its own unit the lm_head is gathered once per call in forward and again per call in
+    backward (torchtune's chunked output calls it once per chunk; each call registers its own post-backward,
+    which reshards and reduce-scatters: ``fully_shard`` docstring, torch 2.13), and the embedding is
+    gathered in backward only when it trains (docs/distributed.md#fsdp-embedding-units).
+    """
+    n = setup.data_ranks
+    if n == 1:
+        return 0.0
+    head = (2 * head_calls - 2 + (head_calls - 1 if trains else 0)) * head_bytes
+    embedding = 0 if trains else -embedding_bytes
+    volume = (n - 1) / n * (head + embedding) * setup.grad_accum
+    return volume / (link_gbps(setup, gpu_id) * GB)

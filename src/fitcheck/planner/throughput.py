@@ -129,6 +129,24 @@ def update_seconds(a: DecoderArch, setup: LlmSetup, device: DevicePerf, trainabl
     return trainable * (2 * nbytes(pdt) + nbytes(regime.grad_dtype)) / (device.bandwidth_gbps * GB)
 
 
+def _embedding_units(a: DecoderArch, setup: LlmSetup, device: DevicePerf, width: int) -> float:
+    """The extra gathers (and, when they train, reduce-scatters) of the embedding and lm_head units."""
+    if not setup.fsdp_embedding_units:
+        return 0.0
+    from fitcheck.engine.loss import TORCHTUNE_CHUNKS, kernel_for
+    from fitcheck.engine.params import inventory
+    from fitcheck.planner.comm import embedding_units_seconds
+
+    regime = regime_for(setup)
+    chunked = kernel_for(setup, regime) == "chunked"
+    calls = (regime.loss_chunks if regime.loss_chunks > 1 else TORCHTUNE_CHUNKS) if chunked else 1
+    inv = inventory(a)
+    trains = setup.method == "full"
+    return embedding_units_seconds(
+        setup, device.id, inv.lm_head * width, inv.embedding * width, calls, trains
+    )
+
+
 def throughput(
     a: DecoderArch,
     setup: LlmSetup,
@@ -146,6 +164,7 @@ def throughput(
 
         width = 4 if setup.precision == "fp32" else 2
         comm = comm_seconds(setup, device.id, count_params(a) * width, trainable * width)
+        comm += _embedding_units(a, setup, device, width)
     update = update_seconds(a, setup, device, trainable)
     if setup.distributed and STRATEGY_FACTS[setup.effective_strategy].shards_optimizer:
         update /= setup.world_size  # each rank updates its partition
