@@ -187,3 +187,13 @@ def test_step_time_counts_the_units_extra_collectives() -> None:
     # frozen (LoRA): the lm_head 16 gathers (its input needs a gradient), the embedding one gather, not two
     lora = embedding_units_seconds(s, "a100-sxm4-80gb", 100, 30, 8, False)
     assert lora == pytest.approx(7 / 8 * (14 * 100 - 30) / link)
+
+
+def test_plan_with_the_flag_writes_no_config_that_cannot_express_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = ["plan", "llama-3.1-70b", "--on", "8xa100-80gb", "--method", "full", "--strategy", "fsdp"]
+    rc = main([*args, "--fsdp-embedding-units", "--emit", "accelerate.yaml", "-o", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("fitcheck: error: --fsdp-embedding-units: no emitted config")
+    assert not list(tmp_path.iterdir())

@@ -82,6 +82,12 @@ def chosen(plan: Plan) -> LlmCandidate:
             "--lora-fa: no emitted config expresses LoRA-FA (peft's create_lorafa_optimizer is called in "
             "the training code), and plain LoRA needs more memory than this plan; drop --emit or --lora-fa"
         )
+    if c.setup.fsdp_embedding_units:
+        raise OptionError(
+            "--fsdp-embedding-units: no emitted config expresses it (it is torchtune's "
+            "custom_sharded_layers, and fitcheck has no torchtune emitter), and without it FSDP's root holds "
+            "the embedding and lm_head, more memory than this plan; drop --emit or --fsdp-embedding-units"
+        )
     return c  # type: ignore[return-value]  # an LlmSetup's candidate is an LlmCandidate
 
 
