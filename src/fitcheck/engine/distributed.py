@@ -194,9 +194,9 @@ def check_embedding_units(spec: ModelSpec, setup: LlmSetup) -> None:
         raise OptionError(
             f"--fsdp-embedding-units: {spec.id} "
             + (
-                "ties its lm_head to the embedding (one parameter): in the embedding's own unit it is "
-                "resharded after the embedding runs, so the lm_head would meet the sharded parameter; "
-                "it stays in the root"
+                "ties its lm_head to the embedding (one parameter), which FSDP2 cannot put in two units "
+                "(fully_shard refuses a parameter shared with another group); one grouped unit of both "
+                "is not modelled, so it stays in the root"
                 if a.tie_embeddings
                 else "is not a decoder with an lm_head; the flag is modelled for decoder language models"
             )
