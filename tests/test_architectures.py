@@ -123,6 +123,33 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             "topk_group": 1,
         },
     ),
+    # 2025-26 families (docs/methodology.md, "Architectures": gpt-oss to Apertus)
+    "gpt_oss": ("causal", {**S, "head_dim": 16, "num_local_experts": 4, **MOE}),
+    "glm4_moe": (
+        "causal",
+        {**S, "num_hidden_layers": 3, "n_routed_experts": 4, "n_shared_experts": 1, "moe_intermediate_size": 24,
+         **MOE, "first_k_dense_replace": 1, "use_qk_norm": True, "attention_bias": True},
+    ),
+    "dots1": (
+        "causal",
+        {**S, "n_routed_experts": 4, "n_shared_experts": 2, "moe_intermediate_size": 24, **MOE,
+         "first_k_dense_replace": 1},
+    ),
+    "ernie4_5": ("causal", {**S, "head_dim": 16, "use_bias": True, "tie_word_embeddings": False}),
+    "ernie4_5_moe": (
+        "causal",
+        {**S, "num_hidden_layers": 4, "moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 24,
+         "moe_num_shared_experts": 2, "moe_layer_interval": 2, "moe_layer_start_index": 0, "use_bias": True,
+         "tie_word_embeddings": False},
+    ),
+    "phimoe": ("causal", {**S, "num_local_experts": 4, **MOE, "attention_bias": True, "lm_head_bias": True}),
+    "seed_oss": ("causal", {**S, "head_dim": 16, "attention_out_bias": True}),
+    "hunyuan_v1_dense": ("causal", {**S, "head_dim": 16, "attention_bias": True}),
+    "hunyuan_v1_moe": ("causal", {**S, "head_dim": 16, "num_experts": 4, "moe_topk": [2, 2]}),
+    "apertus": ("causal", S),
+    "olmo3": ("causal", S),
+    "ministral": ("causal", {**S, "head_dim": 16}),
+    "ministral3": ("causal", {**S, "head_dim": 16}),
     "bert": ("classify", ENC),
     "roberta": ("classify", ENC),
     "deberta-v2": (

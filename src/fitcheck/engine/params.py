@@ -171,8 +171,8 @@ def moe_linears(a: DecoderArch, copies: int) -> list[Linear]:
     outside = OUTSIDE_ALL_LINEAR.get(a.model_type, frozenset())
     ex, ro = "expert" not in outside, "router" not in outside
     out = [
-        Linear("experts.gate_up_proj", h, up, copies, False, "expert", False, 2, all_linear=ex),
-        Linear("experts.down_proj", w, h, copies, False, "expert", is_module=False, all_linear=ex),
+        Linear("experts.gate_up_proj", h, up, copies, a.expert_bias, "expert", False, 2, all_linear=ex),
+        Linear("experts.down_proj", w, h, copies, a.expert_bias, "expert", is_module=False, all_linear=ex),
         Linear("gate", h, a.num_experts, 1, a.router_bias, "router", is_module=False, all_linear=ro),
     ]
     if a.shared_expert_intermediate_size and a.model_type.startswith("granitemoe"):
@@ -243,9 +243,9 @@ def _layer_norm_count(a: DecoderArch, kind: LayerKind) -> int:
 
 
 def _layer_other(a: DecoderArch) -> int:
-    """Per-layer small tensors besides the main norms: q/k norms, MLA's latent norms."""
+    """Per-layer small tensors besides the main norms: q/k norms, MLA's latent norms, attention sinks."""
     q, kv = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
-    n = 0
+    n = a.num_heads if a.attn_sinks else 0
     if a.qk_norm:
         n += (q + kv) if a.qk_norm_full else 2 * a.head_dim
     if a.is_mla:
