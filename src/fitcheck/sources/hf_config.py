@@ -74,7 +74,8 @@ READ_KEYS: tuple[str, ...] = (
     "position_buckets", "max_relative_positions", "norm_rel_ebd", "pos_att_type", "share_att_key",
     "conv_kernel_size", "num_decoder_layers", "feed_forward_proj", "relative_attention_num_buckets",
     "dropout_rate", "attention_out_bias", "residual_dropout", "lm_head_bias", "moe_num_experts", "moe_k",
-    "moe_num_shared_experts", "moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval", "moe_topk",
+    "moe_num_shared_experts", "moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval",
+    "moe_topk",
 )  # fmt: skip
 
 
@@ -432,12 +433,14 @@ def _hunyuan_moe(cfg: Config, d: Fields) -> Fields:
 
 
 def _xielu_params(cfg: Config, d: Fields) -> Fields:
-    """Apertus: xIELU's two learned scalars per layer (``alpha_p``, ``alpha_n``, activations.py XIELUActivation)."""
+    """Apertus: xIELU's two learned scalars per layer (``alpha_p``, ``alpha_n``; transformers
+    activations.py ``XIELUActivation``)."""
     return {"misc_params": 2 * d["num_layers"]}
 
 
 def _seed_oss(cfg: Config, d: Fields) -> Fields:
-    """Seed-OSS: dropout on both residual branches (``residual_dropout``, 0.1 by default, applied in training)."""
+    """Seed-OSS: dropout on both residual branches (``residual_dropout``, 0.1 by default; on in
+    training)."""
     return {"resid_dropout": float(_opt(cfg, "residual_dropout", 0.1))}
 
 
@@ -466,7 +469,11 @@ _LLAMA_FLAGS = {**_TIE, **_ATTN_BIAS, "mlp_bias": ("mlp_bias", False)}
 _ALL_BIAS = {"qkv_bias": True, "o_bias": True, "mlp_bias": True}
 #: ERNIE 4.5: ``use_bias`` gives q/k/v/o and the MLPs a bias (modeling_ernie4_5.py), and in the MoE
 #: model the lm_head too (modeling_ernie4_5_moe.py)
-_ERNIE_BIAS = {"qkv_bias": ("use_bias", False), "o_bias": ("use_bias", False), "mlp_bias": ("use_bias", False)}
+_ERNIE_BIAS = {
+    "qkv_bias": ("use_bias", False),
+    "o_bias": ("use_bias", False),
+    "mlp_bias": ("use_bias", False),
+}
 _LAYER = {"norm": "layer"}
 _PLAIN = {"mlp": "plain"}
 _GPT2 = {**_LAYER, **_PLAIN, **_ALL_BIAS, "fused_qkv": True}
