@@ -222,6 +222,19 @@ MM_CASES: dict[str, dict[str, Any]] = {
                                  "num_attention_heads": 2, "image_size": 28, "patch_size": 14,
                                  "vision_output_dim": 40, "projector_input_dim": 48,
                                  "projector_output_dim": 40, "pixel_shuffle_ratio": 0.5}},
+    "mistral3": {"text_config": {**S, "head_dim": 16, "model_type": "mistral"},
+                 "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+                                   "num_attention_heads": 2, "head_dim": 16, "image_size": 28,
+                                   "patch_size": 14}, "vision_feature_layer": [-1, -2]},
+    "qwen3_vl": {"text_config": {**S, "head_dim": 16}, "tie_word_embeddings": True,
+                 "vision_config": {"hidden_size": 32, "intermediate_size": 48, "depth": 3, "num_heads": 2,
+                                   "out_hidden_size": 64, "deepstack_visual_indexes": [0, 1],
+                                   "num_position_embeddings": 16}},
+    "qwen3_vl_moe": {"text_config": {**S, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                                     "moe_intermediate_size": 24, "mlp_only_layers": [0]},
+                     "vision_config": {"hidden_size": 32, "intermediate_size": 48, "depth": 2, "num_heads": 2,
+                                       "out_hidden_size": 64, "deepstack_visual_indexes": [1],
+                                       "num_position_embeddings": 16}},
 }  # fmt: skip
 
 NUM_LABELS = 3
@@ -267,7 +280,8 @@ def test_multimodal_count_matches_transformers(model_type: str) -> None:
 def test_every_transformers_type_has_a_case() -> None:
     remote = {t for t, f in FAMILIES.items() if f.source == "remote"}
     covered = set(CASES) | set(MM_CASES)
-    assert set(FAMILIES) - remote - {"llama4_text"} <= covered
+    # language models built only inside their multimodal model (covered through MM_CASES)
+    assert set(FAMILIES) - remote - {"llama4_text", "qwen3_vl_text", "qwen3_vl_moe_text"} <= covered
     assert set(MULTIMODAL) <= covered
     assert len(supported_types()) >= 35
 

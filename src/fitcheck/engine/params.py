@@ -163,7 +163,8 @@ def dense_mlp_linears(a: DecoderArch, width: int, role: Role = "mlp") -> list[Li
 #: reach (checked with peft 0.21 + transformers 5.24, ``get_peft_model(model,
 #: LoraConfig(target_modules="all-linear"))``): Granite MoE's experts and router are plain 3-D parameters,
 #: Llama 4's experts too (its router is an ``nn.Linear`` and is wrapped), gpt-oss's experts and router
-#: (``GptOssTopKRouter`` holds a bare weight and bias), Phi-3.5-MoE's experts (its router is wrapped).
+#: (``GptOssTopKRouter`` holds a bare weight and bias), Qwen3-VL-MoE's too, Phi-3.5-MoE's experts (its
+#: router is wrapped).
 #: GLM-4.5, dots.llm1, ERNIE 4.5 MoE and Hunyuan MoE take peft's v4->v5 MoE conversion
 #: (peft/utils/transformers_weight_conversion.py ``_convert_peft_config_moe``, for the types transformers'
 #: conversion_mapping.py maps to ``qwen2_moe``): ``all-linear`` resolves to leaf names, and
@@ -177,6 +178,7 @@ OUTSIDE_ALL_LINEAR: dict[str, frozenset[str]] = {
     "llama4_text": frozenset({"expert"}),
     "gpt_oss": frozenset({"expert", "router"}),
     "phimoe": frozenset({"expert"}),
+    "qwen3_vl_moe": frozenset({"expert", "router"}),
     **dict.fromkeys(
         ("glm4_moe", "dots1", "ernie4_5_moe", "hunyuan_v1_moe"), frozenset({"shared_expert", "mlp"})
     ),

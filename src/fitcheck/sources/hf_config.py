@@ -729,6 +729,10 @@ FAMILIES: dict[str, Family] = {
         features=(_moe_all("num_local_experts", "intermediate_size"),),
     ),
     "hunyuan_v1_moe": Family(fixed={"qk_norm": True}, flags={**_TIE, **_ATTN_BIAS}, features=(_hunyuan_moe,)),
+    # Qwen3-VL's language models (Qwen3VLTextConfig / Qwen3VLMoeTextConfig; built only inside the
+    # multimodal model): Qwen 3's layout, q/k norms over one head
+    "qwen3_vl_text": Family(fixed={"qk_norm": True}, flags=_LLAMA_FLAGS),
+    "qwen3_vl_moe_text": Family(fixed={"qk_norm": True}, flags=_LLAMA_FLAGS, features=(_qwen_moe,)),
     "deepseek_v2": Family(flags=_LLAMA_FLAGS, features=(_deepseek,)),
     "deepseek_v3": Family(flags=_LLAMA_FLAGS, features=(_deepseek,)),
     "llama4_text": Family(defaults=_LLAMA4_TEXT_DEFAULTS, flags=_LLAMA_FLAGS, features=(_llama4_text,)),
@@ -760,7 +764,16 @@ MULTIMODAL: dict[str, tuple[str, Callable[[Config, Config], int]]] = {
     "qwen2_5_vl": ("qwen2", vision.qwen2_5_vl),
     "gemma3": ("gemma3_text", vision.gemma3),
     "llama4": ("llama4_text", vision.llama4),
+    "mistral3": ("mistral", vision.mistral3),
+    "qwen3_vl": ("qwen3_vl_text", vision.qwen3_vl),
+    "qwen3_vl_moe": ("qwen3_vl_moe_text", vision.qwen3_vl),
 }
+
+
+#: Wrappers whose lm_head ties by their own ``tie_word_embeddings`` whatever the text config says, and its
+#: class default (Mistral3Config True; Qwen3VLConfig, Qwen3VLMoeConfig False; transformers 5.24, checked by
+#: building each with the key set on one level, the other, both and neither).
+WRAPPER_TIES: dict[str, bool] = {"mistral3": True, "qwen3_vl": False, "qwen3_vl_moe": False}
 
 
 def supported_types() -> list[str]:
@@ -821,6 +834,8 @@ def _multimodal(cfg: Config, model_type: str) -> Fields:
         raise ModelSourceError(f"{model_type}: its language model's type '{text_type}' is not supported")
     if model_type == "llava" and "tie_word_embeddings" not in text_cfg:
         text_cfg["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
+    if model_type in WRAPPER_TIES:  # the wrapper's own key decides; the text config's is not read
+        text_cfg["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", WRAPPER_TIES[model_type]))
     d = _fields(text_cfg, FAMILIES[text_type], text_type)
     vis = cfg.get("vision_config")
     d["extra_params"] = tower(dict(vis) if isinstance(vis, Mapping) else {}, {**text_cfg, "_top": cfg})
