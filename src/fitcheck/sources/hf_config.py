@@ -90,7 +90,28 @@ def class_defaults() -> dict[str, dict[str, Any]]:
 
 
 #: State-space and recurrent families: refused until they are modelled (their memory is not a transformer's).
-SSM_TYPES = frozenset({"mamba", "mamba2", "jamba", "rwkv", "falcon_mamba", "zamba", "zamba2", "falcon_h1"})
+SSM_TYPES = frozenset(
+    {"mamba", "mamba2", "jamba", "rwkv", "falcon_mamba", "zamba", "zamba2", "falcon_h1", "xlstm"}
+)
+
+#: Hybrids: attention layers interleaved with layers that are not attention, named from transformers 5.24's
+#: modeling files. Refused like the state-space types: the engine's layer rule (what attention and an MLP
+#: save) does not hold for those layers, and the meta-device fallback would size them as attention.
+HYBRID_TYPES: dict[str, str] = {
+    "lfm2": "gated short-convolution layers (Lfm2ShortConv)",
+    "lfm2_moe": "gated short-convolution layers (Lfm2MoeShortConv)",
+    "lfm2_vl": "gated short-convolution layers (its LFM2 language model's Lfm2ShortConv)",
+    "qwen3_next": "Gated DeltaNet linear-attention layers (Qwen3NextGatedDeltaNet)",
+    "qwen3_5": "Gated DeltaNet linear-attention layers (Qwen3_5GatedDeltaNet)",
+    "qwen3_5_moe": "Gated DeltaNet linear-attention layers (Qwen3_5MoeGatedDeltaNet)",
+    "olmo_hybrid": "Gated DeltaNet linear-attention layers (OlmoHybridGatedDeltaNet)",
+    "kimi_linear": "Kimi Delta Attention linear-attention layers (KimiLinearDeltaAttention)",
+    "minimax": "lightning linear-attention layers (MiniMaxLightningAttention)",
+    "granitemoehybrid": "Mamba-2 layers (GraniteMoeHybridMambaLayer)",
+    "bamba": "Mamba-2 layers (BambaMixer)",
+    "nemotron_h": "Mamba-2 layers (NemotronHMamba2Mixer)",
+    "recurrent_gemma": "RG-LRU recurrent blocks (RecurrentGemmaRecurrentBlock)",
+}
 
 
 def _first(cfg: Config, keys: tuple[str, ...]) -> Any:
@@ -898,6 +919,11 @@ def arch_from_hf_config(cfg: Config) -> DecoderArch:
         raise ModelSourceError(
             f"model_type '{model_type}' is a state-space / recurrent model; fitcheck models transformers "
             "only, so it cannot estimate it yet"
+        )
+    if model_type in HYBRID_TYPES:
+        raise ModelSourceError(
+            f"model_type '{model_type}' interleaves attention with {HYBRID_TYPES[model_type]}; fitcheck "
+            "models transformer layers only, so it cannot estimate it yet"
         )
     if model_type == "gemma3" and not isinstance(cfg.get("text_config"), Mapping):
         model_type = "gemma3_text"  # a text-only Gemma 3 config under the multimodal type
