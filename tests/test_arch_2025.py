@@ -215,3 +215,40 @@ def test_hub_ids_estimate_end_to_end_from_the_cache(tmp_path: Path) -> None:
     assert any("MXFP4 checkpoint" in w for w in warnings or [])
     assert not any("safetensors headers hold" in w for w in warnings or [])
     assert COMMIT  # the cache layout test_hub builds
+
+
+#: (model_type, method, LoRA targets) held to the traced step within the calibration tolerance; phimoe's
+#: LoRA runs on attention only (peft 0.21 wraps its router, an nn.Linear whose forward returns a tuple,
+#: under all-linear and the adapter's forward fails).
+TRACED = [
+    (t, m, "attn" if t == "phimoe" and m == "lora" else "all-linear")
+    for t in NEW_TYPES
+    for m in ("lora", "full")
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("model_type", "method", "targets"), TRACED)
+def test_new_families_within_3pct_of_the_traced_step(model_type: str, method: str, targets: str) -> None:
+    """bench/arch_trace.py's shape (h = 1024, 4 layers, batch 2 x 512, bf16) on transformers' own model
+    class under fitcheck's fake-tensor tracer: forward and backward peaks within 3%."""
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    import importlib.util
+
+    from fitcheck.engine.estimate import estimate
+    from fitcheck.measure.trace import trace_step
+    from fitcheck.models import LlmSetup
+    from fitcheck.sources.resolve import spec_from_config
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "arch_trace.py"
+    spec = importlib.util.spec_from_file_location("arch_trace", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cfg = mod.widen(model_type, CASES[model_type][1])
+    setup = LlmSetup(method=method, seq_len=512, batch_size=2, lora_targets=targets)
+    est = estimate(spec_from_config(dict(cfg), id=model_type, name=model_type, source="test"), setup)
+    traced = {p.name: p.peak_bytes for p in trace_step(dict(cfg), setup, steps=2).phases}
+    for phase in ("forward", "backward"):
+        assert abs(est.phase(phase).total_bytes / traced[phase] - 1) <= 0.03, phase
