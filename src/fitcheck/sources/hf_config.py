@@ -791,10 +791,27 @@ MULTIMODAL: dict[str, tuple[str, Callable[[Config, Config], int]]] = {
 }
 
 
-#: Wrappers whose lm_head ties by their own ``tie_word_embeddings`` whatever the text config says, and its
-#: class default (Mistral3Config True; Qwen3VLConfig, Qwen3VLMoeConfig False; transformers 5.24, checked by
-#: building each with the key set on one level, the other, both and neither).
-WRAPPER_TIES: dict[str, bool] = {"mistral3": True, "qwen3_vl": False, "qwen3_vl_moe": False}
+#: Multimodal wrappers whose model ties the lm_head by the wrapper's own ``tie_word_embeddings``
+#: (transformers 5.24, checked by building each with the key on one level, the other, both and neither),
+#: and what a config that states the key on neither level means. Qwen3VLConfig / Qwen3VLMoeConfig: false,
+#: their class default. Mistral3Config defaults it to true, but the published Mistral 3 checkpoints that
+#: leave it out store a separate lm_head (mistralai/Magistral-Small-2509: 24,011,361,280 parameters in its
+#: safetensors = the untied model), and ``from_pretrained`` keeps the two apart when the checkpoint stores
+#: both (modeling_utils.py ``tie_weights``: both present with different values -> not tied): ``None`` reads
+#: the text model's own class default there (MistralConfig: false).
+WRAPPER_TIES: dict[str, bool | None] = {"mistral3": None, "qwen3_vl": False, "qwen3_vl_moe": False}
+
+
+def _wrapper_tie(cfg: Config, text_cfg: Config, model_type: str, text_type: str) -> bool:
+    """Whether the lm_head shares the embedding: the wrapper's key when the config states it, else the
+    text config's, else `WRAPPER_TIES`."""
+    for level in (cfg, text_cfg):
+        if level.get("tie_word_embeddings") is not None:
+            return bool(level["tie_word_embeddings"])
+    default = WRAPPER_TIES[model_type]
+    if default is None:
+        return bool(class_defaults().get(text_type, {}).get("tie_word_embeddings", False))
+    return default
 
 
 def supported_types() -> list[str]:
@@ -855,8 +872,8 @@ def _multimodal(cfg: Config, model_type: str) -> Fields:
         raise ModelSourceError(f"{model_type}: its language model's type '{text_type}' is not supported")
     if model_type == "llava" and "tie_word_embeddings" not in text_cfg:
         text_cfg["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
-    if model_type in WRAPPER_TIES:  # the wrapper's own key decides; the text config's is not read
-        text_cfg["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", WRAPPER_TIES[model_type]))
+    if model_type in WRAPPER_TIES:
+        text_cfg["tie_word_embeddings"] = _wrapper_tie(cfg, text_cfg, model_type, text_type)
     d = _fields(text_cfg, FAMILIES[text_type], text_type)
     vis = cfg.get("vision_config")
     d["extra_params"] = tower(dict(vis) if isinstance(vis, Mapping) else {}, {**text_cfg, "_top": cfg})
