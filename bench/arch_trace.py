@@ -2,7 +2,7 @@
 device): every decoder family of tests/test_architectures.py, widened to h=1024, 4 layers, 16 heads,
 vocabulary 32,000, batch 2 x 512 tokens, bf16, under LoRA and full fine-tuning.
 
-    PYTHONPATH=src python bench/arch_trace.py [types,...] [--method lora|full]
+    PYTHONPATH=src python bench/arch_trace.py [types,...] [--method lora|full] [--lora-targets attn]
 
 Prints estimate, traced peak and error for the forward and backward phases (docs/methodology.md,
 "Architectures", quotes a run).
@@ -28,8 +28,10 @@ def widen(model_type: str, cfg: dict[str, Any]) -> dict[str, Any]:
         c.update(n_embd=1024, n_layer=4, n_head=16, vocab_size=32000)
     if model_type == "opt":
         c.update(word_embed_proj_dim=1024, ffn_dim=2816)
-    if model_type == "helium":
-        c.update(head_dim=64)  # transformers' HeliumAttention sizes o_proj from hidden_size
+    if isinstance(c.get("moe_topk"), list):  # Hunyuan's per-layer top-k follows the widened depth
+        c.update(moe_topk=[c["moe_topk"][0]] * WIDE["num_hidden_layers"])
+    if model_type == "helium" or "head_dim" in c:
+        c.update(head_dim=64)  # hidden / heads (transformers' HeliumAttention sizes o_proj from hidden_size)
     if model_type == "mpt":
         c.update(d_model=1024, n_layers=4, n_heads=16, vocab_size=32000)
     if model_type in ("deepseek_v2", "deepseek_v3"):
@@ -49,13 +51,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("types", nargs="?", default="")
     ap.add_argument("--method", default="lora")
+    # phimoe: peft 0.21 wraps PhimoeTopKRouter (an nn.Linear whose forward returns a tuple) under
+    # all-linear and the LoRA forward fails; trace it with --lora-targets attn
+    ap.add_argument("--lora-targets", default="all-linear")
     args = ap.parse_args()
     types = (
         args.types.split(",")
         if args.types
         else [t for t, (task, _) in sorted(CASES.items()) if task == "causal"]
     )
-    setup = LlmSetup(method=args.method, seq_len=512, batch_size=2)
+    setup = LlmSetup(method=args.method, seq_len=512, batch_size=2, lora_targets=args.lora_targets)
     print("| model_type | method | forward est / traced MiB | error | backward est / traced MiB | error |")
     for t in types:
         cfg = widen(t, CASES[t][1])

@@ -123,6 +123,57 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             "topk_group": 1,
         },
     ),
+    # 2025-26 families (docs/methodology.md, "Architectures": gpt-oss to Apertus)
+    "gpt_oss": ("causal", {**S, "head_dim": 16, "num_local_experts": 4, **MOE}),
+    "glm4_moe": (
+        "causal",
+        {
+            **S,
+            "num_hidden_layers": 3,
+            "n_routed_experts": 4,
+            "n_shared_experts": 1,
+            "moe_intermediate_size": 24,
+            **MOE,
+            "first_k_dense_replace": 1,
+            "use_qk_norm": True,
+            "attention_bias": True,
+        },
+    ),
+    "dots1": (
+        "causal",
+        {
+            **S,
+            "n_routed_experts": 4,
+            "n_shared_experts": 2,
+            "moe_intermediate_size": 24,
+            **MOE,
+            "first_k_dense_replace": 1,
+        },
+    ),
+    "ernie4_5": ("causal", {**S, "head_dim": 16, "use_bias": True, "tie_word_embeddings": False}),
+    "ernie4_5_moe": (
+        "causal",
+        {
+            **S,
+            "num_hidden_layers": 4,
+            "moe_num_experts": 4,
+            "moe_k": 2,
+            "moe_intermediate_size": 24,
+            "moe_num_shared_experts": 2,
+            "moe_layer_interval": 2,
+            "moe_layer_start_index": 0,
+            "use_bias": True,
+            "tie_word_embeddings": False,
+        },
+    ),
+    "phimoe": ("causal", {**S, "num_local_experts": 4, **MOE, "attention_bias": True, "lm_head_bias": True}),
+    "seed_oss": ("causal", {**S, "head_dim": 16, "attention_out_bias": True}),
+    "hunyuan_v1_dense": ("causal", {**S, "head_dim": 16, "attention_bias": True}),
+    "hunyuan_v1_moe": ("causal", {**S, "head_dim": 16, "num_experts": 4, "moe_topk": [2, 2]}),
+    "apertus": ("causal", S),
+    "olmo3": ("causal", S),
+    "ministral": ("causal", {**S, "head_dim": 16}),
+    "ministral3": ("causal", {**S, "head_dim": 16}),
     "bert": ("classify", ENC),
     "roberta": ("classify", ENC),
     "deberta-v2": (
@@ -171,6 +222,20 @@ MM_CASES: dict[str, dict[str, Any]] = {
                                  "num_attention_heads": 2, "image_size": 28, "patch_size": 14,
                                  "vision_output_dim": 40, "projector_input_dim": 48,
                                  "projector_output_dim": 40, "pixel_shuffle_ratio": 0.5}},
+    "mistral3": {"text_config": {**S, "head_dim": 16, "model_type": "mistral"},
+                 "vision_config": {"hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+                                   "num_attention_heads": 2, "head_dim": 16, "image_size": 28,
+                                   "patch_size": 14}, "vision_feature_layer": [-1, -2],
+                 "tie_word_embeddings": True},
+    "qwen3_vl": {"text_config": {**S, "head_dim": 16}, "tie_word_embeddings": True,
+                 "vision_config": {"hidden_size": 32, "intermediate_size": 48, "depth": 3, "num_heads": 2,
+                                   "out_hidden_size": 64, "deepstack_visual_indexes": [0, 1],
+                                   "num_position_embeddings": 16}},
+    "qwen3_vl_moe": {"text_config": {**S, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                                     "moe_intermediate_size": 24, "mlp_only_layers": [0]},
+                     "vision_config": {"hidden_size": 32, "intermediate_size": 48, "depth": 2, "num_heads": 2,
+                                       "out_hidden_size": 64, "deepstack_visual_indexes": [1],
+                                       "num_position_embeddings": 16}},
 }  # fmt: skip
 
 NUM_LABELS = 3
@@ -216,7 +281,8 @@ def test_multimodal_count_matches_transformers(model_type: str) -> None:
 def test_every_transformers_type_has_a_case() -> None:
     remote = {t for t, f in FAMILIES.items() if f.source == "remote"}
     covered = set(CASES) | set(MM_CASES)
-    assert set(FAMILIES) - remote - {"llama4_text"} <= covered
+    # language models built only inside their multimodal model (covered through MM_CASES)
+    assert set(FAMILIES) - remote - {"llama4_text", "qwen3_vl_text", "qwen3_vl_moe_text"} <= covered
     assert set(MULTIMODAL) <= covered
     assert len(supported_types()) >= 35
 

@@ -106,6 +106,8 @@ class DecoderArch(Frozen):
     embed_norm: bool = Field(default=False, description="a norm right after the embedding (BLOOM, BERT)")
     lm_head_bias: bool = False
     router_bias: bool = False
+    expert_bias: bool = Field(default=False, description="routed experts carry biases (gpt-oss)")
+    attn_sinks: bool = Field(default=False, description="one learned attention-sink logit per head (gpt-oss)")
     shared_expert_gate: bool = Field(default=False, description="a sigmoid gate on the shared expert")
     # Multi-head latent attention (DeepSeek-V2/V3): low-rank q and a compressed kv.
     q_lora_rank: int = Field(default=0, ge=0)

@@ -188,11 +188,13 @@ def uses_eager_scores(a: DecoderArch, setup: LlmSetup) -> bool:
 
     Eager does; so does every kernel on MPS (no memory-efficient SDPA backward there), and SDPA on a
     model with attention soft-capping (Gemma 2), which transformers runs with eager attention
-    because SDPA cannot soft-cap. FlashAttention-2 soft-caps and keeps O(s).
+    because SDPA cannot soft-cap. FlashAttention-2 soft-caps and keeps O(s). Attention sinks (gpt-oss)
+    have no SDPA path either (``GptOssPreTrainedModel._supports_sdpa = False``): eager, unless a flash
+    kernel that takes the sinks is chosen.
     """
     if setup.attn == "eager" or setup.backend == "mps" or a.model_type in EAGER_ONLY_TYPES:
         return True
-    return bool(a.attn_logit_softcapping) and setup.attn in ("sdpa", "xformers")
+    return (bool(a.attn_logit_softcapping) or a.attn_sinks) and setup.attn in ("sdpa", "xformers")
 
 
 def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool = False) -> LayerActs:
@@ -315,11 +317,19 @@ def _mlp_acts(
 #: ``relu2`` = relu then square, whose pow saves the relu output). ``gelu_new`` (NewGELUActivation, the
 #: Python tanh formula) keeps its input, the tanh output, ``1 + tanh`` and ``0.5 x``; under autocast
 #: ``pow`` runs in fp32, so the tanh output and ``1 + tanh`` are fp32 (as in the GPT-2 rule). ``quick_gelu``
-#: = x * sigmoid(1.702 x): its input and the sigmoid output. transformers ``activations.py``.
-ACTIVATION_SAVES: dict[str, tuple[int, int]] = {
+#: = x * sigmoid(1.702 x): its input and the sigmoid output. ``xielu`` (Apertus; ``XIELUActivation``'s
+#: Python path, which transformers takes unless the separate ``xielu`` CUDA package is installed):
+#: ``where(x > 0, alpha_p * x * x + beta * x, (expm1(min(x, eps)) - x) * alpha_n + beta * x)`` keeps its
+#: input, ``alpha_p * x``, the ``expm1`` output and the 1-byte ``x > 0`` mask (2.5 tensors past the input:
+#: listed with torch's saved-tensor hooks, transformers 5.24); ``alpha_p`` is a shape-(1,) parameter, so
+#: with fp32 weights under autocast ``alpha_p * x`` is promoted to fp32. transformers ``activations.py``.
+ACTIVATION_SAVES: dict[str, tuple[float, int]] = {
     "gelu_new": (4, 2), "gelu_python": (4, 2), "gelu_fast": (4, 2), "gelu_accurate": (4, 2),
-    "quick_gelu": (2, 0),
+    "quick_gelu": (2, 0), "xielu": (3.5, 1),
 }  # fmt: skip
+#: Activations with learned parameters save more when those train (full fine-tuning): xIELU keeps
+#: ``expm1(...) - x`` for ``alpha_n``'s gradient (same hooks).
+ACTIVATION_PARAM_SAVES: dict[str, int] = {"xielu": 1}
 
 
 def plain_activation_bytes(activation: str, c: Ctx, elem: int | None = None) -> float:
@@ -327,6 +337,8 @@ def plain_activation_bytes(activation: str, c: Ctx, elem: int | None = None) -> 
     ``elem``: bytes of the projection's output when it is not the compute dtype (`quantized_out_bytes`)."""
     b = c.gamma if elem is None else elem
     n, fp32 = ACTIVATION_SAVES.get(activation, (1, 0))
+    if c.full:
+        n += ACTIVATION_PARAM_SAVES.get(activation, 0)
     if c.autocast and fp32:
         return (n - fp32) * b + fp32 * 4
     return n * b

@@ -141,26 +141,47 @@ def dense_mlp_linears(a: DecoderArch, width: int, role: Role = "mlp") -> list[Li
     h = a.hidden_size
     b = a.mlp_bias
     nm = module_names(a)
+    al = role not in OUTSIDE_ALL_LINEAR.get(a.model_type, frozenset())
     if a.mlp == "plain":
-        return [Linear(nm["up"], h, width, 1, b, role), Linear(nm["down"], width, h, 1, b, role)]
+        return [
+            Linear(nm["up"], h, width, 1, b, role, all_linear=al),
+            Linear(nm["down"], width, h, 1, b, role, all_linear=al),
+        ]
     if a.fused_gate_up:
-        return [Linear(nm["gate_up"], h, 2 * width, 1, b, role), Linear(nm["down"], width, h, 1, b, role)]
+        return [
+            Linear(nm["gate_up"], h, 2 * width, 1, b, role, all_linear=al),
+            Linear(nm["down"], width, h, 1, b, role, all_linear=al),
+        ]
     return [
-        Linear(nm["gate"], h, width, 1, b, role),
-        Linear(_GATED_UP.get(a.model_type, nm["up"]), h, width, 1, b, role),
-        Linear(nm["down"], width, h, 1, b, role),
+        Linear(nm["gate"], h, width, 1, b, role, all_linear=al),
+        Linear(_GATED_UP.get(a.model_type, nm["up"]), h, width, 1, b, role, all_linear=al),
+        Linear(nm["down"], width, h, 1, b, role, all_linear=al),
     ]
 
 
-#: MoE families whose routed experts, router, or both peft's ``all-linear`` does not reach (checked with
-#: peft 0.21 + transformers 5.24, ``get_peft_model(model, LoraConfig(target_modules="all-linear"))``):
-#: Granite MoE's experts and router are plain 3-D parameters, Llama 4's experts too (its router is an
-#: ``nn.Linear`` and is wrapped). Mixtral, Qwen-MoE, OLMoE and DeepSeek get both.
+#: MoE families whose routed experts, router, shared experts or some of them peft's ``all-linear`` does not
+#: reach (checked with peft 0.21 + transformers 5.24, ``get_peft_model(model,
+#: LoraConfig(target_modules="all-linear"))``): Granite MoE's experts and router are plain 3-D parameters,
+#: Llama 4's experts too (its router is an ``nn.Linear`` and is wrapped), gpt-oss's experts and router
+#: (``GptOssTopKRouter`` holds a bare weight and bias), Qwen3-VL-MoE's too, Phi-3.5-MoE's experts (its
+#: router is wrapped).
+#: GLM-4.5, dots.llm1, ERNIE 4.5 MoE and Hunyuan MoE take peft's v4->v5 MoE conversion
+#: (peft/utils/transformers_weight_conversion.py ``_convert_peft_config_moe``, for the types transformers'
+#: conversion_mapping.py maps to ``qwen2_moe``): ``all-linear`` resolves to leaf names, and
+#: ``gate_proj``/``up_proj``/``down_proj`` become the fused experts' target parameters and leave the module
+#: targets, so the shared experts' and the dense layers' MLP ``nn.Linear`` layers get no adapter (only
+#: attention, experts and router do). Mixtral and Qwen2-MoE get all of them.
 OUTSIDE_ALL_LINEAR: dict[str, frozenset[str]] = {
     "granitemoe": frozenset({"expert", "router"}),
     "granitemoeshared": frozenset({"expert", "router"}),
     "llama4": frozenset({"expert"}),
     "llama4_text": frozenset({"expert"}),
+    "gpt_oss": frozenset({"expert", "router"}),
+    "phimoe": frozenset({"expert"}),
+    "qwen3_vl_moe": frozenset({"expert", "router"}),
+    **dict.fromkeys(
+        ("glm4_moe", "dots1", "ernie4_5_moe", "hunyuan_v1_moe"), frozenset({"shared_expert", "mlp"})
+    ),
 }
 
 
@@ -171,8 +192,8 @@ def moe_linears(a: DecoderArch, copies: int) -> list[Linear]:
     outside = OUTSIDE_ALL_LINEAR.get(a.model_type, frozenset())
     ex, ro = "expert" not in outside, "router" not in outside
     out = [
-        Linear("experts.gate_up_proj", h, up, copies, False, "expert", False, 2, all_linear=ex),
-        Linear("experts.down_proj", w, h, copies, False, "expert", is_module=False, all_linear=ex),
+        Linear("experts.gate_up_proj", h, up, copies, a.expert_bias, "expert", False, 2, all_linear=ex),
+        Linear("experts.down_proj", w, h, copies, a.expert_bias, "expert", is_module=False, all_linear=ex),
         Linear("gate", h, a.num_experts, 1, a.router_bias, "router", is_module=False, all_linear=ro),
     ]
     if a.shared_expert_intermediate_size and a.model_type.startswith("granitemoe"):
@@ -184,7 +205,15 @@ def moe_linears(a: DecoderArch, copies: int) -> list[Linear]:
         ]
     elif a.shared_expert_intermediate_size:
         out += [
-            Linear("shared_expert." + x.name, x.d_in, x.d_out, 1, x.bias, "shared_expert")
+            Linear(
+                "shared_expert." + x.name,
+                x.d_in,
+                x.d_out,
+                1,
+                x.bias,
+                "shared_expert",
+                all_linear=x.all_linear,
+            )
             for x in dense_mlp_linears(a, a.shared_expert_intermediate_size, "shared_expert")
         ]
         if a.shared_expert_gate:
@@ -243,9 +272,9 @@ def _layer_norm_count(a: DecoderArch, kind: LayerKind) -> int:
 
 
 def _layer_other(a: DecoderArch) -> int:
-    """Per-layer small tensors besides the main norms: q/k norms, MLA's latent norms."""
+    """Per-layer small tensors besides the main norms: q/k norms, MLA's latent norms, attention sinks."""
     q, kv = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
-    n = 0
+    n = a.num_heads if a.attn_sinks else 0
     if a.qk_norm:
         n += (q + kv) if a.qk_norm_full else 2 * a.head_dim
     if a.is_mla:

@@ -46,7 +46,13 @@ KEYS: dict[str, tuple[str, ...]] = {
 #: Keys that name the same thing (transformers' attribute_map aliases), so a given key shadows the
 #: class default of its alias.
 _ALIASES: dict[str, tuple[str, ...]] = {
-    k: group for group in (*KEYS.values(), ("num_experts", "num_local_experts")) for k in group
+    k: group
+    for group in (
+        *KEYS.values(),
+        ("num_experts", "num_local_experts", "moe_num_experts"),
+        ("moe_k", "num_experts_per_tok"),
+    )
+    for k in group
 }
 
 #: Every config key the converter reads; `class_defaults` holds, per model_type, the transformers
@@ -67,7 +73,9 @@ READ_KEYS: tuple[str, ...] = (
     "hidden_dropout_prob", "position_biased_input", "embedding_size", "relative_attention",
     "position_buckets", "max_relative_positions", "norm_rel_ebd", "pos_att_type", "share_att_key",
     "conv_kernel_size", "num_decoder_layers", "feed_forward_proj", "relative_attention_num_buckets",
-    "dropout_rate",
+    "dropout_rate", "attention_out_bias", "residual_dropout", "lm_head_bias", "moe_num_experts", "moe_k",
+    "moe_num_shared_experts", "moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval",
+    "moe_topk",
 )  # fmt: skip
 
 
@@ -82,7 +90,28 @@ def class_defaults() -> dict[str, dict[str, Any]]:
 
 
 #: State-space and recurrent families: refused until they are modelled (their memory is not a transformer's).
-SSM_TYPES = frozenset({"mamba", "mamba2", "jamba", "rwkv", "falcon_mamba", "zamba", "zamba2", "falcon_h1"})
+SSM_TYPES = frozenset(
+    {"mamba", "mamba2", "jamba", "rwkv", "falcon_mamba", "zamba", "zamba2", "falcon_h1", "xlstm"}
+)
+
+#: Hybrids: attention layers interleaved with layers that are not attention, named from transformers 5.24's
+#: modeling files. Refused like the state-space types: the engine's layer rule (what attention and an MLP
+#: save) does not hold for those layers, and the meta-device fallback would size them as attention.
+HYBRID_TYPES: dict[str, str] = {
+    "lfm2": "gated short-convolution layers (Lfm2ShortConv)",
+    "lfm2_moe": "gated short-convolution layers (Lfm2MoeShortConv)",
+    "lfm2_vl": "gated short-convolution layers (its LFM2 language model's Lfm2ShortConv)",
+    "qwen3_next": "Gated DeltaNet linear-attention layers (Qwen3NextGatedDeltaNet)",
+    "qwen3_5": "Gated DeltaNet linear-attention layers (Qwen3_5GatedDeltaNet)",
+    "qwen3_5_moe": "Gated DeltaNet linear-attention layers (Qwen3_5MoeGatedDeltaNet)",
+    "olmo_hybrid": "Gated DeltaNet linear-attention layers (OlmoHybridGatedDeltaNet)",
+    "kimi_linear": "Kimi Delta Attention linear-attention layers (KimiLinearDeltaAttention)",
+    "minimax": "lightning linear-attention layers (MiniMaxLightningAttention)",
+    "granitemoehybrid": "Mamba-2 layers (GraniteMoeHybridMambaLayer)",
+    "bamba": "Mamba-2 layers (BambaMixer)",
+    "nemotron_h": "Mamba-2 layers (NemotronHMamba2Mixer)",
+    "recurrent_gemma": "RG-LRU recurrent blocks (RecurrentGemmaRecurrentBlock)",
+}
 
 
 def _first(cfg: Config, keys: tuple[str, ...]) -> Any:
@@ -358,6 +387,84 @@ def _qwen(cfg: Config, d: Fields) -> Fields:
     }
 
 
+def _first_k_dense(cfg: Config, d: Fields) -> Fields:
+    """GLM-4.5 (``glm4_moe``) and dots.llm1 (``dots1``): DeepSeek-V3's expert layout with plain GQA
+    attention: the first ``first_k_dense_replace`` layers dense, every later layer MoE, with
+    ``n_shared_experts`` always-on experts of the expert width and no gate (``Glm4MoeDecoderLayer`` /
+    ``Dots1DecoderLayer``: ``layer_idx >= config.first_k_dense_replace``)."""
+    n = d["num_layers"]
+    width = int(_need(cfg, "moe_intermediate_size"))
+    return {
+        "num_experts": int(_need(cfg, "n_routed_experts")),
+        "experts_per_token": int(_need(cfg, "num_experts_per_tok")),
+        "moe_intermediate_size": width,
+        "shared_expert_intermediate_size": width * int(_opt(cfg, "n_shared_experts", 0)),
+        "moe_layers": max(0, n - int(_opt(cfg, "first_k_dense_replace", 0))),
+    }
+
+
+def _ernie_moe(cfg: Config, d: Fields) -> Fields:
+    """ERNIE 4.5 MoE (``modeling_ernie4_5_moe.py``): layer i is MoE when ``(i + 1) % moe_layer_interval == 0``
+    and ``moe_layer_start_index <= i <= moe_layer_end_index`` (-1: the last layer); shared experts are one
+    MLP ``moe_num_shared_experts x moe_intermediate_size`` wide, no gate; each router keeps a frozen
+    ``e_score_correction_bias`` parameter of ``moe_num_experts`` values (counted in ``misc_params``)."""
+    n = d["num_layers"]
+    start, end = int(_opt(cfg, "moe_layer_start_index", 1)), int(_opt(cfg, "moe_layer_end_index", -1))
+    step, end = int(_opt(cfg, "moe_layer_interval", 1)), n - 1 if end == -1 else end
+    moe = sum(1 for i in range(n) if step > 0 and (i + 1) % step == 0 and start <= i <= end)
+    experts, width = (
+        int(_need(cfg, "moe_num_experts", "num_experts")),
+        int(_need(cfg, "moe_intermediate_size")),
+    )
+    return {
+        "num_experts": experts,
+        "experts_per_token": int(_need(cfg, "moe_k", "num_experts_per_tok")),
+        "moe_intermediate_size": width,
+        "shared_expert_intermediate_size": width * int(_opt(cfg, "moe_num_shared_experts", 0)),
+        "moe_layers": moe,
+        "misc_params": moe * experts,
+    }
+
+
+def _per_layer_int(cfg: Config, key: str) -> int:
+    """An int, or a per-layer list of equal ints (Hunyuan's ``moe_topk``); unequal lists are refused."""
+    value = _need(cfg, key)
+    if isinstance(value, list):
+        if not value or len(set(value)) != 1:
+            raise ModelSourceError(
+                f"config.json: {key} differs between layers, which fitcheck does not model"
+            )
+        value = value[0]
+    return int(value)
+
+
+def _hunyuan_moe(cfg: Config, d: Fields) -> Fields:
+    """Hunyuan MoE (``modeling_hunyuan_v1_moe.py``): every layer MoE; the routed experts and the one
+    always-on ``shared_mlp`` are all ``intermediate_size`` wide (transformers reads neither
+    ``moe_intermediate_size`` nor ``num_shared_expert``); ``num_experts`` / ``moe_topk`` may be per-layer
+    lists."""
+    width = d["intermediate_size"]
+    return {
+        "num_experts": _per_layer_int(cfg, "num_experts"),
+        "experts_per_token": _per_layer_int(cfg, "moe_topk"),
+        "moe_intermediate_size": width,
+        "shared_expert_intermediate_size": width,
+        "moe_layers": d["num_layers"],
+    }
+
+
+def _xielu_params(cfg: Config, d: Fields) -> Fields:
+    """Apertus: xIELU's two learned scalars per layer (``alpha_p``, ``alpha_n``; transformers
+    activations.py ``XIELUActivation``)."""
+    return {"misc_params": 2 * d["num_layers"]}
+
+
+def _seed_oss(cfg: Config, d: Fields) -> Fields:
+    """Seed-OSS: dropout on both residual branches (``residual_dropout``, 0.1 by default; on in
+    training)."""
+    return {"resid_dropout": float(_opt(cfg, "residual_dropout", 0.1))}
+
+
 def _gemma2_caps(cfg: Config, d: Fields) -> Fields:
     return {
         "final_logit_softcapping": cfg.get("final_logit_softcapping"),
@@ -381,6 +488,13 @@ _TIE_T = {"tie_embeddings": ("tie_word_embeddings", True)}
 _ATTN_BIAS = {"qkv_bias": ("attention_bias", False), "o_bias": ("attention_bias", False)}
 _LLAMA_FLAGS = {**_TIE, **_ATTN_BIAS, "mlp_bias": ("mlp_bias", False)}
 _ALL_BIAS = {"qkv_bias": True, "o_bias": True, "mlp_bias": True}
+#: ERNIE 4.5: ``use_bias`` gives q/k/v/o and the MLPs a bias (modeling_ernie4_5.py), and in the MoE
+#: model the lm_head too (modeling_ernie4_5_moe.py)
+_ERNIE_BIAS = {
+    "qkv_bias": ("use_bias", False),
+    "o_bias": ("use_bias", False),
+    "mlp_bias": ("use_bias", False),
+}
 _LAYER = {"norm": "layer"}
 _PLAIN = {"mlp": "plain"}
 _GPT2 = {**_LAYER, **_PLAIN, **_ALL_BIAS, "fused_qkv": True}
@@ -517,6 +631,21 @@ FAMILIES: dict[str, Family] = {
     ),
     "nemotron": Family(fixed={**_LAYER, **_PLAIN}, flags=_LLAMA_FLAGS, defaults={"hidden_act": "relu2"}),
     "arcee": Family(fixed=_PLAIN, flags=_LLAMA_FLAGS, defaults={"hidden_act": "relu2"}),
+    "apertus": Family(fixed={**_PLAIN, "qk_norm": True}, flags=_LLAMA_FLAGS, features=(_xielu_params,)),
+    "olmo3": Family(fixed={"qk_norm": True, "qk_norm_full": True}, flags=_LLAMA_FLAGS),
+    "ernie4_5": Family(flags={**_TIE_T, **_ERNIE_BIAS}),
+    "seed_oss": Family(
+        flags={
+            **_TIE,
+            "qkv_bias": ("attention_bias", True),
+            "o_bias": ("attention_out_bias", False),
+            "mlp_bias": ("mlp_bias", False),
+        },
+        features=(_seed_oss,),
+    ),
+    "hunyuan_v1_dense": Family(fixed={"qk_norm": True}, flags={**_TIE, **_ATTN_BIAS}),
+    "ministral": Family(flags=_TIE),
+    "ministral3": Family(flags=_TIE),
     # GPT-style decoders
     "gpt2": Family(
         fixed=_GPT2, flags=_TIE_T, features=(_four_h, _gpt2), defaults={"activation_function": "gelu_new"}
@@ -599,6 +728,32 @@ FAMILIES: dict[str, Family] = {
         flags=_LLAMA_FLAGS,
         features=(_qwen_moe,),
     ),
+    # gpt-oss: q/k/v/o biases, a learned sink logit per head, a biased router, biased experts (clamped
+    # SwiGLU), sliding (128) and full attention alternating (modeling_gpt_oss.py)
+    "gpt_oss": Family(
+        fixed={"router_bias": True, "expert_bias": True, "attn_sinks": True},
+        flags={**_TIE, "qkv_bias": ("attention_bias", True), "o_bias": ("attention_bias", True)},
+        features=(_moe_all("num_local_experts", "intermediate_size"),),
+    ),
+    "glm4_moe": Family(
+        flags={**_TIE, "qkv_bias": ("attention_bias", False), "qk_norm": ("use_qk_norm", False)},
+        features=(_first_k_dense,),
+    ),
+    "dots1": Family(fixed={"qk_norm": True}, flags=_LLAMA_FLAGS, features=(_first_k_dense,)),
+    "ernie4_5_moe": Family(
+        flags={**_TIE_T, **_ERNIE_BIAS, "lm_head_bias": ("use_bias", False)},
+        features=(_ernie_moe,),
+    ),
+    "phimoe": Family(
+        fixed={**_LAYER},
+        flags={**_TIE, **_ATTN_BIAS, "lm_head_bias": ("lm_head_bias", False)},
+        features=(_moe_all("num_local_experts", "intermediate_size"),),
+    ),
+    "hunyuan_v1_moe": Family(fixed={"qk_norm": True}, flags={**_TIE, **_ATTN_BIAS}, features=(_hunyuan_moe,)),
+    # Qwen3-VL's language models (Qwen3VLTextConfig / Qwen3VLMoeTextConfig; built only inside the
+    # multimodal model): Qwen 3's layout, q/k norms over one head
+    "qwen3_vl_text": Family(fixed={"qk_norm": True}, flags=_LLAMA_FLAGS),
+    "qwen3_vl_moe_text": Family(fixed={"qk_norm": True}, flags=_LLAMA_FLAGS, features=(_qwen_moe,)),
     "deepseek_v2": Family(flags=_LLAMA_FLAGS, features=(_deepseek,)),
     "deepseek_v3": Family(flags=_LLAMA_FLAGS, features=(_deepseek,)),
     "llama4_text": Family(defaults=_LLAMA4_TEXT_DEFAULTS, flags=_LLAMA_FLAGS, features=(_llama4_text,)),
@@ -630,7 +785,33 @@ MULTIMODAL: dict[str, tuple[str, Callable[[Config, Config], int]]] = {
     "qwen2_5_vl": ("qwen2", vision.qwen2_5_vl),
     "gemma3": ("gemma3_text", vision.gemma3),
     "llama4": ("llama4_text", vision.llama4),
+    "mistral3": ("mistral", vision.mistral3),
+    "qwen3_vl": ("qwen3_vl_text", vision.qwen3_vl),
+    "qwen3_vl_moe": ("qwen3_vl_moe_text", vision.qwen3_vl),
 }
+
+
+#: Multimodal wrappers whose model ties the lm_head by the wrapper's own ``tie_word_embeddings``
+#: (transformers 5.24, checked by building each with the key on one level, the other, both and neither),
+#: and what a config that states the key on neither level means. Qwen3VLConfig / Qwen3VLMoeConfig: false,
+#: their class default. Mistral3Config defaults it to true, but the published Mistral 3 checkpoints that
+#: leave it out store a separate lm_head (mistralai/Magistral-Small-2509: 24,011,361,280 parameters in its
+#: safetensors = the untied model), and ``from_pretrained`` keeps the two apart when the checkpoint stores
+#: both (modeling_utils.py ``tie_weights``: both present with different values -> not tied): ``None`` reads
+#: the text model's own class default there (MistralConfig: false).
+WRAPPER_TIES: dict[str, bool | None] = {"mistral3": None, "qwen3_vl": False, "qwen3_vl_moe": False}
+
+
+def _wrapper_tie(cfg: Config, text_cfg: Config, model_type: str, text_type: str) -> bool:
+    """Whether the lm_head shares the embedding: the wrapper's key when the config states it, else the
+    text config's, else `WRAPPER_TIES`."""
+    for level in (cfg, text_cfg):
+        if level.get("tie_word_embeddings") is not None:
+            return bool(level["tie_word_embeddings"])
+    default = WRAPPER_TIES[model_type]
+    if default is None:
+        return bool(class_defaults().get(text_type, {}).get("tie_word_embeddings", False))
+    return default
 
 
 def supported_types() -> list[str]:
@@ -691,6 +872,8 @@ def _multimodal(cfg: Config, model_type: str) -> Fields:
         raise ModelSourceError(f"{model_type}: its language model's type '{text_type}' is not supported")
     if model_type == "llava" and "tie_word_embeddings" not in text_cfg:
         text_cfg["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
+    if model_type in WRAPPER_TIES:
+        text_cfg["tie_word_embeddings"] = _wrapper_tie(cfg, text_cfg, model_type, text_type)
     d = _fields(text_cfg, FAMILIES[text_type], text_type)
     vis = cfg.get("vision_config")
     d["extra_params"] = tower(dict(vis) if isinstance(vis, Mapping) else {}, {**text_cfg, "_top": cfg})
@@ -753,6 +936,11 @@ def arch_from_hf_config(cfg: Config) -> DecoderArch:
         raise ModelSourceError(
             f"model_type '{model_type}' is a state-space / recurrent model; fitcheck models transformers "
             "only, so it cannot estimate it yet"
+        )
+    if model_type in HYBRID_TYPES:
+        raise ModelSourceError(
+            f"model_type '{model_type}' interleaves attention with {HYBRID_TYPES[model_type]}; fitcheck "
+            "models transformer layers only, so it cannot estimate it yet"
         )
     if model_type == "gemma3" and not isinstance(cfg.get("text_config"), Mapping):
         model_type = "gemma3_text"  # a text-only Gemma 3 config under the multimodal type

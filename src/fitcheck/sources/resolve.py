@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,9 +61,35 @@ def spec_from_preset(preset_id: str) -> ModelSpec:
     )
 
 
-def _groups(tensors: dict[str, tuple[str, tuple[int, ...]]]) -> tuple[TensorGroup, ...]:
+#: An MXFP4 checkpoint (gpt-oss: ``quantization_config.quant_method`` "mxfp4") stores each expert weight as
+#: ``<name>_blocks`` (uint8, two 4-bit values per byte) and ``<name>_scales`` (one uint8 exponent per block
+#: of 32 values; not a parameter of the dequantized model): transformers integrations/mxfp4.py
+#: ``convert_moe_packed_tensors``. transformers cannot train the MXFP4 form (quantizer_mxfp4.py
+#: ``is_trainable`` is false and asks for ``Mxfp4Config(dequantize=True)``), so fine-tuning loads bf16.
+MXFP4_NOTE = (
+    "MXFP4 checkpoint: transformers trains it only dequantized to bf16 (Mxfp4Config(dequantize=True); its "
+    "MXFP4 layers are not trainable), so the weights are estimated at the training precision"
+)
+
+
+def is_mxfp4(cfg: Mapping[str, Any]) -> bool:
+    q = cfg.get("quantization_config")
+    return isinstance(q, Mapping) and str(q.get("quant_method", "")).lower() == "mxfp4"
+
+
+def _numel(name: str, dtype: str, shape: tuple[int, ...], mxfp4: bool) -> tuple[int, str]:
+    """Parameters a stored tensor holds, and their stored dtype (MXFP4 blocks unpacked, scales none)."""
+    if mxfp4 and dtype == "uint8" and name.endswith("_blocks"):
+        return 2 * math.prod(shape), "mxfp4"
+    if mxfp4 and dtype == "uint8" and name.endswith("_scales"):
+        return 0, "mxfp4"
+    return math.prod(shape), dtype
+
+
+def _groups(tensors: dict[str, tuple[str, tuple[int, ...]]], mxfp4: bool = False) -> tuple[TensorGroup, ...]:
     by: Counter[tuple[str, str]] = Counter()
-    for name, (dtype, shape) in tensors.items():
+    for name, (stored, dims) in tensors.items():
+        n, dtype = _numel(name, stored, dims, mxfp4)
         kind = (
             "embedding"
             if "embed" in name or name.endswith("wte.weight")
@@ -70,7 +97,7 @@ def _groups(tensors: dict[str, tuple[str, tuple[int, ...]]]) -> tuple[TensorGrou
                 "lm_head" if "lm_head" in name else ("norm" if "norm" in name or ".ln_" in name else "layers")
             )
         )
-        by[(kind, dtype)] += math.prod(shape)
+        by[(kind, dtype)] += n
     return tuple(TensorGroup(name=k, numel=n, dtype=d) for (k, d), n in sorted(by.items()))
 
 
@@ -96,7 +123,9 @@ def spec_from_config(
         from fitcheck.sources.meta_fallback import arch_from_meta
 
         arch, notes = arch_from_meta(cfg, exc)
-    groups = _groups(tensors) if tensors else ()
+    if is_mxfp4(cfg):
+        notes = (*notes, MXFP4_NOTE)
+    groups = _groups(tensors, is_mxfp4(cfg)) if tensors else ()
     return ModelSpec(
         id=id,
         name=str(cfg.get("_name_or_path") or name),

@@ -30,6 +30,16 @@ LLAMA4_VISION_DEFAULTS = {"hidden_size": 768, "intermediate_size": 5632, "num_hi
                           "num_channels": 3, "image_size": 448, "patch_size": 14, "vision_output_dim": 7680,
                           "projector_input_dim": 4096, "projector_output_dim": 4096}  # fmt: skip
 
+#: Mistral3Config's vision sub-config when ``vision_config`` is absent (configuration_mistral3.py
+#: ``sub_configs_defaults``); a given ``vision_config`` takes PixtralVisionConfig's own defaults (patch 16).
+MISTRAL3_PIXTRAL_DEFAULTS = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24,
+                             "num_channels": 3, "patch_size": 14}  # fmt: skip
+PIXTRAL_DEFAULTS = {**MISTRAL3_PIXTRAL_DEFAULTS, "patch_size": 16}
+QWEN3_VL_DEFAULTS = {"hidden_size": 1152, "intermediate_size": 4304, "depth": 27, "in_channels": 3,
+                     "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                     "out_hidden_size": 3584, "num_position_embeddings": 2304,
+                     "deepstack_visual_indexes": (8, 16, 24)}  # fmt: skip
+
 
 def _merged(cfg: Config, defaults: Mapping[str, Any]) -> dict[str, Any]:
     return {**defaults, **{k: v for k, v in cfg.items() if v is not None}}
@@ -127,3 +137,40 @@ def llama4(vis: Config, text: Config) -> int:
     pin, pout = int(c["projector_input_dim"]), int(c["projector_output_dim"])
     total += inter * pin + pout * pout
     return total + int(c["vision_output_dim"]) * int(text.get("hidden_size", 5120))
+
+
+def mistral3(vis: Config, text: Config) -> int:
+    """``Mistral3ForConditionalGeneration``: a Pixtral tower (modeling_pixtral.py: bias-free patch conv,
+    RMSNorm ``ln_pre``, layers of bias-free q/k/v/o at the tower width, a gated MLP and two RMSNorms) and
+    the projector (modeling_mistral3.py: RMSNorm, the patch merger's bias-free ``merge^2 x h_v -> h_v``,
+    ``linear_1`` from the vision width times the feature layers, ``linear_2``; biases only with
+    ``multimodal_projector_bias``)."""
+    top = text.get("_top") or {}
+    c = _merged(vis, PIXTRAL_DEFAULTS if vis else MISTRAL3_PIXTRAL_DEFAULTS)
+    h, inter, p = int(c["hidden_size"]), int(c["intermediate_size"]), int(c["patch_size"])
+    tower = (
+        int(c["num_channels"]) * p * p * h
+        + h
+        + int(c["num_hidden_layers"]) * (2 * h + 4 * h * h + 3 * h * inter)
+    )
+    merge = int(top.get("spatial_merge_size", 2))
+    layer = top.get("vision_feature_layer", -1)
+    n_feat = len(layer) if isinstance(layer, list) else 1
+    th, bias = int(text.get("hidden_size", 5120)), bool(top.get("multimodal_projector_bias", False))
+    return tower + h + merge * merge * h * h + (h * n_feat * th + th * bias) + (th * th + th * bias)
+
+
+def qwen3_vl(vis: Config, text: Config) -> int:
+    """``Qwen3VLVisionModel`` (modeling_qwen3_vl.py): a 3-D patch conv with bias, a learned position table
+    (``num_position_embeddings`` rows), LayerNorm blocks with fused qkv and a plain MLP (all with biases),
+    the patch merger (LayerNorm on the tower width, ``m x m`` and ``m x out`` linears, ``m = h merge^2``)
+    and one DeepStack merger per ``deepstack_visual_indexes`` entry (the same, normed on ``m``)."""
+    c = _merged(vis, QWEN3_VL_DEFAULTS)
+    e, p, t = int(c["hidden_size"]), int(c["patch_size"]), int(c["temporal_patch_size"])
+    inter, out = int(c["intermediate_size"]), int(c["out_hidden_size"])
+    block = 4 * e + (3 * e * e + 3 * e) + (e * e + e) + 2 * e * inter + inter + e
+    m = e * int(c["spatial_merge_size"]) ** 2
+    linears = (m * m + m) + (m * out + out)
+    embed = int(c["in_channels"]) * t * p * p * e + e + int(c["num_position_embeddings"]) * e
+    deep = len(c["deepstack_visual_indexes"]) * (2 * m + linears)
+    return embed + int(c["depth"]) * block + 2 * e + linears + deep
