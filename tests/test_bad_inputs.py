@@ -285,6 +285,8 @@ CASES: list[tuple[str, str]] = [
     ("measure 7B --steps 1", "steps"),
     ("measure 7B --steps 0", "steps"),
     ("measure 7B --device tpu", "device"),
+    ("measure 7B --strategy fsdp", "one device"),
+    ("measure 7B --nodes 2", "one device"),
 ]
 
 

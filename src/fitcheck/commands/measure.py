@@ -68,6 +68,11 @@ def run_measure(
     from fitcheck import api
     from fitcheck.models import LlmSetup, ModelSpec
 
+    if setup_kw.get("strategy") is not None or int(setup_kw.get("nodes") or 1) > 1:
+        raise OptionError(
+            "measure traces or runs one process on one device; --strategy and --nodes describe several "
+            "GPUs (FSDP2 ranks are traced with torch's FSDPMemTracker by bench/calibrate_fsdp.py)"
+        )
     require_torch()
     if steps < 2:
         raise OptionError("--steps must be at least 2: phases are read once optimizer states exist")
