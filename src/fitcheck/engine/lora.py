@@ -81,8 +81,30 @@ def validate_train_modules(setup: LlmSetup) -> None:
         raise OptionError(f"{sorted(both)[0]} is both a LoRA target and in --train-modules; pick one")
 
 
+#: Families whose router peft wraps but cannot run: Phi-3.5-MoE's ``PhimoeTopKRouter`` is an ``nn.Linear``
+#: whose forward returns a tuple (modeling_phimoe.py, transformers 5.24), and peft 0.21's ``lora.Linear``
+#: forward reads ``result.dtype`` from it (peft tuners/lora/layer.py ``Linear.forward``): the first forward
+#: step raises AttributeError (run on CPU with a small PhimoeConfig, ``all-linear``), so no run starts.
+LORA_BREAKS: dict[str, str] = {
+    "phimoe": "peft wraps its router (PhimoeTopKRouter, an nn.Linear whose forward returns a tuple) and "
+    "the first LoRA forward fails (peft 0.21, transformers 5.24)",
+}
+
+
+def _check_breaks(a: DecoderArch, targets: str) -> None:
+    why = LORA_BREAKS.get(a.model_type)
+    routers = [lin for k in layer_kinds(a) for lin in k.linears(a) if lin.role == "router"]
+    if why and any(targeted(a, targets, lin) for lin in routers):
+        raise OptionError(
+            f"--lora-targets {targets} on {a.model_type}: {why}; name targets without the router, "
+            "e.g. --lora-targets attn or q_proj,k_proj,v_proj,o_proj"
+        )
+
+
 def validate_targets(a: DecoderArch, targets: str) -> None:
-    """Raise `OptionError` when a named target matches no projection of this model."""
+    """Raise `OptionError` when a named target matches no projection of this model, or reaches a module
+    that LoRA cannot run on (`LORA_BREAKS`)."""
+    _check_breaks(a, targets)
     if targets in ("all-linear", "attn"):
         return
     names = [*_names(a), *HEAD_MODULES]
@@ -108,10 +130,23 @@ def adapter_params_per_layer(a: DecoderArch, setup: LlmSetup, kind: LayerKind) -
     return total
 
 
+def tower_targets(a: DecoderArch, targets: str) -> tuple[tuple[int, int, int], ...]:
+    """The vision tower's and projector's ``nn.Linear`` layers LoRA wraps, as (d_in, d_out, how many):
+    all of them under ``all-linear`` (peft resolves it to every ``nn.Linear`` of the model but the output
+    layer), none under ``attn`` or module names (which fitcheck matches in the language model only)."""
+    return a.tower_linears if targets == "all-linear" else ()
+
+
+def tower_adapter_params(a: DecoderArch, setup: LlmSetup) -> int:
+    """LoRA parameters on the tower's linears: r (d_in + d_out) each (+ d_out with DoRA)."""
+    r, dora = setup.lora_rank, setup.dora
+    return sum(n * (r * (i + o) + (o if dora else 0)) for i, o, n in tower_targets(a, setup.lora_targets))
+
+
 def adapter_params(a: DecoderArch, setup: LlmSetup) -> int:
     """All LoRA (and DoRA magnitude) parameters of the model."""
     layers = sum(k.count * adapter_params_per_layer(a, setup, k) for k in layer_kinds(a))
-    return layers + head_adapter_params(a, setup)
+    return layers + head_adapter_params(a, setup) + tower_adapter_params(a, setup)
 
 
 #: LoRA-FA (``--lora-fa``): peft's ``create_lorafa_optimizer`` calls ``requires_grad_(False)`` on every
@@ -135,4 +170,5 @@ def frozen_a_params(a: DecoderArch, setup: LlmSetup) -> int:
         total += kind.count * per_layer
     if "lm_head" in head_targets(setup.lora_targets):
         total += setup.lora_rank * a.hidden_size
+    total += sum(n * setup.lora_rank * i for i, _, n in tower_targets(a, setup.lora_targets))
     return total
