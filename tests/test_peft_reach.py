@@ -5,7 +5,7 @@ Each MoE family fitcheck reads and each multimodal wrapper is built from its sma
 ``LoraConfig(target_modules="all-linear")`` with the installed peft (0.21 when written), and the LoRA
 parameters peft creates must equal `adapter_params`, and the trainable tensors `trainable_shapes` lists
 for the optimizer must hold the same number. This holds the reach rules (`OUTSIDE_ALL_LINEAR`,
-`PEFT_MOE_CONVERTED` in engine/params.py, the towers' linears in sources/vision.py) to peft itself.
+`PEFT_MOE_CONVERSION` in engine/params.py, the towers' linears in sources/vision.py) to peft itself.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ SIGLIP_LLAVA: dict[str, Any] = {
 MM = {**{t: (t, c) for t, c in MM_CASES.items()}, "llava-siglip-head": ("llava", SIGLIP_LLAVA)}
 
 
-def _peft_counts(model_type: str, cfg: dict[str, Any], vision: bool) -> tuple[int, int]:
+def _peft_counts(
+    model_type: str, cfg: dict[str, Any], vision: bool, targets: str = "all-linear"
+) -> tuple[int, int]:
     """(LoRA parameters, trainable parameters) of the peft model on the meta device."""
     torch = pytest.importorskip("torch")
     tf = pytest.importorskip("transformers")
@@ -58,14 +60,17 @@ def _peft_counts(model_type: str, cfg: dict[str, Any], vision: bool) -> tuple[in
         warnings.simplefilter("ignore")
         with torch.device("meta"):
             model = auto.from_config(config)
-        pm = peft.get_peft_model(model, peft.LoraConfig(r=RANK, target_modules="all-linear"))
+        names = targets if targets == "all-linear" else targets.split(",")
+        pm = peft.get_peft_model(model, peft.LoraConfig(r=RANK, target_modules=names))
     params = list(pm.named_parameters())
     lora = sum(p.numel() for n, p in params if "lora_" in n)
     return lora, sum(p.numel() for _, p in params if p.requires_grad)
 
 
-def _ours(a: DecoderArch) -> tuple[int, int]:
-    setup = LlmSetup(method="lora", lora_rank=RANK, lora_targets="all-linear")
+def _ours(a: DecoderArch, targets: str = "all-linear") -> tuple[int, int]:
+    setup = LlmSetup(method="lora", lora_rank=RANK, lora_targets=targets)
+    if targets != "all-linear":  # (all-linear is refused on phimoe, counted here all the same)
+        validate_targets(a, targets)
     return adapter_params(a, setup), sum(r * c * k for r, c, k in trainable_shapes(a, setup))
 
 
@@ -81,6 +86,39 @@ def test_multimodal_all_linear_adapters_match_peft(case: str) -> None:
     a = _arch(model_type, cfg)
     assert a.tower_linears  # the tower's and projector's linears are listed
     assert _ours(a) == _peft_counts(model_type, cfg, vision=True)
+
+
+#: Named targets as recipes write them (the v4 MLP names): peft's MoE conversion turns them into the fused
+#: experts' and the router's target parameters on the converted types (`PEFT_MOE_CONVERSION`); Qwen2-MoE's
+#: names stay module targets (dense and shared MLPs, not the 3-D experts).
+ATTN = "q_proj,k_proj,v_proj,o_proj"
+NAMED = [
+    ("qwen3_moe", f"{ATTN},gate_proj,up_proj,down_proj"),
+    ("qwen3_moe", "q_proj,v_proj"),
+    ("deepseek_v3", "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj,gate_proj,up_proj,down_proj"),
+    ("deepseek_v2", "q_proj,gate_proj,up_proj,down_proj"),
+    ("glm4_moe", f"{ATTN},gate_proj,up_proj,down_proj"),
+    ("glm4_moe", "gate_proj,up_proj,down_proj,gate"),
+    ("mixtral", "q_proj,w1,w2,w3"),
+    ("mixtral", "q_proj,gate"),
+    ("qwen2_moe", "q_proj,gate_proj,up_proj,down_proj"),
+    ("olmoe", f"{ATTN},down_proj"),
+]
+
+
+@pytest.mark.parametrize(("model_type", "targets"), NAMED)
+def test_named_moe_targets_match_peft(model_type: str, targets: str) -> None:
+    cfg = CASES[model_type][1]
+    assert _ours(_arch(model_type, cfg), targets) == _peft_counts(model_type, cfg, False, targets)
+
+
+@pytest.mark.parametrize("targets", ["q_proj,gate_proj,down_proj", "up_proj"])
+def test_half_a_fused_pair_refused_as_peft_does(targets: str) -> None:
+    a = _arch("qwen3_moe", CASES["qwen3_moe"][1])
+    with pytest.raises(OptionError, match="gate_proj and up_proj"):
+        validate_targets(a, targets)
+    with pytest.raises(ValueError, match="because they are fused"):
+        _peft_counts("qwen3_moe", CASES["qwen3_moe"][1], False, targets)
 
 
 def test_tower_adapters_only_under_all_linear() -> None:

@@ -9,7 +9,7 @@ with it).
 
 from __future__ import annotations
 
-from fitcheck.engine.params import LayerKind, Linear, layer_kinds
+from fitcheck.engine.params import LayerKind, Linear, layer_kinds, peft_moe_renames
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup
 
@@ -23,14 +23,34 @@ def _names(a: DecoderArch) -> list[str]:
     return seen
 
 
+def _converted(a: DecoderArch, wanted: list[str]) -> tuple[list[str], set[str]]:
+    """peft's MoE conversion of named targets (`peft_moe_renames`): the names left as module targets, and
+    the projections the converted names now target. peft matches a v4 name by equality or a ``.name``
+    suffix."""
+    renames = peft_moe_renames(a)
+    left = [w for w in wanted if w.split(".")[-1] not in renames]
+    return left, {renames[w.split(".")[-1]] for w in wanted if w not in left}
+
+
+def _module_leaves(a: DecoderArch) -> set[str]:
+    return {lin.name.split(".")[-1] for k in layer_kinds(a) for lin in k.linears(a) if lin.is_module}
+
+
 def targeted(a: DecoderArch, targets: str, lin: Linear) -> bool:
-    """Whether LoRA wraps this projection under the targets spec."""
+    """Whether LoRA wraps this projection under the targets spec. Named targets match module names by
+    suffix; a 3-D expert parameter by its own name, its leaf when no module shares it (peft matches
+    modules, so ``down_proj`` on Qwen2-MoE wraps the dense and shared MLPs only), or through peft's MoE
+    conversion (`peft_moe_renames`)."""
     if targets == "all-linear":
         return lin.all_linear
     if targets == "attn":
         return lin.role == "attn"
-    wanted = [t.strip() for t in targets.split(",") if t.strip()]
+    wanted, converted = _converted(a, [t.strip() for t in targets.split(",") if t.strip()])
+    if lin.name in converted:
+        return True
     short = lin.name.split(".")[-1]
+    if lin.role == "expert" and not lin.is_module:
+        return lin.name in wanted or (short in wanted and short not in _module_leaves(a))
     return any(lin.name == w or short == w or lin.name.endswith("." + w) for w in wanted)
 
 
@@ -101,6 +121,20 @@ def _check_breaks(a: DecoderArch, targets: str) -> None:
         )
 
 
+def _check_fused(a: DecoderArch, wanted: list[str]) -> None:
+    """peft refuses to convert one of two v4 names fused into one expert parameter without the other
+    (``_convert_peft_config_moe``: "Cannot convert PEFT target(s) ... because they are fused")."""
+    renames = peft_moe_renames(a)
+    named = {w.split(".")[-1] for w in wanted} & set(renames)
+    for target in {renames[n] for n in named}:
+        together = sorted(k for k, v in renames.items() if v == target)
+        if len(together) > 1 and not set(together) <= named:
+            raise OptionError(
+                f"--lora-targets on {a.model_type}: peft fuses {' and '.join(together)} into {target} "
+                f"and needs both named (it targets the fused experts at rank 2r)"
+            )
+
+
 def validate_targets(a: DecoderArch, targets: str) -> None:
     """Raise `OptionError` when a named target matches no projection of this model, or reaches a module
     that LoRA cannot run on (`LORA_BREAKS`)."""
@@ -111,7 +145,8 @@ def validate_targets(a: DecoderArch, targets: str) -> None:
     wanted = [t.strip() for t in targets.split(",") if t.strip()]
     if not wanted:
         raise OptionError("--lora-targets is empty: use attn, all-linear or module names")
-    for w in wanted:
+    _check_fused(a, wanted)
+    for w in _converted(a, wanted)[0]:
         if not any(n == w or n.split(".")[-1] == w or n.endswith("." + w) for n in names):
             raise OptionError(
                 f"--lora-targets: this model has no module '{w}'; it has {', '.join(names)} "

@@ -163,15 +163,37 @@ def dense_mlp_linears(a: DecoderArch, width: int, role: Role = "mlp") -> list[Li
     ]
 
 
-#: The types peft 0.21's v4->v5 MoE conversion rewrites (peft utils/transformers_weight_conversion.py
-#: ``_convert_peft_config_moe``: the types transformers 5.24's conversion_mapping.py maps to ``qwen2_moe``,
-#: listed in ``_MODEL_TO_CONVERSION_PATTERN``): ``all-linear`` resolves to leaf names, and ``gate_proj`` /
-#: ``up_proj`` / ``down_proj`` become the fused experts' target parameters and leave the module targets,
-#: so the shared experts' and the dense layers' (DeepSeek's first ``first_k_dense_replace``, Qwen3-MoE's
-#: ``mlp_only_layers``) MLP ``nn.Linear`` layers get no adapter; attention, experts and router do.
-#: qwen2_moe itself is the pattern, not a key: it is not converted.
-PEFT_MOE_CONVERTED = ("glm4_moe", "dots1", "ernie4_5_moe", "hunyuan_v1_moe", "deepseek_v2", "deepseek_v3",
-                      "qwen3_moe", "olmoe")  # fmt: skip
+#: The types peft 0.21's v4->v5 MoE conversion rewrites, with the pattern it applies (peft
+#: utils/transformers_weight_conversion.py ``_convert_peft_config_moe``: the types transformers 5.24's
+#: conversion_mapping.py maps to ``qwen2_moe``, listed in ``_MODEL_TO_CONVERSION_PATTERN``, and Mixtral's
+#: own).
+#: A target named by a v4 name (`PEFT_MOE_RENAMES`: ``gate_proj``, ``up_proj``, ``down_proj``, ``gate``;
+#: Mixtral's ``w1``/``w3``/``w2``) becomes the fused experts' (or the router's) target parameter and leaves
+#: the module targets; ``all-linear`` is first resolved to leaf names, so the shared experts' and the dense
+#: layers' (DeepSeek's first ``first_k_dense_replace``, Qwen3-MoE's ``mlp_only_layers``) MLP ``nn.Linear``
+#: layers get no adapter; attention, experts and router do. qwen2_moe itself is the pattern, not a key: it
+#: is not converted.
+PEFT_MOE_CONVERSION: dict[str, str] = {
+    **dict.fromkeys(("glm4_moe", "dots1", "ernie4_5_moe", "hunyuan_v1_moe", "deepseek_v2", "deepseek_v3",
+                     "qwen3_moe", "olmoe"), "qwen2_moe"),
+    "mixtral": "mixtral",
+}  # fmt: skip
+
+#: Per pattern, the v4 name and the projection (`moe_linears`) it targets after the conversion
+#: (``_MOE_TARGET_MODULE_MAPPING``; ``gate_proj`` and ``up_proj``, or ``w1`` and ``w3``, are fused into one
+#: target and must be named together, ``_MOE_FUSED_TARGETS``, at rank 2r).
+PEFT_MOE_RENAMES: dict[str, dict[str, str]] = {
+    "qwen2_moe": {"gate": "gate", "gate_proj": "experts.gate_up_proj", "up_proj": "experts.gate_up_proj",
+                  "down_proj": "experts.down_proj"},
+    "mixtral": {"gate": "gate", "w1": "experts.gate_up_proj", "w3": "experts.gate_up_proj",
+                "w2": "experts.down_proj"},
+}  # fmt: skip
+
+
+def peft_moe_renames(a: DecoderArch) -> dict[str, str]:
+    """The v4 target names peft converts for this model type (`PEFT_MOE_RENAMES`); empty if none."""
+    return PEFT_MOE_RENAMES.get(PEFT_MOE_CONVERSION.get(a.model_type, ""), {})
+
 
 #: What peft's ``all-linear`` does not reach, per MoE family (checked with peft 0.21 + transformers 5.24,
 #: ``get_peft_model(model, LoraConfig(target_modules="all-linear"))`` on the meta device, held by
@@ -179,7 +201,7 @@ PEFT_MOE_CONVERTED = ("glm4_moe", "dots1", "ernie4_5_moe", "hunyuan_v1_moe", "de
 #: plain 3-D parameters, Llama 4's experts too (its router is an ``nn.Linear`` and is wrapped), gpt-oss's
 #: experts and router (``GptOssTopKRouter`` holds a bare weight and bias), Qwen2-MoE's and Qwen3-VL-MoE's
 #: too (not converted: their dense MLPs and shared experts are wrapped), Phi-3.5-MoE's experts (its router
-#: is wrapped, and breaks the forward: `LORA_BREAKS`); the converted types (`PEFT_MOE_CONVERTED`) their
+#: is wrapped, and breaks the forward: `LORA_BREAKS`); the converted types (`PEFT_MOE_CONVERSION`) their
 #: shared experts and dense MLPs. Mixtral (converted by its own ``w1``/``w2``/``w3`` pattern) gets all.
 OUTSIDE_ALL_LINEAR: dict[str, frozenset[str]] = {
     "granitemoe": frozenset({"expert", "router"}),
@@ -190,7 +212,7 @@ OUTSIDE_ALL_LINEAR: dict[str, frozenset[str]] = {
     "phimoe": frozenset({"expert"}),
     "qwen2_moe": frozenset({"expert", "router"}),
     "qwen3_vl_moe": frozenset({"expert", "router"}),
-    **dict.fromkeys(PEFT_MOE_CONVERTED, frozenset({"shared_expert", "mlp"})),
+    **dict.fromkeys(PEFT_MOE_CONVERSION, frozenset({"shared_expert", "mlp"})),
 }
 
 
