@@ -17,11 +17,13 @@ from typing import Any
 
 import pytest
 
+from fitcheck.engine.estimate import estimate
 from fitcheck.engine.lora import adapter_params, tower_adapter_params, validate_targets
 from fitcheck.engine.states import trainable_shapes
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup
 from fitcheck.sources.hf_config import arch_from_hf_config
+from fitcheck.sources.resolve import spec_from_config
 from test_architectures import CASES, MM_CASES, S
 from test_hub import run_cli
 
@@ -158,3 +160,19 @@ def test_phimoe_all_linear_is_one_line_exit_2(tmp_path: Path) -> None:
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(
         "fitcheck: error: --lora-targets all-linear"
     )
+
+
+def test_tower_lora_is_named_in_the_warnings() -> None:
+    spec = spec_from_config(
+        {"model_type": "qwen2_vl", **MM_CASES["qwen2_vl"]}, id="t", name="t", source="test"
+    )
+    a = spec.arch
+    lora = estimate(spec, LlmSetup(lora_rank=RANK, seq_len=64))
+    n = tower_adapter_params(a, LlmSetup(lora_rank=RANK))
+    assert (
+        [w for w in lora.warnings if w.startswith("all-linear also wraps the vision tower")]
+        == [w for w in lora.warnings if f"{n:,} adapter parameters" in w]
+        != []
+    )
+    for setup in (LlmSetup(lora_rank=RANK, lora_targets="attn"), LlmSetup(method="full")):
+        assert not any("vision tower" in w for w in estimate(spec, setup).warnings)
