@@ -18,7 +18,12 @@ from typing import Any
 import pytest
 
 from fitcheck.engine.estimate import estimate
-from fitcheck.engine.lora import adapter_params, tower_adapter_params, validate_targets
+from fitcheck.engine.lora import (
+    adapter_params,
+    tower_adapter_params,
+    validate_parameter_targets,
+    validate_targets,
+)
 from fitcheck.engine.states import trainable_shapes
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup
@@ -176,3 +181,49 @@ def test_tower_lora_is_named_in_the_warnings() -> None:
     )
     for setup in (LlmSetup(lora_rank=RANK, lora_targets="attn"), LlmSetup(method="full")):
         assert not any("vision tower" in w for w in estimate(spec, setup).warnings)
+
+
+def _peft_refuses(model_type: str, targets: str, **kw: Any) -> str:
+    """peft's error message for this LoraConfig on the meta model, or '' when it builds."""
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    config = tf.AutoConfig.for_model(model_type, **CASES[model_type][1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.device("meta"):
+            model = tf.AutoModelForCausalLM.from_config(config)
+        names = targets if targets == "all-linear" else targets.split(",")
+        try:
+            peft.get_peft_model(model, peft.LoraConfig(r=RANK, target_modules=names, **kw))
+        except ValueError as e:
+            return str(e)
+    return ""
+
+
+#: (model_type, targets, LoraConfig keyword, fitcheck setup): whether the targets reach a parameter that
+#: peft adapts through ParamWrapper, which refuses DoRA and LoRA dropout.
+PARAM_CASES = [
+    ("qwen3_moe", "all-linear", {"use_dora": True}, {"dora": True}, True),
+    ("qwen3_moe", "all-linear", {"lora_dropout": 0.05}, {"lora_dropout": 0.05}, True),
+    ("mixtral", "q_proj,gate", {"use_dora": True}, {"dora": True}, True),
+    ("deepseek_v3", "o_proj,gate_proj,up_proj", {"lora_dropout": 0.1}, {"lora_dropout": 0.1}, True),
+    ("qwen3_moe", ATTN, {"use_dora": True}, {"dora": True}, False),
+    ("gpt_oss", "all-linear", {"lora_dropout": 0.05}, {"lora_dropout": 0.05}, False),
+    ("qwen2_moe", "all-linear", {"use_dora": True}, {"dora": True}, False),
+]
+
+
+@pytest.mark.parametrize(("model_type", "targets", "peft_kw", "ours_kw", "refused"), PARAM_CASES)
+def test_dora_and_dropout_on_parameter_targets_refused_as_peft_does(
+    model_type: str, targets: str, peft_kw: dict[str, Any], ours_kw: dict[str, Any], refused: bool
+) -> None:
+    a = _arch(model_type, CASES[model_type][1])
+    setup = LlmSetup(lora_rank=RANK, lora_targets=targets, **ours_kw)
+    if refused:
+        with pytest.raises(OptionError, match="ParamWrapper"):
+            validate_parameter_targets(a, setup)
+        assert "ParamWrapper does not work" in _peft_refuses(model_type, targets, **peft_kw)
+    else:
+        validate_parameter_targets(a, setup)
+        assert _peft_refuses(model_type, targets, **peft_kw) == ""

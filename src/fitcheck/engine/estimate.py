@@ -22,6 +22,7 @@ from fitcheck.engine.lora import (
     adapter_params_per_layer,
     tower_adapter_params,
     tower_targets,
+    validate_parameter_targets,
     validate_targets,
     validate_train_modules,
 )
@@ -43,6 +44,7 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
         raise OptionError("--device-map-version applies to --strategy device-map")
     if setup.method != "full":
         validate_targets(spec.arch, setup.lora_targets)
+        validate_parameter_targets(spec.arch, setup)
     validate_train_modules(setup)
     if setup.base_quant != "none" and setup.method != "lora":
         raise OptionError(

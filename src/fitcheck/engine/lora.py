@@ -86,6 +86,32 @@ def trained_modules(setup: LlmSetup) -> tuple[str, ...]:
     return tuple(_wanted(setup.train_modules))
 
 
+def _parameter_target(a: DecoderArch, lin: Linear) -> bool:
+    """Adapted through peft's ``lora.ParamWrapper`` (a target parameter, not a module): the 3-D experts,
+    and the router's weight on the types peft's MoE conversion rewrites (``gate`` -> ``gate.weight``)."""
+    return (lin.role == "expert" and not lin.is_module) or (
+        lin.role == "router" and "gate" in peft_moe_renames(a)
+    )
+
+
+def validate_parameter_targets(a: DecoderArch, setup: LlmSetup) -> None:
+    """peft 0.21's ``lora.ParamWrapper`` (tuners/lora/layer.py ``__init__``) refuses DoRA and a LoRA
+    dropout ("does not work with use_dora=True" / "with lora_dropout != 0"), so with targets that reach
+    the experts (``all-linear`` on most MoE types, or the v4 MLP names on the converted ones) the run
+    cannot start."""
+    what = "--dora" if setup.dora else f"--lora-dropout {setup.lora_dropout:g}" if setup.lora_dropout else ""
+    if not what or setup.method == "full":
+        return
+    lins = [lin for k in layer_kinds(a) for lin in k.linears(a)]
+    hit = [lin for lin in lins if _parameter_target(a, lin) and targeted(a, setup.lora_targets, lin)]
+    if hit:
+        raise OptionError(
+            f"{what} with --lora-targets {setup.lora_targets} on {a.model_type}: the targets reach "
+            f"{hit[0].name}, a parameter peft adapts through lora.ParamWrapper, which refuses DoRA and "
+            f"LoRA dropout (peft 0.21); leave out {what.split()[0]} or use --lora-targets attn"
+        )
+
+
 def validate_train_modules(setup: LlmSetup) -> None:
     """Only the output layer and the embedding can be trained in full beside LoRA (named as peft does)."""
     mods = trained_modules(setup)
