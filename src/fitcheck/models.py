@@ -95,6 +95,11 @@ class DecoderArch(Frozen):
     extra_params: int = Field(
         default=0, ge=0, description="frozen parameters outside the decoder (a vision tower), kept in memory"
     )
+    tower_linears: tuple[tuple[int, int, int], ...] = Field(
+        default=(),
+        description="the nn.Linear layers among extra_params as (d_in, d_out, how many): what peft's "
+        "all-linear also wraps in a vision tower and projector",
+    )
     # Families beyond the Llama shape (docs/methodology.md, "Architectures"); defaults keep Llama's.
     structure: Literal["decoder", "encoder", "encoder_decoder"] = "decoder"
     encoder_layers: int = Field(default=0, ge=0, description="encoder-decoder: layers of the encoder stack")

@@ -20,6 +20,9 @@ from fitcheck.engine.load import largest_projection, load_transient_bytes
 from fitcheck.engine.lora import (
     adapter_params,
     adapter_params_per_layer,
+    tower_adapter_params,
+    tower_targets,
+    validate_parameter_targets,
     validate_targets,
     validate_train_modules,
 )
@@ -44,6 +47,7 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
     check_embedding_units(spec, setup)
     if setup.method != "full":
         validate_targets(spec.arch, setup.lora_targets)
+        validate_parameter_targets(spec.arch, setup)
     validate_train_modules(setup)
     if setup.base_quant != "none" and setup.method != "lora":
         raise OptionError(
@@ -602,8 +606,22 @@ def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]
         *_state_warnings(spec, setup, derived),
         *_setup_warnings(spec, setup),
         *_kbit_warnings(setup),
+        *_tower_warnings(spec, setup),
         *([compiled_note] if compiled_note else []),
     )
+
+
+def _tower_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
+    """LoRA in a multimodal model's vision tower (docs/methodology.md#peft-reach)."""
+    if setup.method == "full" or not tower_targets(spec.arch, setup.lora_targets):
+        return []
+    n = sum(k for _, _, k in spec.arch.tower_linears)
+    return [
+        f"all-linear also wraps the vision tower's and projector's {n} linear layers (peft takes every "
+        f"nn.Linear but the output layer): {tower_adapter_params(spec.arch, setup):,} adapter parameters, "
+        "counted with their gradients and optimizer states; the tower's own activations are not modelled. "
+        "--lora-targets attn or named projections keep LoRA in the language model"
+    ]
 
 
 def _unquantized_dtype(regime: Regime) -> str:

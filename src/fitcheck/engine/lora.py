@@ -9,7 +9,7 @@ with it).
 
 from __future__ import annotations
 
-from fitcheck.engine.params import LayerKind, Linear, layer_kinds
+from fitcheck.engine.params import LayerKind, Linear, layer_kinds, peft_moe_renames
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup
 
@@ -23,14 +23,34 @@ def _names(a: DecoderArch) -> list[str]:
     return seen
 
 
+def _converted(a: DecoderArch, wanted: list[str]) -> tuple[list[str], set[str]]:
+    """peft's MoE conversion of named targets (`peft_moe_renames`): the names left as module targets, and
+    the projections the converted names now target. peft matches a v4 name by equality or a ``.name``
+    suffix."""
+    renames = peft_moe_renames(a)
+    left = [w for w in wanted if w.split(".")[-1] not in renames]
+    return left, {renames[w.split(".")[-1]] for w in wanted if w not in left}
+
+
+def _module_leaves(a: DecoderArch) -> set[str]:
+    return {lin.name.split(".")[-1] for k in layer_kinds(a) for lin in k.linears(a) if lin.is_module}
+
+
 def targeted(a: DecoderArch, targets: str, lin: Linear) -> bool:
-    """Whether LoRA wraps this projection under the targets spec."""
+    """Whether LoRA wraps this projection under the targets spec. Named targets match module names by
+    suffix; a 3-D expert parameter by its own name, its leaf when no module shares it (peft matches
+    modules, so ``down_proj`` on Qwen2-MoE wraps the dense and shared MLPs only), or through peft's MoE
+    conversion (`peft_moe_renames`)."""
     if targets == "all-linear":
         return lin.all_linear
     if targets == "attn":
         return lin.role == "attn"
-    wanted = [t.strip() for t in targets.split(",") if t.strip()]
+    wanted, converted = _converted(a, [t.strip() for t in targets.split(",") if t.strip()])
+    if lin.name in converted:
+        return True
     short = lin.name.split(".")[-1]
+    if lin.role == "expert" and not lin.is_module:
+        return lin.name in wanted or (short in wanted and short not in _module_leaves(a))
     return any(lin.name == w or short == w or lin.name.endswith("." + w) for w in wanted)
 
 
@@ -66,6 +86,32 @@ def trained_modules(setup: LlmSetup) -> tuple[str, ...]:
     return tuple(_wanted(setup.train_modules))
 
 
+def _parameter_target(a: DecoderArch, lin: Linear) -> bool:
+    """Adapted through peft's ``lora.ParamWrapper`` (a target parameter, not a module): the 3-D experts,
+    and the router's weight on the types peft's MoE conversion rewrites (``gate`` -> ``gate.weight``)."""
+    return (lin.role == "expert" and not lin.is_module) or (
+        lin.role == "router" and "gate" in peft_moe_renames(a)
+    )
+
+
+def validate_parameter_targets(a: DecoderArch, setup: LlmSetup) -> None:
+    """peft 0.21's ``lora.ParamWrapper`` (tuners/lora/layer.py ``__init__``) refuses DoRA and a LoRA
+    dropout ("does not work with use_dora=True" / "with lora_dropout != 0"), so with targets that reach
+    the experts (``all-linear`` on most MoE types, or the v4 MLP names on the converted ones) the run
+    cannot start."""
+    what = "--dora" if setup.dora else f"--lora-dropout {setup.lora_dropout:g}" if setup.lora_dropout else ""
+    if not what or setup.method == "full":
+        return
+    lins = [lin for k in layer_kinds(a) for lin in k.linears(a)]
+    hit = [lin for lin in lins if _parameter_target(a, lin) and targeted(a, setup.lora_targets, lin)]
+    if hit:
+        raise OptionError(
+            f"{what} with --lora-targets {setup.lora_targets} on {a.model_type}: the targets reach "
+            f"{hit[0].name}, a parameter peft adapts through lora.ParamWrapper, which refuses DoRA and "
+            f"LoRA dropout (peft 0.21); leave out {what.split()[0]} or use --lora-targets attn"
+        )
+
+
 def validate_train_modules(setup: LlmSetup) -> None:
     """Only the output layer and the embedding can be trained in full beside LoRA (named as peft does)."""
     mods = trained_modules(setup)
@@ -81,15 +127,52 @@ def validate_train_modules(setup: LlmSetup) -> None:
         raise OptionError(f"{sorted(both)[0]} is both a LoRA target and in --train-modules; pick one")
 
 
+#: Families whose router peft wraps but cannot run: Phi-3.5-MoE's ``PhimoeTopKRouter`` is an ``nn.Linear``
+#: whose forward returns a tuple (modeling_phimoe.py, transformers 5.24), and peft 0.21's ``lora.Linear``
+#: forward reads ``result.dtype`` from it (peft tuners/lora/layer.py ``Linear.forward``): the first forward
+#: step raises AttributeError (run on CPU with a small PhimoeConfig, ``all-linear``), so no run starts.
+LORA_BREAKS: dict[str, str] = {
+    "phimoe": "peft wraps its router (PhimoeTopKRouter, an nn.Linear whose forward returns a tuple) and "
+    "the first LoRA forward fails (peft 0.21, transformers 5.24)",
+}
+
+
+def _check_breaks(a: DecoderArch, targets: str) -> None:
+    why = LORA_BREAKS.get(a.model_type)
+    routers = [lin for k in layer_kinds(a) for lin in k.linears(a) if lin.role == "router"]
+    if why and any(targeted(a, targets, lin) for lin in routers):
+        raise OptionError(
+            f"--lora-targets {targets} on {a.model_type}: {why}; name targets without the router, "
+            "e.g. --lora-targets attn or q_proj,k_proj,v_proj,o_proj"
+        )
+
+
+def _check_fused(a: DecoderArch, wanted: list[str]) -> None:
+    """peft refuses to convert one of two v4 names fused into one expert parameter without the other
+    (``_convert_peft_config_moe``: "Cannot convert PEFT target(s) ... because they are fused")."""
+    renames = peft_moe_renames(a)
+    named = {w.split(".")[-1] for w in wanted} & set(renames)
+    for target in {renames[n] for n in named}:
+        together = sorted(k for k, v in renames.items() if v == target)
+        if len(together) > 1 and not set(together) <= named:
+            raise OptionError(
+                f"--lora-targets on {a.model_type}: peft fuses {' and '.join(together)} into {target} "
+                f"and needs both named (it targets the fused experts at rank 2r)"
+            )
+
+
 def validate_targets(a: DecoderArch, targets: str) -> None:
-    """Raise `OptionError` when a named target matches no projection of this model."""
+    """Raise `OptionError` when a named target matches no projection of this model, or reaches a module
+    that LoRA cannot run on (`LORA_BREAKS`)."""
+    _check_breaks(a, targets)
     if targets in ("all-linear", "attn"):
         return
     names = [*_names(a), *HEAD_MODULES]
     wanted = [t.strip() for t in targets.split(",") if t.strip()]
     if not wanted:
         raise OptionError("--lora-targets is empty: use attn, all-linear or module names")
-    for w in wanted:
+    _check_fused(a, wanted)
+    for w in _converted(a, wanted)[0]:
         if not any(n == w or n.split(".")[-1] == w or n.endswith("." + w) for n in names):
             raise OptionError(
                 f"--lora-targets: this model has no module '{w}'; it has {', '.join(names)} "
@@ -108,10 +191,23 @@ def adapter_params_per_layer(a: DecoderArch, setup: LlmSetup, kind: LayerKind) -
     return total
 
 
+def tower_targets(a: DecoderArch, targets: str) -> tuple[tuple[int, int, int], ...]:
+    """The vision tower's and projector's ``nn.Linear`` layers LoRA wraps, as (d_in, d_out, how many):
+    all of them under ``all-linear`` (peft resolves it to every ``nn.Linear`` of the model but the output
+    layer), none under ``attn`` or module names (which fitcheck matches in the language model only)."""
+    return a.tower_linears if targets == "all-linear" else ()
+
+
+def tower_adapter_params(a: DecoderArch, setup: LlmSetup) -> int:
+    """LoRA parameters on the tower's linears: r (d_in + d_out) each (+ d_out with DoRA)."""
+    r, dora = setup.lora_rank, setup.dora
+    return sum(n * (r * (i + o) + (o if dora else 0)) for i, o, n in tower_targets(a, setup.lora_targets))
+
+
 def adapter_params(a: DecoderArch, setup: LlmSetup) -> int:
     """All LoRA (and DoRA magnitude) parameters of the model."""
     layers = sum(k.count * adapter_params_per_layer(a, setup, k) for k in layer_kinds(a))
-    return layers + head_adapter_params(a, setup)
+    return layers + head_adapter_params(a, setup) + tower_adapter_params(a, setup)
 
 
 #: LoRA-FA (``--lora-fa``): peft's ``create_lorafa_optimizer`` calls ``requires_grad_(False)`` on every
@@ -135,4 +231,5 @@ def frozen_a_params(a: DecoderArch, setup: LlmSetup) -> int:
         total += kind.count * per_layer
     if "lm_head" in head_targets(setup.lora_targets):
         total += setup.lora_rank * a.hidden_size
+    total += sum(n * setup.lora_rank * i for i, _, n in tower_targets(a, setup.lora_targets))
     return total

@@ -49,10 +49,11 @@ class Linear:
 
 #: Module names per family, as peft matches LoRA targets (modeling_<family>.py in transformers, or the
 #: remote code's modeling file). Keys: q k v o (attention), qkv (fused), up gate down (MLP), gate_up
-#: (fused), cross (prefix of encoder-decoder cross-attention). Absent keys take `_LLAMA_NAMES`.
+#: (fused), cross (prefix of encoder-decoder cross-attention), router (an MoE layer's). Absent keys take
+#: `_LLAMA_NAMES`.
 _LLAMA_NAMES: dict[str, str] = {
     "q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "qkv": "qkv_proj",
-    "gate": "gate_proj", "up": "up_proj", "down": "down_proj", "gate_up": "gate_up_proj",
+    "gate": "gate_proj", "up": "up_proj", "down": "down_proj", "gate_up": "gate_up_proj", "router": "gate",
 }  # fmt: skip
 _PLAIN = {"up": "fc1", "down": "fc2"}
 _NEOX = {"qkv": "query_key_value", "o": "dense", "up": "dense_h_to_4h", "down": "dense_4h_to_h"}
@@ -79,6 +80,9 @@ NAMES: dict[str, dict[str, str]] = {
     "deberta-v2": {**_BERT, "q": "query_proj", "k": "key_proj", "v": "value_proj"},
     "t5": {"q": "q", "k": "k", "v": "v", "o": "o", "up": "wi", "gate": "wi_0", "down": "wo",
            "cross": "EncDecAttention."},
+    # MoE routers held as ``self.router`` (modeling_<type>.py in transformers 5.24); the rest name it gate
+    **{t: {"router": "router"} for t in ("gpt_oss", "granitemoe", "granitemoeshared", "llama4", "llama4_text",
+                                          "phimoe")},
 }  # fmt: skip
 _GATED_UP = {"t5": "wi_1"}
 
@@ -159,18 +163,46 @@ def dense_mlp_linears(a: DecoderArch, width: int, role: Role = "mlp") -> list[Li
     ]
 
 
-#: MoE families whose routed experts, router, shared experts or some of them peft's ``all-linear`` does not
-#: reach (checked with peft 0.21 + transformers 5.24, ``get_peft_model(model,
-#: LoraConfig(target_modules="all-linear"))``): Granite MoE's experts and router are plain 3-D parameters,
-#: Llama 4's experts too (its router is an ``nn.Linear`` and is wrapped), gpt-oss's experts and router
-#: (``GptOssTopKRouter`` holds a bare weight and bias), Qwen3-VL-MoE's too, Phi-3.5-MoE's experts (its
-#: router is wrapped).
-#: GLM-4.5, dots.llm1, ERNIE 4.5 MoE and Hunyuan MoE take peft's v4->v5 MoE conversion
-#: (peft/utils/transformers_weight_conversion.py ``_convert_peft_config_moe``, for the types transformers'
-#: conversion_mapping.py maps to ``qwen2_moe``): ``all-linear`` resolves to leaf names, and
-#: ``gate_proj``/``up_proj``/``down_proj`` become the fused experts' target parameters and leave the module
-#: targets, so the shared experts' and the dense layers' MLP ``nn.Linear`` layers get no adapter (only
-#: attention, experts and router do). Mixtral and Qwen2-MoE get all of them.
+#: The types peft 0.21's v4->v5 MoE conversion rewrites, with the pattern it applies (peft
+#: utils/transformers_weight_conversion.py ``_convert_peft_config_moe``: the types transformers 5.24's
+#: conversion_mapping.py maps to ``qwen2_moe``, listed in ``_MODEL_TO_CONVERSION_PATTERN``, and Mixtral's
+#: own).
+#: A target named by a v4 name (`PEFT_MOE_RENAMES`: ``gate_proj``, ``up_proj``, ``down_proj``, ``gate``;
+#: Mixtral's ``w1``/``w3``/``w2``) becomes the fused experts' (or the router's) target parameter and leaves
+#: the module targets; ``all-linear`` is first resolved to leaf names, so the shared experts' and the dense
+#: layers' (DeepSeek's first ``first_k_dense_replace``, Qwen3-MoE's ``mlp_only_layers``) MLP ``nn.Linear``
+#: layers get no adapter; attention, experts and router do. qwen2_moe itself is the pattern, not a key: it
+#: is not converted.
+PEFT_MOE_CONVERSION: dict[str, str] = {
+    **dict.fromkeys(("glm4_moe", "dots1", "ernie4_5_moe", "hunyuan_v1_moe", "deepseek_v2", "deepseek_v3",
+                     "qwen3_moe", "olmoe"), "qwen2_moe"),
+    "mixtral": "mixtral",
+}  # fmt: skip
+
+#: Per pattern, the v4 name and the projection (`moe_linears`) it targets after the conversion
+#: (``_MOE_TARGET_MODULE_MAPPING``; ``gate_proj`` and ``up_proj``, or ``w1`` and ``w3``, are fused into one
+#: target and must be named together, ``_MOE_FUSED_TARGETS``, at rank 2r).
+PEFT_MOE_RENAMES: dict[str, dict[str, str]] = {
+    "qwen2_moe": {"gate": "gate", "gate_proj": "experts.gate_up_proj", "up_proj": "experts.gate_up_proj",
+                  "down_proj": "experts.down_proj"},
+    "mixtral": {"gate": "gate", "w1": "experts.gate_up_proj", "w3": "experts.gate_up_proj",
+                "w2": "experts.down_proj"},
+}  # fmt: skip
+
+
+def peft_moe_renames(a: DecoderArch) -> dict[str, str]:
+    """The v4 target names peft converts for this model type (`PEFT_MOE_RENAMES`); empty if none."""
+    return PEFT_MOE_RENAMES.get(PEFT_MOE_CONVERSION.get(a.model_type, ""), {})
+
+
+#: What peft's ``all-linear`` does not reach, per MoE family (checked with peft 0.21 + transformers 5.24,
+#: ``get_peft_model(model, LoraConfig(target_modules="all-linear"))`` on the meta device, held by
+#: tests/test_peft_reach.py for every MoE family fitcheck reads): Granite MoE's experts and router are
+#: plain 3-D parameters, Llama 4's experts too (its router is an ``nn.Linear`` and is wrapped), gpt-oss's
+#: experts and router (``GptOssTopKRouter`` holds a bare weight and bias), Qwen2-MoE's and Qwen3-VL-MoE's
+#: too (not converted: their dense MLPs and shared experts are wrapped), Phi-3.5-MoE's experts (its router
+#: is wrapped, and breaks the forward: `LORA_BREAKS`); the converted types (`PEFT_MOE_CONVERSION`) their
+#: shared experts and dense MLPs. Mixtral (converted by its own ``w1``/``w2``/``w3`` pattern) gets all.
 OUTSIDE_ALL_LINEAR: dict[str, frozenset[str]] = {
     "granitemoe": frozenset({"expert", "router"}),
     "granitemoeshared": frozenset({"expert", "router"}),
@@ -178,10 +210,9 @@ OUTSIDE_ALL_LINEAR: dict[str, frozenset[str]] = {
     "llama4_text": frozenset({"expert"}),
     "gpt_oss": frozenset({"expert", "router"}),
     "phimoe": frozenset({"expert"}),
+    "qwen2_moe": frozenset({"expert", "router"}),
     "qwen3_vl_moe": frozenset({"expert", "router"}),
-    **dict.fromkeys(
-        ("glm4_moe", "dots1", "ernie4_5_moe", "hunyuan_v1_moe"), frozenset({"shared_expert", "mlp"})
-    ),
+    **dict.fromkeys(PEFT_MOE_CONVERSION, frozenset({"shared_expert", "mlp"})),
 }
 
 
@@ -191,10 +222,11 @@ def moe_linears(a: DecoderArch, copies: int) -> list[Linear]:
     up = 2 * w if a.mlp == "gated" else w
     outside = OUTSIDE_ALL_LINEAR.get(a.model_type, frozenset())
     ex, ro = "expert" not in outside, "router" not in outside
+    nm = module_names(a)
     out = [
         Linear("experts.gate_up_proj", h, up, copies, a.expert_bias, "expert", False, 2, all_linear=ex),
         Linear("experts.down_proj", w, h, copies, a.expert_bias, "expert", is_module=False, all_linear=ex),
-        Linear("gate", h, a.num_experts, 1, a.router_bias, "router", is_module=False, all_linear=ro),
+        Linear(nm["router"], h, a.num_experts, 1, a.router_bias, "router", False, all_linear=ro),
     ]
     if a.shared_expert_intermediate_size and a.model_type.startswith("granitemoe"):
         # GraniteMoeSharedMLP: one fused input_linear (gate and up) and output_linear

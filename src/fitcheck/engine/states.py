@@ -10,7 +10,13 @@ import math
 from dataclasses import dataclass
 
 from fitcheck.engine import nf4
-from fitcheck.engine.lora import adapter_params, frozen_a_params, head_targets, trained_modules
+from fitcheck.engine.lora import (
+    adapter_params,
+    frozen_a_params,
+    head_targets,
+    tower_targets,
+    trained_modules,
+)
 from fitcheck.engine.params import head_shapes, inventory, layer_kinds
 from fitcheck.engine.quant import quantized_bytes
 from fitcheck.facts import optimizers as opt
@@ -106,6 +112,10 @@ def trainable_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[int, int, in
                     if setup.dora:
                         out.append((lin.d_out, 1, k))
         r, h, v = setup.lora_rank, a.hidden_size, a.vocab_size
+        for d_in, d_out, k in tower_targets(a, setup.lora_targets):
+            out += [(d_out, r, k)] if setup.lora_fa else [(r, d_in, k), (d_out, r, k)]
+            if setup.dora:
+                out.append((d_out, 1, k))
         for m in head_targets(setup.lora_targets):
             if m == "lm_head":
                 out += [(v, r, 1)] if setup.lora_fa else [(r, h, 1), (v, r, 1)]

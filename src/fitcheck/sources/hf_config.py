@@ -779,7 +779,7 @@ FAMILIES: dict[str, Family] = {
 
 #: Multimodal families: the language tower's config sits under ``text_config`` (or at the top level, as in
 #: Qwen2-VL's published configs); the vision tower and projector are counted by `fitcheck.sources.vision`.
-MULTIMODAL: dict[str, tuple[str, Callable[[Config, Config], int]]] = {
+MULTIMODAL: dict[str, tuple[str, Callable[[Config, Config], vision.Tower]]] = {
     "llava": ("llama", vision.llava),
     "qwen2_vl": ("qwen2", vision.qwen2_vl),
     "qwen2_5_vl": ("qwen2", vision.qwen2_5_vl),
@@ -876,7 +876,8 @@ def _multimodal(cfg: Config, model_type: str) -> Fields:
         text_cfg["tie_word_embeddings"] = _wrapper_tie(cfg, text_cfg, model_type, text_type)
     d = _fields(text_cfg, FAMILIES[text_type], text_type)
     vis = cfg.get("vision_config")
-    d["extra_params"] = tower(dict(vis) if isinstance(vis, Mapping) else {}, {**text_cfg, "_top": cfg})
+    built = tower(dict(vis) if isinstance(vis, Mapping) else {}, {**text_cfg, "_top": cfg})
+    d["extra_params"], d["tower_linears"] = built.params, built.linears
     d["model_type"] = model_type
     return d
 

@@ -10,9 +10,24 @@ leaves a key out. Tests compare each against transformers on the meta device.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 Config = Mapping[str, Any]
+
+#: One kind of ``nn.Linear`` in a tower: (d_in, d_out, how many).
+LinearShape = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Tower:
+    """A vision tower with its projector: every parameter, and the ``nn.Linear`` layers among them (the
+    modules peft's ``all-linear`` wraps: it takes every ``nn.Linear`` but the output layer, tuners_utils
+    ``_maybe_include_all_linear_layers``; patch convolutions and bare weight matrices stay out)."""
+
+    params: int
+    linears: tuple[LinearShape, ...]
+
 
 CLIP_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
                  "num_channels": 3, "image_size": 224, "patch_size": 32}  # fmt: skip
@@ -50,6 +65,25 @@ def _vit_layers(h: int, inter: int, layers: int) -> int:
     return layers * (4 * (h * h + h) + 2 * h * inter + inter + h + 4 * h)
 
 
+def _vit_linears(h: int, inter: int, layers: int) -> list[LinearShape]:
+    """The linears of `_vit_layers`: q, k, v, o, fc1, fc2 per layer."""
+    return [(h, h, 4 * layers), (h, inter, layers), (inter, h, layers)]
+
+
+def _gated_linears(h: int, inter: int, layers: int) -> list[LinearShape]:
+    """A gated MLP per layer: gate and up (h -> inter), down (Pixtral, Qwen2.5-VL)."""
+    return [(h, inter, 2 * layers), (inter, h, layers)]
+
+
+def _fused_qkv_linears(e: int, inter: int, layers: int) -> list[LinearShape]:
+    """Qwen-VL blocks: one qkv (e -> 3e), proj, and a plain MLP (fc1, fc2)."""
+    return [(e, 3 * e, layers), (e, e, layers), (e, inter, layers), (inter, e, layers)]
+
+
+def _tower(params: int, linears: list[LinearShape]) -> Tower:
+    return Tower(params, tuple(x for x in linears if x[2]))
+
+
 def clip_vision(cfg: Config, defaults: Mapping[str, Any] = CLIP_DEFAULTS) -> int:
     """``CLIPVisionModel`` (modeling_clip.py): class embedding, bias-free patch conv, positions for the
     patches plus the class token, pre- and post-LayerNorm."""
@@ -74,24 +108,39 @@ def siglip_vision(cfg: Config) -> int:
     return total
 
 
-def llava(vis: Config, text: Config) -> int:
+def siglip_linears(cfg: Config) -> list[LinearShape]:
+    """SigLIP's linears: the ViT layers and, with the pooling head, its MLP and the attention's
+    ``out_proj`` (an ``nn.Linear`` subclass; ``in_proj`` is a bare weight)."""
+    c = _merged(cfg, SIGLIP_DEFAULTS)
+    h, inter = int(c["hidden_size"]), int(c["intermediate_size"])
+    out = _vit_linears(h, inter, int(c["num_hidden_layers"]))
+    if c.get("vision_use_head"):
+        out += [(h, h, 1), (h, inter, 1), (inter, h, 1)]
+    return out
+
+
+def llava(vis: Config, text: Config) -> Tower:
     """``LlavaForConditionalGeneration``: a CLIP (or SigLIP) tower and a two-layer projector
     (``linear_1`` from the vision width, times the number of feature layers, ``linear_2``)."""
     top = text.get("_top") or {}
     kind = vis.get("model_type", "clip_vision_model")
     if kind == "siglip_vision_model":
         tower, vh = siglip_vision(vis), int(_merged(vis, SIGLIP_DEFAULTS)["hidden_size"])
+        lins = siglip_linears(vis)
     else:
         defaults = LLAVA_CLIP_DEFAULTS if not vis else CLIP_DEFAULTS
-        tower, vh = clip_vision(vis, defaults), int(_merged(vis, defaults)["hidden_size"])
+        c = _merged(vis, defaults)
+        tower, vh = clip_vision(vis, defaults), int(c["hidden_size"])
+        lins = _vit_linears(vh, int(c["intermediate_size"]), int(c["num_hidden_layers"]))
     layer = top.get("vision_feature_layer", -2)
     n_feat = len(layer) if isinstance(layer, list) else 1
     th = int(text.get("hidden_size", 4096))
     bias = bool(top.get("multimodal_projector_bias", True))
-    return tower + (vh * n_feat * th + th * bias) + (th * th + th * bias)
+    params = tower + (vh * n_feat * th + th * bias) + (th * th + th * bias)
+    return _tower(params, [*lins, (vh * n_feat, th, 1), (th, th, 1)])
 
 
-def qwen2_vl(vis: Config, text: Config) -> int:
+def qwen2_vl(vis: Config, text: Config) -> Tower:
     """``Qwen2VisionTransformerPretrainedModel`` (modeling_qwen2_vl.py): a bias-free 3-D patch conv,
     LayerNorm blocks with fused qkv and a plain MLP (all with biases), and the patch merger (LayerNorm
     then two linears from ``embed_dim x merge^2`` to the text width)."""
@@ -101,10 +150,12 @@ def qwen2_vl(vis: Config, text: Config) -> int:
     block = 4 * e + (3 * e * e + 3 * e) + (e * e + e) + 2 * e * inter + inter + e
     m = e * int(c["spatial_merge_size"]) ** 2
     merger = 2 * e + (m * m + m) + (m * int(c["hidden_size"]) + int(c["hidden_size"]))
-    return int(c["in_channels"]) * t * p * p * e + int(c["depth"]) * block + merger
+    params = int(c["in_channels"]) * t * p * p * e + int(c["depth"]) * block + merger
+    lins = _fused_qkv_linears(e, inter, int(c["depth"]))
+    return _tower(params, [*lins, (m, m, 1), (m, int(c["hidden_size"]), 1)])
 
 
-def qwen2_5_vl(vis: Config, text: Config) -> int:
+def qwen2_5_vl(vis: Config, text: Config) -> Tower:
     """``Qwen2_5_VisionTransformerPretrainedModel`` (modeling_qwen2_5_vl.py): RMSNorm blocks, fused qkv,
     a gated MLP with biases, and the merger (RMSNorm, two linears) to ``out_hidden_size``."""
     c = _merged(vis, QWEN2_5_VL_DEFAULTS)
@@ -113,19 +164,23 @@ def qwen2_5_vl(vis: Config, text: Config) -> int:
     block = 2 * e + (3 * e * e + 3 * e) + (e * e + e) + 3 * e * inter + 2 * inter + e
     m = e * int(c["spatial_merge_size"]) ** 2
     merger = e + (m * m + m) + (m * out + out)
-    return int(c["in_channels"]) * t * p * p * e + int(c["depth"]) * block + merger
+    params = int(c["in_channels"]) * t * p * p * e + int(c["depth"]) * block + merger
+    depth = int(c["depth"])
+    lins = [(e, 3 * e, depth), (e, e, depth), *_gated_linears(e, inter, depth)]
+    return _tower(params, [*lins, (m, m, 1), (m, out, 1)])
 
 
-def gemma3(vis: Config, text: Config) -> int:
+def gemma3(vis: Config, text: Config) -> Tower:
     """``Gemma3ForConditionalGeneration``: a SigLIP tower (no pooling head) and the projector: one
     vision-to-text weight matrix and an RMSNorm on the vision width (modeling_gemma3.py)."""
     # Gemma3Config's default vision tower: SiglipVisionConfig() with the head off (configuration_gemma3.py)
     c = _merged(vis, {**SIGLIP_DEFAULTS, "vision_use_head": False})
     vh, th = int(c["hidden_size"]), int(text.get("hidden_size", 2304))
-    return siglip_vision(c) + vh * th + vh
+    # the projection is a bare weight (mm_input_projection_weight): all-linear does not reach it
+    return _tower(siglip_vision(c) + vh * th + vh, siglip_linears(c))
 
 
-def llama4(vis: Config, text: Config) -> int:
+def llama4(vis: Config, text: Config) -> Tower:
     """``Llama4VisionModel`` + projector (modeling_llama4.py): an unfold-and-linear patch embedding
     (no bias), class token, positions for the patches + 1, pre/post LayerNorm, ViT layers with biases,
     the pixel-shuffle MLP adapter (two bias-free linears) and a bias-free ``linear_1`` to the text width."""
@@ -136,10 +191,12 @@ def llama4(vis: Config, text: Config) -> int:
     total += _vit_layers(h, inter, int(c["num_hidden_layers"]))
     pin, pout = int(c["projector_input_dim"]), int(c["projector_output_dim"])
     total += inter * pin + pout * pout
-    return total + int(c["vision_output_dim"]) * int(text.get("hidden_size", 5120))
+    vout, th = int(c["vision_output_dim"]), int(text.get("hidden_size", 5120))
+    lins = [(int(c["num_channels"]) * p * p, h, 1), *_vit_linears(h, inter, int(c["num_hidden_layers"]))]
+    return _tower(total + vout * th, [*lins, (inter, pin, 1), (pout, pout, 1), (vout, th, 1)])
 
 
-def mistral3(vis: Config, text: Config) -> int:
+def mistral3(vis: Config, text: Config) -> Tower:
     """``Mistral3ForConditionalGeneration``: a Pixtral tower (modeling_pixtral.py: bias-free patch conv,
     RMSNorm ``ln_pre``, layers of bias-free q/k/v/o at the tower width, a gated MLP and two RMSNorms) and
     the projector (modeling_mistral3.py: RMSNorm, the patch merger's bias-free ``merge^2 x h_v -> h_v``,
@@ -157,10 +214,13 @@ def mistral3(vis: Config, text: Config) -> int:
     layer = top.get("vision_feature_layer", -1)
     n_feat = len(layer) if isinstance(layer, list) else 1
     th, bias = int(text.get("hidden_size", 5120)), bool(top.get("multimodal_projector_bias", False))
-    return tower + h + merge * merge * h * h + (h * n_feat * th + th * bias) + (th * th + th * bias)
+    params = tower + h + merge * merge * h * h + (h * n_feat * th + th * bias) + (th * th + th * bias)
+    layers = int(c["num_hidden_layers"])
+    lins = [(h, h, 4 * layers), *_gated_linears(h, inter, layers)]
+    return _tower(params, [*lins, (merge * merge * h, h, 1), (h * n_feat, th, 1), (th, th, 1)])
 
 
-def qwen3_vl(vis: Config, text: Config) -> int:
+def qwen3_vl(vis: Config, text: Config) -> Tower:
     """``Qwen3VLVisionModel`` (modeling_qwen3_vl.py): a 3-D patch conv with bias, a learned position table
     (``num_position_embeddings`` rows), LayerNorm blocks with fused qkv and a plain MLP (all with biases),
     the patch merger (LayerNorm on the tower width, ``m x m`` and ``m x out`` linears, ``m = h merge^2``)
@@ -172,5 +232,7 @@ def qwen3_vl(vis: Config, text: Config) -> int:
     m = e * int(c["spatial_merge_size"]) ** 2
     linears = (m * m + m) + (m * out + out)
     embed = int(c["in_channels"]) * t * p * p * e + e + int(c["num_position_embeddings"]) * e
-    deep = len(c["deepstack_visual_indexes"]) * (2 * m + linears)
-    return embed + int(c["depth"]) * block + 2 * e + linears + deep
+    n_deep = len(c["deepstack_visual_indexes"])
+    params = embed + int(c["depth"]) * block + 2 * e + linears + n_deep * (2 * m + linears)
+    lins = _fused_qkv_linears(e, inter, int(c["depth"]))
+    return _tower(params, [*lins, (m, m, 1 + n_deep), (m, out, 1 + n_deep)])

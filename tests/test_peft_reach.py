@@ -1,0 +1,229 @@
+"""What peft's ``all-linear`` really wraps, against fitcheck's adapter count.
+
+Each MoE family fitcheck reads and each multimodal wrapper is built from its small test config
+(tests/test_architectures.py CASES / MM_CASES) on the meta device, ``get_peft_model`` applies
+``LoraConfig(target_modules="all-linear")`` with the installed peft (0.21 when written), and the LoRA
+parameters peft creates must equal `adapter_params`, and the trainable tensors `trainable_shapes` lists
+for the optimizer must hold the same number. This holds the reach rules (`OUTSIDE_ALL_LINEAR`,
+`PEFT_MOE_CONVERSION` in engine/params.py, the towers' linears in sources/vision.py) to peft itself.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fitcheck.engine.estimate import estimate
+from fitcheck.engine.lora import (
+    adapter_params,
+    tower_adapter_params,
+    validate_parameter_targets,
+    validate_targets,
+)
+from fitcheck.engine.states import trainable_shapes
+from fitcheck.errors import OptionError
+from fitcheck.models import DecoderArch, LlmSetup
+from fitcheck.sources.hf_config import arch_from_hf_config
+from fitcheck.sources.resolve import spec_from_config
+from test_architectures import CASES, MM_CASES, S
+from test_hub import run_cli
+
+RANK = 4
+
+
+def _arch(model_type: str, cfg: dict[str, Any]) -> DecoderArch:
+    return arch_from_hf_config({"model_type": model_type, **cfg})
+
+
+MOE_TYPES = sorted(t for t, (task, cfg) in CASES.items() if task == "causal" and _arch(t, cfg).is_moe)
+
+#: A LLaVA on a SigLIP tower with its attention-pooling head (MultiheadAttention's out_proj is an
+#: nn.Linear subclass that all-linear wraps; in_proj is a bare weight).
+SIGLIP_LLAVA: dict[str, Any] = {
+    "text_config": {**S, "model_type": "llama"},
+    "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 48,
+                      "num_hidden_layers": 2, "num_attention_heads": 2, "image_size": 28, "patch_size": 14,
+                      "vision_use_head": True},
+    "image_token_index": 255,
+}  # fmt: skip
+MM = {**{t: (t, c) for t, c in MM_CASES.items()}, "llava-siglip-head": ("llava", SIGLIP_LLAVA)}
+
+
+def _peft_counts(
+    model_type: str, cfg: dict[str, Any], vision: bool, targets: str = "all-linear"
+) -> tuple[int, int]:
+    """(LoRA parameters, trainable parameters) of the peft model on the meta device."""
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    kw = {k: v for k, v in cfg.items() if v is not None or k == "q_lora_rank"}
+    config = tf.AutoConfig.for_model(model_type, **kw)
+    auto = tf.AutoModelForImageTextToText if vision else tf.AutoModelForCausalLM
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.device("meta"):
+            model = auto.from_config(config)
+        names = targets if targets == "all-linear" else targets.split(",")
+        pm = peft.get_peft_model(model, peft.LoraConfig(r=RANK, target_modules=names))
+    params = list(pm.named_parameters())
+    lora = sum(p.numel() for n, p in params if "lora_" in n)
+    return lora, sum(p.numel() for _, p in params if p.requires_grad)
+
+
+def _ours(a: DecoderArch, targets: str = "all-linear") -> tuple[int, int]:
+    setup = LlmSetup(method="lora", lora_rank=RANK, lora_targets=targets)
+    if targets != "all-linear":  # (all-linear is refused on phimoe, counted here all the same)
+        validate_targets(a, targets)
+    return adapter_params(a, setup), sum(r * c * k for r, c, k in trainable_shapes(a, setup))
+
+
+@pytest.mark.parametrize("model_type", MOE_TYPES)
+def test_moe_all_linear_adapters_match_peft(model_type: str) -> None:
+    cfg = CASES[model_type][1]
+    assert _ours(_arch(model_type, cfg)) == _peft_counts(model_type, cfg, vision=False)
+
+
+@pytest.mark.parametrize("case", sorted(MM))
+def test_multimodal_all_linear_adapters_match_peft(case: str) -> None:
+    model_type, cfg = MM[case]
+    a = _arch(model_type, cfg)
+    assert a.tower_linears  # the tower's and projector's linears are listed
+    assert _ours(a) == _peft_counts(model_type, cfg, vision=True)
+
+
+#: Named targets as recipes write them (the v4 MLP names): peft's MoE conversion turns them into the fused
+#: experts' and the router's target parameters on the converted types (`PEFT_MOE_CONVERSION`); Qwen2-MoE's
+#: names stay module targets (dense and shared MLPs, not the 3-D experts).
+ATTN = "q_proj,k_proj,v_proj,o_proj"
+NAMED = [
+    ("qwen3_moe", f"{ATTN},gate_proj,up_proj,down_proj"),
+    ("qwen3_moe", "q_proj,v_proj"),
+    ("deepseek_v3", "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj,gate_proj,up_proj,down_proj"),
+    ("deepseek_v2", "q_proj,gate_proj,up_proj,down_proj"),
+    ("glm4_moe", f"{ATTN},gate_proj,up_proj,down_proj"),
+    ("glm4_moe", "gate_proj,up_proj,down_proj,gate"),
+    ("mixtral", "q_proj,w1,w2,w3"),
+    ("mixtral", "q_proj,gate"),
+    ("qwen2_moe", "q_proj,gate_proj,up_proj,down_proj"),
+    ("olmoe", f"{ATTN},down_proj"),
+]
+
+
+@pytest.mark.parametrize(("model_type", "targets"), NAMED)
+def test_named_moe_targets_match_peft(model_type: str, targets: str) -> None:
+    cfg = CASES[model_type][1]
+    assert _ours(_arch(model_type, cfg), targets) == _peft_counts(model_type, cfg, False, targets)
+
+
+@pytest.mark.parametrize("targets", ["q_proj,gate_proj,down_proj", "up_proj"])
+def test_half_a_fused_pair_refused_as_peft_does(targets: str) -> None:
+    a = _arch("qwen3_moe", CASES["qwen3_moe"][1])
+    with pytest.raises(OptionError, match="gate_proj and up_proj"):
+        validate_targets(a, targets)
+    with pytest.raises(ValueError, match="because they are fused"):
+        _peft_counts("qwen3_moe", CASES["qwen3_moe"][1], False, targets)
+
+
+def test_tower_adapters_only_under_all_linear() -> None:
+    a = _arch("qwen2_vl", MM_CASES["qwen2_vl"])
+    for targets in ("attn", "q_proj,v_proj"):
+        assert tower_adapter_params(a, LlmSetup(lora_rank=RANK, lora_targets=targets)) == 0
+    assert tower_adapter_params(a, LlmSetup(lora_rank=RANK, lora_targets="all-linear")) > 0
+
+
+def test_converted_moe_types_leave_dense_and_shared_mlps_out() -> None:
+    """DeepSeek-V3 (first layer dense, one shared expert): all-linear adapts attention, experts and router
+    only, so naming those gives the same count (and the dense and shared MLPs add none)."""
+    a = _arch("deepseek_v3", CASES["deepseek_v3"][1])
+    names = (
+        "q_a_proj,q_b_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj,experts.gate_up_proj,experts.down_proj,gate"
+    )
+    all_linear = LlmSetup(lora_rank=RANK, lora_targets="all-linear")
+    assert adapter_params(a, all_linear) == adapter_params(a, LlmSetup(lora_rank=RANK, lora_targets=names))
+
+
+@pytest.mark.parametrize("targets", ["all-linear", "router", "q_proj,router"])
+def test_phimoe_router_targets_refused(targets: str) -> None:
+    a = _arch("phimoe", CASES["phimoe"][1])
+    with pytest.raises(OptionError, match=r"PhimoeTopKRouter.*--lora-targets attn"):
+        validate_targets(a, targets)
+
+
+@pytest.mark.parametrize("targets", ["attn", "q_proj,k_proj,v_proj,o_proj", "gate_up_proj,down_proj"])
+def test_phimoe_targets_without_router_pass(targets: str) -> None:
+    validate_targets(_arch("phimoe", CASES["phimoe"][1]), targets)
+
+
+def test_phimoe_all_linear_is_one_line_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "phimoe", **CASES["phimoe"][1]}))
+    proc = run_cli(["estimate", str(tmp_path), "--on", "none"], {})
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(
+        "fitcheck: error: --lora-targets all-linear"
+    )
+
+
+def test_tower_lora_is_named_in_the_warnings() -> None:
+    spec = spec_from_config(
+        {"model_type": "qwen2_vl", **MM_CASES["qwen2_vl"]}, id="t", name="t", source="test"
+    )
+    a = spec.arch
+    lora = estimate(spec, LlmSetup(lora_rank=RANK, seq_len=64))
+    n = tower_adapter_params(a, LlmSetup(lora_rank=RANK))
+    assert (
+        [w for w in lora.warnings if w.startswith("all-linear also wraps the vision tower")]
+        == [w for w in lora.warnings if f"{n:,} adapter parameters" in w]
+        != []
+    )
+    for setup in (LlmSetup(lora_rank=RANK, lora_targets="attn"), LlmSetup(method="full")):
+        assert not any("vision tower" in w for w in estimate(spec, setup).warnings)
+
+
+def _peft_refuses(model_type: str, targets: str, **kw: Any) -> str:
+    """peft's error message for this LoraConfig on the meta model, or '' when it builds."""
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    config = tf.AutoConfig.for_model(model_type, **CASES[model_type][1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.device("meta"):
+            model = tf.AutoModelForCausalLM.from_config(config)
+        names = targets if targets == "all-linear" else targets.split(",")
+        try:
+            peft.get_peft_model(model, peft.LoraConfig(r=RANK, target_modules=names, **kw))
+        except ValueError as e:
+            return str(e)
+    return ""
+
+
+#: (model_type, targets, LoraConfig keyword, fitcheck setup): whether the targets reach a parameter that
+#: peft adapts through ParamWrapper, which refuses DoRA and LoRA dropout.
+PARAM_CASES = [
+    ("qwen3_moe", "all-linear", {"use_dora": True}, {"dora": True}, True),
+    ("qwen3_moe", "all-linear", {"lora_dropout": 0.05}, {"lora_dropout": 0.05}, True),
+    ("mixtral", "q_proj,gate", {"use_dora": True}, {"dora": True}, True),
+    ("deepseek_v3", "o_proj,gate_proj,up_proj", {"lora_dropout": 0.1}, {"lora_dropout": 0.1}, True),
+    ("qwen3_moe", ATTN, {"use_dora": True}, {"dora": True}, False),
+    ("gpt_oss", "all-linear", {"lora_dropout": 0.05}, {"lora_dropout": 0.05}, False),
+    ("qwen2_moe", "all-linear", {"use_dora": True}, {"dora": True}, False),
+]
+
+
+@pytest.mark.parametrize(("model_type", "targets", "peft_kw", "ours_kw", "refused"), PARAM_CASES)
+def test_dora_and_dropout_on_parameter_targets_refused_as_peft_does(
+    model_type: str, targets: str, peft_kw: dict[str, Any], ours_kw: dict[str, Any], refused: bool
+) -> None:
+    a = _arch(model_type, CASES[model_type][1])
+    setup = LlmSetup(lora_rank=RANK, lora_targets=targets, **ours_kw)
+    if refused:
+        with pytest.raises(OptionError, match="ParamWrapper"):
+            validate_parameter_targets(a, setup)
+        assert "ParamWrapper does not work" in _peft_refuses(model_type, targets, **peft_kw)
+    else:
+        validate_parameter_targets(a, setup)
+        assert _peft_refuses(model_type, targets, **peft_kw) == ""
