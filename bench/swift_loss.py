@@ -27,6 +27,7 @@ lengths vary up to ``max_length`` in a few orders.
 
     PYTHONPATH=src python bench/swift_loss.py            # parts 1-2, ~10 s, no GPU
     PYTHONPATH=src python bench/swift_loss.py --whole    # and part 3, ~1 min
+    PYTHONPATH=src python bench/swift_loss.py --lengths  # part 4 alone, ~20 min
 
 Part 2 models the loss region alone. Part 3 traces the whole step (``fitcheck.measure.trace``) of a
 model of Qwen-1.8B-Chat's shape posed as qwen2 (the nearest architecture transformers carries; its
@@ -35,13 +36,23 @@ or take one bf16 copy), LoRA r8 on q/k/v, checkpointing, flash attention, and re
 allocations and frees through the same allocator model, so the loss region's blocks are interleaved
 with the checkpoints, recomputed layers and gradients of the rest of the step. Not modelled: CUDA
 context, kernel workspaces (cuBLAS, flash-attn), and the allocator's behaviour across streams.
+
+Part 4 replays whole runs, as the source's two tables ran them: the step of part 3 with its allocation sizes
+as lines in the length (traced at 256 and 2048 tokens), over the lengths of a run drawn from a log-normal with
+the dataset's stated mean and spread, under ``truncation_left`` (the 2023-12-14 table: 1000 examples, the
+longer ones cut to max_length, so most steps run at max_length up to 2048 tokens) and under swift's default
+``delete`` (the 2024-01-02 table, whose script no longer passes truncation_left: longer examples dropped, so
+steps run at every length up to max_length). It prints how far the run's reserved high-water mark lies
+above that of a run at max_length, over a few draws.
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
+import math
 import random
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -342,12 +353,115 @@ def part3(lengths: list[int], n_steps: int, seed: int) -> None:
         )
 
 
+# --- part 4: runs whose lengths vary, as the source's two tables ran ------------------------------------
+
+#: cls-fudan-news-zh as ms-swift's dataset table states it (docs/source_en/LLM/Supported-models-datasets.md at
+#: cdb169b: 4959 rows, 3234.4 +- 2547.5 tokens by Qwen's tokenizer, min 91, max 19548). The lengths
+#: themselves are not published; a log-normal with that mean and spread, clipped to [min, max], stands in.
+DATASET_ROWS, LEN_MEAN, LEN_SD, LEN_MIN, LEN_MAX = 4959, 3234.4, 2547.5, 91, 19548
+
+
+def dataset_lengths(rng: random.Random) -> list[int]:
+    sigma2 = math.log(1 + (LEN_SD / LEN_MEAN) ** 2)
+    mu, sigma = math.log(LEN_MEAN) - sigma2 / 2, math.sqrt(sigma2)
+    out: list[int] = []
+    while len(out) < DATASET_ROWS:
+        n = round(math.exp(rng.gauss(mu, sigma)))
+        if LEN_MIN <= n <= LEN_MAX:
+            out.append(n)
+    return out
+
+
+def run_lengths(pool: list[int], max_length: int, strategy: str, rng: random.Random) -> list[int]:
+    """The steps of one run, batch 1, in random order (train_sampler_random true unless test_oom_error).
+
+    ``truncation_left`` (the 2023-12-14 table: run_single.py @cfcb672) draws 1000 examples and keeps the last
+    max_length tokens of the longer ones; ``delete`` (swift's default, the 2024-01-02 table: run_single.py
+    @97e4d198 no longer passes truncation_left) takes the whole set up to 2048 tokens and 1000 drawn above,
+    then drops the examples longer than max_length (template.py ``_encode`` returns None; dataset_map drops
+    it).
+    """
+    if strategy == "truncation_left":
+        steps = [min(n, max_length) for n in rng.sample(pool, 1000)]
+    else:
+        rows = list(pool) if max_length <= 2048 else rng.sample(pool, 1000)
+        steps = [n for n in rows if n <= max_length]
+    rng.shuffle(steps)
+    return steps
+
+
+@dataclass
+class StepModel:
+    """A whole step's allocations as lines in the length (traced at two lengths: the op sequence of a batch-1
+    flash-attention step does not depend on it), with its free order and the bytes alive before it."""
+
+    base: list[int]
+    sizes: list[tuple[float, float]]
+    order: list[tuple[str, int]]
+
+    @classmethod
+    def traced(cls, lo: int, hi: int) -> StepModel:
+        base, ev_hi = whole_step_events(hi)
+        _, ev_lo = whole_step_events(lo)
+        index: dict[int, int] = {}
+        sizes: list[tuple[float, float]] = []
+        for (kind, rid, n_hi), (kind_lo, _, n_lo) in zip(ev_hi, ev_lo, strict=True):
+            assert kind == kind_lo, "the step's op sequence depends on the length"
+            if kind == "a":
+                index[rid] = len(sizes)
+                slope = (n_hi - n_lo) / (hi - lo)
+                sizes.append((n_hi - slope * hi, slope))
+        return cls(base, sizes, [(kind, index[rid]) for kind, rid, _ in ev_hi])
+
+    def replay(self, lengths: Iterable[int]) -> Allocator:
+        alloc = Allocator()
+        for nbytes in self.base:
+            alloc.malloc(nbytes)
+        for seq in lengths:
+            live: dict[int, Block] = {}
+            for kind, i in self.order:
+                if kind == "a":
+                    a, b = self.sizes[i]
+                    live[i] = alloc.malloc(max(1, round(a + b * seq)))
+                else:
+                    alloc.free(live.pop(i))
+        return alloc
+
+
+def part4(max_lengths: list[int], orders: int) -> None:
+    print("\nPart 4: runs of varying length (Qwen-1.8B shape as qwen2, LoRA q/k/v r8, checkpointing, flash):")
+    print("the allocator model's reserved high-water mark over a run, less its mark over 20 steps at")
+    print("max_length,", end=" ")
+    print(f"for {orders} draws of the run's examples and order (GiB: least, median, most)")
+    model = StepModel.traced(256, 2048)
+    pool = dataset_lengths(random.Random(0))
+    head = ("max_length", "at max_length", "strategy", "steps", "over: least", "median", "most")
+    print("{:>10} {:>14} {:<16} {:>6} {:>12} {:>7} {:>7}".format(*head))
+    for max_length in max_lengths:
+        fixed = model.replay([max_length] * 20).peak_reserved
+        for strategy in ("truncation_left", "delete"):
+            over, n = [], 0
+            for seed in range(orders):
+                steps = run_lengths(pool, max_length, strategy, random.Random(seed))
+                over.append((model.replay(steps).peak_reserved - fixed) / GIB)
+                n = len(steps)
+            print(
+                f"{max_length:>10} {fixed / GIB:>12.2f}Gi {strategy:<16} {n:>6} {min(over):>+12.2f}"
+                f" {statistics.median(over):>+7.2f} {max(over):>+7.2f}"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--whole", action="store_true", help="also trace and replay the whole step (minutes)")
+    parser.add_argument("--lengths", action="store_true", help="part 4: runs of varying length (minutes)")
+    parser.add_argument("--orders", type=int, default=5, help="part 4: draws of each run")
     args = parser.parse_args()
+    if args.lengths:
+        part4([512, 1024, 2048, 4096, 8192], args.orders)
+        return
     lengths = [128, 256, 384, 512, 768, 1024, 1536, 2048]
     templates = part1([512, 2048])
     for seq in lengths:

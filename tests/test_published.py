@@ -63,9 +63,6 @@ KNOWN_UNDER: dict[str, str] = {
         for g in ("a100", "h100", "rtx-pro-6000")
     },
     **{f"multigpu_peft/llama-2-70b-qlora-{s}": _PEFT_SHARDED for s in ("fsdp1-offload", "zero3")},
-    "ms-swift/qwen-7b-chat-full-s8192-2gpu": "device-map over 2 A100s, max_memory_reserved per GPU after a "
-    "whole run on variable-length text: -43%, like the source's long single-GPU full rows (known gap there); "
-    "the split matches the measured one, the excess is not found in the code read",
 }
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {

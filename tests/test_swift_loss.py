@@ -45,3 +45,30 @@ def test_allocator_reuses_best_fit_and_merges() -> None:
     alloc.malloc(101 * MIB)  # nothing cached fits: a new 2 MiB-rounded segment
     assert alloc.reserved == 100 * MIB + 102 * MIB
     assert alloc.malloc(3 * MIB).size == 3 * MIB and alloc.reserved == 202 * MIB + 20 * MIB
+
+
+def test_run_lengths_follow_the_scripts_truncation() -> None:
+    import random
+
+    pool = sl.dataset_lengths(random.Random(0))
+    assert len(pool) == sl.DATASET_ROWS and min(pool) >= sl.LEN_MIN and max(pool) <= sl.LEN_MAX
+    # 'delete' (swift's default, 2024-01-02 table): longer examples are dropped; the whole set up to 2048
+    dele = sl.run_lengths(pool, 2048, "delete", random.Random(1))
+    assert sorted(dele) == sorted(n for n in pool if n <= 2048)
+    # above 2048 the script draws 1000 examples first
+    assert len(sl.run_lengths(pool, 4096, "delete", random.Random(1))) < 1000
+    # truncation_left (2023-12-14 table): 1000 drawn, longer ones cut to max_length
+    trunc = sl.run_lengths(pool, 512, "truncation_left", random.Random(1))
+    assert len(trunc) == 1000 and max(trunc) == 512 and trunc.count(512) > 900
+
+
+def test_varying_lengths_keep_more_reserved_than_one_length() -> None:
+    # a step of one vocabulary-sized buffer (grows with the length) held across a smaller per-token one:
+    # a run whose lengths rise cuts a new segment for each new longest step and keeps the old ones cached
+    model = sl.StepModel(
+        base=[], sizes=[(0.0, 600_000.0), (0.0, 8_000.0)], order=[("a", 0), ("a", 1), ("f", 0), ("f", 1)]
+    )
+    fixed = model.replay([2048] * 5).peak_reserved
+    rising = model.replay([512, 1024, 1536, 2048]).peak_reserved
+    assert model.replay([2048, 512, 1024, 1536]).peak_reserved == fixed  # longest first: all reused
+    assert rising > 1.5 * fixed
