@@ -66,9 +66,9 @@ KNOWN_UNDER: dict[str, str] = {
 }
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {
-    "ms-swift": "30% median: Qwen-1 / chatglm3 rows 12-69% under (known gap: max_memory_reserved over a run "
-    "grows ~45 B per vocabulary entry per token where the code read holds ~12 B; evaluation, label "
-    "smoothing, fp32 output copies and allocator history ruled out as the whole cause)",
+    "ms-swift": "30% median: the 2024-01-02 table ran truncation 'delete' (each step at its own example's "
+    "length), so its max_memory_reserved carries the caching allocator's history over varying lengths "
+    "(known gap on 37 of 47 rows; bench/swift_loss.py part 4); its 2023-12 table, at max_length, is 3.2%",
     "multigpu_peft": "15.7% median: Llama-2-70B QLoRA on 2 GPUs posed as sharded QLoRA (bf16 stream) is "
     "12-32% "
     "under (FSDP1, ZeRO-3); figures in GB read by an unstated tool",
