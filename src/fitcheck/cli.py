@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from fitcheck.errors import ExitCode, FitcheckError
+from fitcheck.terminal import printable
 
 app = typer.Typer(
     name="fitcheck",
@@ -404,7 +405,7 @@ def write_chart(path: str | None, force: bool, build: Callable[[], Any]) -> None
 
     chart_format(Path(path))  # a wrong extension is refused before anything is drawn
     write(build(), Path(path), force)
-    sys.stderr.write(f"fitcheck: wrote {path}\n")
+    sys.stderr.write(f"fitcheck: wrote {printable(path)}\n")
 
 
 def print_chart_link(fmt: Fmt, path: str | None) -> None:
@@ -457,7 +458,7 @@ class FromFile:
     def say(self) -> None:
         """The report on stderr, once the run was sized (an error stays one line)."""
         for line in self.report:
-            sys.stderr.write(f"fitcheck: {line}\n")
+            sys.stderr.write(f"fitcheck: {printable(line)}\n")
 
     def origin_of(self, setup: Any, given: frozenset[str]) -> dict[str, str]:
         """Every setup field's origin (not ``kind``: the model decides it); the backend follows ``--on``."""
@@ -716,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             code = _run(args, debug)
         except OutputError as exc:
-            sys.stderr.write(f"fitcheck: error: {exc}\n")
+            sys.stderr.write(f"fitcheck: error: {printable(str(exc))}\n")
             return int(ExitCode.TROUBLE)
         return finish(guard, code)
 
@@ -726,7 +727,7 @@ def _trouble(message: str, debug: bool) -> int:
         import traceback
 
         traceback.print_exc()
-    sys.stderr.write(message + "\n")
+    sys.stderr.write(printable(message) + "\n")
     return int(ExitCode.TROUBLE)
 
 
@@ -742,7 +743,7 @@ def _run(args: list[str], debug: bool) -> int:
             import traceback
 
             traceback.print_exc()
-        sys.stderr.write(f"fitcheck: error: {exc}\n")
+        sys.stderr.write(f"fitcheck: error: {printable(str(exc))}\n")
         return int(exc.exit_code)
     except Exit as exc:
         return int(exc.exit_code)

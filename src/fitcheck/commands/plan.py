@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from fitcheck.errors import InputError, OptionError
+from fitcheck.terminal import printable
 
 _COUNT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
@@ -389,7 +390,7 @@ def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, fr
     _print_files(files)
     c.print_chart_link(c.Fmt(out.fmt), out.chart)
     for w in result.warnings:
-        sys.stderr.write(f"fitcheck: warning: {w}\n")
+        sys.stderr.write(f"fitcheck: warning: {printable(w)}\n")
     if out.emit and not result.fits:
         sys.stderr.write("fitcheck: nothing written: no configuration fits\n")
     return 0 if result.fits else 1
@@ -519,7 +520,7 @@ def _write(files: list[tuple[str, str | None, str]], force: bool) -> None:
 
     on_disk = [(Path(dest), text) for _, dest, text in files if dest is not None]
     for path in write_all(on_disk, force):
-        sys.stderr.write(f"fitcheck: wrote {path}\n")
+        sys.stderr.write(f"fitcheck: wrote {printable(str(path))}\n")
 
 
 def _print_files(files: list[tuple[str, str | None, str]]) -> None:

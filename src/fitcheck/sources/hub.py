@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from fitcheck.errors import ModelSourceError, NotFoundError
 from fitcheck.models import ModelSpec
+from fitcheck.terminal import printable
 
 if TYPE_CHECKING:
     from fitcheck.diffusion.spec import DiffusionSpec
@@ -38,7 +39,10 @@ def parse_hub_id(text: str) -> tuple[str, str | None] | None:
 
 def _progress(repo: str, rev: str | None, endpoint: str) -> None:
     where = f"{repo}@{rev}" if rev else repo
-    print(f"fitcheck: fetching {where} from {endpoint} (config and safetensors headers) ...", file=sys.stderr)
+    print(
+        f"fitcheck: fetching {printable(where)} from {endpoint} (config and safetensors headers) ...",
+        file=sys.stderr,
+    )
 
 
 def _fix_offline(repo: str) -> str:

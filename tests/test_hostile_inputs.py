@@ -1,0 +1,225 @@
+"""Hostile inputs found by the red-team pass (session 4), one parametrized test per class of failure.
+
+Each class was a real failure before its fix:
+
+- control characters in a name (a model folder, a Hub id, a ``--from`` value or key, ``--on``,
+  ``--lora-targets``) reached the terminal raw: an ANSI escape recoloured or cleared it, a newline split
+  the one ``fitcheck: error:`` line in two, a bidi override reordered it (`fitcheck.terminal`);
+- a non-finite number in a trainer config (YAML ``.nan`` / ``.inf``, ``1e999``, JSON duplicate key
+  holding ``1e999``) was an internal error (``int(nan)``) instead of exit 2 (`readers.base.as_int`);
+- a YAML alias bomb ("billion laughs", 1 kB) or a self-referring alias under any key ran fitcheck out
+  of memory or forever while the unused keys were listed (`readers.base.count_values`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fitcheck.cli import main
+from fitcheck.terminal import is_unsafe, printable
+
+LLAMA = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000}  # fmt: skip
+
+#: Names that would act on a terminal if printed raw.
+EVIL = {
+    "esc": "m\x1b[31mred\x1b[2J",
+    "newline": "m\nfitcheck: error: forged",
+    "cr": "m\rforged",
+    "bidi": "m\u202eevil",
+    "c1": "m\x9b31m",
+    "bell": "m\x07\x08",
+}
+
+
+def run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def assert_inert(rc: int, out: str, err: str) -> None:
+    """No control or reordering character anywhere but the line breaks fitcheck writes itself."""
+    assert rc in (0, 1, 2), err
+    assert "internal error" not in err, err
+    bad_err = [hex(ord(c)) for c in err.replace("\n", "") if is_unsafe(c)]
+    bad_out = [hex(ord(c)) for c in out.replace("\n", "") if is_unsafe(c)]
+    assert not bad_err, (bad_err, err[-300:])
+    assert not bad_out, (bad_out, out[:300])
+    if rc == 2:
+        assert out == ""
+        assert err.count("\n") == 1 and err.startswith("fitcheck: error:"), err
+
+
+# ------------------------------------------------------------------------------ printable (unit)
+
+
+@given(st.text())
+def test_printable_leaves_nothing_a_terminal_obeys(text: str) -> None:
+    shown = printable(text)
+    assert not any(is_unsafe(c) for c in shown)
+    assert "\n" not in shown
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [("plain-name", "plain-name"), ("a\nb", "a\\nb"), ("\x1b[2J", "\\x1b[2J"), ("r\u202el", "r\\u202el"),
+     ("é 中 ü", "é 中 ü"), ("\x9b", "\\x9b")],
+)  # fmt: skip
+def test_printable_examples(raw: str, shown: str) -> None:
+    assert printable(raw) == shown
+
+
+# ------------------------------------------------------------------ control characters in names
+
+
+@pytest.fixture(scope="module")
+def evil_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A valid model folder per hostile name: the name reaches the table, markdown and plan."""
+    root = tmp_path_factory.mktemp("evil")
+    out = {}
+    for key, name in EVIL.items():
+        d = root / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(LLAMA))
+        out[key] = str(d)
+    return out
+
+
+@pytest.mark.parametrize("key", sorted(EVIL))
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["estimate", "@", "--on", "24GB"],
+        ["estimate", "@", "--on", "24GB", "--format", "markdown"],
+        ["estimate", "@", "--on", "24GB", "--rule", "thumb"],
+        ["check", "@", "--on", "24GB"],
+        ["plan", "@", "--on", "24GB"],
+        ["plan", "@", "--on", "24GB", "--format", "markdown"],
+        ["plan", "@", "--on", "0.5GB", "--method", "full"],
+        ["matrix", "--on", "24GB", "--models", "@"],
+    ],
+    ids=lambda a: "-".join(x for x in a if x != "@")[:40],
+)
+def test_a_hostile_folder_name_prints_inert(key: str, argv: list[str], evil_models: dict[str, str]) -> None:
+    assert_inert(*run([evil_models[key] if a == "@" else a for a in argv]))
+
+
+@pytest.mark.parametrize("key", sorted(EVIL))
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["estimate", "@", "--on", "none"],
+        ["estimate", "org/@", "--on", "none"],
+        ["estimate", "7B", "--on", "@"],
+        ["estimate", "7B", "--on", "none", "--method", "lora", "--lora-targets", "q_proj,@"],
+        ["estimate", "7B", "--on", "none", "--from-format", "@", "--from", "x.yaml"],
+        ["matrix", "--on", "24GB", "--models", "@"],
+        ["plan", "7B", "--on", "24GB", "--emit", "@"],
+    ],
+    ids=lambda a: "-".join(x for x in a if "@" not in x)[:40],
+)
+def test_a_hostile_argument_is_one_inert_error_line(key: str, argv: list[str]) -> None:
+    rc, out, err = run([a.replace("@", EVIL[key]) for a in argv])
+    assert rc == 2, err
+    assert_inert(rc, out, err)
+
+
+# ----------------------------------------------------------------------------- --from files
+
+#: (file name, text, a word the one error line names): a non-finite number in each reader's keys.
+NON_FINITE: list[tuple[str, str, str]] = [
+    *[
+        (f"axolotl-{v}.yaml", f"base_model: 7B\nadapter: lora\nlora_r: {v}\n", "lora_r")
+        for v in (".nan", ".inf", "-.inf", "1e999", '"nan"', '"inf"')
+    ],
+    ("axolotl-alpha.yaml", "base_model: 7B\nadapter: lora\nlora_alpha: .nan\n", "lora_alpha"),
+    ("axolotl-dropout.yaml", "base_model: 7B\nadapter: lora\nlora_dropout: .inf\n", "lora_dropout"),
+    ("axolotl-mbs.yaml", "base_model: 7B\nmicro_batch_size: .inf\n", "micro_batch_size"),
+    ("axolotl-bigfloat.yaml", "base_model: 7B\nadapter: lora\nlora_alpha: " + "9" * 400 + "\n", "lora_alpha"),
+    ("lf.yaml", "model_name_or_path: 7B\nfinetuning_type: lora\nlora_rank: .nan\n", "lora_rank"),
+    (
+        "trl.yaml",
+        "model_name_or_path: 7B\nper_device_train_batch_size: .nan\n",
+        "per_device_train_batch_size",
+    ),
+    (
+        "tt.yaml",
+        "model:\n  _component_: torchtune.models.llama3.lora_llama3_8b\n  lora_rank: .inf\n",
+        "lora_rank",
+    ),
+    ("mlx.yaml", "model: 7B\nlora_parameters: {rank: .nan}\n", "rank"),
+    ("kohya.toml", 'pretrained_model_name_or_path = "sd15"\nresolution = "nan,nan"\n', "resolution"),
+    (
+        "kohya-alpha.toml",
+        'pretrained_model_name_or_path = "sd15"\nnetwork_module = "networks.lora"\nnetwork_alpha = nan\n',
+        "network_alpha",
+    ),
+    (
+        "ds.json",  # a duplicate key: JSON's last one wins, and it is 1e999 (inf)
+        '{"train_micro_batch_size_per_gpu": 1, "train_micro_batch_size_per_gpu": 1e999}',
+        "train_micro_batch_size_per_gpu",
+    ),
+    (
+        "acc.yaml",
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_processes: .inf\n",
+        "num_processes",
+    ),
+]
+
+
+def _laughs(levels: int, tail: str) -> str:
+    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        prev, cur = chr(ord("a") + i - 1), chr(ord("a") + i)
+        lines.append(f"{cur}: &{cur} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    return "\n".join(lines) + "\n" + tail.replace("@", chr(ord("a") + levels - 1)) + "\n"
+
+
+#: Documents whose expansion is unbounded: under an unknown key, under a key a reader reads, or itself.
+BOMBS: list[tuple[str, str, str]] = [
+    ("laughs-unused.yaml", _laughs(12, "base_model: 7B\nadapter: lora"), "alias"),
+    ("laughs-targets.yaml", _laughs(12, "base_model: 7B\nadapter: lora\nlora_target_modules: *@"), "alias"),
+    ("laughs-datasets.yaml", _laughs(12, "base_model: 7B\ndatasets: *@"), "alias"),
+    ("laughs-merge.yaml", _laughs(12, "base_model: 7B\nx: {<<: {k: *@}}"), "alias"),
+    ("self-list.yaml", "a: &a [*a]\nbase_model: 7B\n", "self-referring"),
+    ("self-map.yaml", "a: &a {b: *a}\nbase_model: 7B\n", "self-referring"),
+    ("self-model.yaml", "base_model: &m [*m]\n", "self-referring"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "word"), NON_FINITE + BOMBS, ids=[c[0] for c in NON_FINITE + BOMBS])
+def test_a_hostile_trainer_config_is_one_clear_line(name: str, text: str, word: str, tmp_path: Path) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    rc, out, err = run(["estimate", "--from", str(path), "--on", "24GB"])
+    assert rc == 2, err[-400:]
+    assert_inert(rc, out, err)
+    assert word in err, err
+    assert len(err) < 400, err
+
+
+def test_a_real_config_with_aliases_still_reads(tmp_path: Path) -> None:
+    """The bound counts values, not aliases: a config that shares a block by alias reads as before."""
+    path = tmp_path / "shared.yaml"
+    path.write_text("base: &b {adapter: lora, lora_r: 8}\n<<: *b\nbase_model: 7B\nother: *b\n")
+    rc, _, err = run(["estimate", "--from", str(path), "--on", "24GB", "--format", "json"])
+    assert rc == 0, err
+    assert "lora_rank=8" in err
+
+
+def test_a_unused_key_with_an_escape_is_reported_inert(tmp_path: Path) -> None:
+    path = tmp_path / "keys.yaml"
+    path.write_text('base_model: 7B\nadapter: lora\n"\\e]52;c;ZXZpbA==\\a": 1\n')
+    rc, out, err = run(["estimate", "--from", str(path), "--on", "24GB"])
+    assert rc == 0, err
+    assert_inert(rc, out, err)
+    assert "\\x1b]52" in err  # named, escaped: the user sees the key the file really has
