@@ -223,3 +223,43 @@ def test_a_unused_key_with_an_escape_is_reported_inert(tmp_path: Path) -> None:
     assert rc == 0, err
     assert_inert(rc, out, err)
     assert "\\x1b]52" in err  # named, escaped: the user sees the key the file really has
+
+
+# ------------------------------------------------------------------- vision towers' config.json
+
+#: (vision_config of a LLaVA / Qwen2-VL model, the key the error names): each was an internal error
+#: (ZeroDivisionError on patch_size 0, ValueError on int("x"), OverflowError on int(1e300)) or a
+#: silently negative parameter count.
+VISION: list[tuple[str, dict[str, object], str]] = [
+    ("llava", {"patch_size": 0}, "patch_size"),
+    ("llava", {"hidden_size": -1, "image_size": -5}, "hidden_size"),
+    ("llava", {"hidden_size": "x"}, "hidden_size"),
+    ("llava", {"image_size": 1e300}, "image_size"),
+    ("llava", {"num_hidden_layers": [1]}, "num_hidden_layers"),
+    ("llava", {"intermediate_size": True}, "intermediate_size"),
+    ("qwen2_vl", {"mlp_ratio": "x"}, "mlp_ratio"),
+    ("qwen2_vl", {"mlp_ratio": 0}, "mlp_ratio"),
+    ("qwen2_vl", {"spatial_merge_size": 10**9}, "spatial_merge_size"),
+    ("qwen2_vl", {"depth": -3}, "depth"),
+]
+
+
+@pytest.mark.parametrize(("kind", "vision", "key"), VISION, ids=[f"{k}-{key}" for k, _, key in VISION])
+def test_a_hostile_vision_config_is_one_clear_line(
+    kind: str, vision: dict[str, object], key: str, tmp_path: Path
+) -> None:
+    cfg = {"model_type": kind, "text_config": LLAMA, "vision_config": vision}
+    if kind == "qwen2_vl":  # Qwen2-VL publishes the language model's keys at the top level
+        cfg = {**LLAMA, "model_type": kind, "vision_config": vision}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    rc, out, err = run(["estimate", str(tmp_path), "--on", "none"])
+    assert rc == 2, err
+    assert_inert(rc, out, err)
+    assert f"vision_config: {key}" in err, err
+
+
+def test_a_whole_float_in_a_vision_config_still_reads(tmp_path: Path) -> None:
+    cfg = {"model_type": "llava", "text_config": LLAMA, "vision_config": {"image_size": 336.0}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    rc, _, err = run(["estimate", str(tmp_path), "--on", "none"])
+    assert rc == 0, err
