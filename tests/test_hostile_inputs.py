@@ -263,3 +263,69 @@ def test_a_whole_float_in_a_vision_config_still_reads(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     rc, _, err = run(["estimate", str(tmp_path), "--on", "none"])
     assert rc == 0, err
+
+
+# ----------------------------------------------------------------------------- --emit targets
+
+TRL_IN = "model_name_or_path: qwen2.5-0.5b\nuse_peft: true\nlora_r: 8\nper_device_train_batch_size: 1\n"
+FROM_IN = ["plan", "--from", "@/in.hf.yaml", "--on", "rtx-4090"]
+
+
+def _emit_in(tmp_path: Path, argv: list[str]) -> tuple[int, str, str]:
+    return run([a.replace("@", str(tmp_path)) for a in argv])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # the --from input itself, by its name, a symlink to it and a hard link to it (with --force)
+        [*FROM_IN, "--emit", "in.hf.yaml", "-o", "@", "--force"],
+        [*FROM_IN, "--emit", "link.hf.yaml", "-o", "@", "--force"],
+        [*FROM_IN, "--emit", "hard.hf.yaml", "-o", "@", "--force"],
+        # the model's own config.json
+        ["plan", "@/model", "--on", "rtx-4090", "--emit", "config.json", "--emit-format", "hf.yaml",
+         "-o", "@/model", "--force"],
+    ],
+    ids=["from-itself", "from-symlink", "from-hardlink", "model-config"],
+)  # fmt: skip
+def test_a_file_the_command_read_is_never_written(tmp_path: Path, argv: list[str]) -> None:
+    """Before: ``--force`` replaced the user's trainer config (or the model's config.json) with the plan."""
+    (tmp_path / "in.hf.yaml").write_text(TRL_IN)
+    (tmp_path / "link.hf.yaml").symlink_to(tmp_path / "in.hf.yaml")
+    (tmp_path / "hard.hf.yaml").hardlink_to(tmp_path / "in.hf.yaml")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps(LLAMA))
+    rc, _, err = _emit_in(tmp_path, argv)
+    assert rc == 2, err
+    assert "this command read" in err.splitlines()[-1], err
+    assert (tmp_path / "in.hf.yaml").read_text() == TRL_IN
+    assert json.loads((tmp_path / "model" / "config.json").read_text()) == LLAMA
+
+
+def test_emitting_beside_the_input_still_writes(tmp_path: Path) -> None:
+    (tmp_path / "in.hf.yaml").write_text(TRL_IN)
+    rc, _, err = _emit_in(tmp_path, [*FROM_IN, "--emit", "out.hf.yaml", "-o", "@"])
+    assert rc == 0, err
+    assert (tmp_path / "out.hf.yaml").read_text().startswith("# TRL SFT config")
+
+
+def test_one_file_by_two_names_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """Before: the names differed as strings (a linked folder), so the first was written, then the second
+    refused as existing: exit 2 with a file left behind."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    argv = ["plan", "llama-3.1-8b", "--on", "rtx-4090", "--emit-format", "hf.yaml",
+            "--emit", "@/real/x.yaml", "--emit", "@/link/x.yaml"]  # fmt: skip
+    rc, _, err = _emit_in(tmp_path, argv)
+    assert rc == 2 and "named twice" in err, err
+    assert list((tmp_path / "real").iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["a/", "..", ".", "x/.", "", "sub/"])
+def test_an_emit_name_that_is_no_file_name_is_refused(name: str, tmp_path: Path) -> None:
+    """Before: ``--emit a/`` wrote a file named ``a``."""
+    rc, out, err = _emit_in(tmp_path, ["plan", "llama-3.1-8b", "--on", "rtx-4090", "--emit", name,
+                                       "--emit-format", "hf.yaml", "-o", "@"])  # fmt: skip
+    assert rc == 2 and "no file name" in err, err
+    assert_inert(rc, out, err)
+    assert list(tmp_path.iterdir()) == []

@@ -707,13 +707,14 @@ def main(argv: list[str] | None = None) -> int:
     traceback and keeps the code; a reader that leaves early (a broken pipe) keeps the code quietly;
     a stdout that cannot be written is 2 with one line (`fitcheck.output`).
     """
+    from fitcheck.fileio import reading
     from fitcheck.output import OutputError, finish, guarded_stdout
 
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     if debug:
         args.remove("--debug")
-    with guarded_stdout() as guard:
+    with guarded_stdout() as guard, reading():  # reading: no file written is one the command read
         try:
             code = _run(args, debug)
         except OutputError as exc:

@@ -14,6 +14,7 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,28 @@ _KIND = (
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
 )
+
+
+#: (device, inode) of every regular file read during one command (`reading`), so a file the command
+#: writes is never one it read: ``plan --from run.hf.yaml --emit run.hf.yaml --force`` would otherwise
+#: replace the user's config with fitcheck's, and ``-o MODEL_DIR --emit config.json`` the model's config.
+_READ: ContextVar[set[tuple[int, int]] | None] = ContextVar("fitcheck_files_read", default=None)
+
+
+@contextmanager
+def reading() -> Iterator[None]:
+    """Record the files read inside the block (one CLI command); `was_read` asks about them."""
+    token = _READ.set(set())
+    try:
+        yield
+    finally:
+        _READ.reset(token)
+
+
+def was_read(st: os.stat_result) -> bool:
+    """Whether the file with this ``stat`` was read by the current command (hard links and symlinks too)."""
+    seen = _READ.get()
+    return seen is not None and (st.st_dev, st.st_ino) in seen
 
 
 def user_path(text: str) -> Path:
@@ -66,6 +89,9 @@ def open_regular(path: Path, what: str = "file") -> Iterator[tuple[int, int]]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ModelSourceError(f"{path} is {file_kind(st.st_mode)}, not a {what}")
+        seen = _READ.get()
+        if seen is not None:
+            seen.add((st.st_dev, st.st_ino))
         yield fd, st.st_size
     except OSError as exc:
         raise ModelSourceError(f"cannot read {path}: {exc.strerror or exc}") from None

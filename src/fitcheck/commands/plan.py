@@ -8,6 +8,7 @@ No ``from __future__ import annotations`` here: the command is defined inside `r
 option types of `fitcheck.cli`, and typer must see those annotations as objects.
 """
 
+import os
 import re
 import shlex
 import sys
@@ -54,6 +55,8 @@ def resolve_emits(emits: list[str], fmt: str | None, output_dir: str) -> list[tu
     to_stdout = output_dir == "-"
     out: list[tuple[str, str | None]] = []
     for name in emits:
+        if name != "-" and os.path.basename(name) in ("", ".", ".."):  # "a/", "..", "": a folder or nothing
+            raise OptionError(f"--emit '{name}' is no file name: give one, e.g. run.hf.yaml")
         kind = format_for(name, fmt)
         if name == "-" or to_stdout:
             out.append((kind, None))

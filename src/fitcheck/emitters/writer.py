@@ -29,10 +29,14 @@ def _regular_or_absent(p: Path) -> bool:
     """True when ``p`` (followed through a link) is a regular file, False when nothing is there.
 
     Raises:
-        WriteError: a folder, a device, a FIFO, a dangling link, or a path the system refuses.
+        WriteError: a folder, a device, a FIFO, a dangling link, a file this command read (its input),
+            or a path the system refuses.
     """
+    from fitcheck.fileio import was_read
+
     try:
-        mode = p.stat().st_mode  # follows a symlink: what would be overwritten
+        st = p.stat()  # follows a symlink: what would be overwritten
+        mode = st.st_mode
     except FileNotFoundError:
         if os.path.lexists(p):
             raise WriteError(f"{p} is a dangling symbolic link; remove it first") from None
@@ -45,6 +49,8 @@ def _regular_or_absent(p: Path) -> bool:
         from fitcheck.fileio import file_kind
 
         raise WriteError(f"{p} is {file_kind(mode)}; fitcheck writes regular files only")
+    if was_read(st):
+        raise WriteError(f"{p} is a file this command read (its input); write to another name")
     return True
 
 
@@ -52,7 +58,7 @@ def check_destinations(paths: Sequence[Path], force: bool) -> None:
     """Refuse existing files (without ``force``), anything but a regular file, and duplicate names."""
     seen: set[str] = set()
     for p in paths:
-        key = os.path.abspath(p)
+        key = os.path.realpath(p)  # one file by two names (a linked folder, ../) is named twice
         if key in seen:
             raise WriteError(f"{p} is named twice")
         seen.add(key)
