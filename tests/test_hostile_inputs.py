@@ -329,3 +329,49 @@ def test_an_emit_name_that_is_no_file_name_is_refused(name: str, tmp_path: Path)
     assert rc == 2 and "no file name" in err, err
     assert_inert(rc, out, err)
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------- the library API
+
+#: (function, args, kwargs): a value of the wrong type was an AttributeError / TypeError from deep inside
+#: (``'int' object has no attribute 'strip'``); now the library's own InputError names the argument.
+API_CASES: list[tuple[str, tuple[object, ...], dict[str, object]]] = [
+    ("estimate", (None,), {}),
+    ("estimate", (7,), {}),
+    ("estimate", (b"7B",), {}),
+    ("estimate", (["7B"],), {}),
+    ("estimate", ("7B",), {"on": 24}),
+    ("estimate", ("7B",), {"on": b"24GB"}),
+    ("estimate", ("7B",), {"headroom": 5}),
+    ("estimate", ("7B",), {"headroom": ["1GB"]}),
+    ("check", ("7B",), {"on": 5}),
+    ("plan", (5,), {"on": "24GB"}),
+    ("plan", ("7B",), {"on": 24}),
+    ("resolve", (None,), {}),
+    ("target", (5,), {}),
+    ("target", ("24GB",), {"headroom": 5}),
+    ("target", ("24GB",), {"gpus": "x"}),
+    ("target", ("24GB",), {"gpus": 0}),
+    ("target", ("24GB",), {"gpus": True}),
+    ("detect", (5,), {}),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "kwargs"), API_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(API_CASES)]
+)
+def test_a_wrong_type_in_the_api_is_the_librarys_own_error(
+    name: str, args: tuple[object, ...], kwargs: dict[str, object]
+) -> None:
+    from fitcheck import api
+    from fitcheck.errors import InputError
+
+    with pytest.raises(InputError, match="must be"):
+        getattr(api, name)(*args, **kwargs)
+
+
+def test_a_resolved_spec_and_target_still_pass_through() -> None:
+    from fitcheck import api
+
+    spec, tgt = api.resolve("7B"), api.target("24GB")
+    assert api.estimate(spec, on=tgt).device_bytes > 0
