@@ -375,3 +375,58 @@ def test_a_resolved_spec_and_target_still_pass_through() -> None:
 
     spec, tgt = api.resolve("7B"), api.target("24GB")
     assert api.estimate(spec, on=tgt).device_bytes > 0
+
+
+# ---------------------------------------------------------------- safetensors headers that lie
+
+
+def _st(tensors: dict[str, dict[str, object]], data: int) -> bytes:
+    import struct
+
+    raw = json.dumps(tensors).encode()
+    return struct.pack("<Q", len(raw)) + raw + b"\0" * data
+
+
+#: (header tensors, bytes of data after the header, a word the one error line has). Before, fitcheck
+#: counted parameters from the shapes alone: a 100-byte file could claim any size. The reference loader
+#: refuses each of these (safetensors/src/tensor.rs, Metadata::validate and read_metadata).
+LYING: list[tuple[str, dict[str, dict[str, object]], int, str]] = [
+    ("short-span", {"w": {"dtype": "BF16", "shape": [4, 4], "data_offsets": [0, 8]}}, 8, "lies"),
+    ("huge-shape", {"w": {"dtype": "BF16", "shape": [10**9, 10**9], "data_offsets": [0, 32]}}, 32, "lies"),
+    ("truncated", {"w": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}, 10, "truncated"),
+    ("no-offsets", {"w": {"dtype": "F32", "shape": [4, 4]}}, 64, "data_offsets"),
+    ("str-offsets", {"w": {"dtype": "F32", "shape": [4, 4], "data_offsets": "0-64"}}, 64, "data_offsets"),
+    ("neg-offsets", {"w": {"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}}, 4, "data_offsets"),
+    (
+        "overlap",
+        {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+         "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}},
+        24,
+        "overlapping",
+    ),
+    ("gap", {"w": {"dtype": "F32", "shape": [4], "data_offsets": [16, 32]}}, 32, "overlapping or gapped"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "tensors", "data", "word"), LYING, ids=[c[0] for c in LYING])
+def test_a_lying_safetensors_header_is_one_clear_line(
+    name: str, tensors: dict[str, dict[str, object]], data: int, word: str, tmp_path: Path
+) -> None:
+    path = tmp_path / f"{name}.safetensors"
+    path.write_bytes(_st(tensors, data))
+    rc, out, err = run(["estimate", str(path), "--on", "none"])
+    assert rc == 2, err
+    assert_inert(rc, out, err)
+    assert word in err, err
+
+
+def test_an_honest_header_with_its_tensors_out_of_order_still_reads(tmp_path: Path) -> None:
+    """Offsets are checked in offset order, not the header's key order (the reference loader sorts too)."""
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA))
+    h, v = 256, 1000
+    emb = {"dtype": "F32", "shape": [v, h], "data_offsets": [4 * h, 4 * h * (v + 1)]}
+    norm = {"dtype": "F32", "shape": [h], "data_offsets": [0, 4 * h]}
+    header = {"model.embed_tokens.weight": emb, "model.norm.weight": norm}
+    (tmp_path / "model.safetensors").write_bytes(_st(header, 4 * h * (v + 1)))
+    rc, _, err = run(["estimate", str(tmp_path / "model.safetensors"), "--on", "none"])
+    assert rc == 0, err

@@ -90,7 +90,7 @@ def _remote_tensors(hf: Any, repo: str, rev: str | None) -> dict[str, tuple[str,
     """name -> (dtype, shape) from the safetensors headers on the Hub (range requests only)."""
     from huggingface_hub import errors as e
 
-    from fitcheck.sources.safetensors_header import DTYPES
+    from fitcheck.sources.safetensors_header import tensors
 
     try:
         meta = hf.get_safetensors_metadata(repo, revision=rev)
@@ -99,9 +99,12 @@ def _remote_tensors(hf: Any, repo: str, rev: str | None) -> dict[str, tuple[str,
     except (e.HfHubHTTPError, OSError):
         return {}  # headers are a refinement; the config alone still sizes the model
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
-    for fm in meta.files_metadata.values():
-        for name, info in fm.tensors.items():
-            out[name] = (DTYPES.get(info.dtype, str(info.dtype).lower()), tuple(int(x) for x in info.shape))
+    for fname, fm in meta.files_metadata.items():  # checked as a local header is (dtype, shape, offsets)
+        header = {
+            name: {"dtype": info.dtype, "shape": list(info.shape), "data_offsets": list(info.data_offsets)}
+            for name, info in fm.tensors.items()
+        }
+        out.update(tensors(header, f"{repo}/{fname}"))
     return out
 
 
