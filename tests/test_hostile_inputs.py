@@ -430,3 +430,48 @@ def test_an_honest_header_with_its_tensors_out_of_order_still_reads(tmp_path: Pa
     (tmp_path / "model.safetensors").write_bytes(_st(header, 4 * h * (v + 1)))
     rc, _, err = run(["estimate", str(tmp_path / "model.safetensors"), "--on", "none"])
     assert rc == 0, err
+
+
+# --------------------------------------------------- file names that are not UTF-8 (surrogateescape)
+
+#: A Latin-1 byte in a file name reaches Python's argv as a lone surrogate ("\udce9"); printing or
+#: encoding it as UTF-8 raised UnicodeEncodeError (an internal error) on every command.
+LATIN1 = "lat\udce9n"
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "yaml", "markdown"])
+def test_a_model_folder_whose_name_is_not_utf8_prints(fmt: str, tmp_path: Path) -> None:
+    folder = tmp_path / LATIN1
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA))
+    rc, out, err = run(["estimate", str(folder), "--on", "none", "--format", fmt])
+    assert rc == 0, err
+    assert_inert(rc, out, err)
+    assert "udce9" in out.lower()  # shown as its escape, never dropped
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["estimate", "@/no-such-\udce9", "--on", "none"],
+        ["estimate", "7\udce9B", "--on", "none"],
+        ["estimate", "7B", "--on", "24G\udce9"],
+        ["estimate", "7B", "--on", "none", "--method", "lora", "--lora-targets", "q\udce9"],
+        ["estimate", "--from", "@/nope\udce9.yaml", "--on", "none"],
+        ["hw", "--headroom", "1\udce9"],
+    ],
+    ids=lambda a: "-".join(x for x in a if "\udce9" not in x)[:40],
+)
+def test_a_non_utf8_argument_is_one_inert_error_line(argv: list[str], tmp_path: Path) -> None:
+    rc, out, err = run([a.replace("@", str(tmp_path)) for a in argv])
+    assert rc == 2, err
+    assert_inert(rc, out, err)
+
+
+def test_an_emit_name_that_is_not_utf8_is_written_as_valid_utf8(tmp_path: Path) -> None:
+    rc, _, err = run(["plan", "qwen2.5-0.5b", "--on", "24GB", "--emit", f"out{LATIN1}.yaml",
+                      "--emit-format", "hf.yaml", "-o", str(tmp_path)])  # fmt: skip
+    assert rc == 0, err
+    (written,) = tmp_path.iterdir()
+    text = written.read_bytes().decode("utf-8")  # valid UTF-8: the trainer's YAML parser reads it
+    assert "\\udce9" in text

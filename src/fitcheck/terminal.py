@@ -33,8 +33,9 @@ def _escaped(ch: str) -> str:
 
 
 def is_unsafe(ch: str) -> bool:
-    """A control character (C0, DEL, C1) or a reordering format character."""
-    return ch in _REORDERING or unicodedata.category(ch) == "Cc"
+    """A control character (C0, DEL, C1), a reordering format character, or a lone surrogate (a byte of
+    a file name that is not UTF-8, as Python's ``surrogateescape`` keeps it: no terminal can show it)."""
+    return ch in _REORDERING or unicodedata.category(ch) in ("Cc", "Cs")
 
 
 def printable(text: str) -> str:

@@ -528,6 +528,8 @@ def _write(files: list[tuple[str, str | None, str]], force: bool) -> None:
 
 def _print_files(files: list[tuple[str, str | None, str]]) -> None:
     """``-o -``: the emitted file is the answer on stdout (after every file on disk is written)."""
+    from fitcheck.emitters.writer import write_stdout
+
     for _, dest, text in files:
         if dest is None:
-            sys.stdout.write(text)
+            write_stdout(text)

@@ -99,7 +99,7 @@ def _write_atomic(path: Path, text: str | bytes, force: bool) -> None:
     except OSError as exc:
         raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
-        data = text if isinstance(text, bytes) else text.encode("utf-8")
+        data = text if isinstance(text, bytes) else utf8(text)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -140,5 +140,12 @@ def write_all(files: Sequence[tuple[Path, str]], force: bool) -> list[Path]:
     return done
 
 
+def utf8(text: str) -> bytes:
+    """The text as UTF-8; a lone surrogate (a non-UTF-8 byte of a file name the user typed, kept by
+    Python's ``surrogateescape``) is written as its escape (``\\udce9``), so the file stays valid UTF-8
+    text its trainer's parser can read instead of the write failing."""
+    return text.encode("utf-8", "backslashreplace")
+
+
 def write_stdout(text: str) -> None:
-    sys.stdout.write(text)
+    sys.stdout.write(utf8(text).decode("utf-8"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -178,7 +179,7 @@ def resolve(text: str) -> ModelSpec | DiffusionSpec:
 
     if not text.strip():
         raise InputError("MODEL is empty: give a preset id, a size like 7B, a Hub id or a path")
-    if len(text) > MAX_NAME_CHARS or any(len(part.encode()) > 255 for part in text.split("/")):
+    if len(text) > MAX_NAME_CHARS or any(len(os.fsencode(part)) > 255 for part in text.split("/")):
         raise InputError(f"'{short(text)}' is longer than any model name or path can be")
     try:
         dspec = resolve_diffusion(text)
