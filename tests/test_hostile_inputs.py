@@ -475,3 +475,73 @@ def test_an_emit_name_that_is_not_utf8_is_written_as_valid_utf8(tmp_path: Path) 
     (written,) = tmp_path.iterdir()
     text = written.read_bytes().decode("utf-8")  # valid UTF-8: the trainer's YAML parser reads it
     assert "\\udce9" in text
+
+
+# ------------------------------------------- names no file can have, taken from a file or argv
+
+LONG = "x" * 5000
+PARTS = "a/" * 3000 + "b"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "word"),
+    [
+        # Path.exists / is_file raise on these (ENAMETOOLONG, a NUL) instead of answering False
+        (
+            "k-long.toml",
+            f'pretrained_model_name_or_path = "sd15"\ndataset_config = "{LONG}"\n',
+            "dataset_config",
+        ),
+        (
+            "k-nul.toml",
+            'pretrained_model_name_or_path = "sd15"\ndataset_config = "a\\u0000b.toml"\n',
+            "dataset_config",
+        ),
+        ("ax-long.yaml", f"base_model: {PARTS}\nadapter: lora\n", "longer"),
+        ("ax-nul.yaml", 'base_model: "a\\0b"\nadapter: lora\n', "unknown model"),
+        ("mlx-long.yaml", f"model: {'y' * 300}\nfine_tune_type: lora\n", "longer"),
+    ],
+    ids=[
+        "kohya-dataset-long",
+        "kohya-dataset-nul",
+        "axolotl-model-long",
+        "axolotl-model-nul",
+        "mlx-model-long",
+    ],
+)
+def test_a_name_no_file_can_have_is_one_clear_line(name: str, text: str, word: str, tmp_path: Path) -> None:
+    """Before: an internal error (OSError 'File name too long', ValueError 'embedded null byte')."""
+    path = tmp_path / name
+    path.write_text(text)
+    rc, out, err = run(["estimate", "--from", str(path), "--on", "none"])
+    assert rc == 2, err
+    assert_inert(rc, out, err)
+    assert word in err and len(err) < 400, err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["estimate", "--from", "a\0b.yaml", "--on", "none"],
+        ["estimate", "7B", "--on", "none", "--chart", "a\0b.svg"],
+        [
+            "plan",
+            "qwen2.5-0.5b",
+            "--on",
+            "24GB",
+            "--emit",
+            "a\0b.yaml",
+            "--emit-format",
+            "hf.yaml",
+            "-o",
+            "@",
+        ],
+    ],
+    ids=["from", "chart", "emit"],
+)
+def test_a_nul_in_a_file_name_is_one_clear_line(argv: list[str], tmp_path: Path) -> None:
+    """Real argv cannot carry a NUL, but ``main([...])`` and the fuzz test can: it was a ValueError."""
+    rc, out, err = run([a.replace("@", str(tmp_path)) for a in argv])
+    assert rc == 2, err
+    assert_inert(rc, out, err)
+    assert list(tmp_path.iterdir()) == []

@@ -505,10 +505,11 @@ def file_model(ref: str) -> str:
     emitter writes), else the reference itself."""
     from pathlib import Path
 
+    from fitcheck.fileio import could_be_path
     from fitcheck.presets import load_preset, preset_ids
 
     p = Path(ref)
-    if p.exists():
+    if could_be_path(ref) and p.exists():
         return ref
     for kind in ("models", "diffusion"):
         for pid in preset_ids(kind):

@@ -55,6 +55,20 @@ def was_read(st: os.stat_result) -> bool:
     return seen is not None and (st.st_dev, st.st_ino) in seen
 
 
+#: Longer than any path the system accepts (PATH_MAX is 4,096 on Linux); NAME_MAX is 255 bytes.
+MAX_PATH_CHARS = 4096
+MAX_NAME_BYTES = 255
+
+
+def could_be_path(text: str) -> bool:
+    """Whether ``text`` can name a file at all: no NUL byte, no longer than PATH_MAX, no part over NAME_MAX
+    bytes. Asking the system about anything else is an error, not "no such file" (``Path.exists`` raises
+    ValueError on a NUL and OSError ENAMETOOLONG on a long name), so a name from a file is checked first."""
+    if "\0" in text or len(text) > MAX_PATH_CHARS:
+        return False
+    return all(len(os.fsencode(part)) <= MAX_NAME_BYTES for part in text.split("/"))
+
+
 def user_path(text: str) -> Path:
     """A path as the user typed it, ``~`` expanded; a ``~name`` whose user does not exist (pathlib raises
     RuntimeError) stays as typed, so it reads as a name that is no file rather than an internal error."""
@@ -79,7 +93,7 @@ def open_regular(path: Path, what: str = "file") -> Iterator[tuple[int, int]]:
     """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):  # ValueError: a NUL in the name, which no file has
         raise ModelSourceError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise ModelSourceError(f"{path} is a folder, not a {what}") from None

@@ -41,8 +41,8 @@ def _regular_or_absent(p: Path) -> bool:
         if os.path.lexists(p):
             raise WriteError(f"{p} is a dangling symbolic link; remove it first") from None
         return False
-    except OSError as exc:
-        raise WriteError(f"cannot write {p}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        raise WriteError(f"cannot write {p}: {getattr(exc, 'strerror', None) or exc}") from None
     if stat.S_ISDIR(mode):
         raise WriteError(f"{p} is a folder")
     if not stat.S_ISREG(mode):
@@ -58,6 +58,8 @@ def check_destinations(paths: Sequence[Path], force: bool) -> None:
     """Refuse existing files (without ``force``), anything but a regular file, and duplicate names."""
     seen: set[str] = set()
     for p in paths:
+        if "\0" in str(p):
+            raise WriteError(f"cannot write {p}: a file name cannot hold a NUL byte")
         key = os.path.realpath(p)  # one file by two names (a linked folder, ../) is named twice
         if key in seen:
             raise WriteError(f"{p} is named twice")
