@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fitcheck.cli import app, main
+from fitcheck.terminal import is_unsafe
 
 #: Commands fuzzed (measure needs torch and seconds per call; its options are the shared ones).
 COMMANDS = ("estimate", "check", "plan", "matrix", "hw", "models")
@@ -59,7 +60,17 @@ VALUES: dict[str, list[str]] = {
     "--lora-rank": ["1", "16", "256", "100000", *HOSTILE_NUM],
     "--lora-alpha": ["16", "0.5", *HOSTILE_NUM],
     "--lora-dropout": ["0", "0.1", "1", "1.5", *HOSTILE_NUM],
-    "--lora-targets": ["attn", "all-linear", "q_proj,v_proj", "lm_head", "conv", "", "ü", "a" * 500],
+    "--lora-targets": [
+        "attn",
+        "all-linear",
+        "q_proj,v_proj",
+        "lm_head",
+        "conv",
+        "",
+        "ü",
+        "a" * 500,
+        "q\x1b[1m",
+    ],
     "--trainer": ["generic", "hf", "torchtune", "axolotl", "llamafactory", "mlx", "kohya", "x"],
     "--gpus": ["1", "2", "8", *HOSTILE_NUM],
     "--on": [
@@ -80,6 +91,8 @@ VALUES: dict[str, list[str]] = {
         "2x",
         "0x4090",
         "rtx-4090\x00",
+        "rtx-4090\x1b[31m",
+        "24G\udce9",
     ],
     "--headroom": ["2GB", "10%", "0", "abc", "-1GB", "200%", "nan%", "infGB", ""],
     "--format": ["table", "json", "yaml", "markdown", "xml"],
@@ -111,6 +124,10 @@ MODELS = [
     "a" * 300,
     "x" * 5000,
     "../../etc/passwd",
+    "\x1b[2Jm",
+    "org/na\nme",
+    "lat\udce9n",
+    "r\u202el",
 ]
 #: Options that would write files or take long; fuzzed by the scripted suite instead.
 SKIP = {"--emit", "--output-dir", "--force", "--chart", "--timeline", "--torch", "--help"}
@@ -200,6 +217,8 @@ def check_estimate_doc(doc: dict[str, Any]) -> None:
 def hold_contract(command: str, args: list[str], rc: int, out: str, err: str) -> None:
     assert "internal error" not in err, (args, err)
     assert "Traceback" not in err, (args, err)
+    # names are shown inert: no control, reordering or lone-surrogate character reaches the terminal
+    assert not [c for c in out.replace("\n", "") + err.replace("\n", "") if is_unsafe(c)], (args, err[-300:])
     assert rc in (0, 1, 2), (args, rc)
     if rc == 2:
         lines = [line for line in err.splitlines() if line.startswith("fitcheck: error:")]

@@ -339,3 +339,41 @@ def test_unreachable_endpoint_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 2  # the progress line and the error
     assert "cannot reach http://127.0.0.1:9" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _lying(size_claim: int) -> bytes:
+    """A safetensors file whose one tensor's shape needs 32 bytes but whose data_offsets say otherwise."""
+    raw = json.dumps({"w": {"dtype": "BF16", "shape": [4, 4], "data_offsets": [0, size_claim]}}).encode()
+    return struct.pack("<Q", len(raw)) + raw + b"\0" * size_claim
+
+
+#: (files of a hostile repo on the local endpoint, a word the one error line has): the real client reads
+#: them; fitcheck holds them to the rules a local file meets (red-team pass, session 4).
+HOSTILE_REPOS: list[tuple[dict[str, bytes], str]] = [
+    ({"config.json": json.dumps(TINY).encode(), "model.safetensors": _lying(8)}, "lies"),
+    ({"config.json": json.dumps(TINY).encode(), "model.safetensors": _lying(10**6)}, "lies"),
+    (
+        {
+            "config.json": json.dumps(TINY).encode(),
+            "model.safetensors": safetensors_bytes({"w": ("BF16", [4, 4])}).replace(b'"BF16"', b'"Q9_K"'),
+        },
+        "Q9_K",
+    ),
+    ({"config.json": json.dumps({**TINY, "model_type": "\x1b[2Jllama"}).encode()}, "\\x1b[2Jllama"),
+    ({"config.json": ("[" * 5000 + "]" * 5000).encode()}, "nested"),
+    ({"config.json": json.dumps({**TINY, "hidden_size": 10**12}).encode()}, "hidden_size"),
+]
+
+
+@pytest.mark.parametrize(
+    ("files", "word"), HOSTILE_REPOS, ids=[f"hostile-{i}" for i in range(len(HOSTILE_REPOS))]
+)
+def test_a_hostile_repo_is_one_inert_line(
+    hub: FakeHub, tmp_path: Path, files: dict[str, bytes], word: str
+) -> None:
+    hub.repos["acme/hostile"] = files
+    proc = run_cli(["estimate", "acme/hostile", "--on", "none"], _env(hub, tmp_path))
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("fitcheck: error:")]
+    assert proc.returncode == 2, proc.stderr
+    assert len(errors) == 1 and word in errors[0], proc.stderr
+    assert "\x1b" not in proc.stderr and "Traceback" not in proc.stderr

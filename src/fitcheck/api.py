@@ -182,6 +182,13 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _need_text(value: object, what: str, optional: bool = False) -> None:
+    """The library's own error for an argument of the wrong type (a str where the CLI takes text)."""
+    if isinstance(value, str) or (optional and value is None):
+        return
+    raise InputError(f"{what} must be text{' or None' if optional else ''} (got {type(value).__name__})")
+
+
 # --- models and targets ----------------------------------------------------------------------------
 
 
@@ -194,6 +201,7 @@ def resolve(model: str) -> Spec:
     """
     from fitcheck.sources.resolve import resolve as resolve_any
 
+    _need_text(model, "model (a preset id, a size like 7B, a Hub id or a path)")
     return resolve_any(model)
 
 
@@ -208,6 +216,10 @@ def target(
     on: str | None, headroom: str | None = None, gpus: int | None = None, probe_env: ProbeEnv | None = None
 ) -> Target | None:
     """The machine to judge against (``--on``), None for ``none``; ``auto`` probes this machine."""
+    _need_text(on, "on (a hardware id, a size like 24GB, auto or none)", optional=True)
+    _need_text(headroom, "headroom (a size like 2GB or a percentage)", optional=True)
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= 4096):
+        raise InputError(f"gpus must be a whole number from 1 to 4096 (got {gpus!r:.40})")
     if on is None or on.strip().lower() == "none":
         return None
     from fitcheck.hardware.budget import resolve_target
@@ -219,11 +231,16 @@ def target(
 
 
 def _spec(model: str | Spec) -> Spec:
-    return resolve(model) if isinstance(model, str) else model
+    from fitcheck.diffusion.spec import DiffusionSpec
+    from fitcheck.models import ModelSpec
+
+    return model if isinstance(model, (ModelSpec, DiffusionSpec)) else resolve(model)
 
 
 def _target(on: str | Target | None, headroom: str | None, gpus: int | None) -> Target | None:
-    return on if on is None or not isinstance(on, str) else target(on, headroom, gpus)
+    from fitcheck.models import Target
+
+    return on if isinstance(on, Target) else target(on, headroom, gpus)
 
 
 # --- setups ----------------------------------------------------------------------------------------
@@ -679,4 +696,5 @@ def detect(headroom: str | None = None, probe_env: ProbeEnv | None = None) -> Hw
     """This machine: devices, memory and the usable budget, with how each figure was measured."""
     from fitcheck.hardware.report import detect_report
 
+    _need_text(headroom, "headroom (a size like 2GB or a percentage)", optional=True)
     return detect_report(probe_env, headroom=headroom)

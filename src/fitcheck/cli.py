@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from fitcheck.errors import ExitCode, FitcheckError
+from fitcheck.terminal import printable
 
 app = typer.Typer(
     name="fitcheck",
@@ -412,7 +413,7 @@ def write_chart(path: str | None, force: bool, build: Callable[[], Any]) -> None
 
     chart_format(Path(path))  # a wrong extension is refused before anything is drawn
     write(build(), Path(path), force)
-    sys.stderr.write(f"fitcheck: wrote {path}\n")
+    sys.stderr.write(f"fitcheck: wrote {printable(path)}\n")
 
 
 def print_chart_link(fmt: Fmt, path: str | None) -> None:
@@ -465,7 +466,7 @@ class FromFile:
     def say(self) -> None:
         """The report on stderr, once the run was sized (an error stays one line)."""
         for line in self.report:
-            sys.stderr.write(f"fitcheck: {line}\n")
+            sys.stderr.write(f"fitcheck: {printable(line)}\n")
 
     def origin_of(self, setup: Any, given: frozenset[str]) -> dict[str, str]:
         """Every setup field's origin (not ``kind``: the model decides it); the backend follows ``--on``."""
@@ -512,10 +513,11 @@ def file_model(ref: str) -> str:
     emitter writes), else the reference itself."""
     from pathlib import Path
 
+    from fitcheck.fileio import could_be_path
     from fitcheck.presets import load_preset, preset_ids
 
     p = Path(ref)
-    if p.exists():
+    if could_be_path(ref) and p.exists():
         return ref
     for kind in ("models", "diffusion"):
         for pid in preset_ids(kind):
@@ -715,17 +717,18 @@ def main(argv: list[str] | None = None) -> int:
     traceback and keeps the code; a reader that leaves early (a broken pipe) keeps the code quietly;
     a stdout that cannot be written is 2 with one line (`fitcheck.output`).
     """
+    from fitcheck.fileio import reading
     from fitcheck.output import OutputError, finish, guarded_stdout
 
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     if debug:
         args.remove("--debug")
-    with guarded_stdout() as guard:
+    with guarded_stdout() as guard, reading():  # reading: no file written is one the command read
         try:
             code = _run(args, debug)
         except OutputError as exc:
-            sys.stderr.write(f"fitcheck: error: {exc}\n")
+            sys.stderr.write(f"fitcheck: error: {printable(str(exc))}\n")
             return int(ExitCode.TROUBLE)
         return finish(guard, code)
 
@@ -735,7 +738,7 @@ def _trouble(message: str, debug: bool) -> int:
         import traceback
 
         traceback.print_exc()
-    sys.stderr.write(message + "\n")
+    sys.stderr.write(printable(message) + "\n")
     return int(ExitCode.TROUBLE)
 
 
@@ -751,7 +754,7 @@ def _run(args: list[str], debug: bool) -> int:
             import traceback
 
             traceback.print_exc()
-        sys.stderr.write(f"fitcheck: error: {exc}\n")
+        sys.stderr.write(f"fitcheck: error: {printable(str(exc))}\n")
         return int(exc.exit_code)
     except Exit as exc:
         return int(exc.exit_code)

@@ -14,6 +14,7 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,42 @@ _KIND = (
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
 )
+
+
+#: (device, inode) of every regular file read during one command (`reading`), so a file the command
+#: writes is never one it read: ``plan --from run.hf.yaml --emit run.hf.yaml --force`` would otherwise
+#: replace the user's config with fitcheck's, and ``-o MODEL_DIR --emit config.json`` the model's config.
+_READ: ContextVar[set[tuple[int, int]] | None] = ContextVar("fitcheck_files_read", default=None)
+
+
+@contextmanager
+def reading() -> Iterator[None]:
+    """Record the files read inside the block (one CLI command); `was_read` asks about them."""
+    token = _READ.set(set())
+    try:
+        yield
+    finally:
+        _READ.reset(token)
+
+
+def was_read(st: os.stat_result) -> bool:
+    """Whether the file with this ``stat`` was read by the current command (hard links and symlinks too)."""
+    seen = _READ.get()
+    return seen is not None and (st.st_dev, st.st_ino) in seen
+
+
+#: Longer than any path the system accepts (PATH_MAX is 4,096 on Linux); NAME_MAX is 255 bytes.
+MAX_PATH_CHARS = 4096
+MAX_NAME_BYTES = 255
+
+
+def could_be_path(text: str) -> bool:
+    """Whether ``text`` can name a file at all: no NUL byte, no longer than PATH_MAX, no part over NAME_MAX
+    bytes. Asking the system about anything else is an error, not "no such file" (``Path.exists`` raises
+    ValueError on a NUL and OSError ENAMETOOLONG on a long name), so a name from a file is checked first."""
+    if "\0" in text or len(text) > MAX_PATH_CHARS:
+        return False
+    return all(len(os.fsencode(part)) <= MAX_NAME_BYTES for part in text.split("/"))
 
 
 def user_path(text: str) -> Path:
@@ -56,7 +93,7 @@ def open_regular(path: Path, what: str = "file") -> Iterator[tuple[int, int]]:
     """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):  # ValueError: a NUL in the name, which no file has
         raise ModelSourceError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise ModelSourceError(f"{path} is a folder, not a {what}") from None
@@ -66,6 +103,9 @@ def open_regular(path: Path, what: str = "file") -> Iterator[tuple[int, int]]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ModelSourceError(f"{path} is {file_kind(st.st_mode)}, not a {what}")
+        seen = _READ.get()
+        if seen is not None:
+            seen.add((st.st_dev, st.st_ino))
         yield fd, st.st_size
     except OSError as exc:
         raise ModelSourceError(f"cannot read {path}: {exc.strerror or exc}") from None

@@ -94,6 +94,8 @@ def finish(guard: GuardedStdout, code: int) -> int:
     try:
         guard.flush()
     except OutputError as exc:
-        sys.stderr.write(f"fitcheck: error: {exc}\n")
+        from fitcheck.terminal import printable
+
+        sys.stderr.write(f"fitcheck: error: {printable(str(exc))}\n")
         return int(ExitCode.TROUBLE)
     return code

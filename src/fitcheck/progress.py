@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import TextIO
 
+from fitcheck.terminal import printable
+
 #: Work shorter than this shows no progress at all.
 DELAY_S = 1.0
 
@@ -58,7 +60,7 @@ class StderrProgress:
 
     def __call__(self, message: str) -> None:
         if self.enabled and self.clock() - self.start >= DELAY_S:
-            self.stream.write(f"\r\x1b[Kfitcheck: {self.label}: {message}")
+            self.stream.write(f"\r\x1b[Kfitcheck: {printable(self.label)}: {printable(message)}")
             self.stream.flush()
             self.shown = True
 

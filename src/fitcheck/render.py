@@ -12,6 +12,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fitcheck.models import Estimate, ModelInfo, ModelSpec, Verdict
+from fitcheck.terminal import printable, printable_lines, printable_tree
 from fitcheck.units import GIB, MIB, fmt_count, fmt_gib
 
 if TYPE_CHECKING:
@@ -42,9 +43,10 @@ def to_markdown(data: Any) -> str:
             return "(none)\n"
         keys = list(data[0])
         lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-        lines += ["| " + " | ".join(str(r.get(k, "")) for k in keys) + " |" for r in data]
+        lines += ["| " + " | ".join(printable(str(r.get(k, ""))) for k in keys) + " |" for r in data]
         return "\n".join(lines) + "\n"
     if "phases" in data:
+        data = printable_tree(data)  # names from the user's files: shown as data, never as layout
         peak = next(p for p in data["phases"] if p["name"] == data["peak_phase"])
         s = data["setup"]
         shape = f"{s['resolution']} px" if s.get("resolution") else f"{s['seq_len']} tokens"
@@ -188,7 +190,7 @@ def _wrap(text: str | Text, width: int, indent: int = 0) -> list[Text]:
     from rich.cells import cell_len
     from rich.text import Text
 
-    txt = text if isinstance(text, Text) else Text(text)
+    txt = text if isinstance(text, Text) else Text(printable_lines(text))
     plain = txt.plain
     glued = _glued(plain)
     cuts = [i for i, ch in enumerate(plain) if ch == " " and i not in glued]
@@ -225,7 +227,7 @@ def _say(con: Any, text: str | Text, indent: int = 0, style: str | None = None) 
 def _cell_width(cell: str | Text) -> int:
     from rich.cells import cell_len
 
-    plain = cell.plain if not isinstance(cell, str) else cell
+    plain = cell.plain if not isinstance(cell, str) else printable_lines(cell)
     return max((cell_len(x) for x in plain.split("\n")), default=0)
 
 
@@ -288,7 +290,7 @@ def _table(
             cell = r[header.index(h)]
             if h == flex and flex_width:
                 cell = Text("\n").join(_wrap(cell, flex_width))
-            cells.append(cell if isinstance(cell, Text) else Text(cell))
+            cells.append(cell if isinstance(cell, Text) else Text(printable_lines(cell)))
         t.add_row(*cells)
     con.print(t)
     dropped = [h for h in header if h not in cols]
@@ -387,7 +389,7 @@ def no_gpu_first(con: Any, v: Any) -> None:
 def _escape(text: str) -> str:
     from rich.markup import escape
 
-    return escape(text)
+    return escape(printable(text))
 
 
 def estimate_table(est: Estimate, spec: ModelSpec | Any, verbose: bool = False) -> None:
@@ -396,7 +398,10 @@ def estimate_table(est: Estimate, spec: ModelSpec | Any, verbose: bool = False) 
 
     con = _console()
     no_gpu_first(con, est.target)
-    _say(con, Text(spec.name, style="bold") + Text(f" · peak of one training step ({est.peak_phase})"))
+    _say(
+        con,
+        Text(printable(spec.name), style="bold") + Text(f" · peak of one training step ({est.peak_phase})"),
+    )
     _say(con, assumptions(est.setup).replace("trainer generic", f"trainer {est.regime.name}"), style="dim")
     _peak_table(con, est, verbose)
     _say(con, _params_line(est))
@@ -637,7 +642,7 @@ def thumb_table(est: Estimate, judged: Verdict | None = None, verbose: bool = Fa
     no_gpu_first(con, v)
     _say(
         con,
-        Text(est.model_name, style="bold")
+        Text(printable(est.model_name), style="bold")
         + Text(f", {est.setup.method}: rule of thumb ")
         + Text(fmt_gib(th.bytes, 1), style="bold")
         + Text(f" ({th.rule}" + (f"; {th.source})" if verbose else "; the source documents)")),
@@ -653,7 +658,7 @@ def thumb_table(est: Estimate, judged: Verdict | None = None, verbose: bool = Fa
         _say(
             con,
             Text(v.verdict.replace("_", " "), style=f"bold {color}")
-            + Text(f" on {v.hardware} (rule of thumb {fmt_gib(th.bytes, 1)} against the "
+            + Text(f" on {printable(v.hardware)} (rule of thumb {fmt_gib(th.bytes, 1)} against the "
                    f"{_g(v.budget_bytes)} GiB budget); {spare_words(v.spare_bytes, v.spare_pct)}"),
         )  # fmt: skip
         _say(con, f"budget: {budget_sentence(v.budget_lines)}", indent=2, style="dim")
@@ -767,7 +772,7 @@ def diffusion_plan_table(plan: Any, stderr: bool = False) -> None:
 
 
 def note(msg: str) -> None:
-    sys.stderr.write(msg + "\n")
+    sys.stderr.write(printable(msg) + "\n")
 
 
 # ------------------------------------------------------------------------------------------ plan
@@ -825,7 +830,7 @@ def plan_markdown(plan: Any) -> str:
             "",
         ]
         out += [f"- `{c.flag}`: {c.change} ({_g(c.device_bytes)} GiB)" for c in plan.changes]
-        return "\n".join(out) + "\n"
+        return "\n".join(printable(line) for line in out) + "\n"
     c = plan.chosen
     unit = _speed(c).split(" ")[1]
     out = [
@@ -836,13 +841,13 @@ def plan_markdown(plan: Any) -> str:
         "| choice | reason | rule |",
         "|---|---|---|",
     ]
-    out += [f"| {r.choice} | {r.text} | {r.rule} |" for r in plan.reasons]
+    out += [printable(f"| {r.choice} | {r.text} | {r.rule} |") for r in plan.reasons]
     out += ["", f"| runner-up | GiB | {unit} | why not |", "|---|---:|---:|---|"]
     for r in plan.runners_up:
         x = r.candidate
         speed = _speed(x).split(" ")[0]
         out.append(f"| {_setup_line(x.setup)} | {_g(x.device_bytes)} | {speed} | {r.reason} |")
-    return "\n".join(out) + "\n"
+    return "\n".join(printable(line) for line in out) + "\n"
 
 
 def _plan_dist_rows(plan: Any) -> list[tuple[str, str]]:
@@ -891,8 +896,8 @@ def _plan_runners_up(con: Any, plan: Any) -> None:
                flex="why not")  # fmt: skip
     else:  # folded: each runner-up on its own line, the reason below it
         for cfg, gib_, tps, why_not in ru:
-            _say(con, Text(f"{cfg}: {gib_} GiB, {tps} tokens/s"), indent=2)
-            _say(con, Text(f"why not: {why_not}"), indent=4, style="dim")
+            _say(con, Text(printable(f"{cfg}: {gib_} GiB, {tps} tokens/s")), indent=2)
+            _say(con, Text(printable(f"why not: {why_not}")), indent=4, style="dim")
 
 
 def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
@@ -911,7 +916,7 @@ def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
     s, tp = c.setup, c.throughput
     _say(
         con,
-        Text(plan.model_name, style="bold") + Text(" on ") + Text(t.name, style="bold")
+        Text(printable(plan.model_name), style="bold") + Text(" on ") + Text(printable(t.name), style="bold")
         + Text(f" ({t.backend}): ") + Text("fits", style="bold green")
         + Text(f" — {_g(c.device_bytes)} of {_g(c.budget_bytes)} GiB budget, about "
                f"{tp.tokens_per_s:,.0f} tokens/s"),
@@ -980,7 +985,7 @@ def hw_report_table(report: Any, device_header: list[str], device_rows: list[lis
            flex="measured by", drop=("used GiB", "catalog id", "#"))  # fmt: skip
     if t is None:
         return
-    _say(con, Text(f"Budget on {t.name} ({t.id}): {_g(t.budget_bytes)} GiB", style="bold"))
+    _say(con, Text(printable(f"Budget on {t.name} ({t.id})") + f": {_g(t.budget_bytes)} GiB", style="bold"))
     steps = budget_steps(t.budget_lines)
     body: list[list[str | Text]] = [
         [f"{op} {label}".strip(), _g(amount), line.note if verbose else plain_note(line.note)]

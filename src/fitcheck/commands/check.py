@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from fitcheck.errors import FitcheckError
+from fitcheck.terminal import printable
 
 
 def register(app: typer.Typer) -> None:
@@ -72,7 +73,7 @@ def register(app: typer.Typer) -> None:
         if est.target.verdict == "tight":
             v = est.target.model_dump()
             sys.stderr.write(
-                f"fitcheck: warning: tight: {render.verdict_words(v)}"
+                f"fitcheck: warning: tight: {printable(render.verdict_words(v))}"
                 + (" (--strict: exit 1)" if strict else " (exit 0; --strict makes it 1)")
                 + "\n"
             )

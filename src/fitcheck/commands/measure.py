@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from fitcheck.errors import MissingExtraError, OptionError
+from fitcheck.terminal import printable
 
 EXTRA_HINT = (
     "fitcheck measure needs the 'torch' extra (torch, transformers, peft, safetensors); from a checkout: "
@@ -91,7 +92,8 @@ def run_measure(
     assert isinstance(setup, LlmSetup)
     est = api.estimate_setup(spec, setup)
     sys.stderr.write(
-        f"fitcheck: {'tracing' if device == 'fake' else 'running'} {steps} training steps of {spec.name}"
+        f"fitcheck: {'tracing' if device == 'fake' else 'running'} {steps} training steps of "
+        f"{printable(spec.name)}"
         f" on {device}{' (fake tensors, no memory used)' if device == 'fake' else ''}...\n"
     )
     if device == "fake":

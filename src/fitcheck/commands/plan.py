@@ -8,6 +8,7 @@ No ``from __future__ import annotations`` here: the command is defined inside `r
 option types of `fitcheck.cli`, and typer must see those annotations as objects.
 """
 
+import os
 import re
 import shlex
 import sys
@@ -19,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from fitcheck.errors import InputError, OptionError
+from fitcheck.terminal import printable
 
 _COUNT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
@@ -53,6 +55,8 @@ def resolve_emits(emits: list[str], fmt: str | None, output_dir: str) -> list[tu
     to_stdout = output_dir == "-"
     out: list[tuple[str, str | None]] = []
     for name in emits:
+        if name != "-" and os.path.basename(name) in ("", ".", ".."):  # "a/", "..", "": a folder or nothing
+            raise OptionError(f"--emit '{name}' is no file name: give one, e.g. run.hf.yaml")
         kind = format_for(name, fmt)
         if name == "-" or to_stdout:
             out.append((kind, None))
@@ -390,7 +394,7 @@ def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, fr
     _print_files(files)
     c.print_chart_link(c.Fmt(out.fmt), out.chart)
     for w in result.warnings:
-        sys.stderr.write(f"fitcheck: warning: {w}\n")
+        sys.stderr.write(f"fitcheck: warning: {printable(w)}\n")
     if out.emit and not result.fits:
         sys.stderr.write("fitcheck: nothing written: no configuration fits\n")
     return 0 if result.fits else 1
@@ -521,11 +525,13 @@ def _write(files: list[tuple[str, str | None, str]], force: bool) -> None:
 
     on_disk = [(Path(dest), text) for _, dest, text in files if dest is not None]
     for path in write_all(on_disk, force):
-        sys.stderr.write(f"fitcheck: wrote {path}\n")
+        sys.stderr.write(f"fitcheck: wrote {printable(str(path))}\n")
 
 
 def _print_files(files: list[tuple[str, str | None, str]]) -> None:
     """``-o -``: the emitted file is the answer on stdout (after every file on disk is written)."""
+    from fitcheck.emitters.writer import write_stdout
+
     for _, dest, text in files:
         if dest is None:
-            sys.stdout.write(text)
+            write_stdout(text)

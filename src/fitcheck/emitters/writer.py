@@ -29,22 +29,28 @@ def _regular_or_absent(p: Path) -> bool:
     """True when ``p`` (followed through a link) is a regular file, False when nothing is there.
 
     Raises:
-        WriteError: a folder, a device, a FIFO, a dangling link, or a path the system refuses.
+        WriteError: a folder, a device, a FIFO, a dangling link, a file this command read (its input),
+            or a path the system refuses.
     """
+    from fitcheck.fileio import was_read
+
     try:
-        mode = p.stat().st_mode  # follows a symlink: what would be overwritten
+        st = p.stat()  # follows a symlink: what would be overwritten
+        mode = st.st_mode
     except FileNotFoundError:
         if os.path.lexists(p):
             raise WriteError(f"{p} is a dangling symbolic link; remove it first") from None
         return False
-    except OSError as exc:
-        raise WriteError(f"cannot write {p}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the name
+        raise WriteError(f"cannot write {p}: {getattr(exc, 'strerror', None) or exc}") from None
     if stat.S_ISDIR(mode):
         raise WriteError(f"{p} is a folder")
     if not stat.S_ISREG(mode):
         from fitcheck.fileio import file_kind
 
         raise WriteError(f"{p} is {file_kind(mode)}; fitcheck writes regular files only")
+    if was_read(st):
+        raise WriteError(f"{p} is a file this command read (its input); write to another name")
     return True
 
 
@@ -52,7 +58,9 @@ def check_destinations(paths: Sequence[Path], force: bool) -> None:
     """Refuse existing files (without ``force``), anything but a regular file, and duplicate names."""
     seen: set[str] = set()
     for p in paths:
-        key = os.path.abspath(p)
+        if "\0" in str(p):
+            raise WriteError(f"cannot write {p}: a file name cannot hold a NUL byte")
+        key = os.path.realpath(p)  # one file by two names (a linked folder, ../) is named twice
         if key in seen:
             raise WriteError(f"{p} is named twice")
         seen.add(key)
@@ -93,7 +101,7 @@ def _write_atomic(path: Path, text: str | bytes, force: bool) -> None:
     except OSError as exc:
         raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
-        data = text if isinstance(text, bytes) else text.encode("utf-8")
+        data = text if isinstance(text, bytes) else utf8(text)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -134,5 +142,12 @@ def write_all(files: Sequence[tuple[Path, str]], force: bool) -> list[Path]:
     return done
 
 
+def utf8(text: str) -> bytes:
+    """The text as UTF-8; a lone surrogate (a non-UTF-8 byte of a file name the user typed, kept by
+    Python's ``surrogateescape``) is written as its escape (``\\udce9``), so the file stays valid UTF-8
+    text its trainer's parser can read instead of the write failing."""
+    return text.encode("utf-8", "backslashreplace")
+
+
 def write_stdout(text: str) -> None:
-    sys.stdout.write(text)
+    sys.stdout.write(utf8(text).decode("utf-8"))

@@ -12,7 +12,7 @@ import importlib
 from pathlib import Path
 
 from fitcheck.errors import FitcheckError, OptionError, suggest
-from fitcheck.fileio import loads
+from fitcheck.fileio import could_be_path, loads
 from fitcheck.readers.base import Doc, ReadResult, parse, read_text, syntax_of
 from fitcheck.readers.detect import detect
 
@@ -76,11 +76,12 @@ def _kohya_dataset(data: Doc, path: str) -> Doc | None:
     if name is None:
         return None
     for candidate in (Path(path).parent / name, Path(name)):
-        if candidate.is_file():
+        if could_be_path(str(candidate)) and candidate.is_file():
             return parse(read_text(str(candidate)), syntax_of(str(candidate)), str(candidate))
     from fitcheck.errors import NotFoundError
 
-    raise NotFoundError(f"--from {path}: its dataset_config {name} is not beside it (nor in this folder)")
+    shown = name if len(name) <= 80 else name[:77] + "..."
+    raise NotFoundError(f"--from {path}: its dataset_config {shown} is not beside it (nor in this folder)")
 
 
 def _mlx_bits(data: Doc) -> int | None:
@@ -89,7 +90,7 @@ def _mlx_bits(data: Doc) -> int | None:
     if not isinstance(model, str):
         return None
     config = Path(model) / "config.json"
-    if not config.is_file():
+    if not could_be_path(str(config)) or not config.is_file():
         return None
     try:
         doc = loads(read_text(str(config)), str(config))

@@ -7,6 +7,7 @@ Loading text (bounded, safe YAML, ``tomllib``, ``json``) is the only I/O, and it
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,11 @@ Doc = Mapping[str, object]
 
 #: Trainer configs are a few kB; anything past this is not a config (bounded read).
 MAX_BYTES = MIB
+#: Values in a parsed config, counting each YAML alias use again (a real config has a few hundred).
+#: A YAML file of a few hundred bytes can alias its way to billions of values ("billion laughs") or
+#: refer to itself (``&a [*a]``): anything that walks such a document (unused keys, repr in an error
+#: line) would run out of memory or never end, so the document is walked once, bounded, at parse time.
+MAX_VALUES = 100_000
 
 #: Setup fields fitcheck's setup model may not have yet (added by the multi-GPU and engine work):
 #: read anyway, and reported as "read, not yet modelled" when the setup model lacks them.
@@ -151,18 +157,33 @@ class Reading:
 # ------------------------------------------------------------------------------------ value checks
 
 
+def _short(value: object) -> str:
+    """A bounded repr for an error line: a value from a file may be huge or an alias bomb."""
+    import reprlib
+
+    shown = reprlib.Repr()
+    shown.maxstring = shown.maxother = shown.maxlong = 60
+    shown.maxlevel, shown.maxlist, shown.maxdict = 2, 4, 4
+    return shown.repr(value)
+
+
 def as_int(value: object, key: str, path: str) -> int | None:
-    """An integer setting; ``"auto"`` (resolved by the trainer at run time) reads as unset."""
+    """An integer setting; ``"auto"`` (resolved by the trainer at run time) reads as unset.
+
+    A whole float (``8.0``, ``"1e3"``) reads as its integer; NaN, infinities and fractions are refused.
+    """
     if value is None or value == "auto":
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise InputError(f"{path}: {key} must be a whole number (got {value!r})")
+        raise InputError(f"{path}: {key} must be a whole number (got {_short(value)})")
+    if isinstance(value, int):
+        return value
     try:
         number = float(value)
-    except ValueError:
-        raise InputError(f"{path}: {key} must be a whole number (got {value!r})") from None
-    if number != int(number):
-        raise InputError(f"{path}: {key} must be a whole number (got {value!r})")
+    except (ValueError, OverflowError):
+        raise InputError(f"{path}: {key} must be a whole number (got {_short(value)})") from None
+    if not math.isfinite(number) or number != int(number):
+        raise InputError(f"{path}: {key} must be a whole number (got {_short(value)})")
     return int(number)
 
 
@@ -170,11 +191,14 @@ def as_float(value: object, key: str, path: str) -> float | None:
     if value is None or value == "auto":
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise InputError(f"{path}: {key} must be a number (got {value!r})")
+        raise InputError(f"{path}: {key} must be a number (got {_short(value)})")
     try:
-        return float(value)
-    except ValueError:
-        raise InputError(f"{path}: {key} must be a number (got {value!r})") from None
+        number = float(value)
+    except (ValueError, OverflowError):  # OverflowError: an int past float's range (10**400)
+        raise InputError(f"{path}: {key} must be a number (got {_short(value)})") from None
+    if not math.isfinite(number):
+        raise InputError(f"{path}: {key} must be a finite number (got {_short(value)})")
+    return number
 
 
 def as_bool(value: object, key: str, path: str) -> bool | None:
@@ -187,7 +211,7 @@ def as_bool(value: object, key: str, path: str) -> bool | None:
         return value.strip().lower() in ("true", "yes", "1")
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
-    raise InputError(f"{path}: {key} must be true or false (got {value!r})")
+    raise InputError(f"{path}: {key} must be true or false (got {_short(value)})")
 
 
 # ----------------------------------------------------------------------------------------- loading
@@ -229,7 +253,26 @@ def parse(text: str, syntax: str, path: str) -> Doc:
         raise InputError(f"--from {path}: not valid {syntax.upper()}: {_first_line(exc)}") from None
     if not isinstance(data, Mapping):
         raise InputError(f"--from {path}: expected a mapping of settings, got {type(data).__name__}")
+    if count_values(data, MAX_VALUES) > MAX_VALUES:
+        raise InputError(
+            f"--from {path}: over {MAX_VALUES:,} values once YAML aliases are expanded "
+            "(an alias bomb or a self-referring document is no trainer config)"
+        )
     return data
+
+
+def count_values(data: object, limit: int) -> int:
+    """The values in a parsed document, each alias use counted again; stops past ``limit``."""
+    seen, stack = 0, [data]
+    while stack and seen <= limit:
+        item = stack.pop()
+        seen += 1
+        if isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return seen
 
 
 def _first_line(exc: Exception) -> str:

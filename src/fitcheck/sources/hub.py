@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from fitcheck.errors import ModelSourceError, NotFoundError
 from fitcheck.models import ModelSpec
+from fitcheck.terminal import printable
 
 if TYPE_CHECKING:
     from fitcheck.diffusion.spec import DiffusionSpec
@@ -38,7 +39,10 @@ def parse_hub_id(text: str) -> tuple[str, str | None] | None:
 
 def _progress(repo: str, rev: str | None, endpoint: str) -> None:
     where = f"{repo}@{rev}" if rev else repo
-    print(f"fitcheck: fetching {where} from {endpoint} (config and safetensors headers) ...", file=sys.stderr)
+    print(
+        f"fitcheck: fetching {printable(where)} from {endpoint} (config and safetensors headers) ...",
+        file=sys.stderr,
+    )
 
 
 def _fix_offline(repo: str) -> str:
@@ -86,7 +90,7 @@ def _remote_tensors(hf: Any, repo: str, rev: str | None) -> dict[str, tuple[str,
     """name -> (dtype, shape) from the safetensors headers on the Hub (range requests only)."""
     from huggingface_hub import errors as e
 
-    from fitcheck.sources.safetensors_header import DTYPES
+    from fitcheck.sources.safetensors_header import tensors
 
     try:
         meta = hf.get_safetensors_metadata(repo, revision=rev)
@@ -95,9 +99,12 @@ def _remote_tensors(hf: Any, repo: str, rev: str | None) -> dict[str, tuple[str,
     except (e.HfHubHTTPError, OSError):
         return {}  # headers are a refinement; the config alone still sizes the model
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
-    for fm in meta.files_metadata.values():
-        for name, info in fm.tensors.items():
-            out[name] = (DTYPES.get(info.dtype, str(info.dtype).lower()), tuple(int(x) for x in info.shape))
+    for fname, fm in meta.files_metadata.items():  # checked as a local header is (dtype, shape, offsets)
+        header = {
+            name: {"dtype": info.dtype, "shape": list(info.shape), "data_offsets": list(info.data_offsets)}
+            for name, info in fm.tensors.items()
+        }
+        out.update(tensors(header, f"{repo}/{fname}"))
     return out
 
 

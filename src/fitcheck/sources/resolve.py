@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fitcheck.errors import InputError, ModelSourceError, NotFoundError, suggest
-from fitcheck.fileio import user_path
+from fitcheck.fileio import could_be_path, user_path
 from fitcheck.models import ModelSpec, TensorGroup
 from fitcheck.presets import load_preset, preset_ids
 from fitcheck.sources.hf_config import UnsupportedTypeError, arch_from_hf_config
@@ -207,7 +207,7 @@ def resolve(text: str) -> ModelSpec | DiffusionSpec:
 
     if not text.strip():
         raise InputError("MODEL is empty: give a preset id, a size like 7B, a Hub id or a path")
-    if len(text) > MAX_NAME_CHARS or any(len(part.encode()) > 255 for part in text.split("/")):
+    if not could_be_path(text.replace("\0", "")):  # a NUL alone is an unknown name, said below
         raise InputError(f"'{short(text)}' is longer than any model name or path can be")
     try:
         dspec = resolve_diffusion(text)
@@ -216,10 +216,6 @@ def resolve(text: str) -> ModelSpec | DiffusionSpec:
         return _resolve_llm_or_hub(text)
     except OSError as exc:  # a path the system refuses (permissions, a loop of links, ...)
         raise ModelSourceError(f"{short(text)}: cannot read it ({exc.strerror or exc})") from None
-
-
-#: Longer than any path the system accepts (PATH_MAX is 4,096 on Linux).
-MAX_NAME_CHARS = 4096
 
 
 def short(text: str, n: int = 80) -> str:

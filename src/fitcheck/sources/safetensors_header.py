@@ -7,6 +7,7 @@ length is bounded and checked against the file size, and nothing is unpickled.
 
 from __future__ import annotations
 
+import math
 import struct
 from pathlib import Path
 from typing import Any
@@ -27,10 +28,21 @@ DTYPES = {
     "F8_E8M0": "fp8", "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U64": "int64",
     "U32": "int32", "U16": "int16", "U8": "uint8", "BOOL": "bool",
 }  # fmt: skip
+#: Bytes per element of each dtype (safetensors ``Dtype::size``, safetensors/src/tensor.rs at
+#: huggingface/safetensors 000a16f; F8_E8M0 is one byte like the other fp8 formats).
+ITEMSIZE = {
+    "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I64": 8, "I32": 4,
+    "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1,
+}  # fmt: skip
 
 
 def read_header(path: Path) -> dict[str, Any]:
-    """The JSON header of one safetensors file.
+    """The JSON header of one safetensors file."""
+    return read_header_sized(path)[0]
+
+
+def read_header_sized(path: Path) -> tuple[dict[str, Any], int]:
+    """The JSON header of one safetensors file and the size of the data buffer after it.
 
     Raises:
         ModelSourceError: truncated file, absurd or oversized header length, non-JSON header.
@@ -48,6 +60,7 @@ def read_header(path: Path) -> dict[str, Any]:
                 f"{MAX_HEADER_BYTES:,}-byte limit; the file is truncated or not safetensors"
             )
         text = read_upto(fd, n)
+        buffer = size - 8 - n
     try:
         decoded = text.decode("utf-8")
     except UnicodeDecodeError:
@@ -60,12 +73,18 @@ def read_header(path: Path) -> dict[str, Any]:
         raise
     if not isinstance(header, dict):
         raise ModelSourceError(f"{path}: the safetensors header is not a JSON object")
-    return header
+    return header, buffer
 
 
-def tensors(header: dict[str, Any], path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """name -> (dtype, shape) for every tensor of a header."""
+def tensors(
+    header: dict[str, Any], path: Path | str, buffer: int | None = None
+) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """name -> (dtype, shape) for every tensor of a header whose sizes agree with its data offsets.
+
+    ``buffer``: the bytes after the header, when the file is here (a Hub header read by range has none).
+    """
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
+    spans: list[tuple[int, int, str]] = []
     for name, info in header.items():
         if name == "__metadata__":
             continue
@@ -82,8 +101,46 @@ def tensors(header: dict[str, Any], path: Path) -> dict[str, tuple[str, tuple[in
         if any(x > MAX_DIM for x in raw_shape):
             raise ModelSourceError(f"{path}: tensor '{name}' has a dimension over {MAX_DIM:,}")
         dtype, shape = DTYPES[raw_dtype], tuple(raw_shape)
+        spans.append(_span(info.get("data_offsets"), ITEMSIZE[raw_dtype] * math.prod(shape), name, path))
         out[name] = (dtype, shape)
+    _check_layout(spans, path, buffer)
     return out
+
+
+def _span(offsets: object, nbytes: int, name: str, path: Path | str) -> tuple[int, int, str]:
+    """A tensor's ``data_offsets`` [begin, end], which must span exactly what its shape and dtype need."""
+    if not (
+        isinstance(offsets, list) and len(offsets) == 2 and all(type(x) is int and x >= 0 for x in offsets)
+    ):
+        raise ModelSourceError(f"{path}: tensor '{name}' has no valid data_offsets (two byte offsets)")
+    begin: int = offsets[0]
+    end: int = offsets[1]
+    if end - begin != nbytes:
+        raise ModelSourceError(
+            f"{path}: tensor '{name}' has data_offsets spanning {end - begin:,} bytes but its shape and "
+            f"dtype need {nbytes:,}: the header lies about the tensor's size"
+        )
+    return begin, end, name
+
+
+def _check_layout(spans: list[tuple[int, int, str]], path: Path | str, buffer: int | None) -> None:
+    """The tensors tile the data buffer from byte 0 with no gap or overlap, and end where the file does.
+
+    The rule of the reference implementation (``Metadata::validate`` and ``read_metadata``,
+    safetensors/src/tensor.rs at huggingface/safetensors 000a16f), which refuses any other file.
+    """
+    at = 0
+    for begin, end, name in sorted(spans):
+        if begin != at:
+            raise ModelSourceError(
+                f"{path}: tensor '{name}' starts at byte {begin:,}, not {at:,}: overlapping or gapped data"
+            )
+        at = end
+    if buffer is not None and at != buffer:
+        raise ModelSourceError(
+            f"{path}: the header describes {at:,} bytes of tensor data but the file holds {buffer:,}; "
+            "the file is truncated or the header lies"
+        )
 
 
 def shard_paths(path: Path) -> list[Path]:
@@ -118,7 +175,8 @@ def read_all(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Tensors of every shard behind ``path``."""
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
     for shard in shard_paths(path):
-        out.update(tensors(read_header(shard), shard))
+        header, buffer = read_header_sized(shard)
+        out.update(tensors(header, shard, buffer))
     if not out:
         raise ModelSourceError(f"{path}: no tensors found")
     return out

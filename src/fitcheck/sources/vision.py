@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fitcheck.errors import ModelSourceError
+
 Config = Mapping[str, Any]
 
 #: One kind of ``nn.Linear`` in a tower: (d_in, d_out, how many).
@@ -56,8 +58,41 @@ QWEN3_VL_DEFAULTS = {"hidden_size": 1152, "intermediate_size": 4304, "depth": 27
                      "deepstack_visual_indexes": (8, 16, 24)}  # fmt: skip
 
 
+#: Size fields of a ``vision_config`` and a bound no real tower comes near (today's largest towers: width
+#: ~1,664, 48 layers, images of 896 px): past these a config is a typo or hostile, not a model.
+VISION_BOUNDS: dict[str, int] = {
+    **dict.fromkeys(("hidden_size", "embed_dim", "out_hidden_size", "vision_output_dim"), 1_048_576),
+    **dict.fromkeys(("projector_input_dim", "projector_output_dim"), 1_048_576),
+    "intermediate_size": 16_777_216,
+    **dict.fromkeys(("num_hidden_layers", "depth"), 10_000),
+    **dict.fromkeys(("image_size", "patch_size"), 65_536),
+    **dict.fromkeys(("num_channels", "in_channels", "spatial_merge_size", "temporal_patch_size"), 1_024),
+}
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _merged(cfg: Config, defaults: Mapping[str, Any]) -> dict[str, Any]:
-    return {**defaults, **{k: v for k, v in cfg.items() if v is not None}}
+    """The tower's config over its class defaults, every size field checked (one clear line if not)."""
+    c = {**defaults, **{k: v for k, v in cfg.items() if v is not None}}
+    for key, bound in VISION_BOUNDS.items():
+        value = c.get(key)
+        if isinstance(value, float) and value.is_integer() and 1 <= value <= bound:
+            c[key] = value = int(value)
+        if key in c and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= bound):
+            raise ModelSourceError(
+                f"config.json vision_config: {key} must be a whole number from 1 to {bound:,} "
+                f"(got {_shown(value)})"
+            )
+    ratio = c.get("mlp_ratio", 1)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1_024:
+        raise ModelSourceError(
+            f"config.json vision_config: mlp_ratio must be a number above 0 (got {_shown(ratio)})"
+        )
+    return c
 
 
 def _vit_layers(h: int, inter: int, layers: int) -> int:
