@@ -295,11 +295,13 @@ def check_request(spec: ModelSpec, target: Target, device: DevicePerf, req: Plan
         why = K.precision_refusal(trainer, "full", req.precision)
         if why is not None and req.method == "full":
             raise OptionError(why)
-    per_gpu, rest = divmod(req.effective_batch, target.gpus if req.strategy != "device-map" else 1)
+    ranks = target.gpus * req.base.nodes if req.strategy != "device-map" else 1
+    per_gpu, rest = divmod(req.effective_batch, ranks)
     if rest:
+        where = f"{target.gpus} GPUs" if req.base.nodes == 1 else f"{ranks} GPUs ({req.base.nodes} nodes)"
         raise OptionError(
-            f"--effective-batch {req.effective_batch} is not a multiple of the {target.gpus} GPUs; "
-            f"use {max(1, per_gpu) * target.gpus}"
+            f"--effective-batch {req.effective_batch} is not a multiple of the {where}; "
+            f"use {max(1, per_gpu) * ranks}"
         )
     if req.batch_size is not None and per_gpu % req.batch_size:
         raise OptionError(
