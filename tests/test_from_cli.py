@@ -131,6 +131,13 @@ def test_plan_from_file_keeps_its_method_and_shape(capsys: pytest.CaptureFixture
     assert d["chosen"]["effective_batch"] == 8  # micro-batch 2 x accumulation 4
 
 
+def test_plan_from_file_multiplies_the_batch_over_every_rank(capsys: pytest.CaptureFixture[str]) -> None:
+    """The file's batch is per process: the effective batch counts every GPU of every node."""
+    args = ["plan", "llama-3.1-8b", "--from", AXOLOTL, "--on", "2xh100-80gb", "--gpus", "2", "--nodes", "3"]
+    d, _ = doc(args, capsys)
+    assert d["chosen"]["effective_batch"] == 8 * 2 * 3
+
+
 def test_table_output_reports_the_file_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = run(["estimate", "llama-3.1-8b", "--from", AXOLOTL, "--on", "rtx-4090"], capsys)
     assert rc == 0 and "from " in err and "(axolotl): method=qlora" in err and "fitcheck:" not in out

@@ -430,7 +430,8 @@ def plan_from(model: str | None, kw: dict[str, Any], path: str | None, fmt: str 
             kw[name] = prov.values[name]
     if "effective_batch" not in given and prov.origin.get("batch_size") == "file":
         per_step = int(prov.values["batch_size"]) * int(prov.values.get("grad_accum", 1))
-        kw["effective_batch"] = per_step * int(kw.get("gpus") or 1)
+        nodes = int(kw.get("nodes") or 1)  # the plan's nodes (the command line's; a file's are not fixed)
+        kw["effective_batch"] = per_step * int(kw.get("gpus") or 1) * nodes
     return prov.model, prov
 
 
