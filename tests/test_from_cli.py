@@ -136,6 +136,8 @@ def test_plan_from_file_multiplies_the_batch_over_every_rank(capsys: pytest.Capt
     args = ["plan", "llama-3.1-8b", "--from", AXOLOTL, "--on", "2xh100-80gb", "--gpus", "2", "--nodes", "3"]
     d, _ = doc(args, capsys)
     assert d["chosen"]["effective_batch"] == 8 * 2 * 3
+    d, _ = doc(["plan", "llama-3.1-8b", "--from", AXOLOTL, "--on", "2xh100-80gb"], capsys)
+    assert d["chosen"]["effective_batch"] == 8 * 2  # the target's two GPUs, not given as --gpus
 
 
 def test_table_output_reports_the_file_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:

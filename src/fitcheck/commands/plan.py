@@ -430,9 +430,18 @@ def plan_from(model: str | None, kw: dict[str, Any], path: str | None, fmt: str 
             kw[name] = prov.values[name]
     if "effective_batch" not in given and prov.origin.get("batch_size") == "file":
         per_step = int(prov.values["batch_size"]) * int(prov.values.get("grad_accum", 1))
-        nodes = int(kw.get("nodes") or 1)  # the plan's nodes (the command line's; a file's are not fixed)
-        kw["effective_batch"] = per_step * int(kw.get("gpus") or 1) * nodes
+        kw["effective_batch"] = per_step * _ranks(kw)
     return prov.model, prov
+
+
+def _ranks(kw: dict[str, Any]) -> int:
+    """The processes a ``--from`` file's per-process batch runs on: the target's GPUs (``--on 2xh100-80gb``,
+    ``--gpus`` or the file's) times the plan's ``--nodes`` (the command line's; a file's are not fixed)."""
+    from fitcheck import api
+
+    tgt = api.target(kw.get("on"), kw.get("headroom"), kw.get("gpus"))
+    gpus = tgt.gpus if tgt is not None else int(kw.get("gpus") or 1)
+    return gpus * int(kw.get("nodes") or 1)
 
 
 def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
