@@ -452,3 +452,13 @@ def test_refined_web_reads_as_transformers_converts_it() -> None:
     converted |= {"num_hidden_layers": legacy["n_layer"], "new_decoder_architecture": False}
     old, new = arch_from_hf_config(legacy), arch_from_hf_config(converted)
     assert old.model_copy(update={"model_type": "falcon"}) == new
+
+
+def test_a_config_that_breaks_a_whole_model_rule_reads_as_one_plain_line() -> None:
+    """A rule over several fields (pydantic model validator) names the rule, without pydantic's
+    'Value error,' prefix or an empty field path."""
+    cfg = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 64, "intermediate_size": 11008, "vocab_size": 32000}  # fmt: skip
+    with pytest.raises(ModelSourceError) as err:
+        arch_from_hf_config(cfg)
+    assert str(err.value) == "config.json: num_attention_heads must be a multiple of num_key_value_heads"

@@ -958,8 +958,9 @@ def arch_from_hf_config(cfg: Config) -> DecoderArch:
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ValidationError):
             first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise ModelSourceError(f"config.json: {where}: {first['msg']}") from None
+            where = "".join(f"{p}: " for p in (".".join(str(p) for p in first["loc"]),) if p)
+            msg = str(first["msg"]).removeprefix("Value error, ")  # pydantic's prefix for a ValueError
+            raise ModelSourceError(f"config.json: {where}{msg}") from None
         raise ModelSourceError(f"config.json has a field of the wrong type: {exc}") from None
 
 
