@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from fitcheck.errors import ModelSourceError
 from fitcheck.sources.hf_config import HYBRID_TYPES, arch_from_hf_config
 from fitcheck.sources.resolve import MXFP4_NOTE, spec_from_path
 from test_architectures import CASES, MM_CASES
-from test_hub import COMMIT, SRC, _cache_repo, run_cli
+from test_hub import COMMIT, SRC, _cache_repo, run_cli, safetensors_bytes
 
 ARCH_DATA = Path(__file__).parent / "data" / "arch"
 
@@ -131,20 +130,6 @@ def test_hybrid_refusal_is_one_line_exit_2(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("fitcheck: error:") and "short-convolution" in lines[0]
 
 
-def _safetensors(tensors: dict[str, tuple[str, list[int]]]) -> bytes:
-    size = {"BF16": 2, "F32": 4, "U8": 1}
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-    off = 0
-    for name, (dtype, shape) in tensors.items():
-        n = size[dtype]
-        for d in shape:
-            n *= d
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + n]}
-        off += n
-    raw = json.dumps(header).encode()
-    return struct.pack("<Q", len(raw)) + raw + b"\0" * off
-
-
 #: A one-layer gpt-oss in the layout of openai/gpt-oss-20b's MXFP4 checkpoint: expert weights as
 #: ``_blocks`` (E, out, in / 32, 16) uint8 and ``_scales`` (E, out, in / 32) uint8, the rest bf16.
 TINY_OSS = {"model_type": "gpt_oss", "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 1,
@@ -178,7 +163,7 @@ def _tiny_oss_tensors() -> dict[str, tuple[str, list[int]]]:
 
 def test_mxfp4_checkpoint_counts_unpacked_and_notes_bf16_training(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(TINY_OSS))
-    (tmp_path / "model.safetensors").write_bytes(_safetensors(_tiny_oss_tensors()))
+    (tmp_path / "model.safetensors").write_bytes(safetensors_bytes(_tiny_oss_tensors()))
     spec = spec_from_path(tmp_path)
     assert spec.source_kind == "safetensors"
     assert spec.declared_params == count_params(spec.arch)  # blocks x 2, scales not parameters
@@ -203,7 +188,7 @@ def test_hub_ids_estimate_end_to_end_from_the_cache(tmp_path: Path) -> None:
         _cache_repo(tmp_path / "hub", repo, {"config.json": json.dumps(cfg).encode()})
     mxfp4 = {
         "config.json": json.dumps(TINY_OSS).encode(),
-        "model.safetensors": _safetensors(_tiny_oss_tensors()),
+        "model.safetensors": safetensors_bytes(_tiny_oss_tensors()),
     }
     _cache_repo(tmp_path / "hub", "acme/oss-mxfp4", mxfp4)
     ids = [*cases, "acme/oss-mxfp4"]
@@ -255,19 +240,13 @@ def test_new_families_within_3pct_of_the_traced_step(model_type: str, method: st
     class under fitcheck's fake-tensor tracer: forward and backward peaks within 3%."""
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    import importlib.util
-
+    from bench_helpers import bench_module
     from fitcheck.engine.estimate import estimate
     from fitcheck.measure.trace import trace_step
     from fitcheck.models import LlmSetup
     from fitcheck.sources.resolve import spec_from_config
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "arch_trace.py"
-    spec = importlib.util.spec_from_file_location("arch_trace", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    cfg = mod.widen(model_type, CASES[model_type][1])
+    cfg = bench_module("arch_trace").widen(model_type, CASES[model_type][1])
     setup = LlmSetup(method=method, seq_len=512, batch_size=2, lora_targets=targets)
     est = estimate(spec_from_config(dict(cfg), id=model_type, name=model_type, source="test"), setup)
     traced = {p.name: p.peak_bytes for p in trace_step(dict(cfg), setup, steps=2).phases}

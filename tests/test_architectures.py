@@ -410,16 +410,10 @@ def test_unknown_type_transformers_does_not_know_either() -> None:
 
 def test_class_defaults_table_matches_installed_transformers() -> None:
     pytest.importorskip("transformers")
-    import importlib.util
-    from pathlib import Path
-
+    from bench_helpers import bench_module
     from fitcheck.sources.hf_config import class_defaults
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "arch_defaults.py"
-    spec = importlib.util.spec_from_file_location("arch_defaults", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = bench_module("arch_defaults")
     assert class_defaults() == mod.class_defaults_from_transformers(), "regenerate: bench/arch_defaults.py"
 
 

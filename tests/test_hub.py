@@ -60,7 +60,7 @@ def _tiny_tensors() -> dict[str, tuple[str, list[int]]]:
 
 def safetensors_bytes(tensors: dict[str, tuple[str, list[int]]]) -> bytes:
     """A safetensors file: 8-byte header length, JSON header, then (zeroed) data."""
-    size = {"BF16": 2, "F32": 4}
+    size = {"BF16": 2, "F32": 4, "U8": 1}
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     off = 0
     for name, (dtype, shape) in tensors.items():

@@ -7,8 +7,6 @@ tests/data/calibration hold the last two to the tracer (tests/test_calibration.p
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -135,8 +133,9 @@ def test_fused_qkv_storage_only_where_v_stays_a_view() -> None:
 
 
 def test_universal_llm_trainer_records_are_posed_as_the_loop_runs() -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    import published as pub
+    from bench_helpers import bench_module
+
+    pub = bench_module("published")
 
     _, records = pub.load_source(pub.DATA / "universal-llm-trainer.yaml")
     posed = [p for r in records if r.gpus == 1 and not isinstance(p := pub.pose(r), str)]

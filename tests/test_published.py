@@ -10,10 +10,8 @@ it is taken off the list.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -22,16 +20,13 @@ from typing import Any
 import pytest
 import yaml
 
+from bench_helpers import bench_module
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fitcheck_bench_published", ROOT / "bench" / "published.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module("published")
 
 
 pub = _bench()

@@ -15,11 +15,14 @@ import sys
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fitcheck.errors import InputError, OptionError
+
+if TYPE_CHECKING:
+    from fitcheck.models import Target
 from fitcheck.terminal import printable
 
 _COUNT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
@@ -203,15 +206,17 @@ def _check_emits(spec: Any, kinds: list[str], trainer: str | None, out: Output) 
     return trainer or "kohya"
 
 
-def run_plan(model: str, spec: Any, kw: dict[str, Any], out: Output) -> tuple[Any, list[Any]]:
-    """Plan any model and (when it fits) render the emitted files; returns (plan, [(kind, dest, text)])."""
+def run_plan(
+    model: str, spec: Any, kw: dict[str, Any], out: Output, tgt: "Target | None"
+) -> tuple[Any, list[Any]]:
+    """Plan any model on ``tgt`` (resolved once, by `run_command`) and (when it fits) render the emitted
+    files; returns (plan, [(kind, dest, text)])."""
     from fitcheck import api
     from fitcheck.progress import StderrProgress, reporting
 
     wanted = resolve_emits(out.emit, out.emit_format, out.output_dir)
     kinds = [k for k, _ in wanted]
     trainer = _check_emits(spec, kinds, kw["trainer"], out)
-    tgt = api.target(kw["on"], kw["headroom"], kw["gpus"])
     llm = api.kind_of(spec) == "llm"
     if llm and kw["trainer"] is None and tgt is not None:
         _check_format_backend(kinds, trainer, tgt.backend)
@@ -378,15 +383,18 @@ def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, fr
     from fitcheck import api
     from fitcheck import cli as c
 
-    model, prov = plan_from(model, kw, from_file, from_format)
+    model, prov, per_process = plan_from(model, kw, from_file, from_format)
     spec = api.resolve(model)
     api.refuse_foreign(spec, kw)
+    tgt = api.target(kw["on"], kw["headroom"], kw["gpus"])
     if prov is not None:
         prov.say()
+    if per_process is not None:
+        kw["effective_batch"] = per_process * _ranks(kw, tgt)
     kw["canonical"] = _canonical(kw)
     if out.output_dir == "-" and out.fmt != "table":
         raise OptionError(f"-o - puts the emitted file on stdout; it cannot also carry --format {out.fmt}")
-    result, files = run_plan(model, spec, kw, out)
+    result, files = run_plan(model, spec, kw, out, tgt)
     _check_destinations(files, out.force, out.chart)
     _write(files, out.force)  # files first: a reader leaving early never stops them being written
     c.write_chart(out.chart, out.force, lambda: _plan_chart(result))
@@ -407,11 +415,15 @@ PLAN_FIXED = ("method", "dora", "lora_fa", "lora_rank", "lora_alpha", "lora_targ
               "keep_logits", "seq_len", "resolution", "trainer", "gpus")  # fmt: skip
 
 
-def plan_from(model: str | None, kw: dict[str, Any], path: str | None, fmt: str | None) -> tuple[str, Any]:
-    """Apply a ``--from`` file to the plan options in ``kw`` (command line first): MODEL and the merge.
+def plan_from(
+    model: str | None, kw: dict[str, Any], path: str | None, fmt: str | None
+) -> tuple[str, Any, int | None]:
+    """Apply a ``--from`` file to the plan options in ``kw`` (command line first): MODEL, the merge, and
+    the file's batch per process (micro-batch x accumulation; None when the file sets none or
+    ``--effective-batch`` is given).
 
     The file fixes the model, method, LoRA shape, sequence length or resolution, trainer and GPUs,
-    and the effective batch (micro-batch x accumulation x GPUs); the planner searches the rest.
+    and the effective batch (its batch per process x every rank: `_ranks`); the planner searches the rest.
     """
     from fitcheck import cli as c
     from fitcheck._clicompat import given_parameters
@@ -419,7 +431,7 @@ def plan_from(model: str | None, kw: dict[str, Any], path: str | None, fmt: str 
     if path is None and fmt is None:
         if model is None:
             raise InputError("give MODEL (or --from FILE naming one)")
-        return model, None
+        return model, None, None
     given = given_parameters()
     setup_kw = {k: v for k, v in kw.items() if k in PLAN_FIXED or k in ("batch_size", "grad_accum")}
     if setup_kw.get("method") == "auto":
@@ -428,18 +440,15 @@ def plan_from(model: str | None, kw: dict[str, Any], path: str | None, fmt: str 
     for name in PLAN_FIXED:
         if name not in given and prov.origin.get(name) in ("file", "trainer default") and name in prov.values:
             kw[name] = prov.values[name]
+    per_process = None
     if "effective_batch" not in given and prov.origin.get("batch_size") == "file":
-        per_step = int(prov.values["batch_size"]) * int(prov.values.get("grad_accum", 1))
-        kw["effective_batch"] = per_step * _ranks(kw)
-    return prov.model, prov
+        per_process = int(prov.values["batch_size"]) * int(prov.values.get("grad_accum", 1))
+    return prov.model, prov, per_process
 
 
-def _ranks(kw: dict[str, Any]) -> int:
-    """The processes a ``--from`` file's per-process batch runs on: the target's GPUs (``--on 2xh100-80gb``,
-    ``--gpus`` or the file's) times the plan's ``--nodes`` (the command line's; a file's are not fixed)."""
-    from fitcheck import api
-
-    tgt = api.target(kw.get("on"), kw.get("headroom"), kw.get("gpus"))
+def _ranks(kw: dict[str, Any], tgt: "Target | None") -> int:
+    """The processes a plan runs: the target's GPUs (``--on 2xh100-80gb``, ``--gpus`` or a ``--from``
+    file's) times ``--nodes`` (the command line's; a file's are not fixed)."""
     gpus = tgt.gpus if tgt is not None else int(kw.get("gpus") or 1)
     return gpus * int(kw.get("nodes") or 1)
 

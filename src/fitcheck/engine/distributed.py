@@ -583,6 +583,12 @@ def _quant_state(sh: Shares) -> Component:
     return _c("weights_4bit", sh.quant_consts, rule, "qlora")
 
 
+#: Decoder layers unsharded at once in forward, by FSDP version: FSDP2 all-gathers the next unit while the
+#: current one runs (implicit forward prefetch); FSDP1 without forward_prefetch gathers one at a time
+#: (docs/distributed.md#fsdp-units).
+FORWARD_UNITS: dict[int, int] = {1: 1, 2: 2}
+
+
 def _fsdp_units(
     setup: LlmSetup, sh: Shares, facts: StrategyFacts
 ) -> tuple[list[Component], list[Component], list[Component]]:
@@ -597,7 +603,7 @@ def _fsdp_units(
         "root unit (embeddings, lm_head, norm): not resharded after forward",
         "fsdp-units",
     )
-    k_fwd = 2 if setup.fsdp_version == 2 else 1
+    k_fwd = FORWARD_UNITS[setup.fsdp_version]
     fwd: list[Component] = [root]
     bwd: list[Component] = [root]
     if facts.reshard_after_forward:
@@ -638,7 +644,7 @@ def _embedding_units(sh: Shares) -> tuple[list[Component], list[Component], list
         embedding_grads=sh.embedding_params * cb if full else 0,
         head=sh.lm_head_params * cb,
         head_grads=sh.lm_head_params * cb if full else 0,
-        prefetch=2,
+        prefetch=FORWARD_UNITS[2],  # --fsdp-embedding-units is FSDP2 only (check_embedding_units)
     )
     held = embedding_units(u)
     rule = "root unit (final norm): not resharded after forward; embedding and lm_head are their own units"

@@ -295,13 +295,13 @@ def check_request(spec: ModelSpec, target: Target, device: DevicePerf, req: Plan
         why = K.precision_refusal(trainer, "full", req.precision)
         if why is not None and req.method == "full":
             raise OptionError(why)
-    ranks = target.gpus * req.base.nodes if req.strategy != "device-map" else 1
-    per_gpu, rest = divmod(req.effective_batch, ranks)
+    n = ranks(req, target, req.strategy)
+    per_gpu, rest = divmod(req.effective_batch, n)
     if rest:
-        where = f"{target.gpus} GPUs" if req.base.nodes == 1 else f"{ranks} GPUs ({req.base.nodes} nodes)"
+        where = f"{target.gpus} GPUs" if req.base.nodes == 1 else f"{n} GPUs ({req.base.nodes} nodes)"
         raise OptionError(
             f"--effective-batch {req.effective_batch} is not a multiple of the {where}; "
-            f"use {max(1, per_gpu) * ranks}"
+            f"use {max(1, per_gpu) * n}"
         )
     if req.batch_size is not None and per_gpu % req.batch_size:
         raise OptionError(
@@ -388,11 +388,15 @@ def seq_lens(req: PlanRequest) -> tuple[int, ...]:
     return tuple(out)
 
 
+def ranks(req: PlanRequest, target: Target, strategy: str | None) -> int:
+    """The processes the effective batch is shared by: one under device-map (one process drives every
+    GPU), else every GPU of every node."""
+    return 1 if strategy == "device-map" else target.gpus * req.base.nodes
+
+
 def per_process_batch(req: PlanRequest, target: Target, strategy: str | None) -> int:
-    """The effective batch each process trains on: all of it under device-map (one process drives every
-    GPU), else the share of each of the GPUs."""
-    ranks = 1 if strategy == "device-map" else target.gpus * req.base.nodes
-    return req.effective_batch // ranks
+    """The effective batch each process trains on (its share over `ranks`)."""
+    return req.effective_batch // ranks(req, target, strategy)
 
 
 def micro_batches(req: PlanRequest, target: Target, strategy: str | None = None) -> tuple[int, ...]:

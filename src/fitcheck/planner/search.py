@@ -90,7 +90,7 @@ def build_grid(req: PlanRequest, target: Target, device: DevicePerf, spec: Model
         optimizers=R.optimizers(req, target.backend),
         checkpointing=R.checkpointing(req),
         micro_batches=R.micro_batches(req, target),
-        per_gpu=req.effective_batch // (target.gpus * req.base.nodes),
+        per_gpu=R.per_process_batch(req, target, None),
     )
     # device-map trains the whole effective batch in one process: its own micro-batches and accumulation
     dist = [
