@@ -138,3 +138,22 @@ def test_data_parallel_gpus_multiply_tokens_per_step_less_the_allreduce() -> Non
 def test_round_sig_makes_equal_estimates_ties() -> None:
     assert round_sig(1234.56789) == 1234.57
     assert round_sig(0.1 + 0.2) == round_sig(0.3)
+
+
+def test_parameter_offload_brings_each_shard_over_pcie_per_gather() -> None:
+    """--offload all under ZeRO-3 / FSDP: every all-gather copies the rank's shard from the host first
+    (planner/comm.py), per micro-step; optimizer offload moves only the gradient and update shards."""
+    from fitcheck.hardware.nodes import PCIE4
+    from fitcheck.planner.comm import comm_seconds
+    from fitcheck.units import GB
+
+    params, grads = 8 * 10**9, 10**9
+    base = LlmSetup(method="full", gpus=4, strategy="zero3", grad_accum=3)
+    opt = comm_seconds(base.model_copy(update={"offload": "optimizer"}), GPU.id, params, grads)
+    every = comm_seconds(base.model_copy(update={"offload": "all"}), GPU.id, params, grads)
+    assert every - opt == pytest.approx(2 * params / 4 * 3 / (PCIE4.intra_gbps * GB), rel=1e-9)
+    grad_op = base.model_copy(update={"strategy": "fsdp-grad-op", "offload": "all"})
+    plain = grad_op.model_copy(update={"offload": "none"})
+    # FSDP's SHARD_GRAD_OP keeps the gathered parameters between forward and backward: one copy per micro-step
+    extra = comm_seconds(grad_op, GPU.id, params, grads) - comm_seconds(plain, GPU.id, params, grads)
+    assert extra == pytest.approx((2 * grads / 4 + params / 4 * 3) / (PCIE4.intra_gbps * GB), rel=1e-9)

@@ -8,7 +8,13 @@ doc/PERFORMANCE.md). Per optimizer step:
   all-gather of the updated parameters, the same volume);
 * zero3, fsdp: per micro-step an all-gather of the parameters in forward, another in backward (none
   with fsdp-grad-op, which keeps them) and a reduce-scatter of the gradients;
-* offload: the gradients go to the host and the parameters come back over PCIe each step.
+* offload: the gradient shard goes to the host and the updated parameter shard comes back over PCIe
+  each optimizer step; with the parameters offloaded too (``--offload all`` under ZeRO-3 or FSDP), every
+  all-gather first copies the rank's parameter shard from the host (DeepSpeed ZeRO-3 ``offload_param``
+  fetches each partition to the GPU before gathering it; FSDP's ``CPUOffload(offload_params=True)`` /
+  ``CPUOffloadPolicy`` copies the sharded parameter to the device before its all-gather), so the shard
+  crosses PCIe once per gather, per micro-step. The shard is counted in the compute dtype: DeepSpeed keeps
+  16-bit partitions on the host; FSDP's fp32 shards under mixed precision move twice that (a lower bound).
 
 The link is the node's (hardware/nodes.py): NVLink or PCIe inside a node, InfiniBand between nodes
 (the slowest link bounds a ring). Communication is counted as not overlapped with compute, an upper
@@ -49,8 +55,8 @@ def comm_seconds(setup: SetupBase, gpu_id: str, param_bytes: int, grad_bytes: in
     s = setup.effective_strategy
     facts = STRATEGY_FACTS[s]
     ring = (n - 1) / n
+    gathers = 1 if not facts.reshard_after_forward else 2
     if facts.shards_params:
-        gathers = 1 if not facts.reshard_after_forward else 2
         per_micro = ring * (gathers * param_bytes + grad_bytes)
         volume = per_micro * setup.grad_accum
     else:
@@ -59,6 +65,8 @@ def comm_seconds(setup: SetupBase, gpu_id: str, param_bytes: int, grad_bytes: in
     if setup.offload != "none":
         shard = grad_bytes / (n if facts.shards_grads else 1)
         t += 2 * shard / (PCIE4.intra_gbps * GB)
+    if setup.offload == "all" and facts.shards_params:
+        t += gathers * param_bytes / n * setup.grad_accum / (PCIE4.intra_gbps * GB)
     return t
 
 
