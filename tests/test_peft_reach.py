@@ -227,3 +227,23 @@ def test_dora_and_dropout_on_parameter_targets_refused_as_peft_does(
     else:
         validate_parameter_targets(a, setup)
         assert _peft_refuses(model_type, targets, **peft_kw) == ""
+
+
+@pytest.mark.parametrize("targets", ["q_proj,wq", "q_proj,v_proj,not_a_module", "down_proj,c_attn"])
+def test_unmatched_names_beside_matched_ones_are_ignored_as_peft_does(targets: str) -> None:
+    """peft raises only when no target matches at all; the rest it ignores. fitcheck counts the same
+    adapters and warns, naming what matched nothing."""
+    cfg = CASES["llama"][1]
+    a = _arch("llama", cfg)
+    assert _ours(a, targets) == _peft_counts("llama", cfg, vision=False, targets=targets)
+    spec = spec_from_config({"model_type": "llama", **cfg}, id="t", name="t", source="test")
+    est = estimate(spec, LlmSetup(lora_targets=targets, seq_len=64))
+    warned = [w for w in est.warnings if "no module" in w]
+    missing = [t for t in targets.split(",") if not t.endswith("proj")]
+    assert len(warned) == 1 and all(f"'{m}'" in warned[0] for m in missing)
+
+
+def test_all_unmatched_names_refused_as_peft_refuses() -> None:
+    assert "not found in the base model" in _peft_refuses("llama", "wq,wk")
+    with pytest.raises(OptionError, match="no module 'wq', 'wk'"):
+        validate_targets(_arch("llama", CASES["llama"][1]), "wq,wk")

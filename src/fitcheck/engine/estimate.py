@@ -22,6 +22,7 @@ from fitcheck.engine.lora import (
     adapter_params_per_layer,
     tower_adapter_params,
     tower_targets,
+    unmatched_targets,
     validate_parameter_targets,
     validate_targets,
     validate_train_modules,
@@ -607,8 +608,22 @@ def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]
         *_setup_warnings(spec, setup),
         *_kbit_warnings(setup),
         *_tower_warnings(spec, setup),
+        *_target_warnings(spec, setup),
         *([compiled_note] if compiled_note else []),
     )
+
+
+def _target_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
+    """Named LoRA targets this model lacks, beside names it has: peft ignores them (`unmatched_targets`)."""
+    if setup.method == "full":
+        return []
+    missing = unmatched_targets(spec.arch, setup.lora_targets)
+    if not missing:
+        return []
+    return [
+        f"--lora-targets: this model has no module {', '.join(repr(w) for w in missing)}; peft ignores "
+        "a target that matches nothing when another one matches, and so does this estimate"
+    ]
 
 
 def _tower_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:

@@ -161,23 +161,41 @@ def _check_fused(a: DecoderArch, wanted: list[str]) -> None:
             )
 
 
+def _has_module(names: list[str], w: str) -> bool:
+    return any(n == w or n.split(".")[-1] == w or n.endswith("." + w) for n in names)
+
+
+def unmatched_targets(a: DecoderArch, targets: str) -> list[str]:
+    """Named targets that match no module of this model (none for ``attn`` / ``all-linear``).
+
+    peft's ``inject_adapter`` raises only when nothing at all is targeted ("Target modules ... not found
+    in the base model", peft 0.21 tuners/tuners_utils.py); names that match nothing beside names that do
+    are ignored, so fitcheck warns about them (`validate_targets` refuses the all-unmatched case)."""
+    if targets in ("all-linear", "attn"):
+        return []
+    names = [*_names(a), *HEAD_MODULES]
+    wanted = _converted(a, [t.strip() for t in targets.split(",") if t.strip()])[0]
+    return [w for w in wanted if not _has_module(names, w)]
+
+
 def validate_targets(a: DecoderArch, targets: str) -> None:
-    """Raise `OptionError` when a named target matches no projection of this model, or reaches a module
-    that LoRA cannot run on (`LORA_BREAKS`)."""
+    """Raise `OptionError` when the named targets match no projection of this model at all (peft's own
+    error), or reach a module that LoRA cannot run on (`LORA_BREAKS`)."""
     _check_breaks(a, targets)
     if targets in ("all-linear", "attn"):
         return
-    names = [*_names(a), *HEAD_MODULES]
     wanted = [t.strip() for t in targets.split(",") if t.strip()]
     if not wanted:
         raise OptionError("--lora-targets is empty: use attn, all-linear or module names")
     _check_fused(a, wanted)
-    for w in _converted(a, wanted)[0]:
-        if not any(n == w or n.split(".")[-1] == w or n.endswith("." + w) for n in names):
-            raise OptionError(
-                f"--lora-targets: this model has no module '{w}'; it has {', '.join(names)} "
-                "(or use attn / all-linear)"
-            )
+    left, converted = _converted(a, wanted)
+    missing = unmatched_targets(a, targets)
+    if not converted and len(missing) == len(left):
+        names = [*_names(a), *HEAD_MODULES]
+        which = "no module " + ", ".join(f"'{w}'" for w in missing)
+        raise OptionError(
+            f"--lora-targets: this model has {which}; it has {', '.join(names)} (or use attn / all-linear)"
+        )
 
 
 def adapter_params_per_layer(a: DecoderArch, setup: LlmSetup, kind: LayerKind) -> int:
