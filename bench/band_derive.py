@@ -65,7 +65,7 @@ def _ceil_pct(x: float) -> float:
 def weighted_quantile(values: Sequence[float], weights: Sequence[float], share: float) -> float:
     """The smallest of ``values`` at or below which ``share`` of the weight lies."""
     if not values:
-        raise ValueError("no records to derive an edge from")
+        raise ValueError("no records to derive this edge from (none without 4-bit bytes, or none with)")
     total = sum(weights)
     acc = 0.0
     for v, w in sorted(zip(values, weights, strict=True)):
@@ -132,11 +132,18 @@ def _joint_edge(rows: Sequence[Row], side: str, states: float) -> tuple[float, f
         ft = ti / 100
         left = [r.excess(side, states) - ft * r.kinds["transient"] for r in rows]
         short = need - sum(1 for x in left if x <= 0)
-        want = sorted(x / r.kinds["quantized"] for x, r in zip(left, rows, strict=True) if x > 0 and r.kinds["quantized"])
+        want = sorted(
+            x / r.kinds["quantized"]
+            for x, r in zip(left, rows, strict=True)
+            if x > 0 and r.kinds["quantized"]
+        )
         if short > len(want):
             continue
         fq = 0.0 if short <= 0 else _ceil_pct(want[short - 1])
-        width = sum((states * r.kinds["states"] + ft * r.kinds["transient"] + fq * r.kinds["quantized"]) / r.estimate for r in rows)
+        width = sum(
+            (states * r.kinds["states"] + ft * r.kinds["transient"] + fq * r.kinds["quantized"]) / r.estimate
+            for r in rows
+        )
         if best is None or width < best[0]:
             best = (width, (ft, fq))
         if short <= 0:
