@@ -28,8 +28,9 @@ from dataclasses import dataclass
 #: Share of the (source-weighted) records each edge of the band must lie beyond.
 COVERAGE = 0.9
 #: The largest move of either band edge, over every scored record, relative to its estimate, that
-#: leaving any one source out may cause (docs/methodology.md, "The band": below the corpus' median
-#: |error|, so which sources happen to be in the corpus moves a verdict less than the engine's own error).
+#: leaving any one source out may cause (docs/methodology.md, "The band": half the 10% median bar a source
+#: is held to and below the corpus' median |error|, so which sources happen to be in the corpus moves a
+#: verdict less than a source may miss by).
 STABILITY_BOUND = 0.05
 KINDS = ("states", "quantized", "transient")
 SIDES = ("down", "up")
