@@ -523,7 +523,7 @@ def derive_spread(scored: dict[str, list[Score]]) -> dict[str, tuple[float, floa
 def band_coverage(scored: dict[str, list[Score]], spread: dict[str, tuple[float, float]]) -> float:
     """Share of scored records (no known gap) whose measured figure lies inside the band."""
     clean = [r for r in band_rows(scored) if not r.known_gap]
-    inside = sum(1 for r in clean if bd.edges(r, spread)[0] <= r.measured <= bd.edges(r, spread)[1])
+    inside = sum(1 for r, (lo, hi) in ((r, bd.edges(r, spread)) for r in clean) if lo <= r.measured <= hi)
     return inside / max(1, len(clean))
 
 

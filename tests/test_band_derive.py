@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from types import ModuleType
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,7 +21,9 @@ bd = _bd()
 STATES = 0.025
 
 
-def _row(source: str, i: int, states: int, transient: int, quantized: int, err: float, gap: bool = False):  # type: ignore[no-untyped-def]
+def _row(
+    source: str, i: int, states: int, transient: int, quantized: int, err: float, gap: bool = False
+) -> Any:
     est = states + transient + quantized
     kinds = {"states": states, "transient": transient, "quantized": quantized, "figure": est}
     return bd.Row(source, f"{source}/{i}", gap, round(est * (1 + err)), est, kinds)
@@ -39,11 +42,11 @@ _rows = st.lists(
 ).filter(lambda xs: any(x[3] == 0 for x in xs) and any(x[3] for x in xs))
 
 
-def _make(xs: list[tuple[str, int, int, int, float]]) -> list:  # type: ignore[type-arg]
+def _make(xs: list[tuple[str, int, int, int, float]]) -> list[Any]:
     return [_row(s, i, a, b, c, e) for i, (s, a, b, c, e) in enumerate(xs)]
 
 
-def _weighted_cover(rows: list, covered: list[bool]) -> float:  # type: ignore[type-arg]
+def _weighted_cover(rows: list[Any], covered: list[bool]) -> float:
     w = bd.source_weights(rows)
     return sum(x for x, c in zip(w, covered, strict=True) if c) / sum(w)
 
