@@ -19,7 +19,9 @@ Needs no torch and no network: the engine runs on presets.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import band_derive as bd  # noqa: E402  (bench/ is not a package)
 
 DATA = ROOT / "tests" / "data" / "published"
 SCORES = DATA / "scores.json"
@@ -485,70 +490,41 @@ def calibration_spread() -> float:
     return worst
 
 
-#: Share of the published records each edge of the band must cover (about four runs in five inside).
-COVERAGE = 0.9
-
-
-def _edge(rows: list[tuple[float, dict[str, int]]], states: float) -> dict[str, float]:
-    """The narrowest (transient, quantized) fractions whose edge covers COVERAGE of the rows.
-
-    Each row is (excess, kind bytes): how far past the estimate the measurement lies on this side
-    (positive: outside the estimate). ``states`` is fixed (the calibration spread). Width is the mean
-    added bytes relative to each estimate. The transient fraction is searched in 1% steps; for each, the
-    quantized fraction is the smallest that reaches the coverage, rounded up to 1%.
-    """
-    import math
-
-    need = math.ceil(COVERAGE * len(rows) - 1e-9)
-    best: tuple[float, dict[str, float]] | None = None
-    for ti in range(0, 301):
-        ft = ti / 100
-        left = [ex - states * k["states"] - ft * k["transient"] for ex, k in rows]
-        covered = sum(1 for x in left if x <= 0)
-        want = sorted(
-            x / k["quantized"] for x, (_, k) in zip(left, rows, strict=True) if x > 0 and k["quantized"]
+def band_rows(scored: dict[str, list[Score]]) -> list[bd.Row]:
+    """Every scored record as the band derivation sees it (estimated once; leaving a source out
+    re-derives from these rows without estimating again)."""
+    return [
+        bd.Row(
+            source=s.record.source,
+            key=s.record.key,
+            known_gap=bool(s.record.known_gap),
+            measured=s.record.measured_bytes,
+            estimate=s.estimate_bytes,
+            kinds=_kinds_in_figure(s),
         )
-        short = need - covered
-        if short > len(want):
-            continue
-        fq = 0.0 if short <= 0 else math.ceil(want[short - 1] * 100 - 1e-9) / 100
-        fr = {"states": states, "transient": ft, "quantized": fq}
-        width = sum(sum(fr[n] * k[n] for n in fr) / k["figure"] for _, k in rows) / len(rows)
-        if best is None or width < best[0]:
-            best = (width, fr)
-    assert best is not None, "no band up to 300% covers the corpus"
-    return best[1]
+        for sid in sorted(scored)
+        for s in scored[sid]
+    ]
+
+
+@functools.cache
+def states_spread() -> float:
+    """The states' fraction: the calibration grid's largest |error|, rounded up to 0.5% (their counts are
+    exact; the trace confirms them)."""
+    return round(math.ceil(calibration_spread() / 0.005 - 1e-9) * 0.005, 3)
 
 
 def derive_spread(scored: dict[str, list[Score]]) -> dict[str, tuple[float, float]]:
-    """(down, up) fractions per band kind, from the calibration grid and the published corpus.
-
-    states: the calibration grid's largest |error|, rounded up to 0.5% (their counts are exact; the trace
-    confirms them). transient and quantized: for each edge separately, the narrowest pair of fractions
-    whose edge covers COVERAGE of the published records that name no known gap.
-    """
-    import math
-
-    cal = math.ceil(calibration_spread() / 0.005 - 1e-9) * 0.005
-    rows = [(s, _kinds_in_figure(s)) for sc in scored.values() for s in sc if not s.record.known_gap]
-    up = _edge([(float(s.record.measured_bytes - s.estimate_bytes), k) for s, k in rows], cal)
-    down = _edge([(float(s.estimate_bytes - s.record.measured_bytes), k) for s, k in rows], cal)
-    return {n: (round(down[n], 3), round(up[n], 3)) for n in ("states", "quantized", "transient")}
+    """(down, up) fractions per band kind: states from the calibration grid, transient and quantized by
+    the sequential, source-weighted rule (bench/band_derive.py) over the records naming no known gap."""
+    return bd.derive(band_rows(scored), states_spread())
 
 
 def band_coverage(scored: dict[str, list[Score]], spread: dict[str, tuple[float, float]]) -> float:
     """Share of scored records (no known gap) whose measured figure lies inside the band."""
-    inside = total = 0
-    for sc in scored.values():
-        for s in sc:
-            if s.record.known_gap:
-                continue
-            k = _kinds_in_figure(s)
-            lo = s.estimate_bytes - sum(k[n] * spread[n][0] for n in spread)
-            hi = s.estimate_bytes + sum(k[n] * spread[n][1] for n in spread)
-            total += 1
-            inside += lo <= s.record.measured_bytes <= hi
-    return inside / max(1, total)
+    clean = [r for r in band_rows(scored) if not r.known_gap]
+    inside = sum(1 for r, (lo, hi) in ((r, bd.edges(r, spread)) for r in clean) if lo <= r.measured <= hi)
+    return inside / max(1, len(clean))
 
 
 @dataclass
@@ -581,8 +557,17 @@ class Summary:
 
 def scores_json(scored: dict[str, list[Score]]) -> dict[str, Any]:
     """What tests/data/published/scores.json holds: every scored record's error, rounded."""
+    loo = band_evidence(scored)
+    above = [r for r in loo.rows if r.measured > bd.edges(r, loo.full)[1]]
     return {
-        "band_spread": {k: list(v) for k, v in derive_spread(scored).items()},
+        "band_spread": {k: list(v) for k, v in loo.full.items()},
+        "band_held_out": {sid: vars(h) for sid, h in bd.held_out(loo).items()},
+        "band_stability": {side: round(m.share, 4) for side, m in bd.stability(loo).items()},
+        "band_above_high": {
+            "scored": len(loo.rows),
+            "above": len(above),
+            "above_no_known_gap": sum(1 for r in above if not r.known_gap),
+        },
         "records": {s.record.key: round(s.error, 4) for sid in sorted(scored) for s in scored[sid]},
         "sources": {
             sid: {k: round(v, 4) if isinstance(v, float) else v for k, v in vars(Summary.of(sc)).items()}
@@ -607,6 +592,145 @@ BASELINE: dict[str, tuple[int, float, float, float, int]] = {
 
 def _pct(x: float) -> str:
     return f"{100 * x:+.1f}%"
+
+
+#: The rules the docs compare on the same evidence: (name, rule); the first is the one SPREAD holds.
+RULES: tuple[tuple[str, bd.Rule], ...] = (
+    ("sequential, each source one voice (SPREAD)", bd.derive),
+    ("sequential, each record one vote", bd.derive_by_record),
+    ("joint, each record one vote (before session 5)", bd.derive_joint),
+)
+
+
+def band_evidence(scored: dict[str, list[Score]], rule: bd.Rule = bd.derive) -> bd.LeaveOneOut:
+    """The rule's band from the whole corpus and from the corpus without each source."""
+    return bd.leave_one_out(band_rows(scored), states_spread(), rule)
+
+
+def _share(k: int, n: int) -> str:
+    return f"{k}/{n} ({100 * k / max(1, n):.0f}%)"
+
+
+def _held_out_table(loo: bd.LeaveOneOut) -> list[str]:
+    """Leave-one-source-out, per source: inside the band and above its high edge."""
+    ho = bd.held_out(loo)
+    lines = [
+        "| source | records (no known gap) | held out: inside | held out: above high | full band: inside "
+        "| full band: above high | known-gap records above high (held out / full) |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for sid, h in ho.items():
+        gaps = f"{h.gaps_above} / {h.gaps_above_full} of {h.gaps}" if h.gaps else "-"
+        lines.append(
+            f"| {sid} | {h.n} | {_share(h.inside, h.n)} | {_share(h.above, h.n)} | "
+            f"{_share(h.inside_full, h.n)} | {_share(h.above_full, h.n)} | {gaps} |"
+        )
+    tot = {k: sum(getattr(h, k) for h in ho.values()) for k in vars(next(iter(ho.values())))}
+    gaps = f"{tot['gaps_above']} / {tot['gaps_above_full']} of {tot['gaps']}"
+    lines.append(
+        f"| **all** | {tot['n']} | {_share(tot['inside'], tot['n'])} | {_share(tot['above'], tot['n'])} | "
+        f"{_share(tot['inside_full'], tot['n'])} | {_share(tot['above_full'], tot['n'])} | {gaps} |"
+    )
+    return lines
+
+
+def _rules_table(scored: dict[str, list[Score]]) -> list[str]:
+    """Each rule on the same evidence: its fractions, width, held-out misses and stability."""
+    lines = [
+        "| rule | transient down / up | 4-bit down / up | mean high edge over the estimate "
+        "| held out: above high | largest move leaving one source out (low / high edge) |",
+        "|---|---|---|---:|---:|---|",
+    ]
+    for name, rule in RULES:
+        loo = band_evidence(scored, rule)
+        clean = [r for r in loo.rows if not r.known_gap]
+        width = statistics.mean((bd.edges(r, loo.full)[1] - r.estimate) / r.estimate for r in clean)
+        above = sum(h.above for h in bd.held_out(loo).values())
+        mv = bd.stability(loo)
+        t, q = loo.full["transient"], loo.full["quantized"]
+        lines.append(
+            f"| {name} | -{100 * t[0]:.0f}% / +{100 * t[1]:.0f}% | -{100 * q[0]:.0f}% / +{100 * q[1]:.0f}% | "
+            f"{100 * width:.1f}% | {_share(above, len(clean))} | "
+            f"{100 * mv['low'].share:.1f}% / {100 * mv['high'].share:.1f}% |"
+        )
+    return lines
+
+
+def render_band(scored: dict[str, list[Score]]) -> list[str]:
+    """The band's part of the generated section: the fractions, held-out evidence, stability."""
+    loo = band_evidence(scored)
+    spread = loo.full
+    lines = [
+        "",
+        "### The band",
+        "",
+        "Every estimate carries `band: {low_bytes, high_bytes, basis}` around `device_bytes`",
+        "(src/fitcheck/engine/band.py). Each component of the peak phase has a kind; each kind has a",
+        "spread, a fraction of its own bytes down and up, derived here (bench/band_derive.py; the argument",
+        'is in docs/methodology.md, "The band"): **states** (weights, adapters, master copy, optimizer',
+        "states, gradients) from the traced calibration grid, whose largest disagreement with the engine,",
+        "rounded up to 0.5%, bounds them both ways (their counts are exact); then, for each edge separately",
+        "and over the records that name no known gap, **transient** (activations, logits, checkpoints, step",
+        "temporaries, allocator reserve, CUDA context) from the records whose estimate holds no 4-bit bytes,",
+        f"the smallest fraction (1% steps) beyond {bd.COVERAGE:.0%} of them, and then **quantized**",
+        "(4-bit weights and their dequantization buffer) from the 4-bit records with that transient",
+        f"fraction fixed, the smallest beyond {bd.COVERAGE:.0%} of them. Each record weighs 1/n, n its",
+        "source's records in that step: every source is one voice, however many rows it printed.",
+        "",
+        "| kind | down | up | from |",
+        "|---|---:|---:|---|",
+    ]
+    origin = {
+        "states": "traced calibration grid (tests/data/calibration)",
+        "transient": "published records without 4-bit bytes",
+        "quantized": "published 4-bit records, transient fixed",
+    }
+    for kind in ("states", "transient", "quantized"):
+        down, up = spread[kind]
+        lines.append(f"| {kind} | {100 * down:.1f}% | {100 * up:.1f}% | {origin[kind]} |")
+    lines += _band_words(scored, loo)
+    return lines
+
+
+def _band_words(scored: dict[str, list[Score]], loo: bd.LeaveOneOut) -> list[str]:
+    """Coverage, the plain share above high_bytes, held-out and stability tables."""
+    cov = band_coverage(scored, loo.full)
+    above = [r for r in loo.rows if r.measured > bd.edges(r, loo.full)[1]]
+    gaps = sum(1 for r in above if r.known_gap)
+    clean = sum(1 for r in loo.rows if not r.known_gap)
+    mv = bd.stability(loo)
+    return [
+        "",
+        f"With these fractions {100 * cov:.0f}% of the scored records that name no known gap lie",
+        f"inside their band. **Of all {len(loo.rows)} scored records, known-gap ones too,",
+        f"{len(above)} ({100 * len(above) / len(loo.rows):.0f}%) measured more than the band's",
+        "`high_bytes`**: a budget of exactly `high_bytes` would have been judged `fits`, and the run",
+        "needed more.",
+        f"{gaps} of them name a known gap; the other {len(above) - gaps} are "
+        f"{100 * (len(above) - gaps) / max(1, clean):.0f}% of the {clean} records that name none.",
+        "",
+        "**Held out.** For each source, the band derived from the other sources only, on that source's",
+        "records, beside the band derived from them all (the one `engine/band.py` holds). A record above",
+        "the held-out high edge is a `fits` that could have run out of memory on a trainer the band had",
+        "never seen:",
+        "",
+        *_held_out_table(loo),
+        "",
+        "**Stability.** Leaving any one source out moves the low edge by at most",
+        f"{100 * mv['low'].share:.1f}% of the estimate ({mv['low'].record}, without",
+        f"{mv['low'].left_out}) and the high edge by at most {100 * mv['high'].share:.1f}%",
+        f"({mv['high'].record}, without {mv['high'].left_out}), over every scored record; the bound",
+        f"tests/test_published.py holds is {100 * bd.STABILITY_BOUND:.0f}% of the estimate",
+        "(docs/methodology.md argues it). The same evidence for the rule this one replaced and for the",
+        "sequential rule counting records rather than sources:",
+        "",
+        *_rules_table(scored),
+        "",
+        "The verdict is `fits` only when `high_bytes` fits the budget, `tight` when `device_bytes` does and",
+        "`high_bytes` does not: the band is wide because the engine still misses real runs by the amounts",
+        "above; as the engine improves, rerunning this script narrows it (tests/test_published.py checks",
+        "that `engine/band.py` holds the fractions derived here).",
+    ]
 
 
 def render(scored: dict[str, list[Score]], skipped: dict[str, list[tuple[Record, str]]]) -> str:
@@ -687,41 +811,7 @@ def render(scored: dict[str, list[Score]], skipped: dict[str, list[tuple[Record,
             )
             + " |"
         )
-    spread = derive_spread(scored)
-    lines += [
-        "",
-        "### The band",
-        "",
-        "Every estimate carries `band: {low_bytes, high_bytes, basis}` around `device_bytes`",
-        "(src/fitcheck/engine/band.py). Each component of the peak phase has a kind; each kind has a",
-        "spread, a fraction of its own bytes down and up, derived here: **states** (weights, adapters,",
-        "master copy, optimizer states, gradients) from the traced calibration grid, whose largest",
-        "disagreement with the engine, rounded up to 0.5%, bounds them both ways (their counts are exact);",
-        "**transient** (activations, logits, checkpoints, step temporaries, allocator reserve, CUDA",
-        "context) and **quantized** (4-bit weights and their dequantization buffer) from the records",
-        "above: for each edge, the narrowest pair of fractions (1% steps, narrowest by mean width relative",
-        f"to the estimate) whose edge lies beyond {COVERAGE:.0%} of the records that name no known gap.",
-        "",
-        "| kind | down | up | from |",
-        "|---|---:|---:|---|",
-    ]
-    origin = {
-        "states": "traced calibration grid (tests/data/calibration)",
-        "transient": "published records",
-        "quantized": "published records (QLoRA)",
-    }
-    for kind in ("states", "transient", "quantized"):
-        down, up = spread[kind]
-        lines.append(f"| {kind} | {100 * down:.1f}% | {100 * up:.1f}% | {origin[kind]} |")
-    cov = band_coverage(scored, spread)
-    lines += [
-        "",
-        f"With these fractions {100 * cov:.0f}% of the scored records lie inside their band. The verdict is",
-        "`fits` only when `high_bytes` fits the budget, `tight` when `device_bytes` does and `high_bytes`",
-        "does not: the band is wide because the engine still misses real runs by the amounts above; as the",
-        "engine improves, rerunning this script narrows it (tests/test_published.py checks that",
-        "`engine/band.py` holds the fractions derived here).",
-    ]
+    lines += render_band(scored)
     lines += ["", "### Every scored record", ""]
     lines += [
         "| record | metric | measured GiB | estimate GiB | error | pose notes |",

@@ -151,6 +151,8 @@ def test_scores_match_committed() -> None:
     }
     assert not drift, f"scores moved (run python bench/published.py --write-scores): {drift}"
     assert now["sources"] == committed["sources"]
+    for key in ("band_spread", "band_held_out", "band_stability", "band_above_high"):
+        assert now[key] == committed[key], f"{key} moved (run python bench/published.py --write-scores)"
 
 
 def test_docs_section_is_generated() -> None:
@@ -166,6 +168,32 @@ def test_band_table_is_the_derived_one() -> None:
     derived = pub.derive_spread(_scored()[0])
     assert {k: tuple(v) for k, v in SPREAD.items()} == derived, f"update SPREAD in engine/band.py: {derived}"
     assert pub.band_coverage(_scored()[0], derived) >= 0.8
+
+
+def test_band_holds_on_sources_it_was_not_fitted_to() -> None:
+    """Leave-one-source-out: the band derived without a source, on that source's records (no known gap),
+    is exceeded by no more than the 10% its 90% coverage promises (docs/accuracy.md, "Held out")."""
+    ho = pub.bd.held_out(pub.band_evidence(_scored()[0]))
+    above, n = sum(h.above for h in ho.values()), sum(h.n for h in ho.values())
+    assert above <= (1 - pub.bd.COVERAGE) * n, f"{above} of {n} held-out records above high_bytes"
+
+
+def test_band_is_stable_leaving_one_source_out() -> None:
+    """No source decides the band: leaving any one out moves neither edge of any scored record by more
+    than STABILITY_BOUND of its estimate (docs/methodology.md, "The band", argues the bound)."""
+    moves = pub.bd.stability(pub.band_evidence(_scored()[0]))
+    for side, mv in moves.items():
+        assert mv.share <= pub.bd.STABILITY_BOUND, f"{side} edge: {mv}"
+
+
+def test_band_rule_is_the_better_one_on_this_evidence() -> None:
+    """The rule SPREAD holds misses no more held-out records, and moves its high edge no more leaving a
+    source out, than the joint rule it replaced; when a new source turns this, the choice of rule must be
+    argued again (docs/methodology.md, "The band")."""
+    chosen, joint = (pub.band_evidence(_scored()[0], rule) for rule in (pub.bd.derive, pub.bd.derive_joint))
+    miss = [sum(h.above for h in pub.bd.held_out(loo).values()) for loo in (chosen, joint)]
+    assert miss[0] <= miss[1]
+    assert pub.bd.stability(chosen)["high"].share <= pub.bd.stability(joint)["high"].share
 
 
 def test_every_skip_has_a_reason() -> None:

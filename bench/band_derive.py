@@ -1,0 +1,257 @@
+"""The band's published fractions from scored records: the rule, held-out evidence and its stability.
+
+Pure arithmetic on `Row`s (a record's measured figure, the estimate it was compared with and the bytes
+of each band kind inside that estimate), so leaving a source out re-derives in milliseconds from the
+estimates bench/published.py made once. docs/methodology.md ("The band") argues the rule; docs/accuracy.md
+("The band", generated) shows its evidence.
+
+The rule (`derive`), for each edge (up: the measurement above the estimate; down: below) separately:
+
+1. ``transient`` from the records whose estimate holds no 4-bit bytes: the smallest fraction, in 1%
+   steps, that covers ``COVERAGE`` of them;
+2. ``quantized`` from the 4-bit records, with the transient fraction fixed: the smallest fraction, in 1%
+   steps, that covers ``COVERAGE`` of them (zero when the transient fraction already does);
+
+``states`` is fixed beforehand (the traced calibration grid). Coverage is weighted by source: each
+record weighs 1/n, n its source's records in that step, so every source is one voice however many rows
+it printed. `derive_joint` is the rule it replaced (both kinds fitted together over every record),
+kept to compare the two on the same evidence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+#: Share of the (source-weighted) records each edge of the band must lie beyond.
+COVERAGE = 0.9
+#: The largest move of either band edge, over every scored record, relative to its estimate, that
+#: leaving any one source out may cause (docs/methodology.md, "The band": half the 10% median bar a source
+#: is held to and below the corpus' median |error|, so which sources happen to be in the corpus moves a
+#: verdict less than a source may miss by).
+STABILITY_BOUND = 0.05
+KINDS = ("states", "quantized", "transient")
+SIDES = ("down", "up")
+
+Spread = dict[str, tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class Row:
+    """A scored record as the band sees it: bytes of each kind inside the estimate it was compared with."""
+
+    source: str
+    key: str
+    known_gap: bool
+    measured: int
+    estimate: int
+    kinds: Mapping[str, int]
+
+    def excess(self, side: str, states: float) -> float:
+        """Bytes the measurement lies beyond the estimate on ``side``, past the states' own spread."""
+        out = self.measured - self.estimate if side == "up" else self.estimate - self.measured
+        return out - states * self.kinds["states"]
+
+
+Rule = Callable[[Sequence[Row], float], Spread]
+
+
+def _ceil_pct(x: float) -> float:
+    """Rounded up to 1%, never below zero."""
+    return max(0.0, math.ceil(x * 100 - 1e-9) / 100)
+
+
+def weighted_quantile(values: Sequence[float], weights: Sequence[float], share: float) -> float:
+    """The smallest of ``values`` at or below which ``share`` of the weight lies."""
+    if not values:
+        raise ValueError("no records to derive this edge from (none without 4-bit bytes, or none with)")
+    total = sum(weights)
+    acc = 0.0
+    for v, w in sorted(zip(values, weights, strict=True)):
+        acc += w
+        if acc >= share * total - 1e-9:
+            return v
+    return max(values)
+
+
+def source_weights(rows: Sequence[Row]) -> list[float]:
+    """1/n for each row, n the rows of its source."""
+    n = Counter(r.source for r in rows)
+    return [1 / n[r.source] for r in rows]
+
+
+def record_weights(rows: Sequence[Row]) -> list[float]:
+    """1 for each row (every record one vote)."""
+    return [1.0] * len(rows)
+
+
+Weigh = Callable[[Sequence[Row]], list[float]]
+
+
+def _sequential_edge(rows: Sequence[Row], side: str, states: float, weigh: Weigh) -> tuple[float, float]:
+    """(transient, quantized) fractions of one edge: transient from rows without 4-bit bytes, then
+    quantized from the 4-bit rows with the transient fixed."""
+    plain = [r for r in rows if not r.kinds["quantized"]]
+    fourbit = [r for r in rows if r.kinds["quantized"]]
+    need_t = [r.excess(side, states) / r.kinds["transient"] for r in plain]
+    ft = _ceil_pct(weighted_quantile(need_t, weigh(plain), COVERAGE))
+    need_q = [(r.excess(side, states) - ft * r.kinds["transient"]) / r.kinds["quantized"] for r in fourbit]
+    fq = _ceil_pct(weighted_quantile(need_q, weigh(fourbit), COVERAGE))
+    return ft, fq
+
+
+def _spread(down: tuple[float, float], up: tuple[float, float], states: float) -> Spread:
+    """The table of `fitcheck.engine.band.SPREAD` from each edge's (transient, quantized) fractions."""
+    return {
+        "states": (states, states),
+        "quantized": (round(down[1], 3), round(up[1], 3)),
+        "transient": (round(down[0], 3), round(up[0], 3)),
+    }
+
+
+def derive(rows: Sequence[Row], states: float) -> Spread:
+    """(down, up) per kind: the sequential, source-weighted rule over the rows without a known gap."""
+    clean = [r for r in rows if not r.known_gap]
+    return _spread(*(_sequential_edge(clean, side, states, source_weights) for side in SIDES), states)
+
+
+def derive_by_record(rows: Sequence[Row], states: float) -> Spread:
+    """The sequential rule with every record one vote (shown beside `derive` in the docs)."""
+    clean = [r for r in rows if not r.known_gap]
+    return _spread(*(_sequential_edge(clean, side, states, record_weights) for side in SIDES), states)
+
+
+def _joint_edge(rows: Sequence[Row], side: str, states: float) -> tuple[float, float]:
+    """The narrowest (transient, quantized) pair (by mean added bytes relative to each estimate) that
+    covers COVERAGE of the rows, counted per record: the transient in 1% steps, for each the smallest
+    quantized fraction reaching the coverage."""
+    need = math.ceil(COVERAGE * len(rows) - 1e-9)
+    best: tuple[float, tuple[float, float]] | None = None
+    for ti in range(301):
+        ft = ti / 100
+        left = [r.excess(side, states) - ft * r.kinds["transient"] for r in rows]
+        short = need - sum(1 for x in left if x <= 0)
+        want = sorted(
+            x / r.kinds["quantized"]
+            for x, r in zip(left, rows, strict=True)
+            if x > 0 and r.kinds["quantized"]
+        )
+        if short > len(want):
+            continue
+        fq = 0.0 if short <= 0 else _ceil_pct(want[short - 1])
+        width = sum(
+            (states * r.kinds["states"] + ft * r.kinds["transient"] + fq * r.kinds["quantized"]) / r.estimate
+            for r in rows
+        )
+        if best is None or width < best[0]:
+            best = (width, (ft, fq))
+        if short <= 0:
+            break  # the transient alone covers: a larger one only widens the band
+    if best is None:
+        raise ValueError("no band up to 300% covers the records")
+    return best[1]
+
+
+def derive_joint(rows: Sequence[Row], states: float) -> Spread:
+    """(down, up) per kind: the former rule, both kinds fitted together, every record one vote."""
+    clean = [r for r in rows if not r.known_gap]
+    return _spread(*(_joint_edge(clean, side, states) for side in SIDES), states)
+
+
+def edges(row: Row, spread: Spread) -> tuple[float, float]:
+    """(low, high) of the band around the row's estimate."""
+    down = sum(row.kinds[k] * spread[k][0] for k in KINDS)
+    up = sum(row.kinds[k] * spread[k][1] for k in KINDS)
+    return row.estimate - down, row.estimate + up
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """One source's records against the band derived without it, and against the full-corpus band.
+
+    ``n``: its records without a known gap; ``inside`` / ``above`` of those, inside the band / measured
+    above its high edge, with the held-out band; ``*_full`` the same with the full-corpus band;
+    ``gaps`` its known-gap records and ``gaps_above`` / ``gaps_above_full`` those above the high edge."""
+
+    n: int
+    inside: int
+    above: int
+    inside_full: int
+    above_full: int
+    gaps: int
+    gaps_above: int
+    gaps_above_full: int
+
+
+def _counts(rows: Sequence[Row], spread: Spread) -> tuple[int, int]:
+    """(inside the band, above its high edge)."""
+    inside = above = 0
+    for r in rows:
+        lo, hi = edges(r, spread)
+        inside += lo <= r.measured <= hi
+        above += r.measured > hi
+    return inside, above
+
+
+@dataclass(frozen=True)
+class LeaveOneOut:
+    """A rule's band from every record (``full``) and from all but each source's (``without``)."""
+
+    rows: Sequence[Row]
+    full: Spread
+    without: dict[str, Spread]
+
+
+def leave_one_out(rows: Sequence[Row], states: float, rule: Rule = derive) -> LeaveOneOut:
+    """The rule applied to the whole corpus and to the corpus without each source in turn."""
+    sids = sorted({r.source for r in rows})
+    return LeaveOneOut(
+        rows=rows,
+        full=rule(rows, states),
+        without={sid: rule([r for r in rows if r.source != sid], states) for sid in sids},
+    )
+
+
+def held_out(loo: LeaveOneOut) -> dict[str, HeldOut]:
+    """Each source's records against the band derived from the others, and against the full band."""
+    out = {}
+    for sid, band in loo.without.items():
+        mine = [r for r in loo.rows if r.source == sid and not r.known_gap]
+        gaps = [r for r in loo.rows if r.source == sid and r.known_gap]
+        inside, above = _counts(mine, band)
+        inside_full, above_full = _counts(mine, loo.full)
+        out[sid] = HeldOut(
+            n=len(mine),
+            inside=inside,
+            above=above,
+            inside_full=inside_full,
+            above_full=above_full,
+            gaps=len(gaps),
+            gaps_above=_counts(gaps, band)[1],
+            gaps_above_full=_counts(gaps, loo.full)[1],
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Move:
+    """The largest move of one band edge, relative to the estimate, when one source is left out."""
+
+    share: float
+    left_out: str
+    record: str
+
+
+def stability(loo: LeaveOneOut) -> dict[str, Move]:
+    """Per edge (``low``, ``high``): its largest move relative to the estimate, over every scored record
+    (known-gap ones too), when one source is left out of the derivation."""
+    worst = {"low": Move(0.0, "", ""), "high": Move(0.0, "", "")}
+    for sid, band in loo.without.items():
+        for r in loo.rows:
+            for side, now, full in zip(("low", "high"), edges(r, band), edges(r, loo.full), strict=True):
+                share = abs(now - full) / r.estimate
+                if share > worst[side].share:
+                    worst[side] = Move(share, sid, r.key)
+    return worst

@@ -1,0 +1,139 @@
+"""The band's derivation rule (bench/band_derive.py) on synthetic records: coverage, minimality, the
+order of the two steps, and each source weighing as one voice."""
+
+from __future__ import annotations
+
+import math
+from types import ModuleType
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bench_helpers import bench_module
+
+
+def _bd() -> ModuleType:
+    return bench_module("published").bd  # type: ignore[no-any-return]
+
+
+bd = _bd()
+STATES = 0.025
+
+
+def _row(
+    source: str, i: int, states: int, transient: int, quantized: int, err: float, gap: bool = False
+) -> Any:
+    est = states + transient + quantized
+    kinds = {"states": states, "transient": transient, "quantized": quantized, "figure": est}
+    return bd.Row(source, f"{source}/{i}", gap, round(est * (1 + err)), est, kinds)
+
+
+_rows = st.lists(
+    st.tuples(
+        st.sampled_from("abcde"),
+        st.integers(1, 10**6),
+        st.integers(1, 10**6),
+        st.one_of(st.just(0), st.integers(1, 10**6)),
+        st.floats(-0.4, 0.4),
+    ),
+    min_size=2,
+    max_size=40,
+).filter(lambda xs: any(x[3] == 0 for x in xs) and any(x[3] for x in xs))
+
+
+def _make(xs: list[tuple[str, int, int, int, float]]) -> list[Any]:
+    return [_row(s, i, a, b, c, e) for i, (s, a, b, c, e) in enumerate(xs)]
+
+
+def _weighted_cover(rows: list[Any], covered: list[bool]) -> float:
+    w = bd.source_weights(rows)
+    return sum(x for x, c in zip(w, covered, strict=True) if c) / sum(w)
+
+
+def test_weighted_quantile_equal_weights_is_the_order_statistic() -> None:
+    vals = [5.0, 1.0, 3.0, 2.0, 4.0, 9.0, 7.0, 8.0, 6.0, 10.0]
+    assert bd.weighted_quantile(vals, [1.0] * 10, 0.9) == 9.0
+    assert bd.weighted_quantile(vals, [1.0] * 10, 0.95) == 10.0
+    assert bd.weighted_quantile(vals, [1.0] * 10, 0.1) == 1.0
+
+
+@given(st.lists(st.floats(-5, 5), min_size=1, max_size=30), st.floats(0.05, 1.0))
+def test_weighted_quantile_is_the_smallest_value_reaching_the_share(vals: list[float], share: float) -> None:
+    q = bd.weighted_quantile(vals, [1.0] * len(vals), share)
+    assert q in vals
+    assert sum(1 for v in vals if v <= q) >= share * len(vals) - 1e-9
+    below = [v for v in vals if v < q]
+    assert len(below) < share * len(vals) - 1e-9
+
+
+@settings(max_examples=60, deadline=None)
+@given(_rows)
+def test_each_edge_covers_the_weighted_share_and_no_less_would(
+    xs: list[tuple[str, int, int, int, float]],
+) -> None:
+    rows = _make(xs)
+    sp = bd.derive(rows, STATES)
+    plain = [r for r in rows if not r.kinds["quantized"]]
+    fourbit = [r for r in rows if r.kinds["quantized"]]
+    for i, side in enumerate(("down", "up")):
+        ft, fq = sp["transient"][i], sp["quantized"][i]
+        cover_t = [r.excess(side, STATES) <= ft * r.kinds["transient"] + 1e-6 for r in plain]
+        assert _weighted_cover(plain, cover_t) >= bd.COVERAGE - 1e-9
+        cover_q = [
+            r.excess(side, STATES) <= ft * r.kinds["transient"] + fq * r.kinds["quantized"] + 1e-6
+            for r in fourbit
+        ]
+        assert _weighted_cover(fourbit, cover_q) >= bd.COVERAGE - 1e-9
+        if ft > 0:  # one percent less would not cover
+            less = [r.excess(side, STATES) <= (ft - 0.01) * r.kinds["transient"] for r in plain]
+            assert _weighted_cover(plain, less) < bd.COVERAGE - 1e-9
+
+
+@settings(max_examples=40, deadline=None)
+@given(_rows, st.floats(-0.4, 0.4))
+def test_four_bit_records_do_not_move_the_transient_fraction(
+    xs: list[tuple[str, int, int, int, float]], err: float
+) -> None:
+    rows = _make(xs)
+    moved = [
+        bd.Row(r.source, r.key, r.known_gap, round(r.estimate * (1 + err)), r.estimate, r.kinds)
+        if r.kinds["quantized"]
+        else r
+        for r in rows
+    ]
+    assert bd.derive(rows, STATES)["transient"] == bd.derive(moved, STATES)["transient"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(_rows, st.integers(2, 6))
+def test_a_source_printing_more_rows_gets_no_more_say(
+    xs: list[tuple[str, int, int, int, float]], k: int
+) -> None:
+    """Repeating every row of one source k times leaves the band as it was (each source one voice);
+    counting records instead, it may move."""
+    rows = _make(xs)
+    src = rows[0].source
+    repeated = rows + [r for r in rows if r.source == src] * (k - 1)
+    assert bd.derive(repeated, STATES) == bd.derive(rows, STATES)
+
+
+def test_known_gap_records_are_not_fitted() -> None:
+    rows = [_row("a", i, 100, 100, 50 * (i % 2), 0.01 * i) for i in range(10)]
+    gap = [_row("b", 99, 100, 100, 0, 3.0, gap=True), _row("b", 98, 100, 100, 50, 3.0, gap=True)]
+    assert bd.derive(rows + gap, STATES) == bd.derive(rows, STATES)
+
+
+def test_held_out_counts_and_stability_on_a_small_corpus() -> None:
+    """Two sources that agree, one that runs 30% over its estimate: held out, the third one's records are
+    above the band the other two give; with it in, the band covers them."""
+    rows = [_row(s, i, 100, 100, 0, e) for s, e in (("a", 0.02), ("b", 0.03), ("c", 0.30)) for i in range(4)]
+    rows += [_row(s, 9, 100, 100, 100, 0.0) for s in "abc"]  # one 4-bit record each, on its estimate
+    loo = bd.leave_one_out(rows, STATES)
+    ho = bd.held_out(loo)
+    assert ho["c"].n == 5 and ho["c"].above == 4
+    assert ho["a"].above == 0 and ho["a"].above_full == 0
+    mv = bd.stability(loo)
+    assert mv["high"].left_out == "c"
+    # without c the transient up edge is 4% (b's 3% + states 2.5% of 100 over 100 transient -> 3.5%)
+    assert math.isclose(loo.without["c"]["transient"][1], 0.04)
