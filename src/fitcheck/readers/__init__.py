@@ -14,7 +14,7 @@ from pathlib import Path
 from fitcheck.errors import FitcheckError, OptionError, suggest
 from fitcheck.fileio import could_be_path, loads
 from fitcheck.readers.base import Doc, ReadResult, parse, read_text, syntax_of
-from fitcheck.readers.detect import detect
+from fitcheck.readers.detect import detect, unread
 
 #: ``--from-format`` name -> (module, function, syntax of its files).
 FORMATS: dict[str, tuple[str, str, str]] = {
@@ -52,6 +52,9 @@ def read_config(path: str, fmt: str | None = None) -> ReadResult:
     if wanted is not None:
         syntax = FORMATS[wanted][2] if syntax_of(path) == "yaml" and Path(path).suffix == "" else syntax
     data = parse(read_text(path), syntax, path)
+    why = unread(data, syntax)
+    if why is not None:
+        raise OptionError(f"--from {path}: {why}")
     found = wanted or detect(data, syntax)
     if found is None:
         raise OptionError(
