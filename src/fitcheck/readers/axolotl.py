@@ -161,11 +161,21 @@ def _checkpointing(r: Reading, k: Keys) -> None:
 
 
 def _precision(r: Reading, k: Keys) -> None:
+    """``bf16`` / ``fp16`` are autocast (the Trainer's flags); the legacy ``bfloat16`` / ``float16`` set
+    the dtype the model loads in (``resolve_dtype``: ``bf16 or bfloat16`` -> bfloat16, ``fp16 or
+    float16`` -> float16, else float32; src/axolotl/utils/config/__init__.py @067b021c). With both flags
+    off, a 16-bit load trains in that dtype without autocast (``--no-autocast``)."""
+    p = r.path
     bf16, fp16 = k.get("bf16"), k.get("fp16")
+    loaded = "bf16" if as_bool(k.get("bfloat16"), "bfloat16", p) else None
+    loaded = loaded or ("fp16" if as_bool(k.get("float16"), "float16", p) else None)
     if bf16 is True or (bf16 == "auto" and k.has("bf16") and fp16 is not True):
         r.set("precision", "bf16", "bf16")
-    elif as_bool(fp16, "fp16", r.path):
+    elif as_bool(fp16, "fp16", p):
         r.set("precision", "fp16", "fp16")
+    elif bf16 is False and fp16 in (False, None) and loaded is not None:
+        r.set("precision", loaded, "float16" if loaded == "fp16" else "bfloat16")
+        r.set("autocast", False, "bf16")
     elif bf16 is False and fp16 is False:
         r.set("precision", "fp32", "bf16")
     k.touch("tf32")
