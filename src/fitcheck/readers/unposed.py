@@ -30,6 +30,18 @@ def _over_one(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 1
 
 
+def _present(value: object) -> bool:
+    """Any value: the key belongs to a layout fitcheck does not read."""
+    return True
+
+
+def _splits_sequence_or_weights(value: object) -> bool:
+    """accelerate's ``parallelism_config`` with a context, sequence or tensor parallel degree above 1."""
+    if not isinstance(value, dict):
+        return False
+    return any(_over_one(value.get(f"parallelism_config_{k}_size")) for k in ("cp", "sp", "tp"))
+
+
 def _not_sft(value: object) -> bool:
     """A LLaMA-Factory stage other than supervised fine-tuning and pre-training."""
     return value not in (None, "sft", "pt")
@@ -46,6 +58,10 @@ class Unposed:
 
 
 _RL = "a preference/RL trainer (a reference model, chosen + rejected rows or sampled generations per step)"
+_MEGATRON = (
+    "a Megatron config (LLaMA-Factory runs it on Megatron with USE_MCA=1 or USE_MEGATRON_BRIDGE=1, its own "
+    "parallelism, optimizer and kernels)"
+)
 _AX = "axolotl-ai-cloud/axolotl @067b021c"
 _LF = "hiyouga/LLaMA-Factory @ff6d4d12"
 _TRL = "huggingface/trl @f2cd5771"
@@ -194,27 +210,29 @@ TABLE: dict[str, tuple[Unposed, ...]] = {
         Unposed("fp8", _on, "FP8 training", f"{_LF} src/llamafactory/hparams/training_args.py"),
         Unposed(
             "tensor_model_parallel_size",
-            _over_one,
-            "Megatron tensor parallelism (each GPU holds a slice of every weight)",
-            f"{_LF} examples/megatron (mcore_adapter)",
+            _present,
+            _MEGATRON,
+            f"{_LF} src/llamafactory/hparams/parser.py get_train_args, hparams/megatron_bridge_args.py",
         ),
         Unposed(
             "pipeline_model_parallel_size",
-            _over_one,
-            "Megatron pipeline parallelism (each GPU holds some of the layers)",
-            f"{_LF} examples/megatron (mcore_adapter)",
+            _present,
+            _MEGATRON,
+            f"{_LF} src/llamafactory/hparams/parser.py get_train_args, hparams/megatron_bridge_args.py",
         ),
         Unposed(
-            "expert_model_parallel_size",
-            _over_one,
-            "Megatron expert parallelism",
-            f"{_LF} examples/megatron (mcore_adapter)",
+            "use_distributed_optimizer",
+            _present,
+            _MEGATRON,
+            f"{_LF} src/llamafactory/hparams/parser.py get_train_args, hparams/megatron_bridge_args.py",
         ),
+    ),
+    "accelerate": (
         Unposed(
-            "context_parallel_size",
-            _over_one,
-            "context parallelism (each GPU holds a slice of every sequence)",
-            f"{_LF} examples/megatron (mcore_adapter)",
+            "parallelism_config",
+            _splits_sequence_or_weights,
+            "context, sequence or tensor parallelism (each GPU holds a slice of every sequence or weight)",
+            "huggingface/accelerate @16cb6eb8 src/accelerate/parallelism_config.py",
         ),
     ),
     "trl": (
