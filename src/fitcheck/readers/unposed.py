@@ -137,6 +137,12 @@ TABLE: dict[str, tuple[Unposed, ...]] = {
             f"{_AX} src/axolotl/utils/callbacks/lisa.py",
         ),
         Unposed(
+            "use_eaft",
+            _on,
+            "the EAFT loss (its own function over the logits, temporaries fitcheck does not model)",
+            f"{_AX} src/axolotl/core/builders/causal.py",
+        ),
+        Unposed(
             "diffusion",
             _on,
             "the diffusion language-model plugin (masked-denoising loss)",
