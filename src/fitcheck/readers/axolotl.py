@@ -138,8 +138,10 @@ def _targets(r: Reading, k: Keys) -> str | None:
         )
     else:
         mods = names.modules(value)
+    # target parameters keep their dotted names (``experts.down_proj`` is not the dense ``down_proj``)
     params = names.modules(k.get("lora_target_parameters"))
-    return names.targets([*mods, *params])
+    named = names.targets(mods)
+    return ",".join(x for x in (named, *params) if x) or None
 
 
 def _checkpointing(r: Reading, k: Keys) -> None:

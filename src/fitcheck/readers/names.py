@@ -101,9 +101,6 @@ TORCHTUNE_MODULES: dict[str, str] = {
     "w3": "up_proj",
 }
 
-#: The linear layers of a Llama-style block (what "every linear layer" means for the targets).
-ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
 
 def modules(value: object) -> list[str]:
     """Module names from a list or a comma-separated string."""
@@ -123,11 +120,14 @@ def optimizer(table: dict[str, str], name: str, key: str, notes: list[str]) -> s
 
 
 def targets(modules: list[str]) -> str | None:
-    """fitcheck ``--lora-targets`` for a list of module names (``all-linear`` when it is all of them)."""
+    """fitcheck ``--lora-targets`` for a list of module names: ``all-linear`` only when the file says
+    ``all-linear`` / ``all``. A list naming every Llama projection stays a list: peft matches named modules
+    by name, which on a MoE model leaves the 3-D experts and on a multimodal one the vision tower alone,
+    where its ``all-linear`` takes every linear layer."""
     short = [m.split(".")[-1] for m in modules]
     if not short:
         return None
-    if "all-linear" in short or "all" in short or set(ALL_LINEAR) <= set(short):
+    if "all-linear" in short or "all" in short:
         return "all-linear"
     return ",".join(dict.fromkeys(short))
 

@@ -159,9 +159,15 @@ TABLE: dict[str, tuple[Unposed, ...]] = {
         ),
         Unposed(
             "finetuning_type",
-            lambda v: v in ("freeze", "oft"),
-            "freeze (the last layers trained in full) or OFT adapters",
-            f"{_LF} src/llamafactory/model/adapter.py _setup_freeze_tuning, _setup_lora_tuning (OFT)",
+            lambda v: v == "freeze",
+            "freeze tuning (the last layers trained in full, the rest frozen)",
+            f"{_LF} src/llamafactory/model/adapter.py _setup_freeze_tuning",
+        ),
+        Unposed(
+            "finetuning_type",
+            lambda v: v == "oft",
+            "OFT adapters (orthogonal fine-tuning)",
+            f"{_LF} src/llamafactory/model/adapter.py _setup_lora_tuning (OFTConfig)",
         ),
         Unposed(
             "export_dir",
@@ -174,6 +180,24 @@ TABLE: dict[str, tuple[Unposed, ...]] = {
             _on,
             "an inference config, not a training run",
             f"{_LF} src/llamafactory/hparams/model_args.py",
+        ),
+        Unposed(
+            "use_asft_loss",
+            _on,
+            "ASFT (a reference model's logits beside the policy's every step)",
+            f"{_LF} src/llamafactory/train/sft/workflow.py create_ref_model, sft/trainer.py compute_loss",
+        ),
+        Unposed(
+            "use_dft_loss",
+            _on,
+            "the DFT loss (its own function over the logits, temporaries fitcheck does not model)",
+            f"{_LF} src/llamafactory/train/sft/trainer.py, train/trainer_utils.py dft_loss_func",
+        ),
+        Unposed(
+            "use_eaft_loss",
+            _on,
+            "the EAFT loss (its own function over the logits, temporaries fitcheck does not model)",
+            f"{_LF} src/llamafactory/train/sft/trainer.py, train/trainer_utils.py eaft_loss_func",
         ),
         Unposed(
             "use_galore",
@@ -263,6 +287,6 @@ def refuse(k: Keys, fmt: str, path: str) -> None:
     for row in TABLE.get(fmt, ()):
         if row.key in k.data and row.on(k.data[row.key]):
             raise InputError(
-                f"{path}: {row.key}: {_short(k.data[row.key])} is {row.what}; fitcheck has no memory model "
-                "for it and will not size another run in its place"
+                f"{path}: {row.key}: {_short(k.data[row.key])} means {row.what}; fitcheck has no memory "
+                "model for it and will not size another run in its place"
             )
