@@ -136,3 +136,108 @@ def test_check_answers_or_refuses_in_one_line(name: str, capsys: pytest.CaptureF
     for field, origin in golden["setup_origin"].items():
         if origin == "file" and field in golden["setup"]:
             assert doc["setup"][field] == golden["setup"][field], field
+
+
+# ------------------------------------------------------------------------------- rules, one at a time
+
+
+def _read(tmp_path: Path, text: str, name: str = "c.yaml") -> Any:
+    path = tmp_path / name
+    path.write_text(text)
+    return read_config(str(path))
+
+
+def test_a_regex_target_reads_as_the_projections_it_matches(tmp_path: Path) -> None:
+    base = "base_model: x\nadapter: lora\n"
+    every = _read(tmp_path, base + "lora_target_modules: 'model.layers.[\\d]+.self_attn.(q|v)_proj'\n")
+    assert every.values["lora_targets"] == "q_proj,v_proj"
+    assert not any("some layers" in n for n in every.notes)
+    some = _read(tmp_path, base + "lora_target_modules: '.*\\.layers\\.(3|7)\\.self_attn\\.q_proj'\n")
+    assert some.values["lora_targets"] == "q_proj" and any("upper bound" in n for n in some.notes)
+    with pytest.raises(FitcheckError, match="matches no decoder projection"):
+        _read(tmp_path, base + "lora_target_modules: 'vision_tower\\..*'\n")
+
+
+def test_a_named_list_is_not_widened_to_all_linear(tmp_path: Path) -> None:
+    mods = "[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]"
+    r = _read(tmp_path, f"base_model: x\nadapter: lora\nlora_target_modules: {mods}\n")
+    assert r.values["lora_targets"] == "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+    assert (
+        _read(tmp_path, "base_model: x\nadapter: lora\nlora_target_linear: true\n").values["lora_targets"]
+        == "all-linear"
+    )
+
+
+def test_the_cce_plugin_switches_its_loss_on_unless_the_key_says_false(tmp_path: Path) -> None:
+    plugin = "plugins: [axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin]\n"
+    assert _read(tmp_path, "base_model: x\n" + plugin).values["loss"] == "cce"
+    off = _read(tmp_path, "base_model: x\n" + plugin + "cut_cross_entropy: false\n")
+    assert "loss" not in off.values
+    liger = "plugins: [axolotl.integrations.liger.LigerPlugin]\n"  # LigerArgs default None: off
+    assert "loss" not in _read(tmp_path, "base_model: x\n" + liger).values
+
+
+def test_fsdp_config_keys_read_with_or_without_the_fsdp_prefix(tmp_path: Path) -> None:
+    for prefix in ("", "fsdp_"):
+        r = _read(
+            tmp_path,
+            "base_model: x\nfsdp_version: 1\nfsdp_config:\n"
+            f"  {prefix}sharding_strategy: SHARD_GRAD_OP\n  {prefix}activation_checkpointing: true\n"
+            f"  {prefix}offload_params: true\n",
+        )
+        assert (r.values["strategy"], r.values["grad_ckpt"], r.values["offload"]) == (
+            "fsdp-grad-op",
+            True,
+            "all",
+        )
+
+
+@pytest.mark.parametrize(
+    ("flags", "want"),
+    [
+        ("bf16: false\nfp16: false\nfloat16: true\n", ("fp16", False)),
+        ("bf16: false\nfp16: false\nbfloat16: true\n", ("bf16", False)),
+        ("bf16: false\nfp16: false\n", ("fp32", None)),
+        ("bf16: true\nbfloat16: true\n", ("bf16", None)),
+    ],
+)
+def test_axolotl_load_dtype_without_autocast(
+    tmp_path: Path, flags: str, want: tuple[str, bool | None]
+) -> None:
+    r = _read(tmp_path, "base_model: x\n" + flags)
+    assert (r.values["precision"], r.values.get("autocast")) == want
+
+
+def test_a_deepspeed_json_the_file_names_is_read_when_found(tmp_path: Path) -> None:
+    ds = tmp_path / "ds" / "z3.json"
+    ds.parent.mkdir()
+    ds.write_text('{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}')
+    r = _read(tmp_path, "base_model: x\ndeepspeed: ds/z3.json\n")
+    assert (r.values["strategy"], r.values["offload"]) == ("zero3", "optimizer")
+    assert r.keys["strategy"].startswith("deepspeed (") and not any("separate file" in n for n in r.notes)
+    missing = _read(tmp_path, "base_model: x\ndeepspeed: nowhere.json\n")
+    assert "strategy" not in missing.values and any("separate file" in n for n in missing.notes)
+
+
+def test_alignment_handbook_sft_recipes_are_trl_not_mlx(tmp_path: Path) -> None:
+    r = _read(tmp_path, "model_name_or_path: x\nmax_seq_length: 2048\nbf16: true\n")
+    assert r.format == "trl" and r.values["seq_len"] == 2048
+    mlx = _read(tmp_path, "model: mlx_model\nmax_seq_length: 2048\n")
+    assert mlx.format == "mlx"
+
+
+def test_every_refusal_row_cites_its_source_and_refuses_in_one_line(tmp_path: Path) -> None:
+    from fitcheck.readers.unposed import TABLE
+
+    base = {"axolotl": "base_model: x\n", "llamafactory": "stage: sft\n", "trl": "model_name_or_path: x\n"}
+    base["accelerate"] = "distributed_type: FSDP\n"
+    value = {"stage": "dpo", "finetuning_type": None, "parallelism_config": "{parallelism_config_cp_size: 2}"}
+    for fmt, rows in TABLE.items():
+        for row in rows:
+            assert "@" in row.source and row.what
+            if row.key == "finetuning_type":
+                continue  # two rows, covered by the goldens (freeze, oft)
+            shown = value.get(row.key) or "2"
+            with pytest.raises(FitcheckError) as err:
+                _read(tmp_path, base[fmt] + f"{row.key}: {shown}\n", f"{fmt}.yaml")
+            assert f"{row.key}: " in str(err.value) and "\n" not in str(err.value)
