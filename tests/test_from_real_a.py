@@ -241,3 +241,12 @@ def test_every_refusal_row_cites_its_source_and_refuses_in_one_line(tmp_path: Pa
             with pytest.raises(FitcheckError) as err:
                 _read(tmp_path, base[fmt] + f"{row.key}: {shown}\n", f"{fmt}.yaml")
             assert f"{row.key}: " in str(err.value) and "\n" not in str(err.value)
+
+
+def test_docs_name_every_refused_key() -> None:
+    from fitcheck.readers.unposed import TABLE
+
+    doc = (HERE.parent / "docs" / "from.md").read_text()
+    for rows in TABLE.values():
+        for row in rows:
+            assert f"`{row.key}" in doc, row.key

@@ -3,14 +3,17 @@
 Mapping, after axolotl's schema and loaders (axolotl-ai-cloud/axolotl src/axolotl/utils/schemas/*.py
 @067b021c, tests/data/trainer_keys/axolotl_keys.txt): ``adapter: lora|qlora`` (no adapter: full
 fine-tuning); ``load_in_4bit`` under LoRA is QLoRA, ``load_in_8bit`` an int8 base, ``gptq: true`` a GPTQ
-base; ``lora_target_linear: true`` targets every linear layer, else ``lora_target_modules``;
-``lora_modules_to_save`` are trained in full; ``sequence_len``, ``micro_batch_size``,
+base; ``lora_target_linear: true`` targets every linear layer, else ``lora_target_modules`` (a string is a
+regex: peft ``re.fullmatch``, `names.regex_targets`) and ``lora_target_parameters`` (3-D expert
+parameters); ``lora_modules_to_save`` are trained in full; ``sequence_len``, ``micro_batch_size``,
 ``gradient_accumulation_steps`` (or ``batch_size`` / ``micro_batch_size``, normalize_config);
-``gradient_checkpointing: true|offload``; ``bf16: true|auto`` / ``fp16``; ``optimizer`` is a
-transformers optim name; attention is ``attn_implementation`` (>= 0.17) or the legacy booleans
-``flash_attention``, ``sdp_attention``, ``xformers_attention``, ``eager_attention`` (axolotl maps them
-to it); the Liger plugin's ``liger_fused_linear_cross_entropy`` and the Cut Cross Entropy plugin's
-``cut_cross_entropy`` replace the loss; ``deepspeed`` names a DeepSpeed JSON; ``fsdp_config`` FSDP.
+``gradient_checkpointing: true|offload``; ``bf16: true|auto`` / ``fp16``, and the legacy ``float16`` /
+``bfloat16`` load dtype (``resolve_dtype``); ``optimizer`` is a transformers optim name; attention is
+``attn_implementation`` (>= 0.17) or the legacy booleans ``flash_attention``, ``sdp_attention``,
+``xformers_attention``, ``eager_attention`` (axolotl maps them to it); the Liger plugin's
+``liger_fused_linear_cross_entropy`` and the Cut Cross Entropy plugin's ``cut_cross_entropy`` (on by
+default once the plugin is loaded) replace the loss; ``deepspeed`` names a DeepSpeed JSON; ``fsdp_config``
+FSDP. What fitcheck cannot pose is refused (`fitcheck.readers.unposed`).
 """
 
 from __future__ import annotations
