@@ -250,3 +250,12 @@ def test_docs_name_every_refused_key() -> None:
     for rows in TABLE.values():
         for row in rows:
             assert f"`{row.key}" in doc, row.key
+
+
+def test_target_parameters_keep_their_expert_names(tmp_path: Path) -> None:
+    r = _read(
+        tmp_path,
+        "base_model: x\nadapter: lora\nlora_target_modules: [q_proj]\n"
+        "lora_target_parameters: [mlp.experts.gate_up_proj, experts.down_proj]\n",
+    )
+    assert r.values["lora_targets"] == "q_proj,experts.gate_up_proj,experts.down_proj"

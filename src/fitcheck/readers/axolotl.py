@@ -141,8 +141,12 @@ def _targets(r: Reading, k: Keys) -> str | None:
         )
     else:
         mods = names.modules(value)
-    # target parameters keep their dotted names (``experts.down_proj`` is not the dense ``down_proj``)
-    params = names.modules(k.get("lora_target_parameters"))
+    # target parameters keep their dotted names (``experts.down_proj`` is not the dense ``down_proj``); peft
+    # matches them as a suffix of the parameter's name, so ``mlp.experts.x`` is fitcheck's ``experts.x``
+    params = [
+        p[p.rindex("experts.") :] if "experts." in p else p
+        for p in names.modules(k.get("lora_target_parameters"))
+    ]
     named = names.targets(mods)
     return ",".join(x for x in (named, *params) if x) or None
 
