@@ -24,6 +24,7 @@ from fitcheck.cli import main
 from fitcheck.errors import FitcheckError
 from fitcheck.readers import read_config
 from fitcheck.readers.merge import resolve
+from fitcheck.readers.neutral import is_neutral
 
 HERE = Path(__file__).parent
 DATA = HERE / "data" / "from"
@@ -78,6 +79,7 @@ def _reading(name: str) -> dict[str, Any]:
         "keys": dict(read.keys),
         "notes": [_shown(n) for n in read.notes],
         "unused": list(read.unused),
+        "not_understood": [k for k in read.unused if not is_neutral(k)],
         "setup": merged.values,
         "setup_origin": merged.origin,
         "pending": merged.pending,
@@ -259,3 +261,16 @@ def test_target_parameters_keep_their_expert_names(tmp_path: Path) -> None:
         "lora_target_parameters: [mlp.experts.gate_up_proj, experts.down_proj]\n",
     )
     assert r.values["lora_targets"] == "q_proj,experts.gate_up_proj,experts.down_proj"
+
+
+def test_the_report_tells_keys_without_memory_effect_from_keys_not_understood(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = str(DATA / "axolotl" / "gemma4-26b-a4b-moe-qlora.yaml")
+    main(["check", "qwen3-30b-a3b", "--from", path, "--on", "h100-80gb"])
+    lines = capsys.readouterr().err.splitlines()
+    neutral = [x for x in lines if "not used (no memory effect)" in x]
+    unknown = [x for x in lines if "not understood, ignored (may change memory)" in x]
+    assert len(neutral) == len(unknown) == 1
+    assert "learning_rate" in neutral[0] and "lora_mlp_kernel" not in neutral[0]
+    assert "lora_mlp_kernel" in unknown[0] and "learning_rate" not in unknown[0]
