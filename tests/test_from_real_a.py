@@ -274,3 +274,8 @@ def test_the_report_tells_keys_without_memory_effect_from_keys_not_understood(
     assert len(neutral) == len(unknown) == 1
     assert "learning_rate" in neutral[0] and "lora_mlp_kernel" not in neutral[0]
     assert "lora_mlp_kernel" in unknown[0] and "learning_rate" not in unknown[0]
+
+
+def test_an_adapter_other_than_lora_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(FitcheckError, match="adapter: 'llama-adapter' has no fitcheck memory model"):
+        _read(tmp_path, "base_model: x\nadapter: llama-adapter\n")

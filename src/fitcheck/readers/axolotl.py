@@ -90,8 +90,11 @@ def _method(r: Reading, k: Keys) -> None:
         if four or eight:
             r.note("load_in_4bit/8bit without an adapter: axolotl refuses to train a quantized model in full")
         return
-    if adapter not in ("lora", "qlora"):
-        r.note(f"adapter {adapter!r} has no fitcheck memory model; sized as LoRA")
+    if adapter not in ("lora", "qlora"):  # llama-adapter or a plugin's (loaders/adapter.py load_adapter)
+        raise InputError(
+            f"{p}: adapter: {_short(adapter)} has no fitcheck memory model (lora and qlora have); "
+            "fitcheck will not size another run in its place"
+        )
     qlora = adapter == "qlora" or bool(four)
     r.set("method", "qlora" if qlora else "lora", "adapter")
     if eight and not qlora:
