@@ -20,6 +20,11 @@ LOSS_SWITCHES: dict[str, dict[str, tuple[str, str | None]]] = {
     },
     "llamafactory": {"liger": ("enable_liger_kernel", None)},
 }
+#: Plugin switches that are on when the file loads the plugin and leaves the key unset: axolotl's
+#: ``CutCrossEntropyArgs.cut_cross_entropy: Optional[bool] = True`` (integrations/cut_cross_entropy/args.py
+#: @067b021c), so ``plugins: [...CutCrossEntropyPlugin]`` alone switches the loss to CCE. (LigerArgs'
+#: ``liger_fused_linear_cross_entropy`` defaults to None: off.)
+ON_WITH_PLUGIN: frozenset[str] = frozenset({"cut_cross_entropy"})
 #: What each kernel is, as the emitted file's comment says it.
 LOSS_WORDS: dict[str, str] = {
     "liger": "Liger's fused linear cross-entropy",

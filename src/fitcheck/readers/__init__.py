@@ -14,7 +14,7 @@ from pathlib import Path
 from fitcheck.errors import FitcheckError, OptionError, suggest
 from fitcheck.fileio import could_be_path, loads
 from fitcheck.readers.base import Doc, ReadResult, parse, read_text, syntax_of
-from fitcheck.readers.detect import detect
+from fitcheck.readers.detect import detect, unread
 
 #: ``--from-format`` name -> (module, function, syntax of its files).
 FORMATS: dict[str, tuple[str, str, str]] = {
@@ -52,6 +52,9 @@ def read_config(path: str, fmt: str | None = None) -> ReadResult:
     if wanted is not None:
         syntax = FORMATS[wanted][2] if syntax_of(path) == "yaml" and Path(path).suffix == "" else syntax
     data = parse(read_text(path), syntax, path)
+    why = unread(data, syntax)
+    if why is not None:
+        raise OptionError(f"--from {path}: {why}")
     found = wanted or detect(data, syntax)
     if found is None:
         raise OptionError(
@@ -64,6 +67,37 @@ def read_config(path: str, fmt: str | None = None) -> ReadResult:
     if found == "mlx":
         return reader(data, path, _mlx_bits(data))
     result: ReadResult = reader(data, path)
+    return _with_deepspeed(result, data, path)
+
+
+#: Formats whose ``deepspeed`` key names a DeepSpeed JSON the trainer loads (axolotl and the HF Trainer
+#: open the path as given, relative to the working folder: TrainingArguments ``deepspeed``); what that
+#: JSON decides for the run (the ZeRO stage and offload; the main file keeps the rest).
+DEEPSPEED_KEY = ("axolotl", "llamafactory", "trl")
+DEEPSPEED_FIELDS = ("strategy", "offload")
+
+
+def _with_deepspeed(result: ReadResult, data: Doc, path: str) -> ReadResult:
+    """The run's ZeRO stage and offload from the DeepSpeed JSON the file names, when it is found (in the
+    working folder, as the trainer looks, then beside the file); otherwise the reader's note stands."""
+    from dataclasses import replace
+
+    from fitcheck.readers.deepspeed import read as read_deepspeed
+
+    name = data.get("deepspeed")
+    if result.format not in DEEPSPEED_KEY or not isinstance(name, str) or not name:
+        return result
+    for candidate in (Path(name), Path(path).parent / name):
+        if could_be_path(str(candidate)) and candidate.is_file():
+            ds = read_deepspeed(parse(read_text(str(candidate)), "json", str(candidate)), str(candidate))
+            got = {f: ds.values[f] for f in DEEPSPEED_FIELDS if f in ds.values and f not in result.values}
+            notes = [n for n in result.notes if not n.startswith("deepspeed:")]
+            return replace(
+                result,
+                values={**result.values, **got},
+                keys={**result.keys, **{f: f"deepspeed ({candidate}: {ds.keys[f]})" for f in got}},
+                notes=(*notes, f"deepspeed: read {candidate}", *ds.notes),
+            )
     return result
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_int
 from fitcheck.readers.deepspeed import STAGES
+from fitcheck.readers.unposed import refuse
 
 FORMAT = "accelerate"
 TRAINER = "hf"
@@ -32,6 +33,7 @@ PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}
 def read(data: Doc, path: str) -> ReadResult:
     """Read an accelerate config."""
     k = Keys(data)
+    refuse(k, FORMAT, path)
     r = Reading(FORMAT, TRAINER, k, path)
     p = path
     kind = str(k.get("distributed_type", "NO")).upper()
@@ -117,8 +119,12 @@ def _fsdp(r: Reading, k: Keys) -> None:
         strategy = "fsdp-grad-op" if reshard is False else "fsdp"
         r.set("strategy", strategy, "fsdp_config.fsdp_reshard_after_forward")
     else:
-        strategy = str(fs.get("fsdp_sharding_strategy", "FULL_SHARD")).upper()
-        r.set("strategy", SHARDING.get(strategy, "fsdp"), "fsdp_config.fsdp_sharding_strategy")
+        # FSDP1 takes the ShardingStrategy from fsdp_sharding_strategy, else from fsdp_reshard_after_forward
+        # (a strategy name under FSDP1; accelerate utils/dataclasses.py FullyShardedDataParallelPlugin
+        # __post_init__ @16cb6eb8)
+        key = "fsdp_sharding_strategy" if fs.has("fsdp_sharding_strategy") else "fsdp_reshard_after_forward"
+        strategy = str(fs.get(key, "FULL_SHARD")).upper()
+        r.set("strategy", SHARDING.get(strategy, "fsdp"), f"fsdp_config.{key}")
         if given is None:
             r.note("fsdp_version unset: accelerate's default, 1 (the legacy FSDP wrapper)")
     if as_bool(fs.get("fsdp_offload_params"), "fsdp_offload_params", p):

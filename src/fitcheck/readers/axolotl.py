@@ -3,21 +3,26 @@
 Mapping, after axolotl's schema and loaders (axolotl-ai-cloud/axolotl src/axolotl/utils/schemas/*.py
 @067b021c, tests/data/trainer_keys/axolotl_keys.txt): ``adapter: lora|qlora`` (no adapter: full
 fine-tuning); ``load_in_4bit`` under LoRA is QLoRA, ``load_in_8bit`` an int8 base, ``gptq: true`` a GPTQ
-base; ``lora_target_linear: true`` targets every linear layer, else ``lora_target_modules``;
-``lora_modules_to_save`` are trained in full; ``sequence_len``, ``micro_batch_size``,
+base; ``lora_target_linear: true`` targets every linear layer, else ``lora_target_modules`` (a string is a
+regex: peft ``re.fullmatch``, `names.regex_targets`) and ``lora_target_parameters`` (3-D expert
+parameters); ``lora_modules_to_save`` are trained in full; ``sequence_len``, ``micro_batch_size``,
 ``gradient_accumulation_steps`` (or ``batch_size`` / ``micro_batch_size``, normalize_config);
-``gradient_checkpointing: true|offload``; ``bf16: true|auto`` / ``fp16``; ``optimizer`` is a
-transformers optim name; attention is ``attn_implementation`` (>= 0.17) or the legacy booleans
-``flash_attention``, ``sdp_attention``, ``xformers_attention``, ``eager_attention`` (axolotl maps them
-to it); the Liger plugin's ``liger_fused_linear_cross_entropy`` and the Cut Cross Entropy plugin's
-``cut_cross_entropy`` replace the loss; ``deepspeed`` names a DeepSpeed JSON; ``fsdp_config`` FSDP.
+``gradient_checkpointing: true|offload``; ``bf16: true|auto`` / ``fp16``, and the legacy ``float16`` /
+``bfloat16`` load dtype (``resolve_dtype``); ``optimizer`` is a transformers optim name; attention is
+``attn_implementation`` (>= 0.17) or the legacy booleans ``flash_attention``, ``sdp_attention``,
+``xformers_attention``, ``eager_attention`` (axolotl maps them to it); the Liger plugin's
+``liger_fused_linear_cross_entropy`` and the Cut Cross Entropy plugin's ``cut_cross_entropy`` (on by
+default once the plugin is loaded) replace the loss; ``deepspeed`` names a DeepSpeed JSON; ``fsdp_config``
+FSDP. What fitcheck cannot pose is refused (`fitcheck.readers.unposed`).
 """
 
 from __future__ import annotations
 
+from fitcheck.errors import InputError
 from fitcheck.readers import names
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
 from fitcheck.readers.hfargs import distributed
+from fitcheck.readers.unposed import refuse
 
 FORMAT = "axolotl"
 TRAINER = "axolotl"
@@ -36,6 +41,7 @@ SHORT_ATTN = {"flash": "flash", "sdpa": "sdpa", "eager": "eager", "xformers": "x
 def read(data: Doc, path: str) -> ReadResult:
     """Read an axolotl config."""
     k = Keys(data)
+    refuse(k, FORMAT, path)
     r = Reading(FORMAT, TRAINER, k, path)
     model = k.get("base_model")
     r.model = str(model) if model else None
@@ -61,6 +67,12 @@ def read(data: Doc, path: str) -> ReadResult:
     if as_bool(k.get("sample_packing"), "sample_packing", path):
         r.note("sample_packing: rows are filled to sequence_len tokens, as the estimate already assumes")
     k.touch("pad_to_sequence_len")
+    if as_bool(k.get("quantize_moe_experts"), "quantize_moe_experts", path):
+        # schemas/config.py: "Quantize MoE expert weights on load" (with load_in_4bit / load_in_8bit)
+        r.note(
+            "quantize_moe_experts: axolotl also quantizes the 3-D expert weights; fitcheck keeps them in the "
+            "compute dtype (an upper bound on the weights)"
+        )
     distributed(r, k)
     _fsdp(r, k)
     return r.result()
@@ -78,8 +90,11 @@ def _method(r: Reading, k: Keys) -> None:
         if four or eight:
             r.note("load_in_4bit/8bit without an adapter: axolotl refuses to train a quantized model in full")
         return
-    if adapter not in ("lora", "qlora"):
-        r.note(f"adapter {adapter!r} has no fitcheck memory model; sized as LoRA")
+    if adapter not in ("lora", "qlora"):  # llama-adapter or a plugin's (loaders/adapter.py load_adapter)
+        raise InputError(
+            f"{p}: adapter: {_short(adapter)} has no fitcheck memory model (lora and qlora have); "
+            "fitcheck will not size another run in its place"
+        )
     qlora = adapter == "qlora" or bool(four)
     r.set("method", "qlora" if qlora else "lora", "adapter")
     if eight and not qlora:
@@ -93,8 +108,7 @@ def _method(r: Reading, k: Keys) -> None:
         r.set("lora_targets", "all-linear", "lora_target_linear")
         k.touch("lora_target_modules")
     else:
-        mods = names.modules(k.get("lora_target_modules"))
-        r.set("lora_targets", names.targets(mods), "lora_target_modules")
+        r.set("lora_targets", _targets(r, k), "lora_target_modules")
     r.set("dora", as_bool(k.get("peft_use_dora"), "peft_use_dora", p), "peft_use_dora")
     save = names.modules(k.get("lora_modules_to_save"))
     r.set("train_modules", ",".join(save) or None, "lora_modules_to_save")
@@ -105,6 +119,39 @@ def _method(r: Reading, k: Keys) -> None:
             as_bool(bnb.get("bnb_4bit_use_double_quant"), "bnb_4bit_use_double_quant", p),
             "bnb_config_kwargs.bnb_4bit_use_double_quant",
         )
+
+
+#: Characters that make a string ``lora_target_modules`` a pattern rather than a list of names.
+REGEX_CHARS = frozenset("[]()|*+?\\^$")
+
+
+def _targets(r: Reading, k: Keys) -> str | None:
+    """``lora_target_modules`` (names, or one string peft matches as a regex, `names.regex_targets`) and
+    ``lora_target_parameters`` (3-D expert parameters peft adapts through ``ParamWrapper``)."""
+    value = k.get("lora_target_modules")
+    if isinstance(value, str) and REGEX_CHARS & set(value):
+        mods, partial = names.regex_targets(value)
+        if not mods:
+            raise InputError(
+                f"{r.path}: lora_target_modules {_short(value)} matches no decoder projection fitcheck "
+                "knows (peft matches it as a regex); give --lora-targets"
+            )
+        r.note(
+            "lora_target_modules is a regex (peft re.fullmatch): read as "
+            + ",".join(mods)
+            + (" in every layer (it names only some layers: an upper bound)" if partial else "")
+            + "; modules outside the decoder layers it names (a vision tower) are not counted"
+        )
+    else:
+        mods = names.modules(value)
+    # target parameters keep their dotted names (``experts.down_proj`` is not the dense ``down_proj``); peft
+    # matches them as a suffix of the parameter's name, so ``mlp.experts.x`` is fitcheck's ``experts.x``
+    params = [
+        p[p.rindex("experts.") :] if "experts." in p else p
+        for p in names.modules(k.get("lora_target_parameters"))
+    ]
+    named = names.targets(mods)
+    return ",".join(x for x in (named, *params) if x) or None
 
 
 def _checkpointing(r: Reading, k: Keys) -> None:
@@ -126,11 +173,21 @@ def _checkpointing(r: Reading, k: Keys) -> None:
 
 
 def _precision(r: Reading, k: Keys) -> None:
+    """``bf16`` / ``fp16`` are autocast (the Trainer's flags); the legacy ``bfloat16`` / ``float16`` set
+    the dtype the model loads in (``resolve_dtype``: ``bf16 or bfloat16`` -> bfloat16, ``fp16 or
+    float16`` -> float16, else float32; src/axolotl/utils/config/__init__.py @067b021c). With both flags
+    off, a 16-bit load trains in that dtype without autocast (``--no-autocast``)."""
+    p = r.path
     bf16, fp16 = k.get("bf16"), k.get("fp16")
+    loaded = "bf16" if as_bool(k.get("bfloat16"), "bfloat16", p) else None
+    loaded = loaded or ("fp16" if as_bool(k.get("float16"), "float16", p) else None)
     if bf16 is True or (bf16 == "auto" and k.has("bf16") and fp16 is not True):
         r.set("precision", "bf16", "bf16")
-    elif as_bool(fp16, "fp16", r.path):
+    elif as_bool(fp16, "fp16", p):
         r.set("precision", "fp16", "fp16")
+    elif bf16 is False and fp16 in (False, None) and loaded is not None:
+        r.set("precision", loaded, "float16" if loaded == "fp16" else "bfloat16")
+        r.set("autocast", False, "bf16")
     elif bf16 is False and fp16 is False:
         r.set("precision", "fp32", "bf16")
     k.touch("tf32")
@@ -139,7 +196,7 @@ def _precision(r: Reading, k: Keys) -> None:
 def _attention(r: Reading, k: Keys) -> None:
     impl = k.get("attn_implementation")
     if isinstance(impl, str):
-        found = names.HF_ATTN.get(impl)
+        found = names.hf_attn(impl)
         r.set("attn", found, "attn_implementation")
         if found is None:
             r.note(f"attn_implementation {impl!r} has no fitcheck model; sdpa is assumed")
@@ -153,7 +210,7 @@ def _attention(r: Reading, k: Keys) -> None:
 
 def _loss(r: Reading, k: Keys) -> None:
     plugins = names.modules(k.get("plugins"))
-    names.read_loss(r, k, "axolotl")
+    names.read_loss(r, k, "axolotl", plugins)
     liger = [
         key
         for key in ("liger_rope", "liger_rms_norm", "liger_glu_activation", "liger_layer_norm")
@@ -166,22 +223,31 @@ def _loss(r: Reading, k: Keys) -> None:
         r.note(f"plugins {', '.join(plugins)}: no loss kernel switched on")
 
 
+def _fsdp_get(cfg: Keys, name: str) -> object:
+    """An ``fsdp_config`` entry with or without the ``fsdp_`` prefix: transformers strips it
+    (``TrainingArguments.__post_init__``: ``self.fsdp_config[k[5:]] = self.fsdp_config.pop(k)``), and
+    axolotl hands ``fsdp_config`` to it unchanged (src/axolotl/core/builders/base.py)."""
+    value = cfg.get(name)
+    prefixed = cfg.get(f"fsdp_{name}")
+    return value if value is not None else prefixed
+
+
 def _fsdp(r: Reading, k: Keys) -> None:
     cfg = k.sub("fsdp_config")
     version = as_int(k.get("fsdp_version"), "fsdp_version", r.path)
     if cfg is None:
         return
-    version = version or as_int(cfg.get("fsdp_version"), "fsdp_version", r.path)
-    strategy = cfg.get("fsdp_sharding_strategy")
-    reshard = cfg.get("reshard_after_forward", cfg.get("fsdp_reshard_after_forward"))
+    version = version or as_int(_fsdp_get(cfg, "version"), "fsdp_version", r.path)
+    strategy = _fsdp_get(cfg, "sharding_strategy")
+    reshard = _fsdp_get(cfg, "reshard_after_forward")
     if strategy == "SHARD_GRAD_OP" or reshard is False:
         r.set("strategy", "fsdp-grad-op", "fsdp_config")
     elif strategy == "HYBRID_SHARD":
         r.set("strategy", "fsdp-hybrid", "fsdp_config")
     elif "strategy" not in r.values:
         r.set("strategy", "fsdp", "fsdp_config")
-    if as_bool(cfg.get("offload_params", cfg.get("fsdp_offload_params")), "offload_params", r.path):
+    if as_bool(_fsdp_get(cfg, "offload_params"), "offload_params", r.path):
         r.set("offload", "all", "fsdp_config.offload_params")
-    if as_bool(cfg.get("activation_checkpointing"), "activation_checkpointing", r.path):
+    if as_bool(_fsdp_get(cfg, "activation_checkpointing"), "activation_checkpointing", r.path):
         r.set("grad_ckpt", True, "fsdp_config.activation_checkpointing")
     r.set("fsdp_version", version, "fsdp_version")

@@ -38,6 +38,36 @@ def _kohya_table(d: Doc) -> bool:
     )
 
 
+def _mlx(d: Doc) -> bool:
+    """mlx-lm's own keys; ``max_seq_length`` only beside mlx-lm's ``model`` (TRL before 0.20 and the
+    alignment-handbook recipes also write ``max_seq_length``, beside ``model_name_or_path``)."""
+    if any(k in d for k in ("fine_tune_type", "lora_parameters", "grad_checkpoint", "iters")):
+        return True
+    return "max_seq_length" in d and "model" in d and "model_name_or_path" not in d
+
+
+#: (syntax, keys that only that layout has, the line that refuses it): configs of a trainer layout no
+#: reader reads, told apart before the rules so they are not read as another trainer's. LLaMA-Factory v1
+#: (``llamafactory/v1/config/*.py`` @ff6d4d12: ``model``, ``peft_config``, ``dist_config`` plugin blocks)
+#: shares ``micro_batch_size`` with axolotl.
+UNREAD: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (
+        "yaml",
+        ("peft_config", "dist_config", "kernel_config", "model_class", "train_dataset", "optim_config"),
+        "a LLaMA-Factory v1 config (peft_config / dist_config / kernel_config plugin blocks); fitcheck reads "
+        "the llamafactory-cli train layout only: give MODEL and the setup as flags",
+    ),
+)
+
+
+def unread(data: Doc, syntax: str) -> str | None:
+    """Why a config of a layout no reader reads is refused, or None."""
+    for rule_syntax, keys, why in UNREAD:
+        if rule_syntax == syntax and any(k in data for k in keys):
+            return why
+    return None
+
+
 #: (syntax, format, test) in the order they are tried.
 RULES: tuple[tuple[str, str, Callable[[Doc], bool]], ...] = (
     ("toml", "kohya", _kohya_table),
@@ -57,7 +87,7 @@ RULES: tuple[tuple[str, str, Callable[[Doc], bool]], ...] = (
     ("yaml", "axolotl", _any("base_model", "micro_batch_size", "sequence_len", "adapter")),
     ("yaml", "accelerate", _any("distributed_type", "compute_environment", "num_processes")),
     ("yaml", "torchtune", _component),
-    ("yaml", "mlx", _any("fine_tune_type", "lora_parameters", "grad_checkpoint", "iters", "max_seq_length")),
+    ("yaml", "mlx", _mlx),
     (
         "yaml",
         "llamafactory",

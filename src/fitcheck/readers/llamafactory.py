@@ -2,9 +2,9 @@
 
 Mapping, after LLaMA-Factory's hparams (hiyouga/LLaMA-Factory src/llamafactory/hparams/*.py
 @ff6d4d12, tests/data/trainer_keys/llamafactory_keys.txt): ``finetuning_type: lora|full`` (default
-lora; ``freeze`` and ``oft`` are not modelled); ``quantization_bit: 4`` with bitsandbytes is QLoRA,
-``8`` an int8 base, ``quantization_method: gptq|awq`` a pre-quantized base; ``lora_target: all``
-(default) targets every linear layer; ``additional_target`` modules are trained in full;
+lora; ``freeze`` and ``oft`` are refused, `fitcheck.readers.unposed`); ``quantization_bit: 4`` with
+bitsandbytes is QLoRA, ``8`` an int8 base, ``quantization_method: gptq|awq`` a pre-quantized base;
+``lora_target: all`` (default) targets every linear layer; ``additional_target`` modules are trained in full;
 ``lora_alpha`` defaults to 2 x ``lora_rank`` (finetuning_args.py __post_init__); ``cutoff_len``
 is the sequence length; ``disable_gradient_checkpointing`` turns off the checkpointing it does by
 default (model/model_utils/checkpointing.py); ``flash_attn: auto|disabled|sdpa|fa2|fa3``;
@@ -14,9 +14,11 @@ TrainingArguments keys are shared with TRL (`fitcheck.readers.hfargs`).
 
 from __future__ import annotations
 
+from fitcheck.errors import InputError
 from fitcheck.readers import names
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
 from fitcheck.readers.hfargs import training_args
+from fitcheck.readers.unposed import refuse
 
 FORMAT = "llamafactory"
 TRAINER = "llamafactory"
@@ -30,13 +32,13 @@ BNB = ("bnb", "bitsandbytes")
 def read(data: Doc, path: str) -> ReadResult:
     """Read a LLaMA-Factory config."""
     k = Keys(data)
+    refuse(k, FORMAT, path)
     r = Reading(FORMAT, TRAINER, k, path)
     model = k.get("model_name_or_path")
     r.model = str(model) if model else None
-    stage = k.get("stage")
-    if stage not in (None, "sft", "pt"):
-        r.note(f"stage {stage!r}: sized as one policy model (reference/reward models not counted)")
-    k.touch("do_train")
+    k.touch("do_train", "stage")
+    if as_bool(k.get("do_predict"), "do_predict", path) and not as_bool(k.get("do_train"), "do_train", path):
+        raise InputError(f"{path}: do_predict without do_train is a prediction run, not training")
     training_args(r, k)
     if as_bool(k.get("pure_bf16"), "pure_bf16", path):
         r.set("precision", "bf16", "pure_bf16")
@@ -47,8 +49,11 @@ def read(data: Doc, path: str) -> ReadResult:
     if disable is not None:
         r.set("grad_ckpt", not disable, "disable_gradient_checkpointing")
     attn = k.get("flash_attn")
-    if isinstance(attn, str):
-        r.set("attn", ATTN.get(attn), "flash_attn")
+    if attn is not None:
+        # AttentionFunction (extras/constants.py): LLaMA-Factory's parser refuses another value
+        if not isinstance(attn, str) or attn not in ATTN:
+            raise InputError(f"{path}: flash_attn {_short(attn)} is not one of {', '.join(ATTN)}")
+        r.set("attn", ATTN[attn], "flash_attn")
     names.read_loss(r, k, "llamafactory")
     if as_bool(k.get("use_unsloth_gc"), "use_unsloth_gc", path):
         r.set("offload_activations", True, "use_unsloth_gc")
@@ -66,8 +71,8 @@ def _method(r: Reading, k: Keys) -> None:
         r.set("method", "full", "finetuning_type")
         k.touch(*lora_keys)
         return
-    if kind != "lora":
-        r.note(f"finetuning_type {kind!r} has no fitcheck memory model; sized as LoRA")
+    if kind != "lora":  # freeze and oft are refused (fitcheck.readers.unposed)
+        raise InputError(f"{p}: finetuning_type {_short(kind)} is not one of lora, full")
     bits = as_int(k.get("quantization_bit"), "quantization_bit", p)
     method = k.get("quantization_method", "bnb")
     k.touch("quantization_type")

@@ -8,8 +8,11 @@ mlx-lm ``lora.py`` optimizer choices @d78bf58, torchtune/bitsandbytes/torchao op
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
 from fitcheck.facts import hf_optim
-from fitcheck.facts.loss_keys import LOSS_SWITCHES
+from fitcheck.facts.loss_keys import LOSS_SWITCHES, ON_WITH_PLUGIN
 from fitcheck.readers.base import Keys, Reading, as_bool
 
 #: transformers ``optim`` (and axolotl ``optimizer``) -> fitcheck optimizer: the one table the emitters
@@ -76,6 +79,17 @@ HF_ATTN: dict[str, str] = {
     "xformers": "xformers",
 }
 
+
+def hf_attn(value: str) -> str | None:
+    """A transformers ``attn_implementation`` as a fitcheck kernel. A Hub kernel repo whose name is a
+    FlashAttention build (``kernels-community/vllm-flash-attn3``, which LLaMA-Factory registers for
+    gpt-oss: model/model_utils/attention.py @ff6d4d12, and axolotl examples name) is flash."""
+    found = HF_ATTN.get(value)
+    if found is None and "/" in value and "flash-attn" in value.rsplit("/", 1)[-1]:
+        return "flash"
+    return found
+
+
 #: HF module names for torchtune's (torchtune/modules/peft: lora_attn_modules, MLP w1/w2/w3).
 TORCHTUNE_MODULES: dict[str, str] = {
     "q_proj": "q_proj",
@@ -86,9 +100,6 @@ TORCHTUNE_MODULES: dict[str, str] = {
     "w2": "down_proj",
     "w3": "up_proj",
 }
-
-#: The linear layers of a Llama-style block (what "every linear layer" means for the targets).
-ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def modules(value: object) -> list[str]:
@@ -109,19 +120,75 @@ def optimizer(table: dict[str, str], name: str, key: str, notes: list[str]) -> s
 
 
 def targets(modules: list[str]) -> str | None:
-    """fitcheck ``--lora-targets`` for a list of module names (``all-linear`` when it is all of them)."""
+    """fitcheck ``--lora-targets`` for a list of module names: ``all-linear`` only when the file says
+    ``all-linear`` / ``all``. A list naming every Llama projection stays a list: peft matches named modules
+    by name, which on a MoE model leaves the 3-D experts and on a multimodal one the vision tower alone,
+    where its ``all-linear`` takes every linear layer."""
     short = [m.split(".")[-1] for m in modules]
     if not short:
         return None
-    if "all-linear" in short or "all" in short or set(ALL_LINEAR) <= set(short):
+    if "all-linear" in short or "all" in short:
         return "all-linear"
     return ",".join(dict.fromkeys(short))
 
 
-def read_loss(r: Reading, k: Keys, fmt: str) -> None:
+def read_loss(r: Reading, k: Keys, fmt: str, plugins: Sequence[str] = ()) -> None:
     """``--loss`` from the key that switches the format to another cross-entropy kernel (the first set
-    wins; fitcheck.facts.loss_keys, the table the emitters write from)."""
-    for loss, (key, _) in LOSS_SWITCHES[fmt].items():
-        if as_bool(k.get(key), key, r.path):
+    wins; fitcheck.facts.loss_keys, the table the emitters write from). A key left unset is on when its
+    plugin is loaded and defaults it on (`ON_WITH_PLUGIN`)."""
+    for loss, (key, plugin) in LOSS_SWITCHES[fmt].items():
+        on = as_bool(k.get(key), key, r.path)
+        if on is None and key in ON_WITH_PLUGIN and plugin in plugins:
+            r.set("loss", loss, f"plugins ({key} defaults to true)")
+            return
+        if on:
             r.set("loss", loss, key)
             return
+
+
+#: Where a decoder projection sits in the module names regex targets are matched against: the model
+#: prefixes of text and multimodal checkpoints, and each projection's parent module.
+REGEX_PREFIXES = ("model.", "model.language_model.", "language_model.model.", "model.text_model.", "")
+REGEX_PARENTS: dict[str, tuple[str, ...]] = {
+    "q_proj": ("self_attn", "attn", "cross_attn"),
+    "k_proj": ("self_attn", "attn", "cross_attn"),
+    "v_proj": ("self_attn", "attn", "cross_attn"),
+    "o_proj": ("self_attn", "attn", "cross_attn"),
+    "q_a_proj": ("self_attn",),
+    "q_b_proj": ("self_attn",),
+    "kv_a_proj_with_mqa": ("self_attn",),
+    "kv_b_proj": ("self_attn",),
+    "gate_proj": ("mlp", "feed_forward", "mlp.shared_experts"),
+    "up_proj": ("mlp", "feed_forward", "mlp.shared_experts"),
+    "down_proj": ("mlp", "feed_forward", "mlp.shared_experts"),
+}
+#: Layer indices tried: a pattern that names only some layers (``layers\.(3|7)\.``) is found partial.
+REGEX_LAYERS = 128
+
+
+def regex_targets(pattern: str) -> tuple[list[str], bool]:
+    """The decoder projections a peft regex target reaches, and whether it skips some layers.
+
+    peft matches a string ``target_modules`` with ``re.fullmatch`` against every module name
+    (peft src/peft/tuners/tuners_utils.py ``check_target_module_exists``); axolotl hands a string
+    ``lora_target_modules`` to ``LoraConfig`` as it is (src/axolotl/loaders/adapter.py
+    ``_build_peft_lora_config`` @067b021c). The names tried are the usual decoder layouts.
+    """
+    try:
+        rx = re.compile(pattern)
+    except re.error:
+        return [], False
+    found: list[str] = []
+    partial = False
+    for leaf, parents in REGEX_PARENTS.items():
+        hits = sum(_layer_hit(rx, i, parents, leaf) for i in range(REGEX_LAYERS))
+        if hits:
+            found.append(leaf)
+            partial = partial or hits < REGEX_LAYERS
+    return found, partial
+
+
+def _layer_hit(rx: re.Pattern[str], i: int, parents: tuple[str, ...], leaf: str) -> bool:
+    return any(
+        rx.fullmatch(f"{pre}layers.{i}.{parent}.{leaf}") for pre in REGEX_PREFIXES for parent in parents
+    )

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from fitcheck.readers.base import ReadResult, Value
 from fitcheck.readers.merge import Resolved
+from fitcheck.readers.neutral import is_neutral
 
 
 def _pairs(values: Mapping[str, Value]) -> str:
@@ -42,6 +43,10 @@ def lines(read: ReadResult | None, merged: Resolved, model_note: str | None = No
         out.append(f"read, not yet modelled: {_pairs(merged.pending)}")
     if read is not None:
         out += [f"{read.path}: {n}" for n in read.notes]
-        if read.unused:
-            out.append(f"{read.path}: not used (no memory effect fitcheck models): {', '.join(read.unused)}")
+        neutral = [k for k in read.unused if is_neutral(k)]
+        unknown = [k for k in read.unused if not is_neutral(k)]
+        if neutral:
+            out.append(f"{read.path}: not used (no memory effect): {', '.join(neutral)}")
+        if unknown:
+            out.append(f"{read.path}: not understood, ignored (may change memory): {', '.join(unknown)}")
     return out

@@ -14,6 +14,7 @@ from __future__ import annotations
 from fitcheck.readers import names
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
 from fitcheck.readers.hfargs import training_args
+from fitcheck.readers.unposed import refuse
 
 FORMAT = "trl"
 TRAINER = "hf"
@@ -22,6 +23,7 @@ TRAINER = "hf"
 def read(data: Doc, path: str) -> ReadResult:
     """Read a TRL SFT config."""
     k = Keys(data)
+    refuse(k, FORMAT, path)
     r = Reading(FORMAT, TRAINER, k, path)
     model = k.get("model_name_or_path")
     r.model = str(model) if model else None
@@ -33,7 +35,7 @@ def read(data: Doc, path: str) -> ReadResult:
     _peft(r, k)
     attn = k.get("attn_implementation")
     if isinstance(attn, str):
-        found = names.HF_ATTN.get(attn)
+        found = names.hf_attn(attn)
         r.set("attn", found, "attn_implementation")
         if found is None:
             r.note(f"attn_implementation {attn!r} has no fitcheck model; sdpa is assumed")

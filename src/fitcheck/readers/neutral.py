@@ -1,0 +1,70 @@
+"""Trainer-file keys known to leave a training step's GPU memory alone (schedules, data, logging, saving).
+
+The ``--from`` report lists a file's unused keys in two lines: these, and the rest, which fitcheck does not
+understand and ignores (a kernel switch, a newer option, a typo), so a user sees at once which keys might
+change memory without fitcheck counting them. One table, by kind, over the formats' shared vocabulary
+(transformers TrainingArguments, axolotl, LLaMA-Factory, TRL, DeepSpeed, accelerate); a dotted key is
+looked up by its last part.
+"""
+
+from __future__ import annotations
+
+#: Exact key names, by what they set.
+# fmt: off
+NEUTRAL: frozenset[str] = frozenset(
+    {
+        # optimizer hyperparameters and the schedule (values, not states)
+        "learning_rate", "lr_scheduler", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_ratio",
+        "warmup_steps", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "adam_eps",
+        "max_grad_norm", "gradient_clipping", "cosine_min_lr_ratio", "cosine_constant_lr_ratio",
+        "lr_quadratic_warmup", "eta_min", "loraplus_lr_ratio", "num_epochs", "num_train_epochs",
+        "max_steps", "seed", "data_seed",
+        # data: which rows, how they are tokenized (the sequence length is read elsewhere)
+        "datasets", "dataset", "dataset_dir", "dataset_prepared_path", "dataset_name", "dataset_mixture",
+        "dataset_mixer", "dataset_config", "dataset_splits", "dataset_train_split", "dataset_test_split",
+        "dataset_kwargs", "dataset_num_proc", "dataset_processes", "preprocessing_num_workers",
+        "dataloader_num_workers", "max_samples", "overwrite_cache", "val_set_size", "val_size", "template",
+        "chat_template", "train_on_inputs", "special_tokens", "tokens", "eot_tokens", "eos_token",
+        "shuffle_merged_datasets", "dataset_exact_deduplication", "tokenized_path", "remove_unused_columns",
+        "tokenizer_type", "tokenizer_config", "tokenizer_use_fast", "tokenizer_legacy",
+        "tokenizer_use_mistral_common", "skip_prepare_dataset", "assistant_only_loss",
+        # where the model comes from and how it is fetched
+        "model_type", "trust_remote_code", "model_revision", "revision_of_model", "hf_use_auth_token",
+        "hub_model_id", "hub_strategy", "hub_private_repo", "hub_model_revision", "push_to_hub",
+        # logging, saving, evaluation schedule, launching
+        "output_dir", "overwrite_output_dir", "logging_steps", "logging_strategy", "log_level", "report_to",
+        "run_name", "plot_loss", "save_steps", "save_strategy", "save_total_limit", "save_only_model",
+        "save_safetensors", "saves_per_epoch", "evals_per_epoch", "eval_steps", "eval_strategy",
+        "evaluation_strategy", "do_eval", "do_train", "eval_table_size", "early_stopping_patience",
+        "auto_resume_from_checkpoints", "resume_from_checkpoint", "ddp_timeout", "ddp_find_unused_parameters",
+        "strict", "debug", "steps_per_print", "wall_clock_breakdown", "group_by_length",
+        "average_tokens_across_devices", "eval_sample_packing", "lora_fan_in_fan_out",
+        # FSDP bookkeeping that changes neither shards nor prefetch
+        "state_dict_type", "final_state_dict_type", "auto_wrap_policy", "transformer_layer_cls_to_wrap",
+        "sync_module_states", "use_orig_params", "cpu_ram_efficient_loading",
+        # DeepSpeed fp16 loss scaling and checks
+        "hysteresis", "initial_scale_power", "loss_scale", "loss_scale_window", "min_loss_scale",
+        "zero_allow_untested_optimizer",
+    }
+)
+# fmt: on
+#: Name prefixes of experiment trackers and loss watchdogs.
+NEUTRAL_PREFIXES: tuple[str, ...] = (
+    "wandb_",
+    "use_wandb",
+    "swanlab_",
+    "use_swanlab",
+    "use_tensorboard",
+    "mlflow_",
+    "comet_",
+    "otel_",
+    "use_otel",
+    "loss_watchdog_",
+)  # fmt: skip
+
+
+def is_neutral(key: str) -> bool:
+    """Whether a file key (dotted for nested ones) is known to leave the step's GPU memory alone."""
+    last = key.rsplit(".", 1)[-1]
+    bare = last.removeprefix("fsdp_")
+    return last in NEUTRAL or bare in NEUTRAL or last.startswith(NEUTRAL_PREFIXES)

@@ -1,0 +1,281 @@
+"""``--from`` on the trainers' own example configs: axolotl, LLaMA-Factory, the alignment-handbook's TRL
+recipes and the accelerate / DeepSpeed files those repositories ship (tests/data/from, every row of
+SOURCES.md from those repositories).
+
+Each file has a golden of what it reads to (tests/golden/from_real_a/<file>.json: the reader's values, the
+keys they came from, its notes and the keys it did not use, and the setup after the trainer's defaults),
+or of the one line that refuses it. Every file also goes through ``fitcheck check --from FILE --on
+h100-80gb``: a file that reads is answered (exit 0 or 1) with the file's values in the setup; a refused
+file is exit 2 with exactly that line. Regenerate the goldens with ``FITCHECK_UPDATE_GOLDEN=1 pytest
+tests/test_from_real_a.py`` after a deliberate reader change, and read the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import pytest
+
+from fitcheck import api
+from fitcheck.cli import main
+from fitcheck.errors import FitcheckError
+from fitcheck.readers import read_config
+from fitcheck.readers.merge import resolve
+from fitcheck.readers.neutral import is_neutral
+
+HERE = Path(__file__).parent
+DATA = HERE / "data" / "from"
+GOLDEN = HERE / "golden" / "from_real_a"
+#: The repositories whose example configs this test owns (SOURCES.md's repository column).
+MINE = (
+    "axolotl-ai-cloud/axolotl",
+    "hiyouga/LLaMA-Factory",
+    "huggingface/alignment-handbook",
+    "huggingface/trl",
+)
+SETUP_FIELDS = tuple(get_type_hints(api.TrainingOptions))
+#: MODEL on the command line for files whose own model is no preset (the Hub is not reached in tests):
+#: a preset of the same shape (MoE experts, module names), else a Llama-shaped 8B.
+STAND_IN = {"axolotl/gemma4-26b-a4b-moe-qlora.yaml": "qwen3-30b-a3b"}
+#: Files that read but that the engine then refuses, with the reason (one line, exit 2): LoRA targets in a
+#: vision adapter (fitcheck matches named targets in the language model only).
+ENGINE_REFUSES = {"axolotl/scout-vision-qlora-fsdp2-flex.yaml": "this model has no module 'fc1'"}
+
+
+def _files() -> list[str]:
+    rows = (DATA / "SOURCES.md").read_text().splitlines()
+    out = []
+    for row in rows:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[1] in MINE:
+            out.append(cells[0].strip("`"))
+    return out
+
+
+FILES = _files()
+
+
+def _shown(text: str) -> str:
+    """A line with the data folder's absolute path made relative (goldens do not depend on the checkout)."""
+    return text.replace(str(DATA) + "/", "")
+
+
+def _reading(name: str) -> dict[str, Any]:
+    """What the file reads to, as the golden stores it."""
+    try:
+        read = read_config(str(DATA / name))
+    except FitcheckError as exc:
+        return {"file": name, "error": _shown(str(exc))}
+    merged = resolve({}, set(), read, SETUP_FIELDS)
+    return {
+        "file": name,
+        "format": read.format,
+        "trainer": read.trainer,
+        "model": read.model,
+        "values": dict(read.values),
+        "keys": dict(read.keys),
+        "notes": [_shown(n) for n in read.notes],
+        "unused": list(read.unused),
+        "not_understood": [k for k in read.unused if not is_neutral(k)],
+        "setup": merged.values,
+        "setup_origin": merged.origin,
+        "pending": merged.pending,
+    }
+
+
+def _golden(name: str) -> Path:
+    return GOLDEN / (name.replace("/", "__") + ".json")
+
+
+def test_every_file_of_these_repositories_is_here_once() -> None:
+    assert len(FILES) >= 30 and len(set(FILES)) == len(FILES)
+    assert all((DATA / f).is_file() for f in FILES)
+    orphans = {p.name for p in GOLDEN.glob("*.json")} - {_golden(f).name for f in FILES}
+    assert not orphans, f"goldens without a SOURCES.md row: {sorted(orphans)}"
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_file_reads_to_its_golden(name: str) -> None:
+    got = _reading(name)
+    path = _golden(name)
+    text = json.dumps(got, indent=2, sort_keys=True) + "\n"
+    if os.environ.get("FITCHECK_UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.is_file(), f"no golden for {name}; FITCHECK_UPDATE_GOLDEN=1 writes it"
+    assert text == path.read_text(), f"{name} reads differently; FITCHECK_UPDATE_GOLDEN=1 regenerates"
+
+
+def _model(name: str, golden: dict[str, Any]) -> list[str]:
+    """MODEL for the command line: none when the file's model is a preset's Hub id (no network), else a
+    stand-in preset (the reader must still read the file)."""
+    model = golden.get("model")
+    hub = {m.hf_id for m in api.models() if m.hf_id}
+    if model in hub and name not in STAND_IN:
+        return []
+    return [STAND_IN.get(name, "llama-3.1-8b")]
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_check_answers_or_refuses_in_one_line(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    golden = json.loads(_golden(name).read_text())
+    model = _model(name, golden)
+    rc = main(["check", *model, "--from", str(DATA / name), "--on", "h100-80gb", "--format", "json"])
+    out, err = capsys.readouterr()
+    assert "internal error" not in err and "Traceback" not in err
+    if "error" in golden:
+        assert rc == 2 and out == ""
+        assert _shown(err.strip()) == f"fitcheck: error: {golden['error']}"
+        return
+    if name in ENGINE_REFUSES:
+        assert rc == 2 and out == "" and ENGINE_REFUSES[name] in err.splitlines()[-1]
+        return
+    assert rc in (0, 1), err
+    doc = json.loads(out)
+    for field, origin in golden["setup_origin"].items():
+        if origin == "file" and field in golden["setup"]:
+            assert doc["setup"][field] == golden["setup"][field], field
+
+
+# ------------------------------------------------------------------------------- rules, one at a time
+
+
+def _read(tmp_path: Path, text: str, name: str = "c.yaml") -> Any:
+    path = tmp_path / name
+    path.write_text(text)
+    return read_config(str(path))
+
+
+def test_a_regex_target_reads_as_the_projections_it_matches(tmp_path: Path) -> None:
+    base = "base_model: x\nadapter: lora\n"
+    every = _read(tmp_path, base + "lora_target_modules: 'model.layers.[\\d]+.self_attn.(q|v)_proj'\n")
+    assert every.values["lora_targets"] == "q_proj,v_proj"
+    assert not any("some layers" in n for n in every.notes)
+    some = _read(tmp_path, base + "lora_target_modules: '.*\\.layers\\.(3|7)\\.self_attn\\.q_proj'\n")
+    assert some.values["lora_targets"] == "q_proj" and any("upper bound" in n for n in some.notes)
+    with pytest.raises(FitcheckError, match="matches no decoder projection"):
+        _read(tmp_path, base + "lora_target_modules: 'vision_tower\\..*'\n")
+
+
+def test_a_named_list_is_not_widened_to_all_linear(tmp_path: Path) -> None:
+    mods = "[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]"
+    r = _read(tmp_path, f"base_model: x\nadapter: lora\nlora_target_modules: {mods}\n")
+    assert r.values["lora_targets"] == "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+    assert (
+        _read(tmp_path, "base_model: x\nadapter: lora\nlora_target_linear: true\n").values["lora_targets"]
+        == "all-linear"
+    )
+
+
+def test_the_cce_plugin_switches_its_loss_on_unless_the_key_says_false(tmp_path: Path) -> None:
+    plugin = "plugins: [axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin]\n"
+    assert _read(tmp_path, "base_model: x\n" + plugin).values["loss"] == "cce"
+    off = _read(tmp_path, "base_model: x\n" + plugin + "cut_cross_entropy: false\n")
+    assert "loss" not in off.values
+    liger = "plugins: [axolotl.integrations.liger.LigerPlugin]\n"  # LigerArgs default None: off
+    assert "loss" not in _read(tmp_path, "base_model: x\n" + liger).values
+
+
+def test_fsdp_config_keys_read_with_or_without_the_fsdp_prefix(tmp_path: Path) -> None:
+    for prefix in ("", "fsdp_"):
+        r = _read(
+            tmp_path,
+            "base_model: x\nfsdp_version: 1\nfsdp_config:\n"
+            f"  {prefix}sharding_strategy: SHARD_GRAD_OP\n  {prefix}activation_checkpointing: true\n"
+            f"  {prefix}offload_params: true\n",
+        )
+        assert (r.values["strategy"], r.values["grad_ckpt"], r.values["offload"]) == (
+            "fsdp-grad-op",
+            True,
+            "all",
+        )
+
+
+@pytest.mark.parametrize(
+    ("flags", "want"),
+    [
+        ("bf16: false\nfp16: false\nfloat16: true\n", ("fp16", False)),
+        ("bf16: false\nfp16: false\nbfloat16: true\n", ("bf16", False)),
+        ("bf16: false\nfp16: false\n", ("fp32", None)),
+        ("bf16: true\nbfloat16: true\n", ("bf16", None)),
+    ],
+)
+def test_axolotl_load_dtype_without_autocast(
+    tmp_path: Path, flags: str, want: tuple[str, bool | None]
+) -> None:
+    r = _read(tmp_path, "base_model: x\n" + flags)
+    assert (r.values["precision"], r.values.get("autocast")) == want
+
+
+def test_a_deepspeed_json_the_file_names_is_read_when_found(tmp_path: Path) -> None:
+    ds = tmp_path / "ds" / "z3.json"
+    ds.parent.mkdir()
+    ds.write_text('{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}')
+    r = _read(tmp_path, "base_model: x\ndeepspeed: ds/z3.json\n")
+    assert (r.values["strategy"], r.values["offload"]) == ("zero3", "optimizer")
+    assert r.keys["strategy"].startswith("deepspeed (") and not any("separate file" in n for n in r.notes)
+    missing = _read(tmp_path, "base_model: x\ndeepspeed: nowhere.json\n")
+    assert "strategy" not in missing.values and any("separate file" in n for n in missing.notes)
+
+
+def test_alignment_handbook_sft_recipes_are_trl_not_mlx(tmp_path: Path) -> None:
+    r = _read(tmp_path, "model_name_or_path: x\nmax_seq_length: 2048\nbf16: true\n")
+    assert r.format == "trl" and r.values["seq_len"] == 2048
+    mlx = _read(tmp_path, "model: mlx_model\nmax_seq_length: 2048\n")
+    assert mlx.format == "mlx"
+
+
+def test_every_refusal_row_cites_its_source_and_refuses_in_one_line(tmp_path: Path) -> None:
+    from fitcheck.readers.unposed import TABLE
+
+    base = {"axolotl": "base_model: x\n", "llamafactory": "stage: sft\n", "trl": "model_name_or_path: x\n"}
+    base["accelerate"] = "distributed_type: FSDP\n"
+    value = {"stage": "dpo", "finetuning_type": None, "parallelism_config": "{parallelism_config_cp_size: 2}"}
+    for fmt, rows in TABLE.items():
+        for row in rows:
+            assert "@" in row.source and row.what
+            if row.key == "finetuning_type":
+                continue  # two rows, covered by the goldens (freeze, oft)
+            shown = value.get(row.key) or "2"
+            with pytest.raises(FitcheckError) as err:
+                _read(tmp_path, base[fmt] + f"{row.key}: {shown}\n", f"{fmt}.yaml")
+            assert f"{row.key}: " in str(err.value) and "\n" not in str(err.value)
+
+
+def test_docs_name_every_refused_key() -> None:
+    from fitcheck.readers.unposed import TABLE
+
+    doc = (HERE.parent / "docs" / "from.md").read_text()
+    for rows in TABLE.values():
+        for row in rows:
+            assert f"`{row.key}" in doc, row.key
+
+
+def test_target_parameters_keep_their_expert_names(tmp_path: Path) -> None:
+    r = _read(
+        tmp_path,
+        "base_model: x\nadapter: lora\nlora_target_modules: [q_proj]\n"
+        "lora_target_parameters: [mlp.experts.gate_up_proj, experts.down_proj]\n",
+    )
+    assert r.values["lora_targets"] == "q_proj,experts.gate_up_proj,experts.down_proj"
+
+
+def test_the_report_tells_keys_without_memory_effect_from_keys_not_understood(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = str(DATA / "axolotl" / "gemma4-26b-a4b-moe-qlora.yaml")
+    main(["check", "qwen3-30b-a3b", "--from", path, "--on", "h100-80gb"])
+    lines = capsys.readouterr().err.splitlines()
+    neutral = [x for x in lines if "not used (no memory effect)" in x]
+    unknown = [x for x in lines if "not understood, ignored (may change memory)" in x]
+    assert len(neutral) == len(unknown) == 1
+    assert "learning_rate" in neutral[0] and "lora_mlp_kernel" not in neutral[0]
+    assert "lora_mlp_kernel" in unknown[0] and "learning_rate" not in unknown[0]
+
+
+def test_an_adapter_other_than_lora_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(FitcheckError, match="adapter: 'llama-adapter' has no fitcheck memory model"):
+        _read(tmp_path, "base_model: x\nadapter: llama-adapter\n")
