@@ -42,7 +42,9 @@ SETUP_FIELDS = tuple(get_type_hints(api.TrainingOptions))
 STAND_IN = {"axolotl/gemma4-26b-a4b-moe-qlora.yaml": "qwen3-30b-a3b"}
 #: Files that read but that the engine then refuses, with the reason (one line, exit 2): LoRA targets in a
 #: vision adapter (fitcheck matches named targets in the language model only).
-ENGINE_REFUSES = {"axolotl/scout-vision-qlora-fsdp2-flex.yaml": "this model has no module 'fc1'"}
+#: Files whose stand-in model lacks some of the named targets: peft ignores those beside ones that match,
+#: and the estimate warns (engine/lora.py unmatched_targets).
+ENGINE_WARNS = {"axolotl/scout-vision-qlora-fsdp2-flex.yaml": "this model has no module 'fc1'"}
 
 
 def _files() -> list[str]:
@@ -130,11 +132,10 @@ def test_check_answers_or_refuses_in_one_line(name: str, capsys: pytest.CaptureF
         assert rc == 2 and out == ""
         assert _shown(err.strip()) == f"fitcheck: error: {golden['error']}"
         return
-    if name in ENGINE_REFUSES:
-        assert rc == 2 and out == "" and ENGINE_REFUSES[name] in err.splitlines()[-1]
-        return
     assert rc in (0, 1), err
     doc = json.loads(out)
+    if name in ENGINE_WARNS:
+        assert any(ENGINE_WARNS[name] in w for w in doc["warnings"]), doc["warnings"]
     for field, origin in golden["setup_origin"].items():
         if origin == "file" and field in golden["setup"]:
             assert doc["setup"][field] == golden["setup"][field], field
