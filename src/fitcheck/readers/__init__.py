@@ -51,7 +51,8 @@ def read_config(path: str, fmt: str | None = None) -> ReadResult:
     wanted = format_name(fmt) if fmt else None
     if wanted is not None:
         syntax = FORMATS[wanted][2] if syntax_of(path) == "yaml" and Path(path).suffix == "" else syntax
-    data = parse(read_text(path), syntax, path)
+    text = read_text(path)
+    data = parse(text, syntax, path)
     found = wanted or detect(data, syntax)
     if found is None:
         raise OptionError(
@@ -63,6 +64,10 @@ def read_config(path: str, fmt: str | None = None) -> ReadResult:
         return reader(data, path, _kohya_dataset(data, path))
     if found == "mlx":
         return reader(data, path, _mlx_bits(data))
+    if found == "torchtune":
+        from fitcheck.readers.torchtune import recipe_of
+
+        return reader(data, path, recipe_of(text))
     result: ReadResult = reader(data, path)
     return result
 
