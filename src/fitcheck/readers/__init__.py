@@ -60,10 +60,12 @@ def read_config(path: str, fmt: str | None = None) -> ReadResult:
         )
     module, func, _ = FORMATS[found]
     reader = getattr(importlib.import_module(module), func)
-    if found == "kohya":
+    if found in ("kohya", "kohya_ss"):
         return reader(data, path, _kohya_dataset(data, path))
     if found == "mlx":
         return reader(data, path, _mlx_bits(data))
+    if found == "accelerate":
+        return reader(data, path, _accelerate_deepspeed(data, path))
     if found == "torchtune":
         from fitcheck.readers.torchtune import recipe_of
 
@@ -87,6 +89,22 @@ def _kohya_dataset(data: Doc, path: str) -> Doc | None:
 
     shown = name if len(name) <= 80 else name[:77] + "..."
     raise NotFoundError(f"--from {path}: its dataset_config {shown} is not beside it (nor in this folder)")
+
+
+def _accelerate_deepspeed(data: Doc, path: str) -> ReadResult | None:
+    """The DeepSpeed JSON an accelerate config names (``deepspeed_config.deepspeed_config_file``), read
+    when it is beside the config or in the working folder (where ``accelerate launch`` opens it)."""
+    block = data.get("deepspeed_config")
+    name = block.get("deepspeed_config_file") if isinstance(block, dict) else None
+    if not isinstance(name, str) or not name:
+        return None
+    for candidate in (Path(path).parent / name, Path(name)):
+        if could_be_path(str(candidate)) and candidate.is_file():
+            from fitcheck.readers.deepspeed import read as read_deepspeed
+
+            where = str(candidate)
+            return read_deepspeed(parse(read_text(where), "json", where), where)
+    return None
 
 
 def _mlx_bits(data: Doc) -> int | None:

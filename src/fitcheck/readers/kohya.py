@@ -119,20 +119,42 @@ def _common(r: Reading, k: Keys) -> None:
     for key in ("cache_latents", "cache_latents_to_disk"):
         if as_bool(k.get(key), key, p):
             r.set("cache_latents", True, key)
-    for key in (
-        "cache_text_encoder_outputs",
-        "cache_text_encoder_outputs_to_disk",
-        "sdxl_cache_text_encoder_outputs",
-    ):
+    for key in ("cache_text_encoder_outputs", "cache_text_encoder_outputs_to_disk"):
         if as_bool(k.get(key), key, p):
             r.set("cache_text_encoder_outputs", True, key)
     _attention(r, k)
     _optimizer(r, k)
     if as_bool(k.get("cpu_offload_checkpointing"), "cpu_offload_checkpointing", p):
         r.set("offload_activations", True, "cpu_offload_checkpointing")
-    swap = as_int(k.get("blocks_to_swap"), "blocks_to_swap", p)
-    if swap:
-        r.note(f"blocks_to_swap {swap}: block swapping to the CPU is not modelled (an upper bound)")
+    _upper_bounds(r, k)
+
+
+#: Settings that lower the peak by means fitcheck does not model (sd-scripts @48d368f: blocks_to_swap in
+#: flux_train_network.py / sd3_train_network.py, fused_backward_pass and fused_optimizer_groups in
+#: sdxl_train.py; kohya_ss GUI's per-model copies): the estimate is an upper bound, said so.
+SWAP_KEYS = ("blocks_to_swap", "double_blocks_to_swap", "single_blocks_to_swap")
+FUSED_KEYS = (
+    "fused_backward_pass",
+    "flux_fused_backward_pass",
+    "sd3_fused_backward_pass",
+    "blockwise_fused_optimizers",
+)
+
+
+def _upper_bounds(r: Reading, k: Keys) -> None:
+    p = r.path
+    for key in SWAP_KEYS:
+        swap = as_int(k.get(key), key, p)
+        if swap:
+            r.note(f"{key} {swap}: block swapping to the CPU is not modelled (an upper bound)")
+    for key in FUSED_KEYS:
+        if as_bool(k.get(key), key, p):
+            r.note(f"{key}: gradients freed during backward are not modelled (an upper bound)")
+    groups = as_int(k.get("fused_optimizer_groups"), "fused_optimizer_groups", p)
+    if groups:
+        r.note(
+            f"fused_optimizer_groups {groups}: per-group steps in backward are not modelled (an upper bound)"
+        )
 
 
 def _attention(r: Reading, k: Keys) -> None:
@@ -202,8 +224,48 @@ def _dataset(r: Reading, doc: Doc) -> None:
         r.note(f"dataset_config has {len(sets)} datasets: sized with the first")
 
 
-def read_gui(data: Doc, path: str) -> ReadResult:
-    """Read a kohya_ss GUI preset (JSON)."""
+#: kohya_ss textual-inversion tab keys (kohya_gui/textual_inversion_gui.py): only new token embeddings train.
+TI_KEYS = ("token_string", "init_word", "num_vectors_per_token")
+#: LyCORIS LoKr takes a dim this large as "do not decompose": full-matrix Kronecker factors, not a rank
+#: (LyCORIS docs/Network-Args.md "Dimension": a value > 10240/2 stops the second block's decomposition;
+#: lycoris/modules/lokr.py "using full matrix mode").
+LOKR_FULL_DIM = 10240 // 2
+#: kohya_ss passes the cached text-encoder outputs only for the model kind checked (kohya_gui/
+#: dreambooth_gui.py, lora_gui.py: ``(sdxl and sdxl_cache_...) or (sd3_checkbox and sd3_cache_...) or
+#: (flux1_checkbox and flux1_cache_...)``, @45088f04).
+GUI_TE_CACHE = (
+    ("sdxl", "sdxl_cache_text_encoder_outputs"),
+    ("sd3_checkbox", "sd3_cache_text_encoder_outputs"),
+    ("sd3_checkbox", "sd3_cache_text_encoder_outputs_to_disk"),
+    ("flux1_checkbox", "flux1_cache_text_encoder_outputs"),
+    ("flux1_checkbox", "flux1_cache_text_encoder_outputs_to_disk"),
+)
+
+
+def gui_refusal(data: Doc, path: str) -> str | None:
+    """Why a kohya_ss preset is not a run fitcheck can pose, or None."""
+    for key in TI_KEYS:
+        if data.get(key) not in (None, ""):
+            return (
+                f"--from {path}: {key}: a textual-inversion preset (only new token embeddings train) is not "
+                "a run fitcheck models"
+            )
+    kind, dim = str(data.get("LoRA_type", "")), data.get("network_dim")
+    if "LoKr" in kind and isinstance(dim, (int, float)) and dim > LOKR_FULL_DIM:
+        return (
+            f"--from {path}: network_dim {dim} with LoRA_type {kind}: LyCORIS keeps full-matrix Kronecker "
+            "factors at this size (no rank), which fitcheck does not model"
+        )
+    return None
+
+
+def read_gui(data: Doc, path: str, dataset: Doc | None = None) -> ReadResult:
+    """Read a kohya_ss GUI preset (JSON); ``dataset`` is the ``dataset_config`` file it names, if found."""
+    from fitcheck.errors import InputError
+
+    why = gui_refusal(data, path)
+    if why is not None:
+        raise InputError(why)
     k = Keys(data)
     r = Reading(FORMAT_GUI, TRAINER, k, path)
     model = k.get("pretrained_model_name_or_path")
@@ -225,7 +287,12 @@ def read_gui(data: Doc, path: str) -> ReadResult:
     r.set("resolution", _resolution(k.get("max_resolution"), "max_resolution", r), "max_resolution")
     r.set("batch_size", as_int(k.get("train_batch_size"), "train_batch_size", path), "train_batch_size")
     _common(r, k)
-    k.touch("conv_dim", "conv_alpha", "unet_lr")
+    for flag, key in GUI_TE_CACHE:
+        if as_bool(k.get(key), key, path) and as_bool(k.get(flag), flag, path):
+            r.set("cache_text_encoder_outputs", True, key)
+    k.touch("conv_dim", "conv_alpha", "unet_lr", "dataset_config")
+    if dataset is not None:
+        _dataset(r, dataset)
     return r.result()
 
 

@@ -70,6 +70,9 @@ UNPOSED: tuple[tuple[str, str], ...] = (
     ("ref_checkpointer", "preference training with a reference model (full_dpo_distributed.py, GRPO)"),
     ("quantizer", "quantization-aware training (qat_*.py: fake-quantized weights and activations)"),
 )
+#: Keys of the recipes that do not train (generate.py, dev/generate_v2*.py, eleuther_eval.py, quantize.py,
+#: dev/async_grpo's inference block): with no ``optimizer`` they mark a config fitcheck cannot size.
+NOT_TRAINING = ("prompt", "max_new_tokens", "tasks", "quantizer", "enable_kv_cache", "inference")
 #: The header comment names the recipe: ``# Config for ... in lora_finetune_distributed.py``.
 _RECIPE = re.compile(r"^#.*?\b(?P<recipe>[a-z0-9_]+)\.py\b", re.MULTILINE)
 
@@ -87,10 +90,11 @@ def recipe_of(text: str) -> str | None:
 
 def refusal(data: Doc, path: str) -> str | None:
     """Why fitcheck cannot pose this config's run, or None (the line names the key that says so)."""
-    if data.get("optimizer") is None:
+    used = next((key for key in NOT_TRAINING if data.get(key) is not None), None)
+    if data.get("optimizer") is None and used is not None:
         return (
-            f"--from {path}: no optimizer: not a training config (torchtune's generate, eleuther_eval and "
-            "quantize recipes take none); fitcheck sizes training runs"
+            f"--from {path}: {used} and no optimizer: a generation, evaluation or quantization config "
+            "(torchtune's generate, eleuther_eval, quantize recipes), not a training run fitcheck sizes"
         )
     for key, what in UNPOSED:
         if data.get(key) is not None:
