@@ -208,20 +208,41 @@ def _resolution(value: object, key: str, r: Reading) -> int | None:
 
 
 def _dataset(r: Reading, doc: Doc) -> None:
-    """The dataset file's ``resolution`` and ``batch_size`` (first dataset; general as fallback)."""
+    """The dataset file's ``resolution`` and ``batch_size``: each dataset's own, else ``[general]``'s, else
+    the config's. sd-scripts draws every batch from one dataset (library/config_util.py
+    generate_dataset_group_by_blueprint, train_util.DatasetGroup @48d368f), so the dataset with the most
+    pixels per step (batch x side^2) sets the peak and sizes the run."""
     general = doc.get("general") if isinstance(doc.get("general"), dict) else {}
-    sets = doc.get("datasets")
-    first = sets[0] if isinstance(sets, list) and sets and isinstance(sets[0], dict) else {}
-    assert isinstance(general, dict) and isinstance(first, dict)
-    for field, key in (("resolution", "resolution"), ("batch_size", "batch_size")):
-        value = first.get(key, general.get(key))
-        if value is None:
-            continue
-        where = f"dataset_config {key}"
-        got = _resolution(value, where, r) if field == "resolution" else as_int(value, where, r.path)
-        r.set(field, got, where)
-    if isinstance(sets, list) and len(sets) > 1:
-        r.note(f"dataset_config has {len(sets)} datasets: sized with the first")
+    listed = doc.get("datasets")
+    sets = [d for d in listed if isinstance(d, dict)] if isinstance(listed, list) else []
+    assert isinstance(general, dict)
+    steps = [_step(r, ds, general) for ds in sets or [{}]]
+    side0, batch0 = r.values.get("resolution"), r.values.get("batch_size")
+    side_cfg = side0 if isinstance(side0, int) else 0
+    batch_cfg = batch0 if isinstance(batch0, int) else 1
+
+    def pixels(step: tuple[int | None, int | None]) -> int:
+        return (step[0] or side_cfg) ** 2 * (step[1] or batch_cfg)
+
+    best = max(range(len(steps)), key=lambda i: pixels(steps[i]))
+    side, batch = steps[best]
+    r.set("resolution", side, "dataset_config resolution")
+    r.set("batch_size", batch, "dataset_config batch_size")
+    if len(sets) > 1:
+        r.note(
+            f"dataset_config has {len(sets)} datasets: "
+            f"sized with dataset {best + 1}, the most pixels per step"
+        )
+
+
+def _step(r: Reading, ds: dict[str, object], general: dict[str, object]) -> tuple[int | None, int | None]:
+    """One dataset's (side, batch), falling back to ``[general]``; None where neither says."""
+    res, batch = (
+        ds.get("resolution", general.get("resolution")),
+        ds.get("batch_size", general.get("batch_size")),
+    )
+    side = _resolution(res, "dataset_config resolution", r) if res is not None else None
+    return side, as_int(batch, "dataset_config batch_size", r.path) if batch is not None else None
 
 
 #: kohya_ss textual-inversion tab keys (kohya_gui/textual_inversion_gui.py): only new token embeddings train.
