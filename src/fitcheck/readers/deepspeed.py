@@ -93,6 +93,13 @@ def read(data: Doc, path: str) -> ReadResult:
         "gradient_accumulation_steps",
     )
     k.touch("train_batch_size", "gradient_clipping")
+    total = as_int(k.data.get("train_batch_size"), "train_batch_size", p)
+    if total is not None and "batch_size" not in r.values:
+        # runtime/config.py _set_batch_related_parameters: micro = train_batch // (accumulation x world size)
+        r.note(
+            f"train_batch_size {total} without train_micro_batch_size_per_gpu: DeepSpeed divides it by "
+            "gradient_accumulation_steps x GPUs; give --batch-size (the per-GPU micro-batch)"
+        )
     for key, prec in (("bf16", "bf16"), ("fp16", "fp16")):
         block = k.sub(key)
         if block is not None and as_bool(block.get("enabled"), f"{key}.enabled", p):
