@@ -166,7 +166,8 @@ def _fsdp(r: Reading, k: Keys) -> None:
     else:
         strategy = str(fs.get("fsdp_sharding_strategy", "FULL_SHARD")).upper()
         r.set("strategy", SHARDING.get(strategy, "fsdp"), "fsdp_config.fsdp_sharding_strategy")
-        if given is None:
+        if given is None:  # FullyShardedDataParallelPlugin: FSDP_VERSION defaults to 1 (utils/dataclasses.py)
+            r.set("fsdp_version", 1, "fsdp_config (fsdp_version unset: accelerate's default)")
             r.note("fsdp_version unset: accelerate's default, 1 (the legacy FSDP wrapper)")
     if as_bool(fs.get("fsdp_offload_params"), "fsdp_offload_params", p):
         r.set("offload", "all", "fsdp_config.fsdp_offload_params")

@@ -231,9 +231,10 @@ def _model(r: Reading, k: Keys) -> None:
         )
     kind = next((pre for pre in ("lora_", "qlora_") if leaf.startswith(pre)), None)
     preset = _preset(family, leaf.removeprefix(kind or ""))
+    where = "model._component_"
     if kind == "lora_" and as_bool(model.get("quantize_base"), "model.quantize_base", p):
-        kind = "qlora_"  # qlora_* builders are partial(lora_*, quantize_base=True) (_model_builders.py)
-    r.set("method", {"lora_": "lora", "qlora_": "qlora", None: "full"}[kind], "model._component_")
+        kind, where = "qlora_", "model.quantize_base"  # qlora_* = partial(lora_*, quantize_base=True)
+    r.set("method", {"lora_": "lora", "qlora_": "qlora", None: "full"}[kind], where)
     r.model = preset or _checkpoint_dir(k)
     if preset is None:
         r.note(f"model builder {builder}: no fitcheck preset for it; MODEL is the checkpoint folder")
