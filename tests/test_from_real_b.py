@@ -53,6 +53,7 @@ CASES: dict[str, tuple[str | None, str]] = {
     # kohya sd-scripts TOML (+ its dataset file)
     "kohya/hunyuan_lora.toml": ("sdxl", H100),
     "kohya/sdxl_lora_multires.toml": (None, H100),
+    "kohya/dataset-multires.toml": ("sdxl", H100),
     # kohya_ss GUI presets and saved configs
     "kohya_ss/sdxl-lora-adafactor-v1.0.json": (None, H100),
     "kohya_ss/sdxl-loha-ai_characters-v1.0.json": (None, H100),
@@ -156,6 +157,7 @@ REFUSED: dict[str, tuple[str, ...]] = {
     "torchtune/generation.yaml": ("no optimizer",),
     "torchtune/dev-3B_full_grpo.yaml": ("grpo_samples", "GRPO"),
     "mlx/merge_config.yaml": ("cannot tell which trainer",),
+    "kohya/dataset-multires.toml": ("a kohya dataset config", "dataset_config"),
     "kohya_ss/sd15-lokr-v1.0.json": ("network_dim 100000", "LoKr"),
     "kohya_ss/ti-adamw8bit.json": ("token_string", "textual-inversion"),
     "kohya_ss/locon-prodigy.json": ("--lora-dropout", "network_dropout"),

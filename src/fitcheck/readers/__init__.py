@@ -54,6 +54,11 @@ def read_config(path: str, fmt: str | None = None) -> ReadResult:
     text = read_text(path)
     data = parse(text, syntax, path)
     found = wanted or detect(data, syntax)
+    if found is None and syntax == "toml" and ("datasets" in data or "general" in data):
+        raise OptionError(
+            f"{path} is a kohya dataset config ([general], [[datasets]]), not a training config: "
+            "give --from the sd-scripts TOML that names it as dataset_config"
+        )
     if found is None:
         raise OptionError(
             f"cannot tell which trainer {path} is for; give --from-format ({', '.join(FORMATS)})"
