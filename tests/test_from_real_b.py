@@ -62,6 +62,8 @@ CASES: dict[str, tuple[str | None, str]] = {
     "kohya_ss/flux1d-adamw8bit-fp8.json": ("flux.1-dev", H100),
     "kohya_ss/sd15-lokr-v1.0.json": ("sd15", H100),
     "kohya_ss/finetune-lion.json": ("sdxl", H100),
+    "kohya_ss/finetune-sdxl-ai_now-pagedadamw8bit-v1.0.json": (None, H100),
+    "kohya_ss/dreambooth-adamw8bit.json": ("sd15", H100),
     "kohya_ss/dreambooth-sd3_bdsqlsz_v1.json": ("sd35-medium", H100),
     "kohya_ss/ti-adamw8bit.json": ("sd15", H100),
     "kohya_ss/sdxl-standard-adamw8bit.json": (None, H100),
@@ -124,7 +126,15 @@ READS: dict[str, dict[str, object]] = {
     "kohya_ss/sd15-edg_loconoptisettings.json": {"lora_targets": "conv", "resolution": 576},
     "kohya_ss/sdxl-lora-kudou-reira-dadaptadam-v1.1.json": {"lora_rank": 64, "batch_size": 6},
     "kohya_ss/flux1d-adamw8bit-fp8.json": {"fp8_base": True, "optimizer": "adamw8bit"},
-    "kohya_ss/finetune-lion.json": {"method": "full", "optimizer": "lion"},
+    "kohya_ss/finetune-lion.json": {"method": "full", "optimizer": "lion", "train_text_encoder": True},
+    # the finetune tab's sdxl_checkbox names the family; its train_text_encoder checkbox is off
+    "kohya_ss/finetune-sdxl-ai_now-pagedadamw8bit-v1.0.json": {
+        "method": "full",
+        "optimizer": "paged-adamw8bit",
+        "train_text_encoder": False,
+    },
+    # DreamBooth on SD 1.5 runs train_db.py: the text encoder trains (stop_text_encoder_training 0 = unset)
+    "kohya_ss/dreambooth-adamw8bit.json": {"method": "full", "train_text_encoder": True, "batch_size": 4},
     "kohya_ss/dreambooth-sd3_bdsqlsz_v1.json": {"method": "full", "cache_text_encoder_outputs": True},
     "kohya_ss/sdxl-standard-adamw8bit.json": {
         "cache_text_encoder_outputs": True,

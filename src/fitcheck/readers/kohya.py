@@ -305,16 +305,45 @@ def read_gui(data: Doc, path: str, dataset: Doc | None = None) -> ReadResult:
             r.set("train_text_encoder", te != 0.0, "text_encoder_lr")
     else:
         r.set("method", "full", "LoRA_type")
+        _gui_text_encoder(r, k)
     r.set("resolution", _resolution(k.get("max_resolution"), "max_resolution", r), "max_resolution")
     r.set("batch_size", as_int(k.get("train_batch_size"), "train_batch_size", path), "train_batch_size")
     _common(r, k)
     for flag, key in GUI_TE_CACHE:
-        if as_bool(k.get(key), key, path) and as_bool(k.get(flag), flag, path):
+        if as_bool(k.get(key), key, path) and _flag(k, flag, path):
             r.set("cache_text_encoder_outputs", True, key)
     k.touch("conv_dim", "conv_alpha", "unet_lr", "dataset_config")
     if dataset is not None:
         _dataset(r, dataset)
     return r.result()
+
+
+def _flag(k: Keys, flag: str, path: str) -> bool:
+    """A GUI model-kind checkbox (``sdxl`` is ``sdxl_checkbox`` in the finetune tab)."""
+    names = (flag, "sdxl_checkbox") if flag == "sdxl" else (flag,)
+    return any(as_bool(k.get(name), name, path) for name in names)
+
+
+def _gui_text_encoder(r: Reading, k: Keys) -> None:
+    """Full fine-tuning from the GUI: does the text encoder train? The finetune tab passes its
+    ``train_text_encoder`` checkbox (finetune_gui.py); the DreamBooth tab, for SDXL, trains it when
+    ``learning_rate_te1`` or ``_te2`` is over 0 (dreambooth_gui.py, kohya_ss @45088f04), and for SD 1.x/2.x
+    runs train_db.py, which trains it unless ``stop_text_encoder_training`` is negative (train_db.py @48d368f;
+    the GUI passes 0 as unset)."""
+    p = r.path
+    given = as_bool(k.get("train_text_encoder"), "train_text_encoder", p)
+    if given is not None:
+        r.set("train_text_encoder", given, "train_text_encoder")
+        return
+    stop = as_int(k.get("stop_text_encoder_training"), "stop_text_encoder_training", p)
+    if stop is None or _flag(k, "sd3_checkbox", p) or _flag(k, "flux1_checkbox", p):
+        return
+    if _flag(k, "sdxl", p):
+        rates = [as_float(k.get(key), key, p) for key in ("learning_rate_te1", "learning_rate_te2")]
+        if any(rate is not None for rate in rates):
+            r.set("train_text_encoder", any((rate or 0.0) > 0 for rate in rates), "learning_rate_te1")
+        return
+    r.set("train_text_encoder", stop >= 0, "stop_text_encoder_training")
 
 
 def _gui_model(k: Keys, r: Reading) -> str | None:
@@ -323,11 +352,12 @@ def _gui_model(k: Keys, r: Reading) -> str | None:
         ("flux1_checkbox", "flux.1-dev"),
         ("sd3_checkbox", "sd35-medium"),
         ("sdxl", "sdxl"),
+        ("sdxl_checkbox", "sdxl"),  # the finetune tab's name for it (kohya_gui/finetune_gui.py)
         ("v2", "sd21"),
     ):
         if as_bool(k.get(key), key, r.path):
             r.note(f"{key}: the preset names no model file; sized as {preset} unless MODEL is given")
-            k.touch("flux1_checkbox", "sd3_checkbox", "sdxl", "v2", "v_parameterization")
+            k.touch("flux1_checkbox", "sd3_checkbox", "sdxl", "sdxl_checkbox", "v2", "v_parameterization")
             return preset
     k.touch("v_parameterization")
     return None
