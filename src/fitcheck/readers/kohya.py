@@ -67,11 +67,18 @@ def read(data: Doc, path: str, dataset: Doc | None = None) -> ReadResult:
         _network(r, k)
     else:
         r.set("method", "full", "network_module")
-        r.set(
-            "train_text_encoder",
-            as_bool(k.get("train_text_encoder"), "train_text_encoder", path),
-            "train_text_encoder",
-        )
+        te = as_bool(k.get("train_text_encoder"), "train_text_encoder", path)
+        stop = as_int(k.get("stop_text_encoder_training"), "stop_text_encoder_training", path)
+        if te is None and stop is not None:  # only train_db.py reads it (train_db.py @48d368f)
+            te, key = stop >= 0, "stop_text_encoder_training"
+        else:
+            key = "train_text_encoder"
+        r.set("train_text_encoder", te, key)
+        if te is None:
+            r.note(
+                "train_text_encoder unset: sdxl_train.py and fine_tune.py keep the text encoder frozen, "
+                "train_db.py (DreamBooth, SD 1.x/2.x) trains it: give --train-text-encoder for that one"
+            )
     r.set("resolution", _resolution(k.get("resolution"), "resolution", r), "resolution")
     r.set("batch_size", as_int(k.get("train_batch_size"), "train_batch_size", path), "train_batch_size")
     _common(r, k)
