@@ -168,7 +168,12 @@ EXPECTED: dict[str, tuple[str, str, str | None, dict[str, object]]] = {
         None,
         {"precision": "bf16", "strategy": "zero3", "offload": "all"},  # "auto" batch values: unset
     ),
-    "accelerate/fsdp.yaml": ("accelerate", "hf", None, {"gpus": 2, "precision": "bf16", "strategy": "fsdp"}),
+    "accelerate/fsdp.yaml": (
+        "accelerate",
+        "hf",
+        None,
+        {"gpus": 2, "precision": "bf16", "strategy": "fsdp", "fsdp_version": 1},  # unset: accelerate's FSDP1
+    ),
     "accelerate/deepspeed.yaml": ("accelerate", "hf", None, {"gpus": 2}),
 }
 

@@ -51,21 +51,33 @@ def read_config(path: str, fmt: str | None = None) -> ReadResult:
     wanted = format_name(fmt) if fmt else None
     if wanted is not None:
         syntax = FORMATS[wanted][2] if syntax_of(path) == "yaml" and Path(path).suffix == "" else syntax
-    data = parse(read_text(path), syntax, path)
+    text = read_text(path)
+    data = parse(text, syntax, path)
     why = unread(data, syntax)
     if why is not None:
         raise OptionError(f"--from {path}: {why}")
     found = wanted or detect(data, syntax)
+    if found is None and syntax == "toml" and ("datasets" in data or "general" in data):
+        raise OptionError(
+            f"{path} is a kohya dataset config ([general], [[datasets]]), not a training config: "
+            "give --from the sd-scripts TOML that names it as dataset_config"
+        )
     if found is None:
         raise OptionError(
             f"cannot tell which trainer {path} is for; give --from-format ({', '.join(FORMATS)})"
         )
     module, func, _ = FORMATS[found]
     reader = getattr(importlib.import_module(module), func)
-    if found == "kohya":
+    if found in ("kohya", "kohya_ss"):
         return reader(data, path, _kohya_dataset(data, path))
     if found == "mlx":
         return reader(data, path, _mlx_bits(data))
+    if found == "accelerate":
+        return reader(data, path, _accelerate_deepspeed(data, path))
+    if found == "torchtune":
+        from fitcheck.readers.torchtune import recipe_of
+
+        return reader(data, path, recipe_of(text))
     result: ReadResult = reader(data, path)
     return _with_deepspeed(result, data, path)
 
@@ -116,6 +128,22 @@ def _kohya_dataset(data: Doc, path: str) -> Doc | None:
 
     shown = name if len(name) <= 80 else name[:77] + "..."
     raise NotFoundError(f"--from {path}: its dataset_config {shown} is not beside it (nor in this folder)")
+
+
+def _accelerate_deepspeed(data: Doc, path: str) -> ReadResult | None:
+    """The DeepSpeed JSON an accelerate config names (``deepspeed_config.deepspeed_config_file``), read
+    when it is beside the config or in the working folder (where ``accelerate launch`` opens it)."""
+    block = data.get("deepspeed_config")
+    name = block.get("deepspeed_config_file") if isinstance(block, dict) else None
+    if not isinstance(name, str) or not name:
+        return None
+    for candidate in (Path(path).parent / name, Path(name)):
+        if could_be_path(str(candidate)) and candidate.is_file():
+            from fitcheck.readers.deepspeed import read as read_deepspeed
+
+            where = str(candidate)
+            return read_deepspeed(parse(read_text(where), "json", where), where)
+    return None
 
 
 def _mlx_bits(data: Doc) -> int | None:

@@ -7,11 +7,17 @@ config_args.py ClusterConfig, commands/launch.py; 1.15.0; trainer_keys/accelerat
 ``offload_optimizer_device``, ``offload_param_device``, ``gradient_accumulation_steps``, or
 ``deepspeed_config_file``: a DeepSpeed JSON read with its own ``--from``); ``fsdp_config``
 (``fsdp_version``, ``fsdp_sharding_strategy`` or, for FSDP2, ``fsdp_reshard_after_forward``,
-``fsdp_offload_params``, ``fsdp_activation_checkpointing``).
+``fsdp_offload_params``, ``fsdp_activation_checkpointing``); ``parallelism_config`` (parallelism_config.py
+@16cb6eb8: ``dp_replicate_size > 1`` with ``dp_shard_size > 1`` is HSDP, read as ``fsdp-hybrid``; a
+``tp_size``, ``cp_size`` or ``sp_size`` over 1 shards the model or the sequence in ways fitcheck does not
+model, refused naming the key). A ``deepspeed_config_file`` found beside the YAML (or in the working
+folder, where the launcher opens it) is read with the DeepSpeed reader and its values fill what the YAML
+leaves unset.
 """
 
 from __future__ import annotations
 
+from fitcheck.errors import InputError
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_int
 from fitcheck.readers.deepspeed import STAGES
 from fitcheck.readers.unposed import refuse
@@ -30,8 +36,8 @@ SHARDING = {
 PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}
 
 
-def read(data: Doc, path: str) -> ReadResult:
-    """Read an accelerate config."""
+def read(data: Doc, path: str, ds: ReadResult | None = None) -> ReadResult:
+    """Read an accelerate config; ``ds`` is its ``deepspeed_config_file`` read, when found."""
     k = Keys(data)
     refuse(k, FORMAT, path)
     r = Reading(FORMAT, TRAINER, k, path)
@@ -47,14 +53,19 @@ def read(data: Doc, path: str) -> ReadResult:
     mp = k.get("mixed_precision")
     if isinstance(mp, str):
         r.set("precision", PRECISION.get(mp), "mixed_precision")
+        if mp == "fp8":  # TransformerEngine / torchao / MS-AMP recipes (utils/dataclasses.py FP8RecipeKwargs)
+            raise InputError(f"--from {p}: mixed_precision fp8: FP8 training is not modelled by fitcheck")
         if mp not in PRECISION:
             r.note(f"mixed_precision {mp!r} has no fitcheck model")
     if kind == "MULTI_GPU":
         r.set("strategy", "ddp", "distributed_type")
     elif kind == "DEEPSPEED":
-        _deepspeed(r, k)
+        _deepspeed(r, k, ds is not None)
     elif kind == "FSDP":
         _fsdp(r, k)
+    _parallelism(r, k)
+    if ds is not None:
+        _from_deepspeed(r, ds)
     k.touch(
         "compute_environment",
         "machine_rank",
@@ -75,15 +86,51 @@ def read(data: Doc, path: str) -> ReadResult:
     return r.result()
 
 
-def _deepspeed(r: Reading, k: Keys) -> None:
+#: ``parallelism_config`` sizes fitcheck cannot pose (tensor, context and sequence parallelism).
+UNPOSED_SIZES = {
+    "parallelism_config_tp_size": "tensor parallelism",
+    "parallelism_config_cp_size": "context parallelism",
+    "parallelism_config_sp_size": "sequence parallelism",
+}
+
+
+def _parallelism(r: Reading, k: Keys) -> None:
+    """accelerate's ParallelismConfig: HSDP read, TP/CP/SP over 1 refused with the key."""
+    par = k.sub("parallelism_config")
+    if par is None:
+        return
+    p = r.path
+    for key, what in UNPOSED_SIZES.items():
+        size = as_int(par.get(key), f"parallelism_config.{key}", p)
+        if size is not None and size > 1:
+            raise InputError(
+                f"--from {p}: parallelism_config.{key} {size}: {what} is not modelled by fitcheck"
+            )
+    rep = as_int(par.get("parallelism_config_dp_replicate_size"), "parallelism_config_dp_replicate_size", p)
+    shard = as_int(par.get("parallelism_config_dp_shard_size"), "parallelism_config_dp_shard_size", p)
+    if rep is not None and rep > 1 and shard is not None and shard > 1:
+        r.set("strategy", "fsdp-hybrid", "parallelism_config.parallelism_config_dp_replicate_size")
+    par.touch(*par.data.keys())
+
+
+def _from_deepspeed(r: Reading, ds: ReadResult) -> None:
+    """The DeepSpeed JSON's values where the YAML said nothing (the launcher hands DeepSpeed that file)."""
+    for name, value in ds.values.items():
+        if name not in r.values:
+            r.set(name, value, f"deepspeed_config_file {ds.keys.get(name, name)}")
+    r.notes.extend(f"{ds.path}: {n}" for n in ds.notes)
+
+
+def _deepspeed(r: Reading, k: Keys, found: bool) -> None:
     ds = k.sub("deepspeed_config")
     if ds is None:
         return
     p = r.path
     config_file = ds.get("deepspeed_config_file")
-    if config_file:
+    if config_file and not found:
         r.note(
-            f"deepspeed_config_file {config_file}: read its ZeRO stage and offload with --from {config_file}"
+            f"deepspeed_config_file {config_file} is not beside this file nor in this folder: "
+            f"read its ZeRO stage and offload with --from {config_file}"
         )
     stage = as_int(ds.get("zero_stage"), "deepspeed_config.zero_stage", p)
     if stage is not None:
@@ -125,7 +172,8 @@ def _fsdp(r: Reading, k: Keys) -> None:
         key = "fsdp_sharding_strategy" if fs.has("fsdp_sharding_strategy") else "fsdp_reshard_after_forward"
         strategy = str(fs.get(key, "FULL_SHARD")).upper()
         r.set("strategy", SHARDING.get(strategy, "fsdp"), f"fsdp_config.{key}")
-        if given is None:
+        if given is None:  # FullyShardedDataParallelPlugin: FSDP_VERSION defaults to 1 (utils/dataclasses.py)
+            r.set("fsdp_version", 1, "fsdp_config (fsdp_version unset: accelerate's default)")
             r.note("fsdp_version unset: accelerate's default, 1 (the legacy FSDP wrapper)")
     if as_bool(fs.get("fsdp_offload_params"), "fsdp_offload_params", p):
         r.set("offload", "all", "fsdp_config.fsdp_offload_params")

@@ -9,6 +9,15 @@ trainer_keys/deepspeed_keys.txt): ``zero_optimization.stage`` 0-3 (0: plain data
 ``"auto"`` values from its own arguments (trainer_formats.md section 6), so they read as unset.
 Bucket sizes (``reduce_bucket_size``, ``allgather_bucket_size``, ``stage3_prefetch_bucket_size``)
 size communication buffers: read and reported, modelled by the multi-GPU work.
+
+Refused with one line naming the key (deepspeed/runtime/config.py, runtime/sequence_parallel,
+runtime/tensor_parallel, runtime/precision_config.py; DeepSpeedExamples @45b4b715 uses each):
+``sequence_parallel_size`` over 1 (Ulysses), ``tensor_parallel.autotp_size`` over 1 (AutoTP), and
+``bf16.bf16_master_weights_and_grads`` / ``bf16_optimizer_states`` (no fp32 master or states under ZeRO,
+a regime fitcheck does not model). Features
+that change memory in ways not modelled (``zero_optimization.zenflow``, ``compile``, ``torch_autocast``,
+``sparse_attention``, ``progressive_layer_drop``, ``data_efficiency``, ``compression_training``,
+``quantize_training``) are noted, never listed as having no effect.
 """
 
 from __future__ import annotations
@@ -23,8 +32,53 @@ BUCKETS = ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucke
 OPTIM = {"adam": "adamw", "adamw": "adamw", "cpuadam": "adamw", "fusedadam": "adamw", "lion": "lion"}
 
 
+#: Top-level blocks whose memory effect fitcheck does not model: noted when present and enabled.
+NOT_MODELLED = (
+    "compile",
+    "torch_autocast",
+    "sparse_attention",
+    "progressive_layer_drop",
+    "data_efficiency",
+    "compression_training",
+    "quantize_training",
+)
+
+
+def refusal(data: Doc, path: str) -> str | None:
+    """Why fitcheck cannot pose this DeepSpeed run, or None (the line names the key)."""
+    sp = data.get("sequence_parallel_size")
+    if isinstance(sp, int) and not isinstance(sp, bool) and sp > 1:
+        return f"--from {path}: sequence_parallel_size {sp}: Ulysses sequence parallelism is not modelled"
+    tp = data.get("tensor_parallel")
+    size = tp.get("autotp_size") if isinstance(tp, dict) else None
+    if isinstance(size, int) and not isinstance(size, bool) and size > 1:
+        return f"--from {path}: tensor_parallel.autotp_size {size}: tensor parallelism is not modelled"
+    bf16 = data.get("bf16")
+    for key in ("bf16_master_weights_and_grads", "bf16_optimizer_states"):
+        if isinstance(bf16, dict) and bf16.get(key) is True:
+            return (
+                f"--from {path}: bf16.{key}: DeepSpeed without fp32 master weights or states is not a "
+                "regime fitcheck models"
+            )
+    return None
+
+
+def _not_modelled(r: Reading, k: Keys) -> None:
+    for key in NOT_MODELLED:
+        block = k.data.get(key)
+        if block is None or block is False or (isinstance(block, dict) and block.get("enabled") is False):
+            continue
+        k.touch(key)
+        r.note(f"{key}: its memory effect is not modelled (sized without it)")
+
+
 def read(data: Doc, path: str) -> ReadResult:
     """Read a DeepSpeed JSON."""
+    from fitcheck.errors import InputError
+
+    why = refusal(data, path)
+    if why is not None:
+        raise InputError(why)
     k = Keys(data)
     r = Reading(FORMAT, TRAINER, k, path)
     p = path
@@ -39,6 +93,13 @@ def read(data: Doc, path: str) -> ReadResult:
         "gradient_accumulation_steps",
     )
     k.touch("train_batch_size", "gradient_clipping")
+    total = as_int(k.data.get("train_batch_size"), "train_batch_size", p)
+    if total is not None and "batch_size" not in r.values:
+        # runtime/config.py _set_batch_related_parameters: micro = train_batch // (accumulation x world size)
+        r.note(
+            f"train_batch_size {total} without train_micro_batch_size_per_gpu: DeepSpeed divides it by "
+            "gradient_accumulation_steps x GPUs; give --batch-size (the per-GPU micro-batch)"
+        )
     for key, prec in (("bf16", "bf16"), ("fp16", "fp16")):
         block = k.sub(key)
         if block is not None and as_bool(block.get("enabled"), f"{key}.enabled", p):
@@ -60,6 +121,8 @@ def read(data: Doc, path: str) -> ReadResult:
             "activation_checkpointing: applies only to models using deepspeed.checkpointing; "
             "the trainer's own flag decides"
         )
+    _not_modelled(r, k)
+    k.touch("sequence_parallel_size", "tensor_parallel")
     return r.result()
 
 
@@ -82,6 +145,12 @@ def _zero(r: Reading, z: Keys) -> None:
         r.set("offload", "none", "zero_optimization.offload_optimizer")
     if off_par and stage != 3:
         r.note("offload_param takes effect at stage 3 only (DeepSpeed ignores it here)")
+    if z.has("zenflow"):
+        z.touch("zenflow")
+        r.note(
+            "zero_optimization.zenflow: sized as plain optimizer offload "
+            "(ZenFlow's on-GPU top-k is not modelled)"
+        )
     if "nvme" in (off_opt, off_par):
         r.note("nvme offload: sized as CPU offload for the GPU; the NVMe space is not modelled")
     sizes = {key: as_float(z.get(key), f"zero_optimization.{key}", p) for key in BUCKETS}

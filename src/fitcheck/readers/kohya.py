@@ -67,11 +67,18 @@ def read(data: Doc, path: str, dataset: Doc | None = None) -> ReadResult:
         _network(r, k)
     else:
         r.set("method", "full", "network_module")
-        r.set(
-            "train_text_encoder",
-            as_bool(k.get("train_text_encoder"), "train_text_encoder", path),
-            "train_text_encoder",
-        )
+        te = as_bool(k.get("train_text_encoder"), "train_text_encoder", path)
+        stop = as_int(k.get("stop_text_encoder_training"), "stop_text_encoder_training", path)
+        if te is None and stop is not None:  # only train_db.py reads it (train_db.py @48d368f)
+            te, key = stop >= 0, "stop_text_encoder_training"
+        else:
+            key = "train_text_encoder"
+        r.set("train_text_encoder", te, key)
+        if te is None:
+            r.note(
+                "train_text_encoder unset: sdxl_train.py and fine_tune.py keep the text encoder frozen, "
+                "train_db.py (DreamBooth, SD 1.x/2.x) trains it: give --train-text-encoder for that one"
+            )
     r.set("resolution", _resolution(k.get("resolution"), "resolution", r), "resolution")
     r.set("batch_size", as_int(k.get("train_batch_size"), "train_batch_size", path), "train_batch_size")
     _common(r, k)
@@ -119,20 +126,42 @@ def _common(r: Reading, k: Keys) -> None:
     for key in ("cache_latents", "cache_latents_to_disk"):
         if as_bool(k.get(key), key, p):
             r.set("cache_latents", True, key)
-    for key in (
-        "cache_text_encoder_outputs",
-        "cache_text_encoder_outputs_to_disk",
-        "sdxl_cache_text_encoder_outputs",
-    ):
+    for key in ("cache_text_encoder_outputs", "cache_text_encoder_outputs_to_disk"):
         if as_bool(k.get(key), key, p):
             r.set("cache_text_encoder_outputs", True, key)
     _attention(r, k)
     _optimizer(r, k)
     if as_bool(k.get("cpu_offload_checkpointing"), "cpu_offload_checkpointing", p):
         r.set("offload_activations", True, "cpu_offload_checkpointing")
-    swap = as_int(k.get("blocks_to_swap"), "blocks_to_swap", p)
-    if swap:
-        r.note(f"blocks_to_swap {swap}: block swapping to the CPU is not modelled (an upper bound)")
+    _upper_bounds(r, k)
+
+
+#: Settings that lower the peak by means fitcheck does not model (sd-scripts @48d368f: blocks_to_swap in
+#: flux_train_network.py / sd3_train_network.py, fused_backward_pass and fused_optimizer_groups in
+#: sdxl_train.py; kohya_ss GUI's per-model copies): the estimate is an upper bound, said so.
+SWAP_KEYS = ("blocks_to_swap", "double_blocks_to_swap", "single_blocks_to_swap")
+FUSED_KEYS = (
+    "fused_backward_pass",
+    "flux_fused_backward_pass",
+    "sd3_fused_backward_pass",
+    "blockwise_fused_optimizers",
+)
+
+
+def _upper_bounds(r: Reading, k: Keys) -> None:
+    p = r.path
+    for key in SWAP_KEYS:
+        swap = as_int(k.get(key), key, p)
+        if swap:
+            r.note(f"{key} {swap}: block swapping to the CPU is not modelled (an upper bound)")
+    for key in FUSED_KEYS:
+        if as_bool(k.get(key), key, p):
+            r.note(f"{key}: gradients freed during backward are not modelled (an upper bound)")
+    groups = as_int(k.get("fused_optimizer_groups"), "fused_optimizer_groups", p)
+    if groups:
+        r.note(
+            f"fused_optimizer_groups {groups}: per-group steps in backward are not modelled (an upper bound)"
+        )
 
 
 def _attention(r: Reading, k: Keys) -> None:
@@ -186,24 +215,85 @@ def _resolution(value: object, key: str, r: Reading) -> int | None:
 
 
 def _dataset(r: Reading, doc: Doc) -> None:
-    """The dataset file's ``resolution`` and ``batch_size`` (first dataset; general as fallback)."""
+    """The dataset file's ``resolution`` and ``batch_size``: each dataset's own, else ``[general]``'s, else
+    the config's. sd-scripts draws every batch from one dataset (library/config_util.py
+    generate_dataset_group_by_blueprint, train_util.DatasetGroup @48d368f), so the dataset with the most
+    pixels per step (batch x side^2) sets the peak and sizes the run."""
     general = doc.get("general") if isinstance(doc.get("general"), dict) else {}
-    sets = doc.get("datasets")
-    first = sets[0] if isinstance(sets, list) and sets and isinstance(sets[0], dict) else {}
-    assert isinstance(general, dict) and isinstance(first, dict)
-    for field, key in (("resolution", "resolution"), ("batch_size", "batch_size")):
-        value = first.get(key, general.get(key))
-        if value is None:
-            continue
-        where = f"dataset_config {key}"
-        got = _resolution(value, where, r) if field == "resolution" else as_int(value, where, r.path)
-        r.set(field, got, where)
-    if isinstance(sets, list) and len(sets) > 1:
-        r.note(f"dataset_config has {len(sets)} datasets: sized with the first")
+    listed = doc.get("datasets")
+    sets = [d for d in listed if isinstance(d, dict)] if isinstance(listed, list) else []
+    assert isinstance(general, dict)
+    steps = [_step(r, ds, general) for ds in sets or [{}]]
+    side0, batch0 = r.values.get("resolution"), r.values.get("batch_size")
+    side_cfg = side0 if isinstance(side0, int) else 0
+    batch_cfg = batch0 if isinstance(batch0, int) else 1
+
+    def pixels(step: tuple[int | None, int | None]) -> int:
+        return (step[0] or side_cfg) ** 2 * (step[1] or batch_cfg)
+
+    best = max(range(len(steps)), key=lambda i: pixels(steps[i]))
+    side, batch = steps[best]
+    r.set("resolution", side, "dataset_config resolution")
+    r.set("batch_size", batch, "dataset_config batch_size")
+    if len(sets) > 1:
+        r.note(
+            f"dataset_config has {len(sets)} datasets: "
+            f"sized with dataset {best + 1}, the most pixels per step"
+        )
 
 
-def read_gui(data: Doc, path: str) -> ReadResult:
-    """Read a kohya_ss GUI preset (JSON)."""
+def _step(r: Reading, ds: dict[str, object], general: dict[str, object]) -> tuple[int | None, int | None]:
+    """One dataset's (side, batch), falling back to ``[general]``; None where neither says."""
+    res, batch = (
+        ds.get("resolution", general.get("resolution")),
+        ds.get("batch_size", general.get("batch_size")),
+    )
+    side = _resolution(res, "dataset_config resolution", r) if res is not None else None
+    return side, as_int(batch, "dataset_config batch_size", r.path) if batch is not None else None
+
+
+#: kohya_ss textual-inversion tab keys (kohya_gui/textual_inversion_gui.py): only new token embeddings train.
+TI_KEYS = ("token_string", "init_word", "num_vectors_per_token")
+#: LyCORIS LoKr takes a dim this large as "do not decompose": full-matrix Kronecker factors, not a rank
+#: (LyCORIS docs/Network-Args.md "Dimension": a value > 10240/2 stops the second block's decomposition;
+#: lycoris/modules/lokr.py "using full matrix mode").
+LOKR_FULL_DIM = 10240 // 2
+#: kohya_ss passes the cached text-encoder outputs only for the model kind checked (kohya_gui/
+#: dreambooth_gui.py, lora_gui.py: ``(sdxl and sdxl_cache_...) or (sd3_checkbox and sd3_cache_...) or
+#: (flux1_checkbox and flux1_cache_...)``, @45088f04).
+GUI_TE_CACHE = (
+    ("sdxl", "sdxl_cache_text_encoder_outputs"),
+    ("sd3_checkbox", "sd3_cache_text_encoder_outputs"),
+    ("sd3_checkbox", "sd3_cache_text_encoder_outputs_to_disk"),
+    ("flux1_checkbox", "flux1_cache_text_encoder_outputs"),
+    ("flux1_checkbox", "flux1_cache_text_encoder_outputs_to_disk"),
+)
+
+
+def gui_refusal(data: Doc, path: str) -> str | None:
+    """Why a kohya_ss preset is not a run fitcheck can pose, or None."""
+    for key in TI_KEYS:
+        if data.get(key) not in (None, ""):
+            return (
+                f"--from {path}: {key}: a textual-inversion preset (only new token embeddings train) is not "
+                "a run fitcheck models"
+            )
+    kind, dim = str(data.get("LoRA_type", "")), data.get("network_dim")
+    if "LoKr" in kind and isinstance(dim, (int, float)) and dim > LOKR_FULL_DIM:
+        return (
+            f"--from {path}: network_dim {dim} with LoRA_type {kind}: LyCORIS keeps full-matrix Kronecker "
+            "factors at this size (no rank), which fitcheck does not model"
+        )
+    return None
+
+
+def read_gui(data: Doc, path: str, dataset: Doc | None = None) -> ReadResult:
+    """Read a kohya_ss GUI preset (JSON); ``dataset`` is the ``dataset_config`` file it names, if found."""
+    from fitcheck.errors import InputError
+
+    why = gui_refusal(data, path)
+    if why is not None:
+        raise InputError(why)
     k = Keys(data)
     r = Reading(FORMAT_GUI, TRAINER, k, path)
     model = k.get("pretrained_model_name_or_path")
@@ -222,11 +312,45 @@ def read_gui(data: Doc, path: str) -> ReadResult:
             r.set("train_text_encoder", te != 0.0, "text_encoder_lr")
     else:
         r.set("method", "full", "LoRA_type")
+        _gui_text_encoder(r, k)
     r.set("resolution", _resolution(k.get("max_resolution"), "max_resolution", r), "max_resolution")
     r.set("batch_size", as_int(k.get("train_batch_size"), "train_batch_size", path), "train_batch_size")
     _common(r, k)
-    k.touch("conv_dim", "conv_alpha", "unet_lr")
+    for flag, key in GUI_TE_CACHE:
+        if as_bool(k.get(key), key, path) and _flag(k, flag, path):
+            r.set("cache_text_encoder_outputs", True, key)
+    k.touch("conv_dim", "conv_alpha", "unet_lr", "dataset_config")
+    if dataset is not None:
+        _dataset(r, dataset)
     return r.result()
+
+
+def _flag(k: Keys, flag: str, path: str) -> bool:
+    """A GUI model-kind checkbox (``sdxl`` is ``sdxl_checkbox`` in the finetune tab)."""
+    names = (flag, "sdxl_checkbox") if flag == "sdxl" else (flag,)
+    return any(as_bool(k.get(name), name, path) for name in names)
+
+
+def _gui_text_encoder(r: Reading, k: Keys) -> None:
+    """Full fine-tuning from the GUI: does the text encoder train? The finetune tab passes its
+    ``train_text_encoder`` checkbox (finetune_gui.py); the DreamBooth tab, for SDXL, trains it when
+    ``learning_rate_te1`` or ``_te2`` is over 0 (dreambooth_gui.py, kohya_ss @45088f04), and for SD 1.x/2.x
+    runs train_db.py, which trains it unless ``stop_text_encoder_training`` is negative (train_db.py @48d368f;
+    the GUI passes 0 as unset)."""
+    p = r.path
+    given = as_bool(k.get("train_text_encoder"), "train_text_encoder", p)
+    if given is not None:
+        r.set("train_text_encoder", given, "train_text_encoder")
+        return
+    stop = as_int(k.get("stop_text_encoder_training"), "stop_text_encoder_training", p)
+    if stop is None or _flag(k, "sd3_checkbox", p) or _flag(k, "flux1_checkbox", p):
+        return
+    if _flag(k, "sdxl", p):
+        rates = [as_float(k.get(key), key, p) for key in ("learning_rate_te1", "learning_rate_te2")]
+        if any(rate is not None for rate in rates):
+            r.set("train_text_encoder", any((rate or 0.0) > 0 for rate in rates), "learning_rate_te1")
+        return
+    r.set("train_text_encoder", stop >= 0, "stop_text_encoder_training")
 
 
 def _gui_model(k: Keys, r: Reading) -> str | None:
@@ -235,11 +359,12 @@ def _gui_model(k: Keys, r: Reading) -> str | None:
         ("flux1_checkbox", "flux.1-dev"),
         ("sd3_checkbox", "sd35-medium"),
         ("sdxl", "sdxl"),
+        ("sdxl_checkbox", "sdxl"),  # the finetune tab's name for it (kohya_gui/finetune_gui.py)
         ("v2", "sd21"),
     ):
         if as_bool(k.get(key), key, r.path):
             r.note(f"{key}: the preset names no model file; sized as {preset} unless MODEL is given")
-            k.touch("flux1_checkbox", "sd3_checkbox", "sdxl", "v2", "v_parameterization")
+            k.touch("flux1_checkbox", "sd3_checkbox", "sdxl", "sdxl_checkbox", "v2", "v_parameterization")
             return preset
     k.touch("v_parameterization")
     return None

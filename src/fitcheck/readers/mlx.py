@@ -8,7 +8,8 @@ every linear layer); ``max_seq_length``; ``batch_size``; ``grad_accumulation_ste
 ``grad_checkpoint``; ``optimizer``. QLoRA in mlx-lm is LoRA on a model quantized ahead of time: the
 YAML cannot say so except through the model it loads, so a local model whose config.json carries a
 4-bit ``quantization`` block, or a model named ``...4bit...``, reads as QLoRA (with a note).
-``num_layers`` other than -1 adapts only the last layers, which fitcheck does not model (noted).
+``num_layers`` other than -1 (default 16) adapts, or for ``full`` unfreezes, only the last blocks, which
+fitcheck does not model: noted as an upper bound.
 """
 
 from __future__ import annotations
@@ -54,10 +55,28 @@ def read(data: Doc, path: str, quantized_bits: int | None = None) -> ReadResult:
     if isinstance(optim, str):
         r.set("optimizer", names.optimizer(names.MLX_OPTIM, optim.lower(), "optimizer", r.notes), "optimizer")
     k.touch("optimizer_config")
-    layers = as_int(k.get("num_layers"), "num_layers", path)
-    if layers is not None and layers != -1 and kind != "full":
-        r.note(f"num_layers {layers}: mlx-lm adapts only the last {layers} blocks; sized as every block")
+    _layers(r, k, kind == "full")
     return r.result()
+
+
+#: mlx-lm's default ``num_layers`` (lora.py CONFIG_DEFAULTS @d78bf58e): only the last 16 blocks train.
+DEFAULT_LAYERS = 16
+
+
+def _layers(r: Reading, k: Keys, full: bool) -> None:
+    """``num_layers``: LoRA adapts, and full fine-tuning unfreezes (lora.py: ``model.layers[-num_layers:]``),
+    only the last blocks; fitcheck sizes every block trained, an upper bound, said so. -1 is every block."""
+    layers = as_int(k.get("num_layers"), "num_layers", r.path)
+    given = layers is not None
+    layers = DEFAULT_LAYERS if layers is None else layers
+    if layers == -1:
+        return
+    what = "unfreezes" if full else "adapts"
+    where = "num_layers" if given else "num_layers unset (mlx-lm's default)"
+    r.note(
+        f"{where} {layers}: mlx-lm {what} only the last {layers} blocks; "
+        "sized as every block (an upper bound)"
+    )
 
 
 def _lora(r: Reading, k: Keys) -> None:

@@ -12,12 +12,23 @@ output_proj), ``apply_lora_to_mlp`` (w1, w2, w3), ``apply_lora_to_output`` (the 
 cross-entropy); ``compile`` (torch.compile on each layer and the loss); ``fsdp_cpu_offload`` and
 ``custom_sharded_layers`` (``['tok_embeddings', 'output']``: ``--fsdp-embedding-units``) in the
 distributed recipes.
+
+What fitcheck cannot pose is refused with one line naming the key (``refusal``): a file without an
+``optimizer`` (the generate, eleuther_eval and quantize recipes), knowledge distillation, PPO, GRPO, DPO,
+quantization-aware training, tensor parallelism and the multimodal builders (Llama 3.2 Vision, Llama 4).
+The recipe a config runs is named in its header comment (``# Config for ... in
+lora_finetune_distributed.py``);
+a ``*_distributed`` / ``*fsdp*`` recipe shards with FSDP2 ``fully_shard`` (training/_distributed.py
+shard_model, ``reshard_after_forward=cfg.get("fsdp_reshard_after_forward", True)``,
+recipes/full_finetune_distributed.py @bd2a0fc7), read as ``--strategy fsdp`` (``fsdp-grad-op`` when it
+does not reshard).
 """
 
 from __future__ import annotations
 
 import re
 
+from fitcheck.errors import InputError
 from fitcheck.readers import names
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
 
@@ -29,21 +40,87 @@ FAMILIES = {
     "llama3_3": "llama-3.3-",
     "llama3_2": "llama-3.2-",
     "llama3_1": "llama-3.1-",
+    "llama3": "llama-3-",
     "llama2": "llama-2-",
     "qwen2_5": "qwen2.5-",
     "qwen3": "qwen3-",
     "gemma2": "gemma-2-",
 }
-_BUILDER = re.compile(r"^(?P<kind>lora_|qlora_)?(?P<family>[a-z0-9]+?(?:_\d)?)_(?P<size>\d+(?:_\d+)?[bm])$")
+#: Builders whose preset id is not family + size (torchtune/models/{mistral,phi3,phi4}/_model_builders.py
+#: @bd2a0fc7: mistral_7b is Mistral 7B v0.1's shape, vocab 32,000; phi3_mini is Phi-3-mini-4k, vocab
+#: 32,064; phi4_14b is Phi-4, vocab 100,352).
+BUILDER_PRESETS = {"mistral_7b": "mistral-7b-v0.1", "phi3_mini": "phi-3-mini", "phi4_14b": "phi-4"}
+#: Model families fitcheck cannot pose: a vision encoder and fusion layers beside the decoder
+#: (torchtune/models/llama3_2_vision, llama4: early-fusion multimodal MoE).
+MULTIMODAL = ("llama3_2_vision", "llama4")
+#: ``<family>_<size>[_base|_instruct]`` after the builder's module name (``qwen3.qwen3_0_6b_instruct``).
+_SIZE = re.compile(r"^(?P<size>\d+(?:_\d+)?[bm])(?:_base|_instruct)?$")
 #: Loss components whose logits memory differs from the plain cross-entropy (torchtune/modules/loss).
 LOSSES = {"CEWithChunkedOutputLoss": "chunked", "LinearCrossEntropyLoss": "chunked"}
 
 
-def read(data: Doc, path: str) -> ReadResult:
-    """Read a torchtune recipe config."""
+#: Keys only a recipe fitcheck cannot pose reads -> that recipe (pytorch/torchtune recipes/ @bd2a0fc7).
+_KD = "knowledge distillation (knowledge_distillation_*.py: a teacher model beside the student)"
+UNPOSED: tuple[tuple[str, str], ...] = (
+    ("teacher_model", _KD),
+    ("kd_loss", _KD),
+    ("policy_model", "PPO (ppo_full_finetune_single_device.py: policy, reference, reward and value models)"),
+    ("reward_and_value_model", "PPO (ppo_full_finetune_single_device.py: reward and value models)"),
+    ("grpo_samples", "GRPO (dev/grpo_full_finetune_distributed.py: a reference model and generated groups)"),
+    ("ref_checkpointer", "preference training with a reference model (full_dpo_distributed.py, GRPO)"),
+    ("quantizer", "quantization-aware training (qat_*.py: fake-quantized weights and activations)"),
+)
+#: Keys of the recipes that do not train (generate.py, dev/generate_v2*.py, eleuther_eval.py, quantize.py,
+#: dev/async_grpo's inference block): with no ``optimizer`` they mark a config fitcheck cannot size.
+NOT_TRAINING = ("prompt", "max_new_tokens", "tasks", "quantizer", "enable_kv_cache", "inference")
+#: The header comment names the recipe: ``# Config for ... in lora_finetune_distributed.py``.
+_RECIPE = re.compile(r"^#.*?\b(?P<recipe>[a-z0-9_]+)\.py\b", re.MULTILINE)
+
+
+def recipe_of(text: str) -> str | None:
+    """The recipe a torchtune config's leading comment names (its own convention), if any."""
+    head = []
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            break
+        head.append(line)
+    m = _RECIPE.search("\n".join(head))
+    return m.group("recipe") if m else None
+
+
+def refusal(data: Doc, path: str) -> str | None:
+    """Why fitcheck cannot pose this config's run, or None (the line names the key that says so)."""
+    used = next((key for key in NOT_TRAINING if data.get(key) is not None), None)
+    if data.get("optimizer") is None and used is not None:
+        return (
+            f"--from {path}: {used} and no optimizer: a generation, evaluation or quantization config "
+            "(torchtune's generate, eleuther_eval, quantize recipes), not a training run fitcheck sizes"
+        )
+    for key, what in UNPOSED:
+        if data.get(key) is not None:
+            return f"--from {path}: {key}: {what} is not a run fitcheck models"
+    loss = data.get("loss")
+    comp = str(loss.get("_component_", "")) if isinstance(loss, dict) else ""
+    if ".rlhf." in comp:
+        return (
+            f"--from {path}: loss._component_ {comp.rsplit('.', 1)[-1]}: preference training (lora_dpo_*.py: "
+            "chosen and rejected sequences in one forward, and a reference pass) is not a run fitcheck models"
+        )
+    tp = data.get("tensor_parallel_dim")
+    if isinstance(tp, int) and not isinstance(tp, bool) and tp > 1:
+        return f"--from {path}: tensor_parallel_dim {tp}: tensor parallelism is not modelled by fitcheck"
+    return None
+
+
+def read(data: Doc, path: str, recipe: str | None = None) -> ReadResult:
+    """Read a torchtune recipe config; ``recipe`` is what its header comment names (`recipe_of`)."""
+    why = refusal(data, path)
+    if why is not None:
+        raise InputError(why)
     k = Keys(data)
     r = Reading(FORMAT, TRAINER, k, path)
     _model(r, k)
+    _sharding(r, k, recipe)
     tok = k.sub("tokenizer")
     if tok is not None:
         r.set(
@@ -75,13 +152,46 @@ def read(data: Doc, path: str) -> ReadResult:
     if loss is not None:
         comp = str(loss.get("_component_", "")).rsplit(".", 1)[-1]
         r.set("loss", LOSSES.get(comp), "loss._component_")
-    if as_bool(k.get("fsdp_cpu_offload"), "fsdp_cpu_offload", path):
-        r.set("offload", "all", "fsdp_cpu_offload")
     _sharded_layers(r, k.get("custom_sharded_layers"))
     ds = k.sub("dataset")
     if ds is not None and as_bool(ds.get("packed"), "dataset.packed", path):
         r.note("dataset.packed: rows are filled to max_seq_len tokens, as the estimate already assumes")
     return r.result()
+
+
+#: Keys only the FSDP recipes read (recipes/full_finetune_distributed.py, lora_finetune_distributed.py
+#: @bd2a0fc7).
+FSDP_KEYS = (
+    "fsdp_cpu_offload",
+    "fsdp_reshard_after_forward",
+    "custom_sharded_layers",
+    "data_parallel_shard_dim",
+)
+
+
+def _sharding(r: Reading, k: Keys, recipe: str | None) -> None:
+    """FSDP2 for the distributed recipes (the header's recipe, or a key only they read); CPU offload."""
+    p = r.path
+    fsdp = k.sub("fsdp")  # lora_finetune_fsdp2's older block: ``fsdp: {cpu_offload: ...}``
+    offload = as_bool(k.get("fsdp_cpu_offload"), "fsdp_cpu_offload", p)
+    if fsdp is not None:
+        offload = offload or as_bool(fsdp.get("cpu_offload"), "fsdp.cpu_offload", p)
+    if offload:
+        r.set("offload", "all", "fsdp_cpu_offload")
+    distributed = recipe is not None and ("distributed" in recipe or "fsdp" in recipe)
+    keyed = [key for key in FSDP_KEYS if k.has(key)] + (["fsdp"] if fsdp is not None else [])
+    if not (distributed or keyed):
+        return
+    where = f"recipe {recipe}" if distributed else keyed[0]
+    reshard = as_bool(k.get("fsdp_reshard_after_forward"), "fsdp_reshard_after_forward", p)
+    r.set("strategy", "fsdp-grad-op" if reshard is False else "fsdp", where)
+    r.set("fsdp_version", 2, where)
+    replicate = as_int(k.get("data_parallel_replicate_dim"), "data_parallel_replicate_dim", p)
+    if replicate is not None and replicate > 1:
+        r.set("strategy", "fsdp-hybrid", "data_parallel_replicate_dim")
+    k.touch("data_parallel_shard_dim", "tensor_parallel_dim", "tensor_parallel_plan")
+    if distributed:
+        r.note(f"the header names recipe {recipe}: FSDP2 (fully_shard) over the target's GPUs")
 
 
 #: ``custom_sharded_layers`` names the modules the distributed recipes give their own FSDP2 unit
@@ -113,17 +223,20 @@ def _model(r: Reading, k: Keys) -> None:
     p = r.path
     builder = str(model.get("_component_", ""))
     leaf = builder.rsplit(".", 1)[-1]
-    m = _BUILDER.match(leaf)
-    kind = m.group("kind") if m else None
-    if kind is None and leaf.startswith(("lora_", "qlora_")):
-        kind = leaf.split("_", 1)[0] + "_"
-    r.set("method", {"lora_": "lora", "qlora_": "qlora", None: "full"}[kind], "model._component_")
-    if m and m.group("family") in FAMILIES:
-        r.model = FAMILIES[m.group("family")] + m.group("size").replace("_", ".")
-    else:
-        ckpt = k.sub("checkpointer")
-        where = ckpt.get("checkpoint_dir") if ckpt is not None else None
-        r.model = str(where) if where else None
+    family = builder.rsplit(".", 2)[-2] if builder.count(".") >= 2 else ""
+    if family in MULTIMODAL:
+        raise InputError(
+            f"--from {p}: model._component_ {leaf}: a multimodal model ({family}: a vision encoder and "
+            "fusion layers beside the decoder) is not one fitcheck models"
+        )
+    kind = next((pre for pre in ("lora_", "qlora_") if leaf.startswith(pre)), None)
+    preset = _preset(family, leaf.removeprefix(kind or ""))
+    where = "model._component_"
+    if kind == "lora_" and as_bool(model.get("quantize_base"), "model.quantize_base", p):
+        kind, where = "qlora_", "model.quantize_base"  # qlora_* = partial(lora_*, quantize_base=True)
+    r.set("method", {"lora_": "lora", "qlora_": "qlora", None: "full"}[kind], where)
+    r.model = preset or _checkpoint_dir(k)
+    if preset is None:
         r.note(f"model builder {builder}: no fitcheck preset for it; MODEL is the checkpoint folder")
     if kind is None:
         return
@@ -138,6 +251,31 @@ def _model(r: Reading, k: Keys) -> None:
     r.set("lora_dropout", as_float(model.get("lora_dropout"), "model.lora_dropout", p), "model.lora_dropout")
     r.set("dora", as_bool(model.get("use_dora"), "model.use_dora", p), "model.use_dora")
     model.touch("quantize_base")
+
+
+def _preset(family: str, name: str) -> str | None:
+    """The fitcheck preset a builder (``qwen3_0_6b_instruct`` of module ``qwen3``) stands for, when fitcheck
+    has it (base and instruct builders differ only in ``max_seq_len``, qwen2_5/_model_builders.py,
+    qwen3/_model_builders.py @bd2a0fc7)."""
+    m = _SIZE.match(name.removeprefix(f"{family}_")) if name.startswith(f"{family}_") else None
+    pid = BUILDER_PRESETS.get(name)
+    if pid is None and m is not None and family in FAMILIES:
+        pid = FAMILIES[family] + m.group("size").replace("_", ".")
+    from fitcheck.presets import preset_ids
+
+    return pid if pid in preset_ids("models") else None
+
+
+def _checkpoint_dir(k: Keys) -> str | None:
+    """``checkpointer.checkpoint_dir``, with a top-level ``${key}`` interpolation resolved (OmegaConf)."""
+    ckpt = k.sub("checkpointer")
+    where = ckpt.get("checkpoint_dir") if ckpt is not None else None
+    if isinstance(where, str):
+        ref = re.fullmatch(r"\$\{(\w+)\}", where)
+        if ref and isinstance(k.data.get(ref.group(1)), str):
+            k.touch(ref.group(1))
+            return str(k.data[ref.group(1)])
+    return str(where) if where else None
 
 
 #: torch.optim classes whose step ``--optimizer-impl`` picks (Adam keeps AdamW's states and step).
