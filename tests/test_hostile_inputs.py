@@ -120,7 +120,7 @@ def test_a_hostile_folder_name_prints_inert(key: str, argv: list[str], evil_mode
         ["estimate", "@", "--on", "none"],
         ["estimate", "org/@", "--on", "none"],
         ["estimate", "7B", "--on", "@"],
-        ["estimate", "7B", "--on", "none", "--method", "lora", "--lora-targets", "q_proj,@"],
+        ["estimate", "7B", "--on", "none", "--method", "lora", "--lora-targets", "@"],
         ["estimate", "7B", "--on", "none", "--from-format", "@", "--from", "x.yaml"],
         ["matrix", "--on", "24GB", "--models", "@"],
         ["plan", "7B", "--on", "24GB", "--emit", "@"],
@@ -131,6 +131,18 @@ def test_a_hostile_argument_is_one_inert_error_line(key: str, argv: list[str]) -
     rc, out, err = run([a.replace("@", EVIL[key]) for a in argv])
     assert rc == 2, err
     assert_inert(rc, out, err)
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
+@pytest.mark.parametrize("key", sorted(EVIL))
+def test_a_hostile_unmatched_target_is_warned_inert(key: str, fmt: str) -> None:
+    """A named target that matches nothing beside one that does is ignored with a warning (as peft
+    ignores it); the warning shows the name inert."""
+    argv = ["estimate", "7B", "--on", "none", "--lora-targets", f"q_proj,{EVIL[key]}", "--format", fmt]
+    rc, out, err = run(argv)
+    assert rc == 0, err
+    assert_inert(rc, out, err)
+    assert "no module" in out + err
 
 
 # ----------------------------------------------------------------------------- --from files

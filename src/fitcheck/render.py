@@ -84,6 +84,9 @@ def to_markdown(data: Any) -> str:
                     f"- try `{sug.flag}`: {sug.change}, saves {_g(sug.saves_bytes)} GiB -> "
                     f"{_g(sug.device_bytes_after)} GiB, {'fits' if sug.fits else 'still too big'}"
                 )
+        # the caveats the table view writes to stderr belong in a PR comment too
+        if data.get("warnings"):
+            out += ["", *(f"> **warning:** {w}" for w in data["warnings"])]
         return "\n".join(out) + "\n"
     return "```\n" + json.dumps(data, indent=2) + "\n```\n"
 

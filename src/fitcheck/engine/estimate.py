@@ -18,6 +18,7 @@ from fitcheck.engine import activations as act
 from fitcheck.engine import compiled, litgpt, lora_transient, loss, nf4, offload, quant, states, tasks
 from fitcheck.engine.load import largest_projection, load_transient_bytes
 from fitcheck.engine.lora import (
+    OWN_LORA_TRAINERS,
     adapter_params,
     adapter_params_per_layer,
     tower_adapter_params,
@@ -47,7 +48,7 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
 
     check_embedding_units(spec, setup)
     if setup.method != "full":
-        validate_targets(spec.arch, setup.lora_targets)
+        validate_targets(spec.arch, setup.lora_targets, every_name=setup.trainer in OWN_LORA_TRAINERS)
         validate_parameter_targets(spec.arch, setup)
     validate_train_modules(setup)
     if setup.base_quant != "none" and setup.method != "lora":

@@ -178,9 +178,16 @@ def unmatched_targets(a: DecoderArch, targets: str) -> list[str]:
     return [w for w in wanted if not _has_module(names, w)]
 
 
-def validate_targets(a: DecoderArch, targets: str) -> None:
+#: Trainers that build LoRA with their own code and refuse a module name their model lacks (torchtune's
+#: ``lora_attn_modules`` Literal and builders, litgpt's ``lora_*`` config flags, mlx-lm's ``keys``), so
+#: every named target must exist; peft-based trainers ignore unmatched names beside matched ones.
+OWN_LORA_TRAINERS = ("torchtune", "litgpt", "mlx")
+
+
+def validate_targets(a: DecoderArch, targets: str, every_name: bool = False) -> None:
     """Raise `OptionError` when the named targets match no projection of this model at all (peft's own
-    error), or reach a module that LoRA cannot run on (`LORA_BREAKS`)."""
+    error), or any of them matches nothing with ``every_name`` (`OWN_LORA_TRAINERS`), or they reach a
+    module that LoRA cannot run on (`LORA_BREAKS`)."""
     _check_breaks(a, targets)
     if targets in ("all-linear", "attn"):
         return
@@ -190,7 +197,7 @@ def validate_targets(a: DecoderArch, targets: str) -> None:
     _check_fused(a, wanted)
     left, converted = _converted(a, wanted)
     missing = unmatched_targets(a, targets)
-    if not converted and len(missing) == len(left):
+    if missing and (every_name or (not converted and len(missing) == len(left))):
         names = [*_names(a), *HEAD_MODULES]
         which = "no module " + ", ".join(f"'{w}'" for w in missing)
         raise OptionError(

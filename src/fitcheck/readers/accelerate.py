@@ -20,7 +20,6 @@ from __future__ import annotations
 from fitcheck.errors import InputError
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_int
 from fitcheck.readers.deepspeed import STAGES
-from fitcheck.readers.unposed import refuse
 
 FORMAT = "accelerate"
 TRAINER = "hf"
@@ -39,7 +38,6 @@ PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}
 def read(data: Doc, path: str, ds: ReadResult | None = None) -> ReadResult:
     """Read an accelerate config; ``ds`` is its ``deepspeed_config_file`` read, when found."""
     k = Keys(data)
-    refuse(k, FORMAT, path)
     r = Reading(FORMAT, TRAINER, k, path)
     p = path
     kind = str(k.get("distributed_type", "NO")).upper()

@@ -35,13 +35,6 @@ def _present(value: object) -> bool:
     return True
 
 
-def _splits_sequence_or_weights(value: object) -> bool:
-    """accelerate's ``parallelism_config`` with a context, sequence or tensor parallel degree above 1."""
-    if not isinstance(value, dict):
-        return False
-    return any(_over_one(value.get(f"parallelism_config_{k}_size")) for k in ("cp", "sp", "tp"))
-
-
 def _not_sft(value: object) -> bool:
     """A LLaMA-Factory stage other than supervised fine-tuning and pre-training."""
     return value not in (None, "sft", "pt")
@@ -257,14 +250,7 @@ TABLE: dict[str, tuple[Unposed, ...]] = {
             f"{_LF} src/llamafactory/hparams/parser.py get_train_args, hparams/megatron_bridge_args.py",
         ),
     ),
-    "accelerate": (
-        Unposed(
-            "parallelism_config",
-            _splits_sequence_or_weights,
-            "context, sequence or tensor parallelism (each GPU holds a slice of every sequence or weight)",
-            "huggingface/accelerate @16cb6eb8 src/accelerate/parallelism_config.py",
-        ),
-    ),
+    # accelerate's parallelism_config: readers/accelerate.py `_parallelism` refuses TP/CP/SP naming the size
     "trl": (
         Unposed(
             "beta", _on, f"a DPO/ORPO/KTO config: {_RL}", f"{_TRL} trl/trainer/dpo_config.py, orpo_config.py"
