@@ -247,3 +247,12 @@ def test_all_unmatched_names_refused_as_peft_refuses() -> None:
     assert "not found in the base model" in _peft_refuses("llama", "wq,wk")
     with pytest.raises(OptionError, match="no module 'wq', 'wk'"):
         validate_targets(_arch("llama", CASES["llama"][1]), "wq,wk")
+
+
+@pytest.mark.parametrize("trainer", ["torchtune", "litgpt", "mlx"])
+def test_trainers_with_their_own_lora_refuse_any_unmatched_name(trainer: str) -> None:
+    """torchtune, litgpt and mlx-lm build LoRA themselves and fail on a module their model lacks
+    (engine/lora.py OWN_LORA_TRAINERS): one unmatched name is refused, not ignored."""
+    spec = spec_from_config({"model_type": "llama", **CASES["llama"][1]}, id="t", name="t", source="test")
+    with pytest.raises(OptionError, match="no module 'wq'"):
+        estimate(spec, LlmSetup(lora_targets="q_proj,wq", seq_len=64, trainer=trainer))
