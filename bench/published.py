@@ -42,7 +42,8 @@ METRICS = ("max_memory_allocated", "max_memory_reserved", "nvidia-smi", "unknown
 RELATIONS = ("peak", "capacity")
 UNITS = {"B": 1, "MiB": 1 << 20, "GiB": 1 << 30, "MB": 10**6, "GB": 10**9}
 #: ``host_measured``: host (CPU) memory a multi-GPU record states beside the device figure (kept, not
-#: scored: the bar is on the per-GPU figure).
+#: scored: the bar is on the per-GPU figure). ``measured_scope``: ``all-gpus`` when the source prints the sum
+#: over the run's GPUs (the scorer compares its mean per GPU, ``per_gpu_figure``); absent: one GPU's figure.
 RECORD_KEYS = (
     "id",
     "model",
@@ -51,6 +52,7 @@ RECORD_KEYS = (
     "relation",
     "measured",
     "host_measured",
+    "measured_scope",
     "uncertain",
     "known_gap",
     "file",
@@ -153,6 +155,16 @@ def measured_bytes(value: float, unit: str, relation: str) -> int:
     return round(value * UNITS[unit])
 
 
+def per_gpu_figure(value: int, scope: str, setup: dict[str, Any]) -> int:
+    """One GPU's figure: a sum over the run's GPUs (``measured_scope: all-gpus``) divided by their number
+    (gpus x nodes); under ZeRO and DDP every rank holds the same share, so the mean is each GPU's."""
+    if scope == "gpu":
+        return value
+    if scope != "all-gpus":
+        raise ValueError(f"measured_scope {scope!r} is not gpu or all-gpus")
+    return round(value / (int(setup.get("gpus", 1)) * int(setup.get("nodes", 1))))
+
+
 def load_source(path: Path) -> tuple[dict[str, Any], list[Record]]:
     """A corpus file: its source block and its records with defaults merged."""
     import yaml
@@ -174,7 +186,11 @@ def load_source(path: Path) -> tuple[dict[str, Any], list[Record]]:
                 setup=merged_setup,
                 metric=raw.get("metric", defaults.get("metric", "unknown")),
                 relation=relation,
-                measured_bytes=measured_bytes(float(measured["value"]), measured["unit"], relation),
+                measured_bytes=per_gpu_figure(
+                    measured_bytes(float(measured["value"]), measured["unit"], relation),
+                    str(raw.get("measured_scope", "gpu")),
+                    merged_setup,
+                ),
                 uncertain=list(defaults.get("uncertain") or []) + list(raw.get("uncertain") or []),
                 known_gap=raw.get("known_gap"),
             )
@@ -293,7 +309,8 @@ def pose(rec: Record) -> tuple[Any, Any, list[str]] | str:
     from fitcheck.models import OPTIMIZERS, TRAINERS, LlmSetup
 
     s = rec.setup
-    multi = _multi_gpu(s) if rec.gpus > 1 else {}
+    # a strategy on one GPU is posed as it ran (DeepSpeed ZeRO on one process keeps its fp32 master copy)
+    multi = _multi_gpu(s) if rec.gpus > 1 or "strategy" in s else {}
     if isinstance(multi, str):
         return multi
     if s.get("method") not in ("full", "lora", "qlora"):
