@@ -199,3 +199,15 @@ def test_litgpt_runs_a_python_gelu_as_one_op() -> None:
     parts = act.layer_activations(built.arch, lit, regime_for(lit)).parts
     assert parts["mlp_hidden"] == 2 * spec.arch.intermediate_size  # one bf16 tensor, the GELU input
     assert model_as_trained(spec, LlmSetup(trainer="hf")).arch.activation == "gelu_new"
+
+
+def test_gpt2_mlp_runs_the_activation_its_config_names() -> None:
+    """GPT2MLP calls ACT2FN[activation_function]: gelu_new (the Python tanh formula) keeps three
+    intermediates beside its input, a one-op GELU (gelu_pytorch_tanh) only its input."""
+    spec = resolve_model(str(CONFIGS / "rasbt" / "gpt-124m-untied-v50257"))
+    assert spec.arch.activation == "gelu_pytorch_tanh"
+    setup = LlmSetup(trainer="hf", method="full", seq_len=256, autocast=False)
+    parts = act.layer_activations(spec.arch, setup, regime_for(setup)).parts
+    assert parts["mlp_hidden"] == 2 * spec.arch.intermediate_size  # one bf16 tensor, the GELU input
+    new = spec.arch.model_copy(update={"activation": "gelu_new"})
+    assert act.layer_activations(new, setup, regime_for(setup)).parts["mlp_hidden"] == 8 * new.intermediate_size
