@@ -157,12 +157,13 @@ def measured_bytes(value: float, unit: str, relation: str) -> int:
 
 def per_gpu_figure(value: int, scope: str, setup: dict[str, Any]) -> int:
     """One GPU's figure: a sum over the run's GPUs (``measured_scope: all-gpus``) divided by their number
-    (gpus x nodes); under ZeRO and DDP every rank holds the same share, so the mean is each GPU's."""
+    (``gpus``, every node's); under ZeRO and DDP every rank holds the same share, so the mean is each
+    GPU's."""
     if scope == "gpu":
         return value
     if scope != "all-gpus":
         raise ValueError(f"measured_scope {scope!r} is not gpu or all-gpus")
-    return round(value / (int(setup.get("gpus", 1)) * int(setup.get("nodes", 1))))
+    return round(value / int(setup.get("gpus", 1)))
 
 
 def load_source(path: Path) -> tuple[dict[str, Any], list[Record]]:
@@ -283,17 +284,25 @@ def _multi_gpu(s: dict[str, Any]) -> tuple[dict[str, Any], list[str]] | str:
         return f"offload {offload} is not a fitcheck offload"
     if offload == "params" and not strategy.startswith("fsdp"):
         return f"parameter offload without optimizer offload under {strategy} is not a fitcheck offload"
+    nodes = int(s.get("nodes", 1))
+    if int(s["gpus"]) % nodes:
+        return f"{s['gpus']} GPUs do not split over {nodes} nodes"
     kw: dict[str, Any] = {
-        "gpus": int(s["gpus"]),
+        # the record's gpus are the run's; fitcheck's --gpus counts one node's
+        "gpus": int(s["gpus"]) // nodes,
         "strategy": _STRATEGIES[strategy],
         "offload": _OFFLOAD[offload],
+        "nodes": nodes,
     }
+    plural = "s" if int(s["gpus"]) > 1 else ""
     notes = [
-        f"{kw['gpus']} GPUs, {strategy}" + (f", offload {offload}" if offload != "none" else "") + ": per GPU"
+        f"{s['gpus']} GPU{plural}, {strategy}"
+        + (f", offload {offload}" if offload != "none" else "")
+        + ": per GPU"
     ]
     if offload == "params":
         notes.append("FSDP CPUOffload(offload_params=True): --offload all")
-    for key in ("nodes", "fsdp_version", "device_map_version"):
+    for key in ("fsdp_version", "device_map_version"):
         if key in s:
             kw[key] = s[key]
     if "quant_storage" in s and s.get("method") == "qlora":

@@ -405,7 +405,8 @@ def _gpt2_layer(a: DecoderArch, setup: LlmSetup, c: Ctx) -> LayerActs:
     fp32 inputs. Without autocast the same ops run in the compute dtype. Dropout keeps a 1-byte mask
     and, on attention probabilities, its output (traced). ``GPT2MLP`` runs ``ACT2FN[activation_function]``,
     so a config naming a one-op GELU (``gelu_pytorch_tanh``, ``gelu``) saves only its input
-    (`plain_activation_bytes`; transformers activations.py ``PytorchGELUTanh``: ``F.gelu(approximate="tanh")``).
+    (`plain_activation_bytes`; transformers activations.py ``PytorchGELUTanh``:
+    ``F.gelu(approximate="tanh")``).
     """
     acts = LayerActs()
     h, width = a.hidden_size, a.intermediate_size
