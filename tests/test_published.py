@@ -52,7 +52,7 @@ _PEFT_SHARDED = (
 _QWEN_SHORT = (
     "Qwen-1 LoRA / LoRA (emb) without DeepSpeed, bf16 under the Trainer's autocast: a shortfall of about "
     "1.2 GiB (1.8B and 7B alike) at 256-2048 tokens that shrinks as the sequence grows (the estimate is "
-    "3-5% over at 8192); the emb rows miss 2-4 GiB more at short lengths; not found in finetune.py, "
+    "3-5% over at 8192); the emb rows about 0.9 GiB more at short lengths; not found in finetune.py, "
     "modeling_qwen.py or peft; the figures' tool is not stated"
 )
 _QWEN_DS = (
