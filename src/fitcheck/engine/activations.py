@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from fitcheck.engine import litgpt
 from fitcheck.engine.lora import targeted
 from fitcheck.engine.params import EAGER_ONLY_TYPES, Linear, layer_linears
+from fitcheck.engine.regimes import PYTHON_GELUS
 from fitcheck.facts.dtypes import nbytes
 from fitcheck.models import DecoderArch, LlmSetup, Regime
 
@@ -425,7 +426,7 @@ def _gpt2_layer(a: DecoderArch, setup: LlmSetup, c: Ctx) -> LayerActs:
     acts.add("o_input", _linear_inputs(c, setup, a, [c_proj], c.gamma))
     acts.add("dropout_masks", 2 * h if a.resid_dropout else 0)
     acts.add("mlp_inputs", _linear_inputs(c, setup, a, [c_fc], ln_out))
-    python_gelu = a.activation in ("gelu_new", "gelu_python", "gelu_fast", "gelu_accurate")
+    python_gelu = a.activation in PYTHON_GELUS
     acts.add(
         "mlp_hidden",
         width * ((3 * act_in + c.gamma) if python_gelu else plain_activation_bytes(a.activation, c)),
