@@ -47,7 +47,8 @@ METRICS = ("max_memory_allocated", "max_memory_reserved", "nvidia-smi", "unknown
 RELATIONS = ("peak", "capacity")
 UNITS = {"B": 1, "MiB": 1 << 20, "GiB": 1 << 30, "MB": 10**6, "GB": 10**9}
 #: ``host_measured``: host (CPU) memory a multi-GPU record states beside the device figure (kept, not
-#: scored: the bar is on the per-GPU figure).
+#: scored: the bar is on the per-GPU figure). ``measured_scope``: ``all-gpus`` when the source prints the sum
+#: over the run's GPUs (the scorer compares its mean per GPU, ``per_gpu_figure``); absent: one GPU's figure.
 RECORD_KEYS = (
     "id",
     "model",
@@ -56,6 +57,7 @@ RECORD_KEYS = (
     "relation",
     "measured",
     "host_measured",
+    "measured_scope",
     "uncertain",
     "known_gap",
     "file",
@@ -158,6 +160,17 @@ def measured_bytes(value: float, unit: str, relation: str) -> int:
     return round(value * UNITS[unit])
 
 
+def per_gpu_figure(value: int, scope: str, setup: dict[str, Any]) -> int:
+    """One GPU's figure: a sum over the run's GPUs (``measured_scope: all-gpus``) divided by their number
+    (``gpus``, every node's); under ZeRO and DDP every rank holds the same share, so the mean is each
+    GPU's."""
+    if scope == "gpu":
+        return value
+    if scope != "all-gpus":
+        raise ValueError(f"measured_scope {scope!r} is not gpu or all-gpus")
+    return round(value / int(setup.get("gpus", 1)))
+
+
 def load_source(path: Path) -> tuple[dict[str, Any], list[Record]]:
     """A corpus file: its source block and its records with defaults merged."""
     import yaml
@@ -179,7 +192,11 @@ def load_source(path: Path) -> tuple[dict[str, Any], list[Record]]:
                 setup=merged_setup,
                 metric=raw.get("metric", defaults.get("metric", "unknown")),
                 relation=relation,
-                measured_bytes=measured_bytes(float(measured["value"]), measured["unit"], relation),
+                measured_bytes=per_gpu_figure(
+                    measured_bytes(float(measured["value"]), measured["unit"], relation),
+                    str(raw.get("measured_scope", "gpu")),
+                    merged_setup,
+                ),
                 uncertain=list(defaults.get("uncertain") or []) + list(raw.get("uncertain") or []),
                 known_gap=raw.get("known_gap"),
             )
@@ -272,17 +289,25 @@ def _multi_gpu(s: dict[str, Any]) -> tuple[dict[str, Any], list[str]] | str:
         return f"offload {offload} is not a fitcheck offload"
     if offload == "params" and not strategy.startswith("fsdp"):
         return f"parameter offload without optimizer offload under {strategy} is not a fitcheck offload"
+    nodes = int(s.get("nodes", 1))
+    if int(s["gpus"]) % nodes:
+        return f"{s['gpus']} GPUs do not split over {nodes} nodes"
     kw: dict[str, Any] = {
-        "gpus": int(s["gpus"]),
+        # the record's gpus are the run's; fitcheck's --gpus counts one node's
+        "gpus": int(s["gpus"]) // nodes,
         "strategy": _STRATEGIES[strategy],
         "offload": _OFFLOAD[offload],
+        "nodes": nodes,
     }
+    plural = "s" if int(s["gpus"]) > 1 else ""
     notes = [
-        f"{kw['gpus']} GPUs, {strategy}" + (f", offload {offload}" if offload != "none" else "") + ": per GPU"
+        f"{s['gpus']} GPU{plural}, {strategy}"
+        + (f", offload {offload}" if offload != "none" else "")
+        + ": per GPU"
     ]
     if offload == "params":
         notes.append("FSDP CPUOffload(offload_params=True): --offload all")
-    for key in ("nodes", "fsdp_version", "device_map_version"):
+    for key in ("fsdp_version", "device_map_version"):
         if key in s:
             kw[key] = s[key]
     if "quant_storage" in s and s.get("method") == "qlora":
@@ -298,7 +323,8 @@ def pose(rec: Record) -> tuple[Any, Any, list[str]] | str:
     from fitcheck.models import OPTIMIZERS, TRAINERS, LlmSetup
 
     s = rec.setup
-    multi = _multi_gpu(s) if rec.gpus > 1 else {}
+    # a strategy on one GPU is posed as it ran (DeepSpeed ZeRO on one process keeps its fp32 master copy)
+    multi = _multi_gpu(s) if rec.gpus > 1 or "strategy" in s else {}
     if isinstance(multi, str):
         return multi
     if s.get("method") not in ("full", "lora", "qlora"):

@@ -199,3 +199,34 @@ def test_litgpt_runs_a_python_gelu_as_one_op() -> None:
     parts = act.layer_activations(built.arch, lit, regime_for(lit)).parts
     assert parts["mlp_hidden"] == 2 * spec.arch.intermediate_size  # one bf16 tensor, the GELU input
     assert model_as_trained(spec, LlmSetup(trainer="hf")).arch.activation == "gelu_new"
+
+
+def test_gpt2_mlp_runs_the_activation_its_config_names() -> None:
+    """GPT2MLP calls ACT2FN[activation_function]: gelu_new (the Python tanh formula) keeps three
+    intermediates beside its input, a one-op GELU (gelu_pytorch_tanh) only its input."""
+    spec = resolve_model(str(CONFIGS / "rasbt" / "gpt-124m-untied-v50257"))
+    assert spec.arch.activation == "gelu_pytorch_tanh"
+    setup = LlmSetup(trainer="hf", method="full", seq_len=256, autocast=False)
+    parts = act.layer_activations(spec.arch, setup, regime_for(setup)).parts
+    assert parts["mlp_hidden"] == 2 * spec.arch.intermediate_size  # one bf16 tensor, the GELU input
+    new = spec.arch.model_copy(update={"activation": "gelu_new"})
+    parts_new = act.layer_activations(new, setup, regime_for(setup)).parts
+    assert parts_new["mlp_hidden"] == 8 * new.intermediate_size  # gelu_new: 3 intermediates + 0.5 x
+
+
+def test_foreach_adamw_copies_the_second_moments_of_modules_to_save_too() -> None:
+    """torch's foreach AdamW takes _foreach_sqrt of every exp_avg_sq in the param group, one list per dtype:
+    the fp32 adapters' and the bf16 modules_to_save copies' (V x h each) are both alive in the step."""
+    from fitcheck.engine import states
+
+    spec = resolve_model(str(CONFIGS / "Qwen" / "Qwen-7B-Chat"))
+    a = spec.arch
+    kw = {"trainer": "hf", "method": "lora", "seq_len": 256, "optimizer_impl": "foreach"}
+    plain = LlmSetup(**kw)
+    emb = LlmSetup(**kw, train_modules="embed_tokens,lm_head")
+    extra = states.step_transient_bytes(a, emb, regime_for(emb)) - states.step_transient_bytes(
+        a, plain, regime_for(plain)
+    )
+    assert extra == 2 * a.vocab_size * a.hidden_size * 2  # two bf16 V x h copies
+    fused = LlmSetup(**{**kw, "optimizer_impl": "fused"}, train_modules="embed_tokens,lm_head")
+    assert states.step_transient_bytes(a, fused, regime_for(fused)) == 0

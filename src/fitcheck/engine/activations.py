@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from fitcheck.engine import litgpt
 from fitcheck.engine.lora import targeted
 from fitcheck.engine.params import EAGER_ONLY_TYPES, Linear, layer_linears
+from fitcheck.engine.regimes import PYTHON_GELUS
 from fitcheck.facts.dtypes import nbytes
 from fitcheck.models import DecoderArch, LlmSetup, Regime
 
@@ -403,7 +404,10 @@ def _gpt2_layer(a: DecoderArch, setup: LlmSetup, c: Ctx) -> LayerActs:
     and ``gelu_new`` keeps three fp32 tensors of the MLP width (the pow input, tanh output and
     ``1 + tanh``) plus a compute-dtype ``0.5 x``; projections then get compute-dtype cast copies of
     fp32 inputs. Without autocast the same ops run in the compute dtype. Dropout keeps a 1-byte mask
-    and, on attention probabilities, its output (traced).
+    and, on attention probabilities, its output (traced). ``GPT2MLP`` runs ``ACT2FN[activation_function]``,
+    so a config naming a one-op GELU (``gelu_pytorch_tanh``, ``gelu``) saves only its input
+    (`plain_activation_bytes`; transformers activations.py ``PytorchGELUTanh``:
+    ``F.gelu(approximate="tanh")``).
     """
     acts = LayerActs()
     h, width = a.hidden_size, a.intermediate_size
@@ -422,7 +426,11 @@ def _gpt2_layer(a: DecoderArch, setup: LlmSetup, c: Ctx) -> LayerActs:
     acts.add("o_input", _linear_inputs(c, setup, a, [c_proj], c.gamma))
     acts.add("dropout_masks", 2 * h if a.resid_dropout else 0)
     acts.add("mlp_inputs", _linear_inputs(c, setup, a, [c_fc], ln_out))
-    acts.add("mlp_hidden", width * (3 * act_in + c.gamma))
+    python_gelu = a.activation in PYTHON_GELUS
+    acts.add(
+        "mlp_hidden",
+        width * ((3 * act_in + c.gamma) if python_gelu else plain_activation_bytes(a.activation, c)),
+    )
     acts.add("down_input", _linear_inputs(c, setup, a, [mlp_proj], act_in))
     if setup.dora and not c.full:
         acts.add("dora_outputs", _dora_outputs(c, setup, a, lins))

@@ -190,13 +190,24 @@ def adam_impl(setup: LlmSetup, regime: Regime) -> opt.AdamImpl:
 
 def step_transient_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
     """Temporaries alive inside ``optimizer.step()`` (`fitcheck.facts.optimizers.step_temporary_bytes`);
-    with the optimizer in backward each step sees one parameter, the largest deciding."""
+    with the optimizer in backward each step sees one parameter, the largest deciding.
+
+    ``modules_to_save`` copies are in the same param group as the adapters, in their own dtype: foreach
+    AdamW's ``_foreach_sqrt(exp_avg_sqs)`` copies every tensor of each dtype group and the previous
+    group's list is still bound while the next is made (torch optim/adamw.py ``_multi_tensor_adamw``,
+    ``_group_tensors_by_device_and_dtype``), so their temporaries add; the other steps hold one
+    tensor's at a time, the largest deciding."""
     shapes = tensor_shapes(a, setup)
     if setup.optimizer_in_bwd and shapes:
         shapes = [(max(shapes, key=lambda sk: math.prod(sk[0]))[0], 1)]
-    return opt.step_temporary_bytes(
-        setup.optimizer, shapes, _param_bytes(setup, regime), adam_impl(setup, regime)
-    )
+    impl = adam_impl(setup, regime)
+    own = opt.step_temporary_bytes(setup.optimizer, shapes, _param_bytes(setup, regime), impl)
+    mods = trained_modules(setup) if setup.method != "full" else []
+    if not mods:
+        return own
+    copies = [((a.vocab_size, a.hidden_size), len(mods))]
+    theirs = opt.step_temporary_bytes(setup.optimizer, copies, nbytes(copy_dtype(regime)), impl)
+    return own + theirs if setup.optimizer == "adamw" and impl == "foreach" else max(own, theirs)
 
 
 def quantized_head_params(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
