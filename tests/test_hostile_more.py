@@ -2,17 +2,26 @@
 
 - a bound a request model declares (``PlanRequest.batch_size >= 1``) but no option validator checked
   reached the user as pydantic's internal error: ``plan 7B --batch-size 0`` (found by the CLI fuzz test,
-  seed 7). Every request model is now built through `fitcheck.api.validated`.
+  seed 7). Every request model is now built through `fitcheck.api.validated`;
+- the JSON nesting bound was a pure-Python loop over every character (a 100 MB safetensors header: ~10 s
+  before parsing began). `fitcheck.fileio.deeper_than` decides it with C-speed passes (`bytes.translate`,
+  ``replace``, ``count``) or hands it to an iterative walk of the parsed document; the parser's own
+  RecursionError is the backstop (bench/json_scan.py).
 """
 
 from __future__ import annotations
 
 import io
-from contextlib import redirect_stderr, redirect_stdout
+import json
+from contextlib import redirect_stderr, redirect_stdout, suppress
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fitcheck.cli import main
+from fitcheck.errors import ModelSourceError
+from fitcheck.fileio import MAX_JSON_DEPTH, deeper_than, loads, nested_deeper
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:
@@ -37,3 +46,68 @@ def assert_one_line(rc: int, out: str, err: str, word: str) -> None:
 )  # fmt: skip
 def test_a_plan_request_out_of_range_is_one_line_naming_its_flag(option: str, value: str) -> None:
     assert_one_line(*run(["plan", "7B", option, value, "--on", "rtx-4090"]), option)
+
+
+# --- the JSON nesting bound, scanned at C speed ---------------------------------------------------------
+
+JSON_LEAVES = st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\ab\n', max_size=6)
+JSON_DOCS = st.recursive(
+    JSON_LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text('[]{}"\\k', max_size=4), inner, max_size=3)
+    ),
+    max_leaves=30,
+)
+
+
+def exact_depth(doc: object) -> int:
+    if isinstance(doc, dict):
+        return 1 + max(map(exact_depth, doc.values()), default=0)
+    if isinstance(doc, list):
+        return 1 + max(map(exact_depth, doc), default=0)
+    return 0
+
+
+def strings(doc: object) -> list[str]:
+    if isinstance(doc, dict):
+        return [*doc, *(s for v in doc.values() for s in strings(v))]
+    if isinstance(doc, list):
+        return [s for v in doc for s in strings(v)]
+    return [doc] if isinstance(doc, str) else []
+
+
+@settings(max_examples=400, deadline=None)
+@given(JSON_DOCS, st.integers(0, 12), st.booleans())
+def test_the_fast_depth_scan_is_exact_or_says_it_cannot_tell(doc: object, limit: int, indent: bool) -> None:
+    text = json.dumps(doc, indent=1 if indent else None, ensure_ascii=False)
+    told = deeper_than(text, limit)
+    assert told in (None, exact_depth(doc) > limit), (text, limit)
+    assert nested_deeper(doc, limit) == (exact_depth(doc) > limit)
+    if not any(set(name) & set("[]{}") for name in strings(doc)):
+        assert told is not None or limit > 8  # no bracket in a string: the scan decides within 8 passes
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet='[]{}"\\ :,1ab', max_size=80))
+def test_any_text_is_parsed_or_refused_in_one_clear_error(text: str) -> None:
+    with suppress(ModelSourceError):
+        loads(text, "x.json")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[" * 100_000, "[" * 100_000 + "]" * 100_000, '{"a":' * 50_000, "]" + "[" * 100_000,
+     '["' + "[" * 100_000 + '"]' + "]", "[" * 65 + "]" * 65, '"\\\\"' + "[" * 3000],
+)  # fmt: skip
+def test_deep_or_unbalanced_json_is_one_clear_error(text: str) -> None:
+    with pytest.raises(ModelSourceError, match=r"x\.json"):
+        loads(text, "x.json")
+
+
+def test_json_exactly_at_the_depth_bound_still_parses() -> None:
+    text = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    assert deeper_than(text, MAX_JSON_DEPTH) is False
+    assert nested_deeper(loads(text, "x.json"), MAX_JSON_DEPTH) is False
+    with_strings = '["' + "[" * 200 + '", ' + "[" * (MAX_JSON_DEPTH - 1) + "]" * (MAX_JSON_DEPTH - 1) + "]"
+    assert deeper_than(with_strings, MAX_JSON_DEPTH) is None  # a bracket in a string: the walk decides
+    assert loads(with_strings, "x.json")[0] == "[" * 200
