@@ -6,14 +6,19 @@
 - the JSON nesting bound was a pure-Python loop over every character (a 100 MB safetensors header: ~10 s
   before parsing began). `fitcheck.fileio.deeper_than` decides it with C-speed passes (`bytes.translate`,
   ``replace``, ``count``) or hands it to an iterative walk of the parsed document; the parser's own
-  RecursionError is the backstop (bench/json_scan.py).
+  RecursionError is the backstop (bench/json_scan.py);
+- ``measure`` with a config.json transformers refuses while building the model (an unknown ``hidden_act``
+  or rope type, ``tie_word_embeddings: "yes"``) was an internal error; ``--steps 100000000`` ran without
+  end; ``--top -1`` listed all but one tensor; ``--timeline pipe`` was refused naming ``--chart``.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 from contextlib import redirect_stderr, redirect_stdout, suppress
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -111,3 +116,93 @@ def test_json_exactly_at_the_depth_bound_still_parses() -> None:
     with_strings = '["' + "[" * 200 + '", ' + "[" * (MAX_JSON_DEPTH - 1) + "]" * (MAX_JSON_DEPTH - 1) + "]"
     assert deeper_than(with_strings, MAX_JSON_DEPTH) is None  # a bracket in a string: the walk decides
     assert loads(with_strings, "x.json")[0] == "[" * 200
+
+
+# --- measure: hostile models, options and --timeline paths (before any long trace) ----------------------
+
+TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256}  # fmt: skip
+
+#: (config.json changes, a word of the one error line): values transformers refuses while it builds the model
+#: were internal errors (KeyError, its strict-dataclass error) before `measure.build.transformers_call`.
+MEASURE_CONFIGS = [
+    ({"hidden_act": "nope"}, "KeyError"),
+    ({"rope_scaling": {"rope_type": "bogus", "factor": 2.0}}, "bogus"),
+    ({"tie_word_embeddings": "yes"}, "tie_word_embeddings"),
+    ({"num_hidden_layers": 0}, "num_hidden_layers"),  # held already (fitcheck's own config reader)
+]
+
+
+@pytest.fixture
+def tiny_model(tmp_path: Path) -> Path:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(TINY))
+    return folder
+
+
+@pytest.mark.parametrize(("change", "word"), MEASURE_CONFIGS, ids=[w for _, w in MEASURE_CONFIGS])
+def test_measure_a_config_transformers_refuses_is_one_line(
+    tiny_model: Path, change: dict[str, object], word: str
+) -> None:
+    (tiny_model / "config.json").write_text(json.dumps({**TINY, **change}))
+    rc, out, err = run(["measure", str(tiny_model), "--seq-len", "16"])
+    errors = [line for line in err.splitlines() if line.startswith("fitcheck: error:")]
+    assert rc == 2 and out == "" and len(errors) == 1 and word in errors[0], err
+    assert "internal error" not in err and "Traceback" not in err
+
+
+def _timeline_target(tmp_path: Path, kind: str) -> str:
+    target = tmp_path / f"{kind}.svg"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "folder":
+        target.mkdir()
+    elif kind == "existing":
+        target.write_text("mine")
+    elif kind == "devnull":
+        target.symlink_to("/dev/null")
+    elif kind == "fifo-named":
+        target = tmp_path / "pipe"
+        os.mkfifo(target)
+    return str(target)
+
+
+#: (argument kind, extra options, a word of the one error line); each is refused before the trace starts.
+MEASURE_ARGS = [
+    ("timeline:existing", [], "--force"),
+    ("timeline:devnull", ["--force"], "regular files only"),
+    ("timeline:fifo", ["--force"], "FIFO"),
+    ("timeline:folder", ["--force"], "folder"),
+    ("timeline:fifo-named", ["--force"], "--timeline"),  # said --chart before
+    ("steps", ["--steps", "0"], "--steps"),
+    ("steps", ["--steps", "100000000"], "--steps"),  # ran without end before
+    ("top", ["--top", "-1"], "--top"),  # listed all but the last tensor before
+    ("model:fifo", [], "FIFO"),
+    ("model:folder", [], "no config.json"),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra", "word"), MEASURE_ARGS, ids=[f"{k}{''.join(e)}" for k, e, _ in MEASURE_ARGS]
+)
+def test_measure_a_hostile_argument_is_refused_before_tracing(
+    tiny_model: Path, tmp_path: Path, kind: str, extra: list[str], word: str
+) -> None:
+    model = str(tiny_model)
+    if kind.startswith("timeline:"):
+        extra = ["--timeline", _timeline_target(tmp_path, kind.split(":")[1]), *extra]
+    elif kind == "model:fifo":
+        model = str(tmp_path / "m")
+        os.mkfifo(model)
+    elif kind == "model:folder":
+        model = str(tmp_path / "empty")
+        os.mkdir(model)
+    rc, out, err = run(["measure", model, "--seq-len", "16", *extra])
+    errors = [line for line in err.splitlines() if line.startswith("fitcheck: error:")]
+    assert rc == 2 and out == "" and len(errors) == 1 and word in errors[0], err
+    assert "tracing" not in err, "refused only after the trace"
+    if kind == "timeline:existing":
+        assert (tmp_path / "existing.svg").read_text() == "mine"
