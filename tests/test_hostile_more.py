@@ -206,3 +206,30 @@ def test_measure_a_hostile_argument_is_refused_before_tracing(
     assert "tracing" not in err, "refused only after the trace"
     if kind == "timeline:existing":
         assert (tmp_path / "existing.svg").read_text() == "mine"
+
+
+# --- kohya's dataset_config naming something that is no file -------------------------------------------
+
+KOHYA = Path(__file__).parent / "data" / "from" / "kohya" / "flux_lora_with_dataset.toml"
+
+
+@pytest.mark.parametrize(
+    ("kind", "word"), [("fifo", "FIFO"), ("folder", "folder"), ("/dev/zero", "character device")]
+)
+def test_a_dataset_config_that_is_no_file_is_named_as_such(tmp_path: Path, kind: str, word: str) -> None:
+    """It was refused as "not beside it" (it was), now as what it is, naming the training TOML too."""
+    target = tmp_path / "data.toml"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "folder":
+        target.mkdir()
+    name = kind if kind.startswith("/") else "data.toml"
+    text = KOHYA.read_text().replace('dataset_config = "flux_data_config.toml"', f'dataset_config = "{name}"')
+    assert name in text
+    config = tmp_path / "train.toml"
+    config.write_text(text)
+    assert_one_line(*run(["estimate", "sdxl", "--from", str(config), "--on", "none"]), word)
+    assert (
+        "train.toml: its dataset_config"
+        in run(["estimate", "sdxl", "--from", str(config), "--on", "none"])[2]
+    )
