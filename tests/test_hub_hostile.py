@@ -51,6 +51,9 @@ class Hostile(Handler):
         kind, fname = parts[1], "/".join(parts[4:])
         if kind == "e500":
             return self._error(500, "")
+        if kind == "hang":  # accepts, never answers (the handler thread ends with the test's server)
+            time.sleep(120)
+            return None
         if kind == "loop":
             return self._send(302, 0, {"Location": self.path})
         if fname != "config.json" or kind not in ("huge", "liar", "trunc", "slow", "html"):
@@ -147,3 +150,13 @@ def test_a_server_error_is_one_clear_line(hostile: HostileHub, tmp_path: Path) -
     )
     assert proc.returncode == 2 and proc.stderr.count("fitcheck: error:") == 1, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow  # the client's 6 tries with 1-8 s between them (about 45 s with 3 s waits)
+def test_a_server_that_never_answers_is_given_up_on(hostile: HostileHub, tmp_path: Path) -> None:
+    """It held ``estimate`` past 280 s before each wait was capped (`hub_bounds.WAIT_SECONDS`)."""
+    env = {"HF_ENDPOINT": hostile.url, "HF_HOME": str(tmp_path), "FITCHECK_HUB_BODY_SECONDS": "3"}
+    started = time.monotonic()
+    proc = run_cli(["estimate", "acme/hang", "--on", "none"], env)
+    assert proc.returncode == 2 and proc.stderr.count("fitcheck: error:") == 1, proc.stderr
+    assert "cannot reach" in proc.stderr and time.monotonic() - started < 100

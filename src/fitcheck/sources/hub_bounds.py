@@ -6,9 +6,10 @@ read refuses it), and a server that sends one byte every few seconds never trips
 timeout. So, while a Hub id is resolved, the client's HTTP transport is wrapped: every response body
 is counted as it streams and refused one byte past the bound for the file asked for (the same bounds
 the local readers hold: ``MAX_CONFIG_BYTES``, ``MAX_INDEX_BYTES``, ``MAX_HEADER_BYTES``) or once it has
-taken ``BODY_SECONDS``. The wrapping is scoped (`bounded_client`) and restores the client factory the
-caller had; with a client that has no such transport (another ``huggingface_hub`` major) it does nothing
-and the bounded readers still refuse after the download.
+taken ``BODY_SECONDS``; no single wait takes over ``WAIT_SECONDS``. The wrapping is scoped
+(`bounded_client`) and restores the client factory the caller had; with a client that has no such
+transport (another ``huggingface_hub`` major) it does nothing and the bounded readers still refuse
+after the download.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ from fitcheck.errors import ModelSourceError
 #: Seconds one response body may take; the client's own timeouts bound each read, not the whole body.
 #: ``FITCHECK_HUB_BODY_SECONDS`` sets another (a slow mirror; the tests).
 BODY_SECONDS = 60.0
+
+
+#: Seconds one wait (connect, each read) may take: huggingface_hub's own default for HEAD and download
+#: reads (``constants.DEFAULT_ETAG_TIMEOUT`` / ``DEFAULT_DOWNLOAD_TIMEOUT``), which a server that accepts
+#: and never answers did not meet (it held ``estimate`` past 280 s); with the client's retries (6 tries,
+#: 1-8 s apart) such a server is given up on after about 80 s.
+WAIT_SECONDS = 10.0
 
 
 def body_seconds() -> float:
@@ -90,6 +98,12 @@ class _BoundedTransport:
         self.inner = inner
 
     def handle_request(self, request: Any) -> Any:
+        cap = min(WAIT_SECONDS, body_seconds())  # a server that accepts and never answers
+        waits = dict(request.extensions.get("timeout") or {})
+        request.extensions["timeout"] = {
+            key: cap if waits.get(key) is None else min(waits[key], cap)
+            for key in ("connect", "read", "write", "pool")
+        }
         response = self.inner.handle_request(request)
         path = request.url.path
         name = path.rsplit("/", 1)[-1] or str(request.url)
