@@ -72,6 +72,10 @@ def transformers_call(model_type: str, call: Callable[[], _T]) -> _T:
     KeyError in ACT2FN, an unknown rope type a KeyError in the rope table, ``tie_word_embeddings: "yes"``
     its strict-dataclass error): the values came from the user's file, so it is bad input, not a crash.
     """
+    from transformers.utils import logging as transformers_logging
+
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()  # its warnings about the same values would be a second line
     try:
         return call()
     except FitcheckError:
@@ -82,6 +86,8 @@ def transformers_call(model_type: str, call: Callable[[], _T]) -> _T:
             f"config.json: transformers cannot build a {printable(model_type)} model from it "
             f"({type(exc).__name__}: {text})"
         ) from None
+    finally:
+        transformers_logging.set_verbosity(verbosity)
 
 
 def attn_implementation(setup: LlmSetup) -> str:
