@@ -13,7 +13,7 @@ import pytest
 
 from fitcheck.emitters.writer import WriteError, check_destinations, write_atomic
 from fitcheck.errors import ModelSourceError
-from fitcheck.fileio import MAX_JSON_DEPTH, json_depth, loads, read_bytes, read_json
+from fitcheck.fileio import MAX_JSON_DEPTH, deeper_than, loads, read_bytes, read_json
 
 FITCHECK = [sys.executable, "-m", "fitcheck"]
 
@@ -74,7 +74,10 @@ def test_json_depth_is_bounded_before_parsing() -> None:
     deep = "[" * 100_000 + "]" * 100_000
     with pytest.raises(ModelSourceError, match=f"deeper than {MAX_JSON_DEPTH}"):
         loads(deep, "config.json")
-    assert json_depth('{"a": "[[[[", "b": [1, {"c": 2}]}') == 3
+    assert deeper_than('{"a": "[[[[", "b": [1, {"c": 2}]}', 2) is None  # a bracket in a string
+    assert deeper_than('{"a": "x", "b": [1, {"c": 2}]}', 2) is True
+    assert deeper_than("[" * 100_000 + "]" * 100_000, MAX_JSON_DEPTH) is True  # told before parsing
+    assert deeper_than('{"a": "x", "b": [1, {"c": 2}]}', 3) is False
 
 
 def test_huge_integers_are_one_clear_line(tmp_path: Path) -> None:

@@ -18,9 +18,9 @@ Imports stay light: pydantic and the engines are imported inside the functions t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Literal, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Literal, TypeVar, get_type_hints
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 from typing_extensions import TypedDict, Unpack  # pydantic validates only this TypedDict on 3.11
 
 from fitcheck.errors import InputError, OptionError
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
     Spec = ModelSpec | DiffusionSpec
     Setup = LlmSetup | DiffusionSetup
+
+_M = TypeVar("_M", bound="BaseModel")
 
 
 class _Common(TypedDict, total=False):
@@ -281,8 +283,6 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
         OptionError: an option that does not apply to this workload or method.
         InputError: a value out of range (one line naming the flag).
     """
-    from pydantic import ValidationError
-
     from fitcheck.models import DiffusionSetup, LlmSetup
 
     refuse_foreign(spec, options)
@@ -307,6 +307,19 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
     if tgt is not None:
         values["backend"] = tgt.backend
         values["gpus"] = max(tgt.gpus, int(values.get("gpus", 1)))  # type: ignore[call-overload]
+    if kind == "llm":
+        return validated(LlmSetup, values)
+    return validated(DiffusionSetup, values)
+
+
+def validated(model: type[_M], values: Mapping[str, object]) -> _M:
+    """``model`` built from ``values``; a value out of range is one `InputError` line naming its flag.
+
+    Every request model the api builds from user options goes through here (`setup_for`, the plan
+    request), so a bound a model declares can never surface as pydantic's internal error.
+    """
+    from pydantic import ValidationError
+
     try:
         return model.model_validate(values)
     except ValidationError as exc:
@@ -556,21 +569,17 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         spec, {**base_opts, "method": "full" if method == "full" else "lora", "trainer": trainer}, tgt
     )
     seq_len = opts.get("seq_len") or 2048
-    req = PlanRequest(
-        base=base,  # type: ignore[arg-type]
-        method=method,  # type: ignore[arg-type]
-        effective_batch=opts.get("effective_batch") or DEFAULT_EFFECTIVE_BATCH,  # type: ignore[arg-type]
-        seq_len=seq_len,  # type: ignore[arg-type]
-        min_seq_len=opts.get("min_seq_len"),  # type: ignore[arg-type]
-        batch_size=opts.get("batch_size"),  # type: ignore[arg-type]
-        grad_ckpt=opts.get("grad_ckpt"),  # type: ignore[arg-type]
-        optimizer=opts.get("optimizer"),  # type: ignore[arg-type]
-        attn=opts.get("attn"),  # type: ignore[arg-type]
-        precision=opts.get("precision"),  # type: ignore[arg-type]
-        dataset_tokens=opts.get("dataset_tokens"),  # type: ignore[arg-type]
-        epochs=opts.get("epochs"),  # type: ignore[arg-type]
-        strategy=opts.get("strategy"),  # type: ignore[arg-type]
-        offload=opts.get("offload"),  # type: ignore[arg-type]
+    searched: tuple[str, ...] = ("min_seq_len", "batch_size", "grad_ckpt", "optimizer", "attn", "precision")
+    searched += ("dataset_tokens", "epochs", "strategy", "offload")
+    req = validated(
+        PlanRequest,
+        {
+            "base": base,
+            "method": method,
+            "effective_batch": opts.get("effective_batch") or DEFAULT_EFFECTIVE_BATCH,
+            "seq_len": seq_len,
+            **{k: opts.get(k) for k in searched},
+        },
     )
     host = opts.get("host_memory")
     if isinstance(host, str):

@@ -4,7 +4,8 @@ A size check by ``stat`` alone is not a bound: ``/dev/zero`` or a growing file r
 and reads forever, and opening a FIFO blocks until a writer appears. So files are opened
 non-blocking, checked with ``fstat`` on the opened descriptor (no race with a rename), refused
 unless they are regular files, and read up to the bound plus one byte. JSON is parsed with a nesting
-bound (checked before parsing: Python's parser recurses) and without ``NaN``/``Infinity``.
+bound (checked before parsing by a C-speed scan where it can tell, else on the parsed document: Python's
+parser recurses) and without ``NaN``/``Infinity``.
 """
 
 from __future__ import annotations
@@ -144,26 +145,74 @@ def read_text(path: Path, limit: int, what: str = "file") -> str:
         raise ModelSourceError(f"{path} is not UTF-8 text, not a {what}") from None
 
 
-def json_depth(text: str) -> int:
-    """The deepest nesting of ``[``/``{`` outside strings (a linear scan, no recursion)."""
-    depth = deepest = 0
-    in_str = escaped = False
-    for ch in text:
-        if in_str:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
+#: Arrays and objects in one JSON document. A safetensors header (at most 100 MB, the reference limit)
+#: spends at least ~45 bytes on each tensor's object and its two arrays, so a real one holds under 7
+#: million; past this bound the document is refused before it is parsed (each container is an object).
+MAX_JSON_CONTAINERS = 10_000_000
+
+_DROP = bytes(sorted(set(range(256)) - set(b'[]{}"')))
+_LEVELS = bytes.maketrans(b"[{]}", b"(())")
+#: Passes of the C-speed scan before the parsed document is walked instead (real files need 2-6).
+_FAST_PASSES = 8
+
+
+def _levels(text: str) -> bytes | None:
+    """The brackets of ``text`` outside its strings as ``(`` and ``)``; None when a string holds one.
+
+    Every step is one C-speed pass over the bytes: escaped backslashes and quotes go first, then
+    everything but brackets and quotes; an even run of quotes is removed whole (the inside/outside of
+    every bracket after it is unchanged), so quotes are left only where a string holds a bracket.
+    """
+    data = text.encode("utf-8", "surrogatepass")
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    kept = data.translate(None, _DROP).replace(b'""', b"")
+    return None if b'"' in kept else kept.translate(_LEVELS)
+
+
+def deeper_than(text: str, limit: int) -> bool | None:
+    """Whether ``[``/``{`` nest more than ``limit`` deep outside the strings of ``text``; None: cannot tell
+    cheaply (a bracket inside a string, unbalanced brackets, deep nesting), walk the parsed document.
+
+    The nesting depth is the highest running count of openers minus closers. Removing every ``()`` pair
+    lowers that peak by exactly one (each peak opener is followed by a closer once closers are appended
+    for the unclosed openers, and the opener before the first peak stays), so after ``k`` passes that
+    leave no pair the depth was at most ``k``, and a level ``v`` still reached after ``k`` passes means a
+    depth of at least ``v + k``. Each pass is one ``bytes.replace``, each count one ``bytes.count``.
+    """
+    levels = _levels(text)
+    if levels is None:
+        return None
+    opens = levels.count(b"(")
+    if opens <= limit:
+        return False
+    levels += b")" * max(0, 2 * opens - len(levels))
+    passes = min(limit, _FAST_PASSES)
+    for _ in range(passes):
+        if b"()" not in levels:
+            return False
+        levels = levels.replace(b"()", b"")
+    at = levels.find(b"()")
+    if at < 0:
+        return False
+    peak = levels.count(b"(", 0, at + 1) - levels.count(b")", 0, at)  # a level the depth passes through
+    return True if peak > limit - passes else None
+
+
+def nested_deeper(data: object, limit: int) -> bool:
+    """Whether a parsed JSON document nests lists/dicts more than ``limit`` deep (level by level, no
+    recursion: one ``extend`` per container and one ``isinstance`` per value)."""
+    level = [data] if isinstance(data, (dict, list)) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        values: list[object] = []
+        for item in level:
+            values.extend(item.values() if isinstance(item, dict) else item)  # type: ignore[union-attr]
+        level = [value for value in values if isinstance(value, (dict, list))]
+    return False
 
 
 def _no_constant(name: str) -> Any:
@@ -171,15 +220,29 @@ def _no_constant(name: str) -> Any:
 
 
 def loads(text: str, source: str) -> Any:
-    """Parse JSON text with a nesting bound and no NaN/Infinity; one clear line on failure."""
-    if json_depth(text) > MAX_JSON_DEPTH:
-        raise ModelSourceError(f"{source}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    """Parse JSON text with a nesting bound and no NaN/Infinity; one clear line on failure.
+
+    The bound is checked before parsing where a C-speed scan can tell (`deeper_than`), else on the parsed
+    document; the parser itself stops at the interpreter's recursion limit (RecursionError), never the
+    C stack, so nothing deeper than that is ever built.
+    """
+    deep = ModelSourceError(f"{source}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    if text.count("[") + text.count("{") > MAX_JSON_CONTAINERS:
+        raise ModelSourceError(f"{source}: over {MAX_JSON_CONTAINERS:,} JSON arrays and objects")
+    known = deeper_than(text, MAX_JSON_DEPTH)
+    if known:
+        raise deep
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        data = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise deep from None
     except json.JSONDecodeError as exc:
         raise ModelSourceError(f"{source} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except ValueError as exc:
         raise ModelSourceError(f"{source}: {exc}") from None
+    if known is None and nested_deeper(data, MAX_JSON_DEPTH):
+        raise deep
+    return data
 
 
 def read_json(path: Path, limit: int, what: str = "JSON file") -> Any:

@@ -16,11 +16,11 @@ from fitcheck.errors import OptionError
 SUFFIXES = (".svg", ".png", ".html")
 
 
-def chart_format(path: Path) -> str:
-    """The format a chart file is written in, from its extension (exit 2 for any other)."""
+def chart_format(path: Path, option: str = "--chart") -> str:
+    """The format a chart file is written in, from its extension (exit 2 for any other, naming ``option``)."""
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
-        raise OptionError(f"--chart {path}: name a .svg, .png or .html file")
+        raise OptionError(f"{option} {path}: name a .svg, .png or .html file")
     return suffix[1:]
 
 

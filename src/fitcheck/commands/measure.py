@@ -58,6 +58,10 @@ def require_torch() -> None:
         raise MissingExtraError(EXTRA_HINT) from None
 
 
+#: Steps a measurement runs at most: every step after the second repeats it (a real run's steps take
+#: seconds each, and ``--steps 100000000`` ran for years before this bound).
+MAX_STEPS = 100
+
 #: Samples kept of memory over the step for --timeline (the peak of each slice is kept).
 TIMELINE_POINTS = 600
 
@@ -75,8 +79,11 @@ def run_measure(
             "GPUs (FSDP2 ranks are traced with torch's FSDPMemTracker by bench/calibrate_fsdp.py)"
         )
     require_torch()
-    if steps < 2:
-        raise OptionError("--steps must be at least 2: phases are read once optimizer states exist")
+    if not 2 <= steps <= MAX_STEPS:
+        raise OptionError(
+            f"--steps must be from 2 to {MAX_STEPS}: phases are read once optimizer states exist, from the "
+            "last step (the allocator is steady after the second; more steps only take longer)"
+        )
     spec = api.resolve(model)
     if not isinstance(spec, ModelSpec):
         raise OptionError(
@@ -121,7 +128,7 @@ def register(app: typer.Typer) -> None:
     ]
     StepsO = Annotated[int, typer.Option("--steps", help="training steps to run (phases read from the last)")]
     MFmtO = Annotated[MeasureFmt, typer.Option("--format", "-f", help="table or json")]
-    TopO = Annotated[int, typer.Option("--top", help="largest tensors at the peak to list (table)")]
+    TopO = Annotated[int, typer.Option("--top", min=0, help="largest tensors at the peak to list (table)")]
     TimelineO = Annotated[
         str | None,
         typer.Option(
@@ -175,6 +182,6 @@ def _check_timeline(path: str, device: str, force: bool) -> None:
         raise OptionError(
             "--timeline draws a traced step (it needs every allocation's role); drop --device to trace it"
         )
-    chart_format(Path(path))
+    chart_format(Path(path), "--timeline")
     require_chart()
     check_destinations([Path(path)], force)

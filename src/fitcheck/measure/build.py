@@ -8,14 +8,15 @@ for the same regime the engine estimates.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-from fitcheck.errors import OptionError
+from fitcheck.errors import FitcheckError, ModelSourceError, OptionError
 from fitcheck.models import LlmSetup, Regime
+from fitcheck.terminal import printable
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -56,9 +57,37 @@ def hf_config_object(hf_config: Mapping[str, Any]) -> Any:
         cfg = {k: v for k, v in cfg["text_config"].items() if k not in _DROP_KEYS}
         model_type = "gemma3_text"
         cfg.pop("model_type", None)
-    config = AutoConfig.for_model(model_type, **cfg)
+    config = transformers_call(model_type, lambda: AutoConfig.for_model(model_type, **cfg))
     config.use_cache = False
     return config
+
+
+_T = TypeVar("_T")
+
+
+def transformers_call(model_type: str, call: Callable[[], _T]) -> _T:
+    """``call()``, with transformers refusing the user's config.json as one `ModelSourceError` line.
+
+    transformers checks a config while it builds it or the model (an unknown ``hidden_act`` is a
+    KeyError in ACT2FN, an unknown rope type a KeyError in the rope table, ``tie_word_embeddings: "yes"``
+    its strict-dataclass error): the values came from the user's file, so it is bad input, not a crash.
+    """
+    from transformers.utils import logging as transformers_logging
+
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()  # its warnings about the same values would be a second line
+    try:
+        return call()
+    except FitcheckError:
+        raise
+    except Exception as exc:
+        text = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise ModelSourceError(
+            f"config.json: transformers cannot build a {printable(model_type)} model from it "
+            f"({type(exc).__name__}: {text})"
+        ) from None
+    finally:
+        transformers_logging.set_verbosity(verbosity)
 
 
 def attn_implementation(setup: LlmSetup) -> str:
@@ -70,13 +99,29 @@ def attn_implementation(setup: LlmSetup) -> str:
     return "eager" if setup.attn == "eager" else "sdpa"
 
 
+def _from_config(config: Any, kwargs: dict[str, Any], notes: list[str]) -> Any:
+    """The model with random weights; eager attention where transformers has no SDPA path."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_config(config, **kwargs)
+    except ValueError as exc:
+        if kwargs["attn_implementation"] != "sdpa" or "scaled_dot_product_attention" not in str(exc):
+            raise
+    # Gemma 2 (attention logit softcapping) has no SDPA path in transformers 5; users get eager
+    # or FlashAttention-2 (which keeps O(s) like SDPA flash). Trace what transformers can run.
+    notes.append(
+        f"{config.model_type} has no SDPA attention in transformers: traced with eager "
+        "(O(s^2) scores); FlashAttention-2 with softcapping would keep O(s)"
+    )
+    return AutoModelForCausalLM.from_config(config, **{**kwargs, "attn_implementation": "eager"})
+
+
 def build_model(hf_config: Mapping[str, Any], setup: LlmSetup, regime: Regime) -> Built:
     """Instantiate the model with random weights in the regime's dtype, then apply checkpointing and LoRA.
 
     Call it under FakeTensorMode to trace, under ``torch.device(...)`` for a real run.
     """
-    from transformers import AutoModelForCausalLM
-
     if setup.method == "qlora":
         raise OptionError(
             "QLoRA cannot be measured yet: bitsandbytes' Params4bit cannot wrap a fake tensor (checked with "
@@ -93,19 +138,7 @@ def build_model(hf_config: Mapping[str, Any], setup: LlmSetup, regime: Regime) -
         # memory does not depend on which experts the (random) router picks.
         kwargs["experts_implementation"] = "grouped_mm"
         notes.append("MoE experts run transformers' grouped_mm path: memory is independent of routing")
-    try:
-        model = AutoModelForCausalLM.from_config(config, **kwargs)
-    except ValueError as exc:
-        if kwargs["attn_implementation"] != "sdpa" or "scaled_dot_product_attention" not in str(exc):
-            raise
-        # Gemma 2 (attention logit softcapping) has no SDPA path in transformers 5; users get eager
-        # or FlashAttention-2 (which keeps O(s) like SDPA flash). Trace what transformers can run.
-        kwargs["attn_implementation"] = "eager"
-        model = AutoModelForCausalLM.from_config(config, **kwargs)
-        notes.append(
-            f"{config.model_type} has no SDPA attention in transformers: traced with eager "
-            "(O(s^2) scores); FlashAttention-2 with softcapping would keep O(s)"
-        )
+    model = transformers_call(str(config.model_type), lambda: _from_config(config, kwargs, notes))
     model.train()
     if setup.grad_ckpt:
         enable_checkpointing(model)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from fitcheck.errors import FitcheckError, OptionError, suggest
+from fitcheck.errors import FitcheckError, InputError, OptionError, suggest
 from fitcheck.fileio import could_be_path, loads
 from fitcheck.readers.base import Doc, ReadResult, parse, read_text, syntax_of
 from fitcheck.readers.detect import detect, unread
@@ -122,8 +122,14 @@ def _kohya_dataset(data: Doc, path: str) -> Doc | None:
     if name is None:
         return None
     for candidate in (Path(path).parent / name, Path(name)):
-        if could_be_path(str(candidate)) and candidate.is_file():
-            return parse(read_text(str(candidate)), syntax_of(str(candidate)), str(candidate))
+        if could_be_path(str(candidate)) and candidate.exists():  # a FIFO or folder: read_text says which
+            try:
+                text = read_text(str(candidate))
+            except InputError as exc:
+                raise InputError(
+                    f"--from {path}: its dataset_config {str(exc).removeprefix('--from ')}"
+                ) from None
+            return parse(text, syntax_of(str(candidate)), str(candidate))
     from fitcheck.errors import NotFoundError
 
     shown = name if len(name) <= 80 else name[:77] + "..."

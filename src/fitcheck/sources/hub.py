@@ -76,30 +76,73 @@ def _download(hf: Any, repo: str, filename: str, rev: str | None) -> Path | None
     except e.LocalEntryNotFoundError:
         if hf.constants.HF_HUB_OFFLINE:
             raise ModelSourceError(_fix_offline(repo)) from None
-        raise ModelSourceError(
+        raise FetchFailed(
             f"cannot reach {hf.constants.ENDPOINT} to fetch '{repo}' and it is not cached: check the "
             "network (or HF_ENDPOINT), or set HF_HUB_OFFLINE=1 with the config in the cache"
         ) from None
     except e.EntryNotFoundError:
         return None
     except (e.HfHubHTTPError, OSError) as exc:
-        raise ModelSourceError(f"fetching '{repo}' failed: {str(exc).splitlines()[0][:200]}") from None
+        raise FetchFailed(f"fetching '{repo}' failed: {_first_line(exc)}") from None
+    except http_errors() as exc:
+        raise FetchFailed(f"fetching '{repo}' failed: {_first_line(exc)}") from None
+
+
+class FetchFailed(ModelSourceError):
+    """The endpoint could not be reached or answered with an HTTP error (not: the file is bad)."""
+
+
+def http_errors() -> tuple[type[Exception], ...]:
+    """The HTTP library's own error bases, for whichever library the client runs on (already imported).
+
+    A redirect loop (``TooManyRedirects``) or a body cut short (``RemoteProtocolError``) reaches fitcheck
+    as the library's exception, not the client's ``HfHubHTTPError``.
+    """
+    names = (("httpx2", "HTTPError"), ("httpx2", "StreamError"), ("httpx", "HTTPError"),
+             ("httpx", "StreamError"), ("requests", "RequestException"))  # fmt: skip
+    found = (getattr(sys.modules.get(module), name, None) for module, name in names)
+    return tuple(cls for cls in found if isinstance(cls, type) and issubclass(cls, Exception))
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+
+
+def _remote_shards(hf: Any, repo: str, rev: str | None) -> list[str]:
+    """The safetensors files of a Hub repo: ``model.safetensors``, or the shards its index names (held
+    to the local index's rules, `index_shards`, before the client fetches any); [] when it has neither."""
+    from fitcheck.fileio import read_json
+    from fitcheck.sources.safetensors_header import MAX_INDEX_BYTES, index_shards
+
+    if hf.file_exists(repo, "model.safetensors", revision=rev):
+        return ["model.safetensors"]
+    index = _download(hf, repo, "model.safetensors.index.json", rev)
+    if index is None:
+        return []
+    where = f"{repo}/model.safetensors.index.json"
+    return index_shards(read_json(index, MAX_INDEX_BYTES, "safetensors index"), where)
 
 
 def _remote_tensors(hf: Any, repo: str, rev: str | None) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """name -> (dtype, shape) from the safetensors headers on the Hub (range requests only)."""
+    """name -> (dtype, shape) from the safetensors headers on the Hub (range requests only).
+
+    A malformed or hostile index or header is an error (one line); a network failure is not: headers
+    are a refinement, and the config alone still sizes the model.
+    """
     from huggingface_hub import errors as e
 
     from fitcheck.sources.safetensors_header import tensors
 
+    quiet = (e.EntryNotFoundError, e.SafetensorsParsingError, e.HfHubHTTPError, OSError, FetchFailed)
     try:
-        meta = hf.get_safetensors_metadata(repo, revision=rev)
-    except (e.NotASafetensorsRepoError, e.EntryNotFoundError, e.SafetensorsParsingError):
+        names = _remote_shards(hf, repo, rev)
+        files = {name: hf.parse_safetensors_file_metadata(repo, name, revision=rev) for name in names}
+    except quiet:
         return {}
-    except (e.HfHubHTTPError, OSError):
-        return {}  # headers are a refinement; the config alone still sizes the model
+    except http_errors():
+        return {}
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
-    for fname, fm in meta.files_metadata.items():  # checked as a local header is (dtype, shape, offsets)
+    for fname, fm in files.items():  # checked as a local header is (dtype, shape, offsets)
         header = {
             name: {"dtype": info.dtype, "shape": list(info.shape), "data_offsets": list(info.data_offsets)}
             for name, info in fm.tensors.items()
@@ -132,10 +175,17 @@ def spec_from_hub(repo: str, rev: str | None = None) -> ModelSpec | DiffusionSpe
         ) from None
     from huggingface_hub.utils import disable_progress_bars, logging
 
-    from fitcheck.sources.resolve import read_config, spec_from_config
+    from fitcheck.sources.hub_bounds import bounded_client
 
     disable_progress_bars()
     logging.set_verbosity_error()  # the client's retry warnings would break the one-line contract
+    with bounded_client():
+        return _resolve(hf, repo, rev)
+
+
+def _resolve(hf: Any, repo: str, rev: str | None) -> ModelSpec | DiffusionSpec:
+    from fitcheck.sources.resolve import read_config, spec_from_config
+
     offline = bool(hf.constants.HF_HUB_OFFLINE)
     if not offline:
         _progress(repo, rev, hf.constants.ENDPOINT)

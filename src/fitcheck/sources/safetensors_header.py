@@ -18,6 +18,9 @@ from fitcheck.errors import ModelSourceError
 MAX_HEADER_BYTES = 100_000_000
 #: An index file maps tensors to shards; real ones are a few MB.
 MAX_INDEX_BYTES = 50_000_000
+#: Released checkpoints are split into at most a few hundred shards; each shard costs the Hub client one
+#: request or more, so an index naming more than this is refused before any shard is read.
+MAX_SHARDS = 2_000
 #: No tensor dimension of a real model comes near this (the largest vocabularies are ~10^6).
 MAX_DIM = 10**9
 
@@ -143,6 +146,28 @@ def _check_layout(spans: list[tuple[int, int, str]], path: Path | str, buffer: i
         )
 
 
+def index_shards(index: object, path: Path | str) -> list[str]:
+    """The shard file names a safetensors index names: plain names beside it, at most `MAX_SHARDS`.
+
+    The same rule for a local index and one on the Hub (whose shards the client would otherwise fetch,
+    one range request or more each, for every name the index lists).
+    """
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise ModelSourceError(
+            f"{path}: not a safetensors index (needs a 'weight_map' object of tensor -> file name)"
+        )
+    names = sorted(set(weight_map.values()))
+    bad = [n for n in names if Path(n).name != n or n in ("", ".", "..") or "\\" in n]
+    if bad:
+        raise ModelSourceError(f"{path}: the index names a shard outside its folder: {bad[0]!r}")
+    if len(names) > MAX_SHARDS:
+        raise ModelSourceError(
+            f"{path}: the index names {len(names):,} shards; over {MAX_SHARDS:,} is no released checkpoint"
+        )
+    return names
+
+
 def shard_paths(path: Path) -> list[Path]:
     """The files behind a path: a single file, an index's shards, or a folder's safetensors files."""
     if path.is_dir():
@@ -153,17 +178,9 @@ def shard_paths(path: Path) -> list[Path]:
     if path.name.endswith(".index.json"):
         from fitcheck.fileio import read_json
 
-        index = read_json(path, MAX_INDEX_BYTES, "safetensors index")
-        weight_map = index.get("weight_map") if isinstance(index, dict) else None
-        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-            raise ModelSourceError(
-                f"{path}: not a safetensors index (needs a 'weight_map' object of tensor -> file name)"
-            )
-        names = sorted(set(weight_map.values()))
-        bad = [n for n in names if Path(n).name != n or n in ("", ".", "..")]
-        if bad:
-            raise ModelSourceError(f"{path}: the index names a shard outside its folder: {bad[0]!r}")
-        files = [path.parent / n for n in names]
+        files = [
+            path.parent / n for n in index_shards(read_json(path, MAX_INDEX_BYTES, "safetensors index"), path)
+        ]
         missing = [f.name for f in files if not f.exists()]
         if missing:
             raise ModelSourceError(f"{path}: shard(s) missing beside the index: {', '.join(missing[:3])}")
