@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from fitcheck import api
 from fitcheck.cli import main
-from fitcheck.engine.band import KINDS, SPREAD, band, kind_bytes, kind_of, no_spread
+from fitcheck.engine.band import FIXED, KINDS, SPREAD, band, kind_bytes, kind_of, no_spread
 from fitcheck.engine.verdict import high_bytes, judge, judge_bytes
 from fitcheck.models import Band, Component, Phase
 from fitcheck.units import GIB, MIB
@@ -87,8 +87,9 @@ def test_band_is_the_per_kind_spread() -> None:
     up += round(200 * MIB * SPREAD["quantized"][1])
     down = round(1000 * MIB * SPREAD["states"][0]) + round(transient * SPREAD["transient"][0])
     down += round(200 * MIB * SPREAD["quantized"][0])
+    up, down = up + FIXED[1], down + FIXED[0]  # the fixed bytes, once per estimate
     assert (b.low_bytes, b.high_bytes) == (device - down, device + up)
-    assert "states" in b.basis and "published" in b.basis
+    assert "states" in b.basis and "published" in b.basis and "fixed" in b.basis
 
 
 @given(st.lists(st.integers(0, 10**10), min_size=len(KINDS) + 2, max_size=len(KINDS) + 2))
