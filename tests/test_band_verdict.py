@@ -226,3 +226,11 @@ def test_thumb_rule_has_no_spread(capsys: pytest.CaptureFixture[str]) -> None:
     )
     row = json.loads(capsys.readouterr().out)[0]
     assert row["lora_high_bytes"] == row["lora_bytes"]
+
+
+def test_band_basis_names_the_fixed_bytes_and_what_diffusion_borrows() -> None:
+    ph = _phase(weights=1000 * MIB, activations=400 * MIB, weights_4bit=0)
+    llm, diffusion = band(ph, 0, 0), band(ph, 0, 0, borrowed=True)
+    assert "plus a fixed" in llm.basis and "per process" in llm.basis and "diffusion" not in llm.basis
+    assert "no published diffusion runs" in diffusion.basis
+    assert (llm.low_bytes, llm.high_bytes) == (diffusion.low_bytes, diffusion.high_bytes)

@@ -50,6 +50,8 @@ SPREAD: dict[str, tuple[float, float]] = {
     "quantized": (0.16, 0.0),
     "transient": (0.1, 0.32),
 }
+#: What the basis of a band says when its estimator has no published records (diffusion).
+BORROWED = "; no published diffusion runs: the transient, 4-bit and fixed terms are the LLM trainers'"
 #: (down, up) bytes added once per estimate beyond the fractions, derived with them (see the module doc).
 FIXED: tuple[int, int] = (0, 2 * 2**30)
 
@@ -79,6 +81,7 @@ def band(
     context_bytes: int,
     spread: dict[str, tuple[float, float]] | None = None,
     fixed: tuple[int, int] | None = None,
+    borrowed: bool = False,
 ) -> Band:
     """The likely range of the device peak around ``peak + reserve + context``.
 
@@ -88,6 +91,8 @@ def band(
         context_bytes: the CUDA context.
         spread: (down, up) fractions per kind; `SPREAD` by default.
         fixed: (down, up) bytes once per estimate; `FIXED` by default.
+        borrowed: the estimator has no published records of its own (diffusion): the basis says that
+            the published terms are the LLM corpus'.
     """
     sp = SPREAD if spread is None else spread
     fx = FIXED if fixed is None else fixed
@@ -103,7 +108,7 @@ def band(
         high_bytes=device + up,
         basis=(
             f"per kind of component: {shares}; plus a fixed {_gib(fx[0], '-')}/{_gib(fx[1], '+')} GiB per "
-            "process (traced calibration and published measurements)"
+            "process (traced calibration and published measurements)" + (BORROWED if borrowed else "")
         ),
     )
 
