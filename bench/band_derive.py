@@ -144,7 +144,8 @@ def derive(rows: Sequence[Row], states: float) -> Spread:
 
 
 def derive_by_record(rows: Sequence[Row], states: float) -> Spread:
-    """The sequential rule with every record one vote (shown beside `derive` in the docs)."""
+    """The same rule (fixed bytes, then the fractions) with every record one vote (shown beside `derive`
+    in the docs)."""
     clean = [r for r in rows if not r.known_gap]
     return _spread(*(_sequential_edge(clean, side, states, record_weights) for side in SIDES), states)
 

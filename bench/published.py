@@ -625,7 +625,7 @@ def _pct(x: float) -> str:
 RULES: tuple[tuple[str, bd.Rule], ...] = (
     ("fixed bytes, then sequential, each source one voice (SPREAD, FIXED)", bd.derive),
     ("sequential fractions only, each source one voice (before band3)", bd.derive_fractions_only),
-    ("sequential, each record one vote", bd.derive_by_record),
+    ("fixed bytes, then sequential, each record one vote", bd.derive_by_record),
     ("joint, each record one vote (before session 5)", bd.derive_joint),
 )
 
