@@ -12,8 +12,9 @@ The rule (`derive`), for each edge (up: the measurement above the estimate; down
    estimate; the smallest multiple of ``FIXED_STEP`` that covers ``COVERAGE`` of their excess;
 1. ``transient`` from the records whose estimate holds no 4-bit bytes: the smallest fraction, in 1%
    steps, that covers ``COVERAGE`` of them with the fixed term taken off;
-2. ``quantized`` from the 4-bit records, with the transient fraction fixed: the smallest fraction, in 1%
-   steps, that covers ``COVERAGE`` of them (zero when the transient fraction already does);
+2. ``quantized`` from the 4-bit records whose 4-bit bytes are more than ``QUANTIZED_SHARE`` of the
+   estimate, with the fixed term and the transient fraction taken off: the smallest fraction, in 1%
+   steps, that covers ``COVERAGE`` of them (zero when the earlier terms already do, or when there are none);
 
 ``states`` is fixed beforehand (the traced calibration grid). Coverage is weighted by source: each
 record weighs 1/n, n its source's records in that step, so every source is one voice however many rows
@@ -40,6 +41,9 @@ FIXED_STEP = 2**28
 #: The records the fixed term is read from: transient bytes at most this share of the estimate, so that a
 #: fraction of them explains least of what the estimate misses (docs/methodology.md, "The band").
 FIXED_SHARE = 0.2
+#: The records the 4-bit fraction is read from: 4-bit bytes more than this share of the estimate, so that
+#: a run's other misses are not charged to a few 4-bit bytes (docs/methodology.md, "The band").
+QUANTIZED_SHARE = 0.1
 KINDS = ("states", "quantized", "transient")
 SIDES = ("down", "up")
 
@@ -113,16 +117,17 @@ def _sequential_edge(
     rows: Sequence[Row], side: str, states: float, weigh: Weigh, fixed: bool = True
 ) -> tuple[float, float, float]:
     """(transient, quantized, fixed) of one edge: the fixed term (when ``fixed``), then transient from
-    rows without 4-bit bytes, then quantized from the 4-bit rows, each with the earlier ones taken off."""
+    rows without 4-bit bytes, then quantized from the rows whose 4-bit bytes are more than
+    QUANTIZED_SHARE of the estimate, each with the earlier ones taken off."""
     plain = [r for r in rows if not r.kinds["quantized"]]
-    fourbit = [r for r in rows if r.kinds["quantized"]]
+    fourbit = [r for r in rows if r.kinds["quantized"] > QUANTIZED_SHARE * r.estimate]
     ff = _fixed_edge(rows, side, states, weigh) if fixed else 0.0
     need_t = [(r.excess(side, states) - ff) / r.kinds["transient"] for r in plain]
     ft = _ceil_pct(weighted_quantile(need_t, weigh(plain), COVERAGE))
     need_q = [
         (r.excess(side, states) - ff - ft * r.kinds["transient"]) / r.kinds["quantized"] for r in fourbit
     ]
-    fq = _ceil_pct(weighted_quantile(need_q, weigh(fourbit), COVERAGE))
+    fq = _ceil_pct(weighted_quantile(need_q, weigh(fourbit), COVERAGE)) if fourbit else 0.0
     return ft, fq, ff
 
 

@@ -702,8 +702,9 @@ def render_band(scored: dict[str, list[Score]]) -> list[str]:
         "and over the records that name no known gap, **transient** (activations, logits, checkpoints, step",
         "temporaries, allocator reserve, CUDA context) from the records whose estimate holds no 4-bit bytes,",
         f"the smallest fraction (1% steps) beyond {bd.COVERAGE:.0%} of them, and then **quantized**",
-        "(4-bit weights and their dequantization buffer) from the 4-bit records with that transient",
-        f"fraction fixed, the smallest beyond {bd.COVERAGE:.0%} of them. Each record weighs 1/n, n its",
+        "(4-bit weights and their dequantization buffer) from the records whose 4-bit bytes are more than",
+        f"{bd.QUANTIZED_SHARE:.0%} of the estimate, with that transient fraction fixed, the smallest beyond",
+        f"{bd.COVERAGE:.0%} of them. Each record weighs 1/n, n its",
         "source's records in that step: every source is one voice, however many rows it printed.",
         "Before both fractions, and taken off what they must cover, a **fixed** term in bytes, added once",
         "per estimate: from the records without 4-bit bytes whose transient bytes are at most",
@@ -716,7 +717,7 @@ def render_band(scored: dict[str, list[Score]]) -> list[str]:
     origin = {
         "states": "traced calibration grid (tests/data/calibration)",
         "transient": "published records without 4-bit bytes, fixed term taken off",
-        "quantized": "published 4-bit records, transient fixed",
+        "quantized": f"published records with 4-bit bytes over {bd.QUANTIZED_SHARE:.0%} of the estimate",
     }
     fixed = spread["fixed"]
     lines.append(

@@ -77,7 +77,7 @@ def test_each_edge_covers_the_weighted_share_and_no_less_would(
     rows = _make(xs)
     sp = bd.derive(rows, STATES)
     plain = [r for r in rows if not r.kinds["quantized"]]
-    fourbit = [r for r in rows if r.kinds["quantized"]]
+    fourbit = [r for r in rows if r.kinds["quantized"] > bd.QUANTIZED_SHARE * r.estimate]
     few = [r for r in plain if r.kinds["transient"] <= bd.FIXED_SHARE * r.estimate]
     for i, side in enumerate(("down", "up")):
         ft, fq, ff = sp["transient"][i], sp["quantized"][i], sp["fixed"][i]
@@ -95,7 +95,8 @@ def test_each_edge_covers_the_weighted_share_and_no_less_would(
             r.excess(side, STATES) <= ff + ft * r.kinds["transient"] + fq * r.kinds["quantized"] + 1e-6
             for r in fourbit
         ]
-        assert _weighted_cover(fourbit, cover_q) >= bd.COVERAGE - 1e-9
+        assert not fourbit or _weighted_cover(fourbit, cover_q) >= bd.COVERAGE - 1e-9
+        assert fourbit or fq == 0
         if ft > 0:  # one percent less would not cover
             less = [r.excess(side, STATES) <= ff + (ft - 0.01) * r.kinds["transient"] for r in plain]
             assert _weighted_cover(plain, less) < bd.COVERAGE - 1e-9
@@ -151,6 +152,15 @@ def test_a_source_printing_more_rows_gets_no_more_say(
     src = rows[0].source
     repeated = rows + [r for r in rows if r.source == src] * (k - 1)
     assert bd.derive(repeated, STATES) == bd.derive(rows, STATES)
+
+
+def test_a_few_four_bit_bytes_are_not_charged_with_a_runs_other_misses() -> None:
+    """A 4-bit record whose 4-bit bytes are a sliver of its estimate (QUANTIZED_SHARE or less) and that
+    measured far above it does not set the 4-bit fraction: its miss is not the 4-bit bytes'."""
+    rows = [_row(s, i, 100 * UNIT, 100 * UNIT, 0, 0.01) for s in "abc" for i in range(3)]
+    rows += [_row(s, 9, 100 * UNIT, 100 * UNIT, 100 * UNIT, 0.02) for s in "abc"]
+    sliver = [_row(s, 8, 100 * UNIT, 100 * UNIT, 5 * UNIT, 0.5) for s in "abc"]
+    assert bd.derive(rows + sliver, STATES)["quantized"] == bd.derive(rows, STATES)["quantized"]
 
 
 def test_known_gap_records_are_not_fitted() -> None:

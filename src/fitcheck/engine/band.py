@@ -20,7 +20,8 @@ sum of the up fractions, and beyond them a fixed number of bytes once per estima
 The published terms are derived one after the other, for each edge separately: the fixed bytes from the
 records without 4-bit bytes whose transient bytes are at most a fifth of the estimate (the smallest
 multiple of 0.25 GiB beyond 90% of them), then the transient fraction from the records with no 4-bit
-bytes, then the quantized one from the 4-bit records, each with the earlier terms taken off; each
+bytes, then the quantized one from the records whose 4-bit bytes are more than a tenth of the estimate,
+each with the earlier terms taken off; each
 fraction the smallest (in 1% steps) beyond 90% of its records, every source weighing as one voice (each
 record 1/n of its source's n). `bench/published.py` derives them (bench/band_derive.py;
 docs/methodology.md and docs/accuracy.md, "The band", with the held-out evidence); tests/test_published.py
