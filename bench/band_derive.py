@@ -7,10 +7,14 @@ estimates bench/published.py made once. docs/methodology.md ("The band") argues 
 
 The rule (`derive`), for each edge (up: the measurement above the estimate; down: below) separately:
 
+0. ``fixed``, an absolute term in bytes added once per estimate (per process, per GPU), from the records
+   where a fraction can explain least: no 4-bit bytes and transient bytes at most ``FIXED_SHARE`` of the
+   estimate; the smallest multiple of ``FIXED_STEP`` that covers ``COVERAGE`` of their excess;
 1. ``transient`` from the records whose estimate holds no 4-bit bytes: the smallest fraction, in 1%
-   steps, that covers ``COVERAGE`` of them;
-2. ``quantized`` from the 4-bit records, with the transient fraction fixed: the smallest fraction, in 1%
-   steps, that covers ``COVERAGE`` of them (zero when the transient fraction already does);
+   steps, that covers ``COVERAGE`` of them with the fixed term taken off;
+2. ``quantized`` from the 4-bit records whose 4-bit bytes are more than ``QUANTIZED_SHARE`` of the
+   estimate, with the fixed term and the transient fraction taken off: the smallest fraction, in 1%
+   steps, that covers ``COVERAGE`` of them (zero when the earlier terms already do, or when there are none);
 
 ``states`` is fixed beforehand (the traced calibration grid). Coverage is weighted by source: each
 record weighs 1/n, n its source's records in that step, so every source is one voice however many rows
@@ -32,6 +36,14 @@ COVERAGE = 0.9
 #: is held to and below the corpus' median |error|, so which sources happen to be in the corpus moves a
 #: verdict less than a source may miss by).
 STABILITY_BOUND = 0.05
+#: The fixed term's step: 0.25 GiB (docs/methodology.md, "The band").
+FIXED_STEP = 2**28
+#: The records the fixed term is read from: transient bytes at most this share of the estimate, so that a
+#: fraction of them explains least of what the estimate misses (docs/methodology.md, "The band").
+FIXED_SHARE = 0.2
+#: The records the 4-bit fraction is read from: 4-bit bytes more than this share of the estimate, so that
+#: a run's other misses are not charged to a few 4-bit bytes (docs/methodology.md, "The band").
+QUANTIZED_SHARE = 0.1
 KINDS = ("states", "quantized", "transient")
 SIDES = ("down", "up")
 
@@ -90,24 +102,43 @@ def record_weights(rows: Sequence[Row]) -> list[float]:
 Weigh = Callable[[Sequence[Row]], list[float]]
 
 
-def _sequential_edge(rows: Sequence[Row], side: str, states: float, weigh: Weigh) -> tuple[float, float]:
-    """(transient, quantized) fractions of one edge: transient from rows without 4-bit bytes, then
-    quantized from the 4-bit rows with the transient fixed."""
+def _fixed_edge(rows: Sequence[Row], side: str, states: float, weigh: Weigh) -> float:
+    """The fixed term of one edge, in bytes: from the rows without 4-bit bytes whose transient bytes are
+    at most FIXED_SHARE of the estimate, the smallest multiple of FIXED_STEP covering COVERAGE of them
+    (zero when there are none, or when they need none)."""
+    few = [r for r in rows if not r.kinds["quantized"] and r.kinds["transient"] <= FIXED_SHARE * r.estimate]
+    if not few:
+        return 0.0
+    need = weighted_quantile([r.excess(side, states) for r in few], weigh(few), COVERAGE)
+    return float(max(0, math.ceil(need / FIXED_STEP - 1e-9)) * FIXED_STEP)
+
+
+def _sequential_edge(
+    rows: Sequence[Row], side: str, states: float, weigh: Weigh, fixed: bool = True
+) -> tuple[float, float, float]:
+    """(transient, quantized, fixed) of one edge: the fixed term (when ``fixed``), then transient from
+    rows without 4-bit bytes, then quantized from the rows whose 4-bit bytes are more than
+    QUANTIZED_SHARE of the estimate, each with the earlier ones taken off."""
     plain = [r for r in rows if not r.kinds["quantized"]]
-    fourbit = [r for r in rows if r.kinds["quantized"]]
-    need_t = [r.excess(side, states) / r.kinds["transient"] for r in plain]
+    fourbit = [r for r in rows if r.kinds["quantized"] > QUANTIZED_SHARE * r.estimate]
+    ff = _fixed_edge(rows, side, states, weigh) if fixed else 0.0
+    need_t = [(r.excess(side, states) - ff) / r.kinds["transient"] for r in plain]
     ft = _ceil_pct(weighted_quantile(need_t, weigh(plain), COVERAGE))
-    need_q = [(r.excess(side, states) - ft * r.kinds["transient"]) / r.kinds["quantized"] for r in fourbit]
-    fq = _ceil_pct(weighted_quantile(need_q, weigh(fourbit), COVERAGE))
-    return ft, fq
+    need_q = [
+        (r.excess(side, states) - ff - ft * r.kinds["transient"]) / r.kinds["quantized"] for r in fourbit
+    ]
+    fq = _ceil_pct(weighted_quantile(need_q, weigh(fourbit), COVERAGE)) if fourbit else 0.0
+    return ft, fq, ff
 
 
-def _spread(down: tuple[float, float], up: tuple[float, float], states: float) -> Spread:
-    """The table of `fitcheck.engine.band.SPREAD` from each edge's (transient, quantized) fractions."""
+def _spread(down: tuple[float, ...], up: tuple[float, ...], states: float) -> Spread:
+    """The tables of `fitcheck.engine.band` (SPREAD's fractions, and ``fixed``: FIXED's bytes) from each
+    edge's (transient, quantized, fixed)."""
     return {
         "states": (states, states),
         "quantized": (round(down[1], 3), round(up[1], 3)),
         "transient": (round(down[0], 3), round(up[0], 3)),
+        "fixed": (down[2], up[2]),
     }
 
 
@@ -118,12 +149,19 @@ def derive(rows: Sequence[Row], states: float) -> Spread:
 
 
 def derive_by_record(rows: Sequence[Row], states: float) -> Spread:
-    """The sequential rule with every record one vote (shown beside `derive` in the docs)."""
+    """The same rule (fixed bytes, then the fractions) with every record one vote (shown beside `derive`
+    in the docs)."""
     clean = [r for r in rows if not r.known_gap]
     return _spread(*(_sequential_edge(clean, side, states, record_weights) for side in SIDES), states)
 
 
-def _joint_edge(rows: Sequence[Row], side: str, states: float) -> tuple[float, float]:
+def derive_fractions_only(rows: Sequence[Row], states: float) -> Spread:
+    """The sequential, source-weighted rule without the fixed term (the rule before this one)."""
+    clean = [r for r in rows if not r.known_gap]
+    return _spread(*(_sequential_edge(clean, side, states, source_weights, False) for side in SIDES), states)
+
+
+def _joint_edge(rows: Sequence[Row], side: str, states: float) -> tuple[float, float, float]:
     """The narrowest (transient, quantized) pair (by mean added bytes relative to each estimate) that
     covers COVERAGE of the rows, counted per record: the transient in 1% steps, for each the smallest
     quantized fraction reaching the coverage."""
@@ -151,7 +189,7 @@ def _joint_edge(rows: Sequence[Row], side: str, states: float) -> tuple[float, f
             break  # the transient alone covers: a larger one only widens the band
     if best is None:
         raise ValueError("no band up to 300% covers the records")
-    return best[1]
+    return (*best[1], 0.0)
 
 
 def derive_joint(rows: Sequence[Row], states: float) -> Spread:
@@ -161,9 +199,10 @@ def derive_joint(rows: Sequence[Row], states: float) -> Spread:
 
 
 def edges(row: Row, spread: Spread) -> tuple[float, float]:
-    """(low, high) of the band around the row's estimate."""
-    down = sum(row.kinds[k] * spread[k][0] for k in KINDS)
-    up = sum(row.kinds[k] * spread[k][1] for k in KINDS)
+    """(low, high) of the band around the row's estimate (the fixed term, when the spread has one, once)."""
+    fixed = spread.get("fixed", (0.0, 0.0))
+    down = sum(row.kinds[k] * spread[k][0] for k in KINDS) + fixed[0]
+    up = sum(row.kinds[k] * spread[k][1] for k in KINDS) + fixed[1]
     return row.estimate - down, row.estimate + up
 
 

@@ -541,8 +541,9 @@ def states_spread() -> float:
 
 
 def derive_spread(scored: dict[str, list[Score]]) -> dict[str, tuple[float, float]]:
-    """(down, up) fractions per band kind: states from the calibration grid, transient and quantized by
-    the sequential, source-weighted rule (bench/band_derive.py) over the records naming no known gap."""
+    """(down, up) fractions per band kind, and ``fixed`` (down, up) bytes: states from the calibration
+    grid, the fixed bytes, transient and quantized by the sequential, source-weighted rule
+    (bench/band_derive.py) over the records naming no known gap."""
     return bd.derive(band_rows(scored), states_spread())
 
 
@@ -622,8 +623,9 @@ def _pct(x: float) -> str:
 
 #: The rules the docs compare on the same evidence: (name, rule); the first is the one SPREAD holds.
 RULES: tuple[tuple[str, bd.Rule], ...] = (
-    ("sequential, each source one voice (SPREAD)", bd.derive),
-    ("sequential, each record one vote", bd.derive_by_record),
+    ("fixed bytes, then sequential, each source one voice (SPREAD, FIXED)", bd.derive),
+    ("sequential fractions only, each source one voice (before band3)", bd.derive_fractions_only),
+    ("fixed bytes, then sequential, each record one vote", bd.derive_by_record),
     ("joint, each record one vote (before session 5)", bd.derive_joint),
 )
 
@@ -663,9 +665,9 @@ def _held_out_table(loo: bd.LeaveOneOut) -> list[str]:
 def _rules_table(scored: dict[str, list[Score]]) -> list[str]:
     """Each rule on the same evidence: its fractions, width, held-out misses and stability."""
     lines = [
-        "| rule | transient down / up | 4-bit down / up | mean high edge over the estimate "
+        "| rule | fixed down / up | transient down / up | 4-bit down / up | mean high edge over the estimate "
         "| held out: above high | largest move leaving one source out (low / high edge) |",
-        "|---|---|---|---:|---:|---|",
+        "|---|---|---|---|---:|---:|---|",
     ]
     for name, rule in RULES:
         loo = band_evidence(scored, rule)
@@ -673,9 +675,10 @@ def _rules_table(scored: dict[str, list[Score]]) -> list[str]:
         width = statistics.mean((bd.edges(r, loo.full)[1] - r.estimate) / r.estimate for r in clean)
         above = sum(h.above for h in bd.held_out(loo).values())
         mv = bd.stability(loo)
-        t, q = loo.full["transient"], loo.full["quantized"]
+        t, q, f = loo.full["transient"], loo.full["quantized"], loo.full["fixed"]
         lines.append(
-            f"| {name} | -{100 * t[0]:.0f}% / +{100 * t[1]:.0f}% | -{100 * q[0]:.0f}% / +{100 * q[1]:.0f}% | "
+            f"| {name} | -{f[0] / UNITS['GiB']:g} / +{f[1] / UNITS['GiB']:g} GiB "
+            f"| -{100 * t[0]:.0f}% / +{100 * t[1]:.0f}% | -{100 * q[0]:.0f}% / +{100 * q[1]:.0f}% | "
             f"{100 * width:.1f}% | {_share(above, len(clean))} | "
             f"{100 * mv['low'].share:.1f}% / {100 * mv['high'].share:.1f}% |"
         )
@@ -699,18 +702,29 @@ def render_band(scored: dict[str, list[Score]]) -> list[str]:
         "and over the records that name no known gap, **transient** (activations, logits, checkpoints, step",
         "temporaries, allocator reserve, CUDA context) from the records whose estimate holds no 4-bit bytes,",
         f"the smallest fraction (1% steps) beyond {bd.COVERAGE:.0%} of them, and then **quantized**",
-        "(4-bit weights and their dequantization buffer) from the 4-bit records with that transient",
-        f"fraction fixed, the smallest beyond {bd.COVERAGE:.0%} of them. Each record weighs 1/n, n its",
+        "(4-bit weights and their dequantization buffer) from the records whose 4-bit bytes are more than",
+        f"{bd.QUANTIZED_SHARE:.0%} of the estimate, with that transient fraction fixed, the smallest beyond",
+        f"{bd.COVERAGE:.0%} of them. Each record weighs 1/n, n its",
         "source's records in that step: every source is one voice, however many rows it printed.",
+        "Before both fractions, and taken off what they must cover, a **fixed** term in bytes, added once",
+        "per estimate: from the records without 4-bit bytes whose transient bytes are at most",
+        f"{bd.FIXED_SHARE:.0%} of the estimate (where a fraction can explain least), the smallest multiple",
+        f"of {bd.FIXED_STEP / UNITS['GiB']:g} GiB beyond {bd.COVERAGE:.0%} of them, each source one voice.",
         "",
         "| kind | down | up | from |",
         "|---|---:|---:|---|",
     ]
     origin = {
         "states": "traced calibration grid (tests/data/calibration)",
-        "transient": "published records without 4-bit bytes",
-        "quantized": "published 4-bit records, transient fixed",
+        "transient": "published records without 4-bit bytes, fixed term taken off",
+        "quantized": f"published records with 4-bit bytes over {bd.QUANTIZED_SHARE:.0%} of the estimate",
     }
+    fixed = spread["fixed"]
+    lines.append(
+        f"| fixed (bytes, once per estimate) | {fixed[0] / UNITS['GiB']:g} GiB "
+        f"| {fixed[1] / UNITS['GiB']:g} GiB "
+        f"| published records without 4-bit bytes, transient at most {bd.FIXED_SHARE:.0%} of the estimate |"
+    )
     for kind in ("states", "transient", "quantized"):
         down, up = spread[kind]
         lines.append(f"| {kind} | {100 * down:.1f}% | {100 * up:.1f}% | {origin[kind]} |")
@@ -891,10 +905,11 @@ def main(argv: list[str] | None = None) -> int:
     DOC.write_text(doc, encoding="utf-8")
     if args.write_scores:
         SCORES.write_text(scores, encoding="utf-8")
-    from fitcheck.engine.band import SPREAD
+    from fitcheck.engine.band import FIXED, SPREAD
 
     derived = derive_spread(scored)
-    note = "" if derived == SPREAD else "  (differs from SPREAD in engine/band.py: update it)"
+    held = {**SPREAD, "fixed": tuple(float(b) for b in FIXED)}
+    note = "" if derived == held else "  (differs from SPREAD / FIXED in engine/band.py: update them)"
     print(f"band spread derived: {derived}{note}")
     for sid in sorted(scored):
         sm = Summary.of(scored[sid])

@@ -1,5 +1,5 @@
 """The band's derivation rule (bench/band_derive.py) on synthetic records: coverage, minimality, the
-order of the two steps, and each source weighing as one voice."""
+order of the three steps (fixed bytes, transient, quantized), and each source weighing as one voice."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ def _bd() -> ModuleType:
 
 bd = _bd()
 STATES = 0.025
+#: Synthetic byte counts are drawn in this unit so that a record's excess spans several FIXED_STEPs.
+UNIT = 2**14
 
 
 def _row(
@@ -43,7 +45,7 @@ _rows = st.lists(
 
 
 def _make(xs: list[tuple[str, int, int, int, float]]) -> list[Any]:
-    return [_row(s, i, a, b, c, e) for i, (s, a, b, c, e) in enumerate(xs)]
+    return [_row(s, i, a * UNIT, b * UNIT, c * UNIT, e) for i, (s, a, b, c, e) in enumerate(xs)]
 
 
 def _weighted_cover(rows: list[Any], covered: list[bool]) -> float:
@@ -75,19 +77,53 @@ def test_each_edge_covers_the_weighted_share_and_no_less_would(
     rows = _make(xs)
     sp = bd.derive(rows, STATES)
     plain = [r for r in rows if not r.kinds["quantized"]]
-    fourbit = [r for r in rows if r.kinds["quantized"]]
+    fourbit = [r for r in rows if r.kinds["quantized"] > bd.QUANTIZED_SHARE * r.estimate]
+    few = [r for r in plain if r.kinds["transient"] <= bd.FIXED_SHARE * r.estimate]
     for i, side in enumerate(("down", "up")):
-        ft, fq = sp["transient"][i], sp["quantized"][i]
-        cover_t = [r.excess(side, STATES) <= ft * r.kinds["transient"] + 1e-6 for r in plain]
+        ft, fq, ff = sp["transient"][i], sp["quantized"][i], sp["fixed"][i]
+        assert ff % bd.FIXED_STEP == 0 and ff >= 0
+        if few:  # the fixed term covers the share of the records it is read from; one step less would not
+            assert _weighted_cover(few, [r.excess(side, STATES) <= ff for r in few]) >= bd.COVERAGE - 1e-9
+            if ff > 0:
+                less = [r.excess(side, STATES) <= ff - bd.FIXED_STEP for r in few]
+                assert _weighted_cover(few, less) < bd.COVERAGE - 1e-9
+        else:
+            assert ff == 0
+        cover_t = [r.excess(side, STATES) <= ff + ft * r.kinds["transient"] + 1e-6 for r in plain]
         assert _weighted_cover(plain, cover_t) >= bd.COVERAGE - 1e-9
         cover_q = [
-            r.excess(side, STATES) <= ft * r.kinds["transient"] + fq * r.kinds["quantized"] + 1e-6
+            r.excess(side, STATES) <= ff + ft * r.kinds["transient"] + fq * r.kinds["quantized"] + 1e-6
             for r in fourbit
         ]
-        assert _weighted_cover(fourbit, cover_q) >= bd.COVERAGE - 1e-9
+        assert not fourbit or _weighted_cover(fourbit, cover_q) >= bd.COVERAGE - 1e-9
+        assert fourbit or fq == 0
         if ft > 0:  # one percent less would not cover
-            less = [r.excess(side, STATES) <= (ft - 0.01) * r.kinds["transient"] for r in plain]
+            less = [r.excess(side, STATES) <= ff + (ft - 0.01) * r.kinds["transient"] for r in plain]
             assert _weighted_cover(plain, less) < bd.COVERAGE - 1e-9
+
+
+def test_a_constant_shortfall_goes_to_the_fixed_term_not_the_fraction() -> None:
+    """Sources whose runs all measured the estimate plus the same 1 GiB, at short and long sequences: the
+    fixed term takes the 1 GiB and the transient fraction needs nothing beyond it; without the fixed term
+    the fraction would have to be 1 GiB over the shortest run's transient bytes (and widen every long one)."""
+    gib = 2**30
+    rows = [
+        bd.Row(
+            s,
+            f"{s}/{t}",
+            False,
+            8 * gib + t * gib // 4 + gib,
+            8 * gib + t * gib // 4,
+            {"states": 8 * gib, "transient": t * gib // 4, "quantized": 0, "figure": 8 * gib + t * gib // 4},
+        )
+        for s in "abc"
+        for t in (1, 2, 4, 16, 32)
+    ]
+    rows += [_row(s, 99, 8 * gib, gib, gib, 0.0) for s in "abc"]  # one 4-bit record each
+    sp = bd.derive(rows, STATES)
+    assert sp["fixed"][1] == gib
+    assert sp["transient"][1] == 0.0
+    assert bd.derive_fractions_only(rows, STATES)["transient"][1] > 1.0
 
 
 @settings(max_examples=40, deadline=None)
@@ -118,6 +154,15 @@ def test_a_source_printing_more_rows_gets_no_more_say(
     assert bd.derive(repeated, STATES) == bd.derive(rows, STATES)
 
 
+def test_a_few_four_bit_bytes_are_not_charged_with_a_runs_other_misses() -> None:
+    """A 4-bit record whose 4-bit bytes are a sliver of its estimate (QUANTIZED_SHARE or less) and that
+    measured far above it does not set the 4-bit fraction: its miss is not the 4-bit bytes'."""
+    rows = [_row(s, i, 100 * UNIT, 100 * UNIT, 0, 0.01) for s in "abc" for i in range(3)]
+    rows += [_row(s, 9, 100 * UNIT, 100 * UNIT, 100 * UNIT, 0.02) for s in "abc"]
+    sliver = [_row(s, 8, 100 * UNIT, 100 * UNIT, 5 * UNIT, 0.5) for s in "abc"]
+    assert bd.derive(rows + sliver, STATES)["quantized"] == bd.derive(rows, STATES)["quantized"]
+
+
 def test_known_gap_records_are_not_fitted() -> None:
     rows = [_row("a", i, 100, 100, 50 * (i % 2), 0.01 * i) for i in range(10)]
     gap = [_row("b", 99, 100, 100, 0, 3.0, gap=True), _row("b", 98, 100, 100, 50, 3.0, gap=True)]
@@ -137,3 +182,4 @@ def test_held_out_counts_and_stability_on_a_small_corpus() -> None:
     assert mv["high"].left_out == "c"
     # without c the transient up edge is 4% (b's 3% + states 2.5% of 100 over 100 transient -> 3.5%)
     assert math.isclose(loo.without["c"]["transient"][1], 0.04)
+    assert loo.full["fixed"] == (0.0, 0.0)  # transient is half of every estimate: no record to read it from

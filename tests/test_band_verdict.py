@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from fitcheck import api
 from fitcheck.cli import main
-from fitcheck.engine.band import KINDS, SPREAD, band, kind_bytes, kind_of, no_spread
+from fitcheck.engine.band import FIXED, KINDS, SPREAD, band, kind_bytes, kind_of, no_spread
 from fitcheck.engine.verdict import high_bytes, judge, judge_bytes
 from fitcheck.models import Band, Component, Phase
 from fitcheck.units import GIB, MIB
@@ -87,8 +87,9 @@ def test_band_is_the_per_kind_spread() -> None:
     up += round(200 * MIB * SPREAD["quantized"][1])
     down = round(1000 * MIB * SPREAD["states"][0]) + round(transient * SPREAD["transient"][0])
     down += round(200 * MIB * SPREAD["quantized"][0])
+    up, down = up + FIXED[1], down + FIXED[0]  # the fixed bytes, once per estimate
     assert (b.low_bytes, b.high_bytes) == (device - down, device + up)
-    assert "states" in b.basis and "published" in b.basis
+    assert "states" in b.basis and "published" in b.basis and "fixed" in b.basis
 
 
 @given(st.lists(st.integers(0, 10**10), min_size=len(KINDS) + 2, max_size=len(KINDS) + 2))
@@ -225,3 +226,11 @@ def test_thumb_rule_has_no_spread(capsys: pytest.CaptureFixture[str]) -> None:
     )
     row = json.loads(capsys.readouterr().out)[0]
     assert row["lora_high_bytes"] == row["lora_bytes"]
+
+
+def test_band_basis_names_the_fixed_bytes_and_what_diffusion_borrows() -> None:
+    ph = _phase(weights=1000 * MIB, activations=400 * MIB, weights_4bit=0)
+    llm, diffusion = band(ph, 0, 0), band(ph, 0, 0, borrowed=True)
+    assert "plus a fixed" in llm.basis and "per process" in llm.basis and "diffusion" not in llm.basis
+    assert "no published diffusion runs" in diffusion.basis
+    assert (llm.low_bytes, llm.high_bytes) == (diffusion.low_bytes, diffusion.high_bytes)

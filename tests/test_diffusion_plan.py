@@ -66,11 +66,12 @@ def test_nothing_fits_returns_the_smallest() -> None:
 
 
 def test_lower_resolution_when_allowed() -> None:
-    """SD 1.5 full fine-tuning at 1024 px does not fit 8 GB; stepping down (64 px at a time) does.
+    """SD 1.5 full fine-tuning at 1024 px does not fit 10 GB; stepping down (64 px at a time) does.
 
-    The plan must fit the band's upper edge, so the step goes below 512 px (to 448).
+    The plan must fit the band's upper edge. (On 8 GB nothing fits at any resolution since the band
+    carries its fixed bytes, engine/band.py FIXED: the states alone with them pass 8 GB.)
     """
-    target = resolve_target("8GB", None)
+    target = resolve_target("10GB", None)
     spec = spec_from_preset("sd15")
     asked = DiffusionSetup(method="full", resolution=1024, precision="bf16")
     stuck = plan_diffusion(spec, asked, target)
@@ -79,7 +80,7 @@ def test_lower_resolution_when_allowed() -> None:
     change = stuck.changes[0]
     assert change.flag.startswith("--min-resolution ") and change.device_bytes <= change.budget_bytes
     floor = int(change.flag.split()[1])
-    plan = shared_plan("sd15", "8GB", {"method": "full", "resolution": 1024}, 256)
+    plan = shared_plan("sd15", "10GB", {"method": "full", "resolution": 1024}, 256)
     s = chosen_setup(plan)
     assert s.precision == asked.precision
     assert plan.fits and s.resolution < 1024 and any("lowered" in r.text for r in plan.reasons)

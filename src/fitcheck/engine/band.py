@@ -4,7 +4,7 @@ Computed once, in the one assembly both estimators end in (``fitcheck.assembly.a
 
 Each component of the peak phase belongs to one kind, and each kind has a measured spread (fractions of
 its own bytes, down and up). The band is ``device_bytes`` minus the sum of the down fractions and plus the
-sum of the up fractions:
+sum of the up fractions, and beyond them a fixed number of bytes once per estimate (`FIXED`):
 
 * ``states`` (weights, adapters, master copy, optimizer states, gradients): exact counts; the spread is
   the largest disagreement between the engine and the traced calibration grid (tests/data/calibration).
@@ -12,11 +12,18 @@ sum of the up fractions:
   the estimate, over these bytes (tests/data/published, QLoRA records).
 * ``transient`` (activations, logits, checkpoints, step temporaries, the allocator reserve and the CUDA
   context): what published full and LoRA runs measured beyond (or below) the estimate, over these bytes.
+* ``fixed`` (bytes, once per process and GPU, not a fraction): what published runs with few transient
+  bytes measured beyond the estimate, the part of a run's memory that does not grow with any component
+  (runtime buffers and workspaces of the trainer's libraries, the context the engine's line only partly
+  holds).
 
-The published fractions are derived one kind after the other, for each edge separately: the transient
-fraction from the records with no 4-bit bytes, then the quantized one from the 4-bit records with the
-transient fixed; each the smallest (in 1% steps) beyond 90% of its records, every source weighing as one
-voice (each record 1/n of its source's n). `bench/published.py` derives them (bench/band_derive.py;
+The published terms are derived one after the other, for each edge separately: the fixed bytes from the
+records without 4-bit bytes whose transient bytes are at most a fifth of the estimate (the smallest
+multiple of 0.25 GiB beyond 90% of them), then the transient fraction from the records with no 4-bit
+bytes, then the quantized one from the records whose 4-bit bytes are more than a tenth of the estimate,
+each with the earlier terms taken off; each
+fraction the smallest (in 1% steps) beyond 90% of its records, every source weighing as one voice (each
+record 1/n of its source's n). `bench/published.py` derives them (bench/band_derive.py;
 docs/methodology.md and docs/accuracy.md, "The band", with the held-out evidence); tests/test_published.py
 checks this table against the derivation.
 """
@@ -42,8 +49,12 @@ KINDS = ("states", "quantized", "transient")
 SPREAD: dict[str, tuple[float, float]] = {
     "states": (0.025, 0.025),
     "quantized": (0.16, 0.0),
-    "transient": (0.1, 0.63),
+    "transient": (0.1, 0.32),
 }
+#: What the basis of a band says when its estimator has no published records (diffusion).
+BORROWED = "; no published diffusion runs: the transient, 4-bit and fixed terms are the LLM trainers'"
+#: (down, up) bytes added once per estimate beyond the fractions, derived with them (see the module doc).
+FIXED: tuple[int, int] = (0, 2 * 2**30)
 
 
 def kind_of(name: str) -> str:
@@ -70,6 +81,8 @@ def band(
     reserve_bytes: int,
     context_bytes: int,
     spread: dict[str, tuple[float, float]] | None = None,
+    fixed: tuple[int, int] | None = None,
+    borrowed: bool = False,
 ) -> Band:
     """The likely range of the device peak around ``peak + reserve + context``.
 
@@ -78,20 +91,32 @@ def band(
         reserve_bytes: the allocator reserve on top of it.
         context_bytes: the CUDA context.
         spread: (down, up) fractions per kind; `SPREAD` by default.
+        fixed: (down, up) bytes once per estimate; `FIXED` by default.
+        borrowed: the estimator has no published records of its own (diffusion): the basis says that
+            the published terms are the LLM corpus'.
     """
     sp = SPREAD if spread is None else spread
+    fx = FIXED if fixed is None else fixed
     parts = kind_bytes(peak, reserve_bytes, context_bytes)
     device = peak.total_bytes + reserve_bytes + context_bytes
-    down = sum(round(parts[k] * sp[k][0]) for k in KINDS)
-    up = sum(round(parts[k] * sp[k][1]) for k in KINDS)
+    down = sum(round(parts[k] * sp[k][0]) for k in KINDS) + fx[0]
+    up = sum(round(parts[k] * sp[k][1]) for k in KINDS) + fx[1]
     shares = ", ".join(
         f"{k} {'-' if sp[k][0] else ''}{100 * sp[k][0]:g}%/+{100 * sp[k][1]:g}%" for k in KINDS if parts[k]
     )
     return Band(
         low_bytes=max(0, device - down),
         high_bytes=device + up,
-        basis=f"per kind of component: {shares} (traced calibration and published measurements)",
+        basis=(
+            f"per kind of component: {shares}; plus a fixed {_gib(fx[0], '-')}/{_gib(fx[1], '+')} GiB per "
+            "process (traced calibration and published measurements)" + (BORROWED if borrowed else "")
+        ),
     )
+
+
+def _gib(n: int, sign: str) -> str:
+    """Bytes as GiB with a sign, e.g. ``+2`` or ``-0.25`` (``0`` for none)."""
+    return f"{sign}{n / 2**30:g}" if n else "0"
 
 
 def no_spread(device_bytes: int, why: str) -> Band:
