@@ -76,8 +76,10 @@ def test_sdxl_lora_fits_12gb(on: str) -> None:
 
 
 def test_sdxl_lora_dim_4_fits_10gb() -> None:
-    """The same doc's stronger claim: 10 GB recommended with dim 4-8."""
-    assert verdict("sdxl", "10GB", **{**SDXL_LORA_12GB, "lora_rank": 4}) == "fits"
+    """The same doc's stronger claim: 10 GB recommended with dim 4-8. The central estimate fits; the band's
+    upper edge does not since its fixed +2 GiB per process (derived from LLM trainers' runs, session 5;
+    no published diffusion run holds a diffusion band), so the verdict is tight, not does_not_fit."""
+    assert verdict("sdxl", "10GB", **{**SDXL_LORA_12GB, "lora_rank": 4}) == "tight"
 
 
 @pytest.mark.parametrize("on", ["24GB", "rtx-4090"])

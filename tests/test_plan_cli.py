@@ -30,6 +30,22 @@ def test_fits_exit_0_with_one_json_document(capsys: pytest.CaptureFixture[str]) 
     assert doc["grid_points"] >= doc["estimates_run"] > 0
 
 
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_nothing_fits_says_when_the_smallest_is_only_tight(
+    fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 7B LoRA on a 24 GB card: the smallest configuration's central estimate is under the budget, its
+    band's upper edge is not; the answer says so instead of a bare 'needs X, budget Y' with X < Y."""
+    args = ["qwen2.5-7b", "--on", "rtx-4090", "--method", "lora", "--format"]
+    rc, out, _ = run([*args, fmt], capsys)
+    doc_rc, doc_out, _ = run([*args, "json"], capsys)
+    doc = json.loads(doc_out)
+    assert rc == doc_rc == 1 and doc["smallest"]["verdict"] == "tight"
+    assert doc["smallest"]["device_bytes"] <= doc["smallest"]["budget_bytes"] < doc["smallest"]["high_bytes"]
+    flat = " ".join(out.split())
+    assert "nothing fits" in flat and "its central estimate fits, but the likely range reaches" in flat
+
+
 def test_nothing_fits_exit_1_names_the_smallest_change(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run(["llama-3.1-70b", "--on", "rtx-4090", "--method", "lora"], capsys)
     assert rc == 1

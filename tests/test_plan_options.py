@@ -57,10 +57,13 @@ def test_optimizer_impl_refusals_are_one_line(
     assert rc == 2 and err.startswith(f"fitcheck: error: {says}") and len(err.splitlines()) == 1
 
 
-TORCHTUNE_4090 = [
+#: torchtune's published 4090 run (tests/data/published/torchtune.yaml) on a 32 GB card: on the 4090 itself
+#: the band's upper edge less the paged states is 0.01 GiB over the budget since the fixed +2 GiB term
+#: (session 5), so the planner, which plans on high_bytes, no longer picks it there; same paging logic.
+TORCHTUNE_PAGED = [
     "llama-3.1-8b",
     "--on",
-    "rtx-4090",
+    "rtx-5090",
     "--trainer",
     "torchtune",
     "--optimizer",
@@ -69,8 +72,8 @@ TORCHTUNE_4090 = [
 
 
 def test_optimizer_in_backward_plans_full_without_accumulation(capsys: pytest.CaptureFixture[str]) -> None:
-    # torchtune's published 4090 run (tests/data/published/torchtune.yaml): the paged states page to the host
-    rc, doc = _plan([*TORCHTUNE_4090, "--optimizer-in-backward", "--effective-batch", "1"], capsys)
+    # the paged states page to the host
+    rc, doc = _plan([*TORCHTUNE_PAGED, "--optimizer-in-backward", "--effective-batch", "1"], capsys)
     assert rc == 0 and doc["chosen"]["verdict"] == "fits"
     setup = doc["chosen"]["setup"]
     assert setup["optimizer_in_bwd"] is True and setup["method"] == "full"
@@ -82,7 +85,7 @@ def test_optimizer_in_backward_plans_full_without_accumulation(capsys: pytest.Ca
 
 
 def test_optimizer_in_backward_offers_one_example_per_gpu(capsys: pytest.CaptureFixture[str]) -> None:
-    rc, doc = _plan([*TORCHTUNE_4090, "--optimizer-in-backward"], capsys)  # effective batch 16: no fit
+    rc, doc = _plan([*TORCHTUNE_PAGED, "--optimizer-in-backward"], capsys)  # effective batch 16: no fit
     assert rc == 1
     flags = [c["flag"] for c in doc["changes"]]
     assert flags[0] == "--effective-batch 1" and not any(f.startswith("--method") for f in flags)

@@ -829,7 +829,7 @@ def plan_markdown(plan: Any) -> str:
             f"### fitcheck plan: {plan.model_name} on {t.name}: **nothing fits**",
             "",
             f"The least any configuration needs is {_g(plan.min_device_bytes)} GiB; the budget is "
-            f"{_g(t.budget_bytes)} GiB.",
+            f"{_g(t.budget_bytes)} GiB{_tight_words(plan)}.",
             "",
         ]
         out += [f"- `{c.flag}`: {c.change} ({_g(c.device_bytes)} GiB)" for c in plan.changes]
@@ -865,6 +865,18 @@ def _plan_dist_rows(plan: Any) -> list[tuple[str, str]]:
     return [("strategy", f"{s.effective_strategy}{off} on {gpus}; memory per GPU{host}")]
 
 
+def _tight_words(plan: Any) -> str:
+    """When the smallest configuration's central estimate fits but its band does not: say so (a plan must
+    fit the likely range; `check` on that configuration reads tight)."""
+    s = plan.smallest
+    if s is None or s.verdict != "tight":
+        return ""
+    return (
+        f" (its central estimate fits, but the likely range reaches {_g(s.high_bytes)} GiB: tight, it may "
+        "run with no margin; a plan must fit the likely range)"
+    )
+
+
 def _plan_nothing_fits(con: Any, plan: Any) -> None:
     """The least any configuration needs, and the changes that would fit (any workload)."""
     t = plan.target
@@ -872,7 +884,7 @@ def _plan_nothing_fits(con: Any, plan: Any) -> None:
         con,
         f"[bold red]nothing fits[/] {_escape(plan.model_name)} on {_escape(t.name)}: the least any of "
         f"the {plan.grid_points} configurations needs is {_g(plan.min_device_bytes)} GiB, "
-        f"budget {_g(t.budget_bytes)} GiB",
+        f"budget {_g(t.budget_bytes)} GiB{_escape(_tight_words(plan))}",
     )
     for i, ch in enumerate(plan.changes):
         lead = "smallest change" if i == 0 else "or"

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from fitcheck.components import REGISTRY
 from fitcheck.models import Band, Phase
+from fitcheck.units import GIB
 
 #: Kinds follow the component registry (`fitcheck.components`): a component in a category of kept tensors
 #: (weights, optimizer states, gradients) is ``states`` (an exact count, also when sharded, gathered or
@@ -54,7 +55,7 @@ SPREAD: dict[str, tuple[float, float]] = {
 #: What the basis of a band says when its estimator has no published records (diffusion).
 BORROWED = "; no published diffusion runs: the transient, 4-bit and fixed terms are the LLM trainers'"
 #: (down, up) bytes added once per estimate beyond the fractions, derived with them (see the module doc).
-FIXED: tuple[int, int] = (0, 2 * 2**30)
+FIXED: tuple[int, int] = (0, 2 * GIB)
 
 
 def kind_of(name: str) -> str:
@@ -116,7 +117,7 @@ def band(
 
 def _gib(n: int, sign: str) -> str:
     """Bytes as GiB with a sign, e.g. ``+2`` or ``-0.25`` (``0`` for none)."""
-    return f"{sign}{n / 2**30:g}" if n else "0"
+    return f"{sign}{n / GIB:g}" if n else "0"
 
 
 def no_spread(device_bytes: int, why: str) -> Band:
