@@ -13,7 +13,6 @@ tests/test_from_real_a.py`` after a deliberate reader change, and read the diff.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -25,6 +24,7 @@ from fitcheck.errors import FitcheckError
 from fitcheck.readers import read_config
 from fitcheck.readers.merge import resolve
 from fitcheck.readers.neutral import is_neutral
+from golden_helpers import check_golden
 
 HERE = Path(__file__).parent
 DATA = HERE / "data" / "from"
@@ -103,12 +103,7 @@ def test_every_file_of_these_repositories_is_here_once() -> None:
 def test_file_reads_to_its_golden(name: str) -> None:
     got = _reading(name)
     path = _golden(name)
-    text = json.dumps(got, indent=2, sort_keys=True) + "\n"
-    if os.environ.get("FITCHECK_UPDATE_GOLDEN"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.is_file(), f"no golden for {name}; FITCHECK_UPDATE_GOLDEN=1 writes it"
-    assert text == path.read_text(), f"{name} reads differently; FITCHECK_UPDATE_GOLDEN=1 regenerates"
+    check_golden(path, json.dumps(got, indent=2, sort_keys=True) + "\n", name)
 
 
 def _model(name: str, golden: dict[str, Any]) -> list[str]:

@@ -11,7 +11,6 @@ The facts each file is in the set for are asserted by hand beside the goldens (`
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 
 from fitcheck.cli import main
 from fitcheck.readers import read_config
+from golden_helpers import check_golden
 
 DATA = Path(__file__).parent / "data" / "from"
 GOLDEN = Path(__file__).parent / "golden" / "from_real_b"
@@ -219,12 +219,7 @@ def _posed(name: str, doc: dict[str, Any]) -> dict[str, Any]:
 
 def _golden(name: str, data: dict[str, Any]) -> None:
     path = GOLDEN / (name.replace("/", "__") + ".json")
-    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
-    if os.environ.get("FITCHECK_UPDATE_GOLDEN"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.is_file(), f"no golden for {name}; FITCHECK_UPDATE_GOLDEN=1 writes it"
-    assert text == path.read_text(), f"{name} reads differently; FITCHECK_UPDATE_GOLDEN=1 regenerates"
+    check_golden(path, json.dumps(data, indent=1, sort_keys=True) + "\n", name)
 
 
 def test_every_case_is_a_read_or_a_refusal() -> None:

@@ -14,26 +14,18 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
-from contextlib import redirect_stderr, redirect_stdout, suppress
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fitcheck.cli import main
 from fitcheck.errors import ModelSourceError
 from fitcheck.fileio import MAX_JSON_DEPTH, deeper_than, loads, nested_deeper
-
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        rc = main(argv)
-    return rc, out.getvalue(), err.getvalue()
+from test_hostile_inputs import run
 
 
 def assert_one_line(rc: int, out: str, err: str, word: str) -> None:

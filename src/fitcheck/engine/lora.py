@@ -45,13 +45,18 @@ def targeted(a: DecoderArch, targets: str, lin: Linear) -> bool:
         return lin.all_linear
     if targets == "attn":
         return lin.role == "attn"
-    wanted, converted = _converted(a, [t.strip() for t in targets.split(",") if t.strip()])
+    wanted, converted = _converted(a, _wanted(targets))
     if lin.name in converted:
         return True
     short = lin.name.split(".")[-1]
     if lin.role == "expert" and not lin.is_module:
         return lin.name in wanted or (short in wanted and short not in _module_leaves(a))
-    return any(lin.name == w or short == w or lin.name.endswith("." + w) for w in wanted)
+    return any(_matches(lin.name, w) for w in wanted)
+
+
+def _matches(name: str, w: str) -> bool:
+    """peft's rule for a named target: the module's full name, or its last component(s)."""
+    return name == w or name.split(".")[-1] == w or name.endswith("." + w)
 
 
 #: Modules outside the decoder layers that peft can wrap when named: the output layer (a Linear) and the
@@ -161,8 +166,11 @@ def _check_fused(a: DecoderArch, wanted: list[str]) -> None:
             )
 
 
-def _has_module(names: list[str], w: str) -> bool:
-    return any(n == w or n.split(".")[-1] == w or n.endswith("." + w) for n in names)
+def _missing(a: DecoderArch, left: list[str]) -> list[str]:
+    """The names among ``left`` (named targets peft's MoE conversion left as module names) that match no
+    module of this model."""
+    names = [*_names(a), *HEAD_MODULES]
+    return [w for w in left if not any(_matches(n, w) for n in names)]
 
 
 def unmatched_targets(a: DecoderArch, targets: str) -> list[str]:
@@ -173,9 +181,7 @@ def unmatched_targets(a: DecoderArch, targets: str) -> list[str]:
     are ignored, so fitcheck warns about them (`validate_targets` refuses the all-unmatched case)."""
     if targets in ("all-linear", "attn"):
         return []
-    names = [*_names(a), *HEAD_MODULES]
-    wanted = _converted(a, [t.strip() for t in targets.split(",") if t.strip()])[0]
-    return [w for w in wanted if not _has_module(names, w)]
+    return _missing(a, _converted(a, _wanted(targets))[0])
 
 
 #: Trainers that build LoRA with their own code and refuse a module name their model lacks (torchtune's
@@ -191,17 +197,17 @@ def validate_targets(a: DecoderArch, targets: str, every_name: bool = False) -> 
     _check_breaks(a, targets)
     if targets in ("all-linear", "attn"):
         return
-    wanted = [t.strip() for t in targets.split(",") if t.strip()]
+    wanted = _wanted(targets)
     if not wanted:
         raise OptionError("--lora-targets is empty: use attn, all-linear or module names")
     _check_fused(a, wanted)
     left, converted = _converted(a, wanted)
-    missing = unmatched_targets(a, targets)
+    missing = _missing(a, left)
     if missing and (every_name or (not converted and len(missing) == len(left))):
-        names = [*_names(a), *HEAD_MODULES]
         which = "no module " + ", ".join(f"'{w}'" for w in missing)
         raise OptionError(
-            f"--lora-targets: this model has {which}; it has {', '.join(names)} (or use attn / all-linear)"
+            f"--lora-targets: this model has {which}; it has {', '.join([*_names(a), *HEAD_MODULES])} "
+            "(or use attn / all-linear)"
         )
 
 

@@ -94,23 +94,31 @@ def _with_deepspeed(result: ReadResult, data: Doc, path: str) -> ReadResult:
     working folder, as the trainer looks, then beside the file); otherwise the reader's note stands."""
     from dataclasses import replace
 
-    from fitcheck.readers.deepspeed import read as read_deepspeed
-
     name = data.get("deepspeed")
     if result.format not in DEEPSPEED_KEY or not isinstance(name, str) or not name:
         return result
-    for candidate in (Path(name), Path(path).parent / name):
-        if could_be_path(str(candidate)) and candidate.is_file():
-            ds = read_deepspeed(parse(read_text(str(candidate)), "json", str(candidate)), str(candidate))
-            got = {f: ds.values[f] for f in DEEPSPEED_FIELDS if f in ds.values and f not in result.values}
-            notes = [n for n in result.notes if not n.startswith("deepspeed:")]
-            return replace(
-                result,
-                values={**result.values, **got},
-                keys={**result.keys, **{f: f"deepspeed ({candidate}: {ds.keys[f]})" for f in got}},
-                notes=(*notes, f"deepspeed: read {candidate}", *ds.notes),
-            )
-    return result
+    ds = _named_deepspeed((Path(name), Path(path).parent / name))
+    if ds is None:
+        return result
+    got = {f: ds.values[f] for f in DEEPSPEED_FIELDS if f in ds.values and f not in result.values}
+    notes = [n for n in result.notes if not n.startswith("deepspeed:")]
+    return replace(
+        result,
+        values={**result.values, **got},
+        keys={**result.keys, **{f: f"deepspeed ({ds.path}: {ds.keys[f]})" for f in got}},
+        notes=(*notes, f"deepspeed: read {ds.path}", *ds.notes),
+    )
+
+
+def _named_deepspeed(candidates: tuple[Path, ...]) -> ReadResult | None:
+    """The first of ``candidates`` that is a file, read as a DeepSpeed JSON (None when none is)."""
+    from fitcheck.readers.deepspeed import read as read_deepspeed
+
+    for candidate in candidates:
+        where = str(candidate)
+        if could_be_path(where) and candidate.is_file():
+            return read_deepspeed(parse(read_text(where), "json", where), where)
+    return None
 
 
 def _kohya_dataset(data: Doc, path: str) -> Doc | None:
@@ -143,13 +151,7 @@ def _accelerate_deepspeed(data: Doc, path: str) -> ReadResult | None:
     name = block.get("deepspeed_config_file") if isinstance(block, dict) else None
     if not isinstance(name, str) or not name:
         return None
-    for candidate in (Path(path).parent / name, Path(name)):
-        if could_be_path(str(candidate)) and candidate.is_file():
-            from fitcheck.readers.deepspeed import read as read_deepspeed
-
-            where = str(candidate)
-            return read_deepspeed(parse(read_text(where), "json", where), where)
-    return None
+    return _named_deepspeed((Path(path).parent / name, Path(name)))
 
 
 def _mlx_bits(data: Doc) -> int | None:
