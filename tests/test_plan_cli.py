@@ -31,19 +31,23 @@ def test_fits_exit_0_with_one_json_document(capsys: pytest.CaptureFixture[str]) 
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown"])
-def test_nothing_fits_says_when_the_smallest_is_only_tight(
-    fmt: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A 7B LoRA on a 24 GB card: the smallest configuration's central estimate is under the budget, its
-    band's upper edge is not; the answer says so instead of a bare 'needs X, budget Y' with X < Y."""
+def test_only_tight_plans_the_tight_configuration(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 7B LoRA on a 24 GB card: no configuration's band fits, the fastest whose central estimate fits is
+    chosen (verdict tight, as `check` judges it), exit 0 with check's warning; 1 with --strict."""
     args = ["qwen2.5-7b", "--on", "rtx-4090", "--method", "lora", "--format"]
-    rc, out, _ = run([*args, fmt], capsys)
+    rc, out, err = run([*args, fmt], capsys)
     doc_rc, doc_out, _ = run([*args, "json"], capsys)
     doc = json.loads(doc_out)
-    assert rc == doc_rc == 1 and doc["smallest"]["verdict"] == "tight"
-    assert doc["smallest"]["device_bytes"] <= doc["smallest"]["budget_bytes"] < doc["smallest"]["high_bytes"]
+    assert rc == doc_rc == 0 and doc["verdict"] == "tight" and doc["fits"] is False
+    c = doc["chosen"]
+    assert c["verdict"] == "tight" and c["device_bytes"] <= c["budget_bytes"] < c["high_bytes"]
+    assert doc["smallest"] is None and doc["changes"] == []
+    assert doc["reasons"][0]["rule"] == "tight-fallback"
+    assert err.count("fitcheck: warning: tight: the estimate fits") == 1 and "--strict makes it 1" in err
     flat = " ".join(out.split())
-    assert "nothing fits" in flat and "its central estimate fits, but the likely range reaches" in flat
+    assert "nothing fits" not in flat and "tight" in flat and "likely up to" in flat
+    strict_rc, _, strict_err = run([*args, fmt, "--strict"], capsys)
+    assert strict_rc == 1 and "(--strict: exit 1)" in strict_err
 
 
 def test_nothing_fits_exit_1_names_the_smallest_change(capsys: pytest.CaptureFixture[str]) -> None:

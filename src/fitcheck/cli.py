@@ -400,6 +400,24 @@ ChartO = Annotated[
     ),
 ]
 ChartForceO = Annotated[bool, typer.Option("--force", help="overwrite an existing --chart file")]
+StrictO = Annotated[bool, typer.Option("--strict", help="exit 1 for 'tight' too")]
+
+
+def verdict_exit(verdict: str, strict: bool) -> int:
+    """The exit code of a verdict (check and plan alike): 0 fits (tight too unless ``--strict``), 1 does
+    not fit."""
+    if verdict == "fits" or (verdict == "tight" and not strict):
+        return 0
+    return 1
+
+
+def warn_tight(words: str, strict: bool) -> None:
+    """The one stderr line of a tight answer (check and plan alike): why, and what ``--strict`` does."""
+    sys.stderr.write(
+        f"fitcheck: warning: tight: {printable(words)}"
+        + (" (--strict: exit 1)" if strict else " (exit 0; --strict makes it 1)")
+        + "\n"
+    )
 
 
 def write_chart(path: str | None, force: bool, build: Callable[[], Any]) -> None:

@@ -738,14 +738,15 @@ def matrix_table(
 
 
 def diffusion_plan_table(plan: Any, stderr: bool = False) -> None:
-    """The human view of a diffusion plan that fits: headline, chosen settings, reasons, runners-up."""
+    """The human view of a diffusion plan with a choice (fits, or tight): headline, chosen settings,
+    reasons, runners-up."""
     con = _console(stderr=stderr)
     c, t = plan.chosen, plan.target
     s = c.setup
     _say(
         con,
-        f"[bold]{_escape(plan.model_name)}[/] on {_escape(t.name)} ({t.backend}): fits — "
-        f"{_g(c.device_bytes)} of {_g(t.budget_bytes)} GiB budget, about "
+        f"[bold]{_escape(plan.model_name)}[/] on {_escape(t.name)} ({t.backend}): {_plan_verdict(c, True)} — "
+        f"{_g(c.device_bytes)}{_likely(c)} of {_g(t.budget_bytes)} GiB budget, about "
         f"{c.throughput.images_per_s:.2f} images/s",
     )
     rows = [
@@ -824,23 +825,29 @@ def plan_doc(plan: Any) -> dict[str, Any]:
 def plan_markdown(plan: Any) -> str:
     """Markdown for a PR comment: the chosen configuration, its reasons, the runners-up."""
     t = plan.target
-    if not plan.fits:
+    if plan.chosen is None:
         out = [
             f"### fitcheck plan: {plan.model_name} on {t.name}: **nothing fits**",
             "",
             f"The least any configuration needs is {_g(plan.min_device_bytes)} GiB; the budget is "
-            f"{_g(t.budget_bytes)} GiB{_tight_words(plan)}.",
+            f"{_g(t.budget_bytes)} GiB.",
             "",
         ]
         out += [f"- `{c.flag}`: {c.change} ({_g(c.device_bytes)} GiB)" for c in plan.changes]
         return "\n".join(printable(line) for line in out) + "\n"
     c = plan.chosen
     unit = _speed(c).split(" ")[1]
+    tight = " (**tight**)" if c.verdict == "tight" else ""
     out = [
-        f"### fitcheck plan: {plan.model_name} on {t.name}",
+        f"### fitcheck plan: {plan.model_name} on {t.name}{tight}",
         "",
-        f"`{_setup_line(c.setup)}`: {_g(c.device_bytes)} of {_g(c.budget_bytes)} GiB, about {_speed(c)}",
+        f"`{_setup_line(c.setup)}`: {_g(c.device_bytes)}{_likely(c)} of {_g(c.budget_bytes)} GiB, about "
+        f"{_speed(c)}",
         "",
+    ]
+    if c.verdict == "tight":
+        out += [f"**Tight**: {_tight_sentence(c)}.", ""]
+    out += [
         "| choice | reason | rule |",
         "|---|---|---|",
     ]
@@ -865,15 +872,22 @@ def _plan_dist_rows(plan: Any) -> list[tuple[str, str]]:
     return [("strategy", f"{s.effective_strategy}{off} on {gpus}; memory per GPU{host}")]
 
 
-def _tight_words(plan: Any) -> str:
-    """When the smallest configuration's central estimate fits but its band does not: say so (a plan must
-    fit the likely range; `check` on that configuration reads tight)."""
-    s = plan.smallest
-    if s is None or s.verdict != "tight":
-        return ""
+def _plan_verdict(c: Any, markup: bool = False) -> str:
+    """A chosen configuration's verdict in the headline: "fits", or "tight" (the fallback)."""
+    word, color = ("fits", "green") if c.verdict == "fits" else ("tight", "yellow")
+    return f"[bold {color}]{word}[/]" if markup else word
+
+
+def _likely(c: Any) -> str:
+    """ " GiB (likely up to X)" after a tight choice's need (a fitting one's band is within the budget)."""
+    return f" GiB (likely up to {_g(c.high_bytes)})" if c.verdict == "tight" else ""
+
+
+def _tight_sentence(c: Any) -> str:
+    """Why a tight plan is tight, in the words `check` uses (`verdict_words`)."""
     return (
-        f" (its central estimate fits, but the likely range reaches {_g(s.high_bytes)} GiB: tight, it may "
-        "run with no margin; a plan must fit the likely range)"
+        f"no configuration's likely range fits; this one's estimate fits the {_g(c.budget_bytes)} GiB "
+        f"budget but its likely range reaches {_g(c.high_bytes)} GiB: it may run out of memory"
     )
 
 
@@ -884,7 +898,7 @@ def _plan_nothing_fits(con: Any, plan: Any) -> None:
         con,
         f"[bold red]nothing fits[/] {_escape(plan.model_name)} on {_escape(t.name)}: the least any of "
         f"the {plan.grid_points} configurations needs is {_g(plan.min_device_bytes)} GiB, "
-        f"budget {_g(t.budget_bytes)} GiB{_escape(_tight_words(plan))}",
+        f"budget {_g(t.budget_bytes)} GiB",
     )
     for i, ch in enumerate(plan.changes):
         lead = "smallest change" if i == 0 else "or"
@@ -919,12 +933,12 @@ def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
     """The human view of a plan (on stderr when stdout carries an emitted file)."""
     from rich.text import Text
 
-    if plan.kind == "diffusion" and plan.fits:
+    if plan.kind == "diffusion" and plan.chosen is not None:
         diffusion_plan_table(plan, stderr=stderr)
         return
     con = _console(stderr=stderr)
     t = plan.target
-    if not plan.fits:
+    if plan.chosen is None:
         _plan_nothing_fits(con, plan)
         return
     c = plan.chosen
@@ -932,8 +946,9 @@ def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
     _say(
         con,
         Text(printable(plan.model_name), style="bold") + Text(" on ") + Text(printable(t.name), style="bold")
-        + Text(f" ({t.backend}): ") + Text("fits", style="bold green")
-        + Text(f" — {_g(c.device_bytes)} of {_g(c.budget_bytes)} GiB budget, about "
+        + Text(f" ({t.backend}): ")
+        + Text(_plan_verdict(c), style="bold green" if c.fits else "bold yellow")
+        + Text(f" — {_g(c.device_bytes)}{_likely(c)} of {_g(c.budget_bytes)} GiB budget, about "
                f"{tp.tokens_per_s:,.0f} tokens/s"),
     )  # fmt: skip
     _table(con, ["setting", "value"], _plan_setting_rows(plan), flex="value", dim={"setting"}, box=False)

@@ -9,13 +9,11 @@ none`` is trouble (exit 2), since ``check`` exists to give a verdict.
 No ``from __future__ import annotations``: typer must see the option types as objects.
 """
 
-import sys
 from typing import Annotated, Any
 
 import typer
 
 from fitcheck.errors import FitcheckError
-from fitcheck.terminal import printable
 
 
 def register(app: typer.Typer) -> None:
@@ -30,7 +28,7 @@ def register(app: typer.Typer) -> None:
         on: Annotated[
             str, typer.Option("--on", help="target (required): catalog id, 24GB, 36GB-unified, 2x4090, auto")
         ],
-        strict: Annotated[bool, typer.Option("--strict", help="exit 1 for 'tight' too")] = False,
+        strict: c.StrictO = False,
         from_file: c.FromO = None,
         from_format: c.FromFmtO = None,
         headroom: c.HeadroomO = None,
@@ -65,23 +63,11 @@ def register(app: typer.Typer) -> None:
             judged = thumb_verdict(est)
             assert judged is not None
             c.print_doc(fmt, render.thumb_doc(est, judged), lambda: render.thumb_table(est, judged, verbose))
-            return exit_code(judged.verdict, strict)
+            return c.verdict_exit(judged.verdict, strict)
         c.write_chart(chart, force, lambda: c.estimate_chart(est))
         doc = c.with_origin(render.estimate_doc(est), est, prov, given)
         c.print_doc(fmt, doc, lambda: render.estimate_table(est, spec, verbose))
         c.print_chart_link(fmt, chart)
         if est.target.verdict == "tight":
-            v = est.target.model_dump()
-            sys.stderr.write(
-                f"fitcheck: warning: tight: {printable(render.verdict_words(v))}"
-                + (" (--strict: exit 1)" if strict else " (exit 0; --strict makes it 1)")
-                + "\n"
-            )
-        return exit_code(est.target.verdict, strict)
-
-
-def exit_code(verdict: str, strict: bool) -> int:
-    """0 fits (tight too unless strict), 1 does not fit."""
-    if verdict == "fits" or (verdict == "tight" and not strict):
-        return 0
-    return 1
+            c.warn_tight(render.verdict_words(est.target.model_dump()), strict)
+        return c.verdict_exit(est.target.verdict, strict)

@@ -1,7 +1,8 @@
 """``fitcheck plan MODEL``: the fastest configuration that fits, explained, and trainer configs for it.
 
 Thin command: parse, call `fitcheck.api.plan` (model, target, device speed, search), render, write the
-``--emit`` files, return the exit code (0 a plan fits, 1 none does, 2 trouble). pydantic, yaml and
+``--emit`` files, return the exit code (the verdict's, as ``check``'s: 0 a plan fits, 0 with a warning
+when the plan is only tight, 1 with ``--strict``; 1 when nothing fits; 2 trouble). pydantic, yaml and
 rich are imported inside the command only.
 
 No ``from __future__ import annotations`` here: the command is defined inside `register` with the
@@ -185,6 +186,7 @@ class Output:
     fmt: str
     chart: str | None
     verbose: bool
+    strict: bool = False
 
 
 def _check_emits(spec: Any, kinds: list[str], trainer: str | None, out: Output) -> str:
@@ -209,8 +211,8 @@ def _check_emits(spec: Any, kinds: list[str], trainer: str | None, out: Output) 
 def run_plan(
     model: str, spec: Any, kw: dict[str, Any], out: Output, tgt: "Target | None"
 ) -> tuple[Any, list[Any]]:
-    """Plan any model on ``tgt`` (resolved once, by `run_command`) and (when it fits) render the emitted
-    files; returns (plan, [(kind, dest, text)])."""
+    """Plan any model on ``tgt`` (resolved once, by `run_command`) and (when it chose a configuration: it
+    fits, or is tight) render the emitted files; returns (plan, [(kind, dest, text)])."""
     from fitcheck import api
     from fitcheck.progress import StderrProgress, reporting
 
@@ -225,7 +227,8 @@ def run_plan(
     with StderrProgress(f"planning {spec.id} on {where}") as progress, reporting(progress):
         plan = api.plan(spec, tgt, headroom=kw["headroom"], **opts)
     implied = trainer if llm and kw["trainer"] is None and trainer != "hf" else None
-    files = emit_files(plan, spec, model, wanted, kw["canonical"], implied) if plan.fits else []
+    chose = plan.chosen is not None
+    files = emit_files(plan, spec, model, wanted, kw["canonical"], implied) if chose else []
     return plan, files
 
 
@@ -352,8 +355,10 @@ def register(app: typer.Typer) -> None:
         fmt: c.FmtO = c.Fmt.table,
         chart: c.ChartO = None,
         verbose: c.VerboseO = False,
+        strict: c.StrictO = False,
     ) -> None:
-        """The fastest configuration that fits (exit 0; 1 when none does), with reasons and configs."""
+        """The fastest configuration that fits (exit 0), else the fastest tight one (exit 0 with a
+        warning; 1 with --strict); 1 when none fits. With reasons and configs."""
         _dispatch(dict(locals()))
 
 
@@ -372,6 +377,7 @@ def _dispatch(args: dict[str, Any]) -> None:
         a["fmt"].value,
         a["chart"],
         a["verbose"],
+        a["strict"],
     )
     if code := run_command(a["model"], kw, a["from_file"], a["from_format"], out):
         raise typer.Exit(code=code)
@@ -403,9 +409,13 @@ def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, fr
     c.print_chart_link(c.Fmt(out.fmt), out.chart)
     for w in result.warnings:
         sys.stderr.write(f"fitcheck: warning: {printable(w)}\n")
-    if out.emit and not result.fits:
+    if result.verdict == "tight" and result.estimate is not None and result.estimate.target is not None:
+        from fitcheck import render
+
+        c.warn_tight(render.verdict_words(result.estimate.target.model_dump()), out.strict)
+    if out.emit and result.chosen is None:
         sys.stderr.write("fitcheck: nothing written: no configuration fits\n")
-    return 0 if result.fits else 1
+    return c.verdict_exit(result.verdict, out.strict)
 
 
 #: What a ``--from`` file fixes for the planner; the rest (micro-batch, checkpointing, optimizer,

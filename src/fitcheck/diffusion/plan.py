@@ -184,8 +184,12 @@ class DiffusionWorkload:
 
     def rank_key(self, c: DiffusionCandidate) -> tuple[object, ...]:
         """The highest resolution, then the highest speed after departures, then the least memory."""
+        return (*self.speed_key(c), c.device_bytes)
+
+    def speed_key(self, c: DiffusionCandidate) -> tuple[object, ...]:
+        """The highest resolution, then the highest speed after departures."""
         adjusted = c.throughput.images_per_s * (1 - DEPARTURE * _risk(c.setup, self.asked))
-        return (-(c.setup.resolution or self.spec.native_resolution), -adjusted, c.device_bytes)
+        return (-(c.setup.resolution or self.spec.native_resolution), -adjusted)
 
     def signature(self, c: DiffusionCandidate) -> tuple[object, ...]:
         s = c.setup
@@ -274,17 +278,19 @@ def _departures(cand: DiffusionSetup, asked: DiffusionSetup) -> list[str]:
 
 
 def _why_not(c: DiffusionCandidate, chosen: DiffusionCandidate, asked: DiffusionSetup) -> str:
-    """Why a fitting runner-up lost (the loop words the ones that do not fit)."""
+    """Why a runner-up that meets the choice's verdict lost (the loop words the ones that do not): "fits",
+    or "tight too" when the choice is tight."""
     mine, best = c.throughput.images_per_s, chosen.throughput.images_per_s
+    fits = "fits" if c.fits else "tight too"
     if mine < best:
-        return f"fits, {_pct(1 - mine / best)} slower ({mine:.3g} vs {best:.3g} images/s)"
+        return f"{fits}, {_pct(1 - mine / best)} slower ({mine:.3g} vs {best:.3g} images/s)"
     extra = [d for d in _departures(c.setup, asked) if d not in _departures(chosen.setup, asked)]
     if extra:
         return (
-            f"fits and {_pct(mine / best - 1)} faster, but {', '.join(extra)} departs from what was asked "
+            f"{fits} and {_pct(mine / best - 1)} faster, but {', '.join(extra)} departs from what was asked "
             f"and must buy more than {100 * DEPARTURE:.0f}% of speed"
         )
-    return f"fits at the same estimated speed with more memory ({c.device_bytes / GIB:.2f} GiB)"
+    return f"{fits} at the same estimated speed with more memory ({c.device_bytes / GIB:.2f} GiB)"
 
 
 def _pct(share: float) -> str:
@@ -302,11 +308,12 @@ def _reasons(
     """One reason per decided setting, each with its rule (`fitcheck.planner.rules`) and source."""
     cand = chosen.setup
     tc = " (Tensor Cores prefer 4, 8, 16: source documents)" if cand.batch_size in (4, 8, 16) else ""
+    fits = "fits" if chosen.fits else "fits at its central estimate (tight)"
     out = [
         _r(
             "throughput",
             "micro-batch",
-            f"micro-batch {cand.batch_size} x accumulation {cand.grad_accum}: the fastest that fits{tc}; "
+            f"micro-batch {cand.batch_size} x accumulation {cand.grad_accum}: the fastest that {fits}{tc}; "
             f"{chosen.device_bytes / GIB:.1f} GiB of a {target.budget_bytes / GIB:.1f} GiB budget"
             f" on {target.id}",
         ),
@@ -325,7 +332,8 @@ def _reasons(
             "checkpointing",
             "gradient checkpointing on: needed to fit (one more forward per step, about 30% slower)"
             if cand.grad_ckpt
-            else "gradient checkpointing off: it fits without it, and it would cost a forward pass per step",
+            else f"gradient checkpointing off: it {fits} without it, and it would cost a forward pass "
+            "per step",
         )
     )
     out += _departure_reasons(cand, asked)

@@ -144,12 +144,23 @@ def header(plan: Plan, ctx: EmitContext, what: str, runs_with: str) -> list[str]
         f"checkpointing {ckpt}; about {c.throughput.tokens_per_s:,.0f} tokens/s",
         f"run: {runs_with}",
     ]
+    if c.verdict == "tight":
+        lines.insert(3, tight_line(c.high_bytes, t.budget_bytes))
     launch = launch_line(s, ctx.files)
     if launch is not None:
         lines.append(f"launch: {launch}")
         lines.append(distributed_summary(plan))
     lines.append(f"reproduce: {ctx.command}")
     return lines
+
+
+def tight_line(high_bytes: int, budget_bytes: int) -> str:
+    """The header line of a tight plan (the planner's fallback when no configuration's likely range
+    fits): the same warning `fitcheck plan` prints."""
+    return (
+        f"TIGHT: the estimate fits the {gib(budget_bytes)} budget but the likely range reaches "
+        f"{gib(high_bytes)}: it may run out of memory (no configuration's likely range fits)"
+    )
 
 
 def distributed_summary(plan: Plan) -> str:

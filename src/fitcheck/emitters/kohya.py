@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from fitcheck import __version__
 from fitcheck.diffusion.spec import DiffusionSpec
+from fitcheck.emitters.common import tight_line
 from fitcheck.errors import OptionError
 from fitcheck.models import DiffusionSetup, Estimate, Target
 from fitcheck.planner import kernels
@@ -232,8 +233,8 @@ def dataset_name(config_name: str) -> str:
 
 
 def check(plan: Plan, ctx: EmitContext) -> None:
-    """Only a plan that fits is written, for a diffusion model."""
-    if not plan.fits:
+    """Only a plan with a choice (fits, or tight) is written, for a diffusion model."""
+    if plan.chosen is None:
         raise OptionError("no configuration fits, so there is nothing to write")
     if not isinstance(ctx.spec, DiffusionSpec) or plan.kind != "diffusion":
         raise OptionError(
@@ -294,6 +295,8 @@ def _header(
     ]
     if target is not None:
         lines.append(f"# Target {target.id}: budget {target.budget_bytes / GIB:.2f} GiB.")
+    if est.target is not None and est.target.verdict == "tight":
+        lines.append(f"# {tight_line(est.target.high_bytes, est.target.budget_bytes)}.")
     if script == "fine_tune.py":
         lines += [
             "# fine_tune.py trains from a metadata file, not from caption files: make it first with",

@@ -29,15 +29,29 @@ def _same_tier(c: Candidate, chosen: Candidate) -> bool:
     return c.setup.method == chosen.setup.method and c.setup.seq_len == chosen.setup.seq_len
 
 
-def _best(cands: Sequence[Candidate], pred: Callable[[Candidate], bool]) -> Candidate | None:
-    """The best-ranked fitting candidate matching ``pred`` (``cands`` is in rank order)."""
-    return next((c for c in cands if c.fits and pred(c)), None)
+def _best(
+    chosen: Candidate, cands: Sequence[Candidate], pred: Callable[[Candidate], bool]
+) -> Candidate | None:
+    """The best-ranked candidate matching ``pred`` that meets the choice's verdict (fits; tight for a
+    tight plan, `fitcheck.planner.loop`); ``cands`` is in rank order."""
+    return next((c for c in cands if c.meets(chosen.verdict) and pred(c)), None)
 
 
 def _least(cands: Sequence[Candidate], pred: Callable[[Candidate], bool]) -> int | None:
     """The smallest device bytes among candidates matching ``pred``."""
     needs = [c.device_bytes for c in cands if pred(c)]
     return min(needs) if needs else None
+
+
+def lead(c: Candidate) -> str:
+    """How a runner-up that meets the choice's verdict is introduced: "fits", or "tight too"."""
+    return "fits" if c.fits else "tight too"
+
+
+def _fits(c: Candidate) -> str:
+    """The chosen configuration's fit in a reason: "fits", or "is tight" (only its central estimate
+    fits: the tight fallback)."""
+    return "fits" if c.fits else "is tight (its central estimate fits)"
 
 
 def _tps(c: Candidate) -> str:
@@ -93,7 +107,7 @@ def _method(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest) -> 
     for earlier in order[: order.index(m)]:
         least = _least(cands, lambda c, e=earlier: c.setup.method == e)  # type: ignore[misc]
         missed.append(f"{earlier} does not fit (needs at least {_gib(least or 0)})")
-    text = "; ".join(missed) + f"; {m} fits" if missed else f"{m} fine-tuning fits"
+    text = "; ".join(missed) + f"; {m} {_fits(chosen)}" if missed else f"{m} fine-tuning {_fits(chosen)}"
     return [_r("method-auto", "method", f"--method auto: {text}")]
 
 
@@ -109,7 +123,8 @@ def _seq(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest) -> lis
         _r(
             "seq-floor",
             "sequence length",
-            f"{s} tokens: the longest that fits ({longer[-1]} needs at least {_gib(least or 0)}); "
+            f"{s} tokens: the longest that {'fits' if chosen.fits else 'fits at its central estimate'} "
+            f"({longer[-1]} needs at least {_gib(least or 0)}); "
             f"never below --min-seq-len {req.floor_seq_len}",
         )
     ]
@@ -141,7 +156,7 @@ def _batch(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest, targ
             == (s.grad_ckpt, s.optimizer, s.attn, s.precision)
         )
 
-    blocked = next((b for b in bigger if not any(c.fits for c in cands if like(c, b))), None)
+    blocked = next((b for b in bigger if not any(c.meets(chosen.verdict) for c in cands if like(c, b))), None)
     if target.backend in ("cuda", "rocm"):
         more = (
             f"; micro-batch {blocked} does not fit (needs at least "
@@ -197,8 +212,8 @@ def _ckpt(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest) -> li
             None,
         )
         cost = f" (it would cost {_pct_slower(twin, chosen):.0f}% of the throughput)" if twin else ""
-        return [_r("grad-ckpt", "checkpointing", f"off: the plan fits without it{cost}")]
-    without = _best(cands, lambda c: _same_tier(c, chosen) and not c.setup.grad_ckpt)
+        return [_r("grad-ckpt", "checkpointing", f"off: the plan {_fits(chosen)} without it{cost}")]
+    without = _best(chosen, cands, lambda c: _same_tier(c, chosen) and not c.setup.grad_ckpt)
     if without is None:
         least = _least(cands, lambda c: _same_tier(c, chosen) and not c.setup.grad_ckpt)
         text = f"on: needed to fit (without it the least any configuration needs is {_gib(least or 0)})"
@@ -223,9 +238,14 @@ def _optimizer(
     if req.optimizer is not None:
         return out
     if s.optimizer == "adamw8bit":
-        plain = _best(cands, lambda c: _same_tier(c, chosen) and c.setup.optimizer == "adamw")
+        plain = _best(chosen, cands, lambda c: _same_tier(c, chosen) and c.setup.optimizer == "adamw")
         if plain is None:
             text = "8-bit AdamW: needed to fit (with AdamW nothing fits at this method and length)"
+        elif plain.throughput.tokens_per_s <= chosen.throughput.tokens_per_s and not chosen.fits:
+            text = (
+                f"8-bit AdamW: as fast as the best with AdamW, and its likely range is lower "
+                f"({_gib(chosen.high_bytes)} vs {_gib(plain.high_bytes)}; both tight)"
+            )
         else:
             text = (
                 f"8-bit AdamW: it lets a configuration {_pct_slower(plain, chosen):.0f}% faster fit than the "
@@ -332,9 +352,11 @@ def _strategy(chosen: Candidate, cands: Sequence[Candidate], req: PlanRequest) -
     text = f"{label} on {s.world_size} GPUs" + (
         f": less communication does not fit ({'; '.join(missed)})" if missed else ": the least communication"
     )
-    dm = _best(cands, lambda c: c.setup.strategy == "device-map" and _same_tier(c, chosen))
+    dm = _best(chosen, cands, lambda c: c.setup.strategy == "device-map" and _same_tier(c, chosen))
     if dm is not None:
-        text += f"; device-map also fits, at one GPU's speed ({_tps(dm)} tokens/s)"
+        text += (
+            f"; device-map also {'fits' if dm.fits else 'is tight'}, at one GPU's speed ({_tps(dm)} tokens/s)"
+        )
     return [_r("least-communication", "strategy", text + host)]
 
 
@@ -367,25 +389,26 @@ def _device_map(chosen: Candidate, missed: Sequence[str], host: str) -> Reason:
 
 
 def why_not(c: Candidate, chosen: Candidate, methods: tuple[str, ...]) -> str:
-    """Why a fitting runner-up was not chosen (the loop picks the runners-up and words the ones that
-    do not fit, `fitcheck.planner.loop`)."""
+    """Why a runner-up that meets the choice's verdict was not chosen (the loop picks the runners-up and
+    words the ones that do not, `fitcheck.planner.loop`); "tight too" when the choice is tight."""
     s, x = c.setup, chosen.setup
+    fits = lead(c)
     if methods.index(s.method) > methods.index(x.method):
-        return f"fits, but --method auto prefers {x.method} (full, then LoRA, then QLoRA)"
+        return f"{fits}, but --method auto prefers {x.method} (full, then LoRA, then QLoRA)"
     if s.seq_len < x.seq_len:
-        return f"fits, but with {s.seq_len} tokens instead of {x.seq_len}"
+        return f"{fits}, but with {s.seq_len} tokens instead of {x.seq_len}"
     if s.strategy == "device-map" and x.strategy != "device-map":
         return (
-            f"fits, but device-map runs the GPUs in turn at one GPU's speed ({_tps(c)} tokens/s); "
+            f"{fits}, but device-map runs the GPUs in turn at one GPU's speed ({_tps(c)} tokens/s); "
             f"{x.effective_strategy} trains on all {x.gpus} at once"
         )
     if (s.offload, s.strategy) != (x.offload, x.strategy):
         return (
-            f"fits, but {x.effective_strategy}/{x.offload} offload communicates less than "
+            f"{fits}, but {x.effective_strategy}/{x.offload} offload communicates less than "
             f"{s.effective_strategy}/{s.offload} (least-communication rule)"
         )
     if c.throughput.tokens_per_s < chosen.throughput.tokens_per_s:
-        return f"fits, {_pct(_pct_slower(c, chosen))} slower ({_tps(c)} vs {_tps(chosen)} tokens/s)"
+        return f"{fits}, {_pct(_pct_slower(c, chosen))} slower ({_tps(c)} vs {_tps(chosen)} tokens/s)"
     for dim in ("strategy", "offload", "precision", "attn", "optimizer", "grad_ckpt", "batch_size"):
         a, b = getattr(x, dim), getattr(s, dim)
         if a != b:

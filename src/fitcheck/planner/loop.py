@@ -15,8 +15,10 @@ supplies a small protocol, `Workload`:
 
 The loop owns what is the same for every workload: the fit test (the band's high edge against the
 budget, and the host memory of a node), the choice (the best-ranked candidate that fits), the
-runners-up (ranked just above and just below the choice), the "nothing fits" answer (the
-least-memory candidate and the workload's changes) and the `Plan` itself. Pure: no I/O.
+tight fallback (when no candidate's band fits, the best-ranked one whose central estimate fits,
+verdict ``tight``, as `check` would judge it), the runners-up (ranked just above and just below the
+choice), the "nothing fits" answer (the least-memory candidate and the workload's changes) and the
+`Plan` itself. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from fitcheck.planner.models import (
     RunnerUp,
     Throughput,
 )
+from fitcheck.planner.rules import reason_for
 from fitcheck.units import GIB
 
 S = TypeVar("S", LlmSetup, DiffusionSetup)
@@ -91,6 +94,11 @@ class Workload(Protocol[S, T]):
         """Sort key, best first (ascending); it must place a better tier before a worse one."""
         ...
 
+    def speed_key(self, c: Candidate[S, T]) -> tuple[object, ...]:
+        """The head of `rank_key` that says how good a plan is (preference, length or resolution, speed);
+        the rest only breaks ties. Among tight candidates, equal heads go to the lower band edge."""
+        ...
+
     def signature(self, c: Candidate[S, T]) -> tuple[object, ...]:
         """Runners-up that share a signature would read the same: only the best-ranked is listed."""
         ...
@@ -116,15 +124,22 @@ class Workload(Protocol[S, T]):
 
 @dataclass(frozen=True)
 class Searched(Generic[S, T]):
-    """The evaluated candidates, best first, and the choice."""
+    """The evaluated candidates, best first, the choice that fits and, when none does, the tight one."""
 
     ranked: list[Candidate[S, T]]
     chosen: Candidate[S, T] | None
+    #: When no candidate fits: the best tight one (`tight_choice`); None otherwise.
+    tight: Candidate[S, T] | None = None
 
     @property
     def smallest(self) -> Candidate[S, T]:
         """The least-memory candidate (the best-ranked of equals)."""
         return min(self.ranked, key=lambda c: c.device_bytes)
+
+    @property
+    def choice(self) -> Candidate[S, T] | None:
+        """What the plan chooses: the best fit, else the best tight candidate, else nothing."""
+        return self.chosen if self.chosen is not None else self.tight
 
 
 def fit_verdict(mem: Memory, target: Target) -> VerdictName:
@@ -139,44 +154,89 @@ def fit_verdict(mem: Memory, target: Target) -> VerdictName:
     return verdict
 
 
-def search(w: Workload[S, T], target: Target) -> Searched[S, T]:
-    """Every candidate of the search space the loop reaches, ranked, and the best one that fits."""
+def _candidate(w: Workload[S, T], target: Target, setup: S) -> Candidate[S, T] | None:
+    """A setup's memory, verdict and speed; None when the estimator refuses it."""
+    mem = w.memory(setup)
+    if mem is None:
+        return None
+    return w.candidate_model(
+        setup=setup,
+        effective_batch=w.effective_batch,
+        device_bytes=mem.device_bytes,
+        high_bytes=mem.high_bytes,
+        budget_bytes=target.budget_bytes,
+        verdict=fit_verdict(mem, target),
+        host_bytes=mem.host_bytes,
+        paged_bytes=mem.paged_bytes,
+        throughput=w.speed(setup),
+    )
+
+
+def _walk(
+    w: Workload[S, T],
+    target: Target,
+    seen: dict[tuple[int, int, int], Candidate[S, T] | None],
+    through_tight: bool,
+) -> tuple[list[Candidate[S, T]], bool]:
+    """The candidates the search reaches, and whether a family was cut at a tight candidate.
+
+    A family grows in memory, so it ends at its first candidate that does not fit (``through_tight``:
+    at its first that does not fit even at its central estimate); the walk ends after the first tier in
+    which something fits unless the workload is exhaustive. ``seen`` keeps every evaluated candidate by
+    its place (tier, family, position; None when the estimator refused it), so a second walk estimates
+    only what the first did not reach.
+    """
     cands: list[Candidate[S, T]] = []
-    for tier in w.tiers():
-        for family in tier:
-            for setup in family:
-                mem = w.memory(setup)
-                if mem is None:
+    cut = False
+    for ti, tier in enumerate(w.tiers()):
+        for fi, family in enumerate(tier):
+            for si, setup in enumerate(family):
+                key = (ti, fi, si)
+                if key not in seen:
+                    seen[key] = _candidate(w, target, setup)
+                c = seen[key]
+                if c is None:
                     break  # the estimator refuses it; larger micro-batches too
-                c = w.candidate_model(
-                    setup=setup,
-                    effective_batch=w.effective_batch,
-                    device_bytes=mem.device_bytes,
-                    high_bytes=mem.high_bytes,
-                    budget_bytes=target.budget_bytes,
-                    verdict=fit_verdict(mem, target),
-                    host_bytes=mem.host_bytes,
-                    paged_bytes=mem.paged_bytes,
-                    throughput=w.speed(setup),
-                )
                 cands.append(c)
-                if not c.fits:
+                if c.verdict == "does_not_fit" or (c.verdict == "tight" and not through_tight):
+                    cut = cut or (c.verdict == "tight" and si < len(family) - 1)
                     break  # a family grows in memory: the rest of it does not fit either
         if not w.exhaustive and any(c.fits for c in cands):
             break
+    return cands, cut
+
+
+def tight_choice(w: Workload[S, T], cands: Sequence[Candidate[S, T]]) -> Candidate[S, T] | None:
+    """When nothing fits: the best-ranked tight candidate, the lower band edge first among equally
+    good ones (`Workload.speed_key`); None when no central estimate fits either."""
+    tight = [c for c in cands if c.verdict == "tight"]
+    return min(tight, key=lambda c: (w.speed_key(c), c.reach_bytes, w.rank_key(c)), default=None)
+
+
+def search(w: Workload[S, T], target: Target) -> Searched[S, T]:
+    """Every candidate of the search space the loop reaches, ranked, the best one that fits and, when
+    none does, the best tight one (a second walk continues each family through its tight candidates,
+    since a larger micro-batch may be tight too, and faster)."""
+    seen: dict[tuple[int, int, int], Candidate[S, T] | None] = {}
+    cands, cut = _walk(w, target, seen, through_tight=False)
+    if not any(c.fits for c in cands) and cut:
+        cands, _ = _walk(w, target, seen, through_tight=True)
     if not cands:
         raise ValueError("the search space is empty: no setup could be estimated")
     cands.sort(key=w.rank_key)
-    return Searched(ranked=cands, chosen=next((c for c in cands if c.fits), None))
+    chosen = next((c for c in cands if c.fits), None)
+    return Searched(ranked=cands, chosen=chosen, tight=tight_choice(w, cands) if chosen is None else None)
 
 
 def runners_up(
     w: Workload[S, T], chosen: Candidate[S, T], ranked: Sequence[Candidate[S, T]]
 ) -> list[RunnerUp]:
-    """Up to 5 better-ranked candidates that do not fit and 5 fitting ones ranked below, with reasons.
+    """Up to 5 better-ranked candidates that lost (they do not meet the choice's verdict, or, tight like
+    it, reach further) and 5 ranked below that meet its verdict, with reasons.
 
     Candidates with the signature of one already listed (a memory-neutral difference: bf16/fp16,
-    flash/sdpa) are skipped: they would repeat the same line.
+    flash/sdpa) are skipped: they would repeat the same line. A tight choice has no fitting runner-up:
+    the choice is tight only when nothing fits.
     """
     i = next(k for k, c in enumerate(ranked) if c is chosen)
     seen = {w.signature(chosen)}
@@ -190,23 +250,59 @@ def runners_up(
     for c in ranked[i + 1 :]:
         if len(below) == RUNNERS_UP_BELOW:
             break
-        if c.fits and w.signature(c) not in seen:
+        if c.meets(chosen.verdict) and w.signature(c) not in seen:
             seen.add(w.signature(c))
             below.append(c)
     return [
-        RunnerUp(candidate=c, reason=w.why_not(c, chosen) if c.fits else why_not_fit(c))  # type: ignore[arg-type]
-        for c in [*above, *below]
+        *(RunnerUp(candidate=c, reason=why_not_fit(c, chosen)) for c in above),  # type: ignore[arg-type]
+        *(RunnerUp(candidate=c, reason=_why_below(w, c, chosen)) for c in below),  # type: ignore[arg-type]
     ]
 
 
-def why_not_fit(c: Candidate[S, T]) -> str:
-    """Why a candidate ranked above the choice lost: it does not fit, or only its central estimate does."""
+def _why_below(w: Workload[S, T], c: Candidate[S, T], chosen: Candidate[S, T]) -> str:
+    """Why a runner-up ranked below the choice lost: the workload's words, or, when both are tight and
+    as good, the band edge that decided it (`tight_choice`)."""
+    if (
+        chosen.verdict == "tight"
+        and w.speed_key(c) == w.speed_key(chosen)
+        and c.reach_bytes > chosen.reach_bytes
+    ):
+        return why_not_fit(c, chosen)
+    return w.why_not(c, chosen)
+
+
+def why_not_fit(c: Candidate[S, T], chosen: Candidate[S, T]) -> str:
+    """Why a candidate ranked above the choice lost: it does not fit, or only its central estimate does
+    (or, when the choice is tight too, its likely range reaches further)."""
+    if c.verdict == "tight" and chosen.verdict == "tight":
+        return (
+            f"tight too and as good, but likely up to {_gib(c.high_bytes)}, the choice up to "
+            f"{_gib(chosen.high_bytes)} (among tight ones, the lower likely range wins)"
+        )
     if c.verdict == "tight":
         return (
             f"tight: needs {_gib(c.device_bytes)}, likely up to {_gib(c.high_bytes)}, budget "
             f"{_gib(c.budget_bytes)} (a plan must fit the likely range)"
         )
     return f"does not fit: needs {_gib(c.device_bytes)}, budget {_gib(c.budget_bytes)}"
+
+
+def tight_reason(chosen: Candidate[S, T]) -> Reason:
+    """The first reason of a tight plan: nothing fits the likely range, so the best configuration whose
+    central estimate fits is chosen, as `check` would judge it."""
+    rid, choice, text, source = reason_for(
+        "tight-fallback",
+        "verdict",
+        f"tight: no configuration's likely range fits the {_gib(chosen.budget_bytes)} budget; this is the "
+        f"best whose central estimate fits ({_gib(chosen.device_bytes)}), likely up to "
+        f"{_gib(chosen.high_bytes)}: it may run out of memory",
+    )
+    return Reason(rule=rid, choice=choice, text=text, source=source)
+
+
+def _reasons(w: Workload[S, T], chosen: Candidate[S, T], ranked: Sequence[Candidate[S, T]]) -> list[Reason]:
+    """The workload's reasons, after the tight fallback's own when the choice is tight."""
+    return [*([tight_reason(chosen)] if chosen.verdict == "tight" else []), *w.reasons(chosen, ranked)]
 
 
 def _gib(n: int) -> str:
@@ -225,9 +321,9 @@ class Asked:
 
 
 def make(w: Workload[S, T], asked: Asked) -> Plan:
-    """Search, choose and explain: the `Plan` of every workload."""
+    """Search, choose and explain: the `Plan` of every workload (a tight choice when nothing fits)."""
     found = search(w, asked.target)
-    chosen = found.chosen
+    chosen = found.choice
     est: Estimate | None = w.estimate(chosen.setup) if chosen is not None else None
     assumed = asked.device.assumed
     warnings: list[str] = [f"speed figures assumed: {'; '.join(assumed)}"] if assumed else []
@@ -238,10 +334,11 @@ def make(w: Workload[S, T], asked: Asked) -> Plan:
         target=asked.target,
         device=asked.device,
         request=asked.request,
-        fits=chosen is not None,
+        fits=chosen is not None and chosen.fits,
+        verdict=chosen.verdict if chosen is not None else "does_not_fit",
         chosen=chosen,  # type: ignore[arg-type]  # Candidate[S, T] is one of AnyCandidate's members
         estimate=est,
-        reasons=tuple(w.reasons(chosen, found.ranked)) if chosen is not None else (),
+        reasons=tuple(_reasons(w, chosen, found.ranked)) if chosen is not None else (),
         runners_up=tuple(runners_up(w, chosen, found.ranked)) if chosen is not None else (),
         env=w.env(chosen) if chosen is not None else (),
         min_device_bytes=found.smallest.device_bytes,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Generic, Literal, TypeVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fitcheck.models import (
     SCHEMA_VERSION,
@@ -130,6 +130,9 @@ class ImageThroughput(Frozen):
     step_s: float = Field(description="one optimizer step: micro-batch x accumulation images + the update")
 
 
+#: Verdicts best first (`Candidate.meets`).
+VERDICT_ORDER: tuple[VerdictName, ...] = ("fits", "tight", "does_not_fit")
+
 SetupT = TypeVar("SetupT", LlmSetup, DiffusionSetup)
 SpeedT = TypeVar("SpeedT", Throughput, ImageThroughput)
 
@@ -152,6 +155,11 @@ class Candidate(Frozen, Generic[SetupT, SpeedT]):
     @property
     def fits(self) -> bool:
         return self.verdict == "fits"
+
+    def meets(self, bar: VerdictName) -> bool:
+        """Whether the candidate is at least as good as ``bar`` (fits > tight > does_not_fit): a plan's
+        alternatives are those that meet the chosen one's verdict."""
+        return VERDICT_ORDER.index(self.verdict) <= VERDICT_ORDER.index(bar)
 
     @property
     def paged_host_bytes(self) -> int:
@@ -216,7 +224,12 @@ class Plan(Frozen):
     target: Target
     device: DevicePerf
     request: PlanRequest | DiffusionRequest
-    fits: bool
+    fits: bool = Field(description="true only when the chosen configuration's verdict is fits")
+    verdict: VerdictName = Field(
+        description="the chosen configuration's verdict: fits (its likely range fits), tight (none's likely "
+        "range fits; the fastest whose central estimate fits, chosen with a warning), does_not_fit "
+        "(nothing's central estimate fits: no choice)"
+    )
     chosen: AnyCandidate | None = None
     estimate: Estimate | None = Field(default=None, description="the chosen configuration's full estimate")
     reasons: tuple[Reason, ...] = ()
@@ -233,3 +246,14 @@ class Plan(Frozen):
         default=None, description="when nothing fits: the candidate that needs the least memory"
     )
     notes: tuple[str, ...] = Field(default=(), description="what the figures assume (not warnings)")
+
+    @model_validator(mode="after")
+    def _one_verdict(self) -> Plan:
+        """``fits``, ``verdict`` and ``chosen`` say one thing: a choice exactly when its central estimate
+        fits, with that choice's verdict."""
+        said = self.chosen.verdict if self.chosen is not None else "does_not_fit"
+        if self.chosen is not None and said == "does_not_fit":
+            raise ValueError("a plan cannot choose a configuration that does not fit")
+        if self.verdict != said or self.fits != (said == "fits"):
+            raise ValueError(f"plan verdict {self.verdict} (fits={self.fits}) but the choice says {said}")
+        return self

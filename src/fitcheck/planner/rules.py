@@ -202,6 +202,13 @@ _RULES = (
         "seeds/000 (Apple 3); facebookresearch/xformers#731; docs/diffusion.md",
     ),
     Rule(
+        "tight-fallback",
+        "when no configuration's likely range (the band's upper edge) fits, the best-ranked one whose "
+        "central estimate fits, verdict tight, as check judges it; among equally good ones the lower upper "
+        "edge; exit 0 with a warning, 1 with --strict",
+        "issue 10 (conservative verdict: check exits 0 for tight with a warning); docs/planner.md#tight",
+    ),
+    Rule(
         "diffusion-resolution",
         "diffusion: the asked resolution; 64 px lower at a time, never below --min-resolution, only when "
         "nothing fits",

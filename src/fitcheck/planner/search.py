@@ -222,6 +222,9 @@ class LlmWorkload:
     def rank_key(self, c: LlmCandidate) -> tuple[object, ...]:
         return rank_key(c, self.grid.methods, self.target.backend)
 
+    def speed_key(self, c: LlmCandidate) -> tuple[object, ...]:
+        return speed_key(c, self.grid.methods)
+
     def signature(self, c: LlmCandidate) -> tuple[object, ...]:
         return explain.signature(c)
 
@@ -245,16 +248,19 @@ class LlmWorkload:
         return ()
 
 
+def speed_key(c: LlmCandidate, methods: tuple[str, ...]) -> tuple[object, ...]:
+    """The head of the ranking: method preference, longest sequence, strategy, throughput."""
+    s = c.setup
+    dist = (0, 0) if not s.distributed else R.dist_rank(s.effective_strategy, s.offload)
+    return (methods.index(s.method), -s.seq_len, *dist, -c.throughput.tokens_per_s)
+
+
 def rank_key(c: LlmCandidate, methods: tuple[str, ...], backend: str) -> tuple[object, ...]:
-    """Lexicographic ranking: method preference, longest sequence, throughput, tie order."""
+    """Lexicographic ranking: `speed_key`, then the tie order."""
     s = c.setup
     batch = s.batch_size if backend == "mps" else -s.batch_size
-    dist = (0, 0) if not s.distributed else R.dist_rank(s.effective_strategy, s.offload)
     return (
-        methods.index(s.method),
-        -s.seq_len,
-        *dist,
-        -c.throughput.tokens_per_s,
+        *speed_key(c, methods),
         R.PRECISION_ORDER.index(s.precision),
         R.ATTN_ORDER.index(s.attn),
         R.OPT_ORDER.index(s.optimizer),
