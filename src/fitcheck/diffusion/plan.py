@@ -282,6 +282,8 @@ def _why_not(c: DiffusionCandidate, chosen: DiffusionCandidate, asked: Diffusion
     or "tight too" when the choice is tight."""
     mine, best = c.throughput.images_per_s, chosen.throughput.images_per_s
     fits = "fits" if c.fits else "tight too"
+    if c.setup.resolution != chosen.setup.resolution:  # a tight choice keeps the higher resolution
+        return f"{fits}, but at {c.setup.resolution} px instead of {chosen.setup.resolution} px"
     if mine < best:
         return f"{fits}, {_pct(1 - mine / best)} slower ({mine:.3g} vs {best:.3g} images/s)"
     extra = [d for d in _departures(c.setup, asked) if d not in _departures(chosen.setup, asked)]
