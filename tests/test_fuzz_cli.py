@@ -6,7 +6,8 @@ each command, so a new option is fuzzed the day it is added), with valid values,
 and holds the contract of docs/cli.md:
 
 - never an internal error; exit codes 0, 1 or 2 only;
-- exit 1 only where the answer is "does not fit" (``check``) or "nothing fits" (``plan``);
+- exit 1 only where the answer is "does not fit" (``check``) or "nothing fits" (``plan``), or, with
+  ``--strict``, "tight" (both);
 - exit 2: exactly one ``fitcheck: error:`` line on stderr, and nothing on stdout;
 - exits 0 and 1 with ``--format json``: one strict JSON document (no NaN/Infinity) whose arithmetic
   is the one docs/json.md states.
@@ -234,8 +235,11 @@ def hold_contract(command: str, args: list[str], rc: int, out: str, err: str) ->
             if command == "check":
                 verdict = doc["target"]["verdict"]
                 assert (rc == 1) == (verdict == "does_not_fit" or ("--strict" in args and verdict == "tight"))
-        if command == "plan" and isinstance(doc, dict) and "fits" in doc:
-            assert (rc == 1) == (not doc["fits"])
+        if command == "plan" and isinstance(doc, dict) and "verdict" in doc:
+            verdict = doc["verdict"]
+            assert doc["fits"] == (verdict == "fits")
+            assert (doc["chosen"] is None) == (verdict == "does_not_fit")
+            assert (rc == 1) == (verdict == "does_not_fit" or ("--strict" in args and verdict == "tight"))
 
 
 @st.composite
@@ -283,4 +287,5 @@ def test_fuzz_the_cli_contract(crafted: list[str]) -> None:
 def test_vocabulary_is_read_from_the_app() -> None:
     assert any("--seq-len" in names for names, _ in VOCAB["estimate"])
     assert any("--effective-batch" in names for names, _ in VOCAB["plan"])
-    assert any("--strict" in names for names, _ in VOCAB["check"])  # a command's own option, not shared
+    assert any("--strict" in names for names, _ in VOCAB["check"])  # check's and plan's (cli.StrictO)
+    assert any("--strict" in names for names, _ in VOCAB["plan"])

@@ -1,0 +1,186 @@
+"""The plan's verdict is check's verdict (issue 10, docs/planner.md#tight).
+
+``plan`` chooses the best configuration whose band's upper edge fits (verdict ``fits``); when none
+does, the best whose central estimate fits (verdict ``tight``: exit 0 with check's warning, 1 with
+``--strict``); only when no central estimate fits is it "nothing fits" (exit 1). Boundaries for a
+language model, a diffusion model and a multi-GPU plan; a property: whenever plan chooses, ``check``
+on the chosen setup gives the same verdict.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fitcheck import api
+from fitcheck.cli import main
+from fitcheck.models import Target
+from fitcheck.planner.models import Plan
+
+GIB = 1 << 30
+
+#: One memory point each (every searched dimension fixed; seq_len is never shortened by default), so
+#: the budget alone decides the verdict. The multi-GPU one: DDP on 8 H100s, no offload.
+LLM_POINT: dict[str, Any] = {
+    "method": "lora",
+    "batch_size": 1,
+    "effective_batch": 4,
+    "grad_ckpt": True,
+    "optimizer": "adamw",
+    "attn": "flash",
+    "precision": "bf16",
+}
+MULTI_POINT: dict[str, Any] = {**LLM_POINT, "effective_batch": 8, "strategy": "ddp", "offload": "none"}
+CASES: list[tuple[str, str, dict[str, Any]]] = [
+    ("qwen2.5-0.5b", "rtx-4090", LLM_POINT),
+    ("llama-3.1-8b", "8xh100-80gb", MULTI_POINT),
+    ("sd15", "rtx-4090", {"method": "lora", "resolution": 512}),
+]
+
+
+def _on(on: str, budget: int) -> Target:
+    """The catalog target with a headroom that leaves ``budget`` bytes (``budget_bytes = usable_bytes -
+    headroom_bytes``; a budget over usable memory raises usable memory)."""
+    tgt = api.target(on, None, None)
+    assert tgt is not None
+    usable = max(tgt.usable_bytes, budget)
+    return tgt.model_copy(update={"usable_bytes": usable, "headroom_bytes": usable - budget})
+
+
+def _check_verdict(model: str, plan: Plan, tgt: Target) -> str:
+    """What ``check`` says of the plan's chosen setup on the same target (the same estimator path)."""
+    assert plan.chosen is not None
+    est = api.estimate_setup(api.resolve(model), plan.chosen.setup, tgt)
+    assert est.target is not None
+    return est.target.verdict
+
+
+@pytest.mark.parametrize(("model", "on", "opts"), CASES, ids=["llm", "multi-gpu", "diffusion"])
+def test_verdict_boundaries(model: str, on: str, opts: dict[str, Any]) -> None:
+    """At budget 0 nothing fits: ``smallest`` is the least central estimate (d) with its band edge (h).
+    Budget h: fits; budget d: tight (no point's band can fit under the least central estimate);
+    budget d - 1: nothing fits."""
+    nothing = api.plan(model, _on(on, 0), **opts)
+    assert nothing.verdict == "does_not_fit" and nothing.chosen is None and nothing.smallest is not None
+    d, h = nothing.smallest.device_bytes, nothing.smallest.high_bytes
+    assert d < h
+    fits = api.plan(model, _on(on, h), **opts)
+    assert fits.verdict == "fits" and fits.fits and fits.chosen is not None and fits.chosen.high_bytes <= h
+    tight = api.plan(model, _on(on, d), **opts)
+    assert tight.verdict == "tight" and not tight.fits and tight.chosen is not None
+    assert tight.chosen.device_bytes <= d < tight.chosen.high_bytes
+    assert tight.smallest is None and tight.changes == () and tight.reasons[0].rule == "tight-fallback"
+    assert all(not r.candidate.fits for r in tight.runners_up)  # no fitting runner-up beside a tight choice
+    for plan, budget in ((fits, h), (tight, d)):
+        assert _check_verdict(model, plan, _on(on, budget)) == plan.verdict
+    short = api.plan(model, _on(on, d - 1), **opts)
+    assert short.verdict == "does_not_fit" and short.chosen is None and short.smallest is not None
+    if opts is LLM_POINT:  # one memory point: just under its band edge it is tight
+        assert api.plan(model, _on(on, h - 1), **opts).verdict == "tight"
+
+
+def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    rc = main(["plan", *args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+#: Command lines whose plan is only tight today (the band's fixed bytes): a 7B LoRA under DDP on two
+#: 4090s (zero/fsdp would fit; DDP is fixed), SD 1.5 full fine-tuning at 1024 px on 10 GB.
+TIGHT_LINES = {
+    "multi-gpu": (
+        ["qwen2.5-7b", "--method", "lora", "--on", "2x4090", "--strategy", "ddp"],
+        ["hf.yaml", "accelerate.yaml"],
+    ),
+    "diffusion": (["sd15", "--method", "full", "--resolution", "1024", "--on", "10GB"], ["kohya.toml"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TIGHT_LINES))
+def test_tight_cli_exit_codes_warning_and_files(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args, emits = TIGHT_LINES[case]
+    emit = [x for name in emits for x in ("--emit", name)]
+    rc, out, err = _run([*args, *emit, "-o", str(tmp_path), "--format", "json"], capsys)
+    doc = json.loads(out)
+    assert rc == 0 and doc["verdict"] == doc["chosen"]["verdict"] == "tight" and doc["fits"] is False
+    assert "fitcheck: warning: tight: the estimate fits" in err and "--strict makes it 1" in err
+    for name in emits:
+        text = (tmp_path / name).read_text()
+        assert "TIGHT: the estimate fits" in text, name
+    rc, out, _ = _run([*args, "--strict"], capsys)
+    assert rc == 1
+    flat = " ".join(out.split())
+    assert "tight —" in flat and "likely up to" in flat and "nothing fits" not in flat
+    rc, md, _ = _run([*args, "--format", "markdown"], capsys)
+    assert rc == 0 and "(**tight**)" in md and "**Tight**: no configuration's likely range fits" in md
+
+
+def test_fits_is_exit_0_even_with_strict(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _run(["qwen2.5-0.5b", "--on", "rtx-4090", "--strict", "--format", "json"], capsys)
+    assert rc == 0 and json.loads(out)["verdict"] == "fits" and "tight" not in err
+
+
+def test_nothing_fits_is_exit_1_with_or_without_strict(capsys: pytest.CaptureFixture[str]) -> None:
+    for extra in ([], ["--strict"]):
+        rc, out, _ = _run(["sd15", "--method", "full", "--resolution", "1024", "--on", "6GB", *extra], capsys)
+        assert rc == 1 and "nothing fits" in out
+
+
+#: Models and fixed options for the property (small grids, so each plan takes well under a second).
+PROPERTY_CASES: list[tuple[str, str, dict[str, Any]]] = [
+    ("qwen2.5-0.5b", "rtx-4090", {"method": "full"}),
+    ("qwen2.5-1.5b", "rtx-4090", {"method": "auto", "attn": "flash", "precision": "bf16"}),
+    ("llama-3.2-1b", "rtx-4090", {"method": "lora", "seq_len": 4096}),
+    ("qwen2.5-7b", "rtx-4090", {"method": "lora", "attn": "flash", "precision": "bf16"}),
+    ("qwen2.5-7b", "2x4090", {"method": "lora", "attn": "flash", "precision": "bf16", "strategy": "ddp"}),
+]
+
+
+@functools.cache
+def _least(case: int) -> tuple[int, int]:
+    """The least central estimate of a case's search space and its band edge (plan at budget 0)."""
+    model, on, opts = PROPERTY_CASES[case]
+    s = api.plan(model, _on(on, 0), **opts).smallest
+    assert s is not None
+    return s.device_bytes, s.high_bytes
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(case=st.integers(0, len(PROPERTY_CASES) - 1), where=st.floats(min_value=-0.3, max_value=1.6))
+def test_plan_and_check_never_disagree(case: int, where: float) -> None:
+    """Whenever plan chooses (fits or tight), check on the chosen setup says the same; when nothing fits,
+    check on the least-memory setup says does_not_fit. The budget is drawn around the case's least need:
+    ``d + where x (h - d)`` (under d nothing fits; between d and h some point is tight)."""
+    model, on, opts = PROPERTY_CASES[case]
+    d, h = _least(case)
+    tgt = _on(on, max(1, int(d + where * (h - d))))
+    plan = api.plan(model, tgt, **opts)
+    VERDICTS_SEEN.add(plan.verdict)
+    assert plan.fits == (plan.verdict == "fits")
+    if plan.chosen is None:
+        assert plan.verdict == "does_not_fit" and plan.smallest is not None
+        est = api.estimate_setup(api.resolve(model), plan.smallest.setup, tgt)
+        assert est.target is not None and est.target.verdict == "does_not_fit"
+        return
+    assert plan.verdict in ("fits", "tight") and plan.chosen.verdict == plan.verdict
+    assert _check_verdict(model, plan, tgt) == plan.verdict
+    assert plan.estimate is not None and plan.estimate.target is not None
+    assert plan.estimate.target.verdict == plan.verdict
+
+
+#: The verdicts the property met (the next test holds that it met all three).
+VERDICTS_SEEN: set[str] = set()
+
+
+def test_the_property_meets_every_verdict() -> None:
+    if not VERDICTS_SEEN:
+        test_plan_and_check_never_disagree()
+    assert {"fits", "tight", "does_not_fit"} == VERDICTS_SEEN
