@@ -515,7 +515,9 @@ def plan(
     **options: Unpack[PlanOptions],
 ) -> Plan:
     """The fastest configuration that fits ``on``, explained (docs/planner.md); one `Plan` for LLMs
-    and diffusion models (its ``kind`` says which).
+    and diffusion models (its ``kind`` says which). When no configuration's likely range fits, the best
+    whose central estimate fits, with ``verdict`` ``tight`` (as `check` judges it); ``verdict``
+    ``does_not_fit`` and no ``chosen`` when none does.
 
     ``on=None`` (``--on none``) plans with no memory limit on the backend's assumed device: the
     fastest configuration, with the least memory any configuration needs in ``min_device_bytes``.

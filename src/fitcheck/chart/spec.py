@@ -217,7 +217,8 @@ def plan_chart(plan: Plan) -> PlanChart:
             verdict = "fits" if ch.device_bytes <= ch.budget_bytes else "does_not_fit"
             rows.append(PlanRow(ch.change, ch.device_bytes, verdict, 0.0, False, ch.flag))
     return PlanChart(
-        title=f"{plan.model_name} on {plan.target.name}: " + ("plan" if plan.fits else "nothing fits"),
+        title=f"{plan.model_name} on {plan.target.name}: "
+        + {"fits": "plan", "tight": "plan (tight)", "does_not_fit": "nothing fits"}[plan.verdict],
         subtitle=(setup_words(plan.chosen.setup) if plan.chosen is not None else "no configuration fits"),
         rows=tuple(rows),
         budget_bytes=plan.target.budget_bytes,
