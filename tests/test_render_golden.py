@@ -34,6 +34,8 @@ CASES: dict[str, tuple[list[str], str, int]] = {
     ),
     "check_thumb": (["check", "llama-3.1-8b", "--rule", "thumb", "--on", "rtx-4090"], "h100_idle", 0),
     "plan": (["plan", "llama-3.1-8b", "--on", "rtx-4090"], "h100_idle", 0),
+    # only tight (docs/planner.md#tight): chosen with its likely upper edge, exit 0 with a warning
+    "plan_tight": (["plan", "qwen2.5-7b", "--method", "lora", "--on", "rtx-4090"], "h100_idle", 0),
     "hw": (["hw"], "h100_idle", 0),
     "hw_no_gpu": (["hw"], "container_cgroup", 0),
     "hw_list": (["hw", "list"], "h100_idle", 0),

@@ -879,8 +879,8 @@ def _plan_verdict(c: Any, markup: bool = False) -> str:
 
 
 def _likely(c: Any) -> str:
-    """ " GiB (likely up to X)" after a tight choice's need (a fitting one's band is within the budget)."""
-    return f" GiB (likely up to {_g(c.high_bytes)})" if c.verdict == "tight" else ""
+    """After a tight choice's need: its band's upper edge, in GiB (a fitting one's is within the budget)."""
+    return f" GiB (likely up to {_g(c.high_bytes)} GiB)" if c.verdict == "tight" else ""
 
 
 def _tight_sentence(c: Any) -> str:
