@@ -134,13 +134,14 @@ def test_nothing_fits_is_exit_1_with_or_without_strict(capsys: pytest.CaptureFix
         assert rc == 1 and "nothing fits" in out
 
 
-#: Models and fixed options for the property (small grids, so each plan takes well under a second).
+#: Models and fixed options for the property (small grids: each plan takes a second or less).
 PROPERTY_CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("qwen2.5-0.5b", "rtx-4090", {"method": "full"}),
     ("qwen2.5-1.5b", "rtx-4090", {"method": "auto", "attn": "flash", "precision": "bf16"}),
     ("llama-3.2-1b", "rtx-4090", {"method": "lora", "seq_len": 4096}),
     ("qwen2.5-7b", "rtx-4090", {"method": "lora", "attn": "flash", "precision": "bf16"}),
     ("qwen2.5-7b", "2x4090", {"method": "lora", "attn": "flash", "precision": "bf16", "strategy": "ddp"}),
+    ("sd15", "rtx-4090", {"method": "lora", "resolution": 512}),
 ]
 
 
