@@ -71,6 +71,9 @@ class Fake:
     def speed_key(self, c: LlmCandidate) -> tuple[object, ...]:
         return (-c.throughput.tokens_per_s,)
 
+    def goal_key(self, c: LlmCandidate) -> tuple[object, ...]:
+        return ()
+
     def signature(self, c: LlmCandidate) -> tuple[object, ...]:
         return (c.setup.batch_size,)
 
@@ -125,18 +128,20 @@ def test_the_plan_fits_the_bands_high_edge_not_the_central_estimate() -> None:
     assert tight.candidate.verdict == "tight" and tight.reason.startswith("tight: needs")
 
 
-def test_only_tight_falls_back_to_the_fastest_tight_one_through_its_family() -> None:
-    """No band fits: the fastest setup whose central estimate fits is chosen (verdict tight); a second
-    walk continues the family past its first tight setup, estimating only what it had not."""
+def test_only_tight_falls_back_to_the_tight_one_that_reaches_least() -> None:
+    """No band fits: of the setups whose central estimate fits, the one whose likely range reaches least
+    is chosen (verdict tight), not the fastest; the family stops at its first tight setup (the larger
+    ones reach further), and the faster tight setups are runners-up."""
     need = {1: BUDGET // 2, 2: BUDGET - GIB, 4: BUDGET + 1}
-    w = Fake([[[1, 2, 4]]], need, {1: 1.0, 2: 2.0, 4: 4.0}, high=3.0, exhaustive=False)
+    w = Fake([[[1, 2, 4], [2], [4]]], need, {1: 1.0, 2: 2.0, 4: 4.0}, high=3.0, exhaustive=False)
     plan = make(w)
     assert plan.verdict == "tight" and not plan.fits and plan.chosen is not None
-    assert plan.chosen.setup.batch_size == 2 and plan.chosen.verdict == "tight"
+    assert plan.chosen.setup.batch_size == 1 and plan.chosen.verdict == "tight"
     assert w.asked == [1, 2, 4] and plan.estimates_run == 3 and plan.grid_points == 3
     assert plan.smallest is None and plan.changes == () and plan.reasons[0].rule == "tight-fallback"
     reasons = {r.candidate.setup.batch_size: r.reason for r in plan.runners_up}
-    assert reasons[4].startswith("does not fit") and reasons[1] == "slower: 1.0"  # below: tight ones only
+    assert reasons[4].startswith("does not fit")
+    assert reasons[2].startswith("tight too, likely up to")  # faster, but reaches further
 
 
 def test_a_fit_beats_a_faster_tight_one_in_a_later_tier() -> None:
@@ -145,14 +150,14 @@ def test_a_fit_beats_a_faster_tight_one_in_a_later_tier() -> None:
     assert plan.verdict == "fits" and plan.chosen is not None and plan.chosen.setup.batch_size == 1
 
 
-def test_among_equally_fast_tight_ones_the_lower_band_edge_wins() -> None:
+def test_among_tight_ones_the_lower_band_edge_wins() -> None:
     """b1 ranks first (less central memory), b2 reaches less far: the tight choice is b2, and b1 is
     listed above it with the band edge that decided."""
     need, highs = {1: BUDGET - 2 * GIB, 2: BUDGET - GIB}, {1: BUDGET + 3 * GIB, 2: BUDGET + GIB}
     plan = make(Fake([[[1], [2]]], need, {1: 1.0, 2: 1.0}, highs=highs))
     assert plan.verdict == "tight" and plan.chosen is not None and plan.chosen.setup.batch_size == 2
     (above,) = plan.runners_up
-    assert above.candidate.setup.batch_size == 1 and above.reason.startswith("tight too and as good")
+    assert above.candidate.setup.batch_size == 1 and above.reason.startswith("tight too, likely up to")
 
 
 def test_a_family_stops_at_its_first_setup_that_does_not_fit() -> None:

@@ -357,8 +357,8 @@ def register(app: typer.Typer) -> None:
         verbose: c.VerboseO = False,
         strict: c.StrictO = False,
     ) -> None:
-        """The fastest configuration that fits (exit 0), else the fastest tight one (exit 0 with a
-        warning; 1 with --strict); 1 when none fits. With reasons and configs."""
+        """The fastest configuration that fits (exit 0), else the tight one whose likely range reaches
+        least (exit 0 with a warning; 1 with --strict); 1 when none fits. With reasons and configs."""
         _dispatch(dict(locals()))
 
 

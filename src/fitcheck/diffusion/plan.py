@@ -189,7 +189,11 @@ class DiffusionWorkload:
     def speed_key(self, c: DiffusionCandidate) -> tuple[object, ...]:
         """The highest resolution, then the highest speed after departures."""
         adjusted = c.throughput.images_per_s * (1 - DEPARTURE * _risk(c.setup, self.asked))
-        return (-(c.setup.resolution or self.spec.native_resolution), -adjusted)
+        return (*self.goal_key(c), -adjusted)
+
+    def goal_key(self, c: DiffusionCandidate) -> tuple[object, ...]:
+        """The highest resolution."""
+        return (-(c.setup.resolution or self.spec.native_resolution),)
 
     def signature(self, c: DiffusionCandidate) -> tuple[object, ...]:
         s = c.setup
@@ -311,11 +315,16 @@ def _reasons(
     cand = chosen.setup
     tc = " (Tensor Cores prefer 4, 8, 16: source documents)" if cand.batch_size in (4, 8, 16) else ""
     fits = "fits" if chosen.fits else "fits at its central estimate (tight)"
+    why = (
+        "the fastest that fits"
+        if chosen.fits
+        else "of the tight ones, the one whose likely range reaches least"
+    )
     out = [
         _r(
             "throughput",
             "micro-batch",
-            f"micro-batch {cand.batch_size} x accumulation {cand.grad_accum}: the fastest that {fits}{tc}; "
+            f"micro-batch {cand.batch_size} x accumulation {cand.grad_accum}: {why}{tc}; "
             f"{chosen.device_bytes / GIB:.1f} GiB of a {target.budget_bytes / GIB:.1f} GiB budget"
             f" on {target.id}",
         ),

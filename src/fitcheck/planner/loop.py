@@ -96,7 +96,12 @@ class Workload(Protocol[S, T]):
 
     def speed_key(self, c: Candidate[S, T]) -> tuple[object, ...]:
         """The head of `rank_key` that says how good a plan is (preference, length or resolution, speed);
-        the rest only breaks ties. Among tight candidates, equal heads go to the lower band edge."""
+        the rest only breaks ties."""
+        ...
+
+    def goal_key(self, c: Candidate[S, T]) -> tuple[object, ...]:
+        """The head of `speed_key` that says what is trained (method preference and length, or
+        resolution), not how fast. Among tight candidates of the best goal, the lower band edge wins."""
         ...
 
     def signature(self, c: Candidate[S, T]) -> tuple[object, ...]:
@@ -172,55 +177,41 @@ def _candidate(w: Workload[S, T], target: Target, setup: S) -> Candidate[S, T] |
     )
 
 
-def _walk(
-    w: Workload[S, T],
-    target: Target,
-    seen: dict[tuple[int, int, int], Candidate[S, T] | None],
-    through_tight: bool,
-) -> tuple[list[Candidate[S, T]], bool]:
-    """The candidates the search reaches, and whether a family was cut at a tight candidate.
+def _walk(w: Workload[S, T], target: Target) -> list[Candidate[S, T]]:
+    """The candidates the search reaches.
 
-    A family grows in memory, so it ends at its first candidate that does not fit (``through_tight``:
-    at its first that does not fit even at its central estimate); the walk ends after the first tier in
-    which something fits unless the workload is exhaustive. ``seen`` keeps every evaluated candidate by
-    its place (tier, family, position; None when the estimator refused it), so a second walk estimates
-    only what the first did not reach.
+    A family grows in memory, so it ends at its first candidate whose likely range does not fit (the
+    least-reaching tight one of the family, which `tight_choice` may take); the walk ends after the first
+    tier in which something fits unless the workload is exhaustive.
     """
     cands: list[Candidate[S, T]] = []
-    cut = False
-    for ti, tier in enumerate(w.tiers()):
-        for fi, family in enumerate(tier):
-            for si, setup in enumerate(family):
-                key = (ti, fi, si)
-                if key not in seen:
-                    seen[key] = _candidate(w, target, setup)
-                c = seen[key]
+    for tier in w.tiers():
+        for family in tier:
+            for setup in family:
+                c = _candidate(w, target, setup)
                 if c is None:
                     break  # the estimator refuses it; larger micro-batches too
                 cands.append(c)
-                if c.verdict == "does_not_fit" or (c.verdict == "tight" and not through_tight):
-                    cut = cut or (c.verdict == "tight" and si < len(family) - 1)
+                if not c.fits:
                     break  # a family grows in memory: the rest of it does not fit either
         if not w.exhaustive and any(c.fits for c in cands):
             break
-    return cands, cut
+    return cands
 
 
 def tight_choice(w: Workload[S, T], cands: Sequence[Candidate[S, T]]) -> Candidate[S, T] | None:
-    """When nothing fits: the best-ranked tight candidate, the lower band edge first among equally
-    good ones (`Workload.speed_key`); None when no central estimate fits either."""
+    """When nothing fits: among the tight candidates of the best goal (`Workload.goal_key`: method and
+    length, or resolution), the one whose likely range reaches least, the ranking breaking ties. Speed
+    is not worth a likelier out-of-memory error: a faster setup that reaches further is a runner-up.
+    None when no central estimate fits either."""
     tight = [c for c in cands if c.verdict == "tight"]
-    return min(tight, key=lambda c: (w.speed_key(c), c.reach_bytes, w.rank_key(c)), default=None)
+    return min(tight, key=lambda c: (w.goal_key(c), c.reach_bytes, w.rank_key(c)), default=None)
 
 
 def search(w: Workload[S, T], target: Target) -> Searched[S, T]:
     """Every candidate of the search space the loop reaches, ranked, the best one that fits and, when
-    none does, the best tight one (a second walk continues each family through its tight candidates,
-    since a larger micro-batch may be tight too, and faster)."""
-    seen: dict[tuple[int, int, int], Candidate[S, T] | None] = {}
-    cands, cut = _walk(w, target, seen, through_tight=False)
-    if not any(c.fits for c in cands) and cut:
-        cands, _ = _walk(w, target, seen, through_tight=True)
+    none does, the tight one `tight_choice` takes."""
+    cands = _walk(w, target)
     if not cands:
         raise ValueError("the search space is empty: no setup could be estimated")
     cands.sort(key=w.rank_key)
@@ -264,7 +255,7 @@ def _why_below(w: Workload[S, T], c: Candidate[S, T], chosen: Candidate[S, T]) -
     as good, the band edge that decided it (`tight_choice`)."""
     if (
         chosen.verdict == "tight"
-        and w.speed_key(c) == w.speed_key(chosen)
+        and w.goal_key(c) == w.goal_key(chosen)
         and c.reach_bytes > chosen.reach_bytes
     ):
         return why_not_fit(c, chosen)
@@ -276,7 +267,7 @@ def why_not_fit(c: Candidate[S, T], chosen: Candidate[S, T]) -> str:
     (or, when the choice is tight too, its likely range reaches further)."""
     if c.verdict == "tight" and chosen.verdict == "tight":
         return (
-            f"tight too and as good, but likely up to {_gib(c.high_bytes)}, the choice up to "
+            f"tight too, likely up to {_gib(c.high_bytes)}, the choice up to "
             f"{_gib(chosen.high_bytes)} (among tight ones, the lower likely range wins)"
         )
     if c.verdict == "tight":

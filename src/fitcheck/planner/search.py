@@ -225,6 +225,9 @@ class LlmWorkload:
     def speed_key(self, c: LlmCandidate) -> tuple[object, ...]:
         return speed_key(c, self.grid.methods)
 
+    def goal_key(self, c: LlmCandidate) -> tuple[object, ...]:
+        return goal_key(c, self.grid.methods)
+
     def signature(self, c: LlmCandidate) -> tuple[object, ...]:
         return explain.signature(c)
 
@@ -248,11 +251,16 @@ class LlmWorkload:
         return ()
 
 
+def goal_key(c: LlmCandidate, methods: tuple[str, ...]) -> tuple[object, ...]:
+    """What is trained: method preference, then the longest sequence."""
+    return (methods.index(c.setup.method), -c.setup.seq_len)
+
+
 def speed_key(c: LlmCandidate, methods: tuple[str, ...]) -> tuple[object, ...]:
-    """The head of the ranking: method preference, longest sequence, strategy, throughput."""
+    """The head of the ranking: `goal_key`, strategy, throughput."""
     s = c.setup
     dist = (0, 0) if not s.distributed else R.dist_rank(s.effective_strategy, s.offload)
-    return (methods.index(s.method), -s.seq_len, *dist, -c.throughput.tokens_per_s)
+    return (*goal_key(c, methods), *dist, -c.throughput.tokens_per_s)
 
 
 def rank_key(c: LlmCandidate, methods: tuple[str, ...], backend: str) -> tuple[object, ...]:
