@@ -88,13 +88,18 @@ def test_torch20_foreach_holds_sqrt_and_denom() -> None:
     assert _step_temps("qwen2.5-0.5b", **emb, optimizer_impl="fused") == 0
 
 
-def test_torch20_foreach_writes_adamw_torch_and_names_its_source() -> None:
+def test_torch20_foreach_writes_adamw_torch_names_its_source_and_is_not_measured() -> None:
     from fitcheck.facts.hf_optim import optim_written
 
     assert optim_written("adamw", "foreach-2.0") == optim_written("adamw", "foreach") == "adamw_torch"
     setup = LlmSetup(method="lora", trainer="hf", optimizer_impl="foreach-2.0")
     regime = regime_for(setup)
     assert regime.foreach_denom and "#104898" in regime.source
+    torch = pytest.importorskip("torch")
+    from fitcheck.measure.optim import make_optimizer
+
+    with pytest.raises(OptionError, match=r"torch 2\.0's AdamW step"):
+        make_optimizer([torch.nn.Parameter(torch.zeros(2))], setup, regime)
 
 
 @pytest.mark.parametrize(
