@@ -62,6 +62,46 @@ def test_optimizer_impl_picks_the_adamw_step() -> None:
     assert same.peak_allocated_bytes == fused.peak_allocated_bytes
 
 
+def _step_temps(spec_id: str, **kw: object) -> int:
+    est = estimate(resolve_model(spec_id), LlmSetup(**kw))  # type: ignore[arg-type]
+    return next(
+        (c.bytes for c in est.phase("optimizer_step").components if c.name == "optimizer_transient"), 0
+    )
+
+
+def test_torch20_foreach_holds_sqrt_and_denom() -> None:
+    """torch 2.0.x's foreach AdamW (pytorch/pytorch#104898 made it in place in 2.1): one dtype group holds
+    two copies of every tensor; the fp32 adapters and bf16 modules_to_save copies of a peft run are two
+    groups, the first group's two lists alive while the second's are made."""
+    full = {"method": "full", "trainer": "hf", "grad_ckpt": True}
+    one = _step_temps("qwen2.5-0.5b", **full, optimizer_impl="foreach")
+    assert _step_temps("qwen2.5-0.5b", **full, optimizer_impl="foreach-2.0") == 2 * one
+    lora = {"method": "lora", "trainer": "hf", "lora_targets": "all-linear", "grad_ckpt": True}
+    adapters = _step_temps("qwen2.5-0.5b", **lora, optimizer_impl="foreach")
+    assert _step_temps("qwen2.5-0.5b", **lora, optimizer_impl="foreach-2.0") == 2 * adapters
+    emb = {**lora, "train_modules": "embed_tokens"}
+    both = _step_temps("qwen2.5-0.5b", **emb, optimizer_impl="foreach")  # adapters + copy, one list each
+    copy = both - adapters
+    assert copy > adapters  # the V x h copy is the larger group
+    got = _step_temps("qwen2.5-0.5b", **emb, optimizer_impl="foreach-2.0")
+    assert got == adapters + copy + copy  # both single lists plus the larger group's denom
+    assert _step_temps("qwen2.5-0.5b", **emb, optimizer_impl="fused") == 0
+
+
+def test_torch20_foreach_writes_adamw_torch_names_its_source_and_is_not_measured() -> None:
+    from fitcheck.facts.hf_optim import optim_written
+
+    assert optim_written("adamw", "foreach-2.0") == optim_written("adamw", "foreach") == "adamw_torch"
+    setup = LlmSetup(method="lora", trainer="hf", optimizer_impl="foreach-2.0")
+    regime = regime_for(setup)
+    assert regime.foreach_denom and "#104898" in regime.source
+    torch = pytest.importorskip("torch")
+    from fitcheck.measure.optim import make_optimizer
+
+    with pytest.raises(OptionError, match=r"torch 2\.0's AdamW step"):
+        make_optimizer([torch.nn.Parameter(torch.zeros(2))], setup, regime)
+
+
 @pytest.mark.parametrize(
     ("kw", "message"),
     [

@@ -66,6 +66,7 @@ class OptimizerOpt(StrEnum):
 class OptimizerImplOpt(StrEnum):
     fused = "fused"
     foreach = "foreach"
+    foreach_2_0 = "foreach-2.0"
 
 
 class AttnOpt(StrEnum):
@@ -207,7 +208,8 @@ OptImplO = Annotated[
     typer.Option(
         "--optimizer-impl",
         help="LLM, AdamW: fused (in place) or foreach (torch.optim.AdamW's default on CUDA: a copy of the "
-        "second moments inside the step; HF optim adamw_torch) [default: the trainer's own]",
+        "second moments inside the step; HF optim adamw_torch); foreach-2.0: torch 2.0's foreach step (two "
+        "copies) [default: the trainer's own]",
     ),
 ]
 CkptO = Annotated[bool, typer.Option("--grad-ckpt/--no-grad-ckpt", help="gradient checkpointing")]

@@ -271,8 +271,8 @@ class LlmSetup(SetupBase):
     )
     optimizer_impl: OptimizerImpl | None = Field(
         default=None,
-        description="AdamW's step: fused (no temporaries) or foreach (a copy of the second moments); None: "
-        "the trainer's own",
+        description="AdamW's step: fused (no temporaries) or foreach (a copy of the second moments); "
+        "foreach-2.0: torch 2.0.x's foreach step (the copy and denom); None: the trainer's own",
     )
     trainer: LlmTrainer = "generic"
     # What the model is trained for (docs/methodology.md, "Tasks"); None: the model's own
@@ -391,6 +391,11 @@ class Regime(Frozen):
         "lm_head cast back to the load dtype (TRL 0.9-0.25 peft_module_casting_to_bf16)",
     )
     fused_optimizer: bool
+    foreach_denom: bool = Field(
+        default=False,
+        description="AdamW foreach step as torch 2.0.x ran it: denom = _foreach_add(sqrt(v), eps) is a "
+        "second list beside sqrt(v) (in place from torch 2.1, pytorch/pytorch#104898)",
+    )
     loss_chunks: int = Field(default=1, ge=1, description="cross-entropy computed in this many chunks")
     loss_kernel: str = Field(default="standard", description="cross-entropy kernel (engine/loss.py KERNELS)")
     offload_checkpoints: bool = Field(default=False, description="checkpointed layer inputs kept on the CPU")

@@ -12,8 +12,10 @@ Optimizer = Literal[
     "adamw", "paged-adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"
 ]
 #: AdamW's step (docs/methodology.md, "Optimizer step"): one fused kernel, or torch's foreach path, which
-#: holds a copy of every second moment (``torch._foreach_sqrt(exp_avg_sq)``) inside ``optimizer.step()``.
-OptimizerImpl = Literal["fused", "foreach"]
+#: holds a copy of every second moment (``torch._foreach_sqrt(exp_avg_sq)``) inside ``optimizer.step()``;
+#: ``foreach-2.0`` is that path as torch 2.0.x ran it, which also held ``denom`` (a second copy) until
+#: pytorch/pytorch#104898 (torch 2.1) made the step in place.
+OptimizerImpl = Literal["fused", "foreach", "foreach-2.0"]
 Attention = Literal["eager", "sdpa", "flash", "xformers"]
 LlmTrainer = Literal["generic", "hf", "torchtune", "axolotl", "llamafactory", "mlx", "litgpt", "unsloth"]
 DiffusionTrainer = Literal["kohya"]

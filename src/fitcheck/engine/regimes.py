@@ -184,18 +184,30 @@ SRC_OPTIMIZER_IMPL = (
 )
 
 
+SRC_FOREACH_20 = (
+    "torch 2.0.x optim/adamw.py _multi_tensor_adamw, per (device, dtype) group: exp_avg_sq_sqrt = "
+    "torch._foreach_sqrt(device_exp_avg_sqs), then denom = torch._foreach_add(exp_avg_sq_sqrt, eps), two "
+    "lists alive at the addcdiv_ and both still bound while the next group's are made (read in the torch 2.0 "
+    "copy github.com/S-Lab-System-Group/Hydro hydro/optim/adamw.py @7a6a2f3b, 'Pytorch 2.0'); "
+    "pytorch/pytorch#104898 ('[foreach][AdamW] Minimize intermediates to save peak memory', merged "
+    "2023-07-10, first in torch 2.1; issue #97712) made the eps add in place"
+)
+
+
 def with_optimizer_impl(base: Regime, impl: str | None) -> Regime:
     """The regime with the AdamW step the setup names (``--optimizer-impl``); None keeps the trainer's own.
-    Only ``fused_optimizer`` (what `engine.states.adam_impl` reads), the words and the source change."""
-    if impl is None or (impl == "fused") == base.fused_optimizer:
+    Only ``fused_optimizer`` and ``foreach_denom`` (what `engine.states.adam_impl` reads), the words and
+    the source change."""
+    fused, denom = impl == "fused", impl == "foreach-2.0"
+    if impl is None or (fused, denom) == (base.fused_optimizer, base.foreach_denom):
         return base
-    fused = impl == "fused"
     words = base.description.replace("fused AdamW", "AdamW") if not fused else base.description
     return base.model_copy(
         update={
             "description": f"{words}; {impl} AdamW step",
             "fused_optimizer": fused,
-            "source": base.source + "; " + SRC_OPTIMIZER_IMPL,
+            "foreach_denom": denom,
+            "source": base.source + "; " + (SRC_FOREACH_20 if denom else SRC_OPTIMIZER_IMPL),
         }
     )
 

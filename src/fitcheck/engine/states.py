@@ -180,12 +180,12 @@ def _copy_state_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
 
 def adam_impl(setup: LlmSetup, regime: Regime) -> opt.AdamImpl:
     """Which AdamW step the trainer runs: fused (hf, torchtune), a for-loop over fp32 moments of
-    16-bit weights (generic), else torch's foreach default."""
+    16-bit weights (generic), else torch's foreach default (as torch 2.0.x ran it: ``foreach_denom``)."""
     if regime.fused_optimizer:
         return "fused"
     if regime.optimizer_state_dtype == "fp32" and _param_bytes(setup, regime) != 4:
         return "loop-fp32"
-    return "foreach"
+    return "foreach-2.0" if regime.foreach_denom else "foreach"
 
 
 def step_transient_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
@@ -196,7 +196,8 @@ def step_transient_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int
     AdamW's ``_foreach_sqrt(exp_avg_sqs)`` copies every tensor of each dtype group and the previous
     group's list is still bound while the next is made (torch optim/adamw.py ``_multi_tensor_adamw``,
     ``_group_tensors_by_device_and_dtype``), so their temporaries add; the other steps hold one
-    tensor's at a time, the largest deciding."""
+    tensor's at a time, the largest deciding. torch 2.0.x's foreach step holds two lists per group
+    (`_foreach20_groups`)."""
     shapes = tensor_shapes(a, setup)
     if setup.optimizer_in_bwd and shapes:
         shapes = [(max(shapes, key=lambda sk: math.prod(sk[0]))[0], 1)]
@@ -207,7 +208,23 @@ def step_transient_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int
         return own
     copies = [((a.vocab_size, a.hidden_size), len(mods))]
     theirs = opt.step_temporary_bytes(setup.optimizer, copies, nbytes(copy_dtype(regime)), impl)
+    if setup.optimizer == "adamw" and impl == "foreach-2.0":
+        one_group = copy_dtype(regime) == (
+            regime.adapter_dtype if setup.method != "full" else regime.trainable_dtype
+        )
+        return _foreach20_groups(own, theirs, one_group)
     return own + theirs if setup.optimizer == "adamw" and impl == "foreach" else max(own, theirs)
+
+
+def _foreach20_groups(own: int, theirs: int, one_group: bool) -> int:
+    """torch 2.0.x foreach AdamW over the adapters' and the copies' dtype groups, each term already the
+    group's two lists (``exp_avg_sq_sqrt`` and ``denom``): one dtype is one group, both lists of all
+    tensors at once; two groups run in turn, and the first group's two lists are still bound when the
+    second's ``sqrt`` and then its ``denom`` are made, so the peak is both groups' single lists plus the
+    larger one's second (``SRC_FOREACH_20`` in engine/regimes.py)."""
+    if one_group:
+        return own + theirs
+    return (own + theirs) // 2 + max(own, theirs) // 2
 
 
 def quantized_head_params(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:

@@ -57,7 +57,9 @@ HF_OPTIM_IMPL: dict[str, str] = {"adamw_torch_fused": "fused", "adamw_torch": "f
 
 def optim_written(optimizer: str, impl: str | None) -> str:
     """The ``optim`` name for a fitcheck optimizer and AdamW step: the first name of the optimizer,
-    or the name that picks the step when one is asked (`HF_OPTIM_IMPL`)."""
+    or the name that picks the step when one is asked (`HF_OPTIM_IMPL`); torch 2.0's foreach step
+    (``foreach-2.0``) is the same ``adamw_torch`` run by an older torch."""
     if optimizer == "adamw" and impl is not None:
-        return next(name for name, step in HF_OPTIM_IMPL.items() if step == impl)
+        step = "foreach" if impl == "foreach-2.0" else impl
+        return next(name for name, s in HF_OPTIM_IMPL.items() if s == step)
     return HF_OPTIM_WRITTEN[optimizer]

@@ -37,8 +37,10 @@ PAGED_MIN_NUMEL = 100_000
 
 #: How an AdamW step allocates: torch's foreach path (``_foreach_sqrt(exp_avg_sq)``, one copy of every
 #: second moment at once), the fused kernel (in place), or a for-loop step over fp32 moments of 16-bit
-#: parameters (``sqrt(v)`` and the update of one tensor at a time, fp32).
-AdamImpl = Literal["foreach", "fused", "loop-fp32"]
+#: parameters (``sqrt(v)`` and the update of one tensor at a time, fp32); ``foreach-2.0``: the foreach
+#: path of torch 2.0.x, which also held ``denom = _foreach_add(sqrt(v), eps)`` (two copies; in place from
+#: torch 2.1, pytorch/pytorch#104898).
+AdamImpl = Literal["foreach", "foreach-2.0", "fused", "loop-fp32"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,8 @@ OPTIMIZERS: dict[str, OptimizerRow] = {
 
 #: Temporaries of one step, per optimizer (the largest tensor decides for per-tensor loops):
 STEP_SOURCES: dict[str, str] = {
-    "adamw": "torch/optim/adamw.py: foreach holds _foreach_sqrt(exp_avg_sq) for all tensors; fused is in "
+    "adamw": "torch/optim/adamw.py: foreach holds _foreach_sqrt(exp_avg_sq) for all tensors (torch 2.0.x: "
+    "and denom = _foreach_add(sqrt, eps), in place from 2.1, pytorch/pytorch#104898); fused is in "
     "place; a for-loop step over fp32 moments holds sqrt(v) and the update of one tensor (traced)",
     "adafactor": "transformers Adafactor.step, per tensor: grad.float(), p.float() (16-bit weights only), "
     "grad**2 + eps, and the update from _approx_sq_grad with its row and column factors (traced: "
@@ -132,7 +135,8 @@ def step_temporary_bytes(optimizer: str, shapes: Shapes, param_bytes: int, adam:
             return 0
         if adam == "loop-fp32":
             return 2 * 4 * largest
-        return sum(k * _numel(s) for s, k in shapes) * param_bytes
+        copies = 2 if adam == "foreach-2.0" else 1
+        return copies * sum(k * _numel(s) for s, k in shapes) * param_bytes
     if optimizer == "adafactor":
         copies = 3 if param_bytes == 4 else 4
         return max(

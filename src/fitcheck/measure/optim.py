@@ -107,6 +107,11 @@ def make_optimizer(params: list[torch.nn.Parameter], setup: AnySetup, regime: Re
             return Fp32MomentAdamW(params, master_weights=regime.master_weights)
         if regime.fused_optimizer:
             return torch.optim.AdamW(params, lr=LR, fused=True)
+        if regime.foreach_denom:
+            raise OptionError(
+                f"--optimizer-impl foreach-2.0 is torch 2.0's AdamW step; this torch ({torch.__version__}) "
+                "runs its own: measure with foreach"
+            )
         return torch.optim.AdamW(params, lr=LR, foreach=True)
     if name == "sgd":
         return torch.optim.SGD(params, lr=LR, momentum=0.9, foreach=True)
