@@ -69,11 +69,11 @@ _QWEN_MULTI = (
     "runs under autocast grow 15 GiB); whether the sum covers 4 GPUs alike, or which model ran, is not stated"
 )
 _THUDM_SFT = (
-    "ChatGLM3-6B full fine-tuning, DeepSpeed ZeRO-3 on 4 GPUs in fp32 (finetune_hf.py casts every trainable "
-    "parameter to fp32; ds_zero_3.json's bf16 'auto' follows the Trainer's flag, off): 11.5 GiB per GPU short "
-    "of 48,346 MiB (tool not stated); the run's steps vary in length (padding to the longest of a batch of 1) "
-    "and evaluate with generation at batch 16 every 500 steps, and fitcheck's ZeRO-3 buffers are DeepSpeed's "
-    "defaults; which of these (if any) holds the rest is not found"
+    "ChatGLM3-6B full fine-tuning, DeepSpeed ZeRO-3 on 4 GPUs in fp32 (finetune_hf.py casts every "
+    "trainable parameter to fp32; ds_zero_3.json's bf16 'auto' follows the Trainer's flag, off): 11.5 GiB "
+    "per GPU short of 48,346 MiB (tool not stated); the run's steps vary in length (padding to the longest "
+    "of a batch of 1) and evaluate with generation at batch 16 every 500 steps, and fitcheck's ZeRO-3 "
+    "buffers are DeepSpeed's defaults; which of these (if any) holds the rest is not found"
 )
 KNOWN_UNDER: dict[str, str] = {
     **{
