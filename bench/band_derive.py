@@ -118,8 +118,11 @@ def _sequential_edge(
 ) -> tuple[float, float, float]:
     """(transient, quantized, fixed) of one edge: the fixed term (when ``fixed``), then transient from
     rows without 4-bit bytes, then quantized from the rows whose 4-bit bytes are more than
-    QUANTIZED_SHARE of the estimate, each with the earlier ones taken off."""
-    plain = [r for r in rows if not r.kinds["quantized"]]
+    QUANTIZED_SHARE of the estimate, each with the earlier ones taken off (transient from the rows that
+    hold transient bytes)."""
+    # a row whose estimate holds no transient bytes (a ZeRO-3 run peaking in its optimizer step) says
+    # nothing about the transient fraction: it is left to the fixed term
+    plain = [r for r in rows if not r.kinds["quantized"] and r.kinds["transient"]]
     fourbit = [r for r in rows if r.kinds["quantized"] > QUANTIZED_SHARE * r.estimate]
     ff = _fixed_edge(rows, side, states, weigh) if fixed else 0.0
     need_t = [(r.excess(side, states) - ff) / r.kinds["transient"] for r in plain]

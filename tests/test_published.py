@@ -69,6 +69,13 @@ _QWEN_MULTI = (
     "256 to 8192 tokens where the 16-bit loss Qwen-1 computes without autocast grows 10 GiB (the single-GPU "
     "runs under autocast grow 15 GiB); whether the sum covers 4 GPUs alike, or which model ran, is not stated"
 )
+_THUDM_SFT = (
+    "ChatGLM3-6B full fine-tuning, DeepSpeed ZeRO-3 on 4 GPUs in fp32 (finetune_hf.py casts every "
+    "trainable parameter to fp32; ds_zero_3.json's bf16 'auto' follows the Trainer's flag, off): 11.5 GiB "
+    "per GPU short of 48,346 MiB (tool not stated); the run's steps vary in length (padding to the longest "
+    "of a batch of 1) and evaluate with generation at batch 16 every 500 steps, and fitcheck's ZeRO-3 "
+    "buffers are DeepSpeed's defaults; which of these (if any) holds the rest is not found"
+)
 KNOWN_UNDER: dict[str, str] = {
     **{
         f"qwen-finetune-profiling/qwen-{k}": _QWEN_SHORT
@@ -98,6 +105,7 @@ KNOWN_UNDER: dict[str, str] = {
         for g in ("a100", "h100", "rtx-pro-6000")
     },
     **{f"multigpu_peft/llama-2-70b-qlora-{s}": _PEFT_SHARDED for s in ("fsdp1-offload", "zero3")},
+    "thudm-chatglm3-finetune/chatglm3-6b-sft-zero3-4gpu": _THUDM_SFT,
 }
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {
@@ -110,6 +118,10 @@ KNOWN_SOURCE: dict[str, str] = {
     "rasbt-llm-training-speed": "12.0% median, all over: the allocated peak of the plain bf16 loop is within "
     "5% of the figure at batch 8, the caching-allocator reserve fitcheck adds (about 20% there) is not in "
     "the printed memory_reserved()",
+    "thudm-chatglm3-finetune": "12.9% median of two records: LoRA on one GPU +1.4%, the ZeRO-3 full "
+    "fine-tuning on 4 GPUs 24% under (_THUDM_SFT)",
+    "thudm-glm4-finetune": "34.6% median of two records: LoRA on one GPU -3.9%, the ZeRO-3 full fine-tuning "
+    "on 8 GPUs (fp32) 65% under, a figure that fills the 80 GB card (known gap in the record)",
     "multigpu_peft": "15.7% median: Llama-2-70B QLoRA on 2 GPUs posed as sharded QLoRA (bf16 stream) is "
     "12-32% "
     "under (FSDP1, ZeRO-3); figures in GB read by an unstated tool",
