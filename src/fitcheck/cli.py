@@ -361,6 +361,14 @@ FsdpEmbUnitsO = Annotated[
         "custom_sharded_layers ['tok_embeddings', 'output']); not kept unsharded by the root",
     ),
 ]
+ZeroBucketO = Annotated[
+    int | None,
+    typer.Option(
+        "--zero-bucket-size",
+        help="DeepSpeed reduce_bucket_size in elements, as the config states it [default: the trainer's: "
+        "HF 'auto' hidden_size^2, DeepSpeed 5e8]",
+    ),
+]
 QuantStorageO = Annotated[
     QuantStorageOpt | None,
     typer.Option("--quant-storage", help="QLoRA bnb_4bit_quant_storage [default: compute dtype if sharded]"),
@@ -589,6 +597,7 @@ def _training_template(
     fsdp_version: FsdpVerO = 2,
     device_map_version: DevMapVerO = 5,
     fsdp_embedding_units: FsdpEmbUnitsO = False,
+    zero_bucket_size: ZeroBucketO = None,
     quant_storage: QuantStorageO = None,
     host_memory: HostMemO = None,
 ) -> None:

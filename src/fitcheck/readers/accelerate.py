@@ -12,12 +12,16 @@ config_args.py ClusterConfig, commands/launch.py; 1.15.0; trainer_keys/accelerat
 ``tp_size``, ``cp_size`` or ``sp_size`` over 1 shards the model or the sequence in ways fitcheck does not
 model, refused naming the key). A ``deepspeed_config_file`` found beside the YAML (or in the working
 folder, where the launcher opens it) is read with the DeepSpeed reader and its values fill what the YAML
-leaves unset.
+leaves unset. Without a file, accelerate's ``DeepSpeedPlugin`` builds ``zero_optimization`` from the stage
+and offload devices only (src/accelerate/utils/dataclasses.py @v0.28.0 lines 785-803, unchanged in 1.x),
+so DeepSpeed's own ``reduce_bucket_size`` default applies (5e8, runtime/zero/config.py): read as
+``--zero-bucket-size 500000000`` at stage 3, whose one IPG buffer does not depend on ``overlap_comm``.
 """
 
 from __future__ import annotations
 
 from fitcheck.errors import InputError
+from fitcheck.facts.deepspeed import ZERO_DEFAULTS
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_int
 from fitcheck.readers.deepspeed import STAGES
 
@@ -133,6 +137,12 @@ def _deepspeed(r: Reading, k: Keys, found: bool) -> None:
     stage = as_int(ds.get("zero_stage"), "deepspeed_config.zero_stage", p)
     if stage is not None:
         r.set("strategy", STAGES.get(stage), "deepspeed_config.zero_stage")
+    if stage == 3 and not config_file:
+        r.set("zero_bucket_size", ZERO_DEFAULTS["reduce_bucket_size"], "deepspeed_config (no bucket key)")
+        r.note(
+            "deepspeed_config names no reduce_bucket_size: accelerate passes none, so DeepSpeed's default "
+            "5e8 elements sizes ZeRO-3's gradient bucket (--zero-bucket-size 500000000)"
+        )
     opt = str(ds.get("offload_optimizer_device", "none")).lower()
     par = str(ds.get("offload_param_device", "none")).lower()
     if par in ("cpu", "nvme") and stage == 3:
