@@ -227,8 +227,8 @@ def test_band_holds_on_sources_it_was_not_fitted_to() -> None:
 #: rasbt-llm-training-speed (docs/methodology.md, "The fixed term"): one source decides a term. Qwen's runs
 #: carry the fixed bytes (+2 GiB; +1.25 without them: fitcheck-llm's 1.7 GiB TinyLlama QLoRA estimate's
 #: high edge moves 0.70 GiB, 40%); multigpu_peft's one record without 4-bit bytes is a whole voice and sets
-#: the transient up fraction (+23%, +32% before session 6's DeepSpeed buckets; 0 without it). The low edge's 7.7%
-#: (torchtune's QLoRA tutorial, without torchtune) predates the fixed term.
+#: the transient up fraction (+23%, +32% before session 6's DeepSpeed buckets; 0 without it). The low edge's
+#: 7.7% (torchtune's QLoRA tutorial, without torchtune) predates the fixed term.
 UNSTABLE = (
     "one source decides a term (Qwen: the fixed bytes, 40% on a 1.7 GiB estimate; multigpu_peft: the "
     "transient up fraction, +23%; torchtune: low edge 7.7%); docs/methodology.md, 'The fixed term'"
