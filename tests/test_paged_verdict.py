@@ -75,9 +75,10 @@ def test_paged_component_is_what_the_verdict_spills() -> None:
     assert paged > 10 * 2**30 and v.paged_bytes == paged
     assert v.device_bytes > v.budget_bytes  # counted on the device, over the 4090's budget ...
     # ... but the excess pages: the central estimate fits once the paged states spill; the band's upper
-    # edge (its fixed +2 GiB, session 5) is 0.01 GiB over, so this published run now reads tight
+    # edge (its fixed +2 GiB, session 5) was 0.01 GiB over (tight); with the transient up fraction at +23%
+    # (session 6, derived after the DeepSpeed buffers) it fits again, as the published run did
     assert v.device_bytes - paged <= v.budget_bytes < v.device_bytes
-    assert v.verdict == "tight" and not fits_budget(est, v.budget_bytes)
+    assert v.verdict == "fits" and fits_budget(est, v.budget_bytes)
     assert v.paged_host_bytes == v.device_bytes - v.budget_bytes and v.spare_bytes == 0
     assert any("paged optimizer states will live on the host" in n for n in v.notes)
     assert fit_verdict(memory_of(est), _target("rtx-4090")) == v.verdict  # the planner's test agrees
