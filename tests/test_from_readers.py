@@ -166,7 +166,8 @@ EXPECTED: dict[str, tuple[str, str, str | None, dict[str, object]]] = {
         "deepspeed",
         "hf",
         None,
-        {"precision": "bf16", "strategy": "zero3", "offload": "all"},  # "auto" batch values: unset
+        # "auto" batch values: unset
+        {"precision": "bf16", "strategy": "zero3", "offload": "all", "zero_overlap_comm": True},
     ),
     "accelerate/fsdp.yaml": (
         "accelerate",
@@ -317,7 +318,7 @@ def test_full_fine_tuning_drops_lora_defaults() -> None:
 def test_fields_the_setup_lacks_are_pending_not_dropped() -> None:
     got = read_config(str(DATA / "deepspeed/zero3_bf16_cpuoffload_all.json"))
     merged = resolve({}, set(), got, ("precision",))
-    assert merged.pending == {"strategy": "zero3", "offload": "all"}
+    assert merged.pending == {"strategy": "zero3", "offload": "all", "zero_overlap_comm": True}
 
 
 @pytest.mark.parametrize("row", sorted(TABLE))

@@ -138,12 +138,30 @@ num_processes: 2
 """
 
 
-def test_accelerate_inline_zero3_gets_deepspeeds_default_bucket(tmp_path: Path) -> None:
-    """accelerate's DeepSpeedPlugin builds zero_optimization without a bucket key (v0.28.0
-    utils/dataclasses.py L785-803), so DeepSpeed's 5e8 applies; stage 1/2 are left to the trainer's
-    own (their buffer count follows overlap_comm, which fitcheck does not take from the file)."""
+def test_accelerate_inline_config_gets_deepspeeds_defaults(tmp_path: Path) -> None:
+    """accelerate's DeepSpeedPlugin builds zero_optimization without a bucket or overlap_comm key (v0.28.0
+    utils/dataclasses.py L785-803), so DeepSpeed's 5e8 applies, with overlap_comm off below stage 3
+    (zero/config.py overlap_comm_valid): one 5e8 buffer at ZeRO-2."""
     path = tmp_path / "z3.yaml"
     path.write_text(ACCELERATE.format(stage=3))
-    assert read_config(str(path)).values["zero_bucket_size"] == 500_000_000
+    r = read_config(str(path))
+    assert r.values["zero_bucket_size"] == 500_000_000 and "zero_overlap_comm" not in r.values
     path.write_text(ACCELERATE.format(stage=2))
-    assert "zero_bucket_size" not in read_config(str(path)).values
+    r = read_config(str(path))
+    assert (r.values["zero_bucket_size"], r.values["zero_overlap_comm"]) == (500_000_000, False)
+
+
+def test_overlap_comm_off_keeps_one_zero2_buffer(spec7b: ModelSpec) -> None:
+    e = run(spec7b, strategy="zero2", gpus=2, zero_bucket_size=500_000_000, zero_overlap_comm=False)
+    assert comp(e, "reduce_buckets", "backward") == 500_000_000 * 2
+    with pytest.raises(OptionError, match="--zero-overlap-comm"):
+        run(spec7b, gpus=2, strategy="ddp", zero_overlap_comm=False)
+
+
+def test_deepspeed_reader_takes_overlap_comm(tmp_path: Path) -> None:
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(QWEN_ZERO2))
+    assert read_config(str(path)).values["zero_overlap_comm"] is True
+    off = {"zero_optimization": {"stage": 1, "overlap_comm": False}}
+    path.write_text(json.dumps(off))
+    assert read_config(str(path)).values["zero_overlap_comm"] is False

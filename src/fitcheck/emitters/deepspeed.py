@@ -42,7 +42,7 @@ def config(plan: Plan) -> dict[str, object]:
     stage = int(s.effective_strategy[-1])
     zero: dict[str, object] = {
         "stage": stage,
-        "overlap_comm": ZERO_EMITTED["overlap_comm"],
+        "overlap_comm": ZERO_EMITTED["overlap_comm"] if s.zero_overlap_comm is None else s.zero_overlap_comm,
         "contiguous_gradients": ZERO_EMITTED["contiguous_gradients"],
         # --zero-bucket-size: the size the plan was sized with; else HF fills hidden_size^2
         "reduce_bucket_size": "auto" if s.zero_bucket_size is None else s.zero_bucket_size,

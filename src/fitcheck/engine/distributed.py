@@ -126,7 +126,7 @@ def zero_config(spec: ModelSpec, setup: LlmSetup) -> dict[str, int | float | boo
     HF-family trainers: the config fitcheck emits ("auto" buckets resolved from the hidden size,
     overlap_comm on). Other trainers: DeepSpeed's own defaults, where overlap_comm is on only for
     ZeRO-3 (zero/config.py, overlap_comm_valid) and the buckets are 5e8 elements.
-    A ``--zero-bucket-size`` (a config's explicit ``reduce_bucket_size``) replaces the filled value.
+    ``--zero-bucket-size`` / ``--zero-overlap-comm`` (a config's explicit values) replace the filled ones.
     """
     stage = int(setup.effective_strategy[-1]) if setup.effective_strategy.startswith("zero") else 3
     out: dict[str, int | float | bool]
@@ -137,6 +137,8 @@ def zero_config(spec: ModelSpec, setup: LlmSetup) -> dict[str, int | float | boo
         out = {**ZERO_DEFAULTS, "overlap_comm": stage == 3, "contiguous_gradients": True}
     if setup.zero_bucket_size is not None:
         out["reduce_bucket_size"] = setup.zero_bucket_size
+    if setup.zero_overlap_comm is not None:
+        out["overlap_comm"] = setup.zero_overlap_comm
     return out
 
 

@@ -86,7 +86,7 @@ def read_config(path: str, fmt: str | None = None) -> ReadResult:
 #: open the path as given, relative to the working folder: TrainingArguments ``deepspeed``); what that
 #: JSON decides for the run (the ZeRO stage, offload and reduce bucket; the main file keeps the rest).
 DEEPSPEED_KEY = ("axolotl", "llamafactory", "trl")
-DEEPSPEED_FIELDS = ("strategy", "offload", "zero_bucket_size")
+DEEPSPEED_FIELDS = ("strategy", "offload", "zero_bucket_size", "zero_overlap_comm")
 
 
 def _with_deepspeed(result: ReadResult, data: Doc, path: str) -> ReadResult:
