@@ -165,7 +165,8 @@ def _zero(r: Reading, z: Keys) -> None:
         r.set("zero_overlap_comm", overlap, "zero_optimization.overlap_comm")
     given = {key: v for key, v in sizes.items() if v is not None}
     if given:
-        r.note("buckets read, not modelled: " + ", ".join(f"{key}={int(v):d}" for key, v in given.items()))
+        what = "noted (allgather: no buffer; stage-3 prefetch: sized as the trainer fills it)"
+        r.note(f"buckets {what}: " + ", ".join(f"{key}={int(v):d}" for key, v in given.items()))
     z.touch(
         "overlap_comm",  # read above at stages 1-3
         "contiguous_gradients",
