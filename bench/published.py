@@ -87,6 +87,8 @@ _DIRECT = (
     "kbit_prep",
     "kbit_path",
     "fsdp_embedding_units",
+    "zero_bucket_size",
+    "zero_overlap_comm",
 )
 #: Optimizers the sources name that fitcheck models under another name (same bytes per state).
 _OPTIMIZER_ALIASES: dict[str, tuple[str, str]] = {

@@ -94,6 +94,8 @@ class _Common(TypedDict, total=False):
     fsdp_version: int
     device_map_version: int
     fsdp_embedding_units: bool
+    zero_bucket_size: Annotated[int, Field(ge=1, le=10**12)] | None
+    zero_overlap_comm: bool | None
     quant_storage: QuantStorage | None
     host_memory: str | None
 
@@ -159,6 +161,8 @@ LLM_ONLY: dict[str, object] = {
     "image_tokens": 0,
     "device_map_version": 5,
     "fsdp_embedding_units": False,
+    "zero_bucket_size": None,
+    "zero_overlap_comm": None,
 }
 DIFFUSION_ONLY: dict[str, object] = {
     "resolution": None,
@@ -565,7 +569,8 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         "optimizer_impl",
     )
     base_keys: tuple[str, ...] = ("dora", "lora_fa", "master_weights", *_LORA, "double_quant", "seq_len")
-    base_keys += ("nodes", "fsdp_version", "device_map_version", "fsdp_embedding_units")
+    base_keys += ("nodes", "fsdp_version", "device_map_version", "fsdp_embedding_units", "zero_bucket_size")
+    base_keys += ("zero_overlap_comm",)
     base_opts = {k: opts.get(k) for k in (*base_keys, "quant_storage", *llm_extra)}
     base = setup_for(
         spec, {**base_opts, "method": "full" if method == "full" else "lora", "trainer": trainer}, tgt

@@ -363,6 +363,23 @@ FsdpEmbUnitsO = Annotated[
         "custom_sharded_layers ['tok_embeddings', 'output']); not kept unsharded by the root",
     ),
 ]
+ZeroBucketO = Annotated[
+    int | None,
+    typer.Option(
+        "--zero-bucket-size",
+        help="DeepSpeed reduce_bucket_size in elements, as the config states it [default: the trainer's: "
+        "HF 'auto' hidden_size^2, DeepSpeed 5e8]",
+    ),
+]
+ZeroOverlapO = Annotated[
+    bool | None,
+    typer.Option(
+        "--zero-overlap-comm/--no-zero-overlap-comm",
+        help="DeepSpeed overlap_comm as the config states it (ZeRO-1/2: two IPG buffers when on) "
+        "[default: the trainer's: HF family on, DeepSpeed on at ZeRO-3 only]",
+        show_default=False,
+    ),
+]
 QuantStorageO = Annotated[
     QuantStorageOpt | None,
     typer.Option("--quant-storage", help="QLoRA bnb_4bit_quant_storage [default: compute dtype if sharded]"),
@@ -609,6 +626,8 @@ def _training_template(
     fsdp_version: FsdpVerO = 2,
     device_map_version: DevMapVerO = 5,
     fsdp_embedding_units: FsdpEmbUnitsO = False,
+    zero_bucket_size: ZeroBucketO = None,
+    zero_overlap_comm: ZeroOverlapO = None,
     quant_storage: QuantStorageO = None,
     host_memory: HostMemO = None,
 ) -> None:

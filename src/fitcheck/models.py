@@ -284,6 +284,18 @@ class LlmSetup(SetupBase):
     quant_storage: QuantStorage | None = Field(
         default=None, description="bnb_4bit_quant_storage; None: the compute dtype when the strategy shards"
     )
+    zero_bucket_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=10**12,
+        description="DeepSpeed reduce_bucket_size (elements) as a config states it; None: the trainer's "
+        "own (HF 'auto': hidden_size^2; DeepSpeed's default 5e8) (docs/distributed.md#buckets)",
+    )
+    zero_overlap_comm: bool | None = Field(
+        default=None,
+        description="DeepSpeed overlap_comm as a config states it (ZeRO-1/2: a second IPG buffer when on); "
+        "None: the trainer's own (HF family: on, as fitcheck's emitted config; DeepSpeed: on at ZeRO-3 only)",
+    )
     device_map_version: Literal[4, 5] = Field(
         default=5,
         description="--strategy device-map: the transformers major version whose placement rule applies",

@@ -343,6 +343,8 @@ def register(app: typer.Typer) -> None:
         fsdp_version: c.FsdpVerO = 2,
         device_map_version: c.DevMapVerO = 5,
         fsdp_embedding_units: c.FsdpEmbUnitsO = False,
+        zero_bucket_size: c.ZeroBucketO = None,
+        zero_overlap_comm: c.ZeroOverlapO = None,
         quant_storage: c.QuantStorageO = None,
         host_memory: c.HostMemO = None,
         headroom: c.HeadroomO = None,
@@ -422,7 +424,8 @@ def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, fr
 #: attention, precision) stays searched unless given on the command line.
 PLAN_FIXED = ("method", "dora", "lora_fa", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
               "double_quant", "master_weights", "autocast", "compile", "kbit_prep", "kbit_path",
-              "keep_logits", "seq_len", "resolution", "trainer", "gpus")  # fmt: skip
+              "keep_logits", "seq_len", "resolution", "trainer", "gpus", "zero_bucket_size",
+              "zero_overlap_comm")  # fmt: skip
 
 
 def plan_from(
@@ -505,6 +508,9 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
         "--fsdp-version": kw["fsdp_version"] if kw["fsdp_version"] != 2 else None,
         "--device-map-version": kw["device_map_version"] if kw["device_map_version"] != 5 else None,
         "--fsdp-embedding-units": kw.get("fsdp_embedding_units", False),
+        "--zero-bucket-size": kw.get("zero_bucket_size"),
+        "--zero-overlap-comm": kw.get("zero_overlap_comm") is True,
+        "--no-zero-overlap-comm": kw.get("zero_overlap_comm") is False,
         "--quant-storage": kw["quant_storage"],
         "--host-memory": kw["host_memory"],
         "--headroom": kw["headroom"],

@@ -13,8 +13,9 @@ import json
 
 from fitcheck.emitters.common import EmitContext, chosen, header
 from fitcheck.emitters.launch import launch_line
-from fitcheck.engine.distributed import ZERO_DEFAULTS, ZERO_EMITTED
+from fitcheck.engine.distributed import ZERO_EMITTED
 from fitcheck.errors import OptionError
+from fitcheck.facts.deepspeed import ZERO_DEFAULTS
 from fitcheck.planner.models import Plan
 
 NAME = "deepspeed.json"
@@ -41,9 +42,10 @@ def config(plan: Plan) -> dict[str, object]:
     stage = int(s.effective_strategy[-1])
     zero: dict[str, object] = {
         "stage": stage,
-        "overlap_comm": ZERO_EMITTED["overlap_comm"],
+        "overlap_comm": ZERO_EMITTED["overlap_comm"] if s.zero_overlap_comm is None else s.zero_overlap_comm,
         "contiguous_gradients": ZERO_EMITTED["contiguous_gradients"],
-        "reduce_bucket_size": "auto",
+        # --zero-bucket-size: the size the plan was sized with; else HF fills hidden_size^2
+        "reduce_bucket_size": "auto" if s.zero_bucket_size is None else s.zero_bucket_size,
         "allgather_bucket_size": ZERO_EMITTED["allgather_bucket_size"],
     }
     if s.offload in ("optimizer", "all"):

@@ -50,7 +50,7 @@ KINDS = ("states", "quantized", "transient")
 SPREAD: dict[str, tuple[float, float]] = {
     "states": (0.025, 0.025),
     "quantized": (0.16, 0.0),
-    "transient": (0.1, 0.34),
+    "transient": (0.1, 0.23),
 }
 #: What the basis of a band says when its estimator has no published records (diffusion).
 BORROWED = "; no published diffusion runs: the transient, 4-bit and fixed terms are the LLM trainers'"

@@ -20,6 +20,7 @@ from fitcheck.assembly import phase, reassemble
 from fitcheck.engine.fsdp_embedding import Held, UnitSizes, embedding_units
 from fitcheck.engine.params import inventory, layer_linears
 from fitcheck.errors import OptionError
+from fitcheck.facts.deepspeed import ZERO_DEFAULTS
 from fitcheck.facts.dtypes import nbytes
 from fitcheck.models import (
     Component,
@@ -82,15 +83,6 @@ STRATEGY_FACTS: dict[Strategy, StrategyFacts] = {
     ),
 }
 
-#: DeepSpeed ZeRO defaults in elements (deepspeed/runtime/zero/config.py, v0.19.8).
-ZERO_DEFAULTS: dict[str, int] = {
-    "reduce_bucket_size": 500_000_000,
-    "allgather_bucket_size": 500_000_000,
-    "stage3_prefetch_bucket_size": 50_000_000,
-    "stage3_param_persistence_threshold": 100_000,
-    "stage3_max_live_parameters": 1_000_000_000,
-    "sub_group_size": 1_000_000_000,
-}
 #: The emitted deepspeed.json fixes these (the HF/DeepSpeed example configs do the same).
 ZERO_EMITTED: dict[str, int | bool] = {
     "allgather_bucket_size": 200_000_000,
@@ -134,13 +126,20 @@ def zero_config(spec: ModelSpec, setup: LlmSetup) -> dict[str, int | float | boo
     HF-family trainers: the config fitcheck emits ("auto" buckets resolved from the hidden size,
     overlap_comm on). Other trainers: DeepSpeed's own defaults, where overlap_comm is on only for
     ZeRO-3 (zero/config.py, overlap_comm_valid) and the buckets are 5e8 elements.
+    ``--zero-bucket-size`` / ``--zero-overlap-comm`` (a config's explicit values) replace the filled ones.
     """
     stage = int(setup.effective_strategy[-1]) if setup.effective_strategy.startswith("zero") else 3
+    out: dict[str, int | float | bool]
     if setup.trainer in HF_FAMILY:
-        out: dict[str, int | float | bool] = {**ZERO_DEFAULTS, **ZERO_EMITTED}
+        out = {**ZERO_DEFAULTS, **ZERO_EMITTED}
         out.update(hf_auto(spec.arch.hidden_size))
-        return out
-    return {**ZERO_DEFAULTS, "overlap_comm": stage == 3, "contiguous_gradients": True}
+    else:
+        out = {**ZERO_DEFAULTS, "overlap_comm": stage == 3, "contiguous_gradients": True}
+    if setup.zero_bucket_size is not None:
+        out["reduce_bucket_size"] = setup.zero_bucket_size
+    if setup.zero_overlap_comm is not None:
+        out["overlap_comm"] = setup.zero_overlap_comm
+    return out
 
 
 def check(setup: LlmSetup) -> None:
@@ -413,10 +412,22 @@ def _zero_optimizer(
         buf = (master.bytes + opt.bytes + grad32.bytes) * (DS_HOST_BUFFER_FACTOR - 1)
         extra = _c("offload_buffers", buf, "DeepSpeed estimator's additional_buffer_factor 1.5", "host")
         return [], [master, opt, grad32, extra], []
-    if stage == 3:
-        sub = min(int(z["sub_group_size"]), sh.trainable // n)
-        grad32 = _c("fp32_grad_partition", 4 * sub, "fp32 gradient of one sub_group at step", "zero3-params")
-    return [master, opt], [], [grad32]
+    return [master, opt], [], [_step_grad(sh, n, stage, z)]
+
+
+def _step_grad(sh: Shares, n: int, stage: int, z: dict[str, int | float | bool]) -> Component:
+    """The fp32 gradient the step makes of the partition (ZeRO-3: of one sub_group), and the flattened
+    16-bit copy it is made from: ``self.flatten(self.averaged_gradients[i]).to(fp32)`` concatenates the
+    gradient views into a new tensor in the gradients' dtype, then converts it, so both are alive at
+    the conversion; fp32 gradients convert to themselves (docs/distributed.md#zero-optimizer)."""
+    src = sh.compute_b if sh.compute_b != 4 else 0
+    also = f" + its flattened {src}-byte source" if src else ""
+    if stage < 3:
+        rule = f"fp32 gradient of the partition at step{also}"
+        return _c("fp32_grad_partition", (4 + src) * sh.trainable / n, rule, "zero-optimizer")
+    sub = min(int(z["sub_group_size"]), sh.trainable // n)
+    rule = f"fp32 gradient of one sub_group at step{also}"
+    return _c("fp32_grad_partition", (4 + src) * sub, rule, "zero3-params")
 
 
 def _zero_grads(

@@ -44,6 +44,13 @@ def _c(name: str, value: float, rule: str) -> Component:
 def _check(spec: ModelSpec, setup: LlmSetup) -> None:
     if setup.device_map_version != 5 and setup.strategy != "device-map":
         raise OptionError("--device-map-version applies to --strategy device-map")
+    zero = {"--zero-bucket-size": setup.zero_bucket_size, "--zero-overlap-comm": setup.zero_overlap_comm}
+    for flag, value in zero.items():
+        if value is not None and setup.strategy not in ("zero1", "zero2", "zero3"):
+            raise OptionError(
+                f"{flag} is a DeepSpeed ZeRO setting: it applies to --strategy zero1|zero2|zero3"
+                f", not {setup.strategy or 'a run without one'}"
+            )
     from fitcheck.engine.distributed import check_embedding_units
 
     check_embedding_units(spec, setup)

@@ -483,6 +483,9 @@ def strategies(req: PlanRequest, target: Target) -> tuple[str | None, ...]:
         _check_device_map(req, target)
     if req.strategy is not None:
         return (req.strategy,)
+    if req.base.zero_bucket_size is not None or req.base.zero_overlap_comm is not None:
+        # a DeepSpeed bucket size describes a ZeRO run (docs/distributed.md#buckets)
+        return tuple(s for s in STRATEGY_ORDER if STRATEGY_FACTS[s].engine == "deepspeed")
     if target.gpus * req.base.nodes == 1 or target.backend not in ("cuda", "rocm"):
         return (None,)
     if req.base.fsdp_embedding_units:

@@ -84,9 +84,10 @@ def read_config(path: str, fmt: str | None = None) -> ReadResult:
 
 #: Formats whose ``deepspeed`` key names a DeepSpeed JSON the trainer loads (axolotl and the HF Trainer
 #: open the path as given, relative to the working folder: TrainingArguments ``deepspeed``); what that
-#: JSON decides for the run (the ZeRO stage and offload; the main file keeps the rest).
+#: JSON decides for the run (the ZeRO stage, offload, reduce bucket and overlap_comm; the main file keeps the
+#: rest).
 DEEPSPEED_KEY = ("axolotl", "llamafactory", "trl")
-DEEPSPEED_FIELDS = ("strategy", "offload")
+DEEPSPEED_FIELDS = ("strategy", "offload", "zero_bucket_size", "zero_overlap_comm")
 
 
 def _with_deepspeed(result: ReadResult, data: Doc, path: str) -> ReadResult:

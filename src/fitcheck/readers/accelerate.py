@@ -12,12 +12,17 @@ config_args.py ClusterConfig, commands/launch.py; 1.15.0; trainer_keys/accelerat
 ``tp_size``, ``cp_size`` or ``sp_size`` over 1 shards the model or the sequence in ways fitcheck does not
 model, refused naming the key). A ``deepspeed_config_file`` found beside the YAML (or in the working
 folder, where the launcher opens it) is read with the DeepSpeed reader and its values fill what the YAML
-leaves unset.
+leaves unset. Without a file, accelerate's ``DeepSpeedPlugin`` builds ``zero_optimization`` from the stage
+and offload devices only (src/accelerate/utils/dataclasses.py @v0.28.0 lines 785-803, unchanged in 1.x),
+so DeepSpeed's own defaults apply (runtime/zero/config.py): ``reduce_bucket_size`` 5e8, read as
+``--zero-bucket-size 500000000``, and at stages 1/2 ``overlap_comm`` off (``overlap_comm_valid``: on at
+stage 3 only), read as ``--no-zero-overlap-comm``.
 """
 
 from __future__ import annotations
 
 from fitcheck.errors import InputError
+from fitcheck.facts.deepspeed import ZERO_DEFAULTS
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_int
 from fitcheck.readers.deepspeed import STAGES
 
@@ -133,6 +138,8 @@ def _deepspeed(r: Reading, k: Keys, found: bool) -> None:
     stage = as_int(ds.get("zero_stage"), "deepspeed_config.zero_stage", p)
     if stage is not None:
         r.set("strategy", STAGES.get(stage), "deepspeed_config.zero_stage")
+    if stage in (1, 2, 3) and not config_file:
+        _plugin_defaults(r, stage)
     opt = str(ds.get("offload_optimizer_device", "none")).lower()
     par = str(ds.get("offload_param_device", "none")).lower()
     if par in ("cpu", "nvme") and stage == 3:
@@ -147,6 +154,19 @@ def _deepspeed(r: Reading, k: Keys, found: bool) -> None:
         "deepspeed_config.gradient_accumulation_steps",
     )
     ds.touch("zero3_init_flag", "zero3_save_16bit_model", "gradient_clipping", "deepspeed_multinode_launcher")
+
+
+def _plugin_defaults(r: Reading, stage: int) -> None:
+    """What DeepSpeed gets from accelerate's inline plugin: no bucket key and no overlap_comm, so its own
+    defaults (5e8 elements; overlap_comm on at stage 3 only)."""
+    r.set("zero_bucket_size", ZERO_DEFAULTS["reduce_bucket_size"], "deepspeed_config (no bucket key)")
+    if stage < 3:
+        r.set("zero_overlap_comm", False, "deepspeed_config (no overlap_comm key)")
+    r.note(
+        "deepspeed_config names no reduce_bucket_size or overlap_comm: accelerate passes neither, so "
+        f"DeepSpeed's defaults size the gradient bucket(s) (--zero-bucket-size 500000000"
+        f"{', --no-zero-overlap-comm: one buffer' if stage < 3 else ''})"
+    )
 
 
 def _fsdp(r: Reading, k: Keys) -> None:

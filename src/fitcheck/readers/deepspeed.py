@@ -7,8 +7,11 @@ trainer_keys/deepspeed_keys.txt): ``zero_optimization.stage`` 0-3 (0: plain data
 ``offload_param.device`` moves parameters too (stage 3 only); ``bf16.enabled`` / ``fp16.enabled``;
 ``train_micro_batch_size_per_gpu`` and ``gradient_accumulation_steps``. The HF Trainer fills
 ``"auto"`` values from its own arguments (trainer_formats.md section 6), so they read as unset.
-Bucket sizes (``reduce_bucket_size``, ``allgather_bucket_size``, ``stage3_prefetch_bucket_size``)
-size communication buffers: read and reported, modelled by the multi-GPU work.
+A number in ``reduce_bucket_size`` at stages 1-3 is ``--zero-bucket-size`` and ``overlap_comm`` is
+``--zero-overlap-comm`` (the IPG gradient buffers, docs/distributed.md#buckets); "auto" stays unset, filled
+as the trainer fills it. ``allgather_bucket_size``
+and ``stage3_prefetch_bucket_size`` are reported in a note (stage 1/2 gather into views of the flat
+parameters, no bucket buffer; stage 3's prefetch bucket is HF's "auto" value or DeepSpeed's default).
 
 Refused with one line naming the key (deepspeed/runtime/config.py, runtime/sequence_parallel,
 runtime/tensor_parallel, runtime/precision_config.py; DeepSpeedExamples @45b4b715 uses each):
@@ -154,11 +157,18 @@ def _zero(r: Reading, z: Keys) -> None:
     if "nvme" in (off_opt, off_par):
         r.note("nvme offload: sized as CPU offload for the GPU; the NVMe space is not modelled")
     sizes = {key: as_float(z.get(key), f"zero_optimization.{key}", p) for key in BUCKETS}
+    reduce = sizes.pop("reduce_bucket_size")
+    if stage in (1, 2, 3):
+        if reduce is not None:
+            r.set("zero_bucket_size", int(reduce), "zero_optimization.reduce_bucket_size")
+        overlap = as_bool(z.get("overlap_comm"), "zero_optimization.overlap_comm", p)
+        r.set("zero_overlap_comm", overlap, "zero_optimization.overlap_comm")
     given = {key: v for key, v in sizes.items() if v is not None}
     if given:
-        r.note("buckets: " + ", ".join(f"{key}={int(v):d}" for key, v in given.items()))
+        what = "noted (allgather: no buffer; stage-3 prefetch: sized as the trainer fills it)"
+        r.note(f"buckets {what}: " + ", ".join(f"{key}={int(v):d}" for key, v in given.items()))
     z.touch(
-        "overlap_comm",
+        "overlap_comm",  # read above at stages 1-3
         "contiguous_gradients",
         "sub_group_size",
         "stage3_param_persistence_threshold",
