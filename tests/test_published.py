@@ -109,9 +109,6 @@ KNOWN_SOURCE: dict[str, str] = {
     "ms-swift": "30% median: the 2024-01-02 table ran truncation 'delete' (each step at its own example's "
     "length), so its max_memory_reserved carries the caching allocator's history over varying lengths "
     "(known gap on 37 of 47 rows; bench/swift_loss.py part 4); its 2023-12 table, at max_length, is 3.2%",
-    "qwen-finetune-profiling": "10.6% median, all under: the Qwen-1 README profile (tool not stated); LoRA "
-    "and LoRA (emb) 7B within 6%, 1.8B LoRA (emb) within 8.1%, Q-LoRA and full-parameter under DeepSpeed "
-    "0-26% under, 1.8B LoRA 15-20% under at short lengths (_QWEN_SHORT, _QWEN_DS, _QWEN_MULTI)",
     "rasbt-llm-training-speed": "12.0% median, all over: the allocated peak of the plain bf16 loop is within "
     "5% of the figure at batch 8, the caching-allocator reserve fitcheck adds (about 20% there) is not in "
     "the printed memory_reserved()",
