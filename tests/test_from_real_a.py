@@ -162,7 +162,7 @@ def test_a_named_list_is_not_widened_to_all_linear(tmp_path: Path) -> None:
     assert r.values["lora_targets"] == "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
     assert (
         _read(tmp_path, "base_model: x\nadapter: lora\nlora_target_linear: true\n").values["lora_targets"]
-        == "all-linear"
+        == "linear-modules"
     )
 
 
@@ -275,3 +275,45 @@ def test_the_report_tells_keys_without_memory_effect_from_keys_not_understood(
 def test_an_adapter_other_than_lora_is_refused(tmp_path: Path) -> None:
     with pytest.raises(FitcheckError, match="adapter: 'llama-adapter' has no fitcheck memory model"):
         _read(tmp_path, "base_model: x\nadapter: llama-adapter\n")
+
+
+def test_lora_target_linear_on_mixtral_is_axolotls_list_not_peft_all_linear(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """axolotl's example Mixtral QLoRA (lora_target_linear, lora_dropout 0.05): find_all_linear_names finds
+    only the attention projections on transformers 5 (the experts are 3-D parameters, the router no
+    nn.Linear), so the adapters are the attention's, and the dropout does not meet peft's ParamWrapper."""
+    name = str(DATA / "axolotl/mixtral-qlora.yml")
+    rc = main(["estimate", "--from", name, "--on", "h100-80gb", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["setup"]["lora_targets"] == "linear-modules"
+    attn = api.estimate("mixtral-8x7b", method="qlora", lora_rank=32, lora_targets="attn", seq_len=64)
+    assert (
+        doc["params"]["trainable"]
+        == attn.params.trainable
+        == 32 * 32 * (2 * (4096 + 4096) + 2 * (4096 + 1024))
+    )
+    peft_all = api.estimate("mixtral-8x7b", method="qlora", lora_rank=32, seq_len=64)
+    assert peft_all.params.trainable > 10 * attn.params.trainable  # all-linear adds experts and router
+
+
+def test_axolotl_lets_lora_dropout_through_converted_expert_targets() -> None:
+    """On a converted MoE type whose dense MLP names reach the experts (Qwen3-MoE with mlp_only_layers),
+    axolotl patches ParamWrapper to take lora_dropout; a plain peft run (--trainer hf) refuses it, and so
+    does axolotl when the file names the expert parameters itself (lora_target_parameters)."""
+    from fitcheck.engine.lora import validate_parameter_targets
+    from fitcheck.errors import OptionError
+    from fitcheck.models import LlmSetup
+    from fitcheck.sources.hf_config import arch_from_hf_config
+    from test_architectures import CASES
+
+    a = arch_from_hf_config({"model_type": "qwen3_moe", **CASES["qwen3_moe"][1]})
+    kw = {"method": "lora", "lora_dropout": 0.05}
+    validate_parameter_targets(a, LlmSetup(trainer="axolotl", lora_targets="linear-modules", **kw))
+    with pytest.raises(OptionError, match="ParamWrapper"):
+        validate_parameter_targets(a, LlmSetup(trainer="hf", lora_targets="linear-modules", **kw))
+    named = "linear-modules,experts.down_proj"  # lora_target_parameters: no patch, peft refuses
+    with pytest.raises(OptionError, match="ParamWrapper"):
+        validate_parameter_targets(a, LlmSetup(trainer="axolotl", lora_targets=named, **kw))
+    with pytest.raises(OptionError, match="ParamWrapper"):  # DoRA is not patched
+        validate_parameter_targets(a, LlmSetup(trainer="axolotl", lora_targets="linear-modules", dora=True))
