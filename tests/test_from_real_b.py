@@ -37,7 +37,7 @@ CASES: dict[str, tuple[str | None, str]] = {
     "torchtune/qwen3-0.6B_lora_single_device.yaml": (None, H100),
     "torchtune/qwen2_5-1.5B_full_single_device.yaml": (None, H100),
     "torchtune/mistral-7B_lora_single_device.yaml": (None, H100),
-    "torchtune/gemma-2B_lora_single_device.yaml": ("2B", H100),
+    "torchtune/gemma-2B_lora_single_device.yaml": (None, H100),  # gemma.lora_gemma_2b -> gemma-2b
     "torchtune/phi3-mini_lora_single_device.yaml": (None, H100),
     "torchtune/llama3_1-8B_lora_dpo_single_device.yaml": (None, H100),
     "torchtune/llama3_2-8B_to_1B_KD_lora_single_device.yaml": (None, H100),
