@@ -39,7 +39,12 @@ MINE = (
 SETUP_FIELDS = tuple(get_type_hints(api.TrainingOptions))
 #: MODEL on the command line for files whose own model is no preset (the Hub is not reached in tests):
 #: a preset of the same shape (MoE experts, module names), else a Llama-shaped 8B.
-STAND_IN = {"axolotl/gemma4-26b-a4b-moe-qlora.yaml": "qwen3-30b-a3b"}
+STAND_IN = {
+    "axolotl/gemma4-26b-a4b-moe-qlora.yaml": "qwen3-30b-a3b",
+    # image_max_pixels reads as image tokens, which only a model with a vision tower takes
+    "llamafactory/qwen3vl_lora_sft.yaml": "gemma-3-4b",
+    "llamafactory/qwen3vlmoe_lora_sft_fsdp.yaml": "gemma-3-4b",
+}
 #: Files that read but that the engine then refuses, with the reason (one line, exit 2): LoRA targets in a
 #: vision adapter (fitcheck matches named targets in the language model only).
 #: Files whose stand-in model lacks some of the named targets: peft ignores those beside ones that match,
@@ -317,3 +322,28 @@ def test_axolotl_lets_lora_dropout_through_converted_expert_targets() -> None:
         validate_parameter_targets(a, LlmSetup(trainer="axolotl", lora_targets=named, **kw))
     with pytest.raises(OptionError, match="ParamWrapper"):  # DoRA is not patched
         validate_parameter_targets(a, LlmSetup(trainer="axolotl", lora_targets="linear-modules", dora=True))
+
+
+@pytest.mark.parametrize(
+    ("template", "pixels"),
+    [(t, p) for t in ("qwen2_vl", "qwen3_vl") for p in (65536, 262144, 768 * 768, 4_000_000, 1 << 24)],
+)
+def test_image_tokens_follow_llamafactory_and_the_qwen_vl_processor(template: str, pixels: int) -> None:
+    """LLaMA-Factory's resize to the cap, then transformers' own smart_resize, then the merge."""
+    from fitcheck.readers import mmtokens
+
+    qwen = pytest.importorskip("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl")
+    grid = mmtokens.TEMPLATES[template]
+    side = mmtokens.square_side(pixels)
+    cap = grid.max_pixels if grid.max_pixels is not None else 1 << 40
+    h, w = qwen.smart_resize(side, side, factor=grid.factor, max_pixels=cap)
+    assert mmtokens.image_tokens(pixels, grid) == (h // grid.patch) * (w // grid.patch) // grid.merge**2
+
+
+def test_image_max_pixels_reads_as_image_tokens_for_qwen_vl_templates(tmp_path: Path) -> None:
+    base = "model_name_or_path: x\nstage: sft\nfinetuning_type: lora\nimage_max_pixels: 262144\n"
+    assert _read(tmp_path, base + "template: qwen3_vl\n").values["image_tokens"] == 256  # 512 / 32 = 16 x 16
+    assert _read(tmp_path, base + "template: qwen2_vl\n").values["image_tokens"] == 324  # 504 / 28 = 18 x 18
+    other = _read(tmp_path, base + "template: llava\n")
+    assert "image_tokens" not in other.values
+    assert any("give --image-tokens" in n for n in other.notes)
