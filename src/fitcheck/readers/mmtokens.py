@@ -3,13 +3,14 @@
 LLaMA-Factory shrinks every image larger than ``image_max_pixels`` to that many pixels, keeping its aspect
 (``BasePlugin._preprocess_image``: ``resize_factor = sqrt(image_max_pixels / (w * h))``, then ``int`` of
 each side; hiyouga/LLaMA-Factory src/llamafactory/data/mm_plugin.py @ff6d4d12). The Qwen-VL processor then
-rounds each side to a multiple of ``patch_size x merge_size`` (transformers
-models/qwen2_vl/image_processing_pil_qwen2_vl.py ``smart_resize``, 5.24: ``round(h / factor) * factor``, shrunk
+rounds each side to a multiple of ``patch_size x merge_size`` (transformers 5.24
+models/qwen2_vl/image_processing_pil_qwen2_vl.py ``smart_resize``: ``round(h / factor) * factor``, shrunk
 again past the processor's ``max_pixels``), and the plugin puts ``grid_t x grid_h x grid_w / merge_size^2``
 image tokens in the text (``Qwen2VLPlugin.process_messages``: ``image_grid_thw.prod() // merge_length``).
-Caps below the processor's ``min_pixels`` (56 x 56) are not modelled. Patch and merge sizes are the vision tower's (transformers ``Qwen2VLVisionConfig``: 14 and 2, which
-Qwen2.5-VL keeps; ``Qwen3VLVisionConfig``: 16 and 2), chosen by the file's ``template``, which names the
-plugin (data/template.py: ``qwen2_vl`` -> Qwen2VLPlugin; ``qwen3_vl``, ``qwen3_vl_nothink`` -> Qwen3VLPlugin).
+Caps below the processor's ``min_pixels`` (56 x 56) are not modelled. Patch and merge sizes are the vision
+tower's (transformers ``Qwen2VLVisionConfig``: 14 and 2, which Qwen2.5-VL keeps; ``Qwen3VLVisionConfig``:
+16 and 2), chosen by the file's ``template``, which names the plugin (data/template.py: ``qwen2_vl`` ->
+Qwen2VLPlugin; ``qwen3_vl``, ``qwen3_vl_nothink`` -> Qwen3VLPlugin).
 """
 
 from __future__ import annotations
