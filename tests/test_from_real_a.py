@@ -347,3 +347,13 @@ def test_image_max_pixels_reads_as_image_tokens_for_qwen_vl_templates(tmp_path: 
     other = _read(tmp_path, base + "template: llava\n")
     assert "image_tokens" not in other.values
     assert any("give --image-tokens" in n for n in other.notes)
+
+
+def test_lora_target_linear_joins_the_named_modules_and_parameters(tmp_path: Path) -> None:
+    """_build_peft_lora_config: ``list(set(lora_target_modules + find_all_linear_names(model)))``, and
+    ``lora_target_parameters`` beside them."""
+    base = "base_model: x\nadapter: lora\nlora_target_linear: true\n"
+    named = _read(tmp_path, base + "lora_target_modules: [lm_head]\n")
+    assert named.values["lora_targets"] == "linear-modules,lm_head"
+    params = _read(tmp_path, base + "lora_target_parameters: [mlp.experts.down_proj]\n")
+    assert params.values["lora_targets"] == "linear-modules,experts.down_proj"
