@@ -307,3 +307,18 @@ def test_trainers_with_their_own_lora_refuse_any_unmatched_name(trainer: str) ->
     spec = spec_from_config({"model_type": "llama", **CASES["llama"][1]}, id="t", name="t", source="test")
     with pytest.raises(OptionError, match="no module 'wq'"):
         estimate(spec, LlmSetup(lora_targets="q_proj,wq", seq_len=64, trainer=trainer))
+
+
+def test_measure_replaces_the_linear_modules_token_with_the_models_names() -> None:
+    torch = pytest.importorskip("torch")
+    from fitcheck.measure.build import _with_linear_modules
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q_proj, self.lm_head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 8)
+            self.norm = torch.nn.LayerNorm(4)
+
+    assert _with_linear_modules(["linear-modules", "embed_tokens"], Tiny()) == ["embed_tokens", "q_proj"]
+    assert _with_linear_modules("all-linear", Tiny()) == "all-linear"
+    assert _with_linear_modules(["q_proj"], Tiny()) == ["q_proj"]
