@@ -27,7 +27,7 @@ EXPECTED: dict[str, tuple[str, str, str | None, dict[str, object]]] = {
             "lora_rank": 32,
             "lora_alpha": 16.0,
             "lora_dropout": 0.05,
-            "lora_targets": "all-linear",
+            "lora_targets": "linear-modules",  # lora_target_linear: find_all_linear_names
             "seq_len": 4096,
             "batch_size": 2,
             "grad_accum": 4,

@@ -39,7 +39,12 @@ MINE = (
 SETUP_FIELDS = tuple(get_type_hints(api.TrainingOptions))
 #: MODEL on the command line for files whose own model is no preset (the Hub is not reached in tests):
 #: a preset of the same shape (MoE experts, module names), else a Llama-shaped 8B.
-STAND_IN = {"axolotl/gemma4-26b-a4b-moe-qlora.yaml": "qwen3-30b-a3b"}
+STAND_IN = {
+    "axolotl/gemma4-26b-a4b-moe-qlora.yaml": "qwen3-30b-a3b",
+    # image_max_pixels reads as image tokens, which only a model with a vision tower takes
+    "llamafactory/qwen3vl_lora_sft.yaml": "gemma-3-4b",
+    "llamafactory/qwen3vlmoe_lora_sft_fsdp.yaml": "gemma-3-4b",
+}
 #: Files that read but that the engine then refuses, with the reason (one line, exit 2): LoRA targets in a
 #: vision adapter (fitcheck matches named targets in the language model only).
 #: Files whose stand-in model lacks some of the named targets: peft ignores those beside ones that match,
@@ -162,7 +167,7 @@ def test_a_named_list_is_not_widened_to_all_linear(tmp_path: Path) -> None:
     assert r.values["lora_targets"] == "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
     assert (
         _read(tmp_path, "base_model: x\nadapter: lora\nlora_target_linear: true\n").values["lora_targets"]
-        == "all-linear"
+        == "linear-modules"
     )
 
 
@@ -275,3 +280,80 @@ def test_the_report_tells_keys_without_memory_effect_from_keys_not_understood(
 def test_an_adapter_other_than_lora_is_refused(tmp_path: Path) -> None:
     with pytest.raises(FitcheckError, match="adapter: 'llama-adapter' has no fitcheck memory model"):
         _read(tmp_path, "base_model: x\nadapter: llama-adapter\n")
+
+
+def test_lora_target_linear_on_mixtral_is_axolotls_list_not_peft_all_linear(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """axolotl's example Mixtral QLoRA (lora_target_linear, lora_dropout 0.05): find_all_linear_names finds
+    only the attention projections on transformers 5 (the experts are 3-D parameters, the router no
+    nn.Linear), so the adapters are the attention's, and the dropout does not meet peft's ParamWrapper."""
+    name = str(DATA / "axolotl/mixtral-qlora.yml")
+    rc = main(["estimate", "--from", name, "--on", "h100-80gb", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["setup"]["lora_targets"] == "linear-modules"
+    attn = api.estimate("mixtral-8x7b", method="qlora", lora_rank=32, lora_targets="attn", seq_len=64)
+    assert (
+        doc["params"]["trainable"]
+        == attn.params.trainable
+        == 32 * 32 * (2 * (4096 + 4096) + 2 * (4096 + 1024))
+    )
+    peft_all = api.estimate("mixtral-8x7b", method="qlora", lora_rank=32, seq_len=64)
+    assert peft_all.params.trainable > 10 * attn.params.trainable  # all-linear adds experts and router
+
+
+def test_axolotl_lets_lora_dropout_through_converted_expert_targets() -> None:
+    """On a converted MoE type whose dense MLP names reach the experts (Qwen3-MoE with mlp_only_layers),
+    axolotl patches ParamWrapper to take lora_dropout; a plain peft run (--trainer hf) refuses it, and so
+    does axolotl when the file names the expert parameters itself (lora_target_parameters)."""
+    from fitcheck.engine.lora import validate_parameter_targets
+    from fitcheck.errors import OptionError
+    from fitcheck.models import LlmSetup
+    from fitcheck.sources.hf_config import arch_from_hf_config
+    from test_architectures import CASES
+
+    a = arch_from_hf_config({"model_type": "qwen3_moe", **CASES["qwen3_moe"][1]})
+    kw = {"method": "lora", "lora_dropout": 0.05}
+    validate_parameter_targets(a, LlmSetup(trainer="axolotl", lora_targets="linear-modules", **kw))
+    with pytest.raises(OptionError, match="ParamWrapper"):
+        validate_parameter_targets(a, LlmSetup(trainer="hf", lora_targets="linear-modules", **kw))
+    named = "linear-modules,experts.down_proj"  # lora_target_parameters: no patch, peft refuses
+    with pytest.raises(OptionError, match="ParamWrapper"):
+        validate_parameter_targets(a, LlmSetup(trainer="axolotl", lora_targets=named, **kw))
+    with pytest.raises(OptionError, match="ParamWrapper"):  # DoRA is not patched
+        validate_parameter_targets(a, LlmSetup(trainer="axolotl", lora_targets="linear-modules", dora=True))
+
+
+@pytest.mark.parametrize(
+    ("template", "pixels"),
+    [(t, p) for t in ("qwen2_vl", "qwen3_vl") for p in (65536, 262144, 768 * 768, 4_000_000, 1 << 24)],
+)
+def test_image_tokens_follow_llamafactory_and_the_qwen_vl_processor(template: str, pixels: int) -> None:
+    """LLaMA-Factory's resize to the cap, then transformers' own smart_resize, then the merge."""
+    from fitcheck.readers import mmtokens
+
+    qwen = pytest.importorskip("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl")
+    grid = mmtokens.TEMPLATES[template]
+    side = mmtokens.square_side(pixels)
+    cap = grid.max_pixels if grid.max_pixels is not None else 1 << 40
+    h, w = qwen.smart_resize(side, side, factor=grid.factor, max_pixels=cap)
+    assert mmtokens.image_tokens(pixels, grid) == (h // grid.patch) * (w // grid.patch) // grid.merge**2
+
+
+def test_image_max_pixels_reads_as_image_tokens_for_qwen_vl_templates(tmp_path: Path) -> None:
+    base = "model_name_or_path: x\nstage: sft\nfinetuning_type: lora\nimage_max_pixels: 262144\n"
+    assert _read(tmp_path, base + "template: qwen3_vl\n").values["image_tokens"] == 256  # 512 / 32 = 16 x 16
+    assert _read(tmp_path, base + "template: qwen2_vl\n").values["image_tokens"] == 324  # 504 / 28 = 18 x 18
+    other = _read(tmp_path, base + "template: llava\n")
+    assert "image_tokens" not in other.values
+    assert any("give --image-tokens" in n for n in other.notes)
+
+
+def test_lora_target_linear_joins_the_named_modules_and_parameters(tmp_path: Path) -> None:
+    """_build_peft_lora_config: ``list(set(lora_target_modules + find_all_linear_names(model)))``, and
+    ``lora_target_parameters`` beside them."""
+    base = "base_model: x\nadapter: lora\nlora_target_linear: true\n"
+    named = _read(tmp_path, base + "lora_target_modules: [lm_head]\n")
+    assert named.values["lora_targets"] == "linear-modules,lm_head"
+    params = _read(tmp_path, base + "lora_target_parameters: [mlp.experts.down_proj]\n")
+    assert params.values["lora_targets"] == "linear-modules,experts.down_proj"

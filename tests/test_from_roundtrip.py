@@ -29,6 +29,9 @@ CASES = [
     ("llamafactory.yaml", "llama-3.1-8b", "rtx-4090", ["--compile"]),
     ("mlx.yaml", "qwen2.5-7b", "apple-m3-max-36gb", []),
     ("mlx.yaml", "qwen2.5-7b", "apple-m3-max-36gb", ["--method", "qlora"]),
+    # MoE: peft's all-linear is written as the string axolotl hands to peft, axolotl's own switch as itself
+    ("axolotl.yaml", "qwen3-30b-a3b", "h100-80gb", ["--method", "qlora"]),
+    ("axolotl.yaml", "qwen3-30b-a3b", "h100-80gb", ["--method", "qlora", "--lora-targets", "linear-modules"]),
     ("kohya.toml", "sdxl", "rtx-4090", []),
     ("kohya.toml", "sd15", "rtx-3060-12gb", ["--method", "full"]),
 ]
@@ -48,7 +51,9 @@ FUSED_BY_DEFAULT = ("hf", "axolotl", "llamafactory")
 def _same_setup(planned: dict[str, Any], read: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Fields that differ, once alpha is compared as a value (None means 2 x rank), the
     double-quantization flag only where QLoRA quantizes the base, and an unset AdamW step as the
-    trainer's own (a file names it: ``optim: adamw_torch_fused``)."""
+    trainer's own (a file names it: ``optim: adamw_torch_fused``). The axolotl emitter writes
+    ``all-linear`` on a dense model as ``lora_target_linear: true``, which reads back as axolotl's
+    ``linear-modules``: the same modules there (the caller's device_bytes equality holds it)."""
     out = {}
     for key, want in planned.items():
         got = read[key]
@@ -58,6 +63,8 @@ def _same_setup(planned: dict[str, Any], read: dict[str, Any]) -> dict[str, tupl
             want = want if want is not None else 2.0 * planned["lora_rank"]
             got = got if got is not None else 2.0 * read["lora_rank"]
         if key == "double_quant" and planned["method"] != "qlora":
+            continue
+        if key == "lora_targets" and (want, got) == ("all-linear", "linear-modules"):
             continue
         if want != got:
             out[key] = (want, got)
@@ -90,3 +97,16 @@ def test_round_trip_without_model_uses_the_files_base_model(
     est, err = _json(["estimate", "--from", str(tmp_path / "hf.yaml"), *fmt], capsys)
     assert est["model"] == "llama-3.1-8b" and "overrides" not in err
     assert est["device_bytes"] == plan["chosen"]["device_bytes"]
+
+
+@pytest.mark.parametrize(
+    ("targets", "line"),
+    [("all-linear", 'lora_target_modules: "all-linear"'), ("linear-modules", "lora_target_linear: true")],
+)
+def test_axolotl_file_keeps_peft_all_linear_apart_on_moe(
+    targets: str, line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["plan", "qwen3-30b-a3b", "--method", "qlora", "--lora-targets", targets, "--on", "h100-80gb"]
+    _json([*args, "--emit", "axolotl.yaml", "-o", str(tmp_path), "--format", "json"], capsys)
+    text = (tmp_path / "axolotl.yaml").read_text()
+    assert any(row.startswith(line) for row in text.splitlines()), text

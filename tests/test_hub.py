@@ -84,6 +84,7 @@ class FakeHub(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.repos: dict[str, dict[str, bytes]] = {}
         self.gated: dict[str, str] = {}  # repo -> token that opens it
+        self.answers: dict[str, int] = {}  # repo -> an HTTP error status every request gets
         self.log: list[tuple[str, str, str | None]] = []  # (method, path, range header)
 
     @property
@@ -103,6 +104,9 @@ class Handler(BaseHTTPRequestHandler):
         if len(parts) < 5 or parts[2] != "resolve":
             return self._error(404, "RepoNotFound")
         repo, rev, fname = "/".join(parts[:2]), parts[3], "/".join(parts[4:])
+        answers = getattr(self.server, "answers", {})  # (test_hub_hostile's server has none)
+        if repo in answers:  # a bare status, no X-Error-Code (a server error, a proxy)
+            return self._error(answers[repo], "")
         if repo not in self.server.repos:
             return self._error(404, "RepoNotFound")
         token = self.server.gated.get(repo)
@@ -129,8 +133,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _error(self, code: int, kind: str) -> None:
         self.send_response(code)
-        self.send_header("X-Error-Code", kind)
-        self.send_header("X-Error-Message", kind)
+        if kind:
+            self.send_header("X-Error-Code", kind)
+            self.send_header("X-Error-Message", kind)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
@@ -307,6 +312,53 @@ def test_gated_repo_needs_hf_token(hub: FakeHub, tmp_path: Path) -> None:
 def test_unknown_repo_is_exit_2(hub: FakeHub, tmp_path: Path) -> None:
     proc = run_cli(["estimate", "acme/nothing-here", "--on", "none"], _env(hub, tmp_path))
     assert proc.returncode == 2 and "no Hub repo 'acme/nothing-here'" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("status", "words"),
+    [(401, "needs a token: set HF_TOKEN (or run hf auth login)"), (403, "denies access: set HF_TOKEN")],
+)
+def test_token_statuses_are_one_line_naming_the_token(
+    hub: FakeHub, tmp_path: Path, status: int, words: str
+) -> None:
+    hub.answers["acme/private"] = status
+    proc = run_cli(["estimate", "acme/private", "--on", "none"], _env(hub, tmp_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"fitcheck: error: the Hub answered {status} for 'acme/private': it {words}")
+
+
+@pytest.mark.slow  # the client retries a server error with backoff (about 25 s)
+def test_a_server_error_says_try_again_later(hub: FakeHub, tmp_path: Path) -> None:
+    hub.answers["acme/busy"] = 500
+    proc = run_cli(["estimate", "acme/busy", "--on", "none"], _env(hub, tmp_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "fitcheck: error: the Hub answered 500 for 'acme/busy' (a server error): try again later"
+    )
+
+
+def test_the_status_is_read_through_the_cause_chain() -> None:
+    """huggingface_hub hides a 5xx answer to its metadata request behind LocalEntryNotFoundError (the
+    response is on the cause); no response anywhere is no status (the network: another message)."""
+    from fitcheck.sources.hub import FetchFailed, _refused, http_status
+
+    class Answer(Exception):
+        def __init__(self, status: int) -> None:
+            super().__init__(f"{status}")
+            self.response = type("R", (), {"status_code": status})()
+
+    try:
+        try:
+            raise Answer(503)
+        except Answer as inner:
+            raise OSError("cannot find the requested files in the local cache") from inner
+    except OSError as outer:
+        assert http_status(outer) == 503
+        with pytest.raises(FetchFailed, match=r"answered 503 for 'a/b' \(a server error\): try again later"):
+            _refused("a/b", outer)
+    assert http_status(OSError("network down")) is None
+    _refused("a/b", OSError("network down"))  # no status: the caller's own message
 
 
 def test_unsupported_type_without_torch_names_the_extra(hub: FakeHub, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from fitcheck.engine import lora
 from fitcheck.engine.estimate import estimate
 from fitcheck.engine.lora import (
     adapter_params,
@@ -68,6 +69,10 @@ def _peft_counts(
         with torch.device("meta"):
             model = auto.from_config(config)
         names = targets if targets == "all-linear" else targets.split(",")
+        if targets == "linear-modules":
+            from fitcheck.measure.build import linear_module_names
+
+            names = linear_module_names(model)  # axolotl's rule on the real model
         pm = peft.get_peft_model(model, peft.LoraConfig(r=RANK, target_modules=names))
     params = list(pm.named_parameters())
     lora = sum(p.numel() for n, p in params if "lora_" in n)
@@ -76,7 +81,7 @@ def _peft_counts(
 
 def _ours(a: DecoderArch, targets: str = "all-linear") -> tuple[int, int]:
     setup = LlmSetup(method="lora", lora_rank=RANK, lora_targets=targets)
-    if targets != "all-linear":  # (all-linear is refused on phimoe, counted here all the same)
+    if targets not in ("all-linear", "linear-modules"):  # (refused on phimoe, counted here all the same)
         validate_targets(a, targets)
     return adapter_params(a, setup), sum(r * c * k for r, c, k in trainable_shapes(a, setup))
 
@@ -93,6 +98,52 @@ def test_multimodal_all_linear_adapters_match_peft(case: str) -> None:
     a = _arch(model_type, cfg)
     assert a.tower_linears  # the tower's and projector's linears are listed
     assert _ours(a) == _peft_counts(model_type, cfg, vision=True)
+
+
+@pytest.mark.parametrize("model_type", MOE_TYPES)
+def test_moe_linear_modules_match_axolotl_and_peft(model_type: str) -> None:
+    """axolotl's ``lora_target_linear`` names on the real model, through peft, against `LINEAR_MODULES`."""
+    cfg = CASES[model_type][1]
+    assert _ours(_arch(model_type, cfg), "linear-modules") == _peft_counts(
+        model_type, cfg, False, "linear-modules"
+    )
+
+
+#: Where axolotl's leaf names reach past the linears in a Qwen-VL tower (not modelled): Qwen2-VL's merger
+#: is an ``nn.Sequential`` whose linears' leaves are ``0`` and ``2``, which also name the vision blocks
+#: (peft refuses to wrap a ``Qwen2VLVisionBlock``: the run cannot start); Qwen3-VL's ``proj`` also names
+#: the patch embedding's ``Conv3d``, which peft wraps (an adapter fitcheck does not count).
+LEAF_CLASH = {
+    "qwen2_vl": "merger leaves 0/2 name the vision blocks: peft refuses",
+    "qwen2_5_vl": "merger leaves 0/2 name the vision blocks: peft refuses",
+    "qwen3_vl": "'proj' also names patch_embed's Conv3d, which peft wraps",
+    "qwen3_vl_moe": "'proj' also names patch_embed's Conv3d, which peft wraps",
+}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=LEAF_CLASH[c])) if c in LEAF_CLASH else c
+        for c in sorted(MM)
+    ],
+)
+def test_multimodal_linear_modules_match_axolotl_and_peft(case: str) -> None:
+    model_type, cfg = MM[case]
+    assert _ours(_arch(model_type, cfg), "linear-modules") == _peft_counts(
+        model_type, cfg, True, "linear-modules"
+    )
+
+
+def test_linear_modules_leave_the_experts_without_dense_names() -> None:
+    """Mixtral on transformers 5: no ``nn.Linear`` carries ``w1``/``w2``/``w3`` or ``gate``, so axolotl's
+    list is the attention only, where peft's ``all-linear`` adds experts and router."""
+    a = _arch("mixtral", CASES["mixtral"][1])
+    assert lora.linear_module_names(a) == ["k_proj", "o_proj", "q_proj", "v_proj"]
+    attn = LlmSetup(lora_rank=RANK, lora_targets="attn")
+    ours = LlmSetup(lora_rank=RANK, lora_targets="linear-modules")
+    assert adapter_params(a, ours) == adapter_params(a, attn)
+    assert adapter_params(a, LlmSetup(lora_rank=RANK)) > adapter_params(a, ours)
 
 
 #: Named targets as recipes write them (the v4 MLP names): peft's MoE conversion turns them into the fused
@@ -256,3 +307,18 @@ def test_trainers_with_their_own_lora_refuse_any_unmatched_name(trainer: str) ->
     spec = spec_from_config({"model_type": "llama", **CASES["llama"][1]}, id="t", name="t", source="test")
     with pytest.raises(OptionError, match="no module 'wq'"):
         estimate(spec, LlmSetup(lora_targets="q_proj,wq", seq_len=64, trainer=trainer))
+
+
+def test_measure_replaces_the_linear_modules_token_with_the_models_names() -> None:
+    torch = pytest.importorskip("torch")
+    from fitcheck.measure.build import _with_linear_modules
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q_proj, self.lm_head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 8)
+            self.norm = torch.nn.LayerNorm(4)
+
+    assert _with_linear_modules(["linear-modules", "embed_tokens"], Tiny()) == ["embed_tokens", "q_proj"]
+    assert _with_linear_modules("all-linear", Tiny()) == "all-linear"
+    assert _with_linear_modules(["q_proj"], Tiny()) == ["q_proj"]

@@ -149,3 +149,25 @@ def test_paged_optimizer_states_are_their_own_line(spec) -> None:  # type: ignor
     assert est.device_bytes == plain.device_bytes
     assert any("CUDA managed memory" in w for w in est.warnings)
     assert _get(plain, "optimizer_step", "optimizer_states_paged") == 0
+
+
+def test_torchtune_phi3_is_built_with_separate_projections() -> None:
+    """torchtune's phi3 builder has q/k/v and gate/up/down apart (engine/regimes.py UNFUSED_TRAINERS):
+    its recipes' q_proj,v_proj are r (d_in + d_out) each; peft on the Hub model (fused qkv_proj) has no
+    q_proj, so under --trainer hf the same names are refused."""
+    phi = resolve_model("phi-3-mini")  # h 3072, 32 heads = 32 kv heads, 32 layers, MLP 8192
+    a = phi.arch
+    assert a.fused_qkv and a.fused_gate_up
+    r = 8
+    est = estimate(phi, LlmSetup(trainer="torchtune", lora_rank=r, lora_targets="q_proj,v_proj", seq_len=256))
+    assert est.params.adapter == a.num_layers * 2 * r * (3072 + 3072)
+    mlp = estimate(
+        phi, LlmSetup(trainer="torchtune", lora_rank=r, lora_targets="gate_proj,up_proj", seq_len=256)
+    )
+    assert mlp.params.adapter == a.num_layers * 2 * r * (3072 + 8192)
+    full = estimate(phi, LlmSetup(trainer="torchtune", method="full", seq_len=256))
+    assert (
+        full.params.total == estimate(phi, LlmSetup(method="full", seq_len=256)).params.total
+    )  # same weights
+    with pytest.raises(OptionError, match="no module 'q_proj'"):
+        estimate(phi, LlmSetup(trainer="hf", lora_rank=r, lora_targets="q_proj,v_proj", seq_len=256))

@@ -219,7 +219,12 @@ RankO = Annotated[
 ]
 AlphaO = Annotated[float | None, typer.Option("--lora-alpha", help="LoRA alpha [default: 2 x rank]")]
 TargetsO = Annotated[
-    str | None, typer.Option("--lora-targets", help="attn, all-linear, or module names [default: all-linear]")
+    str | None,
+    typer.Option(
+        "--lora-targets",
+        help="attn, all-linear (peft's), linear-modules (axolotl's lora_target_linear), or module names "
+        "[default: all-linear]",
+    ),
 ]
 DropO = Annotated[float | None, typer.Option("--lora-dropout", help="LoRA dropout [default: 0]")]
 DQO = Annotated[bool, typer.Option("--double-quant/--no-double-quant", help="QLoRA double quantization")]

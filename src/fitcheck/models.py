@@ -190,7 +190,9 @@ class SetupBase(Frozen):
     lora_alpha: float | None = Field(
         default=None, gt=0, allow_inf_nan=False, description="defaults to 2 x rank"
     )
-    lora_targets: str = Field(default="all-linear", description="attn, all-linear, or comma-separated names")
+    lora_targets: str = Field(
+        default="all-linear", description="attn, all-linear, linear-modules, or comma-separated names"
+    )
     lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     backend: Backend = "cuda"
     gpus: int = Field(default=1, ge=1, le=4096, description="GPUs per node")

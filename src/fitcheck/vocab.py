@@ -22,6 +22,10 @@ DiffusionTrainer = Literal["kohya"]
 Trainer = Literal[
     "generic", "hf", "torchtune", "axolotl", "llamafactory", "mlx", "kohya", "litgpt", "unsloth"
 ]
+#: ``--lora-targets`` words beside module names: ``attn``, peft's ``all-linear``, and ``linear-modules``,
+#: the leaf names of every ``nn.Linear`` fixed before peft sees them (axolotl's ``lora_target_linear``;
+#: docs/methodology.md, "LoRA targets").
+LINEAR_MODULES = "linear-modules"
 Backend = Literal["cuda", "rocm", "mps", "cpu"]
 Kind = Literal["llm", "diffusion"]
 PhaseName = Literal["load", "forward", "backward", "optimizer_step"]

@@ -23,7 +23,9 @@ from fitcheck.emitters.common import (
     run_name,
     yaml_text,
 )
+from fitcheck.models import DecoderArch
 from fitcheck.planner.models import Plan
+from fitcheck.vocab import LINEAR_MODULES
 
 NAME = "axolotl.yaml"
 TRAINER = "axolotl"
@@ -44,6 +46,19 @@ def emit(plan: Plan, ctx: EmitContext) -> dict[str, str]:
     return {ctx.filename or NAME: text(plan, ctx)}
 
 
+def _targets_item(a: DecoderArch, spec: str, targets: list[str] | None) -> Item:
+    """``lora_target_linear: true`` is axolotl's ``find_all_linear_names`` (``linear-modules``), which on
+    an MoE model is not peft's ``all-linear``: there the string goes to peft as it is (axolotl hands a
+    string ``lora_target_modules`` to ``LoraConfig`` unchanged, loaders/adapter.py @067b021c)."""
+    if spec == LINEAR_MODULES or (targets is None and not a.is_moe):
+        return Item("lora_target_linear", True)
+    if targets is None:
+        return Item(
+            "lora_target_modules", "all-linear", "peft's all-linear (lora_target_linear misses the experts)"
+        )
+    return Item("lora_target_modules", targets)
+
+
 def text(plan: Plan, ctx: EmitContext) -> str:
     """The axolotl config text."""
     check(plan, ctx)
@@ -60,7 +75,7 @@ def text(plan: Plan, ctx: EmitContext) -> str:
             Item("lora_r", s.lora_rank),
             Item("lora_alpha", integer_alpha(s, NAME)),
             Item("lora_dropout", float(s.lora_dropout)),
-            Item("lora_target_linear", True) if targets is None else Item("lora_target_modules", targets),
+            _targets_item(ctx.arch, s.lora_targets, targets),
         ]
         if s.dora:
             items.append(Item("peft_use_dora", True))

@@ -17,6 +17,7 @@ from typing import Any
 from fitcheck import __version__
 from fitcheck.diffusion.spec import DiffusionSpec
 from fitcheck.emitters.launch import launch_line
+from fitcheck.engine.lora import expand_targets
 from fitcheck.engine.params import layer_linears
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup, ModelSpec
@@ -248,12 +249,13 @@ def yaml_text(items: Sequence[Item]) -> str:
 
 
 def lora_modules(a: DecoderArch, setup: LlmSetup) -> list[str] | None:
-    """The module names LoRA wraps; None for ``all-linear`` (every trainer has a switch for it)."""
+    """The module names LoRA wraps; None for ``all-linear`` (every trainer has a switch for it).
+    ``linear-modules`` is written as the names it stands for on this model (`expand_targets`)."""
     if setup.lora_targets == "all-linear":
         return None
     if setup.lora_targets == "attn":
         return [lin.name for lin in layer_linears(a, False) if lin.role == "attn" and lin.is_module]
-    return [t.strip() for t in setup.lora_targets.split(",") if t.strip()]
+    return [t.strip() for t in expand_targets(a, setup.lora_targets).split(",") if t.strip()]
 
 
 def integer_alpha(setup: LlmSetup, where: str) -> int:

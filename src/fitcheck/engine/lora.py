@@ -2,9 +2,10 @@
 
 ``attn``: the attention projections; ``all-linear``: every projection inside the decoder layers
 (peft's ``all-linear`` excludes the output layer; with transformers >= 5 and peft >= 0.18 it also
-reaches MoE routers and the 3-D expert parameters, through ``ParamWrapper``); otherwise a
-comma-separated list of module names as peft matches them (a name matches a module whose name ends
-with it).
+reaches MoE routers and the 3-D expert parameters, through ``ParamWrapper``); ``linear-modules``: the
+leaf names of every ``nn.Linear`` module but the output layer, handed to peft as a list (what axolotl's
+``lora_target_linear`` does, `LINEAR_MODULES`); otherwise a comma-separated list of module names as
+peft matches them (a name matches a module whose name ends with it).
 """
 
 from __future__ import annotations
@@ -12,6 +13,44 @@ from __future__ import annotations
 from fitcheck.engine.params import LayerKind, Linear, layer_kinds, peft_moe_renames
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup
+from fitcheck.vocab import LINEAR_MODULES
+
+#: `LINEAR_MODULES`, the token for axolotl's ``lora_target_linear: true``: ``find_all_linear_names`` (axolotl
+#: src/axolotl/loaders/adapter.py @067b021c) collects the last name component of every module that is an
+#: ``nn.Linear`` (or bitsandbytes ``Linear4bit``/``Linear8bitLt``, or whose class name holds ``Linear``),
+#: drops the output embedding's name (``lm_head``) and hands the list to ``LoraConfig(target_modules=...)``.
+#: Unlike peft's ``all-linear``, the names are fixed before peft sees the model, so on transformers 5 the
+#: 3-D experts and a router that is no ``nn.Linear`` are reached only through peft's v4->v5 conversion of
+#: names that dense or shared MLP modules carry (`peft_moe_renames`). It may stand beside other names.
+
+#: MoE types whose router is (or holds) an ``nn.Linear`` module, so ``find_all_linear_names`` lists it
+#: (the class, checked on the meta device with transformers 5.24; held by tests/test_peft_reach.py).
+#: Other routers are ``nn.Module`` subclasses with a bare weight (``Qwen3MoeTopKRouter``,
+#: ``MixtralTopKRouter``, ``DeepseekV3TopkRouter``, ...).
+ROUTER_LINEAR: dict[str, str] = {
+    "phimoe": "PhimoeTopKRouter(nn.Linear)",
+    "llama4": "Llama4Router(nn.Linear)",
+    "llama4_text": "Llama4Router(nn.Linear)",
+    # the module's leaf is ``wg``; fitcheck names the router ``gate``, which peft's conversion maps onto
+    # the router too: the same r(h + E) adapter
+    "hunyuan_v1_moe": "HunYuanMoEV1Gate holds wg = nn.Linear(hidden, experts)",
+}
+
+
+def linear_module_names(a: DecoderArch) -> list[str]:
+    """The names axolotl's ``lora_target_linear`` targets on this model (`LINEAR_MODULES`)."""
+    lins = [lin for k in layer_kinds(a) for lin in k.linears(a)]
+    router = a.model_type in ROUTER_LINEAR
+    return sorted({x.name.split(".")[-1] for x in lins if x.is_module or (router and x.role == "router")})
+
+
+def expand_targets(a: DecoderArch, targets: str) -> str:
+    """The targets with the `LINEAR_MODULES` token replaced by this model's linear module names."""
+    wanted = _wanted(targets)
+    if LINEAR_MODULES not in wanted:
+        return targets
+    rest = [w for w in wanted if w != LINEAR_MODULES]
+    return ",".join(dict.fromkeys([*linear_module_names(a), *rest]))
 
 
 def _names(a: DecoderArch) -> list[str]:
@@ -45,6 +84,8 @@ def targeted(a: DecoderArch, targets: str, lin: Linear) -> bool:
         return lin.all_linear
     if targets == "attn":
         return lin.role == "attn"
+    if LINEAR_MODULES in _wanted(targets):
+        return targeted(a, expand_targets(a, targets), lin)
     wanted, converted = _converted(a, _wanted(targets))
     if lin.name in converted:
         return True
@@ -99,15 +140,28 @@ def _parameter_target(a: DecoderArch, lin: Linear) -> bool:
     )
 
 
+#: axolotl's ``load_lora`` (src/axolotl/loaders/adapter.py @067b021c): with ``lora_dropout`` set and no
+#: ``lora_target_parameters`` of its own, when peft's v4->v5 conversion would turn the targets into
+#: parameter targets (``_peft_will_auto_convert_target_params``), axolotl patches ``ParamWrapper`` to
+#: build with dropout 0 (``_patch_peft_param_wrapper_dropout``), so the run starts: the experts' adapters
+#: get no dropout, the others keep it. DoRA is not patched.
+AXOLOTL_DROPOUT_PATCH = "axolotl loaders/adapter.py @067b021c _patch_peft_param_wrapper_dropout"
+
+
 def validate_parameter_targets(a: DecoderArch, setup: LlmSetup) -> None:
     """peft 0.21's ``lora.ParamWrapper`` (tuners/lora/layer.py ``__init__``) refuses DoRA and a LoRA
     dropout ("does not work with use_dora=True" / "with lora_dropout != 0"), so with targets that reach
     the experts (``all-linear`` on most MoE types, or the v4 MLP names on the converted ones) the run
-    cannot start."""
+    cannot start. axolotl lets a dropout through when peft's conversion made the parameter targets
+    (`AXOLOTL_DROPOUT_PATCH`)."""
     what = "--dora" if setup.dora else f"--lora-dropout {setup.lora_dropout:g}" if setup.lora_dropout else ""
     if not what or setup.method == "full":
         return
     lins = [lin for k in layer_kinds(a) for lin in k.linears(a)]
+    named = _wanted(setup.lora_targets)
+    explicit = any(x.role == "expert" and not x.is_module and x.name in named for x in lins)
+    if setup.trainer == "axolotl" and not setup.dora and not explicit:
+        return
     hit = [lin for lin in lins if _parameter_target(a, lin) and targeted(a, setup.lora_targets, lin)]
     if hit:
         raise OptionError(
@@ -181,7 +235,7 @@ def unmatched_targets(a: DecoderArch, targets: str) -> list[str]:
     are ignored, so fitcheck warns about them (`validate_targets` refuses the all-unmatched case)."""
     if targets in ("all-linear", "attn"):
         return []
-    return _missing(a, _converted(a, _wanted(targets))[0])
+    return _missing(a, _converted(a, _wanted(expand_targets(a, targets)))[0])
 
 
 #: Trainers that build LoRA with their own code and refuse a module name their model lacks (torchtune's
@@ -197,7 +251,7 @@ def validate_targets(a: DecoderArch, targets: str, every_name: bool = False) -> 
     _check_breaks(a, targets)
     if targets in ("all-linear", "attn"):
         return
-    wanted = _wanted(targets)
+    wanted = _wanted(expand_targets(a, targets))
     if not wanted:
         raise OptionError("--lora-targets is empty: use attn, all-linear or module names")
     _check_fused(a, wanted)
@@ -225,8 +279,10 @@ def adapter_params_per_layer(a: DecoderArch, setup: LlmSetup, kind: LayerKind) -
 def tower_targets(a: DecoderArch, targets: str) -> tuple[tuple[int, int, int], ...]:
     """The vision tower's and projector's ``nn.Linear`` layers LoRA wraps, as (d_in, d_out, how many):
     all of them under ``all-linear`` (peft resolves it to every ``nn.Linear`` of the model but the output
-    layer), none under ``attn`` or module names (which fitcheck matches in the language model only)."""
-    return a.tower_linears if targets == "all-linear" else ()
+    layer), none under ``attn`` or module names (which fitcheck matches in the language model only).
+    `LINEAR_MODULES` takes them all too: ``find_all_linear_names`` lists the tower's leaf names and peft
+    matches each in the tower."""
+    return a.tower_linears if targets == "all-linear" or LINEAR_MODULES in _wanted(targets) else ()
 
 
 def tower_adapter_params(a: DecoderArch, setup: LlmSetup) -> int:

@@ -98,6 +98,13 @@ SRC_UNTIED = (
 #: ``--lora-targets q_proj,v_proj`` says ``lora_query`` + ``lora_value``; what the fused module keeps
 #: beyond that is litgpt's rules (engine/litgpt.py: fused output kept, ``zero_pad`` source, one dropout).
 QKV_PARTS_TRAINERS = ("litgpt",)
+#: Per trainer, the model types whose fused Hub projections its own model code builds apart: torchtune's
+#: Phi-3 and Phi-4 (model_type ``phi3``) are ``MultiHeadAttention(q_proj=, k_proj=, v_proj=,
+#: output_proj=)`` and ``FeedForward(gate_proj=, down_proj=, up_proj=)`` (torchtune/models/phi3/
+#: _component_builders.py ``phi3`` / ``phi3_mlp`` @bd2a0fc7; phi4/_model_builders.py ``phi4_14b`` calls
+#: ``phi3``), and its checkpointer splits the Hub's fused ``qkv_proj`` / ``gate_up_proj``
+#: (models/phi3/_convert_weights.py). The same weights, posed as separate projections.
+UNFUSED_TRAINERS: dict[str, tuple[str, ...]] = {"torchtune": ("phi3",)}
 #: Trainers whose plain (non-gated) MLP runs its GELU as one torch op, whatever formula the Hub config
 #: names: litgpt ``GptNeoxMLP.forward`` calls ``torch.nn.functional.gelu(x, approximate=
 #: config.gelu_approximate)`` (lit_gpt/model.py @8641822, litgpt/model.py @00af8b0d; Phi's litgpt configs
@@ -110,8 +117,9 @@ PYTHON_GELUS = ("gelu_new", "gelu_python", "gelu_fast", "gelu_accurate")
 def model_as_trained(spec: ModelSpec, setup: LlmSetup) -> ModelSpec:
     """The model as the trainer builds it: untied output layer under trainers that never tie it; q, k
     and v as separately adaptable parts under trainers that adapt a fused qkv's parts
-    (`QKV_PARTS_TRAINERS`); one-op GELU under trainers whose model code calls torch's
-    (`FUSED_GELU_TRAINERS`)."""
+    (`QKV_PARTS_TRAINERS`); no fused projection under trainers that build them apart
+    (`UNFUSED_TRAINERS`); one-op GELU under trainers whose model code calls torch's (`FUSED_GELU_TRAINERS`).
+    """
     update: dict[str, bool | str] = {}
     notes: list[str] = []
     if setup.trainer in UNTIED_TRAINERS and spec.arch.tie_embeddings:
@@ -122,6 +130,13 @@ def model_as_trained(spec: ModelSpec, setup: LlmSetup) -> ModelSpec:
         notes.append(
             f"{setup.trainer} adapts the q, k and v parts of the fused qkv separately "
             "(lora_query / lora_key / lora_value): they are named q_proj, k_proj, v_proj"
+        )
+    fused = spec.arch.fused_qkv or spec.arch.fused_gate_up
+    if fused and spec.arch.model_type in UNFUSED_TRAINERS.get(setup.trainer, ()):
+        update.update(fused_qkv=False, fused_gate_up=False)
+        notes.append(
+            f"{setup.trainer} builds q, k, v and the MLP's gate and up as separate projections "
+            "(its checkpointer splits the fused ones): q_proj, k_proj, v_proj, gate_proj, up_proj"
         )
     if setup.trainer in FUSED_GELU_TRAINERS and spec.arch.activation in PYTHON_GELUS:
         update["activation"] = "gelu_pytorch_tanh"

@@ -17,6 +17,7 @@ import torch
 from fitcheck.errors import FitcheckError, ModelSourceError, OptionError
 from fitcheck.models import LlmSetup, Regime
 from fitcheck.terminal import printable
+from fitcheck.vocab import LINEAR_MODULES
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -176,6 +177,29 @@ def lora_targets(setup: LlmSetup, model_type: str) -> str | list[str]:
     return names
 
 
+def linear_module_names(model: Any) -> list[str]:
+    """axolotl's ``find_all_linear_names`` on a built model (``--lora-targets linear-modules``,
+    src/axolotl/loaders/adapter.py @067b021c): the last name component of every ``nn.Linear`` (bitsandbytes'
+    layers are subclasses) or module whose class name holds ``Linear``, less ``lm_head``."""
+    names = set()
+    for name, module in model.named_modules():
+        cls = type(module).__name__
+        if isinstance(module, torch.nn.Linear) or (
+            "Linear" in cls and cls != "LlamaLinearScalingRotaryEmbedding"
+        ):
+            names.add(name.split(".")[-1])
+    names.discard("lm_head")
+    return sorted(names)
+
+
+def _with_linear_modules(targets: str | list[str], model: Any) -> str | list[str]:
+    """The `LINEAR_MODULES` token replaced by the model's linear module names."""
+    if isinstance(targets, str) or LINEAR_MODULES not in targets:
+        return targets
+    rest = [t for t in targets if t != LINEAR_MODULES]
+    return sorted({*linear_module_names(model), *rest})
+
+
 def apply_lora(model: Any, setup: LlmSetup, regime: Regime, model_type: str) -> Any:
     """Wrap with peft LoRA (or DoRA); adapters fp32 unless the regime keeps them in the model dtype.
 
@@ -188,7 +212,7 @@ def apply_lora(model: Any, setup: LlmSetup, regime: Regime, model_type: str) -> 
         r=setup.lora_rank,
         lora_alpha=setup.alpha,  # type: ignore[arg-type]  # typed int in peft, used as a number
         lora_dropout=setup.lora_dropout,
-        target_modules=lora_targets(setup, model_type),
+        target_modules=_with_linear_modules(lora_targets(setup, model_type), model),
         use_dora=setup.dora,
         bias="none",
         task_type="CAUSAL_LM",

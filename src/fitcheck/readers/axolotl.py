@@ -3,9 +3,10 @@
 Mapping, after axolotl's schema and loaders (axolotl-ai-cloud/axolotl src/axolotl/utils/schemas/*.py
 @067b021c, tests/data/trainer_keys/axolotl_keys.txt): ``adapter: lora|qlora`` (no adapter: full
 fine-tuning); ``load_in_4bit`` under LoRA is QLoRA, ``load_in_8bit`` an int8 base, ``gptq: true`` a GPTQ
-base; ``lora_target_linear: true`` targets every linear layer, else ``lora_target_modules`` (a string is a
-regex: peft ``re.fullmatch``, `names.regex_targets`) and ``lora_target_parameters`` (3-D expert
-parameters); ``lora_modules_to_save`` are trained in full; ``sequence_len``, ``micro_batch_size``,
+base; ``lora_target_linear: true`` is ``find_all_linear_names`` (the leaf names of every ``nn.Linear``,
+fitcheck's ``linear-modules``, `fitcheck.vocab.LINEAR_MODULES`), joined by ``lora_target_modules``
+(a string is a regex: peft ``re.fullmatch``, `names.regex_targets`) and ``lora_target_parameters`` (3-D
+expert parameters); ``lora_modules_to_save`` are trained in full; ``sequence_len``, ``micro_batch_size``,
 ``gradient_accumulation_steps`` (or ``batch_size`` / ``micro_batch_size``, normalize_config);
 ``gradient_checkpointing: true|offload``; ``bf16: true|auto`` / ``fp16``, and the legacy ``float16`` /
 ``bfloat16`` load dtype (``resolve_dtype``); ``optimizer`` is a transformers optim name; attention is
@@ -23,6 +24,7 @@ from fitcheck.readers import names
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
 from fitcheck.readers.hfargs import distributed
 from fitcheck.readers.unposed import refuse
+from fitcheck.vocab import LINEAR_MODULES
 
 FORMAT = "axolotl"
 TRAINER = "axolotl"
@@ -105,8 +107,9 @@ def _method(r: Reading, k: Keys) -> None:
     r.set("lora_alpha", as_float(k.get("lora_alpha"), "lora_alpha", p), "lora_alpha")
     r.set("lora_dropout", as_float(k.get("lora_dropout"), "lora_dropout", p), "lora_dropout")
     if as_bool(k.get("lora_target_linear"), "lora_target_linear", p):
-        r.set("lora_targets", "all-linear", "lora_target_linear")
-        k.touch("lora_target_modules")
+        # _build_peft_lora_config: find_all_linear_names(model) joins lora_target_modules (as a list)
+        extra = _targets(r, k)
+        r.set("lora_targets", ",".join(x for x in (LINEAR_MODULES, extra) if x), "lora_target_linear")
     else:
         r.set("lora_targets", _targets(r, k), "lora_target_modules")
     r.set("dora", as_bool(k.get("peft_use_dora"), "peft_use_dora", p), "peft_use_dora")

@@ -8,14 +8,15 @@ bitsandbytes is QLoRA, ``8`` an int8 base, ``quantization_method: gptq|awq`` a p
 ``lora_alpha`` defaults to 2 x ``lora_rank`` (finetuning_args.py __post_init__); ``cutoff_len``
 is the sequence length; ``disable_gradient_checkpointing`` turns off the checkpointing it does by
 default (model/model_utils/checkpointing.py); ``flash_attn: auto|disabled|sdpa|fa2|fa3``;
-``enable_liger_kernel``; ``pure_bf16`` keeps trainable weights in bf16 (no fp32 cast). The
+``enable_liger_kernel``; ``pure_bf16`` keeps trainable weights in bf16 (no fp32 cast);
+``image_max_pixels`` with a Qwen-VL ``template`` gives the image tokens per example (`mmtokens`). The
 TrainingArguments keys are shared with TRL (`fitcheck.readers.hfargs`).
 """
 
 from __future__ import annotations
 
 from fitcheck.errors import InputError
-from fitcheck.readers import names
+from fitcheck.readers import mmtokens, names
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
 from fitcheck.readers.hfargs import training_args
 from fitcheck.readers.unposed import refuse
@@ -60,7 +61,39 @@ def read(data: Doc, path: str) -> ReadResult:
     for key in ("packing", "neat_packing"):
         if as_bool(k.get(key), key, path):
             r.note(f"{key}: rows are filled to cutoff_len tokens, as the estimate already assumes")
+    _images(r, k)
     return r.result()
+
+
+def _images(r: Reading, k: Keys) -> None:
+    """``image_max_pixels`` -> image tokens per example, for the Qwen-VL templates (`mmtokens`)."""
+    pixels = as_int(k.get("image_max_pixels"), "image_max_pixels", r.path)
+    k.touch("image_min_pixels")  # only enlarges images below it: the cap decides the largest
+    if k.get("video_max_pixels") is not None:
+        k.touch("video_max_pixels", "video_min_pixels", "video_fps", "video_maxlen")
+        r.note(
+            "video_max_pixels: video frames are not counted (frames per example follow video_fps, "
+            "video_maxlen and each clip's length); give --image-tokens for video data"
+        )
+    if pixels is None:
+        return
+    if pixels < 1:
+        raise InputError(f"{r.path}: image_max_pixels must be a positive number of pixels (got {pixels})")
+    template = k.get("template")
+    grid = mmtokens.TEMPLATES.get(template) if isinstance(template, str) else None
+    if grid is None:
+        r.note(
+            f"image_max_pixels {pixels}: image tokens are computed for the Qwen-VL templates "
+            f"({', '.join(mmtokens.TEMPLATES)}), not template {_short(template)}; give --image-tokens"
+        )
+        return
+    n = mmtokens.image_tokens(pixels, grid)
+    r.set("image_tokens", n, "image_max_pixels")
+    r.note(
+        f"image_max_pixels {pixels} with template {template}: {n} image tokens per example (one square "
+        f"image at the cap, {grid.patch}-pixel patches merged {grid.merge}x{grid.merge}); the dataset "
+        "decides how many images an example holds: give --image-tokens for more"
+    )
 
 
 def _method(r: Reading, k: Keys) -> None:

@@ -43,8 +43,10 @@ FAMILIES = {
     "llama3": "llama-3-",
     "llama2": "llama-2-",
     "qwen2_5": "qwen2.5-",
+    "qwen2": "qwen2-",
     "qwen3": "qwen3-",
     "gemma2": "gemma-2-",
+    "gemma": "gemma-",
 }
 #: Builders whose preset id is not family + size (torchtune/models/{mistral,phi3,phi4}/_model_builders.py
 #: @bd2a0fc7: mistral_7b is Mistral 7B v0.1's shape, vocab 32,000; phi3_mini is Phi-3-mini-4k, vocab

@@ -73,9 +73,10 @@ def _download(hf: Any, repo: str, filename: str, rev: str | None) -> Path | None
         ) from None
     except e.RevisionNotFoundError:
         raise NotFoundError(f"'{repo}' has no revision '{rev}'") from None
-    except e.LocalEntryNotFoundError:
+    except e.LocalEntryNotFoundError as exc:
         if hf.constants.HF_HUB_OFFLINE:
             raise ModelSourceError(_fix_offline(repo)) from None
+        _refused(repo, exc)
         raise FetchFailed(
             f"cannot reach {hf.constants.ENDPOINT} to fetch '{repo}' and it is not cached: check the "
             "network (or HF_ENDPOINT), or set HF_HUB_OFFLINE=1 with the config in the cache"
@@ -83,6 +84,7 @@ def _download(hf: Any, repo: str, filename: str, rev: str | None) -> Path | None
     except e.EntryNotFoundError:
         return None
     except (e.HfHubHTTPError, OSError) as exc:
+        _refused(repo, exc)
         raise FetchFailed(f"fetching '{repo}' failed: {_first_line(exc)}") from None
     except http_errors() as exc:
         raise FetchFailed(f"fetching '{repo}' failed: {_first_line(exc)}") from None
@@ -90,6 +92,41 @@ def _download(hf: Any, repo: str, filename: str, rev: str | None) -> Path | None
 
 class FetchFailed(ModelSourceError):
     """The endpoint could not be reached or answered with an HTTP error (not: the file is bad)."""
+
+
+#: What to do about an HTTP status the Hub answered (huggingface_hub raises a plain ``HfHubHTTPError`` for
+#: a 401/403 without its ``X-Error-Code``, and, after its retries, hides a 5xx answer to the metadata
+#: request behind ``LocalEntryNotFoundError``, whose cause holds the response).
+TOKEN_HINT = "set HF_TOKEN (or run hf auth login)"
+STATUS_HINTS: dict[int, str] = {
+    401: f"needs a token: {TOKEN_HINT}",
+    403: f"denies access: {TOKEN_HINT} with a token that can read it (a gated repo: accept its license "
+    "on the model page)",
+}
+
+
+def http_status(exc: BaseException | None) -> int | None:
+    """The HTTP status of the first response in the exception's cause chain, if one is there."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        response = getattr(exc, "response", None)
+        status = getattr(response, "status_code", None)
+        if isinstance(status, int):
+            return status
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _refused(repo: str, exc: BaseException) -> None:
+    """Raise `FetchFailed` in one line when the Hub answered 401, 403 or a server error."""
+    status = http_status(exc)
+    if status in STATUS_HINTS:
+        raise FetchFailed(f"the Hub answered {status} for '{repo}': it {STATUS_HINTS[status]}") from None
+    if status is not None and status >= 500:
+        raise FetchFailed(
+            f"the Hub answered {status} for '{repo}' (a server error): try again later"
+        ) from None
 
 
 def http_errors() -> tuple[type[Exception], ...]:
