@@ -53,6 +53,7 @@ peft = pytest.importorskip("peft")
 #: Gemma 3 (multimodal, gemma-3-4b and up) is trained through its text decoder, the gemma3_text
 #: architecture of gemma-3-1b, so its tiny model would be the same: it is covered by that row.
 ARCH_PRESETS = {
+    "gemma": "gemma-2b",
     "gemma2": "gemma-2-2b",
     "gemma3_text": "gemma-3-1b",
     "gpt2": "gpt2",

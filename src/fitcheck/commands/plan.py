@@ -296,11 +296,20 @@ def _shaping() -> set[str]:
     return {*PlanOptions.__annotations__, *PLAN_TARGET_KW}
 
 
+#: Shared training options (cli._training_template) that plan does not take: the search decides the
+#: accumulation, and these setups are estimated, not planned.
+NOT_PLANNED = (
+    "grad_accum", "cache_latents", "cache_text_encoder_outputs", "train_text_encoder", "full_bf16",
+    "full_fp16", "base_quant", "train_modules", "task", "num_labels", "target_len", "image_tokens",
+)  # fmt: skip
+
+
 def register(app: typer.Typer) -> None:
     """Add ``fitcheck plan`` to the CLI, with the setup options of ``estimate`` that make sense."""
     from fitcheck import cli as c
 
     @app.command()
+    @c.training_options(exclude=NOT_PLANNED)
     def plan(
         model: c.ModelOptArg = None,
         on: OnPlanO = "auto",
@@ -308,45 +317,15 @@ def register(app: typer.Typer) -> None:
         from_format: c.FromFmtO = None,
         method: MethodPO = PlanMethod.auto,
         effective_batch: EffO = None,
-        seq_len: c.SeqO = None,
         min_seq_len: MinSeqO = None,
         min_resolution: MinResO = None,
         batch_size: MicroO = None,
-        resolution: c.ResO = None,
-        dora: c.DoraO = False,
-        lora_fa: c.LoraFaO = False,
         precision: Annotated[c.PrecisionOpt | None, typer.Option(help="fix the compute dtype")] = None,
-        master_weights: c.MasterO = False,
         optimizer: Annotated[c.OptimizerOpt | None, typer.Option(help="fix the optimizer")] = None,
         grad_ckpt: CkptPO = None,
         attn: Annotated[c.AttnOpt | None, typer.Option(help="fix the attention kernel")] = None,
-        lora_rank: c.RankO = None,
-        lora_alpha: c.AlphaO = None,
-        lora_targets: c.TargetsO = None,
-        lora_dropout: c.DropO = None,
-        double_quant: c.DQO = True,
-        autocast: c.AutocastO = None,
-        compile: c.CompileO = None,
-        kbit_prep: c.KbitPrepO = None,
-        kbit_path: c.KbitPathO = None,
-        keep_logits: c.KeepLogitsO = False,
-        loss: c.LossO = None,
-        offload_activations: c.OffloadActO = False,
-        optimizer_in_bwd: c.OptInBwdO = False,
-        optimizer_impl: c.OptImplO = None,
         trainer: c.TrainerPO = None,
-        fp8_base: c.Fp8O = False,
-        gpus: c.GpusO = 1,
-        strategy: c.StrategyO = None,
         offload: c.OffloadPO = None,
-        nodes: c.NodesO = 1,
-        fsdp_version: c.FsdpVerO = 2,
-        device_map_version: c.DevMapVerO = 5,
-        fsdp_embedding_units: c.FsdpEmbUnitsO = False,
-        zero_bucket_size: c.ZeroBucketO = None,
-        zero_overlap_comm: c.ZeroOverlapO = None,
-        quant_storage: c.QuantStorageO = None,
-        host_memory: c.HostMemO = None,
         headroom: c.HeadroomO = None,
         emit: EmitO = None,
         emit_format: EmitFmtO = None,
@@ -358,10 +337,11 @@ def register(app: typer.Typer) -> None:
         chart: c.ChartO = None,
         verbose: c.VerboseO = False,
         strict: c.StrictO = False,
+        training: dict[str, Any] | None = None,
     ) -> None:
         """The fastest configuration that fits (exit 0), else the tight one whose likely range reaches
         least (exit 0 with a warning; 1 with --strict); 1 when none fits. With reasons and configs."""
-        _dispatch(dict(locals()))
+        _dispatch({**(training or {}), **locals()})
 
 
 def _dispatch(args: dict[str, Any]) -> None:
