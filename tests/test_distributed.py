@@ -334,3 +334,28 @@ def test_fsdp1_cpu_offload_keeps_grad_shards_on_the_gpu_until_backward_ends(spec
         assert "optimizer_transient" not in parts(e, "optimizer_step")
         host = {c.name for h in e.host_phases for c in h.components}
         assert "optimizer_transient" in host
+
+
+def test_fsdp1_offload_changes_only_what_its_code_moves() -> None:
+    """FSDP1 ``CPUOffload(offload_params=True)`` read for what stays on the GPU (issue 10,
+    docs/distributed.md#fsdp-offload-checked): the parameter shards and the optimizer step go to the host,
+    the host shard's GPU copy joins the gathered units, the reduce-scattered gradient shards stay to the end
+    of backward, and no_sync() is not used. Every other line (activations, root unit, NF4 constants,
+    NCCL) is the same with and without offload, for QLoRA, LoRA and full fine-tuning."""
+    spec = resolve_model("8B")
+    moved = {"param_shards", "optimizer_states", "no_sync_grads"}
+    for method in ("qlora", "lora", "full"):
+        kw: dict[str, object] = {"method": method, "gpus": 2, "strategy": "fsdp", "fsdp_version": 1}
+        kw.update({"grad_accum": 2, "trainer": "hf", "quant_storage": "bf16" if method == "qlora" else None})
+        on, off = (est(spec, offload=o, **kw) for o in ("none", "all"))
+        for phase in ("load", "forward", "backward", "optimizer_step"):
+            a, b = parts(on, phase), parts(off, phase)
+            assert moved <= set(a) | {"no_sync_grads"} and not moved & set(b), (method, phase)
+            same = set(a) & set(b) - {"gathered_units"}
+            assert {k: a[k] for k in same} == {k: b[k] for k in same}, (method, phase)
+            assert set(b) - set(a) <= {"offload_grad_shards"}, (method, phase)
+            if phase in ("forward", "backward"):
+                layer = parts(on, "forward")["gathered_units"]  # FSDP1: one unsharded layer in forward
+                assert b["gathered_units"] - a["gathered_units"] == pytest.approx(layer / 2, abs=1)
+        host = {c.name for h in off.host_phases for c in h.components}
+        assert {"param_shards", "optimizer_states"} <= host, method
