@@ -135,7 +135,11 @@ _ROWS = (
     _grads("ddp_grad_buckets", "DDP's allreduce buckets (a copy of the gradients)", multi="ddp"),
     _weights("param_partitions", "ZeRO-3 parameter partitions (1/N)", multi="zero3-params"),
     _weights("persistent_params", "ZeRO-3 params under the persistence threshold", multi="zero3-params"),
-    _weights("gathered_params", "ZeRO-3 params gathered: module + prefetch", multi="zero3-gather"),
+    _weights(
+        "gathered_params",
+        "ZeRO-3 params gathered: module + prefetch + layers kept to backward",
+        multi="zero3-gather",
+    ),
     _states("fp32_master_partition", "DeepSpeed's fp32 partition of trainables", multi="zero-optimizer"),
     _grads("fp32_grad_partition", "the partition's fp32 gradient at the step", multi="zero-optimizer"),
     _grads("gradient_partition", "ZeRO-2/3 gradient partition", multi="zero-grads"),

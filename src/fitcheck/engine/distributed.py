@@ -456,13 +456,39 @@ def _zero_grads(
     if not off_opt:
         always.append(_c("gradient_partition", train_b / n, "grad_partitions_flat_buffer, 1/n", "zero-grads"))
     always.append(_c("reduce_buckets", rb * cb, f"ipg bucket: reduce_bucket_size {rb:,}", "buckets"))
+    if n == 1:
+        # one rank: the "gather" is a view of the partition, nothing is allocated (zero3-gather)
+        return always, [], [], grads
     live = min(
         int(z["stage3_max_live_parameters"]),
         max(sh.unit_params, sh.head_params) + int(z["stage3_prefetch_bucket_size"]),
     )
+    kept = reuse_kept_layers(sh, setup.grad_ckpt, int(z["stage3_max_reuse_distance"]))
     rule = "largest gathered module + stage3_prefetch_bucket_size, capped by max_live_parameters"
-    gathered = _c("gathered_params", live * cb, rule, "zero3-gather")
+    if kept:
+        rule += f", + {kept} last layer(s) kept to backward (stage3_max_reuse_distance)"
+    gathered = _c("gathered_params", (live + kept * sh.unit_params) * cb, rule, "zero3-gather")
     return always, [gathered], [gathered], grads
+
+
+def reuse_kept_layers(sh: Shares, grad_ckpt: bool, max_reuse: int) -> int:
+    """Decoder layers ZeRO-3 keeps gathered from their forward to their backward.
+
+    ``PartitionedParameterCoordinator.__params_to_release`` (partitioned_param_coordinator.py, v0.12.3
+    @6ea44d02 L472-501) keeps a module's parameters when they occur again in the recorded module order
+    before ``stage3_max_reuse_distance`` elements have been walked (every module's parameters counted
+    each time it occurs). After the forward of the layer with ``k`` layers behind it the order walks
+    those ``k`` layers, the lm_head twice (forward, then its backward fetch), then, with checkpointing,
+    each later layer's recomputed forward and its backward (else its backward) before the layer's own
+    parameters come back: ``(3k + 1) L + 2 H`` (``(2k + 2) L + 2 H`` without checkpointing) at most,
+    with ``L`` a layer's and ``H`` the lm_head's elements. Counted: the layers below the limit whole
+    (a layer partly within it, some of its modules kept, is not counted)."""
+    head = sh.lm_head_params or sh.embedding_params
+    per, extra = (3, 1) if grad_ckpt else (2, 2)
+    kept = 0
+    while kept < sh.layers and (per * kept + extra) * sh.unit_params + 2 * head < max_reuse:
+        kept += 1
+    return kept
 
 
 def _fsdp(setup: LlmSetup, est: Estimate, sh: Shares, n: int, facts: StrategyFacts) -> Plan:

@@ -1,0 +1,88 @@
+"""ZeRO-3's gathered parameters: none on one rank, and the last layers kept from forward to backward by
+``stage3_max_reuse_distance`` (docs/distributed.md#zero3-gather; DeepSpeed v0.12.3 @6ea44d02)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fitcheck.engine.distributed import Shares, reuse_kept_layers
+from fitcheck.engine.estimate import estimate
+from fitcheck.facts.deepspeed import ZERO_DEFAULTS
+from fitcheck.models import Estimate, LlmSetup, ModelSpec
+from fitcheck.sources.resolve import resolve_model
+
+
+@pytest.fixture(scope="module")
+def spec7b() -> ModelSpec:
+    return resolve_model("7B")
+
+
+def run(spec: ModelSpec, **kw: object) -> Estimate:
+    base: dict[str, object] = {"method": "full", "grad_ckpt": True, "trainer": "hf", "strategy": "zero3"}
+    base.update(kw)
+    return estimate(spec, LlmSetup(**base))  # type: ignore[arg-type]
+
+
+def comp(e: Estimate, name: str, phase: str) -> int:
+    return sum(c.bytes for c in e.phase(phase).components if c.name == name)  # type: ignore[arg-type]
+
+
+def shares_of(layer: int, head: int, layers: int = 32) -> Shares:
+    """Shares with only the fields the reuse rule reads set to round numbers."""
+    zero = {f.name: 0 for f in dataclasses.fields(Shares)}
+    return Shares(**{**zero, "unit_params": layer, "lm_head_params": head, "layers": layers})
+
+
+def test_one_rank_gathers_nothing(spec7b: ModelSpec) -> None:
+    """partition_parameters.py: with one partition ``all_gather_coalesced`` returns
+    ``_no_gather_coalesced`` (L1109-1110), whose handle sets ``param.data`` to a view of ``ds_tensor``
+    (``.to`` the device it is on: the same storage, L44-56): one GPU holds no gathered copy."""
+    one = run(spec7b, gpus=1)
+    two = run(spec7b, gpus=2)
+    for phase in ("forward", "backward"):
+        assert comp(one, "gathered_params", phase) == 0
+        assert comp(two, "gathered_params", phase) > 0
+
+
+def test_kept_layers_follow_the_reuse_distance_with_checkpointing() -> None:
+    """With checkpointing a layer with k layers behind it comes back after (3k + 1) L + 2 H elements."""
+    layer, head = 100, 150
+    sh = shares_of(layer, head)
+    limit = (3 * 2 + 1) * layer + 2 * head  # the third-last layer's distance
+    assert reuse_kept_layers(sh, True, limit) == 2  # strict: a distance equal to the limit is released
+    assert reuse_kept_layers(sh, True, limit + 1) == 3
+    assert reuse_kept_layers(sh, True, layer + 2 * head) == 0
+
+
+def test_kept_layers_without_checkpointing() -> None:
+    """Without checkpointing the layer's backward comes after (2k + 2) L + 2 H elements."""
+    layer, head = 100, 150
+    sh = shares_of(layer, head)
+    assert reuse_kept_layers(sh, False, (2 * 1 + 2) * layer + 2 * head) == 1
+    assert reuse_kept_layers(sh, False, (2 * 1 + 2) * layer + 2 * head + 1) == 2
+    assert reuse_kept_layers(sh, False, 10**12) == 32  # never more than the model has
+
+
+def test_tied_head_counts_the_embedding() -> None:
+    """A tied lm_head is the embedding's parameter (``lm_head_params`` 0): its elements count twice."""
+    zero = {f.name: 0 for f in dataclasses.fields(Shares)}
+    sh = Shares(**{**zero, "unit_params": 100, "embedding_params": 150, "layers": 4})
+    assert reuse_kept_layers(sh, True, 100 + 300) == 0
+    assert reuse_kept_layers(sh, True, 100 + 301) == 1
+
+
+def test_estimate_adds_the_kept_layers_to_the_gathered_line() -> None:
+    """Llama-2-7B (layer 202M, untied head 131M) with DeepSpeed's default distance 1e9: one layer kept
+    with and without checkpointing (the second-last is 4 L + 2 H = 1.07e9 away)."""
+    e = run(resolve_model("llama-2-7b"), gpus=4)
+    sh_layer = 4096 * 4096 * 4 + 3 * 4096 * 11008 + 2 * 4096
+    head = 32000 * 4096
+    prefetch = int(0.9 * 4096 * 4096)
+    assert ZERO_DEFAULTS["stage3_max_reuse_distance"] == 1_000_000_000
+    assert comp(e, "gathered_params", "forward") == 2 * (max(sh_layer, head) + prefetch + sh_layer)
+    rule = next(c.rule for c in e.phase("forward").components if c.name == "gathered_params")
+    assert "1 last layer(s) kept to backward" in rule
+    no_ckpt = run(resolve_model("llama-2-7b"), gpus=4, grad_ckpt=False)
+    assert comp(no_ckpt, "gathered_params", "forward") == comp(e, "gathered_params", "forward")
