@@ -11,7 +11,14 @@ what the caching allocator reserved:
   beside fitcheck's reserve line, with what could drive it: exact or varying lengths, autocast, sharding
   (several streams), checkpointing, batch.
 
-    PYTHONPATH=src python bench/reserve_evidence.py   # markdown tables on stdout, ~30 s, no GPU
+* Part 3 (``--replay``, needs torch): a few of those runs traced on fake tensors (fitcheck.measure.trace,
+  three steps from an empty cache: weights, optimizer states, every activation and temporary in order) and
+  replayed through bench/swift_loss.py's model of the caching allocator (best fit, splits, merges within a
+  segment, 2 / 20 MiB segments, 2 MiB rounding; c10/cuda/CUDACachingAllocator.cpp at 001074d): what the
+  allocator's code reserves over the traced step's allocations for one fixed shape on one stream.
+
+    PYTHONPATH=src python bench/reserve_evidence.py            # parts 1-2, ~30 s, no GPU
+    PYTHONPATH=src python bench/reserve_evidence.py --replay   # and part 3, ~3 min on one CPU core
 
 docs/methodology.md ("The reserve line against published reserved figures") reads the tables and the
 allocator's code; it is a reading, not a fit: nothing here sets a constant.
@@ -250,7 +257,82 @@ def render_groups(rs: list[Row]) -> list[str]:
     return out
 
 
-def main() -> int:
+#: Part 3's runs: one stream, one fixed shape, traceable (no 4-bit base), with a reserved figure to compare.
+REPLAYED = (
+    "rasbt-llm-training-speed/step6-native-layers-eager-attn",
+    "rasbt-llm-training-speed/step7-flash-attn",
+    "rasbt-llm-training-speed/step10-batch32",
+    "fitcheck-llm/smollm2-360m-lora-b1-s4096-eager",
+    "fitcheck-llm/smollm2-135m-lora-b2-s512-sdpa",
+)
+
+
+def step_events(log: list[Any]) -> list[tuple[str, int, int]]:
+    """Every allocation and free of a traced run in order (tracker records: alloc_seq, free_seq, nbytes);
+    a storage never freed stays allocated."""
+    timed: list[tuple[int, tuple[str, int, int]]] = []
+    for rec in log:
+        timed.append((rec.alloc_seq, ("a", rec.alloc_seq, rec.nbytes)))
+        if rec.free_seq is not None:
+            timed.append((rec.free_seq, ("f", rec.alloc_seq, rec.nbytes)))
+    return [e for _, e in sorted(timed)]
+
+
+def replayed(key: str) -> tuple[int, int]:
+    """(peak allocated, peak reserved) of a record's run traced for three steps and replayed through the
+    allocator model."""
+    from dataclasses import dataclass as _dc
+
+    import swift_loss
+
+    import fitcheck.measure.tracker as tracker_mod
+    from fitcheck.measure.trace import trace_step
+
+    rec = next(r for _, recs in pub.corpus().values() for r in recs if r.key == key)
+    posed = pub.pose(rec)
+    assert not isinstance(posed, str), posed
+    spec, setup, _ = posed
+    made: list[Any] = []
+
+    @_dc
+    class Recording(tracker_mod.Tracker):  # type: ignore[misc,name-defined]
+        def __post_init__(self) -> None:
+            made.append(self)
+
+    original = tracker_mod.Tracker
+    tracker_mod.Tracker = Recording  # type: ignore[misc]
+    try:
+        trace_step(spec.hf_config or {}, setup, steps=3)
+    finally:
+        tracker_mod.Tracker = original  # type: ignore[misc]
+    alloc = swift_loss.replay([step_events(made[-1].log)])
+    return alloc.peak_allocated, alloc.peak_reserved
+
+
+def render_replay() -> list[str]:
+    by_key = {r.key: r for r in rows()}
+    scored, _ = pub.score_all()
+    est = {s.record.key: s.estimate for ss in scored.values() for s in ss}
+    out = [
+        "| record | traced allocated | replayed reserved - allocated | measured reserve (implied or printed) "
+        "| fitcheck reserve |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    printed = {"fitcheck-llm/smollm2-360m-lora-b1-s4096-eager": (7304 - 4909) * MIB}
+    for key in REPLAYED:
+        allocated, reserved = replayed(key)
+        row = by_key.get(key)
+        measured = row.implied if row is not None else printed.get(key)
+        line = est[key].allocator_reserve_bytes if est.get(key) is not None else 0
+        out.append(
+            f"| {key} | {_g(allocated)} | {_g(reserved - allocated)} "
+            f"| {_g(measured) if measured is not None else '-'} | {_g(line)} |"
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
     rs = rows()
     lo, hi = FITCHECK_LLM_RANGE
     print("## Runs printed with both counters\n")
@@ -260,6 +342,9 @@ def main() -> int:
     print("\n".join(render_groups(rs)))
     print("\n## Per record (GiB)\n")
     print("\n".join(render_rows(rs)))
+    if "--replay" in args:
+        print("\n## Traced steps replayed through the allocator model (GiB)\n")
+        print("\n".join(render_replay()))
     return 0
 
 

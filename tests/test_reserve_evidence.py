@@ -58,3 +58,20 @@ def test_tables_render() -> None:
     assert groups[0].startswith("| group |") and len(groups) > 3
     assert len(b.render_rows(_rows())) == len(_rows()) + 2
     assert len(b.render_pairs()) == len(b.PAIRS) + 2
+
+
+def test_step_events_orders_allocations_and_frees() -> None:
+    from types import SimpleNamespace as R
+
+    log = [
+        R(alloc_seq=1, free_seq=None, nbytes=10),
+        R(alloc_seq=2, free_seq=4, nbytes=20),
+        R(alloc_seq=3, free_seq=5, nbytes=30),
+    ]
+    assert _bench().step_events(log) == [
+        ("a", 1, 10),
+        ("a", 2, 20),
+        ("a", 3, 30),
+        ("f", 2, 20),
+        ("f", 3, 30),
+    ]
