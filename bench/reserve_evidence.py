@@ -18,7 +18,7 @@ what the caching allocator reserved:
   allocator's code reserves over the traced step's allocations for one fixed shape on one stream.
 
     PYTHONPATH=src python bench/reserve_evidence.py            # parts 1-2, ~30 s, no GPU
-    PYTHONPATH=src python bench/reserve_evidence.py --replay   # and part 3, ~3 min on one CPU core
+    PYTHONPATH=src python bench/reserve_evidence.py --replay   # and part 3, ~5 min on one CPU core
 
 docs/methodology.md ("The reserve line against published reserved figures") reads the tables and the
 allocator's code; it is a reading, not a fit: nothing here sets a constant.
@@ -257,13 +257,16 @@ def render_groups(rs: list[Row]) -> list[str]:
     return out
 
 
-#: Part 3's runs: one stream, one fixed shape, traceable (no 4-bit base), with a reserved figure to compare.
+#: Part 3's runs: one stream, traceable (no 4-bit base), with a reserved figure to compare.
 REPLAYED = (
     "rasbt-llm-training-speed/step6-native-layers-eager-attn",
     "rasbt-llm-training-speed/step7-flash-attn",
     "rasbt-llm-training-speed/step10-batch32",
     "fitcheck-llm/smollm2-360m-lora-b1-s4096-eager",
     "fitcheck-llm/smollm2-135m-lora-b2-s512-sdpa",
+    # lengths vary in these two runs; the replay is one step at the record's (maximum) length
+    "torchtune/llama-2-7b-lora-qv-r8",
+    "peft-method-comparison/lora-r32-qv",
 )
 
 
