@@ -50,18 +50,19 @@ _PEFT_SHARDED = (
 )
 #: The Qwen team's README profile (qwen-finetune-profiling.yaml), posed as finetune.py and its scripts run.
 _QWEN_SHORT = (
-    "Qwen-1 LoRA without DeepSpeed, bf16 under the Trainer's autocast: a shortfall of about 1.2-1.5 GiB "
-    "(1.8B; 0.7-0.9 GiB on 7B) at 256-2048 tokens that the estimate passes at 8192; not found in "
+    "Qwen-1 LoRA without DeepSpeed, bf16 under the Trainer's autocast: a shortfall of about 1.0-1.3 GiB "
+    "(1.8B; 0.5-0.7 GiB on 7B) at 256-4096 tokens that the estimate passes at 8192; not found in "
     "finetune.py, modeling_qwen.py, peft 0.6.2, the Trainer or torch 2.0's AdamW (the LoRA (emb) rows' "
     "extra was torch 2.0's foreach denom, now posed); the figures' tool is not stated (what the yaml "
     "header rules out)"
 )
 _QWEN_DS = (
     "Qwen-1 under DeepSpeed (posed as run: ZeRO stage, ds_config_zero2.json's reduce_bucket_size 2e8, no "
-    "autocast, Qwen's own 16-bit loss): the 1.8B Q-LoRA rows 1.3-2.0 GiB short at every length; "
-    "full-parameter 1.8B on one GPU (ZeRO-3, with the step's flattened 16-bit gradient copy) 5.9 GiB "
-    "short at 256-2048 tokens (14.7%), 9.3 GiB at 4096 and 7.2 GiB at 8192, where the figure rises and the "
-    "optimizer-step peak does not; not found in DeepSpeed 0.12.3's stage_1_and_2.py / stage3.py"
+    "autocast, Qwen's own 16-bit loss): the 1.8B Q-LoRA rows 1.0-1.8 GiB short at every length; "
+    "full-parameter 1.8B on one GPU (ZeRO-3, with the step's flattened 16-bit gradient copy) 6.2 GiB "
+    "short at 256-2048 tokens (15.4%; 14.7% while the allocator line charged 1 MiB to every small "
+    "tensor too), 9.6 GiB at 4096 and 8.2 GiB at 8192, where the figure rises and the optimizer-step peak "
+    "does not; not found in DeepSpeed 0.12.3's stage_1_and_2.py / stage3.py (zero3full: what was ruled out)"
 )
 _QWEN_MULTI = (
     "Qwen-7B LoRA over 2 nodes x 2 GPUs (ZeRO-2, bf16, no autocast): the figure grows 18.8 GiB per GPU from "
@@ -81,15 +82,13 @@ KNOWN_UNDER: dict[str, str] = {
         for k in (
             "1.8b-lora-s256",
             "1.8b-lora-s512",
-            "1.8b-lora-s1024",
-            "1.8b-lora-s2048",
         )
     },
     **{
         f"qwen-finetune-profiling/qwen-{k}": _QWEN_DS
         for k in (
-            *(f"1.8b-qlora-s{n}" for n in (256, 512, 1024, 2048)),
-            *(f"1.8b-full-s{n}" for n in (4096, 8192)),
+            *(f"1.8b-qlora-s{n}" for n in (256, 512, 1024)),
+            *(f"1.8b-full-s{n}" for n in (256, 512, 1024, 2048, 4096, 8192)),
         )
     },
     **{f"qwen-finetune-profiling/qwen-7b-lora-multinode-s{n}": _QWEN_MULTI for n in (4096, 8192)},
@@ -109,9 +108,6 @@ KNOWN_SOURCE: dict[str, str] = {
     "ms-swift": "30% median: the 2024-01-02 table ran truncation 'delete' (each step at its own example's "
     "length), so its max_memory_reserved carries the caching allocator's history over varying lengths "
     "(known gap on 37 of 47 rows; bench/swift_loss.py part 4); its 2023-12 table, at max_length, is 3.2%",
-    "rasbt-llm-training-speed": "12.0% median, all over: the allocated peak of the plain bf16 loop is within "
-    "5% of the figure at batch 8, the caching-allocator reserve fitcheck adds (about 20% there) is not in "
-    "the printed memory_reserved()",
     "thudm-chatglm3-finetune": "12.9% median of two records: LoRA on one GPU +1.4%, the ZeRO-3 full "
     "fine-tuning on 4 GPUs 24% under (_THUDM_SFT)",
     "thudm-glm4-finetune": "34.6% median of two records: LoRA on one GPU -3.9%, the ZeRO-3 full fine-tuning "

@@ -28,10 +28,12 @@ from fitcheck.engine.lora import (
     validate_targets,
     validate_train_modules,
 )
+from fitcheck.engine.overhead import SMALL_REQUEST
 from fitcheck.engine.params import inventory, layer_kinds, layer_linears
 from fitcheck.engine.regimes import kbit_base, kbit_path, kbit_prep, model_as_trained, regime_for
 from fitcheck.engine.thumb import thumb
 from fitcheck.errors import OptionError
+from fitcheck.facts.dtypes import BYTES as DTYPE_BYTES
 from fitcheck.facts.optimizers import BITSANDBYTES
 from fitcheck.models import Component, Estimate, LlmSetup, ModelSpec, ParamCounts, Phase, Regime
 from fitcheck.units import gib
@@ -113,13 +115,41 @@ def _check_in_backward(setup: LlmSetup) -> None:
         raise OptionError("--optimizer-in-backward is modelled on one GPU only")
 
 
-def _tensor_count(spec: ModelSpec, setup: LlmSetup) -> int:
+def _tensor_count(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> int:
+    """Live tensors the caching allocator serves from its large pool at the peak (each loses about
+    1 MiB to its 2 MiB rounding; engine/overhead.py ``SMALL_REQUEST``: a request of at most 1 MiB comes
+    from the small pool and loses next to nothing). The base weights (embedding, head, every layer's
+    projections); for full fine-tuning each with its gradient and two optimizer states, else every
+    trainable tensor of every layer with its gradient and two states."""
     a = spec.arch
-    per_layer = sum(1 + lin.bias for lin in layer_linears(a, a.is_moe)) + a.norms_per_layer
-    base = a.num_layers * per_layer + 3
+    frozen = _element_bytes(setup, regime)
+    per_layer = sum(_large(lin.d_in * lin.d_out * frozen) for lin in layer_linears(a, a.is_moe))
+    base = a.num_layers * per_layer + 2 * _large(a.vocab_size * a.hidden_size * frozen)
     if setup.method == "full":
         return base * 4  # weights, gradients, two optimizer states
-    return base + len(states.trainable_shapes(a, setup)) * 4
+    out = base
+    grad, state = DTYPE_BYTES[regime.adapter_dtype], _state_bytes(regime, regime.adapter_dtype)
+    for rows, cols, k in states.trainable_shapes(a, setup):
+        n = rows * cols
+        out += k * (_large(n * grad) * 2 + 2 * _large(n * state))
+    return out
+
+
+def _large(nbytes: float) -> int:
+    """1 when a tensor of ``nbytes`` comes from the allocator's large pool."""
+    return int(nbytes > SMALL_REQUEST)
+
+
+def _element_bytes(setup: LlmSetup, regime: Regime) -> float:
+    """Bytes per element of the frozen base weights (4-bit packed: half a byte)."""
+    if setup.method == "qlora" or (setup.base_quant or "").endswith("int4"):
+        return 0.5
+    return DTYPE_BYTES[regime.weight_dtype]
+
+
+def _state_bytes(regime: Regime, param_dtype: str) -> float:
+    """Bytes per element of one optimizer state."""
+    return 4 if regime.optimizer_state_dtype == "fp32" else DTYPE_BYTES[param_dtype]
 
 
 def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, Component]:
@@ -477,7 +507,7 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         params=params,
         phases=phases,
         steady_bytes=sum(ms[k].bytes for k in STEADY if k in ms),
-        live_tensors=_tensor_count(spec, setup),
+        live_tensors=_tensor_count(spec, setup, regime),
         target_context=target_context,
         thumb=thumb(c.base, setup),
         warnings=_warnings(spec, setup, c.base),
@@ -488,11 +518,11 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
         shape = tasks.task_shape(spec.arch, setup)
         gamma = act.context(setup, regime).gamma
         out = loss.output_logits_bytes(setup, regime, shape.logit_rows, shape.logit_width, gamma)
-        return devmap.split(spec, setup, regime, ms, sv, est, _tensor_count(spec, setup), out)
+        return devmap.split(spec, setup, regime, ms, sv, est, _tensor_count(spec, setup, regime), out)
     if setup.distributed:
         from fitcheck.engine.distributed import distribute
 
-        est = distribute(spec, setup, est, _tensor_count(spec, setup))
+        est = distribute(spec, setup, est, _tensor_count(spec, setup, regime))
     return est
 
 

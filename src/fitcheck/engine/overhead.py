@@ -15,6 +15,10 @@ from fitcheck.units import MIB
 #: The caching allocator rounds large blocks up to 2 MiB (c10 CUDACachingAllocator.cpp): on average
 #: 1 MiB lost per large live tensor.
 ROUNDING_PER_TENSOR = 1 * MIB
+#: c10/cuda/CUDACachingAllocator.cpp ``kSmallSize``: a request of at most 1 MiB is served from the small
+#: pool (2 MiB segments shared by many blocks, 512-byte rounding), so only larger tensors count for the
+#: rounding above (the engine's tensor count, engine/estimate.py ``_tensor_count``).
+SMALL_REQUEST = 1 * MIB
 #: Short-lived blocks fragment the cache: measured reserved/allocated 1.07-1.49 (fitcheck-llm, T4);
 #: Megatron adds 5%. Applied to activations and transients only (weights are allocated once).
 FRAGMENTATION = 0.15
