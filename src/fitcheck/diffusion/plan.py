@@ -423,7 +423,7 @@ def _changes(
         (t for t in others if t.backend == target.backend and t.budget_bytes > target.budget_bytes),
         key=lambda t: (t.budget_bytes, t.id),
     )
-    for t in pool:
+    for t in (t for t in pool if t.bf16 or frugal.precision != "bf16"):  # bf16 only where the device has it
         mem = _fits_on(spec, frugal.model_copy(update={"backend": t.backend}), t, tally)
         if mem is not None:
             change = f"a bigger device: {t.name} ({t.budget_bytes / GIB:.1f} GiB budget)"

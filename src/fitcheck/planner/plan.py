@@ -8,7 +8,8 @@ spec, target, device speed and the catalog's other targets come in as data.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from fitcheck.engine.estimate import estimate
 from fitcheck.engine.verdict import fits_budget, high_bytes
@@ -36,6 +37,7 @@ def make_plan(
     device: DevicePerf,
     req: PlanRequest,
     other_targets: Sequence[Target] = (),
+    perf_of: PerfOf | None = None,
 ) -> Plan:
     """The fastest configuration that fits, with reasons and runners-up; or the smallest change.
 
@@ -45,6 +47,8 @@ def make_plan(
         device: its speed (`fitcheck.planner.device`).
         req: what is fixed and what is searched.
         other_targets: catalog devices of the same backend, for "a bigger device" when nothing fits.
+        perf_of: the speed figures of one of ``other_targets`` (`fitcheck.api.device_for`): a bigger
+            device is offered only where the request can run (FlashAttention-2 needs Ampere, ...).
 
     Raises:
         OptionError: an impossible request (xformers on MPS, an 8-bit optimizer on MPS, ...).
@@ -54,12 +58,46 @@ def make_plan(
 
     def changes(w: LlmWorkload, ranked: Sequence[Candidate]) -> list[Change]:
         tally = Tally()
-        out = smallest_changes(spec, target, device, w.req, ranked, other_targets, tally)
+        there = OnOther(spec, target, w.req, perf_of or (lambda t: device), tally)
+        out = smallest_changes(spec, target, device, w.req, ranked, other_targets, tally, there)
         w.estimates_run += tally.estimates  # the plan says what the changes cost too
         return out
 
     w = LlmWorkload(spec, target, device, req, changes=changes)
     return loop.make(w, loop.Asked(spec.id, spec.name, target, device, req))
+
+
+#: A device's speed figures, for the request on "a bigger device".
+PerfOf = Callable[[Target], DevicePerf]
+
+
+@dataclass(frozen=True)
+class OnOther:
+    """The request on another catalog device, with as many GPUs as the target: whether it can run there
+    (`check_request`: FlashAttention-2 needs Ampere, ...) and what one search there chooses."""
+
+    spec: ModelSpec
+    target: Target
+    req: PlanRequest
+    perf_of: PerfOf
+    tally: Tally
+
+    def _there(self, t: Target) -> tuple[Target, DevicePerf, PlanRequest]:
+        t = t.model_copy(update={"gpus": self.target.gpus})
+        return t, self.perf_of(t), _normalise(self.req, t)
+
+    def runs(self, t: Target) -> bool:
+        there, perf, req = self._there(t)
+        try:
+            R.check_request(self.spec, there, perf, req)
+        except OptionError:
+            return False
+        return True
+
+    def best(self, t: Target) -> Candidate | None:
+        """The best candidate whose likely range fits there (one search), None when none does."""
+        there, perf, req = self._there(t)
+        return _fits_with(self.spec, there, perf, req, self.tally)
 
 
 def _normalise(req: PlanRequest, target: Target) -> PlanRequest:
@@ -104,6 +142,7 @@ def smallest_changes(
     cands: Sequence[Candidate],
     other_targets: Sequence[Target] = (),
     tally: Tally | None = None,
+    there: OnOther | None = None,
 ) -> list[Change]:
     """Changes that make some configuration's likely range fit, smallest first: a fixed choice freed, a
     paged 8-bit optimizer, another method, a shorter sequence, more GPUs, a smaller model, a bigger device
@@ -134,13 +173,14 @@ def smallest_changes(
                 high_bytes=high,
             )
         )
-    bigger = _bigger_device(spec, target, frugal, other_targets, tally)
+    there = there if there is not None else OnOther(spec, target, req, lambda t: device, tally)
+    bigger = _bigger_device(spec, target, frugal, other_targets, tally, there)
     if bigger is not None:
         t, need, high = bigger
         out.append(
             Change(
                 change=f"a bigger device: {t.name} ({t.budget_bytes / GIB:.1f} GiB budget)",
-                flag=f"--on {t.id}",
+                flag=f"--on {t.id}" + (f" --gpus {target.gpus}" if target.gpus > 1 else ""),
                 device_bytes=need,
                 budget_bytes=t.budget_bytes,
                 high_bytes=high,
@@ -298,17 +338,27 @@ def _smaller_model(
 
 
 def _bigger_device(
-    spec: ModelSpec, target: Target, frugal: LlmSetup, others: Sequence[Target], tally: Tally
+    spec: ModelSpec,
+    target: Target,
+    frugal: LlmSetup,
+    others: Sequence[Target],
+    tally: Tally,
+    there: OnOther,
 ) -> tuple[Target, int, int] | None:
-    """The smallest device of the same backend whose budget holds the most frugal setup's likely range:
-    (device, device bytes, band high edge); one estimate per catalog device tried."""
+    """The smallest device of the same backend where the request runs whose budget holds the most frugal
+    setup's likely range (one estimate per device tried; a bf16 setup only where the device has bf16),
+    confirmed by one search there (what the plan on that device would choose, which may differ: fp16
+    full fine-tuning keeps fp32 weights): (device, its choice's device bytes and band high edge)."""
     pool = sorted(
         (t for t in others if t.backend == target.backend and t.budget_bytes > target.budget_bytes),
         key=lambda t: (t.budget_bytes, t.id),
     )
     for t in pool:
+        if (frugal.precision == "bf16" and not t.bf16) or not there.runs(t):
+            continue
         est = estimate(spec, frugal, t.context_bytes or None)
         tally.estimates += 1
         if fits_budget(est, t.budget_bytes):
-            return t, est.device_bytes, high_bytes(est)
+            c = there.best(t)
+            return (t, c.device_bytes, c.high_bytes) if c is not None else None
     return None
