@@ -111,13 +111,16 @@ def _normalise(req: PlanRequest, target: Target) -> PlanRequest:
 def _search(
     spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
 ) -> loop.Searched[LlmSetup, Throughput] | None:
-    """One search of the changed request (None when the request is refused: it cannot run there)."""
-    try:
+    """One search of the changed request (None when the request or the estimator refuses it)."""
+    try:  # refused there: a kernel, an optimizer, --optimizer-in-backward on one GPU only
         R.check_request(spec, target, device, req)
+        w = LlmWorkload(spec, target, device, req)
     except OptionError:
         return None
-    w = LlmWorkload(spec, target, device, req)
-    found = loop.search(w, target)
+    try:
+        found: loop.Searched[LlmSetup, Throughput] | None = loop.search(w, target)
+    except OptionError:
+        found = None
     tally.estimates += w.estimates_run
     return found
 
@@ -287,7 +290,7 @@ def _more_gpus(
 ) -> Found | None:
     """Twice the GPUs (``--gpus 2`` on one GPU, twice ``--nodes`` on a node): ZeRO and FSDP shard the
     states over more ranks, and each rank trains a smaller share of the effective batch (one search)."""
-    if target.backend not in ("cuda", "rocm"):
+    if target.backend not in ("cuda", "rocm") or req.base.optimizer_in_bwd:  # in backward: one GPU only
         return None
     if target.gpus == 1:
         more, flag = target.model_copy(update={"gpus": 2}), "--gpus 2"
