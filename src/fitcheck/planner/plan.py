@@ -20,7 +20,7 @@ from fitcheck.planner import rules as R
 from fitcheck.planner.loop import Tally
 from fitcheck.planner.models import Change, DevicePerf, Plan, PlanRequest, Throughput
 from fitcheck.planner.models import LlmCandidate as Candidate
-from fitcheck.planner.search import LlmWorkload
+from fitcheck.planner.search import LlmWorkload, MemoryFn
 from fitcheck.units import GIB
 from fitcheck.vocab import LINEAR_MODULES
 
@@ -57,7 +57,7 @@ def make_plan(
     req = _normalise(req, target)
 
     def changes(w: LlmWorkload, ranked: Sequence[Candidate]) -> list[Change]:
-        tally = Tally()
+        tally = LlmTally(target=target, base=w.req.base, shared=w.memory)  # counts in w.estimates_run itself
         there = OnOther(spec, target, w.req, perf_of or (lambda t: device), tally)
         out = smallest_changes(spec, target, device, w.req, ranked, other_targets, tally, there)
         w.estimates_run += tally.estimates  # the plan says what the changes cost too
@@ -108,20 +108,36 @@ def _normalise(req: PlanRequest, target: Target) -> PlanRequest:
     return req.model_copy(update={"base": req.base.model_copy(update=update)})
 
 
+@dataclass
+class LlmTally(Tally):
+    """The changes' estimates, and the plan's own memoised cost model on its target (`LlmWorkload.memory`,
+    which counts its estimates in the plan's ``estimates_run``): a changed request searched on the same
+    target with the same base setup shares it, so a point the plan (or an earlier change) already estimated
+    is not estimated again."""
+
+    target: Target | None = None
+    #: What the shared cost model's `memory_key` leaves out (GPUs, nodes, LoRA shape, ...) is in the base.
+    base: LlmSetup | None = None
+    shared: MemoryFn | None = None
+
+
 def _search(
     spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
 ) -> loop.Searched[LlmSetup, Throughput] | None:
     """One search of the changed request (None when the request or the estimator refuses it)."""
+    same = isinstance(tally, LlmTally) and tally.target == target and tally.base == req.base
+    shared = tally.shared if same and isinstance(tally, LlmTally) else None
     try:  # refused there: a kernel, an optimizer, --optimizer-in-backward on one GPU only
         R.check_request(spec, target, device, req)
-        w = LlmWorkload(spec, target, device, req)
+        w = LlmWorkload(spec, target, device, req, est=shared)
     except OptionError:
         return None
     try:
         found: loop.Searched[LlmSetup, Throughput] | None = loop.search(w, target)
     except OptionError:
         found = None
-    tally.estimates += w.estimates_run
+    if shared is None:  # the shared cost model counted its own
+        tally.estimates += w.estimates_run
     return found
 
 
