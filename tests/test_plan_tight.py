@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from fitcheck import api
 from fitcheck.cli import main
 from fitcheck.models import Target
-from fitcheck.planner.models import Plan
+from fitcheck.planner.models import Change, Plan
 
 GIB = 1 << 30
 
@@ -75,7 +75,8 @@ def test_verdict_boundaries(model: str, on: str, opts: dict[str, Any]) -> None:
     tight = api.plan(model, _on(on, d), **opts)
     assert tight.verdict == "tight" and not tight.fits and tight.chosen is not None
     assert tight.chosen.device_bytes <= d < tight.chosen.high_bytes
-    assert tight.smallest is None and tight.changes == () and tight.reasons[0].rule == "tight-fallback"
+    assert tight.smallest is None and tight.reasons[0].rule == "tight-fallback"
+    assert tight.changes and all(_within(c) for c in tight.changes)  # each change's likely range fits
     assert all(not r.candidate.fits for r in tight.runners_up)  # no fitting runner-up beside a tight choice
     for plan, budget in ((fits, h), (tight, d)):
         assert _check_verdict(model, plan, _on(on, budget)) == plan.verdict
@@ -83,6 +84,98 @@ def test_verdict_boundaries(model: str, on: str, opts: dict[str, Any]) -> None:
     assert short.verdict == "does_not_fit" and short.chosen is None and short.smallest is not None
     if opts is LLM_POINT:  # one memory point: just under its band edge it is tight
         assert api.plan(model, _on(on, h - 1), **opts).verdict == "tight"
+
+
+def _within(c: Change) -> bool:
+    """A change's need and its band's upper edge within its budget (the high edge is what fits)."""
+    return c.high_bytes is not None and c.device_bytes <= c.high_bytes <= c.budget_bytes
+
+
+#: ``drop --X``: the plan option that flag fixed.
+DROPPED = {
+    "--batch-size": "batch_size",
+    "--no-grad-ckpt": "grad_ckpt",
+    "--optimizer": "optimizer",
+    "--precision": "precision",
+    "--attn": "attn",
+    "--strategy": "strategy",
+    "--offload": "offload",
+}
+#: ``--flag value``: the plan option it sets.
+SET = {
+    "--method": "method",
+    "--seq-len": "seq_len",
+    "--optimizer": "optimizer",
+    "--nodes": "nodes",
+    "--min-resolution": "min_resolution",
+    "--effective-batch": "effective_batch",
+}
+
+
+def _applied(model: str, tgt: Target, opts: dict[str, Any], flag: str) -> tuple[str, Target, dict[str, Any]]:
+    """The plan request after a listed change, read from its flag as a user would type it."""
+    words = flag.split()
+    if words[0] == "drop":
+        return model, tgt, {k: v for k, v in opts.items() if k != DROPPED[words[1]]}
+    if words[0] == "--gpus":
+        return model, tgt.model_copy(update={"gpus": int(words[1])}), opts
+    if words[0] == "--on":  # a bigger device (with --gpus N for a multi-GPU plan)
+        bigger = api.target(words[1], None, int(words[3]) if len(words) == 4 else None)
+        assert bigger is not None
+        return model, bigger, opts
+    if len(words) == 1:  # a smaller model: its size
+        return flag, tgt, opts
+    value: Any = words[1] if words[0] in ("--method", "--optimizer") else int(words[1])
+    return model, tgt, {**opts, SET[words[0]]: value}
+
+
+#: Plans that are tight on a target as it is (no headroom trick): full fine-tuning with AdamW fixed on
+#: 12 GB (paged 8-bit AdamW is offered), a 7B LoRA with DDP fixed on two 4090s (the strategy freed), SD 1.5
+#: full fine-tuning at 1024 px on 10 GB (a lower resolution).
+NATURAL: list[tuple[str, str, dict[str, Any]]] = [
+    ("qwen2.5-0.5b", "rtx-3060-12gb", {"method": "full", "optimizer": "adamw"}),
+    ("qwen2.5-7b", "2x4090", {"method": "lora", "strategy": "ddp"}),
+    ("sd15", "10GB", {"method": "full", "resolution": 1024}),
+]
+
+
+def _tight_at_least_need(on: str, model: str, opts: dict[str, Any]) -> Target:
+    """The target with the budget that makes the case tight: its least central estimate."""
+    return _on(on, api.plan(model, _on(on, 0), **opts).min_device_bytes)
+
+
+@pytest.mark.parametrize(
+    ("model", "on", "opts", "natural"),
+    [*((*c, False) for c in CASES), *((*c, True) for c in NATURAL)],
+    ids=["llm", "multi-gpu", "diffusion", "paged", "strategy", "resolution"],
+)
+def test_a_tight_plans_changes_fit_when_checked(
+    model: str, on: str, opts: dict[str, Any], natural: bool
+) -> None:
+    """Every change a tight plan lists, applied as its flag says: the plan then fits (its likely range),
+    and ``check`` on that plan's setup says ``fits`` too."""
+    tgt = api.target(on, None, None) if natural else _tight_at_least_need(on, model, opts)
+    assert tgt is not None
+    tight = api.plan(model, tgt, **opts)
+    assert tight.verdict == "tight" and tight.changes
+    for change in tight.changes:
+        m, changed_tgt, changed = _applied(model, tgt, opts, change.flag)
+        plan = api.plan(m, changed_tgt, **changed)
+        assert plan.verdict == "fits", change.flag
+        assert _check_verdict(m, plan, changed_tgt) == "fits", change.flag
+
+
+def test_a_tight_plan_offers_the_kinds_of_change_nothing_fits_offers() -> None:
+    """Paged 8-bit AdamW when AdamW is fixed, a lighter method, a shorter length, two GPUs, a bigger device;
+    the strategy freed when DDP is fixed on two GPUs; a lower resolution for a diffusion model."""
+    want = {
+        0: ("--optimizer paged-adamw8bit", "--method lora", "--seq-len 1024", "--gpus 2", "--on "),
+        1: ("drop --strategy", "--method qlora", "--on "),
+        2: ("--min-resolution ", "--on "),
+    }
+    for i, (model, on, opts) in enumerate(NATURAL):
+        flags = [c.flag for c in api.plan(model, on, **opts).changes]
+        assert all(any(f.startswith(w) for f in flags) for w in want[i]), (want[i], flags)
 
 
 def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -111,6 +204,7 @@ def test_tight_cli_exit_codes_warning_and_files(
     rc, out, err = _run([*args, *emit, "-o", str(tmp_path), "--format", "json"], capsys)
     doc = json.loads(out)
     assert rc == 0 and doc["verdict"] == doc["chosen"]["verdict"] == "tight" and doc["fits"] is False
+    assert doc["changes"] and all(c["high_bytes"] <= c["budget_bytes"] for c in doc["changes"])
     assert "fitcheck: warning: tight: the estimate fits" in err and "--strict makes it 1" in err
     for name in emits:
         text = (tmp_path / name).read_text()
@@ -119,8 +213,11 @@ def test_tight_cli_exit_codes_warning_and_files(
     assert rc == 1
     flat = " ".join(out.split())
     assert "tight —" in flat and "likely up to" in flat and "nothing fits" not in flat
+    first = doc["changes"][0]["flag"]
+    assert f"to fit the likely range smallest change: {first} —" in flat
     rc, md, _ = _run([*args, "--format", "markdown"], capsys)
     assert rc == 0 and "(**tight**)" in md and "**Tight**: no configuration's likely range fits" in md
+    assert f"To fit the likely range:\n\n- `{first}`: " in md
 
 
 def test_fits_is_exit_0_even_with_strict(capsys: pytest.CaptureFixture[str]) -> None:

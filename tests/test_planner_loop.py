@@ -138,7 +138,8 @@ def test_only_tight_falls_back_to_the_tight_one_that_reaches_least() -> None:
     assert plan.verdict == "tight" and not plan.fits and plan.chosen is not None
     assert plan.chosen.setup.batch_size == 1 and plan.chosen.verdict == "tight"
     assert w.asked == [1, 2, 4] and plan.estimates_run == 3 and plan.grid_points == 3
-    assert plan.smallest is None and plan.changes == () and plan.reasons[0].rule == "tight-fallback"
+    assert plan.smallest is None and plan.reasons[0].rule == "tight-fallback"
+    assert [c.flag for c in plan.changes] == ["--on big"]  # the workload's changes, beside a tight choice
     reasons = {r.candidate.setup.batch_size: r.reason for r in plan.runners_up}
     assert reasons[4].startswith("does not fit")
     assert reasons[2].startswith("tight too, likely up to")  # faster, but reaches further

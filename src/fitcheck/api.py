@@ -593,7 +593,7 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         from fitcheck.units import parse_memory
 
         tgt = tgt.model_copy(update={"host_memory_bytes": parse_memory(host)})
-    return make_plan(spec, tgt, device_for(tgt), req, other_targets(tgt, headroom))
+    return make_plan(spec, tgt, device_for(tgt), req, other_targets(tgt, headroom), device_for)
 
 
 def _plan_diffusion(spec: DiffusionSpec, tgt: Target, opts: dict[str, object], headroom: str | None) -> Plan:

@@ -771,6 +771,7 @@ def diffusion_plan_table(plan: Any, stderr: bool = False) -> None:
         x = r.candidate
         _say(con, f"{_escape(_setup_line(x.setup))}: {_g(x.device_bytes)} GiB, {_speed(x)}", indent=2)
         _say(con, f"why not: {_escape(r.reason)}", indent=4, style="dim")
+    _plan_tight_changes(con, plan)
     for n in plan.notes:
         _say(con, f"note: {_escape(n)}", indent=2, style="dim")
 
@@ -847,6 +848,8 @@ def plan_markdown(plan: Any) -> str:
     ]
     if c.verdict == "tight":
         out += [f"**Tight**: {_tight_sentence(c)}.", ""]
+        fixes = [f"- `{ch.flag}`: {ch.change} ({_change_need(ch)})" for ch in plan.changes]
+        out += ["To fit the likely range:", "", *fixes, ""] if fixes else []
     out += [
         "| choice | reason | rule |",
         "|---|---|---|",
@@ -908,6 +911,26 @@ def _plan_nothing_fits(con: Any, plan: Any) -> None:
         _say(con, "no single change found: try a smaller model or a device with more memory", indent=2)
 
 
+def _change_need(ch: Any) -> str:
+    """A change's need: its central estimate and, when known, the band's upper edge (both within budget)."""
+    likely = f", likely up to {_g(ch.high_bytes)} GiB" if ch.high_bytes is not None else ""
+    return f"{_g(ch.device_bytes)} GiB{likely}"
+
+
+def _plan_tight_changes(con: Any, plan: Any) -> None:
+    """Beside a tight plan: the changes whose likely range fits (docs/planner.md#tight), smallest first."""
+    if plan.chosen is None or plan.chosen.verdict != "tight":
+        return
+    _say(con, "[bold]to fit the likely range[/]")
+    for i, ch in enumerate(plan.changes):
+        lead = "smallest change" if i == 0 else "or"
+        _say(
+            con, f"{lead}: [bold]{_escape(ch.flag)}[/] — {_escape(ch.change)} ({_change_need(ch)})", indent=2
+        )
+    if not plan.changes:
+        _say(con, "no single change found: try a smaller model or a device with more memory", indent=2)
+
+
 def _plan_runners_up(con: Any, plan: Any) -> None:
     """An LLM plan's runners-up: a table when it fits the width, else one folded entry each."""
     from rich.text import Text
@@ -963,6 +986,7 @@ def plan_table(plan: Any, stderr: bool = False, verbose: bool = False) -> None:
         header, why = header[:2], [r[:2] for r in why]
     _table(con, header, why, flex="reason", dim={"rule"})
     _plan_runners_up(con, plan)
+    _plan_tight_changes(con, plan)
     for e in plan.env:
         state = "[green]set[/]" if e.active else "[dim]left off[/]"
         _say(con, f"env {state} {_escape(e.name)}={_escape(e.value)}: {_escape(e.why)}")

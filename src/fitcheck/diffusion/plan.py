@@ -210,7 +210,12 @@ class DiffusionWorkload:
 
     def changes(self, ranked: Sequence[DiffusionCandidate]) -> list[Change]:
         frugal = min(ranked, key=lambda c: c.device_bytes).setup
-        return _changes(self.spec, frugal, self.target, self.others)
+        tally = loop.Tally()
+        out = _changes(self.spec, frugal, self.target, self.others, tally)
+        self.estimates_run += tally.estimates  # the plan says what the changes cost too
+        if self.progress is not None and tally.estimates:
+            self.progress(f"{self.estimates_run} setups estimated (what would fit the likely range)")
+        return out
 
     def estimate(self, setup: DiffusionSetup) -> Estimate:
         est = estimate_diffusion(self.spec, setup, self.target.context_bytes or None)
@@ -372,43 +377,56 @@ def _departure_reasons(cand: DiffusionSetup, asked: DiffusionSetup) -> list[Reas
     return out
 
 
-def _fits_on(spec: DiffusionSpec, setup: DiffusionSetup, target: Target) -> int | None:
-    """The setup's device bytes when its band's high edge fits the target's budget, else None."""
+def _fits_on(
+    spec: DiffusionSpec, setup: DiffusionSetup, target: Target, tally: loop.Tally
+) -> loop.Memory | None:
+    """The setup's memory when its band's high edge fits the target's budget, else None (one estimate)."""
     try:
         est = estimate_diffusion(spec, setup, target.context_bytes or None)
     except OptionError:
         return None
-    return (
-        est.device_bytes
-        if loop.fit_verdict(loop.memory_of(est)._replace(host_bytes=None), target) == "fits"
-        else None
+    tally.estimates += 1
+    mem = loop.memory_of(est)._replace(host_bytes=None)
+    return mem if loop.fit_verdict(mem, target) == "fits" else None
+
+
+def _change(change: str, flag: str, mem: loop.Memory, target: Target) -> Change:
+    return Change(
+        change=change,
+        flag=flag,
+        device_bytes=mem.device_bytes,
+        budget_bytes=target.budget_bytes,
+        high_bytes=mem.high_bytes,
     )
 
 
 def _changes(
-    spec: DiffusionSpec, frugal: DiffusionSetup, target: Target, others: Sequence[Target]
+    spec: DiffusionSpec,
+    frugal: DiffusionSetup,
+    target: Target,
+    others: Sequence[Target],
+    tally: loop.Tally,
 ) -> list[Change]:
-    """When nothing fits: a lower resolution, or a bigger device, for the least-memory setup found."""
+    """When nothing fits, or the plan is only tight: a lower resolution, or a bigger device, for the
+    least-memory setup found, checked against the band's high edge (one estimate per resolution step or
+    device tried, counted in ``tally``)."""
     out: list[Change] = []
     res = (frugal.resolution or spec.native_resolution) - RES_STEP
     while res >= MIN_SUGGESTED_RES:
-        need = _fits_on(spec, frugal.model_copy(update={"resolution": res}), target)
-        if need is not None:
+        mem = _fits_on(spec, frugal.model_copy(update={"resolution": res}), target, tally)
+        if mem is not None:
             change = f"a resolution of {res}px (bucketing keeps about res^2 pixels)"
-            out.append(Change(change=change, flag=f"--min-resolution {res}", device_bytes=need,
-                              budget_bytes=target.budget_bytes))  # fmt: skip
+            out.append(_change(change, f"--min-resolution {res}", mem, target))
             break
         res -= RES_STEP
     pool = sorted(
         (t for t in others if t.backend == target.backend and t.budget_bytes > target.budget_bytes),
         key=lambda t: (t.budget_bytes, t.id),
     )
-    for t in pool:
-        need = _fits_on(spec, frugal.model_copy(update={"backend": t.backend}), t)
-        if need is not None:
+    for t in (t for t in pool if t.bf16 or frugal.precision != "bf16"):  # bf16 only where the device has it
+        mem = _fits_on(spec, frugal.model_copy(update={"backend": t.backend}), t, tally)
+        if mem is not None:
             change = f"a bigger device: {t.name} ({t.budget_bytes / GIB:.1f} GiB budget)"
-            out.append(
-                Change(change=change, flag=f"--on {t.id}", device_bytes=need, budget_bytes=t.budget_bytes)
-            )
+            out.append(_change(change, f"--on {t.id}", mem, t))
             break
     return out

@@ -17,8 +17,8 @@ The loop owns what is the same for every workload: the fit test (the band's high
 budget, and the host memory of a node), the choice (the best-ranked candidate that fits), the
 tight fallback (when no candidate's band fits, the best-ranked one whose central estimate fits,
 verdict ``tight``, as `check` would judge it), the runners-up (ranked just above and just below the
-choice), the "nothing fits" answer (the least-memory candidate and the workload's changes) and the
-`Plan` itself. Pure: no I/O.
+choice), the "nothing fits" answer (the least-memory candidate), the workload's changes that would make
+a likely range fit (when nothing fits, and beside a tight choice) and the `Plan` itself. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -61,6 +61,13 @@ class Memory(NamedTuple):
     host_bytes: int | None = None
     #: Paged optimizer states counted in both figures: those over the budget may page to the host.
     paged_bytes: int = 0
+
+
+@dataclass
+class Tally:
+    """Memory estimates a workload's changes ran (added to the plan's ``estimates_run``)."""
+
+    estimates: int = 0
 
 
 def memory_of(est: Estimate) -> Memory:
@@ -117,7 +124,9 @@ class Workload(Protocol[S, T]):
     def env(self, chosen: Candidate[S, T]) -> tuple[EnvVar, ...]: ...
 
     def changes(self, ranked: Sequence[Candidate[S, T]]) -> list[Change]:
-        """When nothing fits: changes that would make something fit, smallest first."""
+        """When nothing fits, or only tight candidates do: changes that would make some candidate's
+        likely range (the band's high edge) fit, smallest first, each checked by estimating it; their
+        estimates count in ``estimates_run``."""
         ...
 
     def estimate(self, setup: S) -> Estimate:
@@ -316,6 +325,8 @@ def make(w: Workload[S, T], asked: Asked) -> Plan:
     found = search(w, asked.target)
     chosen = found.choice
     est: Estimate | None = w.estimate(chosen.setup) if chosen is not None else None
+    # nothing fits, or only tight: what would make a likely range fit (run before estimates_run is read)
+    changes = tuple(w.changes(found.ranked)) if chosen is None or not chosen.fits else ()
     assumed = asked.device.assumed
     warnings: list[str] = [f"speed figures assumed: {'; '.join(assumed)}"] if assumed else []
     return Plan(
@@ -333,7 +344,7 @@ def make(w: Workload[S, T], asked: Asked) -> Plan:
         runners_up=tuple(runners_up(w, chosen, found.ranked)) if chosen is not None else (),
         env=w.env(chosen) if chosen is not None else (),
         min_device_bytes=found.smallest.device_bytes,
-        changes=tuple(w.changes(found.ranked)) if chosen is None else (),
+        changes=changes,
         grid_points=len(found.ranked),
         estimates_run=w.estimates_run,
         warnings=(*warnings, *(est.warnings if est is not None else ())),

@@ -206,12 +206,16 @@ class EnvVar(Frozen):
 
 
 class Change(Frozen):
-    """A change that makes some configuration fit when none does."""
+    """A change that makes some configuration's likely range fit when none does (nothing fits, or only
+    tight configurations): checked by estimating it against the band's upper edge."""
 
     change: str
     flag: str
     device_bytes: int = Field(description="the smallest need after the change")
     budget_bytes: int
+    high_bytes: int | None = Field(
+        default=None, description="the band's upper edge after the change: within budget_bytes"
+    )
 
 
 class Plan(Frozen):
@@ -237,7 +241,9 @@ class Plan(Frozen):
     env: tuple[EnvVar, ...] = ()
     min_device_bytes: int = Field(description="the smallest need over the whole grid")
     changes: tuple[Change, ...] = Field(
-        default=(), description="when nothing fits: what would, smallest first"
+        default=(),
+        description="when nothing fits, or the plan is only tight: what would make the likely range fit, "
+        "smallest first",
     )
     grid_points: int
     estimates_run: int

@@ -2,22 +2,25 @@
 
 The loop (`fitcheck.planner.loop`) searches the LLM workload (`fitcheck.planner.search.LlmWorkload`);
 this module adds what only a decoder's plan has: the request's checks and the changes that make
-something fit when nothing does. Pure: the model spec, target, device speed and the catalog's
-other targets come in as data.
+some configuration's likely range fit, when nothing fits or the plan is only tight. Pure: the model
+spec, target, device speed and the catalog's other targets come in as data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from fitcheck.engine.estimate import estimate
-from fitcheck.engine.verdict import fits_budget
+from fitcheck.engine.verdict import fits_budget, high_bytes
+from fitcheck.errors import OptionError
 from fitcheck.models import LlmSetup, ModelSpec, Target
 from fitcheck.planner import loop
 from fitcheck.planner import rules as R
-from fitcheck.planner.models import Change, DevicePerf, Plan, PlanRequest
+from fitcheck.planner.loop import Tally
+from fitcheck.planner.models import Change, DevicePerf, Plan, PlanRequest, Throughput
 from fitcheck.planner.models import LlmCandidate as Candidate
-from fitcheck.planner.search import LlmWorkload
+from fitcheck.planner.search import LlmWorkload, MemoryFn
 from fitcheck.units import GIB
 from fitcheck.vocab import LINEAR_MODULES
 
@@ -34,6 +37,7 @@ def make_plan(
     device: DevicePerf,
     req: PlanRequest,
     other_targets: Sequence[Target] = (),
+    perf_of: PerfOf | None = None,
 ) -> Plan:
     """The fastest configuration that fits, with reasons and runners-up; or the smallest change.
 
@@ -43,6 +47,8 @@ def make_plan(
         device: its speed (`fitcheck.planner.device`).
         req: what is fixed and what is searched.
         other_targets: catalog devices of the same backend, for "a bigger device" when nothing fits.
+        perf_of: the speed figures of one of ``other_targets`` (`fitcheck.api.device_for`): a bigger
+            device is offered only where the request can run (FlashAttention-2 needs Ampere, ...).
 
     Raises:
         OptionError: an impossible request (xformers on MPS, an 8-bit optimizer on MPS, ...).
@@ -51,10 +57,47 @@ def make_plan(
     req = _normalise(req, target)
 
     def changes(w: LlmWorkload, ranked: Sequence[Candidate]) -> list[Change]:
-        return smallest_changes(spec, target, device, w.req, ranked, other_targets)
+        tally = LlmTally(target=target, base=w.req.base, shared=w.memory)  # counts in w.estimates_run itself
+        there = OnOther(spec, target, w.req, perf_of or (lambda t: device), tally)
+        out = smallest_changes(spec, target, device, w.req, ranked, other_targets, tally, there)
+        w.estimates_run += tally.estimates  # the plan says what the changes cost too
+        return out
 
     w = LlmWorkload(spec, target, device, req, changes=changes)
     return loop.make(w, loop.Asked(spec.id, spec.name, target, device, req))
+
+
+#: A device's speed figures, for the request on "a bigger device".
+PerfOf = Callable[[Target], DevicePerf]
+
+
+@dataclass(frozen=True)
+class OnOther:
+    """The request on another catalog device, with as many GPUs as the target: whether it can run there
+    (`check_request`: FlashAttention-2 needs Ampere, ...) and what one search there chooses."""
+
+    spec: ModelSpec
+    target: Target
+    req: PlanRequest
+    perf_of: PerfOf
+    tally: Tally
+
+    def _there(self, t: Target) -> tuple[Target, DevicePerf, PlanRequest]:
+        t = t.model_copy(update={"gpus": self.target.gpus})
+        return t, self.perf_of(t), _normalise(self.req, t)
+
+    def runs(self, t: Target) -> bool:
+        there, perf, req = self._there(t)
+        try:
+            R.check_request(self.spec, there, perf, req)
+        except OptionError:
+            return False
+        return True
+
+    def best(self, t: Target) -> Candidate | None:
+        """The best candidate whose likely range fits there (one search), None when none does."""
+        there, perf, req = self._there(t)
+        return _fits_with(self.spec, there, perf, req, self.tally)
 
 
 def _normalise(req: PlanRequest, target: Target) -> PlanRequest:
@@ -65,8 +108,45 @@ def _normalise(req: PlanRequest, target: Target) -> PlanRequest:
     return req.model_copy(update={"base": req.base.model_copy(update=update)})
 
 
-def _fits_with(spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest) -> Candidate | None:
-    return loop.search(LlmWorkload(spec, target, device, req), target).chosen
+@dataclass
+class LlmTally(Tally):
+    """The changes' estimates, and the plan's own memoised cost model on its target (`LlmWorkload.memory`,
+    which counts its estimates in the plan's ``estimates_run``): a changed request searched on the same
+    target with the same base setup shares it, so a point the plan (or an earlier change) already estimated
+    is not estimated again."""
+
+    target: Target | None = None
+    #: What the shared cost model's `memory_key` leaves out (GPUs, nodes, LoRA shape, ...) is in the base.
+    base: LlmSetup | None = None
+    shared: MemoryFn | None = None
+
+
+def _search(
+    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
+) -> loop.Searched[LlmSetup, Throughput] | None:
+    """One search of the changed request (None when the request or the estimator refuses it)."""
+    same = isinstance(tally, LlmTally) and tally.target == target and tally.base == req.base
+    shared = tally.shared if same and isinstance(tally, LlmTally) else None
+    try:  # refused there: a kernel, an optimizer, --optimizer-in-backward on one GPU only
+        R.check_request(spec, target, device, req)
+        w = LlmWorkload(spec, target, device, req, est=shared)
+    except OptionError:
+        return None
+    try:
+        found: loop.Searched[LlmSetup, Throughput] | None = loop.search(w, target)
+    except OptionError:
+        found = None
+    if shared is None:  # the shared cost model counted its own
+        tally.estimates += w.estimates_run
+    return found
+
+
+def _fits_with(
+    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
+) -> Candidate | None:
+    """The best candidate whose likely range fits after the change (one search), None when none does."""
+    found = _search(spec, target, device, req, tally)
+    return found.chosen if found is not None else None
 
 
 def _least(cands: Sequence[Candidate]) -> Candidate:
@@ -80,112 +160,184 @@ def smallest_changes(
     req: PlanRequest,
     cands: Sequence[Candidate],
     other_targets: Sequence[Target] = (),
+    tally: Tally | None = None,
+    there: OnOther | None = None,
 ) -> list[Change]:
-    """Changes that make something fit, smallest first: a fixed choice freed, another method, a shorter
-    sequence, a smaller model, a bigger device (each checked by estimating it)."""
+    """Changes that make some configuration's likely range fit, smallest first: a fixed choice freed, a
+    paged 8-bit optimizer, another method, a shorter sequence, more GPUs, a smaller model, a bigger device
+    (each checked against the band's high edge by one search or a bounded run of estimates, counted in
+    ``tally``). Used when nothing fits and beside a tight plan."""
+    tally = tally if tally is not None else Tally()
     budget = target.budget_bytes
     out = [
-        Change(change=change, flag=flag, device_bytes=c.device_bytes, budget_bytes=budget)
-        for change, flag, c in _request_changes(spec, target, device, req)
+        Change(
+            change=change,
+            flag=flag,
+            device_bytes=c.device_bytes,
+            budget_bytes=c.budget_bytes,
+            high_bytes=c.high_bytes,
+        )
+        for change, flag, c in _request_changes(spec, target, device, req, tally)
     ]
     frugal = _least(cands).setup
-    smaller = _smaller_model(spec, target, frugal)
+    smaller = _smaller_model(spec, target, frugal, tally)
     if smaller is not None:
-        size, need = smaller
+        size, need, high = smaller
         out.append(
             Change(
                 change=f"a smaller model: about {size} parameters",
                 flag=size,
                 device_bytes=need,
                 budget_bytes=budget,
+                high_bytes=high,
             )
         )
-    bigger = _bigger_device(spec, target, frugal, other_targets)
+    there = there if there is not None else OnOther(spec, target, req, lambda t: device, tally)
+    bigger = _bigger_device(spec, target, frugal, other_targets, tally, there)
     if bigger is not None:
-        t, need = bigger
+        t, need, high = bigger
         out.append(
             Change(
                 change=f"a bigger device: {t.name} ({t.budget_bytes / GIB:.1f} GiB budget)",
-                flag=f"--on {t.id}",
+                flag=f"--on {t.id}" + (f" --gpus {target.gpus}" if target.gpus > 1 else ""),
                 device_bytes=need,
                 budget_bytes=t.budget_bytes,
+                high_bytes=high,
             )
         )
     return out
 
 
+Found = tuple[str, str, Candidate]
+
+
 def _request_changes(
-    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest
-) -> list[tuple[str, str, Candidate]]:
-    """(change, flag, what then fits) for changes to the request: a fixed choice freed, the next
-    method, a shorter maximum length."""
-    out: list[tuple[str, str, Candidate]] = []
+    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
+) -> list[Found]:
+    """(change, flag, what then fits) for changes to the request: a fixed choice freed, a paged 8-bit
+    optimizer, the next method, a shorter maximum length, more GPUs; one search each."""
+    out = _freed(spec, target, device, req, tally)
+    for found in (
+        _paged(spec, target, device, req, tally),
+        _other_method(spec, target, device, req, tally),
+        _one_per_gpu(spec, target, device, req, tally) if req.base.optimizer_in_bwd else None,
+        _shorter(spec, target, device, req, tally),
+        _more_gpus(spec, target, device, req, tally),
+    ):
+        out += [found] if found is not None else []
+    return out
 
-    def add(change: str, flag: str, c: Candidate | None) -> None:
-        if c is not None:
-            out.append((change, flag, c))
 
+def _freed(
+    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
+) -> list[Found]:
+    """Each dimension the user fixed, left to the search instead (one search each)."""
     freed = {
         "batch_size": ("--batch-size", req.batch_size is not None),
         "grad_ckpt": ("--no-grad-ckpt", req.grad_ckpt is False),
         "optimizer": ("--optimizer", req.optimizer is not None),
         "precision": ("--precision", req.precision == "fp32"),
         "attn": ("--attn", req.attn == "eager"),
+        "strategy": ("--strategy", req.strategy is not None),
+        "offload": ("--offload", req.offload is not None),
     }
+    out: list[Found] = []
     for field, (flag, fixed) in freed.items():
-        if fixed:
-            freer = req.model_copy(update={field: None})
-            add(
-                f"let fitcheck choose {field.replace('_', ' ')}",
-                f"drop {flag}",
-                _fits_with(spec, target, device, freer),
-            )
-    # the optimizer step in backward, as asked, is full fine-tuning only: no other method to offer
-    others = (
-        ()
-        if req.base.optimizer_in_bwd
-        else {"full": ("lora", "qlora"), "lora": ("qlora",)}.get(req.method, ())
-    )
-    for m in others:
-        c = _fits_with(spec, target, device, req.model_copy(update={"method": m}))
-        add(
-            "QLoRA: 4-bit base weights" if m == "qlora" else "LoRA instead of full fine-tuning",
-            f"--method {m}",
-            c,
-        )
+        c = _fits_with(spec, target, device, req.model_copy(update={field: None}), tally) if fixed else None
         if c is not None:
-            break
-    if req.base.optimizer_in_bwd:
-        add(*_one_per_gpu(spec, target, device, req))
-    seq = req.floor_seq_len // 2
-    while seq >= MIN_SUGGESTED_SEQ:
-        c = _fits_with(spec, target, device, req.model_copy(update={"seq_len": seq, "min_seq_len": None}))
-        if c is not None:
-            add(
-                f"a maximum length of {seq} tokens (check that typical examples still fit)",
-                f"--seq-len {seq}",
-                c,
-            )
-            break
-        seq //= 2
+            out.append((f"let fitcheck choose {field.replace('_', ' ')}", f"drop {flag}", c))
     return out
 
 
+#: The optimizer offered when its states could page to the host (engine/verdict.py `judge_bytes`).
+PAGED = "paged-adamw8bit"
+
+
+def _paged(
+    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
+) -> Found | None:
+    """Paged 8-bit AdamW, when not asked already: 2 B/param states that page to the host when the device
+    runs short (bitsandbytes' paged optimizers; refused where bitsandbytes or the trainer lacks it)."""
+    if req.optimizer == PAGED or req.base.optimizer_in_bwd:
+        return None
+    c = _fits_with(spec, target, device, req.model_copy(update={"optimizer": PAGED}), tally)
+    why = (
+        "paged 8-bit AdamW (bitsandbytes): its states page to the host when the GPU runs short (slower steps)"
+    )
+    return (why, f"--optimizer {PAGED}", c) if c is not None else None
+
+
+def _other_method(
+    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
+) -> Found | None:
+    """The next lighter method (LoRA, then QLoRA) when one is fixed; the optimizer step in backward, as
+    asked, is full fine-tuning only: no other method to offer."""
+    if req.base.optimizer_in_bwd:
+        return None
+    for m in {"full": ("lora", "qlora"), "lora": ("qlora",)}.get(req.method, ()):
+        c = _fits_with(spec, target, device, req.model_copy(update={"method": m}), tally)
+        if c is not None:
+            what = "QLoRA: 4-bit base weights" if m == "qlora" else "LoRA instead of full fine-tuning"
+            return what, f"--method {m}", c
+    return None
+
+
+def _shorter(
+    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
+) -> Found | None:
+    """The longest halving of the maximum length (down to `MIN_SUGGESTED_SEQ`) whose likely range fits: one
+    search over every halving, the longest that fits wins."""
+    seq = req.floor_seq_len // 2
+    if seq < MIN_SUGGESTED_SEQ:
+        return None
+    shorter = req.model_copy(update={"seq_len": seq, "min_seq_len": MIN_SUGGESTED_SEQ})
+    found = _search(spec, target, device, shorter, tally)
+    fits = [c for c in found.ranked if c.fits] if found is not None else []
+    if not fits:
+        return None
+    longest = max(c.setup.seq_len for c in fits)
+    c = next(c for c in fits if c.setup.seq_len == longest)  # ranked: the best at that length
+    what = f"a maximum length of {longest} tokens (check that typical examples still fit)"
+    return what, f"--seq-len {longest}", c
+
+
+def _more_gpus(
+    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
+) -> Found | None:
+    """Twice the GPUs (``--gpus 2`` on one GPU, twice ``--nodes`` on a node): ZeRO and FSDP shard the
+    states over more ranks, and each rank trains a smaller share of the effective batch (one search)."""
+    if target.backend not in ("cuda", "rocm") or req.base.optimizer_in_bwd:  # in backward: one GPU only
+        return None
+    if target.gpus == 1:
+        more, flag = target.model_copy(update={"gpus": 2}), "--gpus 2"
+        req = _normalise(req, more)
+    else:
+        nodes = 2 * req.base.nodes
+        more, flag = target, f"--nodes {nodes}"
+        req = req.model_copy(update={"base": req.base.model_copy(update={"nodes": nodes})})
+    c = _fits_with(spec, more, device, req, tally)
+    gpus = more.gpus * req.base.nodes
+    return (f"{gpus} GPUs (each holds a share of the states and the batch)", flag, c) if c else None
+
+
 def _one_per_gpu(
-    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest
-) -> tuple[str, str, Candidate | None]:
+    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
+) -> Found | None:
     """With the step in backward every example of the effective batch is in one micro-batch (no
     accumulation): the change to one example per GPU."""
     n = target.gpus * req.base.nodes
     if req.effective_batch <= n:
-        return "", "", None
-    c = _fits_with(spec, target, device, req.model_copy(update={"effective_batch": n}))
+        return None
+    c = _fits_with(spec, target, device, req.model_copy(update={"effective_batch": n}), tally)
     why = "the optimizer step in backward cannot accumulate gradients"
-    return f"an effective batch of {n} ({why})", f"--effective-batch {n}", c
+    return (f"an effective batch of {n} ({why})", f"--effective-batch {n}", c) if c is not None else None
 
 
-def _smaller_model(spec: ModelSpec, target: Target, frugal: LlmSetup) -> tuple[str, int] | None:
-    """The largest Llama-shaped size below this model that fits with the most frugal setup."""
+def _smaller_model(
+    spec: ModelSpec, target: Target, frugal: LlmSetup, tally: Tally
+) -> tuple[str, int, int] | None:
+    """The largest Llama-shaped size below this model that fits with the most frugal setup: (size, device
+    bytes, band high edge); at most one estimate per size of `SMALLER_SIZES_B`."""
     from fitcheck.engine.params import count_params
     from fitcheck.sources.size import spec_from_size
 
@@ -198,21 +350,34 @@ def _smaller_model(spec: ModelSpec, target: Target, frugal: LlmSetup) -> tuple[s
             continue
         label = f"{b:g}B"
         est = estimate(spec_from_size(label), setup, target.context_bytes or None)
+        tally.estimates += 1
         if fits_budget(est, target.budget_bytes):
-            return label, est.device_bytes
+            return label, est.device_bytes, high_bytes(est)
     return None
 
 
 def _bigger_device(
-    spec: ModelSpec, target: Target, frugal: LlmSetup, others: Sequence[Target]
-) -> tuple[Target, int] | None:
-    """The smallest device of the same backend whose budget holds the most frugal setup."""
+    spec: ModelSpec,
+    target: Target,
+    frugal: LlmSetup,
+    others: Sequence[Target],
+    tally: Tally,
+    there: OnOther,
+) -> tuple[Target, int, int] | None:
+    """The smallest device of the same backend where the request runs whose budget holds the most frugal
+    setup's likely range (one estimate per device tried; a bf16 setup only where the device has bf16),
+    confirmed by one search there (what the plan on that device would choose, which may differ: fp16
+    full fine-tuning keeps fp32 weights): (device, its choice's device bytes and band high edge)."""
     pool = sorted(
         (t for t in others if t.backend == target.backend and t.budget_bytes > target.budget_bytes),
         key=lambda t: (t.budget_bytes, t.id),
     )
     for t in pool:
+        if (frugal.precision == "bf16" and not t.bf16) or not there.runs(t):
+            continue
         est = estimate(spec, frugal, t.context_bytes or None)
+        tally.estimates += 1
         if fits_budget(est, t.budget_bytes):
-            return t, est.device_bytes
+            c = there.best(t)
+            return (t, c.device_bytes, c.high_bytes) if c is not None else None
     return None
