@@ -41,6 +41,7 @@ import yaml
 from fitcheck import emitters
 from fitcheck.commands.plan import model_reference
 from fitcheck.emitters.common import EmitContext
+from fitcheck.measure.build import llamafactory_module_names
 from fitcheck.planner import kernels
 from fitcheck.sources.resolve import resolve_model
 from plan_helpers import plan_for
@@ -301,7 +302,9 @@ def test_llamafactory_yaml_builds_and_steps(preset: str, on: str, method: str) -
         for p in model.parameters():  # adapter.py _setup_full_tuning: cast_trainable_params_to_fp32
             p.data = p.data.float()
     else:
-        targets = "all-linear" if data["lora_target"] == "all" else data["lora_target"].split(",")
+        # adapter.py _setup_lora_tuning: all is find_all_linear_modules on the loaded model
+        lmf_all = llamafactory_module_names(model, model.config.model_type)
+        targets = lmf_all if data["lora_target"] == "all" else data["lora_target"].split(",")
         cfg = peft.LoraConfig(r=data["lora_rank"], lora_alpha=data["lora_alpha"], target_modules=targets)
         model = peft.get_peft_model(model, cfg, autocast_adapter_dtype=True)
     if data["fp16"] or method == "full":
