@@ -42,6 +42,8 @@ def read(data: Doc, path: str) -> ReadResult:
     model = k.get("model_name_or_path")
     r.model = str(model) if model else None
     k.touch("do_train", "stage")
+    # true is the rule llamafactory-all follows (false is refused, fitcheck.readers.unposed)
+    k.touch("freeze_vision_tower", "freeze_multi_modal_projector")
     if as_bool(k.get("do_predict"), "do_predict", path) and not as_bool(k.get("do_train"), "do_train", path):
         raise InputError(f"{path}: do_predict without do_train is a prediction run, not training")
     training_args(r, k)
