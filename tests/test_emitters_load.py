@@ -143,7 +143,7 @@ def _tokenizer(vocab_size: int) -> Any:
 
 
 @functools.cache
-def emitted(fmt: str, preset: str, on: str, method: str) -> tuple[Any, str]:
+def emitted(fmt: str, preset: str, on: str, method: str, **kw: Any) -> tuple[Any, str]:
     """(plan, text) of ``fmt`` for the tiny model of ``preset`` on ``on``; the grid kept small."""
     folder = str(tiny_model(preset))
     trainer = emitters.TRAINERS[fmt] or "hf"
@@ -157,6 +157,7 @@ def emitted(fmt: str, preset: str, on: str, method: str) -> tuple[Any, str]:
         effective_batch=2,
         grad_ckpt=False,
         optimizer="adamw",
+        **kw,
     )
     assert plan.fits and plan.chosen is not None
     spec = resolve_model(folder)
@@ -291,7 +292,12 @@ def test_hf_yaml_builds_and_steps(preset: str, on: str, method: str, tmp_path: P
 
 @pytest.mark.parametrize(("preset", "on", "method"), cases("llamafactory.yaml"))
 def test_llamafactory_yaml_builds_and_steps(preset: str, on: str, method: str) -> None:
-    _plan, text = emitted("llamafactory.yaml", preset, on, method)
+    # LLaMA-Factory's own default, lora_target: all (on GPT-2's Conv1D it finds nothing: peft's all-linear,
+    # written as names)
+    targets = (
+        {} if method == "full" else {"lora_targets": "all-linear" if preset == "gpt2" else "llamafactory-all"}
+    )
+    _plan, text = emitted("llamafactory.yaml", preset, on, method, **targets)
     data = yaml.safe_load(text)
     folder = tiny_model(preset)
     written = LMF_ATTN[data["flash_attn"]]

@@ -261,6 +261,26 @@ def test_phimoe_all_linear_is_one_line_exit_2(tmp_path: Path) -> None:
     )
 
 
+def test_qwen2_vl_linear_modules_is_one_line_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_vl", **MM_CASES["qwen2_vl"]}))
+    proc = run_cli(["estimate", str(tmp_path), "--on", "none", "--lora-targets", "linear-modules"], {})
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "peft refuses to wrap a vision block" in proc.stderr
+
+
+@pytest.mark.parametrize("targets", ["linear-modules", "llamafactory-all"])
+def test_conv1d_projections_are_not_listed_by_the_trainers_rules(targets: str) -> None:
+    """GPT-2's Conv1D layers: neither rule lists them, and peft refuses the empty list (the LLaMA-Factory
+    rule on the real model gives none); named or all-linear they are adapted."""
+    a = _arch("gpt2", CASES["gpt2"][1])
+    assert _peft_counts("gpt2", CASES["gpt2"][1], False, "all-linear")[0] > 0
+    with pytest.raises(ValueError, match="target_modules"):
+        _peft_counts("gpt2", CASES["gpt2"][1], False, "llamafactory-all")
+    with pytest.raises(OptionError, match="Conv1D"):
+        validate_targets(a, targets)
+    validate_targets(a, f"{targets},c_attn")  # beside a name, the name is adapted
+
+
 def test_tower_lora_is_named_in_the_warnings() -> None:
     spec = spec_from_config(
         {"model_type": "qwen2_vl", **MM_CASES["qwen2_vl"]}, id="t", name="t", source="test"

@@ -24,7 +24,8 @@ from fitcheck.emitters.common import (
     run_name,
     yaml_text,
 )
-from fitcheck.engine.lora import tower_targets
+from fitcheck.engine.lora import CONV1D_TYPES, tower_targets
+from fitcheck.engine.params import layer_linears
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup
 from fitcheck.planner.models import Plan
@@ -116,6 +117,8 @@ def lora_target(a: DecoderArch, s: LlmSetup) -> str:
     ``lora_target`` to peft as a list (model/adapter.py @ff6d4d12), so peft's ``all-linear`` cannot be
     written, and on a composite model it keeps every name out of the vision tower and projector
     (model_utils/visual.py ``patch_target_modules``), so tower adapters cannot be either."""
+    if s.lora_targets == "all-linear" and a.model_type in CONV1D_TYPES:  # all would find no module
+        return ",".join(sorted({lin.name.split(".")[-1] for lin in layer_linears(a, False) if lin.is_module}))
     if s.lora_targets == LMF_ALL or (s.lora_targets == "all-linear" and not a.is_moe and not a.tower_linears):
         return "all"
     if s.lora_targets == "all-linear" or tower_targets(a, s.lora_targets):

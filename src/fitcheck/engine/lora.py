@@ -51,9 +51,18 @@ ROUTER_CLASS_LINEAR: tuple[str, ...] = ("hunyuan_v1_moe",)
 NAME_RULES = (LINEAR_MODULES, LMF_ALL)
 
 
+#: Types whose projections are transformers' ``Conv1D`` (modeling_gpt2.py: ``c_attn``, ``c_proj``, ``c_fc``),
+#: neither an ``nn.Linear`` nor a class named ``*Linear*``: both trainers' rules find no module there, and
+#: peft refuses the empty list ("No `target_modules` passed", peft 0.21; tests/test_emitters_load.py
+#: built it), while peft's ``all-linear`` takes ``Conv1D`` too.
+CONV1D_TYPES = ("gpt2",)
+
+
 def linear_module_names(a: DecoderArch, by_class: bool = False) -> list[str]:
     """The names axolotl's ``lora_target_linear`` targets on this model (`LINEAR_MODULES`), or with
     ``by_class`` LLaMA-Factory's ``lora_target: all`` (`LMF_ALL`, routers by class name)."""
+    if a.model_type in CONV1D_TYPES:
+        return []
     lins = [lin for k in layer_kinds(a) for lin in k.linears(a)]
     router = a.model_type in (ROUTER_CLASS_LINEAR if by_class else ROUTER_LINEAR)
     return sorted({x.name.split(".")[-1] for x in lins if x.is_module or (router and x.role == "router")})
@@ -240,6 +249,13 @@ LEAF_NAME_BREAKS: dict[str, str] = dict.fromkeys(
 
 
 def _check_leaf_names(a: DecoderArch, wanted: list[str]) -> None:
+    rules = [w for w in wanted if w in NAME_RULES]
+    if rules and a.model_type in CONV1D_TYPES and len(rules) == len(wanted):
+        raise OptionError(
+            f"--lora-targets {rules[0]} on {a.model_type}: its projections are transformers Conv1D layers, "
+            "which the trainer's rule does not list (no nn.Linear, no 'Linear' in the class name), and peft "
+            "refuses the empty list; name them (c_attn,c_proj,c_fc) or use all-linear"
+        )
     why = LEAF_NAME_BREAKS.get(a.model_type)
     if why and a.tower_linears and LINEAR_MODULES in wanted:
         raise OptionError(
