@@ -129,3 +129,15 @@ def test_llamafactory_file_refuses_peft_all_linear_on_moe(
     err = capsys.readouterr().err
     assert rc == 2 and "LLaMA-Factory cannot target" in err and "llamafactory-all" in err, err
     assert not (tmp_path / "llamafactory.yaml").exists()
+
+
+def test_llamafactory_unset_lora_target_is_its_own_all(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """lora_target defaults to all (finetuning_args.py @ff6d4d12): LLaMA-Factory's rule, not peft's."""
+    path = tmp_path / "lmf.yaml"
+    path.write_text("stage: sft\ndo_train: true\nfinetuning_type: lora\ncutoff_len: 1024\n")
+    est, _ = _json(
+        ["estimate", "mixtral-8x7b", "--from", str(path), "--on", "h100-80gb", "--format", "json"], capsys
+    )
+    assert est["setup"]["lora_targets"] == LMF

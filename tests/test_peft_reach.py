@@ -385,3 +385,22 @@ def test_measure_replaces_the_linear_modules_token_with_the_models_names() -> No
     assert _with_linear_modules(["linear-modules", "embed_tokens"], Tiny()) == ["embed_tokens", "q_proj"]
     assert _with_linear_modules("all-linear", Tiny()) == "all-linear"
     assert _with_linear_modules(["q_proj"], Tiny()) == ["q_proj"]
+
+
+def test_measure_replaces_the_llamafactory_token_by_class_name() -> None:
+    """LLaMA-Factory's rule tests the class name: an ``nn.Linear`` subclass named without ``Linear`` (a
+    router) is left out, where axolotl's ``isinstance`` takes it."""
+    torch = pytest.importorskip("torch")
+    from fitcheck.measure.build import _with_linear_modules
+
+    class TopKRouter(torch.nn.Linear):
+        pass
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q_proj, self.lm_head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 8)
+            self.router = TopKRouter(4, 2)
+
+    assert _with_linear_modules(["llamafactory-all"], Tiny(), "mixtral") == ["q_proj"]
+    assert _with_linear_modules(["linear-modules"], Tiny(), "mixtral") == ["q_proj", "router"]
