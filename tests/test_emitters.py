@@ -29,6 +29,7 @@ from fitcheck.commands.plan import model_reference
 from fitcheck.emitters.common import EmitContext
 from fitcheck.errors import OptionError
 from fitcheck.sources.resolve import resolve_model
+from golden_helpers import check_golden
 from plan_helpers import plan_for
 from trainer_keys import choices_ok, fields, header_choices, type_ok
 
@@ -99,6 +100,24 @@ def test_golden_file(fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str
     head = "\n".join(line for line in text.splitlines() if line.startswith("#"))
     for needle in ("hardware:", "estimated peak:", "reproduce: fitcheck plan"):
         assert needle in head
+
+
+#: LLaMA-Factory's own ``lora_target: all`` (``llamafactory-all``) on MoE models: tests/golden/llamafactory/
+LMF_GOLDEN = {
+    "qwen3-30b-a3b-qlora.yaml": ["qwen3-30b-a3b", "--on", "h100-80gb", "--method", "qlora"],
+    "mixtral-8x7b-qlora.yaml": ["mixtral-8x7b", "--on", "h100-80gb", "--method", "qlora"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(LMF_GOLDEN))
+def test_llamafactory_moe_golden(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = [*LMF_GOLDEN[name], "--lora-targets", "llamafactory-all", "--emit", "llamafactory.yaml"]
+    rc = main(["plan", *args, "-o", str(tmp_path), "--format", "json"])
+    capsys.readouterr()
+    assert rc == 0
+    text = (tmp_path / "llamafactory.yaml").read_text()
+    check_golden(GOLDEN / "llamafactory" / name, text, name)
+    assert yaml.safe_load(text)["lora_target"] == "all"
 
 
 @pytest.mark.parametrize("fmt", [f for f in sorted(GOLDEN_CASES) if f.endswith(".yaml")])

@@ -41,6 +41,7 @@ import yaml
 from fitcheck import emitters
 from fitcheck.commands.plan import model_reference
 from fitcheck.emitters.common import EmitContext
+from fitcheck.measure.build import llamafactory_module_names
 from fitcheck.planner import kernels
 from fitcheck.sources.resolve import resolve_model
 from plan_helpers import plan_for
@@ -143,7 +144,7 @@ def _tokenizer(vocab_size: int) -> Any:
 
 
 @functools.cache
-def emitted(fmt: str, preset: str, on: str, method: str) -> tuple[Any, str]:
+def emitted(fmt: str, preset: str, on: str, method: str, **kw: Any) -> tuple[Any, str]:
     """(plan, text) of ``fmt`` for the tiny model of ``preset`` on ``on``; the grid kept small."""
     folder = str(tiny_model(preset))
     trainer = emitters.TRAINERS[fmt] or "hf"
@@ -157,6 +158,7 @@ def emitted(fmt: str, preset: str, on: str, method: str) -> tuple[Any, str]:
         effective_batch=2,
         grad_ckpt=False,
         optimizer="adamw",
+        **kw,
     )
     assert plan.fits and plan.chosen is not None
     spec = resolve_model(folder)
@@ -291,7 +293,12 @@ def test_hf_yaml_builds_and_steps(preset: str, on: str, method: str, tmp_path: P
 
 @pytest.mark.parametrize(("preset", "on", "method"), cases("llamafactory.yaml"))
 def test_llamafactory_yaml_builds_and_steps(preset: str, on: str, method: str) -> None:
-    _plan, text = emitted("llamafactory.yaml", preset, on, method)
+    # LLaMA-Factory's own default, lora_target: all (on GPT-2's Conv1D it finds nothing: peft's all-linear,
+    # written as names)
+    targets = (
+        {} if method == "full" else {"lora_targets": "all-linear" if preset == "gpt2" else "llamafactory-all"}
+    )
+    _plan, text = emitted("llamafactory.yaml", preset, on, method, **targets)
     data = yaml.safe_load(text)
     folder = tiny_model(preset)
     written = LMF_ATTN[data["flash_attn"]]
@@ -302,7 +309,9 @@ def test_llamafactory_yaml_builds_and_steps(preset: str, on: str, method: str) -
         for p in model.parameters():  # adapter.py _setup_full_tuning: cast_trainable_params_to_fp32
             p.data = p.data.float()
     else:
-        targets = "all-linear" if data["lora_target"] == "all" else data["lora_target"].split(",")
+        # adapter.py _setup_lora_tuning: all is find_all_linear_modules on the loaded model
+        lmf_all = llamafactory_module_names(model, model.config.model_type)
+        targets = lmf_all if data["lora_target"] == "all" else data["lora_target"].split(",")
         cfg = peft.LoraConfig(r=data["lora_rank"], lora_alpha=data["lora_alpha"], target_modules=targets)
         model = peft.get_peft_model(model, cfg, autocast_adapter_dtype=True)
     if data["fp16"] or method == "full":

@@ -62,7 +62,7 @@ EXPECTED: dict[str, tuple[str, str, str | None, dict[str, object]]] = {
         "meta-llama/Meta-Llama-3-8B-Instruct",
         {
             "method": "qlora",  # quantization_bit 4, bitsandbytes
-            "lora_targets": "all-linear",  # lora_target: all
+            "lora_targets": "llamafactory-all",  # lora_target: all (find_all_linear_modules)
             "seq_len": 2048,
             "batch_size": 1,
             "grad_accum": 8,

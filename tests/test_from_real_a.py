@@ -235,6 +235,7 @@ def test_every_refusal_row_cites_its_source_and_refuses_in_one_line(tmp_path: Pa
     base = {"axolotl": "base_model: x\n", "llamafactory": "stage: sft\n", "trl": "model_name_or_path: x\n"}
     base["accelerate"] = "distributed_type: FSDP\n"
     value = {"stage": "dpo", "finetuning_type": None, "parallelism_config": "{parallelism_config_cp_size: 2}"}
+    value |= dict.fromkeys(("freeze_vision_tower", "freeze_multi_modal_projector"), "false")
     for fmt, rows in TABLE.items():
         for row in rows:
             assert "@" in row.source and row.what

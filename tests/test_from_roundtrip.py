@@ -11,6 +11,7 @@ import pytest
 
 from fitcheck.cli import main
 
+LMF = "llamafactory-all"
 CASES = [
     ("hf.yaml", "llama-3.1-8b", "rtx-4090", []),
     ("hf.yaml", "llama-3.1-8b", "rtx-4090", ["--method", "qlora"]),
@@ -32,6 +33,8 @@ CASES = [
     # MoE: peft's all-linear is written as the string axolotl hands to peft, axolotl's own switch as itself
     ("axolotl.yaml", "qwen3-30b-a3b", "h100-80gb", ["--method", "qlora"]),
     ("axolotl.yaml", "qwen3-30b-a3b", "h100-80gb", ["--method", "qlora", "--lora-targets", "linear-modules"]),
+    # LLaMA-Factory's lora_target all on MoE is its own rule: written as all, read back as llamafactory-all
+    ("llamafactory.yaml", "qwen3-30b-a3b", "h100-80gb", ["--method", "qlora", "--lora-targets", LMF]),
     ("kohya.toml", "sdxl", "rtx-4090", []),
     ("kohya.toml", "sd15", "rtx-3060-12gb", ["--method", "full"]),
 ]
@@ -53,7 +56,8 @@ def _same_setup(planned: dict[str, Any], read: dict[str, Any]) -> dict[str, tupl
     double-quantization flag only where QLoRA quantizes the base, and an unset AdamW step as the
     trainer's own (a file names it: ``optim: adamw_torch_fused``). The axolotl emitter writes
     ``all-linear`` on a dense model as ``lora_target_linear: true``, which reads back as axolotl's
-    ``linear-modules``: the same modules there (the caller's device_bytes equality holds it)."""
+    ``linear-modules``: the same modules there (the caller's device_bytes equality holds it); the
+    LLaMA-Factory emitter writes it as ``lora_target: all``, read back as ``llamafactory-all``."""
     out = {}
     for key, want in planned.items():
         got = read[key]
@@ -64,7 +68,10 @@ def _same_setup(planned: dict[str, Any], read: dict[str, Any]) -> dict[str, tupl
             got = got if got is not None else 2.0 * read["lora_rank"]
         if key == "double_quant" and planned["method"] != "qlora":
             continue
-        if key == "lora_targets" and (want, got) == ("all-linear", "linear-modules"):
+        if key == "lora_targets" and (want, got) in (
+            ("all-linear", "linear-modules"),
+            ("all-linear", "llamafactory-all"),
+        ):
             continue
         if want != got:
             out[key] = (want, got)
@@ -110,3 +117,27 @@ def test_axolotl_file_keeps_peft_all_linear_apart_on_moe(
     _json([*args, "--emit", "axolotl.yaml", "-o", str(tmp_path), "--format", "json"], capsys)
     text = (tmp_path / "axolotl.yaml").read_text()
     assert any(row.startswith(line) for row in text.splitlines()), text
+
+
+def test_llamafactory_file_refuses_peft_all_linear_on_moe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """LLaMA-Factory hands lora_target to peft as a list: peft's all-linear (experts, router) cannot be
+    written, and lora_target all would size another run."""
+    args = ["plan", "qwen3-30b-a3b", "--method", "qlora", "--lora-targets", "all-linear", "--on", "h100-80gb"]
+    rc = main([*args, "--emit", "llamafactory.yaml", "-o", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "LLaMA-Factory cannot target" in err and "llamafactory-all" in err, err
+    assert not (tmp_path / "llamafactory.yaml").exists()
+
+
+def test_llamafactory_unset_lora_target_is_its_own_all(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """lora_target defaults to all (finetuning_args.py @ff6d4d12): LLaMA-Factory's rule, not peft's."""
+    path = tmp_path / "lmf.yaml"
+    path.write_text("stage: sft\ndo_train: true\nfinetuning_type: lora\ncutoff_len: 1024\n")
+    est, _ = _json(
+        ["estimate", "mixtral-8x7b", "--from", str(path), "--on", "h100-80gb", "--format", "json"], capsys
+    )
+    assert est["setup"]["lora_targets"] == LMF

@@ -73,6 +73,10 @@ def _peft_counts(
             from fitcheck.measure.build import linear_module_names
 
             names = linear_module_names(model)  # axolotl's rule on the real model
+        if targets == "llamafactory-all":
+            from fitcheck.measure.build import llamafactory_module_names
+
+            names = llamafactory_module_names(model, model_type)  # LLaMA-Factory's rule on the real model
         pm = peft.get_peft_model(model, peft.LoraConfig(r=RANK, target_modules=names))
     params = list(pm.named_parameters())
     lora = sum(p.numel() for n, p in params if "lora_" in n)
@@ -81,7 +85,8 @@ def _peft_counts(
 
 def _ours(a: DecoderArch, targets: str = "all-linear") -> tuple[int, int]:
     setup = LlmSetup(method="lora", lora_rank=RANK, lora_targets=targets)
-    if targets not in ("all-linear", "linear-modules"):  # (refused on phimoe, counted here all the same)
+    # (refused on phimoe, counted here all the same)
+    if targets not in ("all-linear", "linear-modules", "llamafactory-all"):
         validate_targets(a, targets)
     return adapter_params(a, setup), sum(r * c * k for r, c, k in trainable_shapes(a, setup))
 
@@ -109,30 +114,68 @@ def test_moe_linear_modules_match_axolotl_and_peft(model_type: str) -> None:
     )
 
 
-#: Where axolotl's leaf names reach past the linears in a Qwen-VL tower (not modelled): Qwen2-VL's merger
-#: is an ``nn.Sequential`` whose linears' leaves are ``0`` and ``2``, which also name the vision blocks
-#: (peft refuses to wrap a ``Qwen2VLVisionBlock``: the run cannot start); Qwen3-VL's ``proj`` also names
-#: the patch embedding's ``Conv3d``, which peft wraps (an adapter fitcheck does not count).
-LEAF_CLASH = {
-    "qwen2_vl": "merger leaves 0/2 name the vision blocks: peft refuses",
-    "qwen2_5_vl": "merger leaves 0/2 name the vision blocks: peft refuses",
-    "qwen3_vl": "'proj' also names patch_embed's Conv3d, which peft wraps",
-    "qwen3_vl_moe": "'proj' also names patch_embed's Conv3d, which peft wraps",
-}
+#: Where axolotl's leaf names break the run: Qwen2-VL's merger is an ``nn.Sequential`` whose linears'
+#: leaves are ``0`` and ``2``, which also name the vision blocks (`lora.LEAF_NAME_BREAKS`).
+LEAF_BREAK = sorted(lora.LEAF_NAME_BREAKS)
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=LEAF_CLASH[c])) if c in LEAF_CLASH else c
-        for c in sorted(MM)
-    ],
-)
+@pytest.mark.parametrize("case", sorted(c for c in MM if c not in LEAF_BREAK))
 def test_multimodal_linear_modules_match_axolotl_and_peft(case: str) -> None:
     model_type, cfg = MM[case]
     assert _ours(_arch(model_type, cfg), "linear-modules") == _peft_counts(
         model_type, cfg, True, "linear-modules"
     )
+
+
+@pytest.mark.parametrize("model_type", MOE_TYPES)
+def test_moe_llamafactory_all_matches_its_rule_and_peft(model_type: str) -> None:
+    """LLaMA-Factory's ``lora_target: all`` names on the real model, through peft, against `LMF_ALL`."""
+    cfg = CASES[model_type][1]
+    assert _ours(_arch(model_type, cfg), "llamafactory-all") == _peft_counts(
+        model_type, cfg, False, "llamafactory-all"
+    )
+
+
+@pytest.mark.parametrize("case", sorted(MM))
+def test_multimodal_llamafactory_all_matches_its_rule_and_peft(case: str) -> None:
+    """On a composite model LLaMA-Factory's full names reach the language model only (tower frozen)."""
+    model_type, cfg = MM[case]
+    a = _arch(model_type, cfg)
+    assert tower_adapter_params(a, LlmSetup(method="lora", lora_targets="llamafactory-all")) == 0
+    assert _ours(a, "llamafactory-all") == _peft_counts(model_type, cfg, True, "llamafactory-all")
+
+
+def test_llamafactory_all_leaves_the_phimoe_router_where_axolotl_takes_it() -> None:
+    """``PhimoeTopKRouter`` is an ``nn.Linear`` whose class name lacks ``Linear``: axolotl lists its leaf
+    (and the run breaks, `LORA_BREAKS`), LLaMA-Factory does not."""
+    a = _arch("phimoe", CASES["phimoe"][1])
+    assert "router" not in lora.linear_module_names(a, by_class=True)
+    assert "router" in lora.linear_module_names(a)
+    validate_targets(a, "llamafactory-all")
+    with pytest.raises(OptionError, match="router"):
+        validate_targets(a, "linear-modules")
+
+
+@pytest.mark.parametrize("case", LEAF_BREAK)
+def test_qwen2_vl_linear_modules_refused_as_peft_refuses(case: str) -> None:
+    model_type, cfg = MM[case]
+    with pytest.raises(ValueError, match="not supported"):
+        _peft_counts(model_type, cfg, True, "linear-modules")
+    with pytest.raises(OptionError, match="merger's linears are named 0 and 2"):
+        validate_targets(_arch(model_type, cfg), "linear-modules")
+
+
+def test_qwen3_vl_linear_modules_count_the_patch_conv() -> None:
+    """``proj`` also names Qwen3-VL's patch_embed Conv3d: peft's lora.Conv3d, r (in k^3) + r out."""
+    a = _arch("qwen3_vl", MM_CASES["qwen3_vl"])
+    assert len(a.tower_convs) == 1
+    setup = LlmSetup(method="lora", lora_rank=RANK, lora_targets="linear-modules")
+    i, o, n = a.tower_convs[0]
+    without = a.model_copy(update={"tower_convs": ()})
+    assert adapter_params(a, setup) - adapter_params(without, setup) == n * RANK * (i + o)
+    assert adapter_params(a, setup.model_copy(update={"lora_targets": "all-linear"})) == adapter_params(
+        without, setup.model_copy(update={"lora_targets": "all-linear"})
+    )  # peft's all-linear leaves convolutions out
 
 
 def test_linear_modules_leave_the_experts_without_dense_names() -> None:
@@ -216,6 +259,26 @@ def test_phimoe_all_linear_is_one_line_exit_2(tmp_path: Path) -> None:
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(
         "fitcheck: error: --lora-targets all-linear"
     )
+
+
+def test_qwen2_vl_linear_modules_is_one_line_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_vl", **MM_CASES["qwen2_vl"]}))
+    proc = run_cli(["estimate", str(tmp_path), "--on", "none", "--lora-targets", "linear-modules"], {})
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "peft refuses to wrap a vision block" in proc.stderr
+
+
+@pytest.mark.parametrize("targets", ["linear-modules", "llamafactory-all"])
+def test_conv1d_projections_are_not_listed_by_the_trainers_rules(targets: str) -> None:
+    """GPT-2's Conv1D layers: neither rule lists them, and peft refuses the empty list (the LLaMA-Factory
+    rule on the real model gives none); named or all-linear they are adapted."""
+    a = _arch("gpt2", CASES["gpt2"][1])
+    assert _peft_counts("gpt2", CASES["gpt2"][1], False, "all-linear")[0] > 0
+    with pytest.raises(ValueError, match="target_modules"):
+        _peft_counts("gpt2", CASES["gpt2"][1], False, "llamafactory-all")
+    with pytest.raises(OptionError, match="Conv1D"):
+        validate_targets(a, targets)
+    validate_targets(a, f"{targets},c_attn")  # beside a name, the name is adapted
 
 
 def test_tower_lora_is_named_in_the_warnings() -> None:
@@ -322,3 +385,22 @@ def test_measure_replaces_the_linear_modules_token_with_the_models_names() -> No
     assert _with_linear_modules(["linear-modules", "embed_tokens"], Tiny()) == ["embed_tokens", "q_proj"]
     assert _with_linear_modules("all-linear", Tiny()) == "all-linear"
     assert _with_linear_modules(["q_proj"], Tiny()) == ["q_proj"]
+
+
+def test_measure_replaces_the_llamafactory_token_by_class_name() -> None:
+    """LLaMA-Factory's rule tests the class name: an ``nn.Linear`` subclass named without ``Linear`` (a
+    router) is left out, where axolotl's ``isinstance`` takes it."""
+    torch = pytest.importorskip("torch")
+    from fitcheck.measure.build import _with_linear_modules
+
+    class TopKRouter(torch.nn.Linear):
+        pass
+
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q_proj, self.lm_head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 8)
+            self.router = TopKRouter(4, 2)
+
+    assert _with_linear_modules(["llamafactory-all"], Tiny(), "mixtral") == ["q_proj"]
+    assert _with_linear_modules(["linear-modules"], Tiny(), "mixtral") == ["q_proj", "router"]

@@ -222,8 +222,8 @@ TargetsO = Annotated[
     str | None,
     typer.Option(
         "--lora-targets",
-        help="attn, all-linear (peft's), linear-modules (axolotl's lora_target_linear), or module names "
-        "[default: all-linear]",
+        help="attn, all-linear (peft's), linear-modules (axolotl's lora_target_linear), llamafactory-all "
+        "(LLaMA-Factory's lora_target: all), or module names [default: all-linear]",
     ),
 ]
 DropO = Annotated[float | None, typer.Option("--lora-dropout", help="LoRA dropout [default: 0]")]

@@ -100,6 +100,11 @@ class DecoderArch(Frozen):
         description="the nn.Linear layers among extra_params as (d_in, d_out, how many): what peft's "
         "all-linear also wraps in a vision tower and projector",
     )
+    tower_convs: tuple[tuple[int, int, int], ...] = Field(
+        default=(),
+        description="tower convolutions peft wraps when a linear's leaf name also names them "
+        "(linear-modules), as (in x kernel volume, out, how many)",
+    )
     # Families beyond the Llama shape (docs/methodology.md, "Architectures"); defaults keep Llama's.
     structure: Literal["decoder", "encoder", "encoder_decoder"] = "decoder"
     encoder_layers: int = Field(default=0, ge=0, description="encoder-decoder: layers of the encoder stack")
@@ -191,7 +196,8 @@ class SetupBase(Frozen):
         default=None, gt=0, allow_inf_nan=False, description="defaults to 2 x rank"
     )
     lora_targets: str = Field(
-        default="all-linear", description="attn, all-linear, linear-modules, or comma-separated names"
+        default="all-linear",
+        description="attn, all-linear, linear-modules, llamafactory-all, or comma-separated names",
     )
     lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     backend: Backend = "cuda"

@@ -26,6 +26,10 @@ Trainer = Literal[
 #: the leaf names of every ``nn.Linear`` fixed before peft sees them (axolotl's ``lora_target_linear``;
 #: docs/methodology.md, "LoRA targets").
 LINEAR_MODULES = "linear-modules"
+#: ``llamafactory-all``: LLaMA-Factory's ``lora_target: all`` (its default), ``find_all_linear_modules``:
+#: leaf names of the modules whose class name holds ``Linear``, the vision tower and projector left out
+#: (docs/methodology.md, "LoRA targets").
+LMF_ALL = "llamafactory-all"
 Backend = Literal["cuda", "rocm", "mps", "cpu"]
 Kind = Literal["llm", "diffusion"]
 PhaseName = Literal["load", "forward", "backward", "optimizer_step"]

@@ -23,6 +23,7 @@ from fitcheck.emitters.common import (
     run_name,
     yaml_text,
 )
+from fitcheck.engine.lora import CONV1D_TYPES
 from fitcheck.models import DecoderArch
 from fitcheck.planner.models import Plan
 from fitcheck.vocab import LINEAR_MODULES
@@ -50,12 +51,13 @@ def _targets_item(a: DecoderArch, spec: str, targets: list[str] | None) -> Item:
     """``lora_target_linear: true`` is axolotl's ``find_all_linear_names`` (``linear-modules``), which on
     an MoE model is not peft's ``all-linear``: there the string goes to peft as it is (axolotl hands a
     string ``lora_target_modules`` to ``LoraConfig`` unchanged, loaders/adapter.py @067b021c)."""
-    if spec == LINEAR_MODULES or (targets is None and not a.is_moe):
+    if spec == LINEAR_MODULES or (targets is None and not a.is_moe and a.model_type not in CONV1D_TYPES):
         return Item("lora_target_linear", True)
     if targets is None:
-        return Item(
-            "lora_target_modules", "all-linear", "peft's all-linear (lora_target_linear misses the experts)"
-        )
+        # GPT-2's Conv1D projections are no nn.Linear: lora_target_linear lists none (`CONV1D_TYPES`)
+        misses = "the Conv1D projections" if a.model_type in CONV1D_TYPES else "the experts"
+        note = f"peft's all-linear (lora_target_linear misses {misses})"
+        return Item("lora_target_modules", "all-linear", note)
     return Item("lora_target_modules", targets)
 
 

@@ -24,8 +24,12 @@ from fitcheck.emitters.common import (
     run_name,
     yaml_text,
 )
-from fitcheck.models import DecoderArch
+from fitcheck.engine.lora import CONV1D_TYPES, tower_targets
+from fitcheck.engine.params import layer_linears
+from fitcheck.errors import OptionError
+from fitcheck.models import DecoderArch, LlmSetup
 from fitcheck.planner.models import Plan
+from fitcheck.vocab import LMF_ALL
 
 NAME = "llamafactory.yaml"
 TRAINER = "llamafactory"
@@ -98,8 +102,33 @@ def template(a: DecoderArch) -> str:
 
 
 def check(plan: Plan, ctx: EmitContext) -> None:
-    """Refuse a plan LLaMA-Factory cannot run as written (the HF Trainer checks, its attention names)."""
+    """Refuse a plan LLaMA-Factory cannot run as written (the HF Trainer checks, its attention names,
+    LoRA targets it cannot pass on)."""
     hf.check(plan, ctx, TRAINER, NAME, attn=ATTN, attn_hint="; LLaMA-Factory offers fa2, sdpa or disabled")
+    s = chosen(plan).setup
+    if s.method != "full":
+        lora_target(ctx.arch, s)
+
+
+def lora_target(a: DecoderArch, s: LlmSetup) -> str:
+    """``lora_target``: ``all`` is LLaMA-Factory's own ``find_all_linear_modules`` (`LMF_ALL`), written
+    for ``llamafactory-all`` and for peft's ``all-linear`` where both take the same modules (a dense
+    model without a vision tower); other targets as the names they stand for. LLaMA-Factory hands
+    ``lora_target`` to peft as a list (model/adapter.py @ff6d4d12), so peft's ``all-linear`` cannot be
+    written, and on a composite model it keeps every name out of the vision tower and projector
+    (model_utils/visual.py ``patch_target_modules``), so tower adapters cannot be either."""
+    if s.lora_targets == "all-linear" and a.model_type in CONV1D_TYPES:  # all would find no module
+        return ",".join(sorted({lin.name.split(".")[-1] for lin in layer_linears(a, False) if lin.is_module}))
+    if s.lora_targets == LMF_ALL or (s.lora_targets == "all-linear" and not a.is_moe and not a.tower_linears):
+        return "all"
+    if s.lora_targets == "all-linear" or tower_targets(a, s.lora_targets):
+        where = "the vision tower" if tower_targets(a, s.lora_targets) else "past the linear modules"
+        raise OptionError(
+            f"{NAME}: --lora-targets {s.lora_targets} on {a.model_type} reaches {where}, which LLaMA-Factory "
+            "cannot target (lora_target all is its own rule and keeps the vision tower out): plan with "
+            f"--lora-targets {LMF_ALL} or named projections"
+        )
+    return ",".join(lora_modules(a, s) or ())
 
 
 def emit(plan: Plan, ctx: EmitContext) -> dict[str, str]:
@@ -126,12 +155,11 @@ def text(plan: Plan, ctx: EmitContext) -> str:
         Item("finetuning_type", "full" if s.method == "full" else "lora"),
     ]
     if s.method != "full":
-        targets = lora_modules(ctx.arch, s)
         items += [
             Item("lora_rank", s.lora_rank),
             Item("lora_alpha", integer_alpha(s, NAME)),
             Item("lora_dropout", float(s.lora_dropout)),
-            Item("lora_target", "all" if targets is None else ",".join(targets)),
+            Item("lora_target", lora_target(ctx.arch, s)),
         ]
         if s.dora:
             items.append(Item("use_dora", True))

@@ -669,9 +669,15 @@ def _tower_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
     if setup.method == "full" or not tower_targets(spec.arch, setup.lora_targets):
         return []
     n = sum(k for _, _, k in spec.arch.tower_linears)
+    tower = f"the vision tower's and projector's {n} linear layers"
+    if setup.lora_targets == "all-linear":
+        what = f"all-linear also wraps {tower} (peft takes every nn.Linear but the output layer)"
+    else:  # linear-modules: the leaf names reach the tower, and a convolution sharing one (tower_convs)
+        convs = sum(k for _, _, k in spec.arch.tower_convs)
+        conv = f" and {convs} patch convolution" if convs else ""
+        what = f"--lora-targets {setup.lora_targets} also wraps {tower}{conv} (their leaf names match there)"
     return [
-        f"all-linear also wraps the vision tower's and projector's {n} linear layers (peft takes every "
-        f"nn.Linear but the output layer): {tower_adapter_params(spec.arch, setup):,} adapter parameters, "
+        f"{what}: {tower_adapter_params(spec.arch, setup):,} adapter parameters, "
         "counted with their gradients and optimizer states; the tower's own activations are not modelled. "
         "--lora-targets attn or named projections keep LoRA in the language model"
     ]

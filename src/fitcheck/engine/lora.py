@@ -13,7 +13,7 @@ from __future__ import annotations
 from fitcheck.engine.params import LayerKind, Linear, layer_kinds, peft_moe_renames
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup
-from fitcheck.vocab import LINEAR_MODULES
+from fitcheck.vocab import LINEAR_MODULES, LMF_ALL
 
 #: `LINEAR_MODULES`, the token for axolotl's ``lora_target_linear: true``: ``find_all_linear_names`` (axolotl
 #: src/axolotl/loaders/adapter.py @067b021c) collects the last name component of every module that is an
@@ -37,20 +37,49 @@ ROUTER_LINEAR: dict[str, str] = {
 }
 
 
-def linear_module_names(a: DecoderArch) -> list[str]:
-    """The names axolotl's ``lora_target_linear`` targets on this model (`LINEAR_MODULES`)."""
+#: `LMF_ALL`, LLaMA-Factory's ``lora_target: all`` (the default of ``lora_target``, hparams/
+#: finetuning_args.py @ff6d4d12): ``find_all_linear_modules`` (model/model_utils/misc.py @ff6d4d12)
+#: collects the last name component of every module whose CLASS NAME holds ``Linear`` (and not
+#: ``Embedding``), skipping ``lm_head`` (and chatglm's ``output_layer``, internlm2's ``output``), on a
+#: composite model also the projector keys and, with ``freeze_vision_tower`` (default true), the vision
+#: tower keys (model_utils/visual.py COMPOSITE_MODELS); ``patch_target_modules`` then turns the names
+#: into the full names of the language model's modules. By class name, not ``isinstance``: the
+#: ``nn.Linear`` subclasses ``PhimoeTopKRouter`` and ``Llama4Router`` are left out, where axolotl's
+#: rule takes them (`ROUTER_LINEAR`); HunYuan's ``wg`` is an ``nn.Linear`` and is taken.
+ROUTER_CLASS_LINEAR: tuple[str, ...] = ("hunyuan_v1_moe",)
+#: The tokens that stand for a list of leaf names fixed before peft sees the model.
+NAME_RULES = (LINEAR_MODULES, LMF_ALL)
+
+
+#: Types whose projections are transformers' ``Conv1D`` (modeling_gpt2.py: ``c_attn``, ``c_proj``, ``c_fc``),
+#: neither an ``nn.Linear`` nor a class named ``*Linear*``: both trainers' rules find no module there, and
+#: peft refuses the empty list ("No `target_modules` passed", peft 0.21; tests/test_emitters_load.py
+#: built it), while peft's ``all-linear`` takes ``Conv1D`` too.
+CONV1D_TYPES = ("gpt2",)
+
+
+def linear_module_names(a: DecoderArch, by_class: bool = False) -> list[str]:
+    """The names axolotl's ``lora_target_linear`` targets on this model (`LINEAR_MODULES`), or with
+    ``by_class`` LLaMA-Factory's ``lora_target: all`` (`LMF_ALL`, routers by class name)."""
+    if a.model_type in CONV1D_TYPES:
+        return []
     lins = [lin for k in layer_kinds(a) for lin in k.linears(a)]
-    router = a.model_type in ROUTER_LINEAR
+    router = a.model_type in (ROUTER_CLASS_LINEAR if by_class else ROUTER_LINEAR)
     return sorted({x.name.split(".")[-1] for x in lins if x.is_module or (router and x.role == "router")})
 
 
 def expand_targets(a: DecoderArch, targets: str) -> str:
-    """The targets with the `LINEAR_MODULES` token replaced by this model's linear module names."""
+    """The targets with the `LINEAR_MODULES` / `LMF_ALL` tokens replaced by this model's names."""
     wanted = _wanted(targets)
-    if LINEAR_MODULES not in wanted:
+    if not set(NAME_RULES) & set(wanted):
         return targets
-    rest = [w for w in wanted if w != LINEAR_MODULES]
-    return ",".join(dict.fromkeys([*linear_module_names(a), *rest]))
+    out: list[str] = []
+    for w in wanted:
+        if w in NAME_RULES:
+            out += linear_module_names(a, by_class=w == LMF_ALL)
+        else:
+            out.append(w)
+    return ",".join(dict.fromkeys(out))
 
 
 def _names(a: DecoderArch) -> list[str]:
@@ -84,7 +113,7 @@ def targeted(a: DecoderArch, targets: str, lin: Linear) -> bool:
         return lin.all_linear
     if targets == "attn":
         return lin.role == "attn"
-    if LINEAR_MODULES in _wanted(targets):
+    if set(NAME_RULES) & set(_wanted(targets)):
         return targeted(a, expand_targets(a, targets), lin)
     wanted, converted = _converted(a, _wanted(targets))
     if lin.name in converted:
@@ -206,6 +235,35 @@ def _check_breaks(a: DecoderArch, targets: str) -> None:
         )
 
 
+#: Multimodal types where `LINEAR_MODULES` (leaf names fixed before peft sees the model) name a module
+#: peft cannot wrap, so the run cannot start: the Qwen2-VL / Qwen2.5-VL patch merger's ``mlp`` is an
+#: ``nn.Sequential`` whose linears' leaves are ``0`` and ``2`` (modeling_qwen2_vl.py ``PatchMerger``,
+#: modeling_qwen2_5_vl.py ``Qwen2_5_VLPatchMerger``, transformers 5.24), and peft matches ``0`` as a
+#: suffix of ``visual.blocks.0`` too, a vision block it refuses ("Target module ... is not supported",
+#: peft 0.21 tuners/lora/model.py ``_create_new_module``; held by tests/test_peft_reach.py).
+LEAF_NAME_BREAKS: dict[str, str] = dict.fromkeys(
+    ("qwen2_vl", "qwen2_5_vl"),
+    "the patch merger's linears are named 0 and 2, which also name the vision blocks (visual.blocks.0, "
+    ".2), and peft refuses to wrap a vision block, so the run cannot start",
+)
+
+
+def _check_leaf_names(a: DecoderArch, wanted: list[str]) -> None:
+    rules = [w for w in wanted if w in NAME_RULES]
+    if rules and a.model_type in CONV1D_TYPES and len(rules) == len(wanted):
+        raise OptionError(
+            f"--lora-targets {rules[0]} on {a.model_type}: its projections are transformers Conv1D layers, "
+            "which the trainer's rule does not list (no nn.Linear, no 'Linear' in the class name), and peft "
+            "refuses the empty list; name them (c_attn,c_proj,c_fc) or use all-linear"
+        )
+    why = LEAF_NAME_BREAKS.get(a.model_type)
+    if why and a.tower_linears and LINEAR_MODULES in wanted:
+        raise OptionError(
+            f"--lora-targets {LINEAR_MODULES} on {a.model_type}: {why}; use all-linear, "
+            "llamafactory-all or named projections"
+        )
+
+
 def _check_fused(a: DecoderArch, wanted: list[str]) -> None:
     """peft refuses to convert one of two v4 names fused into one expert parameter without the other
     (``_convert_peft_config_moe``: "Cannot convert PEFT target(s) ... because they are fused")."""
@@ -251,6 +309,7 @@ def validate_targets(a: DecoderArch, targets: str, every_name: bool = False) -> 
     _check_breaks(a, targets)
     if targets in ("all-linear", "attn"):
         return
+    _check_leaf_names(a, _wanted(targets))
     wanted = _wanted(expand_targets(a, targets))
     if not wanted:
         raise OptionError("--lora-targets is empty: use attn, all-linear or module names")
@@ -281,8 +340,12 @@ def tower_targets(a: DecoderArch, targets: str) -> tuple[tuple[int, int, int], .
     all of them under ``all-linear`` (peft resolves it to every ``nn.Linear`` of the model but the output
     layer), none under ``attn`` or module names (which fitcheck matches in the language model only).
     `LINEAR_MODULES` takes them all too: ``find_all_linear_names`` lists the tower's leaf names and peft
-    matches each in the tower."""
-    return a.tower_linears if targets == "all-linear" or LINEAR_MODULES in _wanted(targets) else ()
+    matches each in the tower. `LMF_ALL` leaves the tower and projector out (``freeze_vision_tower``
+    and ``freeze_multi_modal_projector`` at their default, true). Leaf names also reach the tower
+    convolutions that share one (``tower_convs``: Qwen3-VL's ``patch_embed.proj``, a Conv3d peft wraps)."""
+    if LINEAR_MODULES in _wanted(targets):
+        return (*a.tower_linears, *a.tower_convs)
+    return a.tower_linears if targets == "all-linear" else ()
 
 
 def tower_adapter_params(a: DecoderArch, setup: LlmSetup) -> int:

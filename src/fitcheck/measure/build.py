@@ -17,7 +17,7 @@ import torch
 from fitcheck.errors import FitcheckError, ModelSourceError, OptionError
 from fitcheck.models import LlmSetup, Regime
 from fitcheck.terminal import printable
-from fitcheck.vocab import LINEAR_MODULES
+from fitcheck.vocab import LINEAR_MODULES, LMF_ALL
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -192,12 +192,58 @@ def linear_module_names(model: Any) -> list[str]:
     return sorted(names)
 
 
-def _with_linear_modules(targets: str | list[str], model: Any) -> str | list[str]:
-    """The `LINEAR_MODULES` token replaced by the model's linear module names."""
-    if isinstance(targets, str) or LINEAR_MODULES not in targets:
+#: LLaMA-Factory's ``COMPOSITE_MODELS`` (src/llamafactory/model/model_utils/visual.py @ff6d4d12) for the
+#: multimodal types fitcheck reads: (projector keys, vision tower keys, LoRA conflict keys); a module
+#: whose full name holds a key is skipped (a substring test, as LLaMA-Factory's).
+LMF_COMPOSITE: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
+    "llava": (("multi_modal_projector",), ("vision_tower",), ()),
+    "gemma3": (("multi_modal_projector",), ("vision_tower",), ()),
+    "llama4": (("multi_modal_projector",), ("vision_model",), ()),
+    "mistral3": (("model.multi_modal_projector",), ("vision_tower",), ()),
+    "qwen2_vl": (("visual.merger",), ("visual.patch_embed", "visual.blocks"), ("patch_embed",)),
+    "qwen2_5_vl": (("visual.merger",), ("visual.patch_embed", "visual.blocks"), ("patch_embed",)),
+    **dict.fromkeys(
+        ("qwen3_vl", "qwen3_vl_moe"),
+        (
+            ("visual.merger",),
+            ("visual.pos_embed", "visual.patch_embed", "visual.blocks", "visual.deepstack_merger_list"),
+            ("patch_embed",),
+        ),
+    ),
+}
+
+
+def llamafactory_module_names(model: Any, model_type: str) -> list[str]:
+    """LLaMA-Factory's ``lora_target: all`` on a built model (``--lora-targets llamafactory-all``):
+    ``find_all_linear_modules`` (model_utils/misc.py @ff6d4d12: leaf names of the modules whose class
+    name holds ``Linear`` and not ``Embedding``, outside ``lm_head``, the projector and, with
+    ``freeze_vision_tower`` at its default, the tower), then on a composite model ``patch_target_modules``
+    (model_utils/visual.py: the full names of the modules holding one of them, tower, projector and
+    conflict keys left out)."""
+    projector, vision, conflict = LMF_COMPOSITE.get(model_type, ((), (), ()))
+    skip = ("lm_head", *projector, *vision)
+    leaves = set()
+    for name, module in model.named_modules():
+        cls = type(module).__name__
+        if "Linear" in cls and "Embedding" not in cls and not any(k in name for k in skip):
+            leaves.add(name.split(".")[-1])
+    if model_type not in LMF_COMPOSITE:
+        return sorted(leaves)
+    out = (*projector, *vision, *conflict)
+    return [
+        n for n, _ in model.named_modules() if any(t in n for t in leaves) and not any(k in n for k in out)
+    ]
+
+
+def _with_linear_modules(targets: str | list[str], model: Any, model_type: str = "") -> str | list[str]:
+    """The `LINEAR_MODULES` / `LMF_ALL` tokens replaced by the model's names under that rule."""
+    if isinstance(targets, str) or not {LINEAR_MODULES, LMF_ALL} & set(targets):
         return targets
-    rest = [t for t in targets if t != LINEAR_MODULES]
-    return sorted({*linear_module_names(model), *rest})
+    rest = [t for t in targets if t not in (LINEAR_MODULES, LMF_ALL)]
+    names = linear_module_names(model) if LINEAR_MODULES in targets else []
+    if LMF_ALL in targets:
+        names += llamafactory_module_names(model, model_type)
+    return sorted({*names, *rest})
 
 
 def apply_lora(model: Any, setup: LlmSetup, regime: Regime, model_type: str) -> Any:
@@ -212,7 +258,7 @@ def apply_lora(model: Any, setup: LlmSetup, regime: Regime, model_type: str) -> 
         r=setup.lora_rank,
         lora_alpha=setup.alpha,  # type: ignore[arg-type]  # typed int in peft, used as a number
         lora_dropout=setup.lora_dropout,
-        target_modules=_with_linear_modules(lora_targets(setup, model_type), model),
+        target_modules=_with_linear_modules(lora_targets(setup, model_type), model, model_type),
         use_dora=setup.dora,
         bias="none",
         task_type="CAUSAL_LM",

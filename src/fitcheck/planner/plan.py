@@ -22,7 +22,7 @@ from fitcheck.planner.models import Change, DevicePerf, Plan, PlanRequest, Throu
 from fitcheck.planner.models import LlmCandidate as Candidate
 from fitcheck.planner.search import LlmWorkload, MemoryFn
 from fitcheck.units import GIB
-from fitcheck.vocab import LINEAR_MODULES
+from fitcheck.vocab import LINEAR_MODULES, LMF_ALL
 
 #: Shortest sequence length suggested when nothing fits.
 MIN_SUGGESTED_SEQ = 128
@@ -343,7 +343,7 @@ def _smaller_model(
 
     total = count_params(spec.arch)
     setup = frugal
-    if frugal.lora_targets not in ("all-linear", "attn", LINEAR_MODULES):
+    if frugal.lora_targets not in ("all-linear", "attn", LINEAR_MODULES, LMF_ALL):
         setup = frugal.model_copy(update={"lora_targets": "all-linear"})
     for b in SMALLER_SIZES_B:
         if b * 1e9 > SMALLER_AT_MOST * total:

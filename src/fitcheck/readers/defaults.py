@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fitcheck.readers.base import Value
+from fitcheck.vocab import LMF_ALL
 
 Scope = Literal["trainer", "file"]
 
@@ -130,7 +131,12 @@ TABLE: dict[str, tuple[Default, ...]] = {
         Default("batch_size", 8, "file", f"per_device_train_batch_size defaults to 8: {_TA}"),
         Default("seq_len", 2048, "file", f"cutoff_len defaults to 2048: {_LMF}"),
         Default("lora_rank", 8, "file", f"lora_rank defaults to 8 (lora_alpha then 2 x rank): {_LMF}"),
-        Default("lora_targets", "all-linear", "file", f"lora_target defaults to all: {_LMF}"),
+        Default(
+            "lora_targets",
+            LMF_ALL,
+            "file",
+            f"lora_target defaults to all, its find_all_linear_modules (llamafactory-all): {_LMF}",
+        ),
         Default("double_quant", True, "file", f"double_quantization defaults to true: {_LMF}"),
     ),
     "torchtune": (

@@ -4,7 +4,10 @@ Mapping, after LLaMA-Factory's hparams (hiyouga/LLaMA-Factory src/llamafactory/h
 @ff6d4d12, tests/data/trainer_keys/llamafactory_keys.txt): ``finetuning_type: lora|full`` (default
 lora; ``freeze`` and ``oft`` are refused, `fitcheck.readers.unposed`); ``quantization_bit: 4`` with
 bitsandbytes is QLoRA, ``8`` an int8 base, ``quantization_method: gptq|awq`` a pre-quantized base;
-``lora_target: all`` (default) targets every linear layer; ``additional_target`` modules are trained in full;
+``lora_target: all`` (default) is LLaMA-Factory's own ``find_all_linear_modules`` (fitcheck's
+``llamafactory-all``, `fitcheck.vocab.LMF_ALL`: linear leaf names by class name, the vision tower and
+projector left out; ``freeze_vision_tower`` / ``freeze_multi_modal_projector`` false are refused);
+``additional_target`` modules are trained in full;
 ``lora_alpha`` defaults to 2 x ``lora_rank`` (finetuning_args.py __post_init__); ``cutoff_len``
 is the sequence length; ``disable_gradient_checkpointing`` turns off the checkpointing it does by
 default (model/model_utils/checkpointing.py); ``flash_attn: auto|disabled|sdpa|fa2|fa3``;
@@ -20,6 +23,7 @@ from fitcheck.readers import mmtokens, names
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
 from fitcheck.readers.hfargs import training_args
 from fitcheck.readers.unposed import refuse
+from fitcheck.vocab import LMF_ALL
 
 FORMAT = "llamafactory"
 TRAINER = "llamafactory"
@@ -38,6 +42,8 @@ def read(data: Doc, path: str) -> ReadResult:
     model = k.get("model_name_or_path")
     r.model = str(model) if model else None
     k.touch("do_train", "stage")
+    # true is the rule llamafactory-all follows (false is refused, fitcheck.readers.unposed)
+    k.touch("freeze_vision_tower", "freeze_multi_modal_projector")
     if as_bool(k.get("do_predict"), "do_predict", path) and not as_bool(k.get("do_train"), "do_train", path):
         raise InputError(f"{path}: do_predict without do_train is a prediction run, not training")
     training_args(r, k)
@@ -128,7 +134,16 @@ def _method(r: Reading, k: Keys) -> None:
     r.set("lora_rank", as_int(k.get("lora_rank"), "lora_rank", p), "lora_rank")
     r.set("lora_alpha", as_float(k.get("lora_alpha"), "lora_alpha", p), "lora_alpha")
     r.set("lora_dropout", as_float(k.get("lora_dropout"), "lora_dropout", p), "lora_dropout")
-    r.set("lora_targets", names.targets(names.modules(k.get("lora_target"))), "lora_target")
+    r.set("lora_targets", _targets(names.modules(k.get("lora_target"))), "lora_target")
     r.set("dora", as_bool(k.get("use_dora"), "use_dora", p), "use_dora")
     extra = names.modules(k.get("additional_target"))
     r.set("train_modules", ",".join(extra) or None, "additional_target")
+
+
+def _targets(modules: list[str]) -> str | None:
+    """``lora_target``: the single name ``all`` is LLaMA-Factory's own rule (model/adapter.py
+    @ff6d4d12 ``_setup_lora_tuning``: ``len(lora_target) == 1 and lora_target[0] == "all"``), not
+    peft's all-linear; other names go through as names."""
+    if modules == ["all"]:
+        return LMF_ALL
+    return names.targets(modules)

@@ -35,6 +35,11 @@ def _present(value: object) -> bool:
     return True
 
 
+def _off(value: object) -> bool:
+    """Set to off: ``false`` (a YAML boolean or its string)."""
+    return value is False or (isinstance(value, str) and value.strip().lower() in ("false", "no", "0"))
+
+
 def _not_sft(value: object) -> bool:
     """A LLaMA-Factory stage other than supervised fine-tuning and pre-training."""
     return value not in (None, "sft", "pt")
@@ -161,6 +166,20 @@ TABLE: dict[str, tuple[Unposed, ...]] = {
             lambda v: v == "oft",
             "OFT adapters (orthogonal fine-tuning)",
             f"{_LF} src/llamafactory/model/adapter.py _setup_lora_tuning (OFTConfig)",
+        ),
+        Unposed(
+            "freeze_vision_tower",
+            _off,
+            "a trained vision tower (in full under finetuning_type full; with LoRA, lora_target all then "
+            "takes the tower's linears too, projector and patch embedding left out)",
+            f"{_LF} src/llamafactory/model/model_utils/misc.py find_all_linear_modules, visual.py "
+            "get_forbidden_modules / patch_target_modules",
+        ),
+        Unposed(
+            "freeze_multi_modal_projector",
+            _off,
+            "a trained multimodal projector (in full, or with LoRA on its linears)",
+            f"{_LF} src/llamafactory/model/model_utils/visual.py get_forbidden_modules, patch_target_modules",
         ),
         Unposed(
             "export_dir",

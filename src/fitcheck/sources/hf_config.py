@@ -877,7 +877,7 @@ def _multimodal(cfg: Config, model_type: str) -> Fields:
     d = _fields(text_cfg, FAMILIES[text_type], text_type)
     vis = cfg.get("vision_config")
     built = tower(dict(vis) if isinstance(vis, Mapping) else {}, {**text_cfg, "_top": cfg})
-    d["extra_params"], d["tower_linears"] = built.params, built.linears
+    d["extra_params"], d["tower_linears"], d["tower_convs"] = built.params, built.linears, built.convs
     d["model_type"] = model_type
     return d
 

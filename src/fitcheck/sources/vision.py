@@ -10,7 +10,7 @@ leaves a key out. Tests compare each against transformers on the meta device.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fitcheck.errors import ModelSourceError
@@ -29,6 +29,12 @@ class Tower:
 
     params: int
     linears: tuple[LinearShape, ...]
+    #: Convolutions that a leaf name shared with a tower linear makes peft wrap when the names are fixed
+    #: before peft sees the model (`--lora-targets linear-modules`): Qwen3-VL's ``patch_embed.proj``
+    #: (Conv3d) shares ``proj`` with the blocks' attention output. As (in x kernel volume, out, how many):
+    #: peft's ``lora.Conv3d`` is A = Conv3d(in, r, kernel) and B = Conv3d(r, out, 1), the parameters of a
+    #: linear ``in*k^3 -> out`` (peft tuners/lora/layer.py ``_ConvNd.update_layer``).
+    convs: tuple[LinearShape, ...] = ()
 
 
 CLIP_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
@@ -270,4 +276,5 @@ def qwen3_vl(vis: Config, text: Config) -> Tower:
     n_deep = len(c["deepstack_visual_indexes"])
     params = embed + int(c["depth"]) * block + 2 * e + linears + n_deep * (2 * m + linears)
     lins = _fused_qkv_linears(e, inter, int(c["depth"]))
-    return _tower(params, [*lins, (m, m, 1 + n_deep), (m, out, 1 + n_deep)])
+    conv = (int(c["in_channels"]) * t * p * p, e, 1)  # patch_embed.proj: its leaf is the blocks' ``proj``
+    return replace(_tower(params, [*lins, (m, m, 1 + n_deep), (m, out, 1 + n_deep)]), convs=(conv,))
