@@ -258,3 +258,16 @@ def test_units_are_defined_only_in_units_py() -> None:
             continue
         text = "\n".join(line for line in path.read_text().splitlines() if "le=1 << 20" not in line)
         assert not pattern.search(text), f"{path.relative_to(SRC)} defines a unit; import it from units.py"
+
+
+def test_llamafactory_runs_default_to_its_own_lora_target_rule() -> None:
+    """Without --lora-targets, a LLaMA-Factory run gets LLaMA-Factory's `lora_target: all` (its default),
+    other trainers peft's all-linear; a target the user gives is kept."""
+    spec = api.resolve("qwen3-30b-a3b")
+    lmf = api.setup_for(spec, {"method": "qlora", "trainer": "llamafactory"})
+    assert isinstance(lmf, LlmSetup) and lmf.lora_targets == "llamafactory-all"
+    hf = api.setup_for(spec, {"method": "qlora", "trainer": "hf"})
+    assert isinstance(hf, LlmSetup) and hf.lora_targets == "all-linear"
+    opts = {"method": "lora", "trainer": "llamafactory", "lora_targets": "q_proj,v_proj"}
+    given = api.setup_for(spec, opts)
+    assert isinstance(given, LlmSetup) and given.lora_targets == "q_proj,v_proj"

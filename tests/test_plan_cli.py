@@ -168,3 +168,18 @@ def test_dataset_time_and_data_parallel(capsys: pytest.CaptureFixture[str]) -> N
 def test_a_size_target_warns_that_speed_is_assumed(capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = run(["qwen2.5-0.5b", "--on", "24GB", "--format", "json"], capsys)
     assert rc == 0 and "speed figures assumed" in err
+
+
+@pytest.mark.parametrize("model", ["gemma-3-4b", "qwen3-30b-a3b"])
+def test_plan_emits_llamafactory_for_multimodal_and_moe_models(
+    model: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Planning for LLaMA-Factory poses its own `lora_target: all` (vision tower and routers as it leaves
+    them), so the emitted file is the run that was sized, not a refusal."""
+    code, _, err = run(
+        [model, "--method", "qlora", "--on", "a100-80gb", "--emit", "llamafactory.yaml", "-o", str(tmp_path)],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    data = yaml.safe_load((tmp_path / "llamafactory.yaml").read_text())
+    assert data["lora_target"] == "all"

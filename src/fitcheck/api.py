@@ -306,6 +306,7 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
         refuse_kbit_path(values)
         if values.get("compile") and values.get("trainer") == "mlx":
             raise OptionError("--compile: MLX has no torch.compile (its mx.compile is not modelled)")
+        values.setdefault("lora_targets", default_targets(values.get("trainer")))
     if kind == "diffusion":
         values["trainer"] = "kohya"
     if tgt is not None:
@@ -314,6 +315,14 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
     if kind == "llm":
         return validated(LlmSetup, values)
     return validated(DiffusionSetup, values)
+
+
+def default_targets(trainer: object) -> str:
+    """The LoRA targets a run gets when none are given: LLaMA-Factory's own ``lora_target: all`` rule
+    under its trainer (its default; readers/llamafactory.py), else peft's all-linear."""
+    from fitcheck.vocab import LMF_ALL
+
+    return LMF_ALL if trainer == "llamafactory" else "all-linear"
 
 
 def validated(model: type[_M], values: Mapping[str, object]) -> _M:
