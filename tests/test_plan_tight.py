@@ -166,16 +166,18 @@ def test_a_tight_plans_changes_fit_when_checked(
 
 
 def test_a_tight_plan_offers_the_kinds_of_change_nothing_fits_offers() -> None:
-    """Paged 8-bit AdamW when AdamW is fixed, a lighter method, a shorter length, two GPUs, a bigger device;
-    the strategy freed when DDP is fixed on two GPUs; a lower resolution for a diffusion model."""
+    """Paged 8-bit AdamW when AdamW is fixed, a lighter method, a shorter length, a bigger device (two GPUs
+    only when no change on the same GPUs fits); the strategy freed when DDP is fixed on two GPUs; a lower
+    resolution for a diffusion model."""
     want = {
-        0: ("--optimizer paged-adamw8bit", "--method lora", "--seq-len 1024", "--gpus 2", "--on "),
+        0: ("--optimizer paged-adamw8bit", "--method lora", "--seq-len 1024", "--on "),
         1: ("drop --strategy", "--method qlora", "--on "),
         2: ("--min-resolution ", "--on "),
     }
     for i, (model, on, opts) in enumerate(NATURAL):
         flags = [c.flag for c in api.plan(model, on, **opts).changes]
         assert all(any(f.startswith(w) for f in flags) for w in want[i]), (want[i], flags)
+        assert not any(f.startswith("--gpus") for f in flags), flags  # same-GPU changes fit: not searched
 
 
 def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -177,7 +177,7 @@ def smallest_changes(
             budget_bytes=c.budget_bytes,
             high_bytes=c.high_bytes,
         )
-        for change, flag, c in _request_changes(spec, target, device, req, tally)
+        for change, flag, c in _request_changes(spec, target, device, req, tally, _is_tight(cands))
     ]
     frugal = _least(cands).setup
     smaller = _smaller_model(spec, target, frugal, tally)
@@ -211,21 +211,28 @@ def smallest_changes(
 Found = tuple[str, str, Candidate]
 
 
+def _is_tight(cands: Sequence[Candidate]) -> bool:
+    """Whether the plan is tight: some configuration's central estimate fits (none's likely range does)."""
+    return any(c.verdict == "tight" for c in cands)
+
+
 def _request_changes(
-    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
+    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally, tight: bool = False
 ) -> list[Found]:
     """(change, flag, what then fits) for changes to the request: a fixed choice freed, a paged 8-bit
-    optimizer, the next method, a shorter maximum length, more GPUs; one search each."""
+    optimizer, the next method, a shorter maximum length, more GPUs; one search each. Beside a tight plan
+    more GPUs are searched only when no change on the same GPUs fits (the widest search, and the costliest
+    change to make: docs/planner.md#tight-changes)."""
     out = _freed(spec, target, device, req, tally)
     for found in (
         _paged(spec, target, device, req, tally),
         _other_method(spec, target, device, req, tally),
         _one_per_gpu(spec, target, device, req, tally) if req.base.optimizer_in_bwd else None,
         _shorter(spec, target, device, req, tally),
-        _more_gpus(spec, target, device, req, tally),
     ):
         out += [found] if found is not None else []
-    return out
+    more = _more_gpus(spec, target, device, req, tally) if not (tight and out) else None
+    return out + ([more] if more is not None else [])
 
 
 def _freed(
