@@ -52,3 +52,12 @@ def test_the_reserve_holds_the_rounding_of_the_counted_tensors() -> None:
     est = estimate(spec, LlmSetup(method="full", grad_ckpt=True, seq_len=1024))
     rounding = count("llama-3.1-8b", method="full", grad_ckpt=True, seq_len=1024) * ROUNDING_PER_TENSOR
     assert rounding <= est.allocator_reserve_bytes
+
+
+def test_a_quantized_base_decides_by_its_packed_bytes() -> None:
+    # Qwen2.5-0.5B's q_proj (896 x 896) is 1.53 MiB in bf16 (large) but 0.38 MiB packed at 4 bits (GPTQ,
+    # small) and 0.77 MiB at 8 (small): the quantized bases round fewer of its projections
+    bf16 = count("qwen2.5-0.5b", method="lora", lora_rank=8)
+    gptq = count("qwen2.5-0.5b", method="lora", lora_rank=8, base_quant="gptq")
+    int8 = count("qwen2.5-0.5b", method="lora", lora_rank=8, base_quant="int8")
+    assert gptq < bf16 and int8 < bf16 and gptq <= int8

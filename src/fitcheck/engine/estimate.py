@@ -29,7 +29,7 @@ from fitcheck.engine.lora import (
     validate_train_modules,
 )
 from fitcheck.engine.overhead import SMALL_REQUEST
-from fitcheck.engine.params import inventory, layer_kinds, layer_linears
+from fitcheck.engine.params import Linear, inventory, layer_kinds, layer_linears
 from fitcheck.engine.regimes import kbit_base, kbit_path, kbit_prep, model_as_trained, regime_for
 from fitcheck.engine.thumb import thumb
 from fitcheck.errors import OptionError
@@ -122,9 +122,10 @@ def _tensor_count(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> int:
     projections); for full fine-tuning each with its gradient and two optimizer states, else every
     trainable tensor of every layer with its gradient and two states."""
     a = spec.arch
-    frozen = _element_bytes(setup, regime)
-    per_layer = sum(_large(lin.d_in * lin.d_out * frozen) for lin in layer_linears(a, a.is_moe))
-    base = a.num_layers * per_layer + 2 * _large(a.vocab_size * a.hidden_size * frozen)
+    per_layer = sum(_large(_frozen_bytes(setup, regime, lin)) for lin in layer_linears(a, a.is_moe))
+    base = a.num_layers * per_layer + 2 * _large(
+        a.vocab_size * a.hidden_size * DTYPE_BYTES[regime.weight_dtype]
+    )
     if setup.method == "full":
         return base * 4  # weights, gradients, two optimizer states
     out = base
@@ -140,16 +141,19 @@ def _large(nbytes: float) -> int:
     return int(nbytes > SMALL_REQUEST)
 
 
-def _element_bytes(setup: LlmSetup, regime: Regime) -> float:
-    """Bytes per element of the frozen base weights (4-bit packed: half a byte)."""
-    if setup.method == "qlora" or (setup.base_quant or "").endswith("int4"):
-        return 0.5
-    return DTYPE_BYTES[regime.weight_dtype]
+def _frozen_bytes(setup: LlmSetup, regime: Regime, lin: Linear) -> float:
+    """Bytes of one projection's weight tensor as the base stores it: NF4 packs two weights a byte,
+    a ``--base-quant`` format its own way (engine/quant.py), else the weight dtype."""
+    if setup.method == "qlora":
+        return lin.d_in * lin.d_out / 2
+    if setup.base_quant != "none":
+        return quant.packed_weight_bytes(setup.base_quant, lin.d_in, lin.d_out)
+    return lin.d_in * lin.d_out * DTYPE_BYTES[regime.weight_dtype]
 
 
 def _state_bytes(regime: Regime, param_dtype: str) -> float:
-    """Bytes per element of one optimizer state."""
-    return 4 if regime.optimizer_state_dtype == "fp32" else DTYPE_BYTES[param_dtype]
+    """Bytes per element of one optimizer state (fp32, or the parameter's dtype)."""
+    return DTYPE_BYTES["fp32" if regime.optimizer_state_dtype == "fp32" else param_dtype]
 
 
 def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, Component]:

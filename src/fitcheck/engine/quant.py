@@ -40,14 +40,20 @@ GROUP = 128
 DEQUANT_BYTES: dict[str, int] = {"gptq-int8": 6}
 
 
+def packed_weight_bytes(fmt: str, d_in: int, d_out: int) -> float:
+    """Bytes of the packed weight tensor alone (``CB`` / ``qweight``): one byte per weight at 8 bits,
+    half a byte at 4."""
+    return d_in * d_out if fmt in ("int8", "gptq-int8") else d_in * d_out / 2
+
+
 def _tensor_bytes(fmt: str, d_in: int, d_out: int) -> float:
+    weight = packed_weight_bytes(fmt, d_in, d_out)
     if fmt == "int8":
-        return d_in * d_out + 4 * d_out
+        return weight + 4 * d_out
     groups = -(-d_in // GROUP)
     if fmt == "gptq-int8":
-        return d_in * d_out + groups * d_out * (2 + 1) + 4 * d_in
-    packed = d_in * d_out / 2 + groups * d_out * (2 + 0.5)
-    return packed + (4 * d_in if fmt == "gptq" else 0)
+        return weight + groups * d_out * (2 + 1) + 4 * d_in
+    return weight + groups * d_out * (2 + 0.5) + (4 * d_in if fmt == "gptq" else 0)
 
 
 def quantized_bytes(a: DecoderArch, fmt: str) -> int:
