@@ -164,6 +164,25 @@ def test_suggestions_save_memory_and_combine(
     assert combos[0]["flag"] in text
 
 
+def test_a_suggestion_is_judged_by_the_verdicts_one_rule(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each suggestion's verdict_after is judge_bytes on its own re-estimate: fits <=> its upper edge fits,
+    tight <=> only its central estimate does; a tight one reads "tight: likely up to X GiB", not "fits"."""
+    from fitcheck.engine.verdict import judge_bytes
+
+    monkeypatch.setitem(CASES, "j", ([*CASES["check"][0], "--format", "json"], "h100_idle", 1))
+    target = json.loads(render(monkeypatch, capsys, "j", 120))["target"]
+    budget = target["budget_bytes"]
+    for sug in target["suggestions"]:
+        assert sug["verdict_after"] == judge_bytes(sug["device_bytes_after"], sug["high_bytes_after"], budget)
+        assert sug["fits"] == (sug["verdict_after"] == "fits")
+    # the 80-column estimate of the golden set: --grad-ckpt leaves 19.93 GiB of a 4090's budget, likely more
+    text = render(monkeypatch, capsys, "estimate", 200)
+    tight = [line for line in text.splitlines() if "try --grad-ckpt:" in line]
+    assert tight and "tight: likely up to " in tight[0] and "still too big" not in tight[0]
+
+
 def test_markup_in_a_name_prints_literally(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -476,6 +476,12 @@ class Suggestion(Frozen):
     device_bytes_after: int
     fits: bool
     changes: int = Field(default=1, description="how many single changes this suggestion combines")
+    high_bytes_after: int | None = Field(
+        default=None, description="the band's upper edge after the change (None: not re-estimated)"
+    )
+    verdict_after: VerdictName | None = Field(
+        default=None, description="fits, tight or does_not_fit after the change, by the verdict's one rule"
+    )
 
 
 class Verdict(Frozen):

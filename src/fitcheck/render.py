@@ -11,7 +11,7 @@ import sys
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fitcheck.models import Estimate, ModelInfo, ModelSpec, Verdict
+from fitcheck.models import Estimate, ModelInfo, ModelSpec, Suggestion, Verdict
 from fitcheck.terminal import printable, printable_lines, printable_tree
 from fitcheck.units import GIB, MIB, fmt_count, fmt_gib
 
@@ -82,13 +82,24 @@ def to_markdown(data: Any) -> str:
             for sug in useful([_Line(**x) for x in t["suggestions"]]):
                 out.append(
                     f"- try `{sug.flag}`: {sug.change}, saves {_g(sug.saves_bytes)} GiB -> "
-                    f"{_g(sug.device_bytes_after)} GiB, {'fits' if sug.fits else 'still too big'}"
+                    f"{_g(sug.device_bytes_after)} GiB, {after_words(sug)}"
                 )
         # the caveats the table view writes to stderr belong in a PR comment too
         if data.get("warnings"):
             out += ["", *(f"> **warning:** {w}" for w in data["warnings"])]
         return "\n".join(out) + "\n"
     return "```\n" + json.dumps(data, indent=2) + "\n```\n"
+
+
+def after_words(sug: Suggestion | _Line) -> str:
+    """What a suggestion leaves: ``fits``, ``tight: likely up to X GiB`` (its central estimate fits, its
+    band's upper edge does not) or ``still too big`` (read back from JSON without the field: by ``fits``)."""
+    after = getattr(sug, "verdict_after", None)
+    if sug.fits:
+        return "fits"
+    if after == "tight" and getattr(sug, "high_bytes_after", None) is not None:
+        return f"tight: likely up to {_g(sug.high_bytes_after)} GiB"
+    return "still too big"
 
 
 class _Line:
@@ -618,7 +629,8 @@ def _legend_lines(con: Any, legend: list[Text]) -> None:
 def _suggestion_lines(con: Any, v: Verdict) -> None:
     """The changes that save memory, each with whether it then fits."""
     for sug in useful(v.suggestions):
-        mark = "[green]fits[/]" if sug.fits else "[red]still too big[/]"
+        colour = {"fits": "green", "tight": "yellow"}.get(str(sug.verdict_after), "red")
+        mark = f"[{colour}]{_escape(after_words(sug))}[/]"
         _say(
             con,
             f"try [bold]{_escape(sug.flag)}[/]: {_escape(sug.change)}, saves {_g(sug.saves_bytes)} GiB "

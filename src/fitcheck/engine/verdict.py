@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from fitcheck.models import DiffusionSetup, Estimate, LlmSetup, Suggestion, Target, Verdict
 from fitcheck.units import gib
+from fitcheck.vocab import VerdictName
 
 #: The setup model of the workload being judged (its remedies and estimator take the same kind).
 S = TypeVar("S", LlmSetup, DiffusionSetup)
@@ -33,7 +34,7 @@ def spill_bytes(figure: int, paged: int, budget: int) -> int:
     return min(max(0, figure - budget), max(0, paged))
 
 
-def judge_bytes(device: int, high: int, budget: int, paged: int = 0) -> str:
+def judge_bytes(device: int, high: int, budget: int, paged: int = 0) -> VerdictName:
     """``fits`` when ``high`` fits the budget, ``tight`` when only ``device`` does, else ``does_not_fit``;
     each figure less the ``paged`` bytes that would spill to the host (`spill_bytes`)."""
     if high - spill_bytes(high, paged, budget) <= budget:
@@ -148,6 +149,23 @@ def _delta(base: Any, setup: Any) -> dict[str, Any]:
     return {k: v for k, v in after.items() if before.get(k) != v}
 
 
+def _suggestion(
+    change: str, flag: str, est: Estimate, again: Estimate, target: Target, size: int = 1
+) -> Suggestion:
+    """``again`` (the estimate after the change) as a suggestion, judged by the verdict's one rule."""
+    after = judge_bytes(again.device_bytes, high_bytes(again), target.budget_bytes, paged_bytes(again))
+    return Suggestion(
+        change=change,
+        flag=flag,
+        saves_bytes=est.device_bytes - again.device_bytes,
+        device_bytes_after=again.device_bytes,
+        fits=after == "fits",
+        changes=size,
+        high_bytes_after=high_bytes(again),
+        verdict_after=after,
+    )
+
+
 def combined_change(
     est: Estimate,
     target: Target,
@@ -182,13 +200,13 @@ def combined_change(
             if best is None or again.device_bytes < best[0]:
                 best = (
                     again.device_bytes,
-                    Suggestion(
-                        change=" + ".join(c for c, _, _ in combo),
-                        flag=" ".join(f for _, f, _ in combo),
-                        saves_bytes=est.device_bytes - again.device_bytes,
-                        device_bytes_after=again.device_bytes,
-                        fits=True,
-                        changes=size,
+                    _suggestion(
+                        " + ".join(c for c, _, _ in combo),
+                        " ".join(f for _, f, _ in combo),
+                        est,
+                        again,
+                        target,
+                        size,
                     ),
                 )
         if best is not None:
@@ -223,16 +241,7 @@ def verdict(
                 again = estimator(spec, setup)
             except OptionError:
                 continue
-            after = again.device_bytes
-            suggestions.append(
-                Suggestion(
-                    change=change,
-                    flag=flag,
-                    saves_bytes=est.device_bytes - after,
-                    device_bytes_after=after,
-                    fits=fits_budget(again, target.budget_bytes),
-                )
-            )
+            suggestions.append(_suggestion(change, flag, est, again, target))
         if suggestions and not any(sug.fits for sug in suggestions):
             saving = {sug.flag: sug.saves_bytes for sug in suggestions if sug.saves_bytes > 0}
             top = sorted(saving, key=lambda flag: -saving[flag])[:COMBINE_TOP]
