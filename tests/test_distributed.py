@@ -359,3 +359,20 @@ def test_fsdp1_offload_changes_only_what_its_code_moves() -> None:
                 assert b["gathered_units"] - a["gathered_units"] == pytest.approx(layer / 2, abs=1)
         host = {c.name for h in off.host_phases for c in h.components}
         assert {"param_shards", "optimizer_states"} <= host, method
+
+
+@pytest.mark.parametrize("strategy", ["zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-no-shard"])
+def test_master_weights_under_sharding_are_not_an_amp_model(spec7b: ModelSpec, strategy: str) -> None:
+    """HF Trainer, --master-weights: DeepSpeed ZeRO casts the module to 16 bits and keeps the fp32 master in
+    its optimizer partition, FSDP gathers 16-bit units from fp32 shards: no fp32 model under autocast, so no
+    autocast weight copies (they were the whole model in 16 bits, unsharded) and the same peak as without the
+    flag. Under DDP the HF Trainer's AMP runs an fp32 model and autocast casts every weight."""
+    kw: dict[str, object] = {"strategy": strategy, "trainer": "hf", "precision": "bf16", "grad_ckpt": False}
+    if strategy == "fsdp-no-shard":
+        kw["fsdp_version"] = 1
+    master, plain = est(spec7b, master_weights=True, **kw), est(spec7b, master_weights=False, **kw)
+    copies = [c.bytes for ph in master.phases for c in ph.components if c.name == "autocast_weight_copies"]
+    assert not any(copies)
+    assert master.device_bytes == plain.device_bytes
+    ddp = est(spec7b, master_weights=True, strategy="ddp", trainer="hf", precision="bf16", grad_ckpt=False)
+    assert parts(ddp, "forward")["autocast_weight_copies"] > 0

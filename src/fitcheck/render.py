@@ -11,7 +11,7 @@ import sys
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fitcheck.models import Estimate, ModelInfo, ModelSpec, Suggestion, Verdict
+from fitcheck.models import Estimate, ModelInfo, ModelSpec, Verdict
 from fitcheck.terminal import printable, printable_lines, printable_tree
 from fitcheck.units import GIB, MIB, fmt_count, fmt_gib
 
@@ -80,9 +80,12 @@ def to_markdown(data: Any) -> str:
             )
             out.append(f"\nBudget: {budget_sentence([_Line(**bl) for bl in t['budget_lines']])}.")
             for sug in useful([_Line(**x) for x in t["suggestions"]]):
+                left = after_words(
+                    sug.fits, getattr(sug, "verdict_after", None), getattr(sug, "high_bytes_after", None)
+                )
                 out.append(
                     f"- try `{sug.flag}`: {sug.change}, saves {_g(sug.saves_bytes)} GiB -> "
-                    f"{_g(sug.device_bytes_after)} GiB, {after_words(sug)}"
+                    f"{_g(sug.device_bytes_after)} GiB, {left}"
                 )
         # the caveats the table view writes to stderr belong in a PR comment too
         if data.get("warnings"):
@@ -91,14 +94,13 @@ def to_markdown(data: Any) -> str:
     return "```\n" + json.dumps(data, indent=2) + "\n```\n"
 
 
-def after_words(sug: Suggestion | _Line) -> str:
+def after_words(fits: bool, verdict_after: str | None, high_bytes_after: int | None) -> str:
     """What a suggestion leaves: ``fits``, ``tight: likely up to X GiB`` (its central estimate fits, its
-    band's upper edge does not) or ``still too big`` (read back from JSON without the field: by ``fits``)."""
-    after = getattr(sug, "verdict_after", None)
-    if sug.fits:
+    band's upper edge does not) or ``still too big`` (read back from JSON without the fields: by ``fits``)."""
+    if fits:
         return "fits"
-    if after == "tight" and getattr(sug, "high_bytes_after", None) is not None:
-        return f"tight: likely up to {_g(sug.high_bytes_after)} GiB"
+    if verdict_after == "tight" and high_bytes_after is not None:
+        return f"tight: likely up to {_g(high_bytes_after)} GiB"
     return "still too big"
 
 
@@ -630,7 +632,7 @@ def _suggestion_lines(con: Any, v: Verdict) -> None:
     """The changes that save memory, each with whether it then fits."""
     for sug in useful(v.suggestions):
         colour = {"fits": "green", "tight": "yellow"}.get(str(sug.verdict_after), "red")
-        mark = f"[{colour}]{_escape(after_words(sug))}[/]"
+        mark = f"[{colour}]{_escape(after_words(sug.fits, sug.verdict_after, sug.high_bytes_after))}[/]"
         _say(
             con,
             f"try [bold]{_escape(sug.flag)}[/]: {_escape(sug.change)}, saves {_g(sug.saves_bytes)} GiB "

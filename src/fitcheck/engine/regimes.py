@@ -40,6 +40,7 @@ from __future__ import annotations
 import re
 
 from fitcheck.models import Dtype, KbitPath, LlmSetup, ModelSpec, Regime
+from fitcheck.vocab import Strategy
 
 SRC_SEEDS = "seeds/002 (12 B/param: 16-bit weight + 16-bit grad + two fp32 Adam moments)"
 SRC_HF = "transformers 5.x Trainer (bf16=True autocast, optim adamw_torch_fused default), peft defaults"
@@ -383,9 +384,22 @@ def _trl_legacy(setup: LlmSetup, base: Regime) -> Regime:
     )
 
 
+#: Strategies whose framework keeps the fp32 master copy itself, apart from the module the forward runs:
+#: DeepSpeed ZeRO casts the module to the 16-bit dtype (engine.py ``_configure_distributed_model``:
+#: ``module.half()`` / ``module.bfloat16()``) and holds the fp32 master in its optimizer's flat partition
+#: (counted by engine/distributed.py as ``fp32_master_partition``; accelerate turns its own autocast off
+#: under DeepSpeed: accelerator.py @16cb6eb8 ``native_amp`` is set only when ``distributed_type`` is not
+#: DEEPSPEED); FSDP under accelerate's mixed precision gathers each unit in ``param_dtype`` (its
+#: ``MixedPrecision`` policy) from fp32 shards (``shard_bytes``), so autocast finds 16-bit weights and
+#: casts none. Under these an HF run with ``--master-weights`` is not an fp32 model under AMP.
+FRAMEWORK_MASTER_STRATEGIES: tuple[Strategy, ...] = (
+    "zero1", "zero2", "zero3", "fsdp", "fsdp-grad-op", "fsdp-hybrid", "fsdp-no-shard"
+)  # fmt: skip
+
+
 def _hf_trainer(setup: LlmSetup) -> Regime:
     c = _compute(setup)
-    amp = setup.master_weights or c == "fp32"
+    amp = c == "fp32" or (setup.master_weights and setup.strategy not in FRAMEWORK_MASTER_STRATEGIES)
     weights: Dtype = "fp32" if amp else c
     # peft's prepare_model_for_kbit_training on a k-bit base (is_loaded_in_4bit / is_loaded_in_8bit)
     kbit = kbit_base(setup)
