@@ -144,3 +144,11 @@ def test_cli_refusals_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], a
     assert rc == 2
     lines = [x for x in err.splitlines() if x.startswith("fitcheck: error:")]
     assert len(lines) == 1 and "Traceback" not in err
+
+
+def test_an_encoder_is_refused() -> None:
+    from tests.test_tasks import CASES, _spec
+
+    name, cfg = "bert", CASES["bert"][1]
+    with pytest.raises(OptionError, match="causal LM"):
+        estimate(_spec(name, cfg), LlmSetup(method="prefix-tuning", prefix_tokens=8, seq_len=128))

@@ -57,6 +57,8 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
 
     check_embedding_units(spec, setup)
     prefix.check(setup)
+    if prefix.is_prefix(setup) and tasks.model_task(spec.arch) != "causal-lm":
+        raise OptionError(f"--method prefix-tuning is modelled for a causal LM; {spec.name} is not one")
     if setup.method not in ("full", "prefix-tuning"):
         validate_targets(spec.arch, setup.lora_targets, every_name=setup.trainer in OWN_LORA_TRAINERS)
         validate_parameter_targets(spec.arch, setup)
