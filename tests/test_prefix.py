@@ -152,3 +152,8 @@ def test_an_encoder_is_refused() -> None:
     name, cfg = "bert", CASES["bert"][1]
     with pytest.raises(OptionError, match="causal LM"):
         estimate(_spec(name, cfg), LlmSetup(method="prefix-tuning", prefix_tokens=8, seq_len=128))
+
+
+def test_the_caption_names_the_prefix(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "estimate", "llama-3.1-8b", "-m", "prefix-tuning", "--prefix-tokens", "32")
+    assert rc == 0 and "prefix-tuning p32 ·" in out
