@@ -100,6 +100,17 @@ TEMPLATES: list[dict[str, Any]] = [
 #: held while the last layer recomputes), a full fine-tune there, and rank-256 fp32 adapters under
 #: autocast (their compute-dtype casts).
 EXTRA: list[tuple[str, str, dict[str, Any]]] = [
+    # prefix tuning (peft PREFIX_TUNING, engine/prefix.py): GQA and MHA, with and without autocast, projection
+    ("llama3-16", "llama3", dict(method="prefix-tuning", prefix_tokens=128, trainer="hf", attn="sdpa",
+                                 batch_size=2, seq_len=512)),
+    ("qwen2-16", "qwen2", dict(method="prefix-tuning", prefix_tokens=256, trainer="hf", precision="fp16",
+                               autocast=False, attn="sdpa", batch_size=2, seq_len=1024)),
+    ("llama2-24", "llama2", dict(method="prefix-tuning", prefix_tokens=64, prefix_projection=True,
+                                 trainer="hf", attn="sdpa", batch_size=4, seq_len=512)),
+    ("llama2-25", "llama2", dict(method="prefix-tuning", prefix_tokens=512, trainer="hf", attn="sdpa",
+                                 batch_size=4, seq_len=256)),
+    ("qwen2-17", "qwen2", dict(method="prefix-tuning", prefix_tokens=1024, trainer="hf", attn="sdpa",
+                               batch_size=4, seq_len=256)),
     ("llama2-14", "llama2", dict(method="lora", trainer="hf", attn="eager", grad_ckpt=True, batch_size=1,
                                  seq_len=4096)),
     ("llama2-15", "llama2", dict(method="lora", trainer="hf", attn="eager", grad_ckpt=True, batch_size=1,

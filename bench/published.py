@@ -89,6 +89,9 @@ _DIRECT = (
     "fsdp_embedding_units",
     "zero_bucket_size",
     "zero_overlap_comm",
+    "prefix_tokens",
+    "prefix_projection",
+    "prefix_hidden",
 )
 #: Optimizers the sources name that fitcheck models under another name (same bytes per state).
 _OPTIMIZER_ALIASES: dict[str, tuple[str, str]] = {
@@ -329,7 +332,7 @@ def pose(rec: Record) -> tuple[Any, Any, list[str]] | str:
     multi = _multi_gpu(s) if rec.gpus > 1 or "strategy" in s else {}
     if isinstance(multi, str):
         return multi
-    if s.get("method") not in ("full", "lora", "qlora"):
+    if s.get("method") not in ("full", "lora", "qlora", "prefix-tuning"):
         return f"method {s.get('method')} is not modelled"
     base_quant = str(s.get("base_quant") or "none")
     if base_quant != "none" and base_quant not in _BASE_QUANT:
@@ -371,7 +374,7 @@ def pose(rec: Record) -> tuple[Any, Any, list[str]] | str:
     kw["trainer"] = trainer if trainer in TRAINERS else "generic"
     if trainer not in TRAINERS:
         notes.append(f"trainer {trainer} posed as generic")
-    if s.get("method") != "full":
+    if s.get("method") not in ("full", "prefix-tuning"):
         targets = str(s.get("lora_targets", "all-linear"))
         if s.get("lora_head"):
             targets = _with_head(model_as_trained(spec, LlmSetup(trainer=kw["trainer"])), targets)

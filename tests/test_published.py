@@ -110,8 +110,6 @@ KNOWN_SOURCE: dict[str, str] = {
     "(known gap on 37 of 47 rows; bench/swift_loss.py part 4); its 2023-12 table, at max_length, is 3.2%",
     "thudm-chatglm3-finetune": "12.9% median of two records: LoRA on one GPU +1.4%, the ZeRO-3 full "
     "fine-tuning on 4 GPUs 23% under (_THUDM_SFT)",
-    "thudm-glm4-finetune": "34.6% median of two records: LoRA on one GPU -3.9%, the ZeRO-3 full fine-tuning "
-    "on 8 GPUs (fp32) 65% under, a figure that fills the 80 GB card (known gap in the record)",
     "multigpu_peft": "13.3% median: Llama-2-70B QLoRA on 2 GPUs posed as sharded QLoRA (bf16 stream) is "
     "12-32% "
     "under (FSDP1, ZeRO-3); figures in GB read by an unstated tool",

@@ -59,6 +59,9 @@ class _Common(TypedDict, total=False):
 
     dora: bool
     lora_fa: bool
+    prefix_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None
+    prefix_projection: bool
+    prefix_hidden: Annotated[int, Field(ge=1, le=1_000_000)] | None
     grad_accum: int
     seq_len: int | None
     resolution: int | None
@@ -138,6 +141,9 @@ LLM_ONLY: dict[str, object] = {
     "seq_len": None,
     "dora": False,
     "lora_fa": False,
+    "prefix_tokens": None,
+    "prefix_projection": False,
+    "prefix_hidden": None,
     "master_weights": False,
     "double_quant": True,
     "base_quant": "none",
@@ -274,10 +280,12 @@ def refuse_foreign(spec: Spec, options: dict[str, object]) -> None:
         )
     if kind == "diffusion" and trainer not in (None, "generic", "kohya"):
         raise OptionError(f"--trainer {trainer} does not train diffusion models; use --trainer kohya")
-    if options.get("method") == "full":
+    if options.get("method") in ("full", "prefix-tuning"):
         given = [k for k in _LORA if options.get(k) is not None]
         if given:
-            raise OptionError(f"{_flag(given[0])} applies to LoRA and QLoRA, not --method full")
+            raise OptionError(
+                f"{_flag(given[0])} applies to LoRA and QLoRA, not --method {options['method']}"
+            )
 
 
 def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None) -> Setup:
@@ -306,7 +314,8 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
         refuse_kbit_path(values)
         if values.get("compile") and values.get("trainer") == "mlx":
             raise OptionError("--compile: MLX has no torch.compile (its mx.compile is not modelled)")
-        values.setdefault("lora_targets", default_targets(values.get("trainer")))
+        if values.get("method") != "prefix-tuning":  # prefix tuning wraps no projection
+            values.setdefault("lora_targets", default_targets(values.get("trainer")))
     if kind == "diffusion":
         values["trainer"] = "kohya"
     if tgt is not None:
@@ -559,6 +568,10 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
             f"--master-weights: {trainer} decides its own precision; drop it (or use --trainer hf)"
         )
     method = opts.get("method") or "auto"
+    if method == "prefix-tuning":
+        raise OptionError(
+            "plan searches full, LoRA and QLoRA setups; size a prefix-tuning run with estimate or check"
+        )
     if opts.get("optimizer_in_bwd") and method == "auto":
         method = "full"  # the step in backward is torchtune's full fine-tuning (engine/estimate.py)
     if opts.get("optimizer_impl") is not None:  # it picks torch AdamW's step: the optimizer is AdamW

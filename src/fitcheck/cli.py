@@ -43,6 +43,7 @@ class MethodOpt(StrEnum):
     full = "full"
     lora = "lora"
     qlora = "qlora"
+    prefix_tuning = "prefix-tuning"
 
 
 class PrecisionOpt(StrEnum):
@@ -181,7 +182,10 @@ FromFmtO = Annotated[
         show_default=False,
     ),
 ]
-MethodO = Annotated[MethodOpt, typer.Option("--method", "-m", help="full (also pre-training), lora, qlora")]
+MethodO = Annotated[
+    MethodOpt,
+    typer.Option("--method", "-m", help="full (also pre-training), lora, qlora, prefix-tuning (P-Tuning v2)"),
+]
 DoraO = Annotated[
     bool, typer.Option("--dora", help="DoRA on top of LoRA (adds a magnitude vector per module)")
 ]
@@ -190,6 +194,28 @@ LoraFaO = Annotated[
     typer.Option(
         "--lora-fa",
         help="LLM: LoRA-FA, lora_A frozen and only lora_B trained (peft's create_lorafa_optimizer)",
+    ),
+]
+PrefixTokensO = Annotated[
+    int | None,
+    typer.Option(
+        "--prefix-tokens",
+        help="LLM, --method prefix-tuning: virtual tokens per layer (peft num_virtual_tokens); required",
+        show_default=False,
+    ),
+]
+PrefixProjO = Annotated[
+    bool,
+    typer.Option(
+        "--prefix-projection", help="LLM, --method prefix-tuning: peft's prefix_projection (a two-layer MLP)"
+    ),
+]
+PrefixHiddenO = Annotated[
+    int | None,
+    typer.Option(
+        "--prefix-hidden",
+        help="LLM, --prefix-projection: the MLP width (peft encoder_hidden_size) [default: key/value width]",
+        show_default=False,
     ),
 ]
 BatchO = Annotated[int, typer.Option("--batch-size", "-b", help="micro-batch size")]
@@ -588,6 +614,9 @@ def _training_template(
     method: MethodO = MethodOpt.lora,
     dora: DoraO = False,
     lora_fa: LoraFaO = False,
+    prefix_tokens: PrefixTokensO = None,
+    prefix_projection: PrefixProjO = False,
+    prefix_hidden: PrefixHiddenO = None,
     batch_size: BatchO = 1,
     grad_accum: AccumO = 1,
     seq_len: SeqO = None,

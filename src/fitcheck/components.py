@@ -71,7 +71,7 @@ _ROWS = (
     _weights("text_encoder_2_weights", "the second text encoder's weights", diffusion="parts"),
     _weights("text_encoder_3_weights", "the third text encoder's weights (T5)", diffusion="parts"),
     _weights("vae_weights", "the VAE's weights", diffusion="parts"),
-    _weights("adapters", "LoRA (and DoRA) parameters", "weights", "lora"),
+    _weights("adapters", "LoRA (and DoRA) parameters, or the prefix encoder's", "weights", "lora"),
     _states("master_weights", "fp32 master copy of trainable weights", "master-copy"),
     _states("optimizer_states", "optimizer states kept between steps", "optimizer-states", "optimizer"),
     _states(
@@ -107,6 +107,7 @@ _ROWS = (
         "gradient-checkpointing",
     ),
     _acts("final_norm", "the final norm's fp32 input, saved", "activations"),
+    _acts("prefix_cache", "prefix tuning: the cache's concatenated keys/values (forward)", "prefix-tuning"),
     _temps(
         "autocast_weight_copies",
         "compute-dtype casts of fp32 weights saved for backward",

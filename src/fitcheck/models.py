@@ -315,6 +315,36 @@ class LlmSetup(SetupBase):
         "root from forward to backward (docs/distributed.md#fsdp-embedding-units)",
     )
 
+    prefix_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="--method prefix-tuning: virtual tokens per layer (peft num_virtual_tokens, ChatGLM "
+        "pre_seq_len); required with that method",
+    )
+    prefix_projection: bool = Field(
+        default=False,
+        description="--method prefix-tuning: the prefix comes out of peft's two-layer MLP "
+        "(prefix_projection)",
+    )
+    prefix_hidden: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="--prefix-projection's MLP width (peft encoder_hidden_size); None: the key/value width",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _prefix_targets(cls, data: Any) -> Any:
+        """Prefix tuning wraps no projection: its LoRA targets are empty (a named target is refused)."""
+        if not isinstance(data, dict) or data.get("method") != "prefix-tuning":
+            return data
+        targets = data.get("lora_targets", "")
+        if targets not in ("", "all-linear"):
+            raise ValueError("--lora-targets applies to LoRA, not --method prefix-tuning")
+        return {**data, "lora_targets": ""}
+
     @property
     def tokens(self) -> int:
         return self.batch_size * self.seq_len

@@ -366,7 +366,11 @@ def spare_words(spare_bytes: int, spare_pct: float) -> str:
 
 
 def method_suffix(s: Any) -> str:
-    """What rides on the LoRA method in captions: ``+dora``, ``+lora-fa`` (an LLM setup's flags)."""
+    """What rides on the method in captions: ``+dora``, ``+lora-fa`` (an LLM setup's flags), a prefix's
+    virtual tokens (`` p64``, ``+projection``)."""
+    prefix = getattr(s, "prefix_tokens", None)
+    if s.method == "prefix-tuning" and prefix:
+        return f" p{prefix}" + ("+projection" if getattr(s, "prefix_projection", False) else "")
     return ("+dora" if s.dora else "") + ("+lora-fa" if getattr(s, "lora_fa", False) else "")
 
 

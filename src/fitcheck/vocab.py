@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-Method = Literal["full", "lora", "qlora"]
-MethodChoice = Literal["auto", "full", "lora", "qlora"]
+#: ``prefix-tuning``: peft's PREFIX_TUNING (P-Tuning v2): trained key/value prefixes in every layer on a
+#: frozen base (docs/methodology.md, "Prefix tuning").
+Method = Literal["full", "lora", "qlora", "prefix-tuning"]
+MethodChoice = Literal["auto", "full", "lora", "qlora", "prefix-tuning"]
+#: The method word for prefix tuning (P-Tuning v2).
+PREFIX = "prefix-tuning"
 Precision = Literal["bf16", "fp16", "fp32"]
 Optimizer = Literal[
     "adamw", "paged-adamw", "adamw8bit", "paged-adamw8bit", "adafactor", "lion", "lion8bit", "prodigy", "sgd"

@@ -78,6 +78,8 @@ def chosen(plan: Plan) -> LlmCandidate:
             f"{plan.model} is a diffusion model: its trainer config is kohya.toml (the LLM trainers' "
             "configs cannot express it)"
         )
+    if c.setup.method == "prefix-tuning":
+        raise OptionError("--method prefix-tuning: no emitter writes a prefix-tuning config; drop --emit")
     if c.setup.lora_fa:
         raise OptionError(
             "--lora-fa: no emitted config expresses LoRA-FA (peft's create_lorafa_optimizer is called in "

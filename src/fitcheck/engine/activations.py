@@ -16,6 +16,7 @@ from fitcheck.engine.params import EAGER_ONLY_TYPES, Linear, layer_linears
 from fitcheck.engine.regimes import PYTHON_GELUS
 from fitcheck.facts.dtypes import nbytes
 from fitcheck.models import DecoderArch, LlmSetup, Regime
+from fitcheck.vocab import PREFIX
 
 
 @dataclass(frozen=True)
@@ -283,6 +284,36 @@ def _attention_acts(
         # flash / memory-efficient kernels save the output and an fp32 logsumexp per head
         acts.add("attn_out", c.gamma * q_w + 4 * a.num_heads)
     acts.add("o_input", _linear_inputs(c, setup, a, o, c.gamma, held=held))
+    _prefix_acts(acts, setup, q_w, kv_saved, c.gamma)
+
+
+def _prefix_acts(acts: LayerActs, setup: LlmSetup, q_w: int, kv_saved: int, gamma: int) -> None:
+    """Prefix tuning (engine/prefix.py): every layer's keys and values are ``p`` positions longer, per
+    token ``(s + p) / s`` of them.
+
+    The prefix is concatenated in front (``DynamicLayer.update``'s ``torch.cat``; ChatGLM's
+    ``torch.cat((cache_k, key_layer))``); with ``q_len != kv_len`` transformers hands SDPA an explicit
+    mask, so ``use_gqa_in_sdpa`` is false and ``repeat_kv`` expands K and V to every query head, which the
+    kernel saves (transformers 5.24 integrations/sdpa_attention.py; ChatGLM expands its query groups
+    itself). The cache's own concatenated tensors are `prefix_cache_bytes`. Eager scores get ``s + p`` key
+    positions."""
+    p = setup.prefix_tokens or 0
+    if setup.method != PREFIX or not p:
+        return
+    grow = (setup.seq_len + p) / setup.seq_len
+    acts.add("prefix_kv", gamma * 2 * (q_w * grow - kv_saved))
+    acts.add("prefix_scores", acts.scores * p)
+
+
+def prefix_cache_bytes(a: DecoderArch, setup: LlmSetup, gamma: int) -> int:
+    """The cache's concatenated ``s + p`` keys and values of every layer (b x (s + p) x L x 2 x kv width),
+    held through the forward only (traced: gone by backward); none when ``repeat_kv`` has one head per
+    group and returns the very tensor the kernel saves."""
+    p = setup.prefix_tokens or 0
+    kv_w = a.num_kv_heads * a.head_dim
+    if setup.method != PREFIX or not p or kv_w == a.num_heads * a.head_dim:
+        return 0
+    return setup.batch_size * (setup.seq_len + p) * a.num_layers * 2 * kv_w * gamma
 
 
 def _mlp_acts(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fitcheck.assembly import assemble, phase
 from fitcheck.components import component
 from fitcheck.engine import activations as act
-from fitcheck.engine import compiled, litgpt, lora_transient, loss, nf4, offload, quant, states, tasks
+from fitcheck.engine import compiled, litgpt, lora_transient, loss, nf4, offload, prefix, quant, states, tasks
 from fitcheck.engine.load import largest_projection, load_transient_bytes
 from fitcheck.engine.lora import (
     OWN_LORA_TRAINERS,
@@ -56,7 +56,10 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
     from fitcheck.engine.distributed import check_embedding_units
 
     check_embedding_units(spec, setup)
-    if setup.method != "full":
+    prefix.check(setup)
+    if prefix.is_prefix(setup) and tasks.model_task(spec.arch) != "causal-lm":
+        raise OptionError(f"--method prefix-tuning is modelled for a causal LM; {spec.name} is not one")
+    if setup.method not in ("full", "prefix-tuning"):
         validate_targets(spec.arch, setup.lora_targets, every_name=setup.trainer in OWN_LORA_TRAINERS)
         validate_parameter_targets(spec.arch, setup)
     validate_train_modules(setup)
@@ -180,7 +183,8 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
             "weights_unquantized": f"{c.base - c.quantized - head:,} params (embeddings, norms"
             + (")" if head else ", lm_head)")
             + f" x {_unquantized_dtype(regime)}",
-            "adapters": f"{c.adapter:,} LoRA params x {regime.adapter_dtype}",
+            "adapters": f"{c.adapter:,} {'prefix encoder' if prefix.is_prefix(setup) else 'LoRA'} params"
+            f" x {regime.adapter_dtype}",
         }
         out[name] = _c(name, value, rules[name])
     out["master_weights"] = _c(
@@ -253,6 +257,7 @@ class Saved:
     head_grads: Component  # the output layer's gradient once the loss backward made it
     held: Component  # the model's output logits when the loop keeps them (--keep-logits)
     layer: LayerPeaks  # inside the last layer: its attention's transients over what earlier layers hold
+    prefix_cache: Component  # prefix tuning: the cache's concatenated keys/values, through the forward only
 
 
 def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved:
@@ -300,6 +305,11 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
         mask=_c("attention_mask", act.eager_mask_bytes(a, setup, regime), "eager causal mask, b x s^2"),
         head_grads=_c("gradients", head, "the output layer's gradient, made by the loss backward"),
         layer=layer,
+        prefix_cache=_c(
+            "prefix_cache",
+            act.prefix_cache_bytes(a, setup, ctx.gamma),
+            "prefix tuning: the cache's concatenated keys/values, b x (s + p) x L x 2 x kv width (forward)",
+        ),
     )
 
 
@@ -446,7 +456,16 @@ def step_phases(
     held = [*persistent, grads_fwd, sv.inputs, *sv.saved]
     # with accumulation a loop's previous output lives until this forward returns and rebinds it
     prev_out = sv.held if accumulating else _c("held_logits", 0, "")
-    fwd_main = [*held, prev_out, sv.casts_fwd, sv.merged_fwd, sv.logits_fwd, sv.dequant, sv.mask]
+    fwd_main = [
+        *held,
+        prev_out,
+        sv.casts_fwd,
+        sv.merged_fwd,
+        sv.logits_fwd,
+        sv.dequant,
+        sv.mask,
+        sv.prefix_cache,
+    ]
     fwd_layer = [*persistent, grads_fwd, sv.inputs, sv.mask, sv.casts_fwd, *sv.layer.forward]
     forward = max(
         (phase("forward", c) for c in ((fwd_main, fwd_layer) if sv.layer.forward else (fwd_main,))),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from fitcheck.engine.params import LayerKind, Linear, layer_kinds, peft_moe_renames
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup
-from fitcheck.vocab import LINEAR_MODULES, LMF_ALL
+from fitcheck.vocab import LINEAR_MODULES, LMF_ALL, PREFIX
 
 #: `LINEAR_MODULES`, the token for axolotl's ``lora_target_linear: true``: ``find_all_linear_names`` (axolotl
 #: src/axolotl/loaders/adapter.py @067b021c) collects the last name component of every module that is an
@@ -355,7 +355,11 @@ def tower_adapter_params(a: DecoderArch, setup: LlmSetup) -> int:
 
 
 def adapter_params(a: DecoderArch, setup: LlmSetup) -> int:
-    """All LoRA (and DoRA magnitude) parameters of the model."""
+    """All LoRA (and DoRA magnitude) parameters of the model; under prefix tuning the prefix encoder's."""
+    if setup.method == PREFIX:
+        from fitcheck.engine import prefix
+
+        return prefix.params(a, setup)
     layers = sum(k.count * adapter_params_per_layer(a, setup, k) for k in layer_kinds(a))
     return layers + head_adapter_params(a, setup) + tower_adapter_params(a, setup)
 

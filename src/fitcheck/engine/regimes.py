@@ -171,7 +171,9 @@ def regime_for(setup: LlmSetup) -> Regime:
     base = _trainer_regime(setup)
     if setup.autocast is False and base.autocast:
         base = without_autocast(base)
-    return with_optimizer_impl(base, setup.optimizer_impl)
+    from fitcheck.engine.prefix import with_prefix_dtype
+
+    return with_prefix_dtype(with_optimizer_impl(base, setup.optimizer_impl), setup)
 
 
 def without_autocast(base: Regime) -> Regime:

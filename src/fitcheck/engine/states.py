@@ -98,6 +98,10 @@ def nf4_bytes(numel: int, tensors: int, double_quant: bool, regime: Regime | Non
 
 def trainable_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[int, int, int]]:
     """(rows, cols, how many) of every trainable tensor; vectors have cols = 1."""
+    if setup.method == "prefix-tuning":
+        from fitcheck.engine import prefix
+
+        return prefix.shapes(a, setup)
     if setup.method != "full":
         out: list[tuple[int, int, int]] = []
         from fitcheck.engine.lora import targeted

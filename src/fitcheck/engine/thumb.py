@@ -15,6 +15,8 @@ RULES: dict[str, tuple[float, float, str]] = {
     "lora": (2.0, 3.0, "2 GiB per billion parameters + 3 GiB"),
     "full": (12.0, 4.0, "12 GiB per billion parameters + 4 GiB"),
     "full+master": (16.0, 4.0, "16 GiB per billion parameters + 4 GiB (fp32 master copy)"),
+    # the seeds give no prefix-tuning line; their LoRA one is the frozen 16-bit base it also trains on
+    "prefix-tuning": (2.0, 3.0, "2 GiB per billion parameters + 3 GiB (the seeds' LoRA rule: a frozen base)"),
     "qlora": (0.7, 3.4, "0.7 GiB per billion parameters + 3.4 GiB (fit to the seeds' 8B ~9, 27-32B ~22-26)"),
 }
 #: The seeds present thumb figures as approximate ("~"); the band shown beside them.

@@ -108,6 +108,17 @@ def fakeify(model: Any, fake: Any) -> None:
                             torch.nn.Parameter(new, requires_grad=t.requires_grad) if is_param else new
                         )
                     slot[name] = memo[id(t)]
+        _fake_prompt_tokens(model)
+
+
+def _fake_prompt_tokens(model: Any) -> None:
+    """peft's prompt-learning models keep their virtual token ids in a plain dict (``prompt_tokens``,
+    peft_model.py ``_setup_prompt_encoder``: ``torch.arange(num_virtual_tokens)``), neither parameter nor
+    buffer: rebuilt here as fake CPU tensors (call inside the fake mode)."""
+    tokens = getattr(model, "prompt_tokens", None)
+    if isinstance(tokens, dict):
+        for name, t in list(tokens.items()):
+            tokens[name] = torch.arange(t.numel(), dtype=t.dtype, device="cpu")
 
 
 def grouped_mm_gate() -> Any:

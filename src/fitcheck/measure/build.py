@@ -145,6 +145,8 @@ def build_model(hf_config: Mapping[str, Any], setup: LlmSetup, regime: Regime) -
         enable_checkpointing(model)
     if setup.method in ("lora",):
         model = apply_lora(model, setup, regime, config.model_type)
+    elif setup.method == "prefix-tuning":
+        model = apply_prefix(model, setup)
     else:
         for p in model.parameters():
             p.requires_grad_(True)
@@ -280,6 +282,26 @@ def apply_lora(model: Any, setup: LlmSetup, regime: Regime, model_type: str) -> 
             if "lora_A" in name:
                 p.requires_grad_(False)
     return peft_model
+
+
+def apply_prefix(model: Any, setup: LlmSetup) -> Any:
+    """Wrap with peft PREFIX_TUNING (engine/prefix.py): peft sizes the prefix from the model's config
+    (key/value width) and builds its encoder in fp32. peft refuses it beside gradient checkpointing
+    ("does not work with gradient checkpointing", peft_model.py _setup_prompt_encoder)."""
+    from peft import PrefixTuningConfig, get_peft_model
+
+    if setup.prefix_tokens is None:
+        raise OptionError("--method prefix-tuning needs --prefix-tokens N (peft's num_virtual_tokens)")
+    cfg = PrefixTuningConfig(
+        task_type="CAUSAL_LM",
+        num_virtual_tokens=setup.prefix_tokens,
+        prefix_projection=setup.prefix_projection,
+        encoder_hidden_size=setup.prefix_hidden,  # type: ignore[arg-type]  # None: peft's own (token_dim)
+    )
+    try:
+        return get_peft_model(model, cfg)
+    except ValueError as exc:
+        raise OptionError(f"peft could not build the prefix: {exc}") from None
 
 
 def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
