@@ -105,9 +105,9 @@ KNOWN_UNDER: dict[str, str] = {
 }
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {
-    "ms-swift": "30% median: the 2024-01-02 table ran truncation 'delete' (each step at its own example's "
+    "ms-swift": "24% median: the 2024-01-02 table ran truncation 'delete' (each step at its own example's "
     "length), so its max_memory_reserved carries the caching allocator's history over varying lengths "
-    "(known gap on 37 of 47 rows; bench/swift_loss.py part 4); its 2023-12 table, at max_length, is 3.2%",
+    "(known gap on 50 of 71 rows; bench/swift_loss.py part 4); its 2023-12 table, at max_length, is 2.5%",
     "thudm-chatglm3-finetune": "12.9% median of two records: LoRA on one GPU +1.4%, the ZeRO-3 full "
     "fine-tuning on 4 GPUs 23% under (_THUDM_SFT)",
     "multigpu_peft": "13.3% median: Llama-2-70B QLoRA on 2 GPUs posed as sharded QLoRA (bf16 stream) is "
