@@ -121,10 +121,12 @@ class LlmTally(Tally):
     shared: MemoryFn | None = None
 
 
-def _search(
+def _fits_with(
     spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
-) -> loop.Searched[LlmSetup, Throughput] | None:
-    """One search of the changed request (None when the request or the estimator refuses it)."""
+) -> Candidate | None:
+    """The best candidate whose likely range fits after the change (one search, `loop.best_fit`: what
+    the plan of the changed request would choose), None when none does or the request or the estimator
+    refuses it."""
     same = isinstance(tally, LlmTally) and tally.target == target and tally.base == req.base
     shared = tally.shared if same and isinstance(tally, LlmTally) else None
     try:  # refused there: a kernel, an optimizer, --optimizer-in-backward on one GPU only
@@ -133,20 +135,12 @@ def _search(
     except OptionError:
         return None
     try:
-        found: loop.Searched[LlmSetup, Throughput] | None = loop.search(w, target)
+        found: Candidate | None = loop.best_fit(w, target)
     except OptionError:
         found = None
     if shared is None:  # the shared cost model counted its own
         tally.estimates += w.estimates_run
     return found
-
-
-def _fits_with(
-    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
-) -> Candidate | None:
-    """The best candidate whose likely range fits after the change (one search), None when none does."""
-    found = _search(spec, target, device, req, tally)
-    return found.chosen if found is not None else None
 
 
 def _least(cands: Sequence[Candidate]) -> Candidate:
@@ -292,20 +286,17 @@ def _other_method(
 def _shorter(
     spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
 ) -> Found | None:
-    """The longest halving of the maximum length (down to `MIN_SUGGESTED_SEQ`) whose likely range fits: one
-    search over every halving, the longest that fits wins."""
+    """The longest halving of the maximum length (down to `MIN_SUGGESTED_SEQ`) whose likely range fits:
+    one search per halving, longest first, stopping at the first that fits (a search of every halving
+    at once ranks the longest length first too, so it would choose the same)."""
     seq = req.floor_seq_len // 2
-    if seq < MIN_SUGGESTED_SEQ:
-        return None
-    shorter = req.model_copy(update={"seq_len": seq, "min_seq_len": MIN_SUGGESTED_SEQ})
-    found = _search(spec, target, device, shorter, tally)
-    fits = [c for c in found.ranked if c.fits] if found is not None else []
-    if not fits:
-        return None
-    longest = max(c.setup.seq_len for c in fits)
-    c = next(c for c in fits if c.setup.seq_len == longest)  # ranked: the best at that length
-    what = f"a maximum length of {longest} tokens (check that typical examples still fit)"
-    return what, f"--seq-len {longest}", c
+    while seq >= MIN_SUGGESTED_SEQ:
+        c = _fits_with(spec, target, device, req.model_copy(update={"seq_len": seq, "min_seq_len": seq}), tally)
+        if c is not None:
+            what = f"a maximum length of {seq} tokens (check that typical examples still fit)"
+            return what, f"--seq-len {seq}", c
+        seq //= 2
+    return None
 
 
 def _more_gpus(
