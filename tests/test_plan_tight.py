@@ -123,7 +123,7 @@ def _applied(model: str, tgt: Target, opts: dict[str, Any], flag: str) -> tuple[
         bigger = api.target(words[1], None, int(words[3]) if len(words) == 4 else None)
         assert bigger is not None
         return model, bigger, opts
-    if len(words) == 1:  # a smaller model: its size
+    if len(words) == 1:  # a smaller model: a preset id, the MODEL argument
         return flag, tgt, opts
     value: Any = words[1] if words[0] in ("--method", "--optimizer") else int(words[1])
     return model, tgt, {**opts, SET[words[0]]: value}
