@@ -135,10 +135,8 @@ def _fits_with(
     """The best candidate whose likely range fits after the change (one search, `loop.best_fit`: what
     the plan of the changed request would choose), None when none does or the request or the estimator
     refuses it."""
-    same = (
-        isinstance(tally, LlmTally)
-        and (tally.spec_id, tally.target, tally.base) == (spec.id, target, req.base)
-    )
+    key = (spec.id, target, req.base)
+    same = isinstance(tally, LlmTally) and (tally.spec_id, tally.target, tally.base) == key
     shared = tally.shared if same and isinstance(tally, LlmTally) else None
     try:  # refused there: a kernel, an optimizer, --optimizer-in-backward on one GPU only
         R.check_request(spec, target, device, req)
@@ -379,23 +377,24 @@ def _by_kinship(spec: ModelSpec, options: Sequence[ModelOption]) -> list[tuple[M
 def _bigger_device(
     spec: ModelSpec,
     target: Target,
-    frugal: LlmSetup,
+    setup: LlmSetup,
     others: Sequence[Target],
     tally: Tally,
     there: OnOther,
 ) -> tuple[Target, int, int] | None:
-    """The smallest device of the same backend where the request runs whose budget holds the most frugal
-    setup's likely range (one estimate per device tried; a bf16 setup only where the device has bf16),
-    confirmed by one search there (what the plan on that device would choose, which may differ: fp16
-    full fine-tuning keeps fp32 weights): (device, its choice's device bytes and band high edge)."""
+    """The smallest device of the same backend where the request runs whose budget holds ``setup``'s likely
+    range (beside a tight plan its chosen setup, else the least-memory one; one estimate per device tried; a
+    bf16 setup only where the device has bf16), confirmed by one search there (what the plan on that
+    device would choose, which may differ: fp16 full fine-tuning keeps fp32 weights): (device, its
+    choice's device bytes and band high edge)."""
     pool = sorted(
         (t for t in others if t.backend == target.backend and t.budget_bytes > target.budget_bytes),
         key=lambda t: (t.budget_bytes, t.id),
     )
     for t in pool:
-        if (frugal.precision == "bf16" and not t.bf16) or not there.runs(t):
+        if (setup.precision == "bf16" and not t.bf16) or not there.runs(t):
             continue
-        est = estimate(spec, frugal, t.context_bytes or None)
+        est = estimate(spec, setup, t.context_bytes or None)
         tally.estimates += 1
         if fits_budget(est, t.budget_bytes):
             c = there.best(t)
