@@ -112,21 +112,25 @@ SET = {
 }
 
 
-def _applied(model: str, tgt: Target, opts: dict[str, Any], flag: str) -> tuple[str, Target, dict[str, Any]]:
-    """The plan request after a listed change, read from its flag as a user would type it."""
-    words = flag.split()
-    if words[0] == "drop":
-        return model, tgt, {k: v for k, v in opts.items() if k != DROPPED[words[1]]}
-    if words[0] == "--gpus":
-        return model, tgt.model_copy(update={"gpus": int(words[1])}), opts
-    if words[0] == "--on":  # a bigger device (with --gpus N for a multi-GPU plan)
-        bigger = api.target(words[1], None, int(words[3]) if len(words) == 4 else None)
+def _applied(model: str, tgt: Target, opts: dict[str, Any], ch: Change) -> tuple[str, Target, dict[str, Any]]:
+    """The plan request after a listed change, read from its structured fields (JSON's ``option``,
+    ``value``, ``action``, ``args``), which must say what its flag says."""
+    assert ch.args == ((ch.option,) if ch.action == "drop" else tuple(ch.flag.split())), ch
+    assert ch.flag == (f"drop {ch.option}" if ch.action == "drop" else " ".join(ch.args)), ch
+    if ch.action == "drop":
+        return model, tgt, {k: v for k, v in opts.items() if k != DROPPED[str(ch.option)]}
+    head = (ch.option, ch.value) if ch.option != "MODEL" else (ch.value,)
+    assert ch.value is not None and ch.args[: len(head)] == head
+    if ch.option == "MODEL":  # a smaller model: a preset id, the MODEL argument
+        return ch.value, tgt, opts
+    if ch.option == "--gpus":
+        return model, tgt.model_copy(update={"gpus": int(ch.value)}), opts
+    if ch.option == "--on":  # a bigger device (with --gpus N for a multi-GPU plan)
+        bigger = api.target(ch.value, None, int(ch.args[3]) if len(ch.args) == 4 else None)
         assert bigger is not None
         return model, bigger, opts
-    if len(words) == 1:  # a smaller model: its size
-        return flag, tgt, opts
-    value: Any = words[1] if words[0] in ("--method", "--optimizer") else int(words[1])
-    return model, tgt, {**opts, SET[words[0]]: value}
+    value: Any = ch.value if ch.option in ("--method", "--optimizer") else int(ch.value)
+    return model, tgt, {**opts, SET[str(ch.option)]: value}
 
 
 #: Plans that are tight on a target as it is (no headroom trick): full fine-tuning with AdamW fixed on
@@ -159,7 +163,7 @@ def test_a_tight_plans_changes_fit_when_checked(
     tight = api.plan(model, tgt, **opts)
     assert tight.verdict == "tight" and tight.changes
     for change in tight.changes:
-        m, changed_tgt, changed = _applied(model, tgt, opts, change.flag)
+        m, changed_tgt, changed = _applied(model, tgt, opts, change)
         plan = api.plan(m, changed_tgt, **changed)
         assert plan.verdict == "fits", change.flag
         assert _check_verdict(m, plan, changed_tgt) == "fits", change.flag
@@ -208,15 +212,19 @@ def test_tight_cli_exit_codes_warning_and_files(
     assert rc == 0 and doc["verdict"] == doc["chosen"]["verdict"] == "tight" and doc["fits"] is False
     assert doc["changes"] and all(c["high_bytes"] <= c["budget_bytes"] for c in doc["changes"])
     assert "fitcheck: warning: tight: the estimate fits" in err and "--strict makes it 1" in err
+    first_change = Change.model_validate(doc["changes"][0])
     for name in emits:
         text = (tmp_path / name).read_text()
         assert "TIGHT: the estimate fits" in text, name
+        # the smallest change, in the table's words (the same line the table prints after its lead)
+        assert f"TIGHT: to fit the likely range, smallest change: {first_change.words()}" in text, name
     rc, out, _ = _run([*args, "--strict"], capsys)
     assert rc == 1
     flat = " ".join(out.split())
     assert "tight —" in flat and "likely up to" in flat and "nothing fits" not in flat
     first = doc["changes"][0]["flag"]
     assert f"to fit the likely range smallest change: {first} —" in flat
+    assert f"smallest change: {first_change.words()}" in flat  # the table's line is the header's
     rc, md, _ = _run([*args, "--format", "markdown"], capsys)
     assert rc == 0 and "(**tight**)" in md and "**Tight**: no configuration's likely range fits" in md
     assert f"To fit the likely range:\n\n- `{first}`: " in md
@@ -284,3 +292,66 @@ def test_the_property_meets_every_verdict() -> None:
     if not VERDICTS_SEEN:
         test_plan_and_check_never_disagree()
     assert {"fits", "tight", "does_not_fit"} == VERDICTS_SEEN
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(case=st.integers(0, len(PROPERTY_CASES) - 1), where=st.floats(min_value=-0.5, max_value=0.9))
+def test_every_listed_change_applied_fits(case: int, where: float) -> None:
+    """Whatever the plan (tight, or nothing fits), each change it lists, applied from its structured
+    fields, is re-planned: the plan then fits (its likely range) and ``check`` on its setup says ``fits``."""
+    model, on, opts = PROPERTY_CASES[case]
+    d, h = _least(case)
+    tgt = _on(on, max(1, int(d + where * (h - d))))
+    plan = api.plan(model, tgt, **opts)
+    assert plan.verdict != "fits"  # under the least band edge nothing's likely range fits
+    for change in plan.changes:
+        m, changed_tgt, changed = _applied(model, tgt, opts, change)
+        again = api.plan(m, changed_tgt, **changed)
+        assert again.verdict == "fits" and again.chosen is not None, change.flag
+        assert _check_verdict(m, again, changed_tgt) == "fits", change.flag
+
+
+@pytest.mark.parametrize(
+    ("model", "on", "opts"),
+    [
+        NATURAL[0],
+        NATURAL[2],
+        ("qwen2.5-7b", "rtx-4090", {"method": "lora"}),
+        ("llama-3.1-8b", "rtx-3060-12gb", {}),
+        # tight at a longer length than the least-memory point (at 128 tokens): the RTX 4070 holds only the
+        # latter's likely range, and was the answer before session 7; the chosen setup needs a 4080 SUPER
+        ("qwen2.5-3b", "tight-at-length", {"method": "lora", "min_seq_len": 128}),
+    ],
+    ids=["llm", "diffusion", "llm-7b", "llm-auto", "llm-lengths"],
+)
+def test_a_tight_plans_bigger_device_holds_its_chosen_setup(
+    model: str, on: str | Target, opts: dict[str, Any]
+) -> None:
+    """Beside a tight plan the bigger device is the smallest catalogued one (of a larger budget) whose budget
+    holds the chosen configuration's likely range: the chosen setup, estimated there, fits; on every
+    catalogued device of a budget between the two it does not."""
+    if on == "tight-at-length":  # a 3060 12GB whose budget is 1 MiB under the least likely range
+        least = api.plan(model, _on("rtx-3060-12gb", 0), **opts).smallest
+        assert least is not None
+        on = _on("rtx-3060-12gb", least.high_bytes - (1 << 20))
+    plan = api.plan(model, on, **opts)
+    assert plan.verdict == "tight" and plan.chosen is not None
+    bigger = next(c for c in plan.changes if c.option == "--on")
+    assert bigger.value is not None and bigger.change.endswith(
+        f"({bigger.budget_bytes / GIB:.1f} GiB budget)"
+    )
+    spec = api.resolve(model)
+    there = api.target(bigger.value, None, None)
+    assert there is not None and there.budget_bytes == bigger.budget_bytes
+    setup = plan.chosen.setup.model_copy(update={"backend": there.backend})
+    est = api.estimate_setup(spec, setup, there)
+    assert est.target is not None and est.target.verdict == "fits"
+    between = [
+        t
+        for t in api.other_targets(plan.target, None)
+        if plan.target.budget_bytes < t.budget_bytes < there.budget_bytes
+        and (t.bf16 or setup.precision != "bf16")
+    ]
+    for t in between:
+        verdict = api.estimate_setup(spec, setup, t).target
+        assert verdict is not None and verdict.verdict != "fits", t.id

@@ -852,7 +852,7 @@ def plan_markdown(plan: Any) -> str:
             f"{_g(t.budget_bytes)} GiB.",
             "",
         ]
-        out += [f"- `{c.flag}`: {c.change} ({_g(c.device_bytes)} GiB)" for c in plan.changes]
+        out += _md_changes(plan.changes)
         return "\n".join(printable(line) for line in out) + "\n"
     c = plan.chosen
     unit = _speed(c).split(" ")[1]
@@ -866,7 +866,7 @@ def plan_markdown(plan: Any) -> str:
     ]
     if c.verdict == "tight":
         out += [f"**Tight**: {_tight_sentence(c)}.", ""]
-        fixes = [f"- `{ch.flag}`: {ch.change} ({_change_need(ch)})" for ch in plan.changes]
+        fixes = _md_changes(plan.changes)
         out += ["To fit the likely range:", "", *fixes, ""] if fixes else []
     out += [
         "| choice | reason | rule |",
@@ -921,18 +921,21 @@ def _plan_nothing_fits(con: Any, plan: Any) -> None:
         f"the {plan.grid_points} configurations needs is {_g(plan.min_device_bytes)} GiB, "
         f"budget {_g(t.budget_bytes)} GiB",
     )
-    for i, ch in enumerate(plan.changes):
-        lead = "smallest change" if i == 0 else "or"
-        _say(con, f"{lead}: [bold]{_escape(ch.flag)}[/] — {_escape(ch.change)} "
-                  f"({_g(ch.device_bytes)} GiB)", indent=2)  # fmt: skip
+    _table_changes(con, plan.changes)
     if not plan.changes:
         _say(con, "no single change found: try a smaller model or a device with more memory", indent=2)
 
 
-def _change_need(ch: Any) -> str:
-    """A change's need: its central estimate and, when known, the band's upper edge (both within budget)."""
-    likely = f", likely up to {_g(ch.high_bytes)} GiB" if ch.high_bytes is not None else ""
-    return f"{_g(ch.device_bytes)} GiB{likely}"
+def _table_changes(con: Any, changes: Any) -> None:
+    """The changes, smallest first, in `Change.words`' wording (the emitted files' TIGHT header too)."""
+    for i, ch in enumerate(changes):
+        lead = "smallest change" if i == 0 else "or"
+        _say(con, f"{lead}: [bold]{_escape(ch.flag)}[/] — {_escape(ch.change)} ({ch.need_words()})", indent=2)
+
+
+def _md_changes(changes: Any) -> list[str]:
+    """The changes as a markdown list, with the table's figures (`Change.need_words`)."""
+    return [f"- `{ch.flag}`: {ch.change} ({ch.need_words()})" for ch in changes]
 
 
 def _plan_tight_changes(con: Any, plan: Any) -> None:
@@ -940,11 +943,7 @@ def _plan_tight_changes(con: Any, plan: Any) -> None:
     if plan.chosen is None or plan.chosen.verdict != "tight":
         return
     _say(con, "[bold]to fit the likely range[/]")
-    for i, ch in enumerate(plan.changes):
-        lead = "smallest change" if i == 0 else "or"
-        _say(
-            con, f"{lead}: [bold]{_escape(ch.flag)}[/] — {_escape(ch.change)} ({_change_need(ch)})", indent=2
-        )
+    _table_changes(con, plan.changes)
     if not plan.changes:
         _say(con, "no single change found: try a smaller model or a device with more memory", indent=2)
 

@@ -44,6 +44,7 @@ from fitcheck.planner.models import (
     ImageThroughput,
     Plan,
     Reason,
+    change_of,
 )
 from fitcheck.planner.rules import reason_for
 from fitcheck.progress import Progress, current
@@ -210,8 +211,10 @@ class DiffusionWorkload:
 
     def changes(self, ranked: Sequence[DiffusionCandidate]) -> list[Change]:
         frugal = min(ranked, key=lambda c: c.device_bytes).setup
+        tight = loop.tight_choice(self, ranked)  # beside a tight plan: its own settings on a bigger device
         tally = loop.Tally()
-        out = _changes(self.spec, frugal, self.target, self.others, tally)
+        current = tight.setup if tight is not None else frugal
+        out = _changes(self.spec, frugal, self.target, self.others, tally, current)
         self.estimates_run += tally.estimates  # the plan says what the changes cost too
         if self.progress is not None and tally.estimates:
             self.progress(f"{self.estimates_run} setups estimated (what would fit the likely range)")
@@ -391,13 +394,7 @@ def _fits_on(
 
 
 def _change(change: str, flag: str, mem: loop.Memory, target: Target) -> Change:
-    return Change(
-        change=change,
-        flag=flag,
-        device_bytes=mem.device_bytes,
-        budget_bytes=target.budget_bytes,
-        high_bytes=mem.high_bytes,
-    )
+    return change_of(change, flag, mem.device_bytes, target.budget_bytes, mem.high_bytes)
 
 
 def _changes(
@@ -406,10 +403,14 @@ def _changes(
     target: Target,
     others: Sequence[Target],
     tally: loop.Tally,
+    current: DiffusionSetup | None = None,
 ) -> list[Change]:
-    """When nothing fits, or the plan is only tight: a lower resolution, or a bigger device, for the
-    least-memory setup found, checked against the band's high edge (one estimate per resolution step or
-    device tried, counted in ``tally``)."""
+    """When nothing fits, or the plan is only tight: a lower resolution for the least-memory setup found;
+    a bigger device, the smallest whose budget holds ``current``'s likely range (beside a tight plan its
+    chosen setup, as the user would run it; when nothing fits the least-memory one). Each is checked
+    against the band's high edge (one estimate per resolution step or device tried, counted in
+    ``tally``)."""
+    current = current if current is not None else frugal
     out: list[Change] = []
     res = (frugal.resolution or spec.native_resolution) - RES_STEP
     while res >= MIN_SUGGESTED_RES:
@@ -423,8 +424,8 @@ def _changes(
         (t for t in others if t.backend == target.backend and t.budget_bytes > target.budget_bytes),
         key=lambda t: (t.budget_bytes, t.id),
     )
-    for t in (t for t in pool if t.bf16 or frugal.precision != "bf16"):  # bf16 only where the device has it
-        mem = _fits_on(spec, frugal.model_copy(update={"backend": t.backend}), t, tally)
+    for t in (t for t in pool if t.bf16 or current.precision != "bf16"):  # bf16 only where the device has it
+        mem = _fits_on(spec, current.model_copy(update={"backend": t.backend}), t, tally)
         if mem is not None:
             change = f"a bigger device: {t.name} ({t.budget_bytes / GIB:.1f} GiB budget)"
             out.append(_change(change, f"--on {t.id}", mem, t))

@@ -21,7 +21,7 @@ from fitcheck.engine.lora import expand_targets
 from fitcheck.engine.params import layer_linears
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup, ModelSpec
-from fitcheck.planner.models import LlmCandidate, Plan, PlanRequest
+from fitcheck.planner.models import Change, LlmCandidate, Plan, PlanRequest
 from fitcheck.units import GIB
 
 #: Learning rates written when the user gives none: the TRL/PEFT examples' usual values, not tuned.
@@ -148,7 +148,8 @@ def header(plan: Plan, ctx: EmitContext, what: str, runs_with: str) -> list[str]
         f"run: {runs_with}",
     ]
     if c.verdict == "tight":
-        lines.insert(3, tight_line(c.high_bytes, t.budget_bytes))
+        fix = smallest_change_line(plan.changes)
+        lines[3:3] = [tight_line(c.high_bytes, t.budget_bytes), *([fix] if fix else [])]
     launch = launch_line(s, ctx.files)
     if launch is not None:
         lines.append(f"launch: {launch}")
@@ -164,6 +165,12 @@ def tight_line(high_bytes: int, budget_bytes: int) -> str:
         f"TIGHT: the estimate fits the {gib(budget_bytes)} budget but the likely range reaches "
         f"{gib(high_bytes)}: it may run out of memory (no configuration's likely range fits)"
     )
+
+
+def smallest_change_line(changes: Sequence[Change]) -> str | None:
+    """The header line under a tight plan's `tight_line`: the smallest change that makes the likely range
+    fit, in the table's words (`Change.words`); None when no single change was found."""
+    return f"TIGHT: to fit the likely range, smallest change: {changes[0].words()}" if changes else None
 
 
 def distributed_summary(plan: Plan) -> str:

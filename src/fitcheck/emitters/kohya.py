@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from fitcheck import __version__
 from fitcheck.diffusion.spec import DiffusionSpec
-from fitcheck.emitters.common import tight_line
+from fitcheck.emitters.common import smallest_change_line, tight_line
 from fitcheck.errors import OptionError
 from fitcheck.models import DiffusionSetup, Estimate, Target
 from fitcheck.planner import kernels
@@ -29,7 +29,7 @@ from fitcheck.units import GIB
 
 if TYPE_CHECKING:
     from fitcheck.emitters.common import EmitContext
-    from fitcheck.planner.models import Plan
+    from fitcheck.planner.models import Change, Plan
 
 NAME = "kohya.toml"
 TRAINER = "kohya"
@@ -250,7 +250,8 @@ def emit(plan: Plan, ctx: EmitContext) -> dict[str, str]:
     c, est = plan.chosen, plan.estimate
     assert c is not None and est is not None and isinstance(c.setup, DiffusionSetup)  # check() made sure
     config = ctx.filename or NAME
-    return emit_kohya(ctx.spec, c.setup, est, plan.target, names=(config, dataset_name(config)))
+    names = (config, dataset_name(config))
+    return emit_kohya(ctx.spec, c.setup, est, plan.target, names=names, changes=plan.changes)
 
 
 def emit_kohya(
@@ -260,15 +261,16 @@ def emit_kohya(
     target: Target | None = None,
     dreambooth: bool = False,
     names: tuple[str, str] = (CONFIG, DATASET),
+    changes: Sequence[Change] = (),
 ) -> dict[str, str]:
     """The two files, by name: the training config (``--config_file``) and the dataset config.
 
     ``names`` are the two file names (the config names the dataset file in ``dataset_config``, and its
-    header's run line names the config).
+    header's run line names the config); ``changes``: a tight plan's, the first named in the header.
     """
     config_name, dataset_name = names
     script = script_for(spec, setup, dreambooth)
-    head = _header(spec, setup, estimate, target, script, names)
+    head = _header(spec, setup, estimate, target, script, names, changes)
     train = head + to_toml(training_config(spec, setup, dreambooth, dataset_name))
     data = (
         f"# kohya sd-scripts --dataset_config for {script} (fitcheck {__version__}); resolution and batch\n"
@@ -285,6 +287,7 @@ def _header(
     target: Target | None,
     script: str,
     names: tuple[str, str] = (CONFIG, DATASET),
+    changes: Sequence[Change] = (),
 ) -> str:
     lines = [
         f"# kohya sd-scripts training config for {spec.name} ({spec.id}), written by fitcheck {__version__}.",
@@ -297,6 +300,8 @@ def _header(
         lines.append(f"# Target {target.id}: budget {target.budget_bytes / GIB:.2f} GiB.")
     if est.target is not None and est.target.verdict == "tight":
         lines.append(f"# {tight_line(est.target.high_bytes, est.target.budget_bytes)}.")
+        fix = smallest_change_line(changes)
+        lines += [f"# {fix}."] if fix else []
     if script == "fine_tune.py":
         lines += [
             "# fine_tune.py trains from a metadata file, not from caption files: make it first with",

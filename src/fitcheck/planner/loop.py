@@ -171,15 +171,17 @@ def fit_verdict(mem: Memory, target: Target) -> VerdictName:
 def _candidate(w: Workload[S, T], target: Target, setup: S) -> Candidate[S, T] | None:
     """A setup's memory, verdict and speed; None when the estimator refuses it."""
     mem = w.memory(setup)
-    if mem is None:
-        return None
+    return _built(w, target, setup, mem, fit_verdict(mem, target)) if mem is not None else None
+
+
+def _built(w: Workload[S, T], target: Target, setup: S, mem: Memory, verdict: VerdictName) -> Candidate[S, T]:
     return w.candidate_model(
         setup=setup,
         effective_batch=w.effective_batch,
         device_bytes=mem.device_bytes,
         high_bytes=mem.high_bytes,
         budget_bytes=target.budget_bytes,
-        verdict=fit_verdict(mem, target),
+        verdict=verdict,
         host_bytes=mem.host_bytes,
         paged_bytes=mem.paged_bytes,
         throughput=w.speed(setup),
@@ -206,6 +208,31 @@ def _walk(w: Workload[S, T], target: Target) -> list[Candidate[S, T]]:
         if not w.exhaustive and any(c.fits for c in cands):
             break
     return cands
+
+
+def best_fit(w: Workload[S, T], target: Target) -> Candidate[S, T] | None:
+    """What `search` would choose (``search(w, target).chosen``: the best-ranked candidate whose likely
+    range fits), walking the same setups, but with the speed computed only for the fitting ones: a
+    candidate that does not fit cannot be chosen, so its rank does not matter. For the changes' searches,
+    which need only the choice (docs/planner.md#tight-changes)."""
+    fitting: list[Candidate[S, T]] = []
+    reached = 0
+    for tier in w.tiers():
+        for family in tier:
+            for setup in family:
+                mem = w.memory(setup)
+                if mem is None:
+                    break  # as `_walk`: the estimator refuses it; larger micro-batches too
+                reached += 1
+                verdict = fit_verdict(mem, target)
+                if verdict != "fits":
+                    break  # as `_walk`: a family grows in memory
+                fitting.append(_built(w, target, setup, mem, verdict))
+        if not w.exhaustive and fitting:
+            break
+    if not reached:
+        raise ValueError("the search space is empty: no setup could be estimated")
+    return min(fitting, key=w.rank_key, default=None)  # min keeps the first of equals, as a stable sort
 
 
 def tight_choice(w: Workload[S, T], cands: Sequence[Candidate[S, T]]) -> Candidate[S, T] | None:

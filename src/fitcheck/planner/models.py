@@ -9,7 +9,7 @@ in ``_s``.
 
 from __future__ import annotations
 
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Literal, TypeVar, cast
 
 from pydantic import Field, model_validator
 
@@ -29,6 +29,7 @@ from fitcheck.models import (
     Target,
     VerdictName,
 )
+from fitcheck.units import GIB
 from fitcheck.vocab import MethodChoice
 
 #: Default effective batch (examples per optimizer step, all GPUs): micro-batches of 1-16 with
@@ -205,16 +206,64 @@ class EnvVar(Frozen):
     source: str
 
 
+#: What a listed change does to the command line: set an option (or the MODEL argument), or drop one.
+ChangeAction = Literal["set", "drop"]
+
+
 class Change(Frozen):
     """A change that makes some configuration's likely range fit when none does (nothing fits, or only
     tight configurations): checked by estimating it against the band's upper edge."""
 
     change: str
-    flag: str
+    flag: str = Field(description="the change as typed: `--method qlora`, `drop --batch-size`, a model id")
+    option: str | None = Field(
+        default=None, description="the option it sets or drops (`--method`, `--on`), or MODEL (the argument)"
+    )
+    value: str | None = Field(default=None, description="the value it sets (null when it drops the option)")
+    action: ChangeAction = Field(default="set", description="set: add `args`; drop: remove `option`")
+    args: tuple[str, ...] = Field(
+        default=(), description="the words to add to the command line (drop: the option to remove)"
+    )
     device_bytes: int = Field(description="the smallest need after the change")
     budget_bytes: int
     high_bytes: int | None = Field(
         default=None, description="the band's upper edge after the change: within budget_bytes"
+    )
+
+    def need_words(self) -> str:
+        """Its need: the central estimate and, when known, the band's upper edge (both within budget)."""
+        likely = f", likely up to {self.high_bytes / GIB:,.2f} GiB" if self.high_bytes is not None else ""
+        return f"{self.device_bytes / GIB:,.2f} GiB{likely}"
+
+    def words(self) -> str:
+        """One line, as the table lists it: ``FLAG — what (X GiB, likely up to Y GiB)``."""
+        return f"{self.flag} — {self.change} ({self.need_words()})"
+
+
+def change_of(
+    change: str, flag: str, need: int, budget: int, high: int | None, option: str | None = None
+) -> Change:
+    """A listed change, its flag also as structured fields (`Change.option`, ``value``, ``action``,
+    ``args``): ``drop --X`` removes an option, ``--X V ...`` sets it; ``option="MODEL"``: the flag is a
+    model id that replaces the MODEL argument."""
+    words = flag.split()
+    args: tuple[str, ...]
+    if option is not None:
+        opt, value, action, args = option, flag, "set", (flag,)
+    elif words[0] == "drop":
+        opt, value, action, args = words[1], None, "drop", (words[1],)
+    else:
+        opt, value, action, args = words[0], (words[1] if len(words) > 1 else None), "set", tuple(words)
+    return Change(
+        change=change,
+        flag=flag,
+        option=opt,
+        value=value,
+        action=cast(ChangeAction, action),
+        args=args,
+        device_bytes=need,
+        budget_bytes=budget,
+        high_bytes=high,
     )
 
 

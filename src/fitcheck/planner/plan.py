@@ -10,24 +10,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fitcheck.engine.estimate import estimate
-from fitcheck.engine.verdict import fits_budget, high_bytes
+from fitcheck.engine.verdict import fits_budget
 from fitcheck.errors import OptionError
 from fitcheck.models import LlmSetup, ModelSpec, Target
 from fitcheck.planner import loop
 from fitcheck.planner import rules as R
 from fitcheck.planner.loop import Tally
-from fitcheck.planner.models import Change, DevicePerf, Plan, PlanRequest, Throughput
+from fitcheck.planner.models import Change, DevicePerf, Plan, PlanRequest, change_of
 from fitcheck.planner.models import LlmCandidate as Candidate
 from fitcheck.planner.search import LlmWorkload, MemoryFn
 from fitcheck.units import GIB
 from fitcheck.vocab import LINEAR_MODULES, LMF_ALL
 
+if TYPE_CHECKING:
+    from fitcheck.sources.resolve import ModelOption
+
 #: Shortest sequence length suggested when nothing fits.
 MIN_SUGGESTED_SEQ = 128
-#: Model sizes (billions of parameters) tried as "a smaller model", at most 90% of the model's size.
-SMALLER_SIZES_B = (70, 34, 14, 8, 7, 3, 1.5, 1, 0.5, 0.25, 0.125)
+#: "A smaller model" is a catalogued model preset of at most 90% of the model's parameters.
 SMALLER_AT_MOST = 0.9
 
 
@@ -57,9 +60,12 @@ def make_plan(
     req = _normalise(req, target)
 
     def changes(w: LlmWorkload, ranked: Sequence[Candidate]) -> list[Change]:
-        tally = LlmTally(target=target, base=w.req.base, shared=w.memory)  # counts in w.estimates_run itself
+        # counts in w.estimates_run itself
+        tally = LlmTally(target=target, base=w.req.base, shared=w.memory, spec_id=spec.id)
         there = OnOther(spec, target, w.req, perf_of or (lambda t: device), tally)
-        out = smallest_changes(spec, target, device, w.req, ranked, other_targets, tally, there)
+        tight = loop.tight_choice(w, ranked)  # beside a tight plan: its own settings on a bigger device
+        current = tight.setup if tight is not None else None
+        out = smallest_changes(spec, target, device, w.req, ranked, other_targets, tally, there, current)
         w.estimates_run += tally.estimates  # the plan says what the changes cost too
         return out
 
@@ -116,16 +122,21 @@ class LlmTally(Tally):
     is not estimated again."""
 
     target: Target | None = None
+    #: The model whose estimates the shared cost model holds (a smaller model's search has its own).
+    spec_id: str | None = None
     #: What the shared cost model's `memory_key` leaves out (GPUs, nodes, LoRA shape, ...) is in the base.
     base: LlmSetup | None = None
     shared: MemoryFn | None = None
 
 
-def _search(
+def _fits_with(
     spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
-) -> loop.Searched[LlmSetup, Throughput] | None:
-    """One search of the changed request (None when the request or the estimator refuses it)."""
-    same = isinstance(tally, LlmTally) and tally.target == target and tally.base == req.base
+) -> Candidate | None:
+    """The best candidate whose likely range fits after the change (one search, `loop.best_fit`: what
+    the plan of the changed request would choose), None when none does or the request or the estimator
+    refuses it."""
+    key = (spec.id, target, req.base)
+    same = isinstance(tally, LlmTally) and (tally.spec_id, tally.target, tally.base) == key
     shared = tally.shared if same and isinstance(tally, LlmTally) else None
     try:  # refused there: a kernel, an optimizer, --optimizer-in-backward on one GPU only
         R.check_request(spec, target, device, req)
@@ -133,20 +144,12 @@ def _search(
     except OptionError:
         return None
     try:
-        found: loop.Searched[LlmSetup, Throughput] | None = loop.search(w, target)
+        found: Candidate | None = loop.best_fit(w, target)
     except OptionError:
         found = None
     if shared is None:  # the shared cost model counted its own
         tally.estimates += w.estimates_run
     return found
-
-
-def _fits_with(
-    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
-) -> Candidate | None:
-    """The best candidate whose likely range fits after the change (one search), None when none does."""
-    found = _search(spec, target, device, req, tally)
-    return found.chosen if found is not None else None
 
 
 def _least(cands: Sequence[Candidate]) -> Candidate:
@@ -162,49 +165,31 @@ def smallest_changes(
     other_targets: Sequence[Target] = (),
     tally: Tally | None = None,
     there: OnOther | None = None,
+    current: LlmSetup | None = None,
 ) -> list[Change]:
     """Changes that make some configuration's likely range fit, smallest first: a fixed choice freed, a
     paged 8-bit optimizer, another method, a shorter sequence, more GPUs, a smaller model, a bigger device
     (each checked against the band's high edge by one search or a bounded run of estimates, counted in
-    ``tally``). Used when nothing fits and beside a tight plan."""
+    ``tally``). Used when nothing fits and beside a tight plan (``current``: its chosen setup, which the
+    bigger device must hold; when nothing fits, the least-memory setup)."""
     tally = tally if tally is not None else Tally()
-    budget = target.budget_bytes
     out = [
-        Change(
-            change=change,
-            flag=flag,
-            device_bytes=c.device_bytes,
-            budget_bytes=c.budget_bytes,
-            high_bytes=c.high_bytes,
-        )
+        change_of(change, flag, c.device_bytes, c.budget_bytes, c.high_bytes)
         for change, flag, c in _request_changes(spec, target, device, req, tally, _is_tight(cands))
     ]
     frugal = _least(cands).setup
-    smaller = _smaller_model(spec, target, frugal, tally)
-    if smaller is not None:
-        size, need, high = smaller
-        out.append(
-            Change(
-                change=f"a smaller model: about {size} parameters",
-                flag=size,
-                device_bytes=need,
-                budget_bytes=budget,
-                high_bytes=high,
-            )
-        )
     there = there if there is not None else OnOther(spec, target, req, lambda t: device, tally)
-    bigger = _bigger_device(spec, target, frugal, other_targets, tally, there)
+    smaller = _smaller_model(spec, target, device, req, frugal, tally)
+    if smaller is not None:
+        other, why, c = smaller
+        change = f"a smaller model: {other.name} ({other.params / 1e9:.1f}B parameters, {why})"
+        out.append(change_of(change, other.id, c.device_bytes, c.budget_bytes, c.high_bytes, "MODEL"))
+    bigger = _bigger_device(spec, target, current or frugal, other_targets, tally, there)
     if bigger is not None:
         t, need, high = bigger
-        out.append(
-            Change(
-                change=f"a bigger device: {t.name} ({t.budget_bytes / GIB:.1f} GiB budget)",
-                flag=f"--on {t.id}" + (f" --gpus {target.gpus}" if target.gpus > 1 else ""),
-                device_bytes=need,
-                budget_bytes=t.budget_bytes,
-                high_bytes=high,
-            )
-        )
+        flag = f"--on {t.id}" + (f" --gpus {target.gpus}" if target.gpus > 1 else "")
+        out.append(change_of(f"a bigger device: {t.name} ({t.budget_bytes / GIB:.1f} GiB budget)", flag,
+                           need, t.budget_bytes, high))  # fmt: skip
     return out
 
 
@@ -292,20 +277,18 @@ def _other_method(
 def _shorter(
     spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
 ) -> Found | None:
-    """The longest halving of the maximum length (down to `MIN_SUGGESTED_SEQ`) whose likely range fits: one
-    search over every halving, the longest that fits wins."""
+    """The longest halving of the maximum length (down to `MIN_SUGGESTED_SEQ`) whose likely range fits:
+    one search per halving, longest first, stopping at the first that fits (a search of every halving
+    at once ranks the longest length first too, so it would choose the same)."""
     seq = req.floor_seq_len // 2
-    if seq < MIN_SUGGESTED_SEQ:
-        return None
-    shorter = req.model_copy(update={"seq_len": seq, "min_seq_len": MIN_SUGGESTED_SEQ})
-    found = _search(spec, target, device, shorter, tally)
-    fits = [c for c in found.ranked if c.fits] if found is not None else []
-    if not fits:
-        return None
-    longest = max(c.setup.seq_len for c in fits)
-    c = next(c for c in fits if c.setup.seq_len == longest)  # ranked: the best at that length
-    what = f"a maximum length of {longest} tokens (check that typical examples still fit)"
-    return what, f"--seq-len {longest}", c
+    while seq >= MIN_SUGGESTED_SEQ:
+        at = req.model_copy(update={"seq_len": seq, "min_seq_len": seq})
+        c = _fits_with(spec, target, device, at, tally)
+        if c is not None:
+            what = f"a maximum length of {seq} tokens (check that typical examples still fit)"
+            return what, f"--seq-len {seq}", c
+        seq //= 2
+    return None
 
 
 def _more_gpus(
@@ -341,48 +324,77 @@ def _one_per_gpu(
 
 
 def _smaller_model(
-    spec: ModelSpec, target: Target, frugal: LlmSetup, tally: Tally
-) -> tuple[str, int, int] | None:
-    """The largest Llama-shaped size below this model that fits with the most frugal setup: (size, device
-    bytes, band high edge); at most one estimate per size of `SMALLER_SIZES_B`."""
+    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, frugal: LlmSetup, tally: Tally
+) -> tuple[ModelOption, str, Candidate] | None:
+    """A catalogued model of at most `SMALLER_AT_MOST` of this one's parameters whose likely range fits:
+    the closest kin first (the same series, then the same family, then any), the largest of each first.
+    Each is tried with the most frugal setup (one estimate), the first that fits confirmed by one search
+    of the request with that model (what its plan would choose; a request it refuses moves on):
+    (the model, how it is related, the confirmed choice)."""
     from fitcheck.engine.params import count_params
-    from fitcheck.sources.size import spec_from_size
+    from fitcheck.sources.resolve import model_options, spec_from_preset
 
     total = count_params(spec.arch)
-    setup = frugal
-    if frugal.lora_targets not in ("all-linear", "attn", LINEAR_MODULES, LMF_ALL):
-        setup = frugal.model_copy(update={"lora_targets": "all-linear"})
-    for b in SMALLER_SIZES_B:
-        if b * 1e9 > SMALLER_AT_MOST * total:
-            continue
-        label = f"{b:g}B"
-        est = estimate(spec_from_size(label), setup, target.context_bytes or None)
+    generic = ("all-linear", "attn", LINEAR_MODULES, LMF_ALL)
+    if frugal.lora_targets not in generic:  # named modules may not exist in another model
+        frugal = frugal.model_copy(update={"lora_targets": "all-linear"})
+        req = req.model_copy(update={"base": req.base.model_copy(update={"lora_targets": "all-linear"})})
+    fewer = [m for m in model_options() if m.params <= SMALLER_AT_MOST * total]
+    for other, why in _by_kinship(spec, fewer):
+        other_spec = spec_from_preset(other.id)
+        est = estimate(other_spec, frugal, target.context_bytes or None)
         tally.estimates += 1
-        if fits_budget(est, target.budget_bytes):
-            return label, est.device_bytes, high_bytes(est)
+        if not fits_budget(est, target.budget_bytes):
+            continue
+        c = _fits_with(other_spec, target, device, req, tally)
+        if c is not None:
+            return other, why, c
     return None
+
+
+def _by_kinship(spec: ModelSpec, options: Sequence[ModelOption]) -> list[tuple[ModelOption, str]]:
+    """Catalogued models, closest kin first: the same series (`ModelOption.series`), the same family (the
+    preset's own), the same architecture (``model_type``), then any; the largest first within each."""
+    from fitcheck.sources.resolve import model_options
+
+    preset = spec.source_kind == "preset"
+    mine = next((m for m in model_options() if m.id == spec.id), None) if preset else None
+    arch = spec.arch.model_type
+
+    def kin(m: ModelOption) -> tuple[int, str]:
+        if mine is not None and m.series == mine.series:
+            return 0, "the same series"
+        if mine is not None and m.family == mine.family:
+            return 1, "the same family"
+        if m.model_type == arch:
+            return 2, f"the same architecture, {arch}"
+        return 3, "another family"
+
+    ranked = sorted(options, key=lambda m: (kin(m)[0], -m.params, m.id))
+    return [(m, kin(m)[1]) for m in ranked]
 
 
 def _bigger_device(
     spec: ModelSpec,
     target: Target,
-    frugal: LlmSetup,
+    setup: LlmSetup,
     others: Sequence[Target],
     tally: Tally,
     there: OnOther,
 ) -> tuple[Target, int, int] | None:
-    """The smallest device of the same backend where the request runs whose budget holds the most frugal
-    setup's likely range (one estimate per device tried; a bf16 setup only where the device has bf16),
-    confirmed by one search there (what the plan on that device would choose, which may differ: fp16
-    full fine-tuning keeps fp32 weights): (device, its choice's device bytes and band high edge)."""
+    """The smallest device of the same backend where the request runs whose budget holds ``setup``'s likely
+    range (beside a tight plan its chosen setup, else the least-memory one; one estimate per device tried; a
+    bf16 setup only where the device has bf16), confirmed by one search there (what the plan on that
+    device would choose, which may differ: fp16 full fine-tuning keeps fp32 weights): (device, its
+    choice's device bytes and band high edge)."""
     pool = sorted(
         (t for t in others if t.backend == target.backend and t.budget_bytes > target.budget_bytes),
         key=lambda t: (t.budget_bytes, t.id),
     )
     for t in pool:
-        if (frugal.precision == "bf16" and not t.bf16) or not there.runs(t):
+        if (setup.precision == "bf16" and not t.bf16) or not there.runs(t):
             continue
-        est = estimate(spec, frugal, t.context_bytes or None)
+        est = estimate(spec, setup, t.context_bytes or None)
         tally.estimates += 1
         if fits_budget(est, t.budget_bytes):
             c = there.best(t)

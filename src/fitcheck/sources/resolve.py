@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fitcheck.errors import InputError, ModelSourceError, NotFoundError, suggest
 from fitcheck.fileio import could_be_path, user_path
@@ -59,6 +60,42 @@ def spec_from_preset(preset_id: str) -> ModelSpec:
         declared_params=data.get("params"),
         hf_config=dict(data["config"]),
     )
+
+
+class ModelOption(NamedTuple):
+    """A model preset as the planner offers it ("a smaller model", docs/planner.md#tight-changes)."""
+
+    id: str
+    name: str
+    #: The preset's ``family`` (qwen2 holds Qwen2 and Qwen2.5, llama every Llama).
+    family: str
+    model_type: str
+    #: The id without its size: ``llama-3.1-70b`` and ``llama-3.1-8b`` are the series ``llama-3.1``.
+    series: str
+    params: int
+
+
+#: A size at the end of a preset id (``-70b``, ``-1.5b``, ``-135m``, ``-8x7b``) and what follows it.
+_SIZE_TAIL = re.compile(r"-(\d+x)?\d+(\.\d+)?[bm](-.*)?$")
+
+
+@functools.cache
+def model_options() -> tuple[ModelOption, ...]:
+    """Every language-model preset with its family and parameter count (the preset's ``params``)."""
+    out = []
+    for pid in preset_ids("models"):
+        data = load_preset("models", pid)
+        out.append(
+            ModelOption(
+                id=pid,
+                name=str(data.get("name", pid)),
+                family=str(data.get("family", data["config"]["model_type"])),
+                model_type=str(data["config"]["model_type"]),
+                series=_SIZE_TAIL.sub("", pid),
+                params=int(data["params"]),
+            )
+        )
+    return tuple(out)
 
 
 #: An MXFP4 checkpoint (gpt-oss: ``quantization_config.quant_method`` "mxfp4") stores each expert weight as
