@@ -89,6 +89,7 @@ _DIRECT = (
     "fsdp_embedding_units",
     "zero_bucket_size",
     "zero_overlap_comm",
+    "lengths",
 )
 #: Optimizers the sources name that fitcheck models under another name (same bytes per state).
 _OPTIMIZER_ALIASES: dict[str, tuple[str, str]] = {
@@ -437,12 +438,26 @@ def _unseen(est: Any, rec: Record) -> int:
 
 
 def _figure(est: Any, rec: Record) -> int:
-    """The estimate's figure comparable with what the source measured."""
-    if rec.relation == "capacity" or rec.metric == "nvidia-smi":
-        return int(est.device_bytes)
+    """The estimate's figure comparable with what the source measured.
+
+    A whole-run reading of what the caching allocator holds (reserved, nvidia-smi, an unstated metric) also
+    shows the allocator's history over a varying-length run (``lengths: varying``, ``est.cache_history``),
+    which never takes the reading past the card: the allocator releases cached segments when a cudaMalloc
+    fails rather than fail (c10/cuda/CUDACachingAllocator.cpp ``malloc``), so on a card of known memory
+    (``gpu_memory_gib``) the history is capped where the reading would fill it.
+    """
+    if rec.relation == "capacity":
+        return int(est.device_bytes)  # what the run needs: releasable cache is not
     if rec.metric == "max_memory_allocated":
         return int(est.peak_allocated_bytes) - _unseen(est, rec)
-    return int(est.peak_reserved_bytes) - _unseen(est, rec)
+    smi = rec.metric == "nvidia-smi"
+    base = int(est.device_bytes) if smi else int(est.peak_reserved_bytes) - _unseen(est, rec)
+    history = int(est.cache_history.bytes) if est.cache_history is not None else 0
+    card = rec.setup.get("gpu_memory_gib")
+    if history and card is not None:
+        room = round(float(card) * UNITS["GiB"]) - (0 if smi else int(est.context_bytes))
+        history = max(0, min(history, room - base))
+    return base + history
 
 
 def score(rec: Record) -> Score | str:

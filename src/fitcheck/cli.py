@@ -104,6 +104,11 @@ class KbitPathOpt(StrEnum):
     trl = "trl"
 
 
+class LengthsOpt(StrEnum):
+    fixed = "fixed"
+    varying = "varying"
+
+
 class BaseQuantOpt(StrEnum):
     none = "none"
     int8 = "int8"
@@ -322,6 +327,15 @@ KeepLogitsO = Annotated[
         "--keep-logits",
         help="LLM: the training loop holds the model's output through backward and the optimizer step "
         "(out = model(**batch); out.loss.backward()); HF Trainer keeps only the loss",
+    ),
+]
+LengthsO = Annotated[
+    LengthsOpt,
+    typer.Option(
+        "--lengths",
+        help="LLM: fixed (every step at --seq-len: packed or padded to max length) or varying (unpacked data "
+        "padded to the longest of each batch): adds the allocator history a whole-run max_memory_reserved / "
+        "nvidia-smi shows above one step; released when memory runs short, so the verdict does not count it",
     ),
 ]
 OnO = Annotated[
@@ -619,6 +633,7 @@ def _training_template(
     kbit_prep: KbitPrepO = None,
     kbit_path: KbitPathO = None,
     keep_logits: KeepLogitsO = False,
+    lengths: LengthsO = LengthsOpt.fixed,
     trainer: TrainerO = TrainerOpt.generic,
     gpus: GpusO = 1,
     task: TaskO = None,

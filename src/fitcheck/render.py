@@ -69,6 +69,10 @@ def to_markdown(data: Any) -> str:
             f"| **device total** | **{_g(data['device_bytes'])}** | | "
             f"{band_words(data['device_bytes'], data.get('band'))} |",
         ]
+        if data.get("cache_history"):
+            h = data["cache_history"]["bytes"]
+            words = history_words(data["device_bytes"], h)
+            out.append(f"| allocator history (varying lengths) | {_g(h)} | | {words} |")
         if data.get("thumb"):
             out.append(f"\nRule of thumb: {_g(data['thumb']['bytes'])} GiB ({data['thumb']['rule']}).")
         if data.get("target"):
@@ -462,7 +466,25 @@ def _total_rows(est: Estimate) -> list[list[str | Text]]:
         [_context_label(est), _g(est.context_bytes), "", "", "overhead"],
         [Text("device total", style="bold"), Text(_g(est.device_bytes), "bold"), "",
          f"what nvidia-smi would show: {band_words(est.device_bytes, band)}", ""],
+        *_history_rows(est),
     ]  # fmt: skip
+
+
+def _history_rows(est: Estimate) -> list[list[str | Text]]:
+    """``--lengths varying``: the allocator history beside (not in) the device total."""
+    h = est.cache_history
+    if h is None:
+        return []
+    return [["allocator history (varying lengths)", _g(h.bytes), "", history_words(est.device_bytes, h.bytes),
+             "overhead"]]  # fmt: skip
+
+
+def history_words(device_bytes: int, history_bytes: int) -> str:
+    """What the allocator history means for a reading and for the fit."""
+    return (
+        f"cached from shorter steps: a whole-run reading shows up to {_g(device_bytes + history_bytes)} GiB "
+        "(never more than the card); released when memory runs short, so not in the total"
+    )
 
 
 def _context_label(est: Estimate) -> str:
