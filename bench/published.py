@@ -513,6 +513,14 @@ def _kinds_in_figure(s: Score) -> dict[str, int]:
     return {**out, "transient": out["transient"] - cut, "figure": s.estimate_bytes}
 
 
+def _with_history(s: Score) -> bool:
+    """The record's figure includes some of the allocator's history over varying lengths."""
+    est = s.estimate
+    if est is None or est.cache_history is None or not est.cache_history.bytes:
+        return False
+    return s.record.relation != "capacity" and s.record.metric != "max_memory_allocated"
+
+
 def calibration_spread() -> float:
     """The largest |error| of the engine against the traced calibration grid (tests/data/calibration)."""
     import yaml
@@ -535,12 +543,16 @@ def calibration_spread() -> float:
 
 def band_rows(scored: dict[str, list[Score]]) -> list[bd.Row]:
     """Every scored record as the band derivation sees it (estimated once; leaving a source out
-    re-derives from these rows without estimating again)."""
+    re-derives from these rows without estimating again).
+
+    A record whose figure carries the allocator's history over varying lengths (``est.cache_history``)
+    measured a reading, not the run's need that the band brackets (the history is releasable cache, outside
+    ``device_bytes``): it sits with the known gaps, out of the derivation."""
     return [
         bd.Row(
             source=s.record.source,
             key=s.record.key,
-            known_gap=bool(s.record.known_gap),
+            known_gap=bool(s.record.known_gap) or _with_history(s),
             measured=s.record.measured_bytes,
             estimate=s.estimate_bytes,
             kinds=_kinds_in_figure(s),

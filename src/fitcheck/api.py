@@ -478,7 +478,8 @@ def estimate_setup(
         est = estimate_llm(spec, setup, ctx)
 
         def again(s: ModelSpec, st: LlmSetup) -> Estimate:
-            return estimate_llm(s, st, ctx)
+            # suggestions and notes compare device bytes, which the allocator history is not in
+            return estimate_llm(s, st.model_copy(update={"lengths": "fixed"}), ctx)
 
         if setup.distributed:
             est = est.model_copy(update={"warnings": (*est.warnings, *order_notes(spec, setup, est, again))})

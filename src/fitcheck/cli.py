@@ -525,8 +525,9 @@ class FromFile:
             sys.stderr.write(f"fitcheck: {printable(line)}\n")
 
     def origin_of(self, setup: Any, given: frozenset[str]) -> dict[str, str]:
-        """Every setup field's origin (not ``kind``: the model decides it); the backend follows ``--on``."""
-        fields = [name for name in type(setup).model_fields if name != "kind"]
+        """Every setup field's origin, as the setup's JSON holds them (not ``kind``: the model decides it;
+        not ``lengths`` at its default, which the JSON leaves out); the backend follows ``--on``."""
+        fields = [name for name in setup.model_dump() if name != "kind"]
         out = {name: self.origin.get(name, "fitcheck default") for name in fields}
         if "backend" in out:
             out["backend"] = "command line" if "on" in given else "fitcheck default"

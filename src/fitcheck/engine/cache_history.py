@@ -12,9 +12,10 @@ cannot reuse the blocks cut for their shorter tensors and cuts its own; those st
 The schedule is stated, not drawn: the run reaches ``seq_len`` through new maxima at ``seq_len / 2``,
 ``seq_len / 4``, ... (each new maximum's length-dependent tensors twice its predecessor's, so none fits a
 block cut for the same tensor before); each rung's length-dependent bytes are taken from the engine's own
-step at that length, with the engine's fragmentation share (engine/overhead.py ``FRAGMENTATION``). The
-ladder stops where a rung's length-dependent bytes fit one 20 MiB segment (``kLargeBuffer``, which the
-allocator shares between 1-10 MiB requests). The rule ignores what a longer step's smaller tensors reuse
+step at that length (at its forward or its backward peak, whichever holds more of them), with the engine's
+fragmentation share (engine/overhead.py ``FRAGMENTATION``). The ladder stops where a rung's
+length-dependent bytes fit one 20 MiB segment (``kLargeBuffer``, which the allocator shares between 1-10 MiB
+requests). The rule ignores what a longer step's smaller tensors reuse
 of the cached blocks (it over-counts there) and the finer records of a shuffled run (it under-counts
 there); docs/methodology.md, "Allocator history over varying lengths", says where each wins.
 
@@ -61,12 +62,16 @@ def activation_peak(est: Estimate) -> Phase:
 
 
 def length_bytes(at_len: Estimate, one_token: Estimate) -> int:
-    """Bytes of ``at_len``'s activation peak that grow with the length: each transient line less the same
-    line of the same phase in a one-token step (a line that does not grow, such as an optimizer or dequant
-    temporary, reuses its block every step)."""
-    peak = activation_peak(at_len)
-    base = {c.name: c.bytes for c in one_token.phase(peak.name).components}
-    grown = (c.bytes - base.get(c.name, 0) for c in peak.components if kind_of(c.name) == "transient")
+    """Bytes of ``at_len``'s forward or backward peak (the larger) that grow with the length: each transient
+    line less the same line of the same phase in a one-token step (a line that does not grow, such as an
+    optimizer or dequant temporary, reuses its block every step)."""
+    return max(_grown(at_len.phase(name), one_token.phase(name)) for name in STEP_PHASES)
+
+
+def _grown(phase: Phase, base_phase: Phase) -> int:
+    """Transient bytes of ``phase`` beyond the same lines of ``base_phase``."""
+    base = {c.name: c.bytes for c in base_phase.components}
+    grown = (c.bytes - base.get(c.name, 0) for c in phase.components if kind_of(c.name) == "transient")
     return sum(max(0, g) for g in grown)
 
 
