@@ -165,3 +165,13 @@ def test_scorer_adds_the_history_to_a_reading_and_caps_it_at_the_card() -> None:
     assert capped.estimate_bytes == 30 * GIB - est.context_bytes
     allocated = pub.score(pub.Record(**{**_record().__dict__, "metric": "max_memory_allocated"}))
     assert isinstance(allocated, pub.Score) and allocated.estimate_bytes == est.peak_allocated_bytes
+
+
+def test_the_words_never_show_a_reading_past_the_card(capsys: pytest.CaptureFixture[str]) -> None:
+    from fitcheck.render import history_words
+
+    assert "up to 30.00 GiB (never more than the card)" in history_words(20 * GIB, 10 * GIB, 80 * GIB)
+    assert "up to 24.00 GiB (the whole card" in history_words(20 * GIB, 10 * GIB, 24 * GIB)
+    args = ["estimate", "qwen2.5-3b", "--seq-len", "8192", "--grad-ckpt", "--on", "rtx-4090"]
+    assert main([*args, "--lengths", "varying", "--format", "markdown"]) == 0
+    assert "up to 23.99 GiB (the whole card" in capsys.readouterr().out
