@@ -28,6 +28,7 @@ from fitcheck.vocab import (
     Attention,
     BaseQuant,
     KbitPath,
+    Lengths,
     Loss,
     Method,
     MethodChoice,
@@ -87,6 +88,7 @@ class _Common(TypedDict, total=False):
     kbit_prep: bool | None
     kbit_path: KbitPath | None
     keep_logits: bool
+    lengths: Lengths
     trainer: Trainer | None
     gpus: Annotated[int, Field(ge=1, le=4096)] | None
     task: Task | None
@@ -156,6 +158,7 @@ LLM_ONLY: dict[str, object] = {
     "kbit_prep": None,
     "kbit_path": None,
     "keep_logits": False,
+    "lengths": "fixed",
     "optimizer_impl": None,
     "quant_storage": None,
     "min_seq_len": None,
@@ -484,7 +487,8 @@ def estimate_setup(
         est = estimate_llm(spec, setup, ctx)
 
         def again(s: ModelSpec, st: LlmSetup) -> Estimate:
-            return estimate_llm(s, st, ctx)
+            # suggestions and notes compare device bytes, which the allocator history is not in
+            return estimate_llm(s, st.model_copy(update={"lengths": "fixed"}), ctx)
 
         if setup.distributed:
             est = est.model_copy(update={"warnings": (*est.warnings, *order_notes(spec, setup, est, again))})
@@ -592,7 +596,7 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
     )
     base_keys: tuple[str, ...] = ("dora", "lora_fa", "master_weights", *_LORA, "double_quant", "seq_len")
     base_keys += ("nodes", "fsdp_version", "device_map_version", "fsdp_embedding_units", "zero_bucket_size")
-    base_keys += ("zero_overlap_comm",)
+    base_keys += ("zero_overlap_comm", "lengths")
     base_opts = {k: opts.get(k) for k in (*base_keys, "quant_storage", *llm_extra)}
     base = setup_for(
         spec, {**base_opts, "method": "full" if method == "full" else "lora", "trainer": trainer}, tgt

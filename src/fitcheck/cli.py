@@ -105,6 +105,11 @@ class KbitPathOpt(StrEnum):
     trl = "trl"
 
 
+class LengthsOpt(StrEnum):
+    fixed = "fixed"
+    varying = "varying"
+
+
 class BaseQuantOpt(StrEnum):
     none = "none"
     int8 = "int8"
@@ -350,6 +355,15 @@ KeepLogitsO = Annotated[
         "(out = model(**batch); out.loss.backward()); HF Trainer keeps only the loss",
     ),
 ]
+LengthsO = Annotated[
+    LengthsOpt,
+    typer.Option(
+        "--lengths",
+        help="LLM: fixed (every step at --seq-len: packed or padded to max length) or varying (unpacked data "
+        "padded to the longest of each batch): adds the allocator history a whole-run max_memory_reserved / "
+        "nvidia-smi shows above one step; released when memory runs short, so the verdict does not count it",
+    ),
+]
 OnO = Annotated[
     str,
     typer.Option(
@@ -537,8 +551,9 @@ class FromFile:
             sys.stderr.write(f"fitcheck: {printable(line)}\n")
 
     def origin_of(self, setup: Any, given: frozenset[str]) -> dict[str, str]:
-        """Every setup field's origin (not ``kind``: the model decides it); the backend follows ``--on``."""
-        fields = [name for name in type(setup).model_fields if name != "kind"]
+        """Every setup field's origin, as the setup's JSON holds them (not ``kind``: the model decides it;
+        not ``lengths`` at its default, which the JSON leaves out); the backend follows ``--on``."""
+        fields = [name for name in setup.model_dump() if name != "kind"]
         out = {name: self.origin.get(name, "fitcheck default") for name in fields}
         if "backend" in out:
             out["backend"] = "command line" if "on" in given else "fitcheck default"
@@ -648,6 +663,7 @@ def _training_template(
     kbit_prep: KbitPrepO = None,
     kbit_path: KbitPathO = None,
     keep_logits: KeepLogitsO = False,
+    lengths: LengthsO = LengthsOpt.fixed,
     trainer: TrainerO = TrainerOpt.generic,
     gpus: GpusO = 1,
     task: TaskO = None,

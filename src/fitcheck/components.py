@@ -158,6 +158,11 @@ _ROWS = (
     _overhead("nccl_communicators", "NCCL communicator memory", multi="nccl", outside_allocator=True),
     _acts("output_copy", "device-map: the model's output copied back to the first GPU", multi="device-map"),
     _weights("model_load", "host: the model read into CPU RAM while loading", multi="loading"),
+    _overhead(
+        "allocator_history",
+        "--lengths varying: cached segments the allocator kept from shorter steps (released on demand)",
+        "allocator-history-over-varying-lengths",
+    ),
     _overhead("offload_buffers", "host: DeepSpeed's pinned and staging buffers for offload", multi="host"),
 )
 # fmt: on

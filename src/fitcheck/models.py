@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from fitcheck.vocab import (
     Attention,
@@ -19,6 +26,7 @@ from fitcheck.vocab import (
     Dtype,
     KbitPath,
     Kind,
+    Lengths,
     LlmTrainer,
     Loss,
     Method,
@@ -344,6 +352,21 @@ class LlmSetup(SetupBase):
         if targets not in ("", "all-linear"):
             raise ValueError("--lora-targets applies to LoRA, not --method prefix-tuning")
         return {**data, "lora_targets": ""}
+    lengths: Lengths = Field(
+        default="fixed",
+        description="fixed: every step at seq_len; varying: unpacked data padded to the longest of each "
+        "batch, steps at many lengths up to seq_len (docs/methodology.md, 'Allocator history over varying "
+        "lengths')",
+    )
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """The dump, ``lengths`` left out at its default so a fixed-length setup's JSON is unchanged (additive
+        field, docs/json.md)."""
+        data: dict[str, object] = handler(self)
+        if self.lengths == "fixed":
+            data.pop("lengths", None)
+        return data
 
     @property
     def tokens(self) -> int:
@@ -644,6 +667,20 @@ class Estimate(Frozen):
     distributed: Distributed | None = None
     host_bytes: int | None = Field(default=None, description="CPU memory one node needs (largest host phase)")
     host_phases: tuple[HostPhase, ...] = ()
+    cache_history: Component | None = Field(
+        default=None,
+        description="--lengths varying: cached segments the caching allocator keeps from shorter steps, "
+        "above the step's own peak; in max_memory_reserved and nvidia-smi, released when a cudaMalloc "
+        "fails, so not in device_bytes",
+    )
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """The dump, ``cache_history`` left out when there is none (additive field, docs/json.md)."""
+        data: dict[str, object] = handler(self)
+        if self.cache_history is None:
+            data.pop("cache_history", None)
+        return data
 
     @model_validator(mode="after")
     def _peak(self) -> Estimate:

@@ -69,6 +69,10 @@ def to_markdown(data: Any) -> str:
             f"| **device total** | **{_g(data['device_bytes'])}** | | "
             f"{band_words(data['device_bytes'], data.get('band'))} |",
         ]
+        if data.get("cache_history"):
+            h = data["cache_history"]["bytes"]
+            words = history_words(data["device_bytes"], h, _card_of(data))
+            out.append(f"| allocator history (varying lengths) | {_g(h)} | | {words} |")
         if data.get("thumb"):
             out.append(f"\nRule of thumb: {_g(data['thumb']['bytes'])} GiB ({data['thumb']['rule']}).")
         if data.get("target"):
@@ -479,7 +483,38 @@ def _total_rows(est: Estimate) -> list[list[str | Text]]:
         [_context_label(est), _g(est.context_bytes), "", "", "overhead"],
         [Text("device total", style="bold"), Text(_g(est.device_bytes), "bold"), "",
          f"what nvidia-smi would show: {band_words(est.device_bytes, band)}", ""],
+        *_history_rows(est),
     ]  # fmt: skip
+
+
+def _history_rows(est: Estimate) -> list[list[str | Text]]:
+    """``--lengths varying``: the allocator history beside (not in) the device total."""
+    h = est.cache_history
+    if h is None:
+        return []
+    lines = est.target.budget_lines if est.target else ()
+    words = history_words(est.device_bytes, h.bytes, lines[0].bytes if lines else None)
+    return [["allocator history (varying lengths)", _g(h.bytes), "", words, "overhead"]]
+
+
+def _card_of(doc: dict[str, Any]) -> int | None:
+    """The target's memory in an estimate's JSON (its first budget line), when there is a target."""
+    target: dict[str, Any] = doc.get("target") or {}
+    lines: list[dict[str, Any]] = target.get("budget_lines") or []
+    return int(lines[0]["bytes"]) if lines else None
+
+
+def history_words(device_bytes: int, history_bytes: int, card_bytes: int | None = None) -> str:
+    """What the allocator history means for a reading and for the fit; ``card_bytes``: the target's memory
+    (the first budget line), which a reading never passes (the allocator frees cached segments first)."""
+    shown = device_bytes + history_bytes
+    cap = "never more than the card"
+    if card_bytes is not None and shown > card_bytes:
+        shown, cap = card_bytes, "the whole card: the allocator frees cached segments before it runs out"
+    return (
+        f"cached from shorter steps: a whole-run reading shows up to {_g(shown)} GiB ({cap}); released when "
+        "memory runs short, so not in the total"
+    )
 
 
 def _context_label(est: Estimate) -> str:

@@ -491,7 +491,24 @@ def step_phases(
 
 
 def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None) -> Estimate:
-    """Estimate the memory of one training step of ``spec`` under ``setup``.
+    """Estimate the memory of one training step of ``spec`` under ``setup``; under ``lengths: varying``
+    with the allocator's history over the run's shorter steps beside it (`engine/cache_history.py`).
+    """
+    est = _step_estimate(spec, setup, target_context)
+    if setup.lengths == "fixed" or setup.backend not in ("cuda", "rocm"):
+        return est  # the history is the CUDA caching allocator's (engine/overhead.py reserve_bytes alike)
+    from fitcheck.engine.cache_history import history_component
+
+    fixed = setup.model_copy(update={"lengths": "fixed"})
+
+    def step_at(n: int) -> Estimate:
+        return _step_estimate(spec, fixed.model_copy(update={"seq_len": n}), target_context)
+
+    return est.model_copy(update={"cache_history": history_component(est, step_at, setup.seq_len)})
+
+
+def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None) -> Estimate:
+    """The memory of one training step of ``spec`` under ``setup``, at ``setup.seq_len``.
 
     Named steps: the regime (dtypes), model states, saved activations, the three phases, then the
     one assembly shared with the diffusion estimator (`fitcheck.assembly.assemble`).

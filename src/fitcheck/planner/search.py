@@ -165,7 +165,9 @@ def device_bytes_fn(spec: ModelSpec, target: Target) -> MemoryFn:
     ctx = target.context_bytes or None
 
     def need(setup: LlmSetup) -> Memory:
-        est = estimate(spec, setup, ctx)
+        # the allocator's history over varying lengths is releasable cache, outside device_bytes and the band
+        # (engine/cache_history.py): the search sizes the fixed-length step and skips its rungs
+        est = estimate(spec, setup.model_copy(update={"lengths": "fixed"}), ctx)
         return memory_of(est)
 
     return need
