@@ -105,9 +105,6 @@ KNOWN_UNDER: dict[str, str] = {
 }
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {
-    "ms-swift": "13% median: the 2024-01-02 table ran truncation 'delete' (each step at its own example's "
-    "length), posed lengths: varying (the allocator's history, engine/cache_history.py), whose stated "
-    "schedule leaves 18 of 47 rows more than 15% under (known gaps) and some over (fa0-gc0 +38%); was 30.7%",
     "thudm-chatglm3-finetune": "23% median of three records: LoRA on one GPU +0.8%, the ZeRO-3 full "
     "fine-tuning on 4 GPUs 23% under (_THUDM_SFT), P-Tuning v2 56% over (posed at its 769-token cap)",
     "multigpu_peft": "13.3% median: Llama-2-70B QLoRA on 2 GPUs posed as sharded QLoRA (bf16 stream) is "
