@@ -352,6 +352,7 @@ class LlmSetup(SetupBase):
         if targets not in ("", "all-linear"):
             raise ValueError("--lora-targets applies to LoRA, not --method prefix-tuning")
         return {**data, "lora_targets": ""}
+
     lengths: Lengths = Field(
         default="fixed",
         description="fixed: every step at seq_len; varying: unpacked data padded to the longest of each "
