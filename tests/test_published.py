@@ -229,8 +229,9 @@ def test_band_holds_on_sources_it_was_not_fitted_to() -> None:
 #: the transient up fraction (+23%, +32% before session 6's DeepSpeed buckets; 0 without it). The low edge's
 #: 7.7% (torchtune's QLoRA tutorial, without torchtune) predates the fixed term.
 UNSTABLE = (
-    "one source decides a term (Qwen: the fixed bytes, 40% on a 1.7 GiB estimate; multigpu_peft: the "
-    "transient up fraction, +23%; torchtune: low edge 7.7%); docs/methodology.md, 'The fixed term'"
+    "one source decides a term (session 7: high edge 26.1% on fitcheck-llm's 1.7 GiB TinyLlama QLoRA "
+    "estimate without answerai-fsdp-qlora; low edge 8.1% on ms-swift-2023-12's Qwen-72B bnb row without "
+    "torchtune); docs/methodology.md, 'The fixed term' and 'Where session 7 left it'"
 )
 
 
@@ -263,8 +264,8 @@ def test_band_rule_is_the_better_one_on_this_evidence() -> None:
 #: (39.47%: fitcheck-llm's TinyLlama QLoRA, ms-swift left out), while the joint rule's fell from 51.9% to
 #: 39.38% (Qwen's DeepSpeed rows moved closer); a tie within 0.1 point, for the lead to argue again.
 HIGH_MOVE_TIE = (
-    "sequential rule 26.1% vs joint rule 24.0% worst high-edge move (session 6, after the DeepSpeed buffers "
-    "and the large-pool rounding; was 39.47% vs 51.9%); held-out misses 20 vs 30"
+    "sequential rule 26.1% vs joint rule 17.3% worst high-edge move (session 7, after the varying-length "
+    "history, prefix tuning and 66 newly posed records; session 6: 26.1% vs 24.0%); held-out misses 22 vs 34"
 )
 
 
