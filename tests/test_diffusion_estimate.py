@@ -76,10 +76,11 @@ def test_sdxl_lora_fits_12gb(on: str) -> None:
 
 
 def test_sdxl_lora_dim_4_fits_10gb() -> None:
-    """The same doc's stronger claim: 10 GB recommended with dim 4-8. The central estimate fits; the band's
-    upper edge does not since its fixed +2 GiB per process (derived from LLM trainers' runs, session 5;
-    no published diffusion run holds a diffusion band), so the verdict is tight, not does_not_fit."""
-    assert verdict("sdxl", "10GB", **{**SDXL_LORA_12GB, "lora_rank": 4}) == "tight"
+    """The same doc's stronger claim: 10 GB recommended with dim 4-8. The central estimate fits; whether the
+    band's upper edge does too rests on its fixed bytes per process, derived from LLM trainers' runs (no
+    published diffusion run holds a diffusion band): +2 GiB made it tight (sessions 5-6), +1 GiB (session 7)
+    fits. Either way not does_not_fit."""
+    assert verdict("sdxl", "10GB", **{**SDXL_LORA_12GB, "lora_rank": 4}) in ("fits", "tight")
 
 
 @pytest.mark.parametrize("on", ["24GB", "rtx-4090"])
