@@ -18,7 +18,7 @@ Imports stay light: pydantic and the engines are imported inside the functions t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Literal, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Literal, TypeVar, get_args, get_type_hints
 
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict, Unpack  # pydantic validates only this TypedDict on 3.11
@@ -415,6 +415,22 @@ def refuse_optimizer_impl(values: Mapping[str, object]) -> None:
         raise OptionError("--optimizer-impl: litgpt's QLoRA trains with bitsandbytes' PagedAdamW")
 
 
+def _holds(hint: object, kinds: tuple[type, ...]) -> bool:
+    """Whether an option's type is or holds one of ``kinds``, seen through ``| None`` and ``Annotated``."""
+    return hint in kinds or any(_holds(arg, kinds) for arg in get_args(hint))
+
+
+def refuse_bool_numbers(options: Mapping[str, object], kind: type) -> None:
+    """A bool given for a number or a name is an error, not 1 or 0: pydantic's lax mode reads
+    ``seq_len=True`` as a one-token sequence (and ``batch_size=False`` as 0, refused only by its bound)."""
+    hints = get_type_hints(kind, include_extras=True)
+    for name, value in options.items():
+        hint = hints.get(name)
+        if isinstance(value, bool) and hint is not None and not _holds(hint, (bool,)):
+            what = "a number" if _holds(hint, (int, float)) else "one of its names"
+            raise InputError(f"{_flag(name)}: Input should be {what}, not a bool (got {value!r})")
+
+
 def _validate(options: Mapping[str, object], kind: type) -> dict[str, object]:
     """Check option names and types (a misspelt keyword is an error, not ignored)."""
     from pydantic import TypeAdapter, ValidationError
@@ -422,6 +438,7 @@ def _validate(options: Mapping[str, object], kind: type) -> dict[str, object]:
     unknown = sorted(set(options) - set(get_type_hints(kind)))
     if unknown:
         raise OptionError(f"unknown option {unknown[0]!r}")
+    refuse_bool_numbers(options, kind)
     try:
         return dict(TypeAdapter(kind).validate_python(dict(options)))
     except ValidationError as exc:

@@ -1,0 +1,160 @@
+"""Hostile inputs, third red-team pass (session 7): one test per class of failure found, each failing before
+its fix.
+
+- a diffusers pipeline fetched into the Hugging Face cache did not resolve offline: the client was asked
+  for ``config.json`` first, which a pipeline has none of at its root, and offline that reads as "not in
+  the cache" (`fitcheck.sources.hub._cached_pipeline`);
+- a trainer-config section given as no mapping (DeepSpeed ``zero_optimization: "3"``,
+  ``offload_optimizer: "cpu"``, accelerate ``fsdp_config: yes``) was dropped without a word: the run was
+  sized without ZeRO, offload or FSDP settings and the stderr lines did not say so
+  (`fitcheck.readers.base.Keys.sub` leaves it unread, so the ``not understood`` line names it);
+- the library took a bool for a number: ``estimate("7B", seq_len=True)`` sized a one-token sequence
+  (pydantic's lax mode; `fitcheck.api.refuse_bool_numbers`);
+- an integer of over 4,300 digits in a config (JSON, YAML, TOML, config.json) was reported with Python's
+  own advice to call ``sys.set_int_max_str_digits()`` (`fitcheck.fileio.parser_error`), and a malformed
+  ``--from`` JSON named its path twice ("--from X: not valid JSON: X is not valid JSON").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import fitcheck.api as api
+from fitcheck.errors import InputError
+from fitcheck.readers.base import Keys
+from test_fuzz_cli import hold_contract, invoke
+from test_hub import FakeHub, _env, hub, run_cli  # noqa: F401  (hub: the fixture)
+
+# --- a cached diffusers pipeline, offline ---------------------------------------------------------------
+
+
+def test_a_cached_diffusers_pipeline_resolves_offline(hub: FakeHub, tmp_path: Path) -> None:  # noqa: F811
+    from test_diffusion_sources import write_folder
+
+    folder = write_folder(tmp_path / "snap", "sd15")
+    hub.repos["acme/tiny-sd"] = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*.json")}
+    args = ["estimate", "acme/tiny-sd", "--on", "none", "--format", "json"]
+    online = run_cli(args, _env(hub, tmp_path / "hf"))
+    assert online.returncode == 0, online.stderr
+    offline = run_cli(args, {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    assert offline.returncode == 0, offline.stderr
+    assert json.loads(offline.stdout)["device_bytes"] == json.loads(online.stdout)["device_bytes"]
+
+
+def test_a_pipeline_component_missing_offline_names_its_file(hub: FakeHub, tmp_path: Path) -> None:  # noqa: F811
+    from test_diffusion_sources import write_folder
+
+    folder = write_folder(tmp_path / "snap", "sd15")
+    hub.repos["acme/tiny-sd"] = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*.json")}
+    assert run_cli(["estimate", "acme/tiny-sd", "--on", "none"], _env(hub, tmp_path / "hf")).returncode == 0
+    unet = next((tmp_path / "hf").rglob("unet/config.json"))
+    unet.unlink()  # the snapshot's link: the component is no longer cached
+    proc = run_cli(
+        ["estimate", "acme/tiny-sd", "--on", "none"], {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "hf download acme/tiny-sd unet/config.json" in lines[0]
+
+
+# --- a section that is no mapping -----------------------------------------------------------------------
+
+DS = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}
+ACC = {"compute_environment": "LOCAL_MACHINE", "num_processes": 2}
+
+
+@pytest.mark.parametrize(
+    ("name", "doc", "key"),
+    [
+        ("ds.json", {**DS, "zero_optimization": "3"}, "zero_optimization"),
+        ("ds.json", {**DS, "zero_optimization": [3]}, "zero_optimization"),
+        ("ds.json", {**DS, "zero_optimization": {"stage": 3, "offload_optimizer": "cpu"}},
+         "zero_optimization.offload_optimizer"),
+        ("ds.json", {**DS, "bf16": "true"}, "bf16"),
+        ("accelerate.yaml", {**ACC, "distributed_type": "FSDP", "fsdp_config": "yes"}, "fsdp_config"),
+        ("accelerate.yaml", {**ACC, "distributed_type": "DEEPSPEED", "deepspeed_config": "z3.json"},
+         "deepspeed_config"),
+    ],
+)  # fmt: skip
+def test_a_section_that_is_no_mapping_is_named_as_not_understood(
+    name: str, doc: dict[str, object], key: str, tmp_path: Path
+) -> None:
+    path = tmp_path / name
+    path.write_text(json.dumps(doc), encoding="utf-8")  # JSON is YAML too
+    args = ["estimate", "7B", "--from", str(path), "--on", "none", "--gpus", "2"]
+    rc, out, err = invoke(args)
+    hold_contract("estimate", args, rc, out, err)
+    assert rc == 0, err
+    line = next(line for line in err.splitlines() if "not understood" in line)
+    assert key in line.split(": ")[-1].split(", "), line
+
+
+def test_keys_leaves_a_non_mapping_section_unread() -> None:
+    k = Keys({"a": "x", "b": None, "c": {"d": 1}, "e": []})
+    assert k.sub("a") is None and k.sub("b") is None and k.sub("e") is None
+    child = k.sub("c")
+    assert child is not None and child.get("d") == 1
+    assert k.unused() == ["a"]
+
+
+# --- a bool for a number in the library -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "flag"),
+    [
+        (lambda: api.estimate("7B", seq_len=True), "--seq-len"),
+        (lambda: api.estimate("7B", batch_size=True), "--batch-size"),
+        (lambda: api.estimate("7B", lora_alpha=False), "--lora-alpha"),
+        (lambda: api.estimate("7B", lora_rank=True), "--lora-rank"),
+        (lambda: api.estimate("7B", method=True), "--method"),
+        (lambda: api.plan("7B", "rtx-4090", epochs=True), "--epochs"),
+        (lambda: api.plan("7B", "rtx-4090", effective_batch=True), "--effective-batch"),
+    ],
+)  # fmt: skip
+def test_a_bool_for_a_number_is_refused(call: object, flag: str) -> None:
+    with pytest.raises(InputError, match=f"^{flag}: .*not a bool"):
+        call()  # type: ignore[operator]
+
+
+def test_a_bool_for_a_flag_still_passes() -> None:
+    with_dora = api.estimate("7B", dora=True, grad_ckpt=False, double_quant=False)
+    assert with_dora.device_bytes > api.estimate("7B").device_bytes
+
+
+# --- parser messages ------------------------------------------------------------------------------------
+
+DIGITS = "9" * 5000
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("ds.json", f'{{"train_micro_batch_size_per_gpu": {DIGITS}}}'),
+        ("run.yaml", f"base_model: x\nsequence_len: {DIGITS}\n"),
+        ("run.toml", f"network_dim = {DIGITS}\n"),
+        ("model/config.json", f'{{"model_type": "llama", "hidden_size": {DIGITS}}}'),
+    ],
+)
+def test_an_endless_integer_is_one_plain_line(name: str, text: str, tmp_path: Path) -> None:
+    path = tmp_path / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    args = (
+        ["estimate", str(path.parent)]
+        if name.startswith("model/")
+        else ["estimate", "7B", "--from", str(path)]
+    )
+    rc, out, err = invoke(args)
+    hold_contract("estimate", args, rc, out, err)
+    assert rc == 2 and "over 4,300 digits" in err and "set_int_max_str_digits" not in err, err
+
+
+def test_malformed_from_json_names_its_path_once(tmp_path: Path) -> None:
+    path = tmp_path / "ds.json"
+    path.write_text('{"zero_optimization": ', encoding="utf-8")
+    rc, _, err = invoke(["estimate", "7B", "--from", str(path)])
+    assert rc == 2 and err.count(str(path)) == 1 and "not valid JSON" in err, err
