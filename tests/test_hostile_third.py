@@ -158,3 +158,28 @@ def test_malformed_from_json_names_its_path_once(tmp_path: Path) -> None:
     path.write_text('{"zero_optimization": ', encoding="utf-8")
     rc, _, err = invoke(["estimate", "7B", "--from", str(path)])
     assert rc == 2 and err.count(str(path)) == 1 and "not valid JSON" in err, err
+
+
+# --- the plan's default effective batch on a world it does not divide -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--on", "3xrtx-4090"], 18),
+        (["--on", "8xh100-80gb", "--nodes", "4"], 32),
+        (["--on", "rtx-4090", "--gpus", "24"], 24),
+        (["--on", "2xrtx-4090"], 16),
+    ],
+)
+def test_the_default_effective_batch_divides_over_every_rank(argv: list[str], expected: int) -> None:
+    args = ["plan", "qwen2.5-0.5b", *argv, "--format", "json"]
+    rc, out, err = invoke(args)
+    hold_contract("plan", args, rc, out, err)
+    assert rc == 0, err
+    assert json.loads(out)["chosen"]["effective_batch"] == expected
+
+
+def test_an_effective_batch_the_user_gives_is_still_held_to_the_ranks() -> None:
+    rc, _, err = invoke(["plan", "qwen2.5-0.5b", "--on", "3xrtx-4090", "--effective-batch", "16"])
+    assert rc == 2 and "--effective-batch 16 is not a multiple of the 3 GPUs; use 15" in err, err

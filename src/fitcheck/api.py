@@ -567,7 +567,7 @@ def plan(
 
 
 def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: str | None) -> Plan:
-    from fitcheck.planner.models import DEFAULT_EFFECTIVE_BATCH, PlanRequest
+    from fitcheck.planner.models import PlanRequest, default_effective_batch
     from fitcheck.planner.plan import make_plan
 
     trainer = opts.get("trainer") or "hf"
@@ -609,7 +609,7 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         {
             "base": base,
             "method": method,
-            "effective_batch": opts.get("effective_batch") or DEFAULT_EFFECTIVE_BATCH,
+            "effective_batch": opts.get("effective_batch") or default_effective_batch(tgt.gpus * base.nodes),
             "seq_len": seq_len,
             **{k: opts.get(k) for k in searched},
         },
