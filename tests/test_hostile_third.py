@@ -183,3 +183,15 @@ def test_the_default_effective_batch_divides_over_every_rank(argv: list[str], ex
 def test_an_effective_batch_the_user_gives_is_still_held_to_the_ranks() -> None:
     rc, _, err = invoke(["plan", "qwen2.5-0.5b", "--on", "3xrtx-4090", "--effective-batch", "16"])
     assert rc == 2 and "--effective-batch 16 is not a multiple of the 3 GPUs; use 15" in err, err
+
+
+# --- matrix with a diffusion model under the default methods --------------------------------------------
+
+
+def test_matrix_names_the_methods_a_diffusion_model_cannot_take() -> None:
+    args = ["matrix", "--on", "rtx-4090", "--models", "7B,sdxl"]
+    rc, out, err = invoke(args)
+    hold_contract("matrix", args, rc, out, err)
+    assert rc == 2 and "--methods qlora: sdxl is a diffusion model" in err, err
+    rc, out, err = invoke([*args, "--methods", "full,lora", "--format", "json"])
+    assert rc == 0 and [row["model"] for row in json.loads(out)] == ["7B", "sdxl"], err
