@@ -195,3 +195,53 @@ def test_matrix_names_the_methods_a_diffusion_model_cannot_take() -> None:
     assert rc == 2 and "--methods qlora: sdxl is a diffusion model" in err, err
     rc, out, err = invoke([*args, "--methods", "full,lora", "--format", "json"])
     assert rc == 0 and [row["model"] for row in json.loads(out)] == ["7B", "sdxl"], err
+
+
+# --- a diffusers component config with sizes no model has -----------------------------------------------
+
+
+def _pipeline(root: Path, model: str, component: str, key: str, value: object) -> str:
+    from test_diffusion_sources import write_folder
+
+    folder = write_folder(root, model)
+    path = folder / component / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**config, key: value}), encoding="utf-8")
+    return str(folder)
+
+
+@pytest.mark.parametrize(
+    ("model", "component", "key", "value", "word"),
+    [
+        ("sd15", "unet", "layers_per_block", "2", "layers_per_block"),  # int('2') in range(): TypeError
+        ("sd15", "unet", "layers_per_block", 1_000_000, "layers_per_block"),  # a million blocks: ran for ever
+        ("sd15", "unet", "block_out_channels", [], "block_out_channels"),  # IndexError
+        ("sd15", "unet", "attention_head_dim", 0, "attention_head_dim"),  # ZeroDivisionError
+        ("sd15", "unet", "attention_head_dim", 7, "does not split"),  # AssertionError in the reshape
+        ("sd15", "unet", "norm_num_groups", 7, "does not split"),
+        ("sd15", "vae", "block_out_channels", [0], "block_out_channels"),  # ZeroDivisionError
+        ("sd15", "text_encoder", "hidden_size", -768, "hidden_size"),  # pydantic error on negative params
+        ("sd15", "text_encoder", "hidden_size", "x", "hidden_size"),  # int('x')
+        ("sd15", "text_encoder", "num_hidden_layers", 1_000_000, "num_hidden_layers"),  # ran for ever
+        ("flux.1-schnell", "transformer", "num_attention_heads", "x", "num_attention_heads"),  # int('x')
+        ("flux.1-schnell", "transformer", "num_layers", -1, "num_layers"),
+        ("sdxl", "unet", "down_block_types", ["CrossAttnDownBlock2D"] * 10, "is not a UNet2DConditionModel"),
+    ],
+)  # fmt: skip
+def test_a_diffusers_component_out_of_shape_is_one_clear_line(
+    model: str, component: str, key: str, value: object, word: str, tmp_path: Path
+) -> None:
+    args = ["estimate", _pipeline(tmp_path / "pipe", model, component, key, value), "--on", "none"]
+    rc, out, err = invoke(args)
+    hold_contract("estimate", args, rc, out, err)
+    assert rc == 2 and f"component {component}: " in err and word in err, err
+
+
+def test_every_diffusion_preset_is_within_the_component_bounds() -> None:
+    from fitcheck.diffusion.bounds import check_component, check_shapes
+    from fitcheck.diffusion.sources import diffusion_ids, spec_from_preset
+
+    for pid in diffusion_ids():
+        for part in spec_from_preset(pid).parts:
+            check_component(part.name, part.config)
+            check_shapes(part.name, part.class_name, part.config)
