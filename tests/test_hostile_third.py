@@ -18,11 +18,17 @@ its fix.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import fitcheck.api as api
+from fitcheck.diffusion.bounds import BOUNDS
 from fitcheck.errors import InputError
 from fitcheck.readers.base import Keys
 from test_fuzz_cli import hold_contract, invoke
@@ -245,3 +251,40 @@ def test_every_diffusion_preset_is_within_the_component_bounds() -> None:
         for part in spec_from_preset(pid).parts:
             check_component(part.name, part.config)
             check_shapes(part.name, part.class_name, part.config)
+
+
+SIZES = (
+    st.integers(-(10**12), 10**12)
+    | st.sampled_from([0, 1, 7, 10**6, 2**63])
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=4)
+    | st.none()
+    | st.booleans()
+    | st.lists(st.integers(-4, 10**7) | st.text(max_size=2), max_size=5)
+)
+
+
+@settings(max_examples=int(os.environ.get("FITCHECK_FUZZ_EXAMPLES", "40")), deadline=None,
+          suppress_health_check=list(HealthCheck), derandomize=os.environ.get("CI") is not None)  # fmt: skip
+@given(
+    model=st.sampled_from(["sd15", "sdxl", "flux.1-schnell"]),
+    edits=st.lists(st.tuples(st.sampled_from(sorted(BOUNDS)), SIZES), min_size=1, max_size=3),
+    data=st.data(),
+)
+def test_fuzz_diffusers_component_configs(
+    model: str, edits: list[tuple[str, object]], data: st.DataObject
+) -> None:
+    """Any size field of any component set to anything: an answer or one error line, in bounded time."""
+    from test_diffusion_sources import write_folder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = write_folder(Path(tmp) / "pipe", model)
+        component = data.draw(st.sampled_from(sorted(p.parent.name for p in folder.glob("*/config.json"))))
+        path = folder / component / "config.json"
+        config = json.loads(path.read_text(encoding="utf-8"))
+        path.write_text(json.dumps({**config, **dict(edits)}), encoding="utf-8")
+        args = ["estimate", str(folder), "--on", "none"]
+        started = time.monotonic()
+        rc, out, err = invoke(args)
+        hold_contract("estimate", args, rc, out, err)
+        assert time.monotonic() - started < 60, (component, edits)
