@@ -288,3 +288,10 @@ def test_fuzz_diffusers_component_configs(
         rc, out, err = invoke(args)
         hold_contract("estimate", args, rc, out, err)
         assert time.monotonic() - started < 60, (component, edits)
+
+
+def test_the_headroom_percentage_message_states_the_rule_it_checks() -> None:
+    rc, _, err = invoke(["check", "7B", "--on", "rtx-4090", "--headroom", "100%"])
+    assert rc == 2 and "from 0% to under 100%" in err, err
+    rc, _, err = invoke(["check", "7B", "--on", "rtx-4090", "--headroom", "99.5%"])  # under 100: taken
+    assert rc in (0, 1), err
