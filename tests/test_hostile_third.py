@@ -295,3 +295,12 @@ def test_the_headroom_percentage_message_states_the_rule_it_checks() -> None:
     assert rc == 2 and "from 0% to under 100%" in err, err
     rc, _, err = invoke(["check", "7B", "--on", "rtx-4090", "--headroom", "99.5%"])  # under 100: taken
     assert rc in (0, 1), err
+
+
+@pytest.mark.parametrize("command", ["estimate", "check", "plan", "matrix"])
+@pytest.mark.parametrize("chart", ["", "  "])
+def test_an_empty_chart_name_is_refused_not_ignored(command: str, chart: str) -> None:
+    args = [command, *([] if command == "matrix" else ["qwen2.5-0.5b"]), "--on", "rtx-4090", "--chart", chart]
+    rc, out, err = invoke(args)
+    hold_contract(command, args, rc, out, err)
+    assert rc == 2 and "--chart is empty" in err, err
