@@ -304,3 +304,11 @@ def test_an_empty_chart_name_is_refused_not_ignored(command: str, chart: str) ->
     rc, out, err = invoke(args)
     hold_contract(command, args, rc, out, err)
     assert rc == 2 and "--chart is empty" in err, err
+
+
+@pytest.mark.parametrize("command", ["estimate", "plan"])
+def test_an_empty_from_is_named_as_empty(command: str) -> None:
+    args = [command, "7B", "--from", "", "--on", "rtx-4090"]
+    rc, out, err = invoke(args)
+    hold_contract(command, args, rc, out, err)
+    assert rc == 2 and "--from is empty" in err, err  # it said "--from . is a folder"
