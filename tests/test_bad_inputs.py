@@ -281,7 +281,7 @@ CASES: list[tuple[str, str]] = [
     ("plan llama-3.1-8b --on rtx-4090 --emit - --emit -", "-"),
     ("plan 7B --on rtx-4090 --method x", "method"),
     ("plan 7B --on none --emit hf.yaml", "on"),
-    ("plan 7B --nodes 17 --on rtx-4090", "17 GPUs (17 nodes)"),
+    ("plan 7B --nodes 17 --effective-batch 16 --on rtx-4090", "17 GPUs (17 nodes)"),
     ("plan 7B --nodes 3 --on 2xrtx-4090 --effective-batch 16", "use 12"),
     # measure (options checked before torch is needed)
     ("measure 7B --steps 1", "steps"),

@@ -18,7 +18,7 @@ Imports stay light: pydantic and the engines are imported inside the functions t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Literal, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Literal, TypeVar, get_args, get_type_hints
 
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict, Unpack  # pydantic validates only this TypedDict on 3.11
@@ -427,6 +427,22 @@ def refuse_optimizer_impl(values: Mapping[str, object]) -> None:
         raise OptionError("--optimizer-impl: litgpt's QLoRA trains with bitsandbytes' PagedAdamW")
 
 
+def _holds(hint: object, kinds: tuple[type, ...]) -> bool:
+    """Whether an option's type is or holds one of ``kinds``, seen through ``| None`` and ``Annotated``."""
+    return hint in kinds or any(_holds(arg, kinds) for arg in get_args(hint))
+
+
+def refuse_bool_numbers(options: Mapping[str, object], kind: type) -> None:
+    """A bool given for a number or a name is an error, not 1 or 0: pydantic's lax mode reads
+    ``seq_len=True`` as a one-token sequence (and ``batch_size=False`` as 0, refused only by its bound)."""
+    hints = get_type_hints(kind, include_extras=True)
+    for name, value in options.items():
+        hint = hints.get(name)
+        if isinstance(value, bool) and hint is not None and not _holds(hint, (bool,)):
+            what = "a number" if _holds(hint, (int, float)) else "one of its names"
+            raise InputError(f"{_flag(name)}: Input should be {what}, not a bool (got {value!r})")
+
+
 def _validate(options: Mapping[str, object], kind: type) -> dict[str, object]:
     """Check option names and types (a misspelt keyword is an error, not ignored)."""
     from pydantic import TypeAdapter, ValidationError
@@ -434,6 +450,7 @@ def _validate(options: Mapping[str, object], kind: type) -> dict[str, object]:
     unknown = sorted(set(options) - set(get_type_hints(kind)))
     if unknown:
         raise OptionError(f"unknown option {unknown[0]!r}")
+    refuse_bool_numbers(options, kind)
     try:
         return dict(TypeAdapter(kind).validate_python(dict(options)))
     except ValidationError as exc:
@@ -563,7 +580,7 @@ def plan(
 
 
 def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: str | None) -> Plan:
-    from fitcheck.planner.models import DEFAULT_EFFECTIVE_BATCH, PlanRequest
+    from fitcheck.planner.models import PlanRequest, default_effective_batch
     from fitcheck.planner.plan import make_plan
 
     trainer = opts.get("trainer") or "hf"
@@ -609,7 +626,7 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         {
             "base": base,
             "method": method,
-            "effective_batch": opts.get("effective_batch") or DEFAULT_EFFECTIVE_BATCH,
+            "effective_batch": opts.get("effective_batch") or default_effective_batch(tgt.gpus * base.nodes),
             "seq_len": seq_len,
             **{k: opts.get(k) for k in searched},
         },

@@ -484,9 +484,20 @@ def warn_tight(words: str, strict: bool) -> None:
     )
 
 
+def chart_given(path: str | None) -> bool:
+    """Whether ``--chart`` was given; an empty or blank one is an error, not "no chart" (it was ignored)."""
+    if path is None:
+        return False
+    if not path.strip():
+        from fitcheck.errors import InputError
+
+        raise InputError("--chart is empty: name a .svg, .png or .html file")
+    return True
+
+
 def write_chart(path: str | None, force: bool, build: Callable[[], Any]) -> None:
     """Draw a chart into ``path`` when ``--chart`` was given (before the answer is printed)."""
-    if not path:
+    if not chart_given(path) or path is None:
         return
     from pathlib import Path
 

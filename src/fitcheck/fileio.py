@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -215,6 +216,15 @@ def nested_deeper(data: object, limit: int) -> bool:
     return False
 
 
+def parser_error(exc: BaseException) -> str:
+    """A parser's error in words for the user: Python's bound on the digits of an integer read from text
+    (``sys.get_int_max_str_digits``, 4,300 by default) otherwise tells them to raise it in the interpreter."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, ValueError) and "integer string conversion" in text:
+        return f"a number with over {sys.get_int_max_str_digits():,} digits, longer than any setting"
+    return text[:200] or type(exc).__name__
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
@@ -239,7 +249,7 @@ def loads(text: str, source: str) -> Any:
     except json.JSONDecodeError as exc:
         raise ModelSourceError(f"{source} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except ValueError as exc:
-        raise ModelSourceError(f"{source}: {exc}") from None
+        raise ModelSourceError(f"{source}: {parser_error(exc)}") from None
     if known is None and nested_deeper(data, MAX_JSON_DEPTH):
         raise deep
     return data

@@ -88,6 +88,12 @@ def build(
     rows: list[dict[str, Any]] = []
     for name in names:
         spec = api.resolve(name)
+        if "qlora" in methods and api.kind_of(spec) == "diffusion":
+            from fitcheck.errors import OptionError
+
+            raise OptionError(
+                f"--methods qlora: {name} is a diffusion model (QLoRA is for LLMs); give --methods full,lora"
+            )
         row: dict[str, Any] = {"model": name}
         for method in methods:
             est = api.estimate(spec, on=target, **{**base, "method": method})

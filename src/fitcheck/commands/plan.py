@@ -525,10 +525,11 @@ def _check_destinations(
     files: list[tuple[str, str | None, str]], force: bool, chart: str | None = None
 ) -> None:
     """Refuse before writing or printing anything: an existing file without --force, a folder in the way."""
+    from fitcheck.cli import chart_given
     from fitcheck.emitters.writer import check_destinations
 
     paths = [Path(dest) for _, dest, _ in files if dest is not None]
-    if chart:
+    if chart_given(chart) and chart is not None:
         from fitcheck.chart import chart_format
 
         chart_format(Path(chart))

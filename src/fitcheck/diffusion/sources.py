@@ -86,10 +86,24 @@ def _part(
     role: str | None = None,
     declared: int | None = None,
 ) -> PartSpec:
+    from fitcheck.diffusion.arch import BUILDERS
+    from fitcheck.diffusion.bounds import check_component, check_shapes
+
+    if class_name not in BUILDERS:
+        raise ModelSourceError(f"component {name}: class {class_name} is not modelled by fitcheck")
+    check_component(name, config)
+    check_shapes(name, class_name, config)
     try:
         n, buffers = count_part(class_name, config)
-    except KeyError:
-        raise ModelSourceError(f"component {name}: class {class_name} is not modelled by fitcheck") from None
+    except (LookupError, ValueError, TypeError, ArithmeticError) as exc:  # a key missing, a value of no use
+        raise ModelSourceError(
+            f"component {name}: its config.json is not a {class_name} fitcheck can read "
+            f"({type(exc).__name__}: {str(exc)[:80]})"
+        ) from None
+    if n < 1 or buffers < 0:
+        raise ModelSourceError(
+            f"component {name}: its config.json describes no {class_name} ({n:,} parameters)"
+        )
     return PartSpec(
         name=name,
         role=role or ROLES.get(name, "text_encoder"),  # type: ignore[arg-type]

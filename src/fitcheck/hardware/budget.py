@@ -175,7 +175,7 @@ def parse_headroom(text: str | None, usable_bytes: int) -> tuple[int, str]:
         except ValueError:
             pct = -1.0
         if not 0 <= pct < 100:
-            raise InputError(f"--headroom '{text}': a percentage must be between 0% and 99%, e.g. 10%")
+            raise InputError(f"--headroom '{text}': a percentage must be from 0% to under 100%, e.g. 10%")
         return round(usable_bytes * pct / 100), f"{pct:g} % of usable memory"
     if re.fullmatch(r"0*\.?0*\s*(gib|gb|g|mib|mb|m)?", raw) and any(c.isdigit() for c in raw):
         return 0, "none (--headroom 0)"

@@ -38,6 +38,13 @@ from fitcheck.vocab import MethodChoice
 DEFAULT_EFFECTIVE_BATCH = 16
 
 
+def default_effective_batch(ranks: int) -> int:
+    """The effective batch a plan aims for when none is given: `DEFAULT_EFFECTIVE_BATCH` rounded up to a
+    whole number of examples per rank, so that it divides over every GPU of every node (3 GPUs: 18;
+    8 GPUs x 4 nodes: 32) instead of refusing a value the user never typed."""
+    return -(-DEFAULT_EFFECTIVE_BATCH // ranks) * ranks
+
+
 class DevicePerf(Frozen):
     """How fast the target computes and moves memory (hardware catalog, or a labelled assumption)."""
 

@@ -47,6 +47,8 @@ def format_name(name: str) -> str:
 
 def read_config(path: str, fmt: str | None = None) -> ReadResult:
     """Read a trainer config: detect (or take) its format and run that format's reader."""
+    if not path.strip():  # Path("") is the current folder: "--from . is a folder" named no file typed
+        raise InputError("--from is empty: name a trainer config file (e.g. --from run.yaml)")
     syntax = syntax_of(path)
     wanted = format_name(fmt) if fmt else None
     if wanted is not None:

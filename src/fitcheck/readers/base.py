@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fitcheck.errors import InputError
+from fitcheck.errors import FitcheckError, InputError
 from fitcheck.units import MIB
 
 #: A setup value as a trainer file gives it, already in fitcheck's vocabulary.
@@ -90,11 +90,18 @@ class Keys:
         return default if value is None else value
 
     def sub(self, key: str) -> Keys | None:
-        """A nested mapping, tracked key by key (``model.lora_rank``); None when absent."""
-        self.used.add(key)
+        """A nested mapping, tracked key by key (``model.lora_rank``); None when absent or not a mapping.
+
+        A value that is no mapping (``zero_optimization: "3"``, ``fsdp_config: yes``) is left unread, so
+        the ``not understood`` line names it: the settings it stands for were not read, and the trainer
+        would not read them from it either.
+        """
         value = self.data.get(key)
         if not isinstance(value, Mapping):
+            if value is None:
+                self.used.add(key)
             return None
+        self.used.add(key)
         child = Keys(value, f"{self.prefix}{key}.")
         self.children.append(child)
         return child
@@ -249,6 +256,8 @@ def parse(text: str, syntax: str, path: str) -> Doc:
 
             loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
             data = yaml.load(text, Loader=loader)
+    except FitcheckError as exc:  # fileio.loads's own line already names the file and the fault
+        raise InputError(f"--from {exc}") from None
     except Exception as exc:  # every parser's own error type, reported as one line
         raise InputError(f"--from {path}: not valid {syntax.upper()}: {_first_line(exc)}") from None
     if not isinstance(data, Mapping):
@@ -276,8 +285,9 @@ def count_values(data: object, limit: int) -> int:
 
 
 def _first_line(exc: Exception) -> str:
-    text = " ".join(str(exc).split())
-    return text[:200] or type(exc).__name__
+    from fitcheck.fileio import parser_error
+
+    return parser_error(exc)
 
 
 def syntax_of(path: str) -> str:

@@ -45,10 +45,10 @@ def _progress(repo: str, rev: str | None, endpoint: str) -> None:
     )
 
 
-def _fix_offline(repo: str) -> str:
+def _fix_offline(repo: str, filename: str = "config.json") -> str:
     return (
         f"'{repo}' is not in the Hugging Face cache and HF_HUB_OFFLINE is set: go online (unset "
-        f"HF_HUB_OFFLINE), or download its config first: hf download {repo} config.json"
+        f"HF_HUB_OFFLINE), or download its config first: hf download {repo} {filename}"
     )
 
 
@@ -75,7 +75,7 @@ def _download(hf: Any, repo: str, filename: str, rev: str | None) -> Path | None
         raise NotFoundError(f"'{repo}' has no revision '{rev}'") from None
     except e.LocalEntryNotFoundError as exc:
         if hf.constants.HF_HUB_OFFLINE:
-            raise ModelSourceError(_fix_offline(repo)) from None
+            raise ModelSourceError(_fix_offline(repo, filename)) from None
         _refused(repo, exc)
         raise FetchFailed(
             f"cannot reach {hf.constants.ENDPOINT} to fetch '{repo}' and it is not cached: check the "
@@ -226,6 +226,9 @@ def _resolve(hf: Any, repo: str, rev: str | None) -> ModelSpec | DiffusionSpec:
     offline = bool(hf.constants.HF_HUB_OFFLINE)
     if not offline:
         _progress(repo, rev, hf.constants.ENDPOINT)
+    index_only = _cached_pipeline(hf, repo, rev) if offline else None
+    if index_only is not None:
+        return _diffusers(hf, repo, rev, index_only)
     cfg_path = _download(hf, repo, "config.json", rev)
     where = f"{repo}@{rev}" if rev else repo
     if cfg_path is None:
@@ -237,6 +240,16 @@ def _resolve(hf: Any, repo: str, rev: str | None) -> ModelSpec | DiffusionSpec:
     tensors = _cached_tensors(hf, repo, rev) if offline else _remote_tensors(hf, repo, rev)
     return spec_from_config(cfg, id=where, name=repo, source=f"hf://{where}/config.json", tensors=tensors,
                             hf_id=repo)  # fmt: skip
+
+
+def _cached_pipeline(hf: Any, repo: str, rev: str | None) -> Path | None:
+    """Offline: the cached ``model_index.json`` of a diffusers pipeline whose repo has no cached
+    ``config.json`` (a pipeline has none at its root, so asking the client for it offline fails as "not
+    in the cache" however complete the cache is); None otherwise."""
+    if isinstance(hf.try_to_load_from_cache(repo, "config.json", revision=rev), str):
+        return None
+    index = hf.try_to_load_from_cache(repo, "model_index.json", revision=rev)
+    return Path(index) if isinstance(index, str) else None
 
 
 def _diffusers(hf: Any, repo: str, rev: str | None, index_path: Path) -> DiffusionSpec:
