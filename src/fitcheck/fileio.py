@@ -14,7 +14,7 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -229,8 +229,27 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def loads(text: str, source: str) -> Any:
+def _pairs_noting(duplicates: list[str]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """A JSON ``object_pairs_hook`` that keeps the last value of a repeated key (as ``json.loads`` and
+    the trainers' loaders do) and names the key in ``duplicates``."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(items)
+        if len(out) < len(items):
+            seen: set[str] = set()
+            for key, _ in items:
+                if key in seen and key not in duplicates:
+                    duplicates.append(key)
+                seen.add(key)
+        return out
+
+    return pairs
+
+
+def loads(text: str, source: str, duplicates: list[str] | None = None) -> Any:
     """Parse JSON text with a nesting bound and no NaN/Infinity; one clear line on failure.
+
+    ``duplicates``, when given, collects the keys an object repeats (the last value is kept).
 
     The bound is checked before parsing where a C-speed scan can tell (`deeper_than`), else on the parsed
     document; the parser itself stops at the interpreter's recursion limit (RecursionError), never the
@@ -243,7 +262,8 @@ def loads(text: str, source: str) -> Any:
     if known:
         raise deep
     try:
-        data = json.loads(text, parse_constant=_no_constant)
+        hook = None if duplicates is None else _pairs_noting(duplicates)
+        data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=hook)
     except RecursionError:
         raise deep from None
     except json.JSONDecodeError as exc:
@@ -255,6 +275,13 @@ def loads(text: str, source: str) -> Any:
     return data
 
 
-def read_json(path: Path, limit: int, what: str = "JSON file") -> Any:
-    """A bounded regular file parsed as strict JSON."""
-    return loads(read_text(path, limit, what), str(path))
+def read_json(path: Path, limit: int, what: str = "JSON file", duplicates: list[str] | None = None) -> Any:
+    """A bounded regular file parsed as strict JSON (repeated keys collected in ``duplicates``)."""
+    return loads(read_text(path, limit, what), str(path), duplicates)
+
+
+def duplicate_note(keys: list[str]) -> str:
+    """The warning for keys a file repeats: the loaders keep the last value, so does fitcheck."""
+    named = [repr(k) if len(repr(k)) <= 40 else repr(k)[:37] + "..." for k in keys[:5]]
+    shown = ", ".join(named) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+    return f"duplicate key{'s' if len(keys) > 1 else ''} {shown}: the last value is read (as the loader does)"

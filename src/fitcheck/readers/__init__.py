@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fitcheck.errors import FitcheckError, InputError, OptionError, suggest
 from fitcheck.fileio import could_be_path, loads
-from fitcheck.readers.base import Doc, ReadResult, parse, read_text, syntax_of
+from fitcheck.readers.base import Doc, ReadResult, parse, parse_noting, read_text, syntax_of
 from fitcheck.readers.detect import detect, unread
 
 #: ``--from-format`` name -> (module, function, syntax of its files).
@@ -54,7 +54,19 @@ def read_config(path: str, fmt: str | None = None) -> ReadResult:
     if wanted is not None:
         syntax = FORMATS[wanted][2] if syntax_of(path) == "yaml" and Path(path).suffix == "" else syntax
     text = read_text(path)
-    data = parse(text, syntax, path)
+    data, duplicates = parse_noting(text, syntax, path)
+    result = _read_parsed(data, text, syntax, wanted, path)
+    if not duplicates:
+        return result
+    from dataclasses import replace
+
+    from fitcheck.fileio import duplicate_note
+
+    return replace(result, notes=(duplicate_note(duplicates), *result.notes))
+
+
+def _read_parsed(data: Doc, text: str, syntax: str, wanted: str | None, path: str) -> ReadResult:
+    """Run the reader for a parsed trainer config (its format detected unless ``wanted``)."""
     why = unread(data, syntax)
     if why is not None:
         raise OptionError(f"--from {path}: {why}")

@@ -48,6 +48,7 @@ def read(data: Doc, path: str, ds: ReadResult | None = None) -> ReadResult:
     kind = str(k.get("distributed_type", "NO")).upper()
     procs = as_int(k.get("num_processes"), "num_processes", p)
     nodes = as_int(k.get("num_machines"), "num_machines", p)
+    procs = _process_count(r, procs)
     if procs:
         per_node = max(1, procs // (nodes or 1))  # accelerate counts processes over all machines
         r.set("gpus", per_node, "num_processes")
@@ -87,6 +88,18 @@ def read(data: Doc, path: str, ds: ReadResult | None = None) -> ReadResult:
         "main_process_port",
     )
     return r.result()
+
+
+def _process_count(r: Reading, procs: int | None) -> int | None:
+    """``num_processes`` as accelerate takes it: -1 is its dataclass default, "not set here" (ClusterConfig
+    ``num_processes: int = -1``, shared/reference/trainer_keys/accelerate_config_keys.txt), so the GPU
+    count comes from elsewhere; 0 or below -1 starts no process and is refused."""
+    if procs == -1:
+        r.note("num_processes -1: accelerate's unset default, no GPU count read")
+        return None
+    if procs is not None and procs < 1:
+        raise InputError(f"--from {r.path}: num_processes must be 1 or more, or -1 (got {procs})")
+    return procs
 
 
 #: ``parallelism_config`` sizes fitcheck cannot pose (tensor, context and sequence parallelism).

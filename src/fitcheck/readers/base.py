@@ -7,6 +7,7 @@ Loading text (bounded, safe YAML, ``tomllib``, ``json``) is the only I/O, and it
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -240,8 +241,52 @@ def read_text(path: str) -> str:
         raise InputError(f"--from {path}: not a UTF-8 text file") from None
 
 
+@functools.cache
+def _noting_loader() -> type:
+    """The safe YAML loader (C-speed when built) that names each key a mapping repeats; the value kept
+    is the last, as PyYAML's own loader (and so every trainer that reads YAML with it) keeps it. A key a
+    ``<<`` merge brings in and the mapping then sets is an override, not a repeat: only a mapping's own
+    keys are compared, before the merge is flattened."""
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Loader(base):  # type: ignore[misc,valid-type]
+        def __init__(self, stream: str) -> None:
+            super().__init__(stream)
+            self.duplicates: list[str] = []
+
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
+            seen: set[str] = set()
+            for key, _ in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    if key.value in seen and key.value not in self.duplicates:
+                        self.duplicates.append(key.value)
+                    seen.add(key.value)
+            return dict(super().construct_mapping(node, deep))
+
+    return Loader
+
+
+def _load_yaml(text: str, duplicates: list[str]) -> object:
+    loader = _noting_loader()(text)
+    try:
+        data: object = loader.get_single_data()
+    finally:
+        loader.dispose()
+    duplicates += loader.duplicates
+    return data
+
+
 def parse(text: str, syntax: str, path: str) -> Doc:
     """Parse YAML (safe loader), JSON or TOML (``tomllib``) into a mapping; malformed -> InputError."""
+    return parse_noting(text, syntax, path)[0]
+
+
+def parse_noting(text: str, syntax: str, path: str) -> tuple[Doc, list[str]]:
+    """`parse`, with the keys the file repeats (TOML refuses a repeat itself; YAML and JSON keep the
+    last value, as the trainers' loaders do)."""
+    duplicates: list[str] = []
     try:
         if syntax == "toml":
             import tomllib
@@ -250,12 +295,9 @@ def parse(text: str, syntax: str, path: str) -> Doc:
         elif syntax == "json":
             from fitcheck.fileio import loads
 
-            data = loads(text, path)  # strict: no NaN, bounded nesting
+            data = loads(text, path, duplicates)  # strict: no NaN, bounded nesting
         else:
-            import yaml
-
-            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-            data = yaml.load(text, Loader=loader)
+            data = _load_yaml(text, duplicates)
     except FitcheckError as exc:  # fileio.loads's own line already names the file and the fault
         raise InputError(f"--from {exc}") from None
     except Exception as exc:  # every parser's own error type, reported as one line
@@ -267,7 +309,7 @@ def parse(text: str, syntax: str, path: str) -> Doc:
             f"--from {path}: over {MAX_VALUES:,} values once YAML aliases are expanded "
             "(an alias bomb or a self-referring document is no trainer config)"
         )
-    return data
+    return data, duplicates
 
 
 def count_values(data: object, limit: int) -> int:

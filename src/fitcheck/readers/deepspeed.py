@@ -110,6 +110,8 @@ def read(data: Doc, path: str) -> ReadResult:
     zero = k.sub("zero_optimization")
     if zero is not None:
         _zero(r, zero)
+    elif isinstance(k.data.get("zero_optimization"), bool):
+        _zero_bool(r, k)
     opt = k.sub("optimizer")
     if opt is not None:
         kind = str(opt.get("type", "")).lower()
@@ -127,6 +129,17 @@ def read(data: Doc, path: str) -> ReadResult:
     _not_modelled(r, k)
     k.touch("sequence_parallel_size", "tensor_parallel")
     return r.result()
+
+
+def _zero_bool(r: Reading, k: Keys) -> None:
+    """The deprecated bool form ``"zero_optimization": true``: DeepSpeed reads true as stage 1, false as
+    stage 0 (deepspeed/runtime/zero/config.py ``get_zero_config`` / ``read_zero_config_deprecated``,
+    deepspeedai/DeepSpeed@edaa7221267243c7be7fb49c5d5f5c4fb97b4641)."""
+    stage = 1 if k.data["zero_optimization"] else 0
+    k.touch("zero_optimization", "allgather_size")
+    r.set("strategy", STAGES[stage], "zero_optimization")
+    given = "true" if stage else "false"
+    r.note(f"zero_optimization {given}: DeepSpeed's deprecated form, read as stage {stage}")
 
 
 def _zero(r: Reading, z: Keys) -> None:

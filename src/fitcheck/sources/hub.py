@@ -221,7 +221,7 @@ def spec_from_hub(repo: str, rev: str | None = None) -> ModelSpec | DiffusionSpe
 
 
 def _resolve(hf: Any, repo: str, rev: str | None) -> ModelSpec | DiffusionSpec:
-    from fitcheck.sources.resolve import read_config, spec_from_config
+    from fitcheck.sources.resolve import read_config_noting, spec_from_config
 
     offline = bool(hf.constants.HF_HUB_OFFLINE)
     if not offline:
@@ -236,10 +236,10 @@ def _resolve(hf: Any, repo: str, rev: str | None) -> ModelSpec | DiffusionSpec:
         if index is None:
             raise ModelSourceError(f"'{where}' has neither config.json nor model_index.json")
         return _diffusers(hf, repo, rev, index)
-    cfg = read_config(cfg_path)
+    cfg, warnings = read_config_noting(cfg_path)
     tensors = _cached_tensors(hf, repo, rev) if offline else _remote_tensors(hf, repo, rev)
     return spec_from_config(cfg, id=where, name=repo, source=f"hf://{where}/config.json", tensors=tensors,
-                            hf_id=repo)  # fmt: skip
+                            hf_id=repo, warnings=warnings)  # fmt: skip
 
 
 def _cached_pipeline(hf: Any, repo: str, rev: str | None) -> Path | None:

@@ -26,12 +26,36 @@ MAX_CONFIG_BYTES = 4_000_000
 
 def read_config(path: Path) -> dict[str, Any]:
     """Parse a config.json: a regular file, bounded while reading, strict JSON of bounded depth."""
-    from fitcheck.fileio import read_json
+    return read_config_noting(path)[0]
 
-    data = read_json(path, MAX_CONFIG_BYTES, "model config")
+
+def read_config_noting(path: Path) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """`read_config` and its warnings: a repeated key (transformers' ``json.load`` keeps the last value,
+    so does fitcheck, and says so)."""
+    from fitcheck.fileio import duplicate_note, read_json
+
+    duplicates: list[str] = []
+    data = read_json(path, MAX_CONFIG_BYTES, "model config", duplicates)
     if not isinstance(data, dict):
         raise ModelSourceError(f"{path} must hold a JSON object")
-    return data
+    return data, ((f"{path}: {duplicate_note(duplicates)}",) if duplicates else ())
+
+
+def check_shaped(cfg: Mapping[str, Any], source: str) -> None:
+    """Refuse a config.json that names a ``model_type`` but neither a width nor a depth key (nor a nested
+    sub-config that could hold them): transformers would build its configuration class's defaults (a
+    ``{"model_type": "llama"}`` is LlamaConfig's 6.7B), a model the user did not mean, and a figure for
+    it would look like an answer."""
+    from fitcheck.sources.hf_config import KEYS
+
+    wanted = (*KEYS["hidden_size"], *KEYS["num_layers"])
+    if any(k in cfg for k in wanted) or any(isinstance(v, Mapping) for v in cfg.values()):
+        return
+    raise ModelSourceError(
+        f"{source}: no hidden_size or num_hidden_layers (nor {', '.join(wanted[1:3])}, ...): a config.json "
+        "without the model's shape would be sized with the transformers class defaults; give the "
+        "model's full config.json"
+    )
 
 
 def _aliases() -> dict[str, str]:
@@ -146,6 +170,7 @@ def spec_from_config(
     source: str,
     tensors: dict[str, tuple[str, tuple[int, ...]]] | None = None,
     hf_id: str | None = None,
+    warnings: tuple[str, ...] = (),
 ) -> ModelSpec:
     """A `ModelSpec` from a parsed config.json and, when known, the safetensors tensors beside it.
 
@@ -153,7 +178,8 @@ def spec_from_config(
     extra is installed (`fitcheck.sources.meta_fallback`), with a warning; without it the error names
     the supported types and the extra.
     """
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = warnings
+    check_shaped(cfg, source)
     try:
         arch = arch_from_hf_config(cfg)
     except UnsupportedTypeError as exc:
@@ -193,7 +219,7 @@ def spec_from_path(path: Path) -> ModelSpec:
         raise ModelSourceError(
             f"{folder}: no config.json; fitcheck needs the model's config.json beside its weights"
         )
-    cfg = read_config(cfg_path)
+    cfg, warnings = read_config_noting(cfg_path)
     weights: Path | None = None
     if (
         (
@@ -205,7 +231,9 @@ def spec_from_path(path: Path) -> ModelSpec:
     ):
         weights = path
     tensors = read_all(weights) if weights is not None else None
-    return spec_from_config(cfg, id=str(path), name=folder.name, source=str(cfg_path), tensors=tensors)
+    return spec_from_config(
+        cfg, id=str(path), name=folder.name, source=str(cfg_path), tensors=tensors, warnings=warnings
+    )
 
 
 @functools.cache
