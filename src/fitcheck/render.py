@@ -742,6 +742,17 @@ def models_table(rows: Sequence[ModelInfo]) -> None:
            drop=("hf_id", "vocab", "hidden", "layers", "type"))  # fmt: skip
 
 
+def _matrix_shapes(rows: list[dict[str, Any]]) -> str:
+    """The sample each row was sized at: one shape when the rows share it (``2048 tokens``), else the LLM
+    rows' tokens and each diffusion row's resolution (``2048 tokens; sdxl 1024 px``)."""
+    shapes = [str(r.get("shape", "")) for r in rows]
+    if len(set(shapes)) == 1:
+        return shapes[0]
+    tokens = sorted({s for s in shapes if s.endswith("tokens")})
+    pixels = [f"{r['model']} {s}" for r, s in zip(rows, shapes, strict=True) if not s.endswith("tokens")]
+    return "; ".join([*tokens, *pixels])
+
+
 def matrix_table(
     rows: list[dict[str, Any]], methods: list[str], on: str, rule: str, base: dict[str, Any] | None = None
 ) -> None:
@@ -762,7 +773,7 @@ def matrix_table(
     _say(
         con,
         f"assumes: trainer {b.get('trainer', 'generic')} · batch {b.get('batch_size', 1)} x "
-        f"{b.get('seq_len') or 2048} tokens · bf16 · {b.get('optimizer', 'adamw')} · attn sdpa · "
+        f"{_matrix_shapes(rows)} · bf16 · {b.get('optimizer', 'adamw')} · attn sdpa · "
         f"checkpointing {'on' if b.get('grad_ckpt') else 'off'}"
         + (" · the rule of thumb depends on size and method only" if rule == "thumb" else ""),
         style="dim",

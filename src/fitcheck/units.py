@@ -26,6 +26,18 @@ MIN_PARAMS = 10**5
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
 _MEM_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*(GIB|GB|G|MIB|MB|M|TIB|TB|T)?\s*$", re.IGNORECASE)
+#: A memory size written with an exponent (``1e30GB``): refused by name, never read as a hardware id.
+MEM_EXPONENT_RE = re.compile(
+    r"^\s*[+-]?[0-9]*\.?[0-9]+[eE][+-]?[0-9]+\s*(GIB|GB|G|MIB|MB|M|TIB|TB|T)?\s*$", re.IGNORECASE
+)
+#: Memory sizes a user may type: from 1 MiB (below it no device or headroom means anything) to 1 PiB
+#: (far above any device or host; past it a typo, not a machine).
+MIN_MEMORY = MIB
+MAX_MEMORY = 1 << 50
+
+
+class SizeRangeError(InputError):
+    """A memory size that parses as a number but no device has: an exponent, below 1 MiB, over 1 PiB."""
 
 
 def looks_like_size(text: str) -> bool:
@@ -61,14 +73,21 @@ def parse_memory(text: str) -> int:
         InputError: malformed, zero or negative amounts.
     """
     m = _MEM_RE.match(text)
+    shown = text.strip() if len(text.strip()) <= 40 else text.strip()[:37] + "..."
     if not m:
-        raise InputError(f"'{text}' is not a memory size: use a number of GB, e.g. 24GB, 24GiB or 512MB")
+        if MEM_EXPONENT_RE.match(text):
+            raise SizeRangeError(
+                f"'{shown}' has an exponent: write a memory size in digits, e.g. 24GB or 512MB"
+            )
+        raise InputError(f"'{shown}' is not a memory size: use a number of GB, e.g. 24GB, 24GiB or 512MB")
     unit = (m.group(2) or "GB").upper()
     scale = MIB if unit.startswith("M") else (GIB << 10 if unit.startswith("T") else GIB)
-    amount = int(float(m.group(1)) * scale)
-    if amount <= 0:
-        raise InputError(f"'{text}' is not a usable memory size: it must be more than zero")
-    return amount
+    number = float(m.group(1)) * scale  # inf for a number of over 308 digits
+    if number <= 0:
+        raise InputError(f"'{shown}' is not a usable memory size: it must be more than zero")
+    if not MIN_MEMORY <= number <= MAX_MEMORY:
+        raise SizeRangeError(f"'{shown}' is out of range: a memory size is from 1 MiB to 1024 TiB")
+    return int(number)
 
 
 def gib(n_bytes: int | float) -> float:

@@ -107,7 +107,13 @@ def build(
                 if target is not None
                 else None
             )
+        row["shape"] = _shape(est.setup)  # the same for every method of the row
         row["usable_bytes"] = target.usable_bytes if target is not None else None
         row["budget_bytes"] = target.budget_bytes if target is not None else None
         rows.append(row)
     return rows
+
+
+def _shape(setup: Any) -> str:
+    """What one sample is for the row: ``2048 tokens`` (an LLM) or ``1024 px`` (a diffusion model)."""
+    return f"{setup.resolution} px" if setup.kind == "diffusion" else f"{setup.seq_len} tokens"

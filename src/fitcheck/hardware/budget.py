@@ -19,7 +19,7 @@ from fitcheck.hardware.catalog import HardwareEntry
 from fitcheck.hardware.detected import AppleFacts, CpuMemory, Detection, GpuDevice
 from fitcheck.hardware.env import ProbeEnv
 from fitcheck.models import Backend, BudgetLine, Target
-from fitcheck.units import GIB, MIB, fmt_gib, parse_memory
+from fitcheck.units import GIB, MEM_EXPONENT_RE, MIB, SizeRangeError, fmt_gib, parse_memory
 
 #: Default headroom: none. The estimate's band (engine/band.py) now carries what the old default (5 % of
 #: usable memory, at least 0.5 GiB) stood for: fragmentation and workspaces, measured rather than guessed
@@ -120,7 +120,7 @@ def _resolve_one(text: str, spec: str, probe_env: ProbeEnv | None) -> Target:
             + (f"; {hint}" if hint else "")
             + f" (write {text}GB if you mean it; {TARGET_HELP})"
         )
-    if _SIZE_RE.match(text):
+    if _SIZE_RE.match(text) or MEM_EXPONENT_RE.match(text):
         return plain_cuda_target(_size(text, spec))
     if _SIZE_PREFIX_RE.match(text):
         raise InputError(
@@ -133,6 +133,8 @@ def _resolve_one(text: str, spec: str, probe_env: ProbeEnv | None) -> Target:
 def _size(text: str, spec: str) -> int:
     try:
         return parse_memory(text)
+    except SizeRangeError as exc:
+        raise InputError(f"--on {exc}") from None
     except InputError:
         raise InputError(
             f"'{spec}' is not a usable size: memory must be a number above zero; {TARGET_HELP}"
@@ -181,6 +183,8 @@ def parse_headroom(text: str | None, usable_bytes: int) -> tuple[int, str]:
         return 0, "none (--headroom 0)"
     try:
         return parse_memory(raw), f"--headroom {text}"
+    except SizeRangeError as exc:
+        raise InputError(f"--headroom {exc}") from None
     except InputError:
         raise InputError(
             f"--headroom '{text}' is not a size or a percentage: use e.g. 2GB, 512MB or 10%"
