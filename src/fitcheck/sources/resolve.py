@@ -178,14 +178,15 @@ def spec_from_config(
     extra is installed (`fitcheck.sources.meta_fallback`), with a warning; without it the error names
     the supported types and the extra.
     """
-    notes: tuple[str, ...] = warnings
-    check_shaped(cfg, source)
+    notes: tuple[str, ...] = ()
     try:
         arch = arch_from_hf_config(cfg)
     except UnsupportedTypeError as exc:
         from fitcheck.sources.meta_fallback import arch_from_meta
 
         arch, notes = arch_from_meta(cfg, exc)
+    check_shaped(cfg, source)  # after the model_type's own checks: an unknown type is named first
+    notes = (*warnings, *notes)
     if is_mxfp4(cfg):
         notes = (*notes, MXFP4_NOTE)
     groups = _groups(tensors, is_mxfp4(cfg)) if tensors else ()
