@@ -145,3 +145,15 @@ def test_the_matrix_caption_names_a_diffusion_rows_resolution() -> None:
         ["matrix", "--on", "none", "--models", "sd15", "--methods", "lora", "--format", "json"]
     )
     assert rc == 0 and json.loads(out)[0]["shape"] == "512 px", err
+
+
+def test_a_repeated_key_in_the_deepspeed_json_a_config_names_is_named(tmp_path: Path) -> None:
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2, "stage": 3}}')
+    path = tmp_path / "acc.yaml"
+    path.write_text(
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\nnum_processes: 2\n"
+        f"deepspeed_config:\n  deepspeed_config_file: {tmp_path / 'ds.json'}\n"
+    )
+    read = read_config(str(path))
+    assert read.values["strategy"] == "zero3"
+    assert [n for n in read.notes if "ds.json: duplicate key 'stage'" in n], read.notes

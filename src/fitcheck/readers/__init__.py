@@ -55,14 +55,7 @@ def read_config(path: str, fmt: str | None = None) -> ReadResult:
         syntax = FORMATS[wanted][2] if syntax_of(path) == "yaml" and Path(path).suffix == "" else syntax
     text = read_text(path)
     data, duplicates = parse_noting(text, syntax, path)
-    result = _read_parsed(data, text, syntax, wanted, path)
-    if not duplicates:
-        return result
-    from dataclasses import replace
-
-    from fitcheck.fileio import duplicate_note
-
-    return replace(result, notes=(duplicate_note(duplicates), *result.notes))
+    return _noting_duplicates(_read_parsed(data, text, syntax, wanted, path), duplicates)
 
 
 def _read_parsed(data: Doc, text: str, syntax: str, wanted: str | None, path: str) -> ReadResult:
@@ -132,8 +125,20 @@ def _named_deepspeed(candidates: tuple[Path, ...]) -> ReadResult | None:
     for candidate in candidates:
         where = str(candidate)
         if could_be_path(where) and candidate.is_file():
-            return read_deepspeed(parse(read_text(where), "json", where), where)
+            data, duplicates = parse_noting(read_text(where), "json", where)
+            return _noting_duplicates(read_deepspeed(data, where), duplicates)
     return None
+
+
+def _noting_duplicates(result: ReadResult, duplicates: list[str]) -> ReadResult:
+    """The reader's result with a first note naming the keys its file repeats (none: unchanged)."""
+    if not duplicates:
+        return result
+    from dataclasses import replace
+
+    from fitcheck.fileio import duplicate_note
+
+    return replace(result, notes=(duplicate_note(duplicates), *result.notes))
 
 
 def _kohya_dataset(data: Doc, path: str) -> Doc | None:
