@@ -157,3 +157,16 @@ def test_a_repeated_key_in_the_deepspeed_json_a_config_names_is_named(tmp_path: 
     read = read_config(str(path))
     assert read.values["strategy"] == "zero3"
     assert [n for n in read.notes if "ds.json: duplicate key 'stage'" in n], read.notes
+
+
+@pytest.mark.parametrize("size", ["1e3GB", "abc", "0GB"])
+@pytest.mark.parametrize("command", ["estimate", "plan"])
+def test_a_bad_host_memory_names_its_option(
+    size: str, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--host-memory's error line starts with the option, as --on's and --headroom's do."""
+    from fitcheck.cli import main
+
+    assert main([command, "7B", "--on", "24GB", "--host-memory", size]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"fitcheck: error: --host-memory '{size}'")

@@ -633,9 +633,9 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
     )
     host = opts.get("host_memory")
     if isinstance(host, str):
-        from fitcheck.units import parse_memory
+        from fitcheck.units import parse_option_memory
 
-        tgt = tgt.model_copy(update={"host_memory_bytes": parse_memory(host)})
+        tgt = tgt.model_copy(update={"host_memory_bytes": parse_option_memory("--host-memory", host)})
     return make_plan(spec, tgt, device_for(tgt), req, other_targets(tgt, headroom), device_for)
 
 

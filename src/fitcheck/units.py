@@ -90,6 +90,14 @@ def parse_memory(text: str) -> int:
     return int(number)
 
 
+def parse_option_memory(option: str, text: str) -> int:
+    """`parse_memory` for a command-line option: its error line starts with the option's name."""
+    try:
+        return parse_memory(text)
+    except InputError as exc:
+        raise InputError(f"{option} {exc}") from None
+
+
 def gib(n_bytes: int | float) -> float:
     """Bytes to GiB as a float."""
     return n_bytes / GIB

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from fitcheck.engine.distributed import STRATEGY_FACTS
 from fitcheck.errors import FitcheckError
 from fitcheck.models import Estimate, LlmSetup, ModelSpec, Strategy, Target, Verdict
-from fitcheck.units import MIB, fmt_gib, parse_memory
+from fitcheck.units import MIB, fmt_gib, parse_option_memory
 
 #: The order users expect per-GPU memory to fall in, within one engine family.
 #: Differences below this are not named when explaining an order flip.
@@ -72,7 +72,7 @@ def order_notes(
 def host_verdict(v: Verdict, est: Estimate, target: Target, host_memory: str | None) -> Verdict:
     """Add the host budget (--host-memory, the catalog's node RAM, or this machine's RAM) and whether
     the estimate's host_bytes fits it."""
-    budget = parse_memory(host_memory) if host_memory else target.host_memory_bytes
+    budget = parse_option_memory("--host-memory", host_memory) if host_memory else target.host_memory_bytes
     if budget is None or est.host_bytes is None:
         return v.model_copy(update={"host_budget_bytes": budget})
     fits = est.host_bytes <= budget
