@@ -72,12 +72,12 @@ HUGE = "1" + "0" * 400 + "GB"
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--on", "1e30GB"], "--on '1e30gb' has an exponent"),
+        (["--on", "1e30GB"], "--on '1e30GB' has an exponent"),
         (["--on", "2x1e3GB"], "has an exponent"),
-        (["--on", "0.0000001GB"], "--on '0.0000001gb' is out of range"),
+        (["--on", "0.0000001GB"], "--on '0.0000001GB' is out of range"),
         (["--on", HUGE], "is out of range"),
-        (["--on", "24GB", "--headroom", "1e30GB"], "--headroom '1e30gb' has an exponent"),
-        (["--on", "24GB", "--headroom", "5000TB"], "--headroom '5000tb' is out of range"),
+        (["--on", "24GB", "--headroom", "1e30GB"], "--headroom '1e30GB' has an exponent"),
+        (["--on", "24GB", "--headroom", "5000TB"], "--headroom '5000TB' is out of range"),
     ],
 )
 def test_a_size_out_of_range_is_one_clear_line(args: list[str], words: str) -> None:

@@ -131,8 +131,10 @@ def _resolve_one(text: str, spec: str, probe_env: ProbeEnv | None) -> Target:
 
 
 def _size(text: str, spec: str) -> int:
+    """A size target's bytes; an error quotes the size as the user wrote it when it is the whole spec."""
+    typed = spec.strip()
     try:
-        return parse_memory(text)
+        return parse_memory(typed if typed.lower() == text else text)
     except SizeRangeError as exc:
         raise InputError(f"--on {exc}") from None
     except InputError:
@@ -182,7 +184,7 @@ def parse_headroom(text: str | None, usable_bytes: int) -> tuple[int, str]:
     if re.fullmatch(r"0*\.?0*\s*(gib|gb|g|mib|mb|m)?", raw) and any(c.isdigit() for c in raw):
         return 0, "none (--headroom 0)"
     try:
-        return parse_memory(raw), f"--headroom {text}"
+        return parse_memory(text.strip()), f"--headroom {text}"
     except SizeRangeError as exc:
         raise InputError(f"--headroom {exc}") from None
     except InputError:
