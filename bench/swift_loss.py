@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from fitcheck.facts import allocator
 from fitcheck.measure._internals import FakeTensorMode
 from fitcheck.measure.autocast import cuda_autocast_policy
 from fitcheck.measure.tracker import LiveStorageMode, Tracker
@@ -127,12 +128,12 @@ def events(tracker: Tracker, persistent: Iterable[int]) -> list[Event]:
 
 # --- the caching allocator -------------------------------------------------------------------------
 
-K_MIN_BLOCK = 512
-K_SMALL_SIZE = 1 << 20
-K_SMALL_BUFFER = 2 << 20
-K_MIN_LARGE_ALLOC = 10 << 20
-K_LARGE_BUFFER = 20 << 20
-K_ROUND_LARGE = 2 << 20
+K_MIN_BLOCK = allocator.MIN_BLOCK
+K_SMALL_SIZE = allocator.SMALL_SIZE
+K_SMALL_BUFFER = allocator.SMALL_BUFFER
+K_MIN_LARGE_ALLOC = allocator.MIN_LARGE_ALLOC
+K_LARGE_BUFFER = allocator.LARGE_BUFFER
+K_ROUND_LARGE = allocator.ROUND_LARGE
 
 
 @dataclass

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from fitcheck.vocab import (
+    PREFIX,
     Attention,
     Backend,
     BaseQuant,
@@ -346,7 +347,7 @@ class LlmSetup(SetupBase):
     @classmethod
     def _prefix_targets(cls, data: Any) -> Any:
         """Prefix tuning wraps no projection: its LoRA targets are empty (a named target is refused)."""
-        if not isinstance(data, dict) or data.get("method") != "prefix-tuning":
+        if not isinstance(data, dict) or data.get("method") != PREFIX:
             return data
         targets = data.get("lora_targets", "")
         if targets not in ("", "all-linear"):

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fitcheck.engine import litgpt
+from fitcheck.engine import litgpt, prefix
 from fitcheck.engine.lora import targeted
 from fitcheck.engine.params import EAGER_ONLY_TYPES, Linear, layer_linears
 from fitcheck.engine.regimes import PYTHON_GELUS
 from fitcheck.facts.dtypes import nbytes
 from fitcheck.models import DecoderArch, LlmSetup, Regime
-from fitcheck.vocab import PREFIX
 
 
 @dataclass(frozen=True)
@@ -297,8 +296,8 @@ def _prefix_acts(acts: LayerActs, setup: LlmSetup, q_w: int, kv_saved: int, gamm
     kernel saves (transformers 5.24 integrations/sdpa_attention.py; ChatGLM expands its query groups
     itself). The cache's own concatenated tensors are `prefix_cache_bytes`. Eager scores get ``s + p`` key
     positions."""
-    p = setup.prefix_tokens or 0
-    if setup.method != PREFIX or not p:
+    p = prefix.tokens(setup)
+    if not p:
         return
     grow = (setup.seq_len + p) / setup.seq_len
     acts.add("prefix_kv", gamma * 2 * (q_w * grow - kv_saved))
@@ -309,9 +308,8 @@ def prefix_cache_bytes(a: DecoderArch, setup: LlmSetup, gamma: int) -> int:
     """The cache's concatenated ``s + p`` keys and values of every layer (b x (s + p) x L x 2 x kv width),
     held through the forward only (traced: gone by backward); none when ``repeat_kv`` has one head per
     group and returns the very tensor the kernel saves."""
-    p = setup.prefix_tokens or 0
-    kv_w = a.num_kv_heads * a.head_dim
-    if setup.method != PREFIX or not p or kv_w == a.num_heads * a.head_dim:
+    p, kv_w = prefix.tokens(setup), prefix.token_dim(a)
+    if not p or kv_w == a.num_heads * a.head_dim:
         return 0
     return setup.batch_size * (setup.seq_len + p) * a.num_layers * 2 * kv_w * gamma
 

@@ -31,12 +31,9 @@ from collections.abc import Callable
 from fitcheck.components import component
 from fitcheck.engine.band import kind_of
 from fitcheck.engine.overhead import FRAGMENTATION
+from fitcheck.facts.allocator import LARGE_BUFFER
 from fitcheck.models import Component, Estimate, Phase
-from fitcheck.units import MIB
 
-#: c10 ``kLargeBuffer``: requests of 1-10 MiB share 20 MiB segments; a rung whose length-dependent bytes
-#: fit one such segment cuts at most that, and the ladder stops there.
-LARGE_BUFFER = 20 * MIB
 #: The phases whose peaks hold the length-dependent tensors (the optimizer step holds none).
 STEP_PHASES = ("forward", "backward")
 RULE = (

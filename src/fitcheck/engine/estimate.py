@@ -33,6 +33,7 @@ from fitcheck.engine.params import Linear, inventory, layer_kinds, layer_linears
 from fitcheck.engine.regimes import kbit_base, kbit_path, kbit_prep, model_as_trained, regime_for
 from fitcheck.engine.thumb import thumb
 from fitcheck.errors import OptionError
+from fitcheck.facts.allocator import BACKENDS as ALLOCATOR_BACKENDS
 from fitcheck.facts.dtypes import BYTES as DTYPE_BYTES
 from fitcheck.facts.optimizers import BITSANDBYTES
 from fitcheck.models import Component, Estimate, LlmSetup, ModelSpec, ParamCounts, Phase, Regime
@@ -59,7 +60,7 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
     prefix.check(setup)
     if prefix.is_prefix(setup) and tasks.model_task(spec.arch) != "causal-lm":
         raise OptionError(f"--method prefix-tuning is modelled for a causal LM; {spec.name} is not one")
-    if setup.method not in ("full", "prefix-tuning"):
+    if setup.method != "full" and not prefix.is_prefix(setup):
         validate_targets(spec.arch, setup.lora_targets, every_name=setup.trainer in OWN_LORA_TRAINERS)
         validate_parameter_targets(spec.arch, setup)
     validate_train_modules(setup)
@@ -495,8 +496,8 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
     with the allocator's history over the run's shorter steps beside it (`engine/cache_history.py`).
     """
     est = _step_estimate(spec, setup, target_context)
-    if setup.lengths == "fixed" or setup.backend not in ("cuda", "rocm"):
-        return est  # the history is the CUDA caching allocator's (engine/overhead.py reserve_bytes alike)
+    if setup.lengths == "fixed" or setup.backend not in ALLOCATOR_BACKENDS:
+        return est  # the history is the CUDA caching allocator's (facts/allocator.py)
     from fitcheck.engine.cache_history import history_component
 
     fixed = setup.model_copy(update={"lengths": "fixed"})
@@ -529,6 +530,7 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
     )
     c = states.counts(spec.arch, setup)
     inv = inventory(spec.arch)
+    tensors = _tensor_count(spec, setup, regime)
     params = ParamCounts(
         total=c.total,
         trainable=c.trainable,
@@ -547,7 +549,7 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
         params=params,
         phases=phases,
         steady_bytes=sum(ms[k].bytes for k in STEADY if k in ms),
-        live_tensors=_tensor_count(spec, setup, regime),
+        live_tensors=tensors,
         target_context=target_context,
         thumb=thumb(c.base, setup),
         warnings=_warnings(spec, setup, c.base),
@@ -558,11 +560,11 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
         shape = tasks.task_shape(spec.arch, setup)
         gamma = act.context(setup, regime).gamma
         out = loss.output_logits_bytes(setup, regime, shape.logit_rows, shape.logit_width, gamma)
-        return devmap.split(spec, setup, regime, ms, sv, est, _tensor_count(spec, setup, regime), out)
+        return devmap.split(spec, setup, regime, ms, sv, est, tensors, out)
     if setup.distributed:
         from fitcheck.engine.distributed import distribute
 
-        est = distribute(spec, setup, est, _tensor_count(spec, setup, regime))
+        est = distribute(spec, setup, est, tensors)
     return est
 
 

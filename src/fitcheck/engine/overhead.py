@@ -7,18 +7,19 @@ provisional: no GPU measurement has been made by this project yet (see docs/accu
 
 from __future__ import annotations
 
+from fitcheck.facts import allocator
 from fitcheck.facts.context import DEFAULT_CONTEXT_MIB
 from fitcheck.units import MIB
 
 # Context per process when the GPU is not in the catalog (the catalog holds one per generation):
 # the one table of defaults is fitcheck.facts.context.
-#: The caching allocator rounds large blocks up to 2 MiB (c10 CUDACachingAllocator.cpp): on average
-#: 1 MiB lost per large live tensor.
-ROUNDING_PER_TENSOR = 1 * MIB
+#: The caching allocator rounds large blocks up to 2 MiB (``kRoundLarge``, facts/allocator.py): on average
+#: half of it, 1 MiB, lost per large live tensor.
+ROUNDING_PER_TENSOR = allocator.ROUND_LARGE // 2
 #: c10/cuda/CUDACachingAllocator.cpp ``kSmallSize``: a request of at most 1 MiB is served from the small
 #: pool (2 MiB segments shared by many blocks, 512-byte rounding), so only larger tensors count for the
 #: rounding above (the engine's tensor count, engine/estimate.py ``_tensor_count``).
-SMALL_REQUEST = 1 * MIB
+SMALL_REQUEST = allocator.SMALL_SIZE
 #: Short-lived blocks fragment the cache: measured reserved/allocated 1.07-1.49 (fitcheck-llm, T4);
 #: Megatron adds 5%. Applied to activations and transients only (weights are allocated once).
 FRAGMENTATION = 0.15
@@ -33,6 +34,6 @@ def context_bytes(backend: str, target_context: int | None = None) -> int:
 
 def reserve_bytes(backend: str, live_tensors: int, transient_bytes: int) -> int:
     """What the caching allocator holds beyond the allocated peak."""
-    if backend not in ("cuda", "rocm"):
+    if backend not in allocator.BACKENDS:
         return 0
     return live_tensors * ROUNDING_PER_TENSOR + int(FRAGMENTATION * transient_bytes)
