@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fitcheck.errors import ModelSourceError
+from fitcheck.terminal import clipped
 from fitcheck.units import MIB
 
 #: Nesting deeper than this is no model or trainer config (real ones nest 3-6 levels).
@@ -282,6 +283,6 @@ def read_json(path: Path, limit: int, what: str = "JSON file", duplicates: list[
 
 def duplicate_note(keys: list[str]) -> str:
     """The warning for keys a file repeats: the loaders keep the last value, so does fitcheck."""
-    named = [repr(k) if len(repr(k)) <= 40 else repr(k)[:37] + "..." for k in keys[:5]]
+    named = [clipped(repr(k)) for k in keys[:5]]
     shown = ", ".join(named) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
     return f"duplicate key{'s' if len(keys) > 1 else ''} {shown}: the last value is read (as the loader does)"

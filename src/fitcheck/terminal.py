@@ -38,6 +38,12 @@ def is_unsafe(ch: str) -> bool:
     return ch in _REORDERING or unicodedata.category(ch) in ("Cc", "Cs")
 
 
+def clipped(text: str, width: int = 40) -> str:
+    """``text`` cut to ``width`` characters (its end written ``...``) for quoting a value in a one-line
+    error."""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def printable(text: str) -> str:
     """``text`` with every control and reordering character written as its escape; one line."""
     if text.isprintable():  # the common case, in C: nothing to escape (isprintable is False for \\n, ESC...)

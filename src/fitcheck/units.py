@@ -11,6 +11,7 @@ import math
 import re
 
 from fitcheck.errors import InputError
+from fitcheck.terminal import clipped
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -73,7 +74,7 @@ def parse_memory(text: str) -> int:
         InputError: malformed, zero or negative amounts.
     """
     m = _MEM_RE.match(text)
-    shown = text.strip() if len(text.strip()) <= 40 else text.strip()[:37] + "..."
+    shown = clipped(text.strip())
     if not m:
         if MEM_EXPONENT_RE.match(text):
             raise SizeRangeError(

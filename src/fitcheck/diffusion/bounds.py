@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from fitcheck.errors import ModelSourceError
+from fitcheck.terminal import clipped
 
 WIDTH = 65_536
 COUNT = 512
@@ -64,11 +65,6 @@ def _numbers(value: object) -> list[object]:
     return [inner for item in value for inner in (item if isinstance(item, (list, tuple)) else [item])]
 
 
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def check_component(name: str, config: Mapping[str, object]) -> None:
     """Every size field present in a component's config is a whole number within its bound (a list of
     them: non-empty, at most `MAX_ITEMS`); one clear line naming the component and key otherwise."""
@@ -83,7 +79,7 @@ def check_component(name: str, config: Mapping[str, object]) -> None:
         if not fine:
             raise ModelSourceError(
                 f"component {name}: {key} must be a whole number from {least} to {most:,}, or a list of them "
-                f"(got {_shown(value)})"
+                f"(got {clipped(repr(value))})"
             )
 
 

@@ -15,6 +15,7 @@ from fitcheck.errors import FitcheckError, InputError, OptionError, suggest
 from fitcheck.fileio import could_be_path, loads
 from fitcheck.readers.base import Doc, ReadResult, parse, parse_noting, read_text, syntax_of
 from fitcheck.readers.detect import detect, unread
+from fitcheck.terminal import clipped
 
 #: ``--from-format`` name -> (module, function, syntax of its files).
 FORMATS: dict[str, tuple[str, str, str]] = {
@@ -160,7 +161,7 @@ def _kohya_dataset(data: Doc, path: str) -> Doc | None:
             return parse(text, syntax_of(str(candidate)), str(candidate))
     from fitcheck.errors import NotFoundError
 
-    shown = name if len(name) <= 80 else name[:77] + "..."
+    shown = clipped(name, 80)
     raise NotFoundError(f"--from {path}: its dataset_config {shown} is not beside it (nor in this folder)")
 
 

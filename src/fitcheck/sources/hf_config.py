@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from fitcheck.errors import ModelSourceError
 from fitcheck.models import DecoderArch
 from fitcheck.sources import vision
+from fitcheck.terminal import clipped
 
 Config = Mapping[str, Any]
 Fields = dict[str, Any]
@@ -908,7 +909,7 @@ def check_sizes(cfg: Config, where: str = "config.json") -> None:
         if isinstance(value, float) and value.is_integer():
             whole, value = True, int(value)
         if not whole or not 1 <= value <= bound:
-            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            shown = clipped(repr(value))
             raise ModelSourceError(f"{where}: {key} must be a whole number from 1 to {bound:,} (got {shown})")
 
 
@@ -922,7 +923,7 @@ def arch_from_hf_config(cfg: Config) -> DecoderArch:
         raise ModelSourceError("config.json must hold a JSON object")
     raw_type = cfg.get("model_type")
     if not isinstance(raw_type, str) or not raw_type:
-        shown = repr(raw_type) if len(repr(raw_type)) <= 40 else repr(raw_type)[:37] + "..."
+        shown = clipped(repr(raw_type))
         raise ModelSourceError(
             f"config.json: model_type must name the architecture as a string (got {shown}); "
             "`fitcheck models` and docs/cli.md list the supported types"
@@ -969,7 +970,7 @@ class UnsupportedTypeError(ModelSourceError):
 
     def __init__(self, model_type: str) -> None:
         self.model_type = model_type
-        shown = model_type if len(model_type) <= 60 else model_type[:57] + "..."
+        shown = clipped(model_type, 60)
         super().__init__(
             f"model_type '{shown}' is not read natively; supported: {', '.join(supported_types())}. "
             "Install the torch extra to size it from transformers (pip install torch==2.13.0, then "

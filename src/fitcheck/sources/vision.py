@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from fitcheck.errors import ModelSourceError
+from fitcheck.terminal import clipped
 
 Config = Mapping[str, Any]
 
@@ -76,11 +77,6 @@ VISION_BOUNDS: dict[str, int] = {
 }
 
 
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _merged(cfg: Config, defaults: Mapping[str, Any]) -> dict[str, Any]:
     """The tower's config over its class defaults, every size field checked (one clear line if not)."""
     c = {**defaults, **{k: v for k, v in cfg.items() if v is not None}}
@@ -91,12 +87,12 @@ def _merged(cfg: Config, defaults: Mapping[str, Any]) -> dict[str, Any]:
         if key in c and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= bound):
             raise ModelSourceError(
                 f"config.json vision_config: {key} must be a whole number from 1 to {bound:,} "
-                f"(got {_shown(value)})"
+                f"(got {clipped(repr(value))})"
             )
     ratio = c.get("mlp_ratio", 1)
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1_024:
         raise ModelSourceError(
-            f"config.json vision_config: mlp_ratio must be a number above 0 (got {_shown(ratio)})"
+            f"config.json vision_config: mlp_ratio must be a number above 0 (got {clipped(repr(ratio))})"
         )
     return c
 
