@@ -11,11 +11,13 @@ it from here.
 
 from __future__ import annotations
 
+from fitcheck.units import MIB
+
 MIN_BLOCK = 512
-SMALL_SIZE = 1 << 20
-SMALL_BUFFER = 2 << 20
-MIN_LARGE_ALLOC = 10 << 20
-LARGE_BUFFER = 20 << 20
-ROUND_LARGE = 2 << 20
+SMALL_SIZE = 1 * MIB
+SMALL_BUFFER = 2 * MIB
+MIN_LARGE_ALLOC = 10 * MIB
+LARGE_BUFFER = 20 * MIB
+ROUND_LARGE = 2 * MIB
 #: The backends whose PyTorch memory goes through this allocator (elsewhere: no reserve, no history).
 BACKENDS = ("cuda", "rocm")
