@@ -11,7 +11,7 @@ failing before its fix.
   (`fitcheck.sources.resolve.check_shaped`);
 - accelerate ``num_processes: 0`` was dropped and ``-1`` read as one GPU (`fitcheck.readers.accelerate`);
 - DeepSpeed's deprecated ``"zero_optimization": true`` was "not understood" (`fitcheck.readers.deepspeed`);
-- the matrix ``assumes`` line said "2048 tokens" for a diffusion row (`fitcheck.render._matrix_shapes`).
+- the matrix ``assumes`` line said "2048 tokens" for a diffusion row (`fitcheck.render._matrix_samples`).
 """
 
 from __future__ import annotations
@@ -137,14 +137,31 @@ def test_deepspeed_bool_zero_optimization_is_read_as_deepspeed_does(
 # --- the matrix caption ----------------------------------------------------------------------------------
 
 
-def test_the_matrix_caption_names_a_diffusion_rows_resolution() -> None:
+def _caption(out: str) -> str:
+    """The matrix's caption lines (before the table), unwrapped."""
+    head = out.split("┏")[0]
+    return " ".join(line.strip() for line in head.splitlines())
+
+
+def test_the_matrix_caption_names_a_diffusion_rows_resolution_and_regime() -> None:
+    """Each row's sample, trainer regime, precision and attention come from its own setup: a diffusion
+    row trains under kohya (fp32 weights, bf16 autocast), not the LLM rows' generic bf16, and its full
+    column counts kohya's fp32 weights and gradients, not the seeds' 12 B/param."""
     rc, out, err = invoke(["matrix", "--on", "rtx-4090", "--models", "7B,sdxl", "--methods", "full,lora"])
-    assumes = next(line for line in out.splitlines() if line.startswith("assumes:"))
-    assert "2048 tokens" in assumes and "sdxl 1024 px" in assumes, assumes
+    cap = _caption(out)
+    assert "7B: trainer generic · bf16 · attn sdpa · batch 1 x 2048 tokens" in cap, cap
+    assert "sdxl: trainer kohya · bf16 mixed · attn sdpa · batch 1 x 1024 px" in cap, cap
+    assert "7B: the source documents' 12 B/param" in cap and "sdxl: kohya's fp32 weights" in cap, cap
+    rc, out, err = invoke(["matrix", "--on", "rtx-4090", "--models", "3B,7B", "--methods", "full,lora"])
+    cap = _caption(out)
+    assert "assumes: trainer generic · bf16 · attn sdpa · batch 1 x 2048 tokens · adamw" in cap, cap
+    assert "kohya" not in cap and "full: the source documents' 12 B/param" in cap, cap
     rc, out, err = invoke(
         ["matrix", "--on", "none", "--models", "sd15", "--methods", "lora", "--format", "json"]
     )
-    assert rc == 0 and json.loads(out)[0]["shape"] == "512 px", err
+    assert rc == 0, err
+    row = json.loads(out)[0]
+    assert row["shape"] == "512 px" and row["regime"] == "kohya · bf16 mixed · attn sdpa", row
 
 
 def test_a_repeated_key_in_the_deepspeed_json_a_config_names_is_named(tmp_path: Path) -> None:

@@ -742,15 +742,39 @@ def models_table(rows: Sequence[ModelInfo]) -> None:
            drop=("hf_id", "vocab", "hidden", "layers", "type"))  # fmt: skip
 
 
-def _matrix_shapes(rows: list[dict[str, Any]]) -> str:
-    """The sample each row was sized at: one shape when the rows share it (``2048 tokens``), else the LLM
-    rows' tokens and each diffusion row's resolution (``2048 tokens; sdxl 1024 px``)."""
-    shapes = [str(r.get("shape", "")) for r in rows]
-    if len(set(shapes)) == 1:
-        return shapes[0]
-    tokens = sorted({s for s in shapes if s.endswith("tokens")})
-    pixels = [f"{r['model']} {s}" for r, s in zip(rows, shapes, strict=True) if not s.endswith("tokens")]
-    return "; ".join([*tokens, *pixels])
+def _matrix_samples(rows: list[dict[str, Any]], batch: int) -> str:
+    """The regime (trainer, precision, attention) and sample each row was sized at: once when the rows
+    share them (``trainer generic · bf16 · attn sdpa · batch 1 x 2048 tokens``), else per group of rows
+    (``7B: trainer generic · ... x 2048 tokens; sdxl: trainer kohya · ... x 1024 px``)."""
+    by: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        by.setdefault((str(r.get("regime", "")), str(r.get("shape", ""))), []).append(str(r["model"]))
+    said = [f"trainer {g} · batch {batch} x {shape}" for g, shape in by]
+    if len(said) == 1:
+        return said[0]
+    return "; ".join(f"{', '.join(ms)}: {w}" for ms, w in zip(by.values(), said, strict=True))
+
+
+def _matrix_full_note(rows: list[dict[str, Any]], b: dict[str, Any], rule: str) -> str:
+    """What the full column counts: the seeds' 12 B/param for the language-model rows (16-bit weights
+    and gradients, two fp32 Adam moments, no master copy) and, for diffusion rows, kohya's fp32 weights
+    and gradients under autocast (docs/diffusion.md)."""
+    llm = [r for r in rows if not str(r.get("shape", "")).endswith("px")]
+    diff = [str(r["model"]) for r in rows if str(r.get("shape", "")).endswith("px")]
+    parts = []
+    if llm:
+        seeds = b.get("trainer", "generic") == "generic" and b.get("optimizer", "adamw") == "adamw"
+        lead = "the source documents' 12 B/param (16-bit weights and gradients, two fp32 Adam moments), "
+        who = f"{', '.join(str(r['model']) for r in llm)}: " if diff and rule != "thumb" else ""
+        parts.append(
+            who
+            + (lead if seeds or rule == "thumb" else "16-bit weights, ")
+            + "no fp32 master copy counted (trainers that keep one need 4 B/param more)"
+        )
+    if diff and rule != "thumb":
+        kohya = "kohya's fp32 weights and gradients under bf16 autocast (no full_bf16)"
+        parts.append(f"{', '.join(diff)}: {kohya}")
+    return "full: " + "; ".join(parts)
 
 
 def matrix_table(
@@ -772,22 +796,13 @@ def matrix_table(
     b = base or {}
     _say(
         con,
-        f"assumes: trainer {b.get('trainer', 'generic')} · batch {b.get('batch_size', 1)} x "
-        f"{_matrix_shapes(rows)} · bf16 · {b.get('optimizer', 'adamw')} · attn sdpa · "
+        f"assumes: {_matrix_samples(rows, b.get('batch_size', 1))} · {b.get('optimizer', 'adamw')} · "
         f"checkpointing {'on' if b.get('grad_ckpt') else 'off'}"
         + (" · the rule of thumb depends on size and method only" if rule == "thumb" else ""),
         style="dim",
     )
     if "full" in methods:
-        seeds = b.get("trainer", "generic") == "generic" and b.get("optimizer", "adamw") == "adamw"
-        _say(
-            con,
-            "full: "
-            + ("the source documents' 12 B/param (16-bit weights and gradients, two fp32 Adam moments), "
-               if seeds else "16-bit weights, ")
-            + "no fp32 master copy counted (trainers that keep one need 4 B/param more)",
-            style="dim",
-        )  # fmt: skip
+        _say(con, _matrix_full_note(rows, b, rule), style="dim")
     style = {"fits": "green", "tight": "yellow", "does_not_fit": "red"}
     word = {"fits": "fits", "tight": "tight", "does_not_fit": "too big"}
     body: list[list[str | Text]] = []

@@ -108,10 +108,21 @@ def build(
                 else None
             )
         row["shape"] = _shape(est.setup)  # the same for every method of the row
+        row["regime"] = _regime(est.setup)
         row["usable_bytes"] = target.usable_bytes if target is not None else None
         row["budget_bytes"] = target.budget_bytes if target is not None else None
         rows.append(row)
     return rows
+
+
+def _regime(setup: Any) -> str:
+    """How the row's model trains: the trainer whose regime was modelled, the precision and attention
+    (``generic · bf16 · attn sdpa``; a diffusion row trains under kohya's regime, fp32 weights under bf16
+    autocast unless full_bf16: ``kohya · bf16 mixed · attn sdpa``)."""
+    if setup.kind == "diffusion":
+        prec = f"{setup.precision} {'weights' if setup.full_bf16 else 'mixed'}"
+        return f"{setup.trainer} · {prec} · attn {setup.attn}"
+    return f"{setup.trainer} · {setup.precision} · attn {setup.attn}"
 
 
 def _shape(setup: Any) -> str:
