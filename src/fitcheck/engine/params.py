@@ -7,6 +7,7 @@ docs/methodology.md "Parameter counts"); tests check them against published tota
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from fitcheck.models import DecoderArch
@@ -261,6 +262,18 @@ def layer_linears(
     ``stack="encoder"``: a layer of an encoder-decoder's encoder (no cross-attention); an
     encoder-decoder's decoder layers add cross-attention projections.
     """
+    return list(_layer_linears(a, moe, active, stack))
+
+
+#: Architectures whose counts are kept (the planner estimates one model hundreds of times; the
+#: architecture is frozen, so its projections and inventory are computed once per architecture).
+_ARCH_CACHE = 64
+
+
+@lru_cache(maxsize=_ARCH_CACHE)
+def _layer_linears(
+    a: DecoderArch, moe: bool, active: bool, stack: Literal["decoder", "encoder"]
+) -> tuple[Linear, ...]:
     lin = attention_linears(a)
     if a.structure == "encoder_decoder" and stack == "decoder":
         lin += attention_linears(a, cross=True)
@@ -268,7 +281,7 @@ def layer_linears(
         lin += moe_linears(a, a.experts_per_token if active else a.num_experts)
     else:
         lin += dense_mlp_linears(a, a.intermediate_size)
-    return lin
+    return tuple(lin)
 
 
 @dataclass(frozen=True)
@@ -370,6 +383,7 @@ class Inventory:
         return self.final_norm + self.per_layer_norms + self.other_layer
 
 
+@lru_cache(maxsize=_ARCH_CACHE)
 def inventory(a: DecoderArch) -> Inventory:
     """Count every parameter of the architecture."""
     linears = modules = norms = other = 0
