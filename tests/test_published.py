@@ -58,11 +58,11 @@ _QWEN_SHORT = (
 )
 _QWEN_DS = (
     "Qwen-1 under DeepSpeed (posed as run: ZeRO stage, ds_config_zero2.json's reduce_bucket_size 2e8, no "
-    "autocast, Qwen's own 16-bit loss): the 1.8B Q-LoRA rows 1.0-1.8 GiB short at every length; "
-    "full-parameter 1.8B on one GPU (ZeRO-3, with the step's flattened 16-bit gradient copy) 6.2 GiB "
-    "short at 256-2048 tokens (15.4%; 14.7% while the allocator line charged 1 MiB to every small "
-    "tensor too), 9.6 GiB at 4096 and 8.2 GiB at 8192, where the figure rises and the optimizer-step peak "
-    "does not; not found in DeepSpeed 0.12.3's stage_1_and_2.py / stage3.py (zero3full: what was ruled out)"
+    "autocast, Qwen's own 16-bit loss; the step's flat gradient copies cached beside the activations' "
+    "blocks, session 8): the 1.8B Q-LoRA rows 0.9-1.0 GiB short at 256-1024 tokens; full-parameter 1.8B on "
+    "one GPU (ZeRO-3) 7.6 GiB short at 4096 and 8.2 GiB at 8192 (within 15% at 256-2048 since the step "
+    "segments), where the figure rises and the optimizer-step peak does not; not found in DeepSpeed "
+    "0.12.3's stage_1_and_2.py / stage3.py (zero3full: what was ruled out)"
 )
 _QWEN_MULTI = (
     "Qwen-7B LoRA over 2 nodes x 2 GPUs (ZeRO-2, bf16, no autocast): the figure grows 18.8 GiB per GPU from "
@@ -71,10 +71,12 @@ _QWEN_MULTI = (
 )
 _THUDM_SFT = (
     "ChatGLM3-6B full fine-tuning, DeepSpeed ZeRO-3 on 4 GPUs in fp32 (finetune_hf.py casts every "
-    "trainable parameter to fp32; ds_zero_3.json's bf16 'auto' follows the Trainer's flag, off): 10.6 GiB "
-    "per GPU short of 48,346 MiB (tool not stated); the run's steps vary in length (padding to the longest "
-    "of a batch of 1) and evaluate with generation at batch 16 every 500 steps, and fitcheck's ZeRO-3 "
-    "buffers are DeepSpeed's defaults; which of these (if any) holds the rest is not found"
+    "trainable parameter to fp32; ds_zero_3.json's bf16 'auto' follows the Trainer's flag, off): 7.2 GiB "
+    "per GPU short of 48,346 MiB (15.3%, tool not stated) with the step's fp32 sub_group copy (3.7 GiB) "
+    "cached beside the forward's blocks (session 8); ruled out in the record file (zero.Init in force, the "
+    "16-bit consolidated save goes to the CPU, evaluation carries no labels, the init gradient buffer, the "
+    "reuse walk's partial layer); the steps' lengths (AdvertiseGen, under the 385-token cap) are not "
+    "published"
 )
 #: Google Cloud's Vertex Model Garden OpenLLaMA-7B report (google-vertex-openllama-finetune.yaml, a held-out
 #: source added in session 8, posed before it was scored): LoRA rows (fp16 model, no checkpointing) 2.5-3.5%
@@ -107,7 +109,7 @@ KNOWN_UNDER: dict[str, str] = {
         f"qwen-finetune-profiling/qwen-{k}": _QWEN_DS
         for k in (
             *(f"1.8b-qlora-s{n}" for n in (256, 512, 1024)),
-            *(f"1.8b-full-s{n}" for n in (256, 512, 1024, 2048, 4096, 8192)),
+            *(f"1.8b-full-s{n}" for n in (4096, 8192)),
         )
     },
     **{f"qwen-finetune-profiling/qwen-7b-lora-multinode-s{n}": _QWEN_MULTI for n in (4096, 8192)},
@@ -124,8 +126,8 @@ KNOWN_UNDER: dict[str, str] = {
 }
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {
-    "thudm-chatglm3-finetune": "23% median of three records: LoRA on one GPU +0.8%, the ZeRO-3 full "
-    "fine-tuning on 4 GPUs 23% under (_THUDM_SFT), P-Tuning v2 56% over (posed at its 769-token cap)",
+    "thudm-chatglm3-finetune": "15.3% median of three records: LoRA on one GPU +0.8%, the ZeRO-3 full "
+    "fine-tuning on 4 GPUs 15.3% under (_THUDM_SFT), P-Tuning v2 56% over (posed at its 769-token cap)",
     "multigpu_peft": "13.3% median: Llama-2-70B QLoRA on 2 GPUs posed as sharded QLoRA (bf16 stream) is "
     "12-32% "
     "under (FSDP1, ZeRO-3); figures in GB read by an unstated tool",
@@ -238,7 +240,8 @@ def test_band_holds_on_sources_it_was_not_fitted_to() -> None:
     is exceeded by no more than the 10% its 90% coverage promises (docs/accuracy.md, "Held out")."""
     ho = pub.bd.held_out(pub.band_evidence(_scored()[0]))
     above, n = sum(h.above for h in ho.values()), sum(h.n for h in ho.values())
-    assert above <= (1 - pub.bd.COVERAGE) * n, f"{above} of {n} held-out records above high_bytes"
+    # exactly the allowed share passes: (1 - 0.9) * 290 is 28.999999999999996 in floating point
+    assert above <= (1 - pub.bd.COVERAGE) * n + 1e-9, f"{above} of {n} held-out records above high_bytes"
 
 
 #: Why the band's stability does not hold on the corpus with qwen-finetune-profiling and
@@ -248,9 +251,9 @@ def test_band_holds_on_sources_it_was_not_fitted_to() -> None:
 #: the transient up fraction (+23%, +32% before session 6's DeepSpeed buckets; 0 without it). The low edge's
 #: 7.7% (torchtune's QLoRA tutorial, without torchtune) predates the fixed term.
 UNSTABLE = (
-    "one source decides a term (session 7: high edge 26.1% on fitcheck-llm's 1.7 GiB TinyLlama QLoRA "
-    "estimate without answerai-fsdp-qlora; low edge 8.1% on ms-swift-2023-12's Qwen-72B bnb row without "
-    "torchtune); docs/methodology.md, 'The fixed term' and 'Where session 7 left it'"
+    "one source decides a term (session 8: high edge 13.7% on unsloth-context-length's Llama 3.1 8B 80 GB "
+    "estimate without torchtune; low edge 7.5% on ms-swift-2023-12's Qwen-72B bnb row without torchtune; "
+    "session 7: 26.1% and 8.1%); docs/methodology.md, 'The fixed term' and 'Where session 7 left it'"
 )
 
 
@@ -282,13 +285,9 @@ def test_band_rule_is_the_better_one_on_this_evidence() -> None:
 #: dsbuf (DeepSpeed buckets and step copy, session 6): the chosen rule's worst high-edge move is unchanged
 #: (39.47%: fitcheck-llm's TinyLlama QLoRA, ms-swift left out), while the joint rule's fell from 51.9% to
 #: 39.38% (Qwen's DeepSpeed rows moved closer); a tie within 0.1 point, for the lead to argue again.
-HIGH_MOVE_TIE = (
-    "sequential rule 26.1% vs joint rule 17.3% worst high-edge move (session 7, after the varying-length "
-    "history, prefix tuning and 66 newly posed records; session 6: 26.1% vs 24.0%); held-out misses 22 vs 34"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=HIGH_MOVE_TIE)
+#: Session 8 (the optimizer step's segments, whose records leave the derivation): the sequential rule's worst
+#: high-edge move 13.7% (unsloth-context-length's Llama 3.1 8B on 80 GB without torchtune) against the joint
+#: rule's 21.9%; session 7 had 26.1% against 17.3% (a strict xfail then).
 def test_band_rule_moves_its_high_edge_no_more_than_the_joint_rule() -> None:
     """Leaving a source out moves the high edge of the rule SPREAD holds no more than the joint rule's."""
     chosen, joint = (pub.band_evidence(_scored()[0], rule) for rule in (pub.bd.derive, pub.bd.derive_joint))

@@ -160,7 +160,8 @@ _ROWS = (
     _weights("model_load", "host: the model read into CPU RAM while loading", multi="loading"),
     _overhead(
         "allocator_history",
-        "--lengths varying: cached segments the allocator kept from shorter steps (released on demand)",
+        "cached segments the allocator kept from shorter steps (--lengths varying) or beside DeepSpeed "
+        "ZeRO's step copies (released on demand)",
         "allocator-history-over-varying-lengths",
     ),
     _overhead("offload_buffers", "host: DeepSpeed's pinned and staging buffers for offload", multi="host"),

@@ -671,9 +671,9 @@ class Estimate(Frozen):
     host_phases: tuple[HostPhase, ...] = ()
     cache_history: Component | None = Field(
         default=None,
-        description="--lengths varying: cached segments the caching allocator keeps from shorter steps, "
-        "above the step's own peak; in max_memory_reserved and nvidia-smi, released when a cudaMalloc "
-        "fails, so not in device_bytes",
+        description="cached segments the caching allocator keeps above the step's own peak: from shorter "
+        "steps (--lengths varying) and beside DeepSpeed ZeRO's optimizer-step flat copies; in "
+        "max_memory_reserved and nvidia-smi, released when a cudaMalloc fails, so not in device_bytes",
     )
 
     @model_serializer(mode="wrap")

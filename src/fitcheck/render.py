@@ -71,8 +71,9 @@ def to_markdown(data: Any) -> str:
         ]
         if data.get("cache_history"):
             h = data["cache_history"]["bytes"]
-            words = history_words(data["device_bytes"], h, _card_of(data))
-            out.append(f"| allocator history (varying lengths) | {_g(h)} | | {words} |")
+            varying = (data.get("setup") or {}).get("lengths") == "varying"
+            words = history_words(data["device_bytes"], h, _card_of(data), varying)
+            out.append(f"| {history_label(varying)} | {_g(h)} | | {words} |")
         if data.get("thumb"):
             out.append(f"\nRule of thumb: {_g(data['thumb']['bytes'])} GiB ({data['thumb']['rule']}).")
         if data.get("target"):
@@ -488,13 +489,19 @@ def _total_rows(est: Estimate) -> list[list[str | Text]]:
 
 
 def _history_rows(est: Estimate) -> list[list[str | Text]]:
-    """``--lengths varying``: the allocator history beside (not in) the device total."""
+    """The allocator history (``--lengths varying``, DeepSpeed's step segments) beside the device total."""
     h = est.cache_history
     if h is None:
         return []
     lines = est.target.budget_lines if est.target else ()
-    words = history_words(est.device_bytes, h.bytes, lines[0].bytes if lines else None)
-    return [["allocator history (varying lengths)", _g(h.bytes), "", words, "overhead"]]
+    varying = getattr(est.setup, "lengths", "fixed") == "varying"
+    words = history_words(est.device_bytes, h.bytes, lines[0].bytes if lines else None, varying)
+    return [[history_label(varying), _g(h.bytes), "", words, "overhead"]]
+
+
+def history_label(varying: bool) -> str:
+    """The allocator history's row: over a varying-length run, or beside the optimizer step's segments."""
+    return "allocator history (varying lengths)" if varying else "allocator history (step segments)"
 
 
 def _card_of(doc: dict[str, Any]) -> int | None:
@@ -504,15 +511,20 @@ def _card_of(doc: dict[str, Any]) -> int | None:
     return int(lines[0]["bytes"]) if lines else None
 
 
-def history_words(device_bytes: int, history_bytes: int, card_bytes: int | None = None) -> str:
+def history_words(
+    device_bytes: int, history_bytes: int, card_bytes: int | None = None, varying: bool = True
+) -> str:
     """What the allocator history means for a reading and for the fit; ``card_bytes``: the target's memory
-    (the first budget line), which a reading never passes (the allocator frees cached segments first)."""
+    (the first budget line), which a reading never passes (the allocator frees cached segments first);
+    ``varying``: cut for shorter steps, else beside the optimizer step's flat copies (DeepSpeed ZeRO)."""
     shown = device_bytes + history_bytes
     cap = "never more than the card"
     if card_bytes is not None and shown > card_bytes:
         shown, cap = card_bytes, "the whole card: the allocator frees cached segments before it runs out"
+    together = "the step's flat copies and the activations' blocks, cached together"
+    cut = "cached from shorter steps" if varying else together
     return (
-        f"cached from shorter steps: a whole-run reading shows up to {_g(shown)} GiB ({cap}); released when "
+        f"{cut}: a whole-run reading shows up to {_g(shown)} GiB ({cap}); released when "
         "memory runs short, so not in the total"
     )
 

@@ -19,6 +19,11 @@ requests). The rule ignores what a longer step's smaller tensors reuse
 of the cached blocks (it over-counts there) and the finer records of a shuffled run (it under-counts
 there); docs/methodology.md, "Allocator history over varying lengths", says where each wins.
 
+The same rule holds within one step of any length (``step_segment_bytes``): DeepSpeed ZeRO's optimizer step
+converts each gradient partition through new flat tensors (``fp32_grad_partition``), each one tensor larger
+than every block the forward and backward cut; the allocator cuts segments for them beside the activations'
+cached blocks, and a whole-run reading holds both (docs/methodology.md, "The optimizer step's segments").
+
 The bytes are releasable cache: a reading shows them on a card with room, but a run that needs the
 memory gets it back when its ``cudaMalloc`` fails. They are therefore not in ``device_bytes`` (the verdict
 and the planner never count them) and sit in ``Estimate.cache_history``.
@@ -41,6 +46,14 @@ RULE = (
     "...), kept until a cudaMalloc fails: in max_memory_reserved and nvidia-smi, released on demand, not "
     "counted toward the fit"
 )
+STEP_RULE = (
+    "caching-allocator segments cut for the optimizer step's flat gradient copies (DeepSpeed ZeRO), larger "
+    "than any block cut in forward or backward, kept beside those blocks until a cudaMalloc fails: in "
+    "max_memory_reserved and nvidia-smi, released on demand, not counted toward the fit"
+)
+#: The step component whose tensors are DeepSpeed's flattened gradient conversion (engine/distributed.py
+#: ``_step_grad``: ``(4 + src)`` bytes per element, ``src`` the 16-bit flatten, 0 in fp32).
+STEP_FLAT = "fp32_grad_partition"
 
 
 def rungs(seq_len: int) -> list[int]:
@@ -91,6 +104,50 @@ def reading_excess(est: Estimate, history: int) -> int:
     return max(0, activation_peak(est).total_bytes + history - est.peak_allocated_bytes)
 
 
-def history_component(est: Estimate, step_at: Callable[[int], Estimate], seq_len: int) -> Component:
-    """The ``allocator_history`` line of ``est``, a step at ``seq_len`` (``step_at(n)``: the step at n)."""
-    return component("allocator_history", reading_excess(est, history_bytes(step_at, seq_len)), RULE, "llm")
+def step_flat_tensors(est: Estimate) -> list[int]:
+    """Bytes of each flat tensor DeepSpeed's optimizer step allocates for one gradient partition (ZeRO-1/2)
+    or sub_group (ZeRO-3): ``self.flatten(self.averaged_gradients[i]).to(fp32)`` (stage_1_and_2.py
+    L1764-1769, stage3.py ``_prepare_fp32_grad_for_sub_group`` L1774, DeepSpeed v0.12.3 @6ea44d02; the same at
+    v0.13.1 @1d35db76): the 16-bit concatenation, then its fp32 copy; in fp32 ``.to`` returns the
+    concatenation itself, one tensor. Empty when the step has no such conversion."""
+    flat = next((c for c in est.phase("optimizer_step").components if c.name == STEP_FLAT), None)
+    if flat is None or flat.bytes <= 0:
+        return []
+    src = 0 if est.setup.precision == "fp32" else 2
+    n = flat.bytes // (4 + src)
+    return [src * n, 4 * n] if src else [4 * n]
+
+
+def largest_block(est: Estimate, tokens: int, vocab: int, head_params: int) -> int:
+    """An upper bound on the largest block the forward and backward cut on the compute stream: the batch's
+    logits in fp32 (tokens x vocabulary x 4 B); in full fine-tuning the largest of the output layer and the
+    embedding (``head_params``) as a whole gradient before DeepSpeed reduces it (ZeRO makes each gradient at
+    full size first), at 4 B; a quantized weight's dequantization (``dequant_transient``, one projection).
+    A step tensor at most this large is taken to fit a cached block and is not counted (so the rule
+    under-counts rather than over-counts)."""
+    full = est.setup.method == "full"
+    dequant = max(
+        (c.bytes for p in est.phases for c in p.components if c.name == "dequant_transient"), default=0
+    )
+    return max(4 * tokens * vocab, 4 * head_params if full else 0, dequant)
+
+
+def step_segment_bytes(est: Estimate, largest: int) -> int:
+    """The step's flat tensors (``step_flat_tensors``) that no block cut in forward or backward can hold:
+    the caching allocator serves a request from a cached free block of the same stream at least as large
+    (best fit) and cuts a new segment otherwise, and it keeps cached segments until a ``cudaMalloc`` fails
+    (c10/cuda/CUDACachingAllocator.cpp at 001074d, ``malloc`` / ``get_free_block``), so the activations'
+    blocks stay reserved beside the step's segments (and the next forward reuses both)."""
+    return sum(t for t in step_flat_tensors(est) if t > largest)
+
+
+def history_component(
+    est: Estimate, step_at: Callable[[int], Estimate] | None, seq_len: int, step_segments: int = 0
+) -> Component:
+    """The ``allocator_history`` line of ``est``, a step at ``seq_len`` (``step_at(n)``: the step at n, or
+    None for a fixed-length run, which has no rungs), with the optimizer step's segments."""
+    rungs_bytes = history_bytes(step_at, seq_len) if step_at is not None else 0
+    rule = RULE if step_at is not None else STEP_RULE
+    if step_at is not None and step_segments:
+        rule += "; with the optimizer step's flat gradient copies (DeepSpeed ZeRO)"
+    return component("allocator_history", reading_excess(est, rungs_bytes + step_segments), rule, "llm")

@@ -493,19 +493,29 @@ def step_phases(
 
 def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None) -> Estimate:
     """Estimate the memory of one training step of ``spec`` under ``setup``; under ``lengths: varying``
-    with the allocator's history over the run's shorter steps beside it (`engine/cache_history.py`).
+    with the allocator's history over the run's shorter steps beside it, and under DeepSpeed ZeRO with the
+    segments its optimizer step cuts beside the activations' cached blocks (`engine/cache_history.py`).
     """
     est = _step_estimate(spec, setup, target_context)
-    if setup.lengths == "fixed" or setup.backend not in ALLOCATOR_BACKENDS:
+    if setup.backend not in ALLOCATOR_BACKENDS:
         return est  # the history is the CUDA caching allocator's (facts/allocator.py)
-    from fitcheck.engine.cache_history import history_component
+    from fitcheck.engine import cache_history as ch
 
+    a = spec.arch
+    largest = ch.largest_block(est, setup.tokens, a.vocab_size, max(est.params.lm_head, est.params.embedding))
+    segments = ch.step_segment_bytes(est, largest)
+    if setup.lengths == "fixed":
+        if not segments:
+            return est
+        line = ch.history_component(est, None, setup.seq_len, segments)
+        return est.model_copy(update={"cache_history": line}) if line.bytes else est
     fixed = setup.model_copy(update={"lengths": "fixed"})
 
     def step_at(n: int) -> Estimate:
         return _step_estimate(spec, fixed.model_copy(update={"seq_len": n}), target_context)
 
-    return est.model_copy(update={"cache_history": history_component(est, step_at, setup.seq_len)})
+    line = ch.history_component(est, step_at, setup.seq_len, segments)
+    return est.model_copy(update={"cache_history": line})
 
 
 def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None) -> Estimate:
