@@ -297,3 +297,40 @@ def stability(loo: LeaveOneOut) -> dict[str, Move]:
                 if share > worst[side].share:
                     worst[side] = Move(share, sid, r.key)
     return worst
+
+
+def held_out_misses(rows: Sequence[Row], states: float, rule: Rule) -> int:
+    """Records (no known gap) measured above the high edge of the band the rule derives without their
+    source: the held-out count the coverage promise (COVERAGE) is checked on."""
+    return sum(h.above for h in held_out(leave_one_out(rows, states, rule)).values())
+
+
+def mean_high(rows: Sequence[Row], spread: Spread) -> float:
+    """The mean distance of the high edge above the estimate, relative to it, over the records without a
+    known gap (how wide the band makes a user's answer)."""
+    clean = [r for r in rows if not r.known_gap]
+    return sum((edges(r, spread)[1] - r.estimate) / r.estimate for r in clean) / max(1, len(clean))
+
+
+#: The candidate rules, each named as the docs name it (docs/methodology.md, "The band"): the band holds
+#: the one `choose` picks on the corpus of the day.
+CANDIDATES: tuple[tuple[str, Rule], ...] = (
+    ("fixed bytes, then sequential, each source one voice", derive),
+    ("sequential fractions only, each source one voice", derive_fractions_only),
+    ("fixed bytes, then sequential, each record one vote", derive_by_record),
+    ("joint, each record one vote", derive_joint),
+)
+
+
+def choose(rows: Sequence[Row], states: float) -> tuple[str, Rule]:
+    """The candidate rule whose band, derived without each source in turn, leaves the fewest of that
+    source's records above its high edge (the promise a user relies on: a run measured above
+    ``high_bytes`` is a "fits" that may run out of memory); among equals, the narrowest (`mean_high` of
+    its whole-corpus band), then the earlier in CANDIDATES. Chosen again whenever the corpus changes, so
+    the rule is the evidence's, not a session's."""
+
+    def key(i: int) -> tuple[int, float, int]:
+        rule = CANDIDATES[i][1]
+        return held_out_misses(rows, states, rule), mean_high(rows, rule(rows, states)), i
+
+    return CANDIDATES[min(range(len(CANDIDATES)), key=key)]

@@ -574,9 +574,14 @@ def states_spread() -> float:
 
 def derive_spread(scored: dict[str, list[Score]]) -> dict[str, tuple[float, float]]:
     """(down, up) fractions per band kind, and ``fixed`` (down, up) bytes: states from the calibration
-    grid, the fixed bytes, transient and quantized by the sequential, source-weighted rule
-    (bench/band_derive.py) over the records naming no known gap."""
-    return bd.derive(band_rows(scored), states_spread())
+    grid, the published terms by the rule the held-out records choose (`chosen_rule`, bench/band_derive.py)
+    over the records naming no known gap."""
+    return chosen_rule(scored)[1](band_rows(scored), states_spread())
+
+
+def chosen_rule(scored: dict[str, list[Score]]) -> tuple[str, bd.Rule]:
+    """The candidate rule with the fewest held-out records above the high edge (`bd.choose`)."""
+    return bd.choose(band_rows(scored), states_spread())
 
 
 def band_coverage(scored: dict[str, list[Score]], spread: dict[str, tuple[float, float]]) -> float:
@@ -653,18 +658,10 @@ def _pct(x: float) -> str:
     return f"{100 * x:+.1f}%"
 
 
-#: The rules the docs compare on the same evidence: (name, rule); the first is the one SPREAD holds.
-RULES: tuple[tuple[str, bd.Rule], ...] = (
-    ("fixed bytes, then sequential, each source one voice (SPREAD, FIXED)", bd.derive),
-    ("sequential fractions only, each source one voice (before band3)", bd.derive_fractions_only),
-    ("fixed bytes, then sequential, each record one vote", bd.derive_by_record),
-    ("joint, each record one vote (before session 5)", bd.derive_joint),
-)
-
-
-def band_evidence(scored: dict[str, list[Score]], rule: bd.Rule = bd.derive) -> bd.LeaveOneOut:
-    """The rule's band from the whole corpus and from the corpus without each source."""
-    return bd.leave_one_out(band_rows(scored), states_spread(), rule)
+def band_evidence(scored: dict[str, list[Score]], rule: bd.Rule | None = None) -> bd.LeaveOneOut:
+    """The rule's band (the chosen rule's by default) from the whole corpus and from the corpus without
+    each source."""
+    return bd.leave_one_out(band_rows(scored), states_spread(), rule or chosen_rule(scored)[1])
 
 
 def _share(k: int, n: int) -> str:
@@ -701,8 +698,10 @@ def _rules_table(scored: dict[str, list[Score]]) -> list[str]:
         "| held out: above high | largest move leaving one source out (low / high edge) |",
         "|---|---|---|---|---:|---:|---|",
     ]
-    for name, rule in RULES:
+    chosen = chosen_rule(scored)[1]
+    for said, rule in bd.CANDIDATES:
         loo = band_evidence(scored, rule)
+        name = f"**{said} (chosen: SPREAD, FIXED)**" if rule is chosen else said
         clean = [r for r in loo.rows if not r.known_gap]
         width = statistics.mean((bd.edges(r, loo.full)[1] - r.estimate) / r.estimate for r in clean)
         above = sum(h.above for h in bd.held_out(loo).values())

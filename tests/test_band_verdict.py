@@ -89,7 +89,8 @@ def test_band_is_the_per_kind_spread() -> None:
     down += round(200 * MIB * SPREAD["quantized"][0])
     up, down = up + FIXED[1], down + FIXED[0]  # the fixed bytes, once per estimate
     assert (b.low_bytes, b.high_bytes) == (device - down, device + up)
-    assert "states" in b.basis and "published" in b.basis and "fixed" in b.basis
+    assert "states" in b.basis and "published" in b.basis
+    assert ("fixed" in b.basis) == any(FIXED), b.basis  # the fixed bytes are named when the rule has any
 
 
 @given(st.lists(st.integers(0, 10**10), min_size=len(KINDS) + 2, max_size=len(KINDS) + 2))
@@ -231,6 +232,9 @@ def test_thumb_rule_has_no_spread(capsys: pytest.CaptureFixture[str]) -> None:
 def test_band_basis_names_the_fixed_bytes_and_what_diffusion_borrows() -> None:
     ph = _phase(weights=1000 * MIB, activations=400 * MIB, weights_4bit=0)
     llm, diffusion = band(ph, 0, 0), band(ph, 0, 0, borrowed=True)
-    assert "plus a fixed" in llm.basis and "per process" in llm.basis and "diffusion" not in llm.basis
+    fixed = band(ph, 0, 0, fixed=(0, GIB))
+    assert "plus a fixed 0/+1 GiB per process" in fixed.basis, fixed.basis
+    assert "fixed" not in band(ph, 0, 0, fixed=(0, 0)).basis  # no fixed term: not named
+    assert "diffusion" not in llm.basis
     assert "no published diffusion runs" in diffusion.basis
     assert (llm.low_bytes, llm.high_bytes) == (diffusion.low_bytes, diffusion.high_bytes)
