@@ -77,6 +77,10 @@ def _read_parsed(data: Doc, text: str, syntax: str, wanted: str | None, path: st
     module, func, _ = FORMATS[found]
     reader = getattr(importlib.import_module(module), func)
     if found in ("kohya", "kohya_ss"):
+        if found == "kohya":  # a ControlNet run is refused before its dataset file is looked for
+            from fitcheck.readers.kohya import refuse_controlnet
+
+            refuse_controlnet(data, path)
         return reader(data, path, _kohya_dataset(data, path))
     if found == "mlx":
         return reader(data, path, _mlx_bits(data))

@@ -49,7 +49,9 @@ def read(data: Doc, path: str, ds: ReadResult | None = None) -> ReadResult:
     procs = as_int(k.get("num_processes"), "num_processes", p)
     nodes = as_int(k.get("num_machines"), "num_machines", p)
     procs = _process_count(r, procs)
-    if procs:
+    if kind == "NO" and k.has("distributed_type") and procs is not None and procs > 1:
+        r.set("gpus", _one_process(r, procs), "distributed_type")
+    elif procs:
         per_node = max(1, procs // (nodes or 1))  # accelerate counts processes over all machines
         r.set("gpus", per_node, "num_processes")
     if nodes and nodes > 1:
@@ -100,6 +102,19 @@ def _process_count(r: Reading, procs: int | None) -> int | None:
     if procs is not None and procs < 1:
         raise InputError(f"--from {r.path}: num_processes must be 1 or more, or -1 (got {procs})")
     return procs
+
+
+def _one_process(r: Reading, procs: int) -> int:
+    """``distributed_type: NO`` starts one process whatever ``num_processes`` says: ``accelerate launch``
+    sets none of multi_gpu / use_deepspeed / use_fsdp from such a file and runs ``simple_launcher``,
+    which passes no process count on (commands/launch.py ``_validate_launch_command`` and
+    ``launch_command``, utils/launch.py ``prepare_simple_launcher_cmd_env``; accelerate 1.16.0)."""
+    r.note(
+        f"distributed_type NO with num_processes {procs}: accelerate launches one process (simple_launcher); "
+        "read as 1 GPU. With more GPUs visible the HF Trainer wraps the model in nn.DataParallel (GPU 0 "
+        "holds the optimizer and the gathered outputs), which fitcheck does not model"
+    )
+    return 1
 
 
 #: ``parallelism_config`` sizes fitcheck cannot pose (tensor, context and sequence parallelism).

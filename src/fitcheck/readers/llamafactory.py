@@ -43,7 +43,8 @@ def read(data: Doc, path: str) -> ReadResult:
     r.model = str(model) if model else None
     k.touch("do_train", "stage")
     # true is the rule llamafactory-all follows (false is refused, fitcheck.readers.unposed)
-    k.touch("freeze_vision_tower", "freeze_multi_modal_projector")
+    # (and false is freeze_language_model's default: the language model trains, as fitcheck sizes it)
+    k.touch("freeze_vision_tower", "freeze_multi_modal_projector", "freeze_language_model")
     if as_bool(k.get("do_predict"), "do_predict", path) and not as_bool(k.get("do_train"), "do_train", path):
         raise InputError(f"{path}: do_predict without do_train is a prediction run, not training")
     training_args(r, k)
@@ -138,6 +139,13 @@ def _method(r: Reading, k: Keys) -> None:
     r.set("dora", as_bool(k.get("use_dora"), "use_dora", p), "use_dora")
     extra = names.modules(k.get("additional_target"))
     r.set("train_modules", ",".join(extra) or None, "additional_target")
+    k.touch("pissa_iter", "pissa_convert")  # FSVD steps at load; conversion when saving
+    if as_bool(k.get("pissa_init"), "pissa_init", p):
+        # model/adapter.py @ff6d4d12: init_lora_weights="pissa" / "pissa_niter_{pissa_iter}"
+        r.note(
+            "pissa_init: PiSSA initialises the adapters from an SVD of each target weight when the model "
+            "loads; the step is LoRA's, sized as such (the one-off SVD is not)"
+        )
 
 
 def _targets(modules: list[str]) -> str | None:

@@ -182,6 +182,14 @@ TABLE: dict[str, tuple[Unposed, ...]] = {
             f"{_LF} src/llamafactory/model/model_utils/visual.py get_forbidden_modules, patch_target_modules",
         ),
         Unposed(
+            "freeze_language_model",
+            _on,
+            "a frozen language model (only the vision tower or projector trains, or with LoRA no adapter in "
+            "the language model)",
+            f"{_LF} src/llamafactory/hparams/finetuning_args.py (default False), model/model_utils/visual.py "
+            "get_forbidden_modules / patch_target_modules",
+        ),
+        Unposed(
             "export_dir",
             _on,
             "an export (merge) config, not a training run",
