@@ -71,6 +71,9 @@ CASES: dict[str, tuple[str | None, str]] = {
     "kohya/lllite-sdxl.toml": ("sdxl", H100),
 }
 
+#: Files a case names (its DeepSpeed JSON), kept at the relative path the case gives.
+COMPANIONS = {"axolotl/deepspeed_configs/zero2.json", "llamafactory/examples/deepspeed/ds_z3_config.json"}
+
 #: file -> setup facts it is in the set for, as the trainer runs it (each from the file: origin "file").
 READS: dict[str, dict[str, object]] = {
     "axolotl/gpt-oss-20b-sft-lora-singlegpu.yaml": {
@@ -101,7 +104,18 @@ READS: dict[str, dict[str, object]] = {
     "axolotl/pythia-12b-config.yml": {"method": "full", "precision": "fp16", "autocast": False},
     "axolotl/falcon-e-3b-ft.yaml": {"method": "full", "seq_len": 32768, "strategy": "fsdp"},
     "axolotl/mixtral-8x22b-qlora-fsdp.yml": {"method": "qlora", "seq_len": 1024, "strategy": "fsdp"},
-    "llamafactory/qwen3vl_full_sft.yaml": {"method": "full", "image_tokens": 256},
+    "llamafactory/qwen3vl_full_sft.yaml": {"method": "full", "image_tokens": 256, "strategy": "zero3"},
+    "llamafactory/qwen3_lora_sft_ds3.yaml": {
+        "method": "lora",
+        "strategy": "zero3",
+        "zero_overlap_comm": False,
+    },
+    # deepspeed_configs/zero2.json: stage 2, offload_optimizer cpu, overlap_comm true
+    "axolotl/jamba-qlora_deepspeed.yaml": {
+        "strategy": "zero2",
+        "offload": "optimizer",
+        "zero_overlap_comm": True,
+    },
     "llamafactory/pissa_llama3_lora_sft.yaml": {"method": "lora", "lora_targets": "llamafactory-all"},
     "llamafactory/qwen3_5moe_lora_sft_fsdp2.yaml": {"grad_ckpt": False, "attn": "flash"},
     # distributed_type NO: accelerate's simple_launcher starts one process whatever num_processes says
@@ -122,7 +136,7 @@ NOTES: dict[str, str] = {
     "axolotl/llama-2-loftq.yml": "peft.loftq_config (loftq_bits 4)",
     "axolotl/qwen2-muon-pretrain-fsdp2.yaml": "optimizer 'muon' has no fitcheck memory model",
     "llamafactory/pissa_llama3_lora_sft.yaml": "pissa_init: PiSSA initialises the adapters",
-    "llamafactory/qwen3_lora_sft_ds3.yaml": "examples/deepspeed/ds_z3_config.json is a separate file",
+    "llamafactory/qwen3_lora_sft_ds3.yaml": "deepspeed: read",
     "accelerate/trl-single_gpu.yaml": "distributed_type NO with num_processes 8: accelerate launches one",
     "torchtune/dev-8B_full_experimental.yaml": "ac_mode selective, ac_option 2: one layer in 2",
 }
@@ -174,7 +188,7 @@ def test_every_file_has_a_source_row_and_a_case() -> None:
     rows = (DATA / "README.md").read_text().splitlines()
     listed = {r.split("|")[1].strip().strip("`") for r in rows if r.startswith("| `")}
     on_disk = {str(p.relative_to(DATA)) for p in DATA.rglob("*") if p.is_file() and p.name != "README.md"}
-    assert listed == on_disk == set(CASES)
+    assert listed == on_disk == set(CASES) | COMPANIONS
     assert len(CASES) >= 20
     assert set(READS) | set(NOTES) | set(REFUSED) <= set(CASES)
     assert not (set(READS) | set(NOTES)) & set(REFUSED)
