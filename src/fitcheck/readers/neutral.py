@@ -39,6 +39,14 @@ NEUTRAL: frozenset[str] = frozenset(
         "auto_resume_from_checkpoints", "resume_from_checkpoint", "ddp_timeout", "ddp_find_unused_parameters",
         "strict", "debug", "steps_per_print", "wall_clock_breakdown", "group_by_length",
         "average_tokens_across_devices", "eval_sample_packing", "lora_fan_in_fan_out",
+        # evaluation-time generation and metrics (axolotl schemas/training.py: run at eval, not in a step)
+        "eval_max_new_tokens", "eval_table_max_new_tokens", "do_causal_lm_eval", "eval_causal_lm_metrics",
+        # which processor class prepares multimodal rows (axolotl schemas/model.py processor_type)
+        "processor_type",
+        # torchtune recipe bookkeeping (recipes/*.py @bd2a0fc7: cfg.epochs, cfg.shuffle, the checkpointer,
+        # metric logger and peak-memory logging; the tokenizer's vocabulary files)
+        "epochs", "shuffle", "checkpointer", "metric_logger", "log_every_n_steps", "log_peak_memory_stats",
+        "save_adapter_weights_only", "merges_file", "merges_path", "vocab_path", "dataset_val",
         # FSDP bookkeeping that changes neither shards nor prefetch
         "state_dict_type", "final_state_dict_type", "auto_wrap_policy", "transformer_layer_cls_to_wrap",
         "sync_module_states", "use_orig_params", "cpu_ram_efficient_loading",
@@ -63,8 +71,14 @@ NEUTRAL_PREFIXES: tuple[str, ...] = (
 )  # fmt: skip
 
 
+#: Tables whose every entry is data selection (torchtune's ``dataset:`` / ``dataset_val:`` builders; the
+#: ``packed`` entry, which does change the step, is read by the torchtune reader and never reaches here).
+NEUTRAL_TABLES: frozenset[str] = frozenset({"dataset", "dataset_val"})
+
+
 def is_neutral(key: str) -> bool:
     """Whether a file key (dotted for nested ones) is known to leave the step's GPU memory alone."""
     last = key.rsplit(".", 1)[-1]
     bare = last.removeprefix("fsdp_")
-    return last in NEUTRAL or bare in NEUTRAL or last.startswith(NEUTRAL_PREFIXES)
+    table = key.split(".", 1)[0] if "." in key else None
+    return last in NEUTRAL or bare in NEUTRAL or last.startswith(NEUTRAL_PREFIXES) or table in NEUTRAL_TABLES
