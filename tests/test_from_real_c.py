@@ -62,6 +62,10 @@ CASES: dict[str, tuple[str | None, str]] = {
     "accelerate/trl-deepspeed_zero2.yaml": ("llama-3.1-8b", H100X8),
     "accelerate/trl-alst_ulysses_4gpu.yaml": ("llama-3.1-8b", H100X8),
     "accelerate/trl-multi_gpu.yaml": ("llama-3.1-8b", H100X8),
+    # TRL's CLI page @f2cd5771: keys trl hands to accelerate launch, a GRPO config
+    "trl/clis-sft-num_processes.yaml": (None, H100X8),
+    "trl/clis-sft-accelerate_config.yaml": (None, H100X8),
+    "trl/clis-grpo.yaml": (None, H100X8),
     # torchtune @bd2a0fc7
     "torchtune/dev-8B_full_experimental.yaml": (None, H100X8),
     "torchtune/gemma2-9B_qlora_single_device.yaml": (None, H100),
@@ -122,6 +126,10 @@ READS: dict[str, dict[str, object]] = {
     "accelerate/trl-single_gpu.yaml": {"gpus": 1},
     "accelerate/trl-deepspeed_zero2.yaml": {"strategy": "zero2", "offload": "none"},
     "accelerate/trl-multi_gpu.yaml": {"strategy": "ddp", "gpus": 8},
+    # trl sft hands num_processes to accelerate launch: 4 processes, DDP (no accelerate config)
+    "trl/clis-sft-num_processes.yaml": {"strategy": "ddp", "method": "full"},
+    # accelerate_config zero2: TRL's trl/accelerate_configs/zero2.yaml (ZeRO-2, no offload)
+    "trl/clis-sft-accelerate_config.yaml": {"strategy": "zero2", "zero_overlap_comm": False},
     # ac_mode selective, ac_option 2 without enable_activation_checkpointing: every 2nd layer only
     "torchtune/dev-8B_full_experimental.yaml": {"method": "full", "grad_ckpt": False, "strategy": "fsdp"},
     "torchtune/gemma2-9B_qlora_single_device.yaml": {"method": "qlora", "lora_rank": 64},
@@ -147,6 +155,7 @@ REFUSED: dict[str, tuple[str, ...]] = {
     "axolotl/gemma-3-4b-qlora.yml": ("unfrozen_parameters",),
     "accelerate/trl-alst_ulysses_4gpu.yaml": ("parallelism_config_sp_size 2", "sequence parallelism"),
     "kohya/lllite-sdxl.toml": ("cond_emb_dim 32", "ControlNet-LLLite"),
+    "trl/clis-grpo.yaml": ("reward_funcs", "GRPO"),
 }
 
 
@@ -343,3 +352,17 @@ def test_kohya_controlnet_runs_are_refused_before_the_dataset_is_looked_for(
         "c.toml",
     )
     assert r.values["method"] == "lora"
+
+
+def test_trl_cli_launch_keys_are_read_not_taken_for_an_accelerate_file(tmp_path: Path) -> None:
+    """``trl sft --config`` hands the keys its parser does not know to ``accelerate launch``."""
+    base = "model_name_or_path: Qwen/Qwen2.5-0.5B\n"
+    procs = _read(tmp_path, base + "num_processes: 2\n")
+    assert procs.format == "trl" and (procs.values["gpus"], procs.values["strategy"]) == (2, "ddp")
+    assert _read(tmp_path, "num_processes: 2\ndistributed_type: MULTI_GPU\n").format == "accelerate"
+    fsdp = _read(tmp_path, base + "accelerate_config: fsdp2\nnum_processes: 4\n")
+    assert (fsdp.values["strategy"], fsdp.values["fsdp_version"], fsdp.values["gpus"]) == ("fsdp", 2, 4)
+    one = _read(tmp_path, base + "accelerate_config: single_gpu\n")
+    assert one.values["gpus"] == 1 and "strategy" not in one.values
+    path = _read(tmp_path, base + "accelerate_config: my/acc.yaml\n")
+    assert "strategy" not in path.values and any("--from my/acc.yaml" in n for n in path.notes)

@@ -167,7 +167,7 @@ def _deepspeed(r: Reading, k: Keys, found: bool) -> None:
     if stage is not None:
         r.set("strategy", STAGES.get(stage), "deepspeed_config.zero_stage")
     if stage in (1, 2, 3) and not config_file:
-        _plugin_defaults(r, stage)
+        plugin_defaults(r, stage)
     opt = str(ds.get("offload_optimizer_device", "none")).lower()
     par = str(ds.get("offload_param_device", "none")).lower()
     if par in ("cpu", "nvme") and stage == 3:
@@ -184,7 +184,7 @@ def _deepspeed(r: Reading, k: Keys, found: bool) -> None:
     ds.touch("zero3_init_flag", "zero3_save_16bit_model", "gradient_clipping", "deepspeed_multinode_launcher")
 
 
-def _plugin_defaults(r: Reading, stage: int) -> None:
+def plugin_defaults(r: Reading, stage: int) -> None:
     """What DeepSpeed gets from accelerate's inline plugin: no bucket key and no overlap_comm, so its own
     defaults (5e8 elements; overlap_comm on at stage 3 only)."""
     r.set("zero_bucket_size", ZERO_DEFAULTS["reduce_bucket_size"], "deepspeed_config (no bucket key)")
