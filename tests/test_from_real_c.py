@@ -366,3 +366,8 @@ def test_trl_cli_launch_keys_are_read_not_taken_for_an_accelerate_file(tmp_path:
     assert one.values["gpus"] == 1 and "strategy" not in one.values
     path = _read(tmp_path, base + "accelerate_config: my/acc.yaml\n")
     assert "strategy" not in path.values and any("--from my/acc.yaml" in n for n in path.notes)
+
+
+def test_trl_num_processes_below_one_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(FitcheckError, match="num_processes must be 1 or more"):
+        _read(tmp_path, "model_name_or_path: x\nnum_processes: 0\n")

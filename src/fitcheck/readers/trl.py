@@ -11,6 +11,7 @@ trl/trainer/sft_config.py, trl 1.16.0 (tests/data/trainer_keys/trl_*.txt).
 
 from __future__ import annotations
 
+from fitcheck.errors import InputError
 from fitcheck.readers import names
 from fitcheck.readers.accelerate import plugin_defaults
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
@@ -156,6 +157,8 @@ def _launch(r: Reading, k: Keys) -> None:
     ``_validate_launch_command``)."""
     p = r.path
     procs = as_int(k.get("num_processes"), "num_processes", p)
+    if procs is not None and procs < 1:
+        raise InputError(f"{p}: num_processes must be 1 or more (got {procs})")
     name = k.get("accelerate_config")
     if isinstance(name, str) and name in TRL_LAUNCH:
         strategy, version = TRL_LAUNCH[name]
@@ -176,7 +179,7 @@ def _launch(r: Reading, k: Keys) -> None:
         )
     elif name is not None:
         r.note(f"accelerate_config {_short(name)} is neither a TRL config name nor a path")
-    if procs is not None and procs > 0:
+    if procs is not None:
         r.set("gpus", procs, "num_processes")
         if procs > 1 and name is None:
             r.set("strategy", "ddp", "num_processes")
