@@ -371,3 +371,11 @@ def test_trl_cli_launch_keys_are_read_not_taken_for_an_accelerate_file(tmp_path:
 def test_trl_num_processes_below_one_is_refused(tmp_path: Path) -> None:
     with pytest.raises(FitcheckError, match="num_processes must be 1 or more"):
         _read(tmp_path, "model_name_or_path: x\nnum_processes: 0\n")
+
+
+def test_lora_scaling_keys_are_no_memory_effect() -> None:
+    """rsLoRA and the init scheme change the adapters' scale and start, not their size."""
+    for key in ("peft_use_rslora", "use_rslora", "peft_init_lora_weights", "eval_max_new_tokens"):
+        assert is_neutral(key), key
+    for key in ("lora_rank_pattern", "peft_layer_replication", "device", "profiler"):
+        assert not is_neutral(key), key

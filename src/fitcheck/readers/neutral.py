@@ -39,6 +39,10 @@ NEUTRAL: frozenset[str] = frozenset(
         "auto_resume_from_checkpoints", "resume_from_checkpoint", "ddp_timeout", "ddp_find_unused_parameters",
         "strict", "debug", "steps_per_print", "wall_clock_breakdown", "group_by_length",
         "average_tokens_across_devices", "eval_sample_packing", "lora_fan_in_fan_out",
+        # LoRA scaling and initialisation: alpha / sqrt(r) instead of alpha / r, how adapters start (peft
+        # LoraConfig use_rslora / init_lora_weights / alpha_pattern; axolotl peft_*, LLaMA-Factory, TRL)
+        "use_rslora", "peft_use_rslora", "peft_init_lora_weights", "lora_alpha_pattern",
+        "loraplus_lr_embedding",
         # evaluation-time generation and metrics (axolotl schemas/training.py: run at eval, not in a step)
         "eval_max_new_tokens", "eval_table_max_new_tokens", "do_causal_lm_eval", "eval_causal_lm_metrics",
         # which processor class prepares multimodal rows (axolotl schemas/model.py processor_type)
