@@ -29,7 +29,9 @@ NEUTRAL: frozenset[str] = frozenset(
         "tokenizer_type", "tokenizer_config", "tokenizer_use_fast", "tokenizer_legacy",
         "tokenizer_use_mistral_common", "skip_prepare_dataset", "assistant_only_loss",
         # where the model comes from and how it is fetched
-        "model_type", "trust_remote_code", "model_revision", "revision_of_model", "hf_use_auth_token",
+        "model_type", "base_model_config", "is_llama_derived_model", "is_falcon_derived_model",
+        "is_mistral_derived_model", "is_qwen_derived_model", "trust_remote_code", "model_revision",
+        "revision_of_model", "hf_use_auth_token",
         "hub_model_id", "hub_strategy", "hub_private_repo", "hub_model_revision", "push_to_hub",
         # logging, saving, evaluation schedule, launching
         "output_dir", "overwrite_output_dir", "logging_steps", "logging_strategy", "log_level", "report_to",
