@@ -57,6 +57,9 @@ CASES: dict[str, tuple[str | None, str]] = {
     "llamafactory/qwen3_5moe_lora_sft_fsdp2.yaml": (MOE, H100X8),
     "llamafactory/llama3_lora_sft_awq.yaml": ("llama-3-8b", H100),
     "llamafactory/qwen3_lora_sft_ds3.yaml": ("qwen3-4b", H100X8),
+    # LLaMA-Factory @7621526d (2024): a chat config and an evaluation config, neither with do_train
+    "llamafactory/inference_llama3_2024.yaml": (None, H100),
+    "llamafactory/llama3_lora_eval_2024.yaml": (None, H100),
     # TRL's accelerate configs @f2cd5771
     "accelerate/trl-single_gpu.yaml": ("llama-3.1-8b", H100),
     "accelerate/trl-deepspeed_zero2.yaml": ("llama-3.1-8b", H100X8),
@@ -146,6 +149,7 @@ NOTES: dict[str, str] = {
     "llamafactory/pissa_llama3_lora_sft.yaml": "pissa_init: PiSSA initialises the adapters",
     "llamafactory/qwen3_lora_sft_ds3.yaml": "deepspeed: read",
     "accelerate/trl-single_gpu.yaml": "distributed_type NO with num_processes 8: accelerate launches one",
+    "llamafactory/inference_llama3_2024.yaml": "do_train is not true: llamafactory-cli train would not train",
     "torchtune/dev-8B_full_experimental.yaml": "ac_mode selective, ac_option 2: one layer in 2",
 }
 
@@ -156,6 +160,8 @@ REFUSED: dict[str, tuple[str, ...]] = {
     "accelerate/trl-alst_ulysses_4gpu.yaml": ("parallelism_config_sp_size 2", "sequence parallelism"),
     "kohya/lllite-sdxl.toml": ("cond_emb_dim 32", "ControlNet-LLLite"),
     "trl/clis-grpo.yaml": ("reward_funcs", "GRPO"),
+    # llamafactory-cli eval's layout (task, n_shot): no do_train
+    "llamafactory/llama3_lora_eval_2024.yaml": ("task 'mmlu_test'", "evaluation config"),
 }
 
 
