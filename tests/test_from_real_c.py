@@ -74,6 +74,7 @@ CASES: dict[str, tuple[str | None, str]] = {
     "torchtune/gemma2-9B_qlora_single_device.yaml": (None, H100),
     "torchtune/llama3_1-70B_lora.yaml": (None, H100X8),
     "torchtune/qwen3-8B_full_single_device.yaml": (None, H100),
+    "torchtune/llama3_1-8B_full_2024.yaml": (None, H100X8),  # @288ff443 (2024): optimizer.foreach False
     # kohya sd-scripts @48d368fa (docs/train_lllite_README.md)
     "kohya/lllite-sdxl.toml": ("sdxl", H100),
 }
@@ -150,6 +151,7 @@ NOTES: dict[str, str] = {
     "llamafactory/qwen3_lora_sft_ds3.yaml": "deepspeed: read",
     "accelerate/trl-single_gpu.yaml": "distributed_type NO with num_processes 8: accelerate launches one",
     "llamafactory/inference_llama3_2024.yaml": "do_train is not true: llamafactory-cli train would not train",
+    "torchtune/llama3_1-8B_full_2024.yaml": "optimizer.foreach False: torch's single-tensor AdamW step",
     "torchtune/dev-8B_full_experimental.yaml": "ac_mode selective, ac_option 2: one layer in 2",
 }
 

@@ -156,6 +156,13 @@ def read(data: Doc, path: str, recipe: str | None = None) -> ReadResult:
         comp = str(loss.get("_component_", "")).rsplit(".", 1)[-1]
         r.set("loss", LOSSES.get(comp), "loss._component_")
     _sharded_layers(r, k.get("custom_sharded_layers"))
+    if as_bool(k.get("memory_efficient_fsdp_wrap"), "memory_efficient_fsdp_wrap", path):
+        # torchtune 0.2's FSDP1 recipe wrapped the embedding and output in their own units with it
+        # (torchtune/utils/_distributed.py @288ff443); no recipe reads it at @bd2a0fc7
+        r.note(
+            "memory_efficient_fsdp_wrap: read only by torchtune 0.2's FSDP1 recipe (embedding and output in "
+            "their own units); today's recipes ignore it (custom_sharded_layers does that): not applied"
+        )
     ds = k.sub("dataset")
     if ds is not None and as_bool(ds.get("packed"), "dataset.packed", path):
         r.note("dataset.packed: rows are filled to max_seq_len tokens, as the estimate already assumes")
@@ -342,7 +349,13 @@ def _optimizer(r: Reading, k: Keys) -> None:
             # torch.optim.AdamW(fused=...): unset, torch picks foreach on CUDA (optim/adamw.py)
             fused = as_bool(opt.get("fused"), "optimizer.fused", r.path)
             r.set("optimizer_impl", "fused" if fused else "foreach", "optimizer.fused")
-        opt.touch("fused", "lr", "weight_decay", "betas", "eps")
+            if not fused and as_bool(opt.get("foreach"), "optimizer.foreach", r.path) is False:
+                # foreach=False: torch's single-tensor loop, one parameter's temporaries at a time
+                r.note(
+                    "optimizer.foreach False: torch's single-tensor AdamW step; sized with the foreach "
+                    "step's temporaries (an upper bound; fitcheck has no single-tensor step)"
+                )
+        opt.touch("fused", "foreach", "lr", "weight_decay", "betas", "eps")
     if as_bool(k.get("optimizer_in_bwd"), "optimizer_in_bwd", r.path):
         # read by the full fine-tuning recipes only (full_finetune_*, ppo, qat @30b8519e and later)
         if r.values.get("method") == "full":
