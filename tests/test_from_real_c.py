@@ -387,3 +387,8 @@ def test_lora_scaling_keys_are_no_memory_effect() -> None:
         assert is_neutral(key), key
     for key in ("lora_rank_pattern", "peft_layer_replication", "device", "profiler"):
         assert not is_neutral(key), key
+    # kohya: captions, noise and loss weighting, saving are not; text length, VAE precision, buckets may be
+    for key in ("caption_dropout_rate", "min_snr_gamma", "noise_offset", "save_every_n_epochs", "flip_aug"):
+        assert is_neutral(key), key
+    for key in ("max_token_length", "sdxl_no_half_vae", "vae_batch_size", "max_bucket_reso", "num_processes"):
+        assert not is_neutral(key), key
