@@ -392,3 +392,26 @@ def test_lora_scaling_keys_are_no_memory_effect() -> None:
         assert is_neutral(key), key
     for key in ("max_token_length", "sdxl_no_half_vae", "vae_batch_size", "max_bucket_reso", "num_processes"):
         assert not is_neutral(key), key
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("base_model: x\ndeepspeed: deepspeed_configs/zero3_bf16_cpuoffload_params.json\n", ("zero3", "all")),
+        ("base_model: x\ndeepspeed: ./deepspeed_configs/zero2.json\n", ("zero2", "optimizer")),
+        (
+            "model_name_or_path: x\nstage: sft\ndo_train: true\n"
+            "deepspeed: examples/deepspeed/ds_z2_offload_config.json\n",
+            ("zero2", "optimizer"),
+        ),
+        ("base_model: x\ndeepspeed: deepspeed_configs/my_zero3.json\n", (None, None)),  # not axolotl's
+        ("base_model: x\ndeepspeed: examples/deepspeed/ds_z3_config.json\n", (None, None)),  # LLaMA-Factory's
+    ],
+)
+def test_a_trainers_own_deepspeed_file_reads_as_shipped_when_absent(
+    tmp_path: Path, text: str, want: tuple[str | None, str | None]
+) -> None:
+    r = _read(tmp_path, text)
+    assert (r.values.get("strategy"), r.values.get("offload")) == want
+    shipped = any("read as the trainer ships it" in n for n in r.notes)
+    assert shipped == (want[0] is not None)
