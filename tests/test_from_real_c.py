@@ -415,3 +415,9 @@ def test_a_trainers_own_deepspeed_file_reads_as_shipped_when_absent(
     assert (r.values.get("strategy"), r.values.get("offload")) == want
     shipped = any("read as the trainer ships it" in n for n in r.notes)
     assert shipped == (want[0] is not None)
+
+
+def test_axolotl_layers_to_transform_is_noted_as_an_upper_bound(tmp_path: Path) -> None:
+    r = _read(tmp_path, "base_model: x\nadapter: lora\npeft_layers_to_transform: [30, 31]\n")
+    assert "peft_layers_to_transform" not in r.unused
+    assert any("[30, 31]: adapters in those layers only" in n for n in r.notes), r.notes

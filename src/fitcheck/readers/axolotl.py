@@ -116,6 +116,15 @@ def _method(r: Reading, k: Keys) -> None:
     else:
         r.set("lora_targets", _targets(r, k), "lora_target_modules")
     r.set("dora", as_bool(k.get("peft_use_dora"), "peft_use_dora", p), "peft_use_dora")
+    layers = k.get("peft_layers_to_transform")
+    k.touch("peft_layers_pattern")
+    if layers is not None:
+        # schemas/peft.py @067b021c: "The layer indices to transform, otherwise, apply to all layers"
+        # (peft LoraConfig layers_to_transform)
+        r.note(
+            f"peft_layers_to_transform {_short(layers)}: adapters in those layers only; sized in every "
+            "layer (an upper bound on the adapters and their states)"
+        )
     save = names.modules(k.get("lora_modules_to_save"))
     r.set("train_modules", ",".join(save) or None, "lora_modules_to_save")
     bnb = k.sub("bnb_config_kwargs")
