@@ -77,6 +77,10 @@ def _read_parsed(data: Doc, text: str, syntax: str, wanted: str | None, path: st
     module, func, _ = FORMATS[found]
     reader = getattr(importlib.import_module(module), func)
     if found in ("kohya", "kohya_ss"):
+        if found == "kohya":  # a ControlNet run is refused before its dataset file is looked for
+            from fitcheck.readers.kohya import refuse_controlnet
+
+            refuse_controlnet(data, path)
         return reader(data, path, _kohya_dataset(data, path))
     if found == "mlx":
         return reader(data, path, _mlx_bits(data))
@@ -107,6 +111,10 @@ def _with_deepspeed(result: ReadResult, data: Doc, path: str) -> ReadResult:
     if result.format not in DEEPSPEED_KEY or not isinstance(name, str) or not name:
         return result
     ds = _named_deepspeed((Path(name), Path(path).parent / name))
+    read_note = f"deepspeed: read {ds.path}" if ds is not None else ""
+    if ds is None:
+        ds = _shipped_deepspeed(result.format, name)
+        read_note = f"deepspeed: {name} is not here; read as the trainer ships it ({ds.path})" if ds else ""
     if ds is None:
         return result
     got = {f: ds.values[f] for f in DEEPSPEED_FIELDS if f in ds.values and f not in result.values}
@@ -115,8 +123,17 @@ def _with_deepspeed(result: ReadResult, data: Doc, path: str) -> ReadResult:
         result,
         values={**result.values, **got},
         keys={**result.keys, **{f: f"deepspeed ({ds.path}: {ds.keys[f]})" for f in got}},
-        notes=(*notes, f"deepspeed: read {ds.path}", *ds.notes),
+        notes=(*notes, read_note, *ds.notes),
     )
+
+
+def _shipped_deepspeed(fmt: str, name: str) -> ReadResult | None:
+    """The ZeRO block of the trainer's own DeepSpeed file that ``name`` names (`fitcheck.readers.shipped`)."""
+    from fitcheck.readers.deepspeed import read as read_deepspeed
+    from fitcheck.readers.shipped import shipped
+
+    found = shipped(fmt, name)
+    return read_deepspeed(found[1], found[0]) if found is not None else None
 
 
 def _named_deepspeed(candidates: tuple[Path, ...]) -> ReadResult | None:

@@ -49,7 +49,9 @@ def read(data: Doc, path: str, ds: ReadResult | None = None) -> ReadResult:
     procs = as_int(k.get("num_processes"), "num_processes", p)
     nodes = as_int(k.get("num_machines"), "num_machines", p)
     procs = _process_count(r, procs)
-    if procs:
+    if kind == "NO" and k.has("distributed_type") and procs is not None and procs > 1:
+        r.set("gpus", _one_process(r, procs), "distributed_type")
+    elif procs:
         per_node = max(1, procs // (nodes or 1))  # accelerate counts processes over all machines
         r.set("gpus", per_node, "num_processes")
     if nodes and nodes > 1:
@@ -102,6 +104,19 @@ def _process_count(r: Reading, procs: int | None) -> int | None:
     return procs
 
 
+def _one_process(r: Reading, procs: int) -> int:
+    """``distributed_type: NO`` starts one process whatever ``num_processes`` says: ``accelerate launch``
+    sets none of multi_gpu / use_deepspeed / use_fsdp from such a file and runs ``simple_launcher``,
+    which passes no process count on (commands/launch.py ``_validate_launch_command`` and
+    ``launch_command``, utils/launch.py ``prepare_simple_launcher_cmd_env``; accelerate 1.16.0)."""
+    r.note(
+        f"distributed_type NO with num_processes {procs}: accelerate launches one process (simple_launcher); "
+        "read as 1 GPU. With more GPUs visible the HF Trainer wraps the model in nn.DataParallel (GPU 0 "
+        "holds the optimizer and the gathered outputs), which fitcheck does not model"
+    )
+    return 1
+
+
 #: ``parallelism_config`` sizes fitcheck cannot pose (tensor, context and sequence parallelism).
 UNPOSED_SIZES = {
     "parallelism_config_tp_size": "tensor parallelism",
@@ -152,7 +167,7 @@ def _deepspeed(r: Reading, k: Keys, found: bool) -> None:
     if stage is not None:
         r.set("strategy", STAGES.get(stage), "deepspeed_config.zero_stage")
     if stage in (1, 2, 3) and not config_file:
-        _plugin_defaults(r, stage)
+        plugin_defaults(r, stage)
     opt = str(ds.get("offload_optimizer_device", "none")).lower()
     par = str(ds.get("offload_param_device", "none")).lower()
     if par in ("cpu", "nvme") and stage == 3:
@@ -169,7 +184,7 @@ def _deepspeed(r: Reading, k: Keys, found: bool) -> None:
     ds.touch("zero3_init_flag", "zero3_save_16bit_model", "gradient_clipping", "deepspeed_multinode_launcher")
 
 
-def _plugin_defaults(r: Reading, stage: int) -> None:
+def plugin_defaults(r: Reading, stage: int) -> None:
     """What DeepSpeed gets from accelerate's inline plugin: no bucket key and no overlap_comm, so its own
     defaults (5e8 elements; overlap_comm on at stage 3 only)."""
     r.set("zero_bucket_size", ZERO_DEFAULTS["reduce_bucket_size"], "deepspeed_config (no bucket key)")

@@ -75,8 +75,11 @@ def read(data: Doc, path: str) -> ReadResult:
             "quantize_moe_experts: axolotl also quantizes the 3-D expert weights; fitcheck keeps them in the "
             "compute dtype (an upper bound on the weights)"
         )
+    _load_quant(r, k)
+    _peft_init(r, k)
     distributed(r, k)
     _fsdp(r, k)
+    _mesh(r, k)
     return r.result()
 
 
@@ -88,9 +91,9 @@ def _method(r: Reading, k: Keys) -> None:
     lora_keys = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_linear", "lora_target_modules")
     if adapter is None:
         r.set("method", "full", "adapter")
-        k.touch(*lora_keys, "lora_modules_to_save", "peft_use_dora")
-        if four or eight:
-            r.note("load_in_4bit/8bit without an adapter: axolotl refuses to train a quantized model in full")
+        k.touch(*lora_keys, "lora_modules_to_save", "peft_use_dora", "gptq")
+        if four or eight or as_bool(k.get("gptq"), "gptq", p):
+            r.note("a quantized base without an adapter: axolotl refuses to train a quantized model in full")
         return
     if adapter not in ("lora", "qlora"):  # llama-adapter or a plugin's (loaders/adapter.py load_adapter)
         raise InputError(
@@ -113,6 +116,15 @@ def _method(r: Reading, k: Keys) -> None:
     else:
         r.set("lora_targets", _targets(r, k), "lora_target_modules")
     r.set("dora", as_bool(k.get("peft_use_dora"), "peft_use_dora", p), "peft_use_dora")
+    layers = k.get("peft_layers_to_transform")
+    k.touch("peft_layers_pattern")
+    if layers is not None:
+        # schemas/peft.py @067b021c: "The layer indices to transform, otherwise, apply to all layers"
+        # (peft LoraConfig layers_to_transform)
+        r.note(
+            f"peft_layers_to_transform {_short(layers)}: adapters in those layers only; sized in every "
+            "layer (an upper bound on the adapters and their states)"
+        )
     save = names.modules(k.get("lora_modules_to_save"))
     r.set("train_modules", ",".join(save) or None, "lora_modules_to_save")
     bnb = k.sub("bnb_config_kwargs")
@@ -224,6 +236,67 @@ def _loss(r: Reading, k: Keys) -> None:
         r.note(f"{', '.join(liger)}: Liger's fused kernels change activation memory little; not modelled")
     if plugins and "loss" not in r.values:
         r.note(f"plugins {', '.join(plugins)}: no loss kernel switched on")
+
+
+def _load_quant(r: Reading, k: Keys) -> None:
+    """``model_quantization_config`` (schemas/model.py: ``Mxfp4Config`` or ``FineGrainedFP8Config``, passed
+    to ``from_pretrained`` by loaders/model.py ``_set_quantization_config`` @067b021c). An MXFP4 checkpoint
+    trains only dequantized (transformers quantizer_mxfp4.py ``is_trainable``), which is how fitcheck sizes
+    it (sources/resolve.py ``MXFP4_NOTE``); FP8 weights are not modelled."""
+    kind = k.get("model_quantization_config")
+    kwargs = k.sub("model_quantization_config_kwargs")
+    if kind is None:
+        return
+    k.touch("model_quantization_config_kwargs")
+    dequantize = kwargs is not None and as_bool(kwargs.get("dequantize"), "dequantize", r.path)
+    if kind == "Mxfp4Config" and dequantize:
+        r.note("model_quantization_config Mxfp4Config (dequantize): the weights load in bf16, as sized")
+    elif kind == "Mxfp4Config":
+        r.note(
+            "model_quantization_config Mxfp4Config without dequantize: true: transformers does not train "
+            "MXFP4 layers; sized dequantized to the training precision"
+        )
+    else:
+        r.note(
+            f"model_quantization_config {_short(kind)}: quantized weights are not modelled; sized at the "
+            "training precision (an upper bound on the weights)"
+        )
+
+
+def _peft_init(r: Reading, k: Keys) -> None:
+    """``peft.loftq_config.loftq_bits``: LoftQ initialisation (loaders/adapter.py @067b021c:
+    ``LoraConfig(init_lora_weights="loftq", loftq_config=LoftQConfig(loftq_bits=...))``). The base stays
+    in the load dtype, replaced by its quantize-dequantize residual: the step is plain LoRA's."""
+    peft = k.sub("peft")
+    if peft is None:
+        return
+    loftq = peft.sub("loftq_config")
+    if loftq is not None:
+        bits = loftq.get("loftq_bits")
+        r.note(
+            f"peft.loftq_config (loftq_bits {_short(bits)}): LoftQ initialises the adapters from a "
+            f"{_short(bits)}-bit quantization of the base, which stays in the load dtype: sized as "
+            "the LoRA step (the one-off initialisation is not)"
+        )
+
+
+def _mesh(r: Reading, k: Keys) -> None:
+    """``dp_shard_size`` ("Number of devices to shard across. If not set, will use all available
+    devices") and ``dp_replicate_size`` (schemas/config.py @067b021c), the device mesh of axolotl's FSDP2:
+    replicas over sharding groups is HSDP. A shard group other than the target's GPUs is noted: fitcheck
+    shards over the GPUs of ``--on`` (and ``--nodes``). Tensor and context parallel sizes above 1 are refused
+    (`fitcheck.readers.unposed`); 1 splits nothing."""
+    p = r.path
+    shard = as_int(k.get("dp_shard_size"), "dp_shard_size", p)
+    replicate = as_int(k.get("dp_replicate_size"), "dp_replicate_size", p)
+    k.touch("tensor_parallel_size", "context_parallel_size", "sequence_parallel_degree")
+    if replicate is not None and replicate > 1 and "strategy" in r.values:
+        r.set("strategy", "fsdp-hybrid", "dp_replicate_size")
+    if shard is not None:
+        r.note(
+            f"dp_shard_size {shard}: FSDP shards each parameter over {shard} GPU(s); fitcheck shards over "
+            "the GPUs --on names (and --nodes): give a target of that many"
+        )
 
 
 def _fsdp_get(cfg: Keys, name: str) -> object:

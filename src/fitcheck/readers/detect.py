@@ -46,6 +46,15 @@ def _mlx(d: Doc) -> bool:
     return "max_seq_length" in d and "model" in d and "model_name_or_path" not in d
 
 
+def _accelerate(d: Doc) -> bool:
+    """accelerate's own keys; ``num_processes`` only without a model: a ``trl <command> --config`` file may
+    carry it (and ``accelerate_config``) for the ``accelerate launch`` TRL starts (huggingface/trl
+    docs/source/clis.md, trl/cli/commands/training.py @f2cd5771)."""
+    if any(k in d for k in ("distributed_type", "compute_environment")):
+        return True
+    return "num_processes" in d and "model_name_or_path" not in d
+
+
 #: (syntax, keys that only that layout has, the line that refuses it): configs of a trainer layout no
 #: reader reads, told apart before the rules so they are not read as another trainer's. LLaMA-Factory v1
 #: (``llamafactory/v1/config/*.py`` @ff6d4d12: ``model``, ``peft_config``, ``dist_config`` plugin blocks)
@@ -85,7 +94,7 @@ RULES: tuple[tuple[str, str, Callable[[Doc], bool]], ...] = (
         ),
     ),
     ("yaml", "axolotl", _any("base_model", "micro_batch_size", "sequence_len", "adapter")),
-    ("yaml", "accelerate", _any("distributed_type", "compute_environment", "num_processes")),
+    ("yaml", "accelerate", _accelerate),
     ("yaml", "torchtune", _component),
     ("yaml", "mlx", _mlx),
     (

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from fitcheck.readers import names
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
 
 FORMAT = "kohya"
 FORMAT_GUI = "kohya_ss"
@@ -60,6 +60,7 @@ def read(data: Doc, path: str, dataset: Doc | None = None) -> ReadResult:
     model = k.get("pretrained_model_name_or_path")
     r.model = str(model) if model else None
     module = k.get("network_module")
+    refuse_controlnet(data, path)
     if module:
         r.set("method", "lora", "network_module")
         if module not in ("networks.lora", "networks.lora_flux", "networks.lora_sd3"):
@@ -86,6 +87,28 @@ def read(data: Doc, path: str, dataset: Doc | None = None) -> ReadResult:
     if dataset is not None:
         _dataset(r, dataset)
     return r.result()
+
+
+def refuse_controlnet(data: Doc, path: str) -> None:
+    """ControlNet training is a run fitcheck has no model for: ``cond_emb_dim`` is ControlNet-LLLite's
+    (sdxl_train_control_net_lllite.py @48d368f: ``unet.apply_lllite(args.cond_emb_dim, args.network_dim,
+    ...)`` trains small conditioning modules beside the frozen U-Net, no ``network_module``), and
+    ``controlnet_model_name_or_path`` without a ``network_module`` is ControlNet training
+    (train_control_net.py, sdxl_train_control_net.py, flux_train_control_net.py: a trained copy of the
+    U-Net's encoder). Read as full fine-tuning, either would size another run."""
+    from fitcheck.errors import InputError
+
+    flat = _flatten(data)
+    if flat.get("cond_emb_dim") is not None:
+        raise InputError(
+            f"--from {path}: cond_emb_dim {_short(flat['cond_emb_dim'])} means ControlNet-LLLite training "
+            "(sdxl_train_control_net_lllite.py), which fitcheck does not model"
+        )
+    if flat.get("controlnet_model_name_or_path") and not flat.get("network_module"):
+        raise InputError(
+            f"--from {path}: controlnet_model_name_or_path without network_module means ControlNet "
+            "training (train_control_net.py), which fitcheck does not model"
+        )
 
 
 def _network(r: Reading, k: Keys) -> None:

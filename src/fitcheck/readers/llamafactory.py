@@ -43,9 +43,9 @@ def read(data: Doc, path: str) -> ReadResult:
     r.model = str(model) if model else None
     k.touch("do_train", "stage")
     # true is the rule llamafactory-all follows (false is refused, fitcheck.readers.unposed)
-    k.touch("freeze_vision_tower", "freeze_multi_modal_projector")
-    if as_bool(k.get("do_predict"), "do_predict", path) and not as_bool(k.get("do_train"), "do_train", path):
-        raise InputError(f"{path}: do_predict without do_train is a prediction run, not training")
+    # (and false is freeze_language_model's default: the language model trains, as fitcheck sizes it)
+    k.touch("freeze_vision_tower", "freeze_multi_modal_projector", "freeze_language_model")
+    _training_run(r, k)
     training_args(r, k)
     if as_bool(k.get("pure_bf16"), "pure_bf16", path):
         r.set("precision", "bf16", "pure_bf16")
@@ -69,6 +69,29 @@ def read(data: Doc, path: str) -> ReadResult:
             r.note(f"{key}: rows are filled to cutoff_len tokens, as the estimate already assumes")
     _images(r, k)
     return r.result()
+
+
+def _training_run(r: Reading, k: Keys) -> None:
+    """Each LLaMA-Factory workflow trains only under ``do_train`` (``if training_args.do_train:
+    trainer.train()``, src/llamafactory/train/sft/workflow.py @ff6d4d12; TrainingArguments' default is
+    false). An evaluation config (``llamafactory-cli eval``: EvaluationArguments ``task``, ``n_shot``,
+    hparams/evaluation_args.py) or a prediction run is refused; any other file without ``do_train: true``
+    (a chat config such as examples/inference/llama3.yaml before ``infer_backend`` was written out) is
+    sized as the run it would be with it, and said so."""
+    path = r.path
+    if as_bool(k.get("do_train"), "do_train", path):
+        return
+    if as_bool(k.get("do_predict"), "do_predict", path):
+        raise InputError(f"{path}: do_predict without do_train is a prediction run, not training")
+    if k.get("task") is not None:
+        raise InputError(
+            f"{path}: task {_short(k.get('task'))} without do_train is an evaluation config "
+            "(llamafactory-cli eval), not a training run"
+        )
+    r.note(
+        "do_train is not true: llamafactory-cli train would not train with this file (a chat or "
+        "preprocessing config?); sized as the run it sets up with do_train: true"
+    )
 
 
 def _images(r: Reading, k: Keys) -> None:
@@ -138,6 +161,13 @@ def _method(r: Reading, k: Keys) -> None:
     r.set("dora", as_bool(k.get("use_dora"), "use_dora", p), "use_dora")
     extra = names.modules(k.get("additional_target"))
     r.set("train_modules", ",".join(extra) or None, "additional_target")
+    k.touch("pissa_iter", "pissa_convert")  # FSVD steps at load; conversion when saving
+    if as_bool(k.get("pissa_init"), "pissa_init", p):
+        # model/adapter.py @ff6d4d12: init_lora_weights="pissa" / "pissa_niter_{pissa_iter}"
+        r.note(
+            "pissa_init: PiSSA initialises the adapters from an SVD of each target weight when the model "
+            "loads; the step is LoRA's, sized as such (the one-off SVD is not)"
+        )
 
 
 def _targets(modules: list[str]) -> str | None:

@@ -29,7 +29,9 @@ NEUTRAL: frozenset[str] = frozenset(
         "tokenizer_type", "tokenizer_config", "tokenizer_use_fast", "tokenizer_legacy",
         "tokenizer_use_mistral_common", "skip_prepare_dataset", "assistant_only_loss",
         # where the model comes from and how it is fetched
-        "model_type", "trust_remote_code", "model_revision", "revision_of_model", "hf_use_auth_token",
+        "model_type", "base_model_config", "is_llama_derived_model", "is_falcon_derived_model",
+        "is_mistral_derived_model", "is_qwen_derived_model", "trust_remote_code", "model_revision",
+        "revision_of_model", "hf_use_auth_token",
         "hub_model_id", "hub_strategy", "hub_private_repo", "hub_model_revision", "push_to_hub",
         # logging, saving, evaluation schedule, launching
         "output_dir", "overwrite_output_dir", "logging_steps", "logging_strategy", "log_level", "report_to",
@@ -39,6 +41,39 @@ NEUTRAL: frozenset[str] = frozenset(
         "auto_resume_from_checkpoints", "resume_from_checkpoint", "ddp_timeout", "ddp_find_unused_parameters",
         "strict", "debug", "steps_per_print", "wall_clock_breakdown", "group_by_length",
         "average_tokens_across_devices", "eval_sample_packing", "lora_fan_in_fan_out",
+        # kohya sd-scripts / kohya_ss: captions, buckets' bookkeeping, augmentation, noise and loss weighting,
+        # sampling, saving and logging (library/train_util.py add_*_arguments @48d368f; kohya_gui fields)
+        "caption_dropout_rate", "caption_dropout_every_n_epochs", "caption_tag_dropout_rate", "keep_tokens",
+        "shuffle_caption", "caption_extension", "caption_metadata_filename", "latent_metadata_filename",
+        "bucket_no_upscale", "bucket_reso_steps", "min_bucket_reso", "color_aug", "flip_aug", "random_crop",
+        "lr_warmup", "lr_warmup_steps", "lr_scheduler_num_cycles", "lr_scheduler_power", "lr_scheduler_args",
+        "epoch", "max_train_epochs", "max_train_steps", "dataset_repeats", "train_data_dir", "train_dir",
+        "image_folder", "max_data_loader_n_workers", "persistent_data_loader_workers",
+        "num_cpu_threads_per_process", "min_snr_gamma", "noise_offset", "noise_offset_type",
+        "noise_offset_random_strength", "adaptive_noise_scale", "multires_noise_discount",
+        "multires_noise_iterations", "ip_noise_gamma", "ip_noise_gamma_random_strength",
+        "scale_v_pred_loss_like_noise_pred", "v_pred_like_loss", "debiased_estimation_loss",
+        "prior_loss_weight",
+        "min_timestep", "max_timestep", "huber_c", "huber_schedule", "huber_scale", "weighting_scheme",
+        "logit_mean", "logit_std", "mode_scale", "timestep_sampling", "discrete_flow_shift",
+        "sample_every_n_epochs", "sample_every_n_steps", "sample_sampler", "sample_prompts", "output_name",
+        "save_model_as", "save_precision", "save_every_n_epochs", "save_every_n_steps", "save_last_n_steps",
+        "save_last_n_steps_state", "save_last_n_epochs", "save_last_n_epochs_state", "save_state",
+        "save_state_on_train_end", "save_state_to_huggingface", "save_as_bool", "async_upload", "logging_dir",
+        "log_with", "log_config", "training_comment", "model_list", "skip_cache_check", "create_buckets",
+        "create_caption", "generate_caption_database", "generate_image_buckets", "main_process_port",
+        # LoRA scaling and initialisation: alpha / sqrt(r) instead of alpha / r, how adapters start (peft
+        # LoraConfig use_rslora / init_lora_weights / alpha_pattern; axolotl peft_*, LLaMA-Factory, TRL)
+        "use_rslora", "peft_use_rslora", "peft_init_lora_weights", "lora_alpha_pattern",
+        "loraplus_lr_embedding",
+        # evaluation-time generation and metrics (axolotl schemas/training.py: run at eval, not in a step)
+        "eval_max_new_tokens", "eval_table_max_new_tokens", "do_causal_lm_eval", "eval_causal_lm_metrics",
+        # which processor class prepares multimodal rows (axolotl schemas/model.py processor_type)
+        "processor_type",
+        # torchtune recipe bookkeeping (recipes/*.py @bd2a0fc7: cfg.epochs, cfg.shuffle, the checkpointer,
+        # metric logger and peak-memory logging; the tokenizer's vocabulary files)
+        "epochs", "shuffle", "checkpointer", "metric_logger", "log_every_n_steps", "log_peak_memory_stats",
+        "save_adapter_weights_only", "merges_file", "merges_path", "vocab_path", "dataset_val",
         # FSDP bookkeeping that changes neither shards nor prefetch
         "state_dict_type", "final_state_dict_type", "auto_wrap_policy", "transformer_layer_cls_to_wrap",
         "sync_module_states", "use_orig_params", "cpu_ram_efficient_loading",
@@ -63,8 +98,14 @@ NEUTRAL_PREFIXES: tuple[str, ...] = (
 )  # fmt: skip
 
 
+#: Tables whose every entry is data selection (torchtune's ``dataset:`` / ``dataset_val:`` builders; the
+#: ``packed`` entry, which does change the step, is read by the torchtune reader and never reaches here).
+NEUTRAL_TABLES: frozenset[str] = frozenset({"dataset", "dataset_val"})
+
+
 def is_neutral(key: str) -> bool:
     """Whether a file key (dotted for nested ones) is known to leave the step's GPU memory alone."""
     last = key.rsplit(".", 1)[-1]
     bare = last.removeprefix("fsdp_")
-    return last in NEUTRAL or bare in NEUTRAL or last.startswith(NEUTRAL_PREFIXES)
+    table = key.split(".", 1)[0] if "." in key else None
+    return last in NEUTRAL or bare in NEUTRAL or last.startswith(NEUTRAL_PREFIXES) or table in NEUTRAL_TABLES

@@ -30,7 +30,7 @@ import re
 
 from fitcheck.errors import InputError
 from fitcheck.readers import names
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
 
 FORMAT = "torchtune"
 TRAINER = "torchtune"
@@ -142,6 +142,7 @@ def read(data: Doc, path: str, recipe: str | None = None) -> ReadResult:
         as_bool(k.get("enable_activation_checkpointing"), "enable_activation_checkpointing", path),
         "enable_activation_checkpointing",
     )
+    _selective_ac(r, k, recipe)
     if as_bool(k.get("enable_activation_offloading"), "enable_activation_offloading", path):
         r.set("offload_activations", True, "enable_activation_offloading")
     # the recipes read ``cfg.compile`` and compile each layer and the loss (training/_compile.py @30b8519e)
@@ -155,10 +156,60 @@ def read(data: Doc, path: str, recipe: str | None = None) -> ReadResult:
         comp = str(loss.get("_component_", "")).rsplit(".", 1)[-1]
         r.set("loss", LOSSES.get(comp), "loss._component_")
     _sharded_layers(r, k.get("custom_sharded_layers"))
+    if as_bool(k.get("memory_efficient_fsdp_wrap"), "memory_efficient_fsdp_wrap", path):
+        # torchtune 0.2's FSDP1 recipe wrapped the embedding and output in their own units with it
+        # (torchtune/utils/_distributed.py @288ff443); no recipe reads it at @bd2a0fc7
+        r.note(
+            "memory_efficient_fsdp_wrap: read only by torchtune 0.2's FSDP1 recipe (embedding and output in "
+            "their own units); today's recipes ignore it (custom_sharded_layers does that): not applied"
+        )
     ds = k.sub("dataset")
     if ds is not None and as_bool(ds.get("packed"), "dataset.packed", path):
         r.note("dataset.packed: rows are filled to max_seq_len tokens, as the estimate already assumes")
     return r.result()
+
+
+#: The recipes that read ``ac_mode`` / ``ac_option`` (``cfg.get("ac_mode", None)``; pytorch/torchtune
+#: @bd2a0fc7).
+AC_RECIPES = ("full_finetune_distributed", "qat_distributed", "early_exit_finetune_distributed")
+
+
+def _selective_ac(r: Reading, k: Keys, recipe: str | None) -> None:
+    """``ac_mode`` / ``ac_option``: recipes/full_finetune_distributed.py @bd2a0fc7 calls
+    ``apply_selective_activation_checkpointing`` when ``ac_mode`` is set and
+    ``enable_activation_checkpointing`` is not, and the full-layer wrapping only when ``ac_mode`` is unset:
+    with both set, no layer is checkpointed. torchtune/training/activations.py ``checkpoint_wrapper``:
+    ``full`` wraps every layer; ``selective`` wraps every ``ac_option``-th (0 or 1: every layer); any
+    other mode wraps none."""
+    mode = k.get("ac_mode")
+    option = k.get("ac_option")
+    k.touch("ac_mode", "ac_option")
+    if mode is None:
+        return
+    name = (recipe or "").removesuffix(".py")
+    if recipe is not None and name not in AC_RECIPES:
+        r.note(f"ac_mode {_short(mode)}: recipe {recipe} does not read it (only {', '.join(AC_RECIPES)} do)")
+        return
+    if r.values.get("grad_ckpt"):
+        r.set("grad_ckpt", False, "ac_mode")
+        r.note(
+            f"ac_mode {_short(mode)} with enable_activation_checkpointing True: the recipe applies neither "
+            "(selective AC only without the flag, full AC only without ac_mode): no layer is checkpointed"
+        )
+        return
+    every = option if isinstance(option, int) and not isinstance(option, bool) else None
+    if mode == "full" or (mode == "selective" and every in (0, 1)):
+        r.set("grad_ckpt", True, "ac_mode")
+    elif mode == "selective" and every is not None and every > 1:
+        r.set("grad_ckpt", False, "ac_mode")
+        r.note(
+            f"ac_mode selective, ac_option {every}: one layer in {every} is checkpointed; sized with no "
+            "layer checkpointed (an upper bound on activations; --grad-ckpt gives the lower bound)"
+        )
+    elif mode == "selective":
+        r.note(f"ac_mode selective with ac_option {_short(option)}: not a layer count; not modelled")
+    else:
+        r.set("grad_ckpt", False, "ac_mode")
 
 
 #: Keys only the FSDP recipes read (recipes/full_finetune_distributed.py, lora_finetune_distributed.py
@@ -298,7 +349,13 @@ def _optimizer(r: Reading, k: Keys) -> None:
             # torch.optim.AdamW(fused=...): unset, torch picks foreach on CUDA (optim/adamw.py)
             fused = as_bool(opt.get("fused"), "optimizer.fused", r.path)
             r.set("optimizer_impl", "fused" if fused else "foreach", "optimizer.fused")
-        opt.touch("fused", "lr", "weight_decay", "betas", "eps")
+            if not fused and as_bool(opt.get("foreach"), "optimizer.foreach", r.path) is False:
+                # foreach=False: torch's single-tensor loop, one parameter's temporaries at a time
+                r.note(
+                    "optimizer.foreach False: torch's single-tensor AdamW step; sized with the foreach "
+                    "step's temporaries (an upper bound; fitcheck has no single-tensor step)"
+                )
+        opt.touch("fused", "foreach", "lr", "weight_decay", "betas", "eps")
     if as_bool(k.get("optimizer_in_bwd"), "optimizer_in_bwd", r.path):
         # read by the full fine-tuning recipes only (full_finetune_*, ppo, qat @30b8519e and later)
         if r.values.get("method") == "full":

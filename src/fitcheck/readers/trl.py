@@ -11,10 +11,13 @@ trl/trainer/sft_config.py, trl 1.16.0 (tests/data/trainer_keys/trl_*.txt).
 
 from __future__ import annotations
 
+from fitcheck.errors import InputError
 from fitcheck.readers import names
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
+from fitcheck.readers.accelerate import plugin_defaults
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
 from fitcheck.readers.hfargs import training_args
 from fitcheck.readers.unposed import refuse
+from fitcheck.terminal import clipped
 
 FORMAT = "trl"
 TRAINER = "hf"
@@ -42,6 +45,7 @@ def read(data: Doc, path: str) -> ReadResult:
     if as_bool(k.get("activation_offloading"), "activation_offloading", path):
         r.set("offload_activations", True, "activation_offloading")
     _device_map(r, k)
+    _launch(r, k)
     for key in ("packing", "padding_free"):
         if as_bool(k.get(key), key, path):
             r.note(f"{key}: rows are filled to the sequence length, as the estimate already assumes")
@@ -129,3 +133,57 @@ def _device_map(r: Reading, k: Keys) -> None:
             f"model_init_kwargs.device_map {dm!r}: one process splits the layers over every GPU it sees; "
             "on several GPUs give --gpus N --strategy device-map (the file does not say how many)"
         )
+
+
+#: The accelerate configs TRL ships, by the name ``accelerate_config`` takes (trl/accelerate_configs/*.yaml
+#: @f2cd5771, resolved by trl/cli/accelerate_config.py): strategy and FSDP version; none offloads, all
+#: launch 8 processes. ``single_gpu`` is ``distributed_type: "NO"``: one process.
+TRL_LAUNCH: dict[str, tuple[str | None, int | None]] = {
+    "single_gpu": (None, None),
+    "multi_gpu": ("ddp", None),
+    "zero1": ("zero1", None),
+    "zero2": ("zero2", None),
+    "zero3": ("zero3", None),
+    "fsdp1": ("fsdp", 1),
+    "fsdp2": ("fsdp", 2),
+}
+
+
+def _launch(r: Reading, k: Keys) -> None:
+    """``num_processes`` and ``accelerate_config``: ``trl <command> --config`` hands the keys its parser does
+    not know to ``accelerate launch`` (trl/cli/commands/training.py @f2cd5771, the CLI docs'
+    ``num_processes: 4`` and ``accelerate_config: zero2``). With no config file, ``accelerate launch``
+    turns on multi-GPU (DDP) for more than one process on a machine with several GPUs (commands/launch.py
+    ``_validate_launch_command``)."""
+    p = r.path
+    procs = as_int(k.get("num_processes"), "num_processes", p)
+    if procs is not None and procs < 1:
+        raise InputError(f"{p}: num_processes must be 1 or more (got {procs})")
+    name = k.get("accelerate_config")
+    if isinstance(name, str) and name in TRL_LAUNCH:
+        strategy, version = TRL_LAUNCH[name]
+        r.set("strategy", strategy, "accelerate_config")
+        r.set("fsdp_version", version, "accelerate_config")
+        stage = {"zero1": 1, "zero2": 2, "zero3": 3}.get(name)
+        if stage is not None:
+            plugin_defaults(r, stage)
+        if name == "single_gpu":
+            r.set("gpus", 1, "accelerate_config")
+            r.note("accelerate_config single_gpu: distributed_type NO, one process")
+            return
+        r.note(f"accelerate_config {name}: TRL's trl/accelerate_configs/{name}.yaml (no offload)")
+    elif isinstance(name, str) and name:
+        shown = clipped(name, 80)
+        r.note(
+            f"accelerate_config {shown} is an accelerate config file: read its strategy with --from {shown}"
+        )
+    elif name is not None:
+        r.note(f"accelerate_config {_short(name)} is neither a TRL config name nor a path")
+    if procs is not None:
+        r.set("gpus", procs, "num_processes")
+        if procs > 1 and name is None:
+            r.set("strategy", "ddp", "num_processes")
+            r.note(
+                f"num_processes {procs}: accelerate launch starts {procs} processes, DDP over the GPUs "
+                "(with no accelerate config on the machine)"
+            )

@@ -182,6 +182,14 @@ TABLE: dict[str, tuple[Unposed, ...]] = {
             f"{_LF} src/llamafactory/model/model_utils/visual.py get_forbidden_modules, patch_target_modules",
         ),
         Unposed(
+            "freeze_language_model",
+            _on,
+            "a frozen language model (only the vision tower or projector trains, or with LoRA no adapter in "
+            "the language model)",
+            f"{_LF} src/llamafactory/hparams/finetuning_args.py (default False), model/model_utils/visual.py "
+            "get_forbidden_modules / patch_target_modules",
+        ),
+        Unposed(
             "export_dir",
             _on,
             "an export (merge) config, not a training run",
@@ -276,6 +284,12 @@ TABLE: dict[str, tuple[Unposed, ...]] = {
         ),
         Unposed("max_prompt_length", _on, f"a preference config: {_RL}", f"{_TRL} trl/trainer/dpo_config.py"),
         Unposed("num_generations", _on, f"a GRPO/RLOO config: {_RL}", f"{_TRL} trl/trainer/grpo_config.py"),
+        Unposed(
+            "reward_funcs",
+            _on,
+            f"a GRPO/RLOO config (its reward functions): {_RL}",
+            f"{_TRL} trl/scripts/grpo.py, rloo.py GRPOScriptArguments / RLOOScriptArguments",
+        ),
         Unposed("desirable_weight", _on, f"a KTO config: {_RL}", f"{_TRL} trl/trainer/kto_config.py"),
         Unposed(
             "center_rewards_coefficient",
