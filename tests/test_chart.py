@@ -217,7 +217,7 @@ def test_plan_chart_chosen_against_runners_up(tmp_path: Path) -> None:
     nothing = plan_chart(plan_for("llama-3.1-70b", "rtx-4090", method="full"))
     assert not nothing.rows or not any(r.chosen for r in nothing.rows)
     assert "nothing fits" in nothing.title
-    tight = plan_chart(plan_for("qwen2.5-7b", "rtx-4090", method="lora"))  # docs/planner.md#tight
+    tight = plan_chart(plan_for("qwen2.5-7b", "22GB", method="lora"))  # docs/planner.md#tight
     assert tight.title.endswith("plan (tight)") and tight.rows[0].chosen and tight.rows[0].verdict == "tight"
 
 
