@@ -178,7 +178,7 @@ def test_a_suggestion_is_judged_by_the_verdicts_one_rule(
     for sug in target["suggestions"]:
         assert sug["verdict_after"] == judge_bytes(sug["device_bytes_after"], sug["high_bytes_after"], budget)
         assert sug["fits"] == (sug["verdict_after"] == "fits")
-    # the estimate of the golden set on a 22 GB card (21 GiB budget): --grad-ckpt leaves 19.93 GiB, likely more
+    # the golden estimate on a 22 GB card (21 GiB budget): --grad-ckpt leaves 19.93 GiB, likely more
     monkeypatch.setitem(CASES, "e22", ([*CASES["estimate"][0][:-1], "22GB"], "h100_idle", 0))
     text = render(monkeypatch, capsys, "e22", 200)
     tight = [line for line in text.splitlines() if "try --grad-ckpt:" in line]
