@@ -32,9 +32,9 @@ def test_fits_exit_0_with_one_json_document(capsys: pytest.CaptureFixture[str]) 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown"])
 def test_only_tight_plans_the_tight_configuration(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """A 7B LoRA on a 24 GB card: no configuration's band fits, the fastest whose central estimate fits is
+    """A 7B LoRA on a 22 GB card: no configuration's band fits, the fastest whose central estimate fits is
     chosen (verdict tight, as `check` judges it), exit 0 with check's warning; 1 with --strict."""
-    args = ["qwen2.5-7b", "--on", "rtx-4090", "--method", "lora", "--format"]
+    args = ["qwen2.5-7b", "--on", "22GB", "--method", "lora", "--format"]
     rc, out, err = run([*args, fmt], capsys)
     doc_rc, doc_out, _ = run([*args, "json"], capsys)
     doc = json.loads(doc_out)
