@@ -34,7 +34,9 @@ Fields = dict[str, Any]
 
 #: Architecture field -> the config keys that hold it, in the order tried (aliases across families).
 KEYS: dict[str, tuple[str, ...]] = {
-    "hidden_size": ("hidden_size", "n_embd", "d_model"),
+    # "n_embed": BLOOM's published configs (bigscience/bloom*, bloomz*) state the width only under this
+    # key; BloomConfig.__init__ reads it into hidden_size (transformers models/bloom/configuration_bloom.py)
+    "hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model"),
     "num_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
     "num_heads": ("num_attention_heads", "n_head", "num_heads", "n_heads"),
     "num_kv_heads": ("num_key_value_heads", "multi_query_group_num", "num_kv_heads"),
@@ -776,6 +778,13 @@ FAMILIES: dict[str, Family] = {
         },
         features=(_t5,),
     ),
+    # mT5 (google/mt5-*): T5 v1.1's layers and module names (transformers models/mt5/modeling_mt5.py),
+    # its own class defaults (gated-gelu, vocabulary 250,112); MT5Config forces tie_word_embeddings=True
+    # in transformers 5 as T5Config does (configuration_mt5.py)
+    "mt5": Family(
+        fixed={"structure": "encoder_decoder", "norm": "rms", "norms_per_layer": 3, "tie_embeddings": True},
+        features=(_t5,),
+    ),
 }
 
 #: Multimodal families: the language tower's config sits under ``text_config`` (or at the top level, as in
@@ -899,16 +908,27 @@ SIZE_BOUNDS: dict[str, int] = {
 }
 
 
+#: Size keys a published config may give per layer, as a list: Gemma 3n's MatFormer MLP widths
+#: (google/gemma-3n-E4B's text_config.intermediate_size, one per layer; transformers
+#: models/gemma3n/configuration_gemma3n.py accepts an int or a list of num_hidden_layers ints).
+PER_LAYER_KEYS = frozenset(KEYS["intermediate_size"])
+
+
+def _whole_in(value: Any, bound: int) -> bool:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= bound
+
+
 def check_sizes(cfg: Config, where: str = "config.json") -> None:
-    """Every size field present is a whole number from 1 to its bound, named with its own key."""
+    """Every size field present is a whole number from 1 to its bound (or, for `PER_LAYER_KEYS`, a
+    non-empty list of them), named with its own key."""
     for key, bound in SIZE_BOUNDS.items():
         value = cfg.get(key)
         if value is None:
             continue
-        whole = isinstance(value, int) and not isinstance(value, bool)
-        if isinstance(value, float) and value.is_integer():
-            whole, value = True, int(value)
-        if not whole or not 1 <= value <= bound:
+        per_layer = key in PER_LAYER_KEYS and isinstance(value, list) and bool(value)
+        if not (all(_whole_in(v, bound) for v in value) if per_layer else _whole_in(value, bound)):
             shown = clipped(repr(value))
             raise ModelSourceError(f"{where}: {key} must be a whole number from 1 to {bound:,} (got {shown})")
 

@@ -16,7 +16,7 @@ from typing import Any
 from fitcheck.engine.params import count_params
 from fitcheck.errors import ModelSourceError
 from fitcheck.models import DecoderArch
-from fitcheck.sources.hf_config import FAMILIES, UnsupportedTypeError, _fields
+from fitcheck.sources.hf_config import FAMILIES, KEYS, UnsupportedTypeError, _fields
 
 
 def meta_parameter_count(cfg: Mapping[str, Any]) -> int:
@@ -37,9 +37,39 @@ def meta_parameter_count(cfg: Mapping[str, Any]) -> int:
                 break
             except (ValueError, KeyError):
                 continue
+            except ImportError as exc:  # a tower needing a package transformers lacks here (Gemma 3n: timm)
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0]
+                raise ModelSourceError(
+                    f"transformers cannot build model_type '{model_type}' here to count it: {first}"
+                ) from None
         else:
             raise ModelSourceError(f"transformers has no model class for model_type '{model_type}'")
     return sum(p.numel() for p in model.parameters())
+
+
+#: Where a multimodal or encoder-decoder wrapper keeps its language model's keys (transformers
+#: ``text_config`` for GLM-4.1V / 4.5V, SmolVLM, Idefics3, Gemma 3n; ``llm_config`` / ``language_config``
+#: in InternVL-style remote configs; ``decoder`` for T5Gemma).
+_NESTED_TEXT = ("text_config", "llm_config", "language_config", "decoder")
+
+
+def _flat_width(value: Any) -> Any:
+    """A per-layer list of MLP widths (Gemma 3n) as its widest layer: the activation rule takes one width,
+    and the widest layer bounds what any layer saves."""
+    return max(value) if isinstance(value, list) and value else value
+
+
+def shape_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys the generic decoder shape reads: the top level, or, when the top level names no width, the
+    language model's nested config (a wrapper's own keys stay out)."""
+    top = dict(cfg)
+    if not any(top.get(k) is not None for k in KEYS["hidden_size"]):
+        for sub in _NESTED_TEXT:
+            inner = cfg.get(sub)
+            if isinstance(inner, Mapping) and any(inner.get(k) is not None for k in KEYS["hidden_size"]):
+                top = {**inner, "model_type": cfg.get("model_type")}
+                break
+    return {k: _flat_width(v) if k in KEYS["intermediate_size"] else v for k, v in top.items()}
 
 
 def _closest(base: DecoderArch, exact: int) -> DecoderArch:
@@ -76,7 +106,7 @@ def arch_from_meta(cfg: Mapping[str, Any], why: UnsupportedTypeError) -> tuple[D
         raise why
     exact = meta_parameter_count(cfg)
     try:
-        fields = _fields(cfg, FAMILIES["llama"], model_type)
+        fields = _fields(shape_config(cfg), FAMILIES["llama"], model_type)
         arch = DecoderArch(**fields)
     except (ModelSourceError, ValueError, TypeError) as exc:
         raise ModelSourceError(
