@@ -988,11 +988,19 @@ def arch_from_hf_config(cfg: Config) -> DecoderArch:
 class UnsupportedTypeError(ModelSourceError):
     """A ``model_type`` without a table row (the meta-device fallback may still size it)."""
 
-    def __init__(self, model_type: str) -> None:
+    def __init__(self, model_type: str, transformers_version: str | None = None) -> None:
         self.model_type = model_type
         shown = clipped(model_type, 60)
+        if transformers_version is None:
+            tail = (
+                "Install the torch extra to size it from transformers (pip install torch==2.13.0, then "
+                "pip install -e '.[torch]' from a checkout or pip install 'fitcheck-train[torch]')"
+            )
+        else:  # the extra is installed and transformers does not know the type either (remote code)
+            tail = (
+                f"transformers {transformers_version} (installed) has no class for it either: it needs the "
+                "repository's own modeling code (trust_remote_code), which fitcheck never runs"
+            )
         super().__init__(
-            f"model_type '{shown}' is not read natively; supported: {', '.join(supported_types())}. "
-            "Install the torch extra to size it from transformers (pip install torch==2.13.0, then "
-            "pip install -e '.[torch]' from a checkout or pip install 'fitcheck-train[torch]')"
+            f"model_type '{shown}' is not read natively; supported: {', '.join(supported_types())}. {tail}"
         )

@@ -103,7 +103,7 @@ def arch_from_meta(cfg: Mapping[str, Any], why: UnsupportedTypeError) -> tuple[D
 
     model_type = str(cfg.get("model_type"))
     if model_type not in CONFIG_MAPPING_NAMES:
-        raise why
+        raise UnsupportedTypeError(why.model_type, transformers.__version__) from None
     exact = meta_parameter_count(cfg)
     try:
         fields = _fields(shape_config(cfg), FAMILIES["llama"], model_type)

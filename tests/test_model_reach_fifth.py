@@ -1,0 +1,183 @@
+"""Model reach, fifth pass: published Hub configs fitcheck had not been checked on, resolved offline from
+their folders and held against a primary-source parameter count; each estimated end to end (LoRA, and full
+fine-tuning as JSON whose components add up); the out-of-scope ones refused in one line naming the type.
+
+The configs are stored byte for byte under tests/data/arch/<org>/<name>/config.json; tests/data/arch/README.md
+("Fifth pass") gives where each was read, the Hub revision and where its count comes from.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fitcheck.engine.params import count_params
+from fitcheck.sources.resolve import spec_from_path
+from test_hub import SRC
+
+ARCH_DATA = Path(__file__).parent / "data" / "arch"
+
+#: Exact counts: the Hub API's ``safetensors.total`` for the revision the config was read at (the
+#: ``model.json`` beside each config in github.com/daniel-p-green/alain-ai-learning-platform @ 1b337752,
+#: ``out/research-<model>/sources/huggingface/``; one dtype each, so the total is the parameter count).
+HUB_TOTALS: dict[str, int] = {
+    "Alibaba-NLP/Tongyi-DeepResearch-30B-A3B": 30_532_122_624,  # qwen3_moe, BF16
+    "dphn/dolphin-2.9.1-yi-1.5-34b": 34_388_917_248,  # llama (Yi-1.5), BF16
+    "deepseek-ai/DeepSeek-R1-Distill-Llama-8B": 8_030_261_248,  # llama, BF16
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B": 32_763_876_352,  # qwen2, BF16
+    "bigscience/bloomz-560m": 559_214_592,  # bloom (width under "n_embed"), F16
+}
+
+#: Rounded counts as published, with the tolerance the rounding allows (half a unit of the last stated
+#: digit; a size in a model's name, one unit, since names truncate as often as they round).
+#: - Llama 4 Scout: "17B (Activated) 109B (Total)", meta-llama/Llama-4-Scout-17B-16E-Instruct model card
+#:   (table mirrored at https://www.fitmyllm.com/model/llama-4-scout-109b, read 2026-12-02); the FP8 copy
+#:   quantizes the same tensors (compressed-tensors, weights stay parameters). Vision tower included.
+#: - DeepSeek-V2-Lite: "15.7B" total, its model card (as quoted at https://drose.io/aitools/tools/deepseek-v2-lite,
+#:   "15.7B reported in the model card", read 2026-12-02).
+#: - OLMoE-1B-7B: "6.9B total / 1.3B active", arXiv 2409.02060 (as summarised at
+#:   https://labindex.ai/outputs/ai2/olmoe, read 2026-12-02); the 0125 Instruct model keeps the shape.
+#: - CodeLlama-34b, codet5p-220m: the size in the model's name.
+FIGURES: dict[str, tuple[float, float]] = {
+    "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic": (109e9, 0.5e9),
+    "deepseek-ai/DeepSeek-V2-Lite": (15.7e9, 0.05e9),
+    "allenai/OLMoE-1B-7B-0125-Instruct": (6.9e9, 0.05e9),
+    "codellama/CodeLlama-34b-Instruct-hf": (34e9, 1e9),
+    "Salesforce/codet5p-220m": (220e6, 10e6),
+}
+
+#: Counted against transformers itself only: google/mt5-small's checkpoint stores an untied lm_head (300M
+#: in the mT5 paper, arXiv 2010.11934), but transformers 5 ties it to the shared embedding whatever the
+#: config says (configuration_mt5.py forces tie_word_embeddings=True), so the model a run trains has
+#: transformers' count; fitcheck follows the library that builds the model, as for T5.
+TRANSFORMERS_ONLY = ("google/mt5-small",)
+
+#: Out of scope, with the words the one-line refusal must carry besides the model_type.
+REFUSED: dict[str, tuple[str, str]] = {
+    # inclusionAI/Ling-flash-2.0: remote code only (transformers has no bailing_moe class); Hub API total
+    # 102,889,705,216 (BF16 102,889,697,280 + F32 7,936), recorded for when it is modelled
+    "inclusionAI/Ling-flash-2.0": ("bailing_moe", "trust_remote_code"),
+    # Helsinki-NLP/opus-mt-en-fr: a Marian translation encoder-decoder, keys fitcheck's shape does not read
+    "Helsinki-NLP/opus-mt-en-fr": ("marian", "num_attention_heads"),
+}
+
+COUNTED = sorted({*HUB_TOTALS, *FIGURES, *TRANSFORMERS_ONLY})
+
+
+def _folder(repo: str) -> Path:
+    return ARCH_DATA / repo
+
+
+def _config(repo: str) -> dict[str, Any]:
+    return dict(json.loads((_folder(repo) / "config.json").read_text()))
+
+
+def _ours(repo: str) -> int:
+    return count_params(spec_from_path(_folder(repo)).arch)
+
+
+@pytest.mark.parametrize("repo", sorted(HUB_TOTALS))
+def test_count_equals_the_hub_safetensors_total(repo: str) -> None:
+    assert _ours(repo) == HUB_TOTALS[repo]
+
+
+@pytest.mark.parametrize("repo", sorted(FIGURES))
+def test_count_within_the_published_figure(repo: str) -> None:
+    figure, tolerance = FIGURES[repo]
+    assert abs(_ours(repo) - figure) <= tolerance
+
+
+def _transformers_count(cfg: dict[str, Any]) -> int:
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    config = tf.AutoConfig.for_model(cfg["model_type"], **{k: v for k, v in cfg.items() if k != "model_type"})
+    kind = {"t5": "seq2seq", "mt5": "seq2seq", "llama4": "vision"}.get(cfg["model_type"], "causal")
+    auto = {
+        "causal": tf.AutoModelForCausalLM,
+        "seq2seq": tf.AutoModelForSeq2SeqLM,
+        "vision": tf.AutoModelForImageTextToText,
+    }[kind]
+    with torch.device("meta"):
+        model = auto.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("repo", COUNTED)
+def test_count_equals_transformers_on_the_published_config(repo: str) -> None:
+    """The exact check behind the rounded figures: the model transformers builds from the same file."""
+    assert _ours(repo) == _transformers_count(_config(repo))
+
+
+def test_bloom_width_read_from_n_embed() -> None:
+    a = spec_from_path(_folder("bigscience/bloomz-560m")).arch
+    assert (a.hidden_size, a.num_layers, a.num_heads) == (1024, 24, 16)
+
+
+def test_mt5_read_natively() -> None:
+    spec = spec_from_path(_folder("google/mt5-small"))
+    assert spec.arch.model_type == "mt5" and spec.notes == ()
+    assert (spec.arch.encoder_layers, spec.arch.num_layers, spec.arch.mlp) == (8, 8, "gated")
+
+
+def _cli_runs(argvs: list[list[str]]) -> dict[str, Any]:
+    """Each argv through the CLI's main() in one process: exit code, stdout, stderr."""
+    code = (
+        "import io, json, sys, contextlib\nfrom fitcheck.cli import main\nout = []\n"
+        f"for argv in {argvs!r}:\n"
+        "    o, e = io.StringIO(), io.StringIO()\n"
+        "    with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):\n"
+        "        try:\n            rc = main(argv)\n"
+        "        except SystemExit as exc:\n            rc = exc.code\n"
+        "    out.append([rc, o.getvalue(), e.getvalue()])\n"
+        "print(json.dumps(out))\n"
+    )
+    env = {"PYTHONPATH": str(SRC), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    return dict(zip([" ".join(a) for a in argvs], results, strict=True))
+
+
+def _check_json_adds_up(doc: dict[str, Any]) -> None:
+    for phase in doc["phases"]:
+        assert sum(c["bytes"] for c in phase["components"]) == phase["total_bytes"], phase["name"]
+    peak = next(p for p in doc["phases"] if p["name"] == doc["peak_phase"])
+    assert doc["peak_allocated_bytes"] == peak["total_bytes"] == max(p["total_bytes"] for p in doc["phases"])
+    assert doc["peak_reserved_bytes"] == doc["peak_allocated_bytes"] + doc["allocator_reserve_bytes"]
+    assert doc["device_bytes"] == doc["peak_reserved_bytes"] + doc["context_bytes"]
+
+
+def test_each_model_estimates_end_to_end() -> None:
+    """``estimate <folder> --method lora`` and ``--method full --format json`` on every counted model:
+    exit 0, the JSON's phases add up, and its parameter total is the count held above."""
+    argvs = []
+    for repo in COUNTED:
+        folder = str(_folder(repo))
+        argvs += [["estimate", folder, "--method", "lora", "--on", "none"]]
+        argvs += [["estimate", folder, "--method", "full", "--format", "json", "--on", "none"]]
+    runs = _cli_runs(argvs)
+    for repo in COUNTED:
+        folder = str(_folder(repo))
+        rc, out, err = runs[f"estimate {folder} --method lora --on none"]
+        assert rc == 0 and "Traceback" not in err and out.strip(), (repo, err[-500:])
+        rc, out, err = runs[f"estimate {folder} --method full --format json --on none"]
+        assert rc == 0 and "Traceback" not in err, (repo, err[-500:])
+        doc = json.loads(out)
+        _check_json_adds_up(doc)
+        assert doc["params"]["total"] == doc["params"]["trainable"] == _ours(repo)
+
+
+def test_out_of_scope_models_refused_in_one_line() -> None:
+    argvs = [["estimate", str(_folder(repo)), "--on", "none"] for repo in sorted(REFUSED)]
+    runs = _cli_runs(argvs)
+    for argv in argvs:
+        rc, out, err = runs[" ".join(argv)]
+        model_type, word = REFUSED[argv[1].removeprefix(str(ARCH_DATA) + "/")]
+        lines = err.strip().splitlines()
+        assert rc == 2 and out == "" and len(lines) == 1, err[-500:]
+        assert lines[0].startswith("fitcheck: error:") and f"'{model_type}'" in lines[0] and word in lines[0]
