@@ -61,7 +61,7 @@ TRANSFORMERS_ONLY = ("google/mt5-small",)
 REFUSED: dict[str, tuple[str, str]] = {
     # inclusionAI/Ling-flash-2.0: remote code only (transformers has no bailing_moe class); Hub API total
     # 102,889,705,216 (BF16 102,889,697,280 + F32 7,936), recorded for when it is modelled
-    "inclusionAI/Ling-flash-2.0": ("bailing_moe", "trust_remote_code"),
+    "inclusionAI/Ling-flash-2.0": ("bailing_moe", "remote code"),
     # Helsinki-NLP/opus-mt-en-fr: a Marian translation encoder-decoder, keys fitcheck's shape does not read
     "Helsinki-NLP/opus-mt-en-fr": ("marian", "num_attention_heads"),
 }

@@ -997,10 +997,7 @@ class UnsupportedTypeError(ModelSourceError):
                 "pip install -e '.[torch]' from a checkout or pip install 'fitcheck-train[torch]')"
             )
         else:  # the extra is installed and transformers does not know the type either (remote code)
-            tail = (
-                f"transformers {transformers_version} (installed) has no class for it either: it needs the "
-                "repository's own modeling code (trust_remote_code), which fitcheck never runs"
-            )
+            tail = f"transformers {transformers_version} has no class for it either (remote code, never run)"
         super().__init__(
             f"model_type '{shown}' is not read natively; supported: {', '.join(supported_types())}. {tail}"
         )
