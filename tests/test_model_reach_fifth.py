@@ -181,3 +181,63 @@ def test_out_of_scope_models_refused_in_one_line() -> None:
         lines = err.strip().splitlines()
         assert rc == 2 and out == "" and len(lines) == 1, err[-500:]
         assert lines[0].startswith("fitcheck: error:") and f"'{model_type}'" in lines[0] and word in lines[0]
+
+
+#: Kimi K2 (moonshotai/Kimi-K2-Instruct) as its "Model Summary" states it (github.com/MoonshotAI/Kimi-K2
+#: README @ 11062d11: 61 layers, 1 dense; hidden 7168; expert width 2048; 64 heads; 384 experts, 8 selected,
+#: 1 shared; vocabulary "160K"; MLA), with the keys the summary leaves to DeepSeek-V3's architecture, which
+#: Kimi K2 reuses under model_type kimi_k2 (the repository's docs/deploy_guidance.md): dense FFN 18,432
+#: (DeepSeek-V3's), query rank 1,536, latent 512, rope/nope/value head widths 64/128/128, vocabulary
+#: 163,840 (as a public Kimi-K2 text config lists them). Not a verbatim Hub file: no copy was found here.
+KIMI_K2: dict[str, Any] = {
+    "model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168,
+    "intermediate_size": 18432, "num_hidden_layers": 61, "first_k_dense_replace": 1,
+    "num_attention_heads": 64, "num_key_value_heads": 64, "n_routed_experts": 384, "num_experts_per_tok": 8,
+    "n_shared_experts": 1,
+    "moe_intermediate_size": 2048, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 163840, "tie_word_embeddings": False,
+}  # fmt: skip
+
+
+def test_kimi_k2_read_as_deepseek_v3() -> None:
+    from fitcheck.sources.hf_config import arch_from_hf_config
+
+    a = arch_from_hf_config(KIMI_K2)
+    assert a.model_type == "deepseek_v3" and a.num_experts == 384 and a.kv_lora_rank == 512
+    n = count_params(a)
+    assert n == _transformers_count({**KIMI_K2, "model_type": "deepseek_v3"})
+    assert abs(n - 1e12) <= 0.05e12  # "1T" total (README), a figure stated to one digit: 1.026T
+
+
+def test_meta_fallback_reads_a_wrappers_text_config() -> None:
+    """A type sized by transformers on the meta device whose width sits under text_config (Gemma 3n's
+    layout: a per-layer list of MLP widths) takes its shape from there, the list at its widest layer."""
+    from fitcheck.sources.meta_fallback import shape_config
+
+    cfg = {
+        "model_type": "wrapper",
+        "vision_config": {"hidden_size": 1152},
+        "text_config": {
+            "hidden_size": 2048,
+            "num_hidden_layers": 3,
+            "intermediate_size": [8192, 16384, 8192],
+        },
+    }
+    shape = shape_config(cfg)
+    assert (shape["hidden_size"], shape["intermediate_size"], shape["model_type"]) == (2048, 16384, "wrapper")
+    assert (
+        shape_config({"model_type": "x", "hidden_size": 64, "intermediate_size": 96})["intermediate_size"]
+        == 96
+    )
+
+
+def test_per_layer_mlp_widths_pass_the_size_check_and_bad_ones_do_not() -> None:
+    from fitcheck.errors import ModelSourceError
+    from fitcheck.sources.hf_config import check_sizes
+
+    check_sizes({"intermediate_size": [8192, 16384]})
+    for bad in ([], [8192, 0], [8192, "x"], [True]):
+        with pytest.raises(ModelSourceError, match="intermediate_size must be a whole number"):
+            check_sizes({"intermediate_size": bad})
+    with pytest.raises(ModelSourceError, match="hidden_size must be a whole number"):
+        check_sizes({"hidden_size": [2048]})  # only MLP widths may be given per layer

@@ -824,9 +824,17 @@ def _wrapper_tie(cfg: Config, text_cfg: Config, model_type: str, text_type: str)
     return default
 
 
+#: Types whose publishers label a transformers architecture under their own name, read as that one.
+#: kimi_k2 (moonshotai/Kimi-K2-*): "Kimi-K2 reuses the DeepSeekV3CausalLM architecture ... we set
+#: model_type kimi_k2 in config.json" so engines can tell it apart, and changing it to deepseek_v3 runs
+#: the model (the deploy guidance of github.com/MoonshotAI/Kimi-K2, docs/deploy_guidance.md); its
+#: architectures entry is DeepseekV3ForCausalLM and its remote configuration_deepseek.py DeepseekV3Config.
+TYPE_ALIASES: dict[str, str] = {"kimi_k2": "deepseek_v3"}
+
+
 def supported_types() -> list[str]:
     """Every ``model_type`` fitcheck reads natively."""
-    return sorted({*FAMILIES, *MULTIMODAL})
+    return sorted({*FAMILIES, *MULTIMODAL, *TYPE_ALIASES})
 
 
 def _fields(cfg: Config, fam: Family, model_type: str) -> Fields:
@@ -966,6 +974,7 @@ def arch_from_hf_config(cfg: Config) -> DecoderArch:
         )
     if model_type == "gemma3" and not isinstance(cfg.get("text_config"), Mapping):
         model_type = "gemma3_text"  # a text-only Gemma 3 config under the multimodal type
+    model_type = TYPE_ALIASES.get(model_type, model_type)
     if model_type not in FAMILIES and model_type not in MULTIMODAL:
         raise UnsupportedTypeError(model_type)
     try:
