@@ -92,11 +92,11 @@ def test_count_within_the_published_figure(repo: str) -> None:
     assert abs(_ours(repo) - figure) <= tolerance
 
 
-def _transformers_count(cfg: dict[str, Any]) -> int:
+def _transformers_count(cfg: dict[str, Any], kind: str | None = None) -> int:
     torch = pytest.importorskip("torch")
     tf = pytest.importorskip("transformers")
     config = tf.AutoConfig.for_model(cfg["model_type"], **{k: v for k, v in cfg.items() if k != "model_type"})
-    kind = {"t5": "seq2seq", "mt5": "seq2seq", "llama4": "vision"}.get(cfg["model_type"], "causal")
+    kind = kind or {"t5": "seq2seq", "mt5": "seq2seq", "llama4": "vision"}.get(cfg["model_type"], "causal")
     auto = {
         "causal": tf.AutoModelForCausalLM,
         "seq2seq": tf.AutoModelForSeq2SeqLM,
@@ -220,6 +220,7 @@ def test_meta_fallback_reads_a_wrappers_text_config() -> None:
         "text_config": {
             "hidden_size": 2048,
             "num_hidden_layers": 3,
+            "num_attention_heads": 8,
             "intermediate_size": [8192, 16384, 8192],
         },
     }
@@ -241,3 +242,50 @@ def test_per_layer_mlp_widths_pass_the_size_check_and_bad_ones_do_not() -> None:
             check_sizes({"intermediate_size": bad})
     with pytest.raises(ModelSourceError, match="hidden_size must be a whole number"):
         check_sizes({"hidden_size": [2048]})  # only MLP widths may be given per layer
+
+
+def _meta_spec(cfg: dict[str, Any]) -> Any:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from fitcheck.sources.resolve import spec_from_config
+
+    return spec_from_config(cfg, id="x", name="x", source="test")
+
+
+def test_meta_fallback_counts_a_multimodal_models_lm_head() -> None:
+    """LLaVA-NeXT is not a causal-LM type: its bare AutoModel leaves the lm_head out (7,062,906,880 with it,
+    6,931,834,880 without, transformers 5.24's defaults); the fallback builds the image-text-to-text class."""
+    tf = pytest.importorskip("transformers")
+    cfg = {**tf.AutoConfig.for_model("llava_next").to_dict(), "model_type": "llava_next"}
+    spec = _meta_spec(cfg)
+    assert count_params(spec.arch) == _transformers_count(cfg | {"model_type": "llava_next"}, "vision")
+
+
+def test_meta_fallback_refuses_a_hybrid_it_finds_in_the_built_model() -> None:
+    """A type outside `HYBRID_TYPES` whose built model holds a mixer that is not attention (LFM3's short
+    convolutions) is refused by name, not sized as attention."""
+    from fitcheck.errors import ModelSourceError
+
+    tf = pytest.importorskip("transformers")
+    cfg = {**tf.AutoConfig.for_model("lfm3").to_dict(), "model_type": "lfm3"}
+    with pytest.raises(ModelSourceError, match=r"'lfm3' interleaves attention with .*Lfm3ShortConv"):
+        _meta_spec(cfg)
+
+
+def test_meta_fallback_mlp_width_when_the_config_states_none() -> None:
+    from fitcheck.sources.meta_fallback import shape_config
+
+    gpt = {
+        "model_type": "gpt_bigcode",
+        "n_embd": 64,
+        "n_layer": 2,
+        "n_head": 4,
+        "n_inner": None,
+        "vocab_size": 256,
+    }
+    spec = _meta_spec(gpt)
+    assert spec.arch.intermediate_size == 256 and "4 x hidden" in spec.notes[0]
+    assert count_params(spec.arch) == _transformers_count(gpt)
+    moe = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "moe_intermediate_size": 32}
+    assert shape_config({**moe, "num_experts_per_tok": 2, "n_shared_experts": 1})["intermediate_size"] == 96
+    assert shape_config({**moe, "attention_heads": 4, "ffn_dim": 80})["intermediate_size"] == 80

@@ -98,8 +98,10 @@ SSM_TYPES = frozenset(
 )
 
 #: Hybrids: attention layers interleaved with layers that are not attention, named from transformers 5.24's
-#: modeling files. Refused like the state-space types: the engine's layer rule (what attention and an MLP
-#: save) does not hold for those layers, and the meta-device fallback would size them as attention.
+#: modeling files (the meta-device fallback also refuses any other type whose built model holds such a
+#: layer: `fitcheck.sources.meta_fallback.non_attention_mixers`). Refused like the state-space types: the
+#: engine's layer rule (what attention and an MLP save) does not hold for those layers, and the meta-device
+#: fallback would size them as attention.
 HYBRID_TYPES: dict[str, str] = {
     "lfm2": "gated short-convolution layers (Lfm2ShortConv)",
     "lfm2_moe": "gated short-convolution layers (Lfm2MoeShortConv)",
@@ -107,6 +109,13 @@ HYBRID_TYPES: dict[str, str] = {
     "qwen3_next": "Gated DeltaNet linear-attention layers (Qwen3NextGatedDeltaNet)",
     "qwen3_5": "Gated DeltaNet linear-attention layers (Qwen3_5GatedDeltaNet)",
     "qwen3_5_moe": "Gated DeltaNet linear-attention layers (Qwen3_5MoeGatedDeltaNet)",
+    "qwen3_5_text": "Gated DeltaNet linear-attention layers (Qwen3_5GatedDeltaNet)",
+    "qwen3_5_moe_text": "Gated DeltaNet linear-attention layers (Qwen3_5MoeGatedDeltaNet)",
+    "bailing_hybrid": "delta-rule linear-attention layers (BailingHybridDeltaAttention)",
+    "lfm3": "gated short-convolution layers (Lfm3ShortConv)",
+    "lfm3_vl": "gated short-convolution layers (its LFM3 language model's Lfm3ShortConv)",
+    "inkling_text": "short-convolution layers (InklingShortConvolution)",
+    "inkling_mm_model": "short-convolution layers (its language model's InklingShortConvolution)",
     "olmo_hybrid": "Gated DeltaNet linear-attention layers (OlmoHybridGatedDeltaNet)",
     "kimi_linear": "Kimi Delta Attention linear-attention layers (KimiLinearDeltaAttention)",
     "minimax": "lightning linear-attention layers (MiniMaxLightningAttention)",
