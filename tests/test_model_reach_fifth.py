@@ -289,3 +289,20 @@ def test_meta_fallback_mlp_width_when_the_config_states_none() -> None:
     moe = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "moe_intermediate_size": 32}
     assert shape_config({**moe, "num_experts_per_tok": 2, "n_shared_experts": 1})["intermediate_size"] == 96
     assert shape_config({**moe, "attention_heads": 4, "ffn_dim": 80})["intermediate_size"] == 80
+
+
+def test_a_config_transformers_cannot_build_is_one_error_line(tmp_path: Path) -> None:
+    """Chameleon's modeling code needs its vocabulary_map; a config leaving it null fails inside
+    transformers, which fitcheck reports in one line (exit 2), not as an internal error."""
+    pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    cfg = {
+        **tf.AutoConfig.for_model("chameleon").to_dict(),
+        "model_type": "chameleon",
+        "vocabulary_map": None,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    rc, out, err = _cli_runs([["estimate", str(tmp_path), "--on", "none"]])[f"estimate {tmp_path} --on none"]
+    lines = err.strip().splitlines()
+    assert rc == 2 and out == "" and len(lines) == 1 and "internal error" not in err
+    assert lines[0].startswith("fitcheck: error: transformers cannot build model_type 'chameleon'")

@@ -18,6 +18,7 @@ from fitcheck.engine.params import count_params
 from fitcheck.errors import ModelSourceError
 from fitcheck.models import DecoderArch
 from fitcheck.sources.hf_config import FAMILIES, KEYS, UnsupportedTypeError, _fields
+from fitcheck.terminal import clipped
 
 #: The head classes tried, in order: a causal LM, then a multimodal or encoder-decoder model with its
 #: lm_head (GLM-4.1V, SmolVLM, Idefics3, LLaVA-NeXT are not causal-LM types; their bare AutoModel leaves the
@@ -33,6 +34,11 @@ _NON_ATTENTION = re.compile(
 )
 
 
+def _first_line(exc: BaseException) -> str:
+    """The first sentence of an exception's message, clipped: one line a person reads."""
+    return clipped((str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0], 160)
+
+
 def _build_on_meta(cfg: Mapping[str, Any]) -> Any:
     """The model transformers builds from ``cfg`` on the meta device (no weights)."""
     import torch
@@ -42,8 +48,10 @@ def _build_on_meta(cfg: Mapping[str, Any]) -> Any:
     kw = {k: v for k, v in cfg.items() if k != "model_type"}
     try:
         config = tf.AutoConfig.for_model(model_type, **kw)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ModelSourceError(f"transformers cannot read this {model_type} config: {exc}") from None
+    except Exception as exc:  # transformers' own validation, whatever it raises
+        raise ModelSourceError(
+            f"transformers cannot read this {model_type} config: {_first_line(exc)}"
+        ) from None
     with torch.device("meta"):
         for name in _AUTO_CLASSES:
             try:
@@ -51,9 +59,15 @@ def _build_on_meta(cfg: Mapping[str, Any]) -> Any:
             except (ValueError, KeyError):
                 continue
             except ImportError as exc:  # a tower needing a package transformers lacks here (Gemma 3n: timm)
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0]
+                why = _first_line(exc)
                 raise ModelSourceError(
-                    f"transformers cannot build model_type '{model_type}' here to count it: {first}"
+                    f"transformers cannot build model_type '{model_type}' here to count it: {why}"
+                ) from None
+            except Exception as exc:  # the modeling code rejects this config (a key it needs left null:
+                # Chameleon's vocabulary_map, DBRX's attn_config rope_theta)
+                raise ModelSourceError(
+                    f"transformers cannot build model_type '{model_type}' from this config: "
+                    f"{type(exc).__name__}: {_first_line(exc)}"
                 ) from None
     raise ModelSourceError(f"transformers has no model class for model_type '{model_type}'")
 
