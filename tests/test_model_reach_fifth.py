@@ -237,6 +237,7 @@ def test_per_layer_mlp_widths_pass_the_size_check_and_bad_ones_do_not() -> None:
     from fitcheck.sources.hf_config import check_sizes
 
     check_sizes({"intermediate_size": [8192, 16384]})
+    check_sizes({"moe_intermediate_size": [1536, 512]})  # ERNIE-4.5-VL: text experts, vision experts
     for bad in ([], [8192, 0], [8192, "x"], [True]):
         with pytest.raises(ModelSourceError, match="intermediate_size must be a whole number"):
             check_sizes({"intermediate_size": bad})

@@ -925,10 +925,11 @@ SIZE_BOUNDS: dict[str, int] = {
 }
 
 
-#: Size keys a published config may give per layer, as a list: Gemma 3n's MatFormer MLP widths
-#: (google/gemma-3n-E4B's text_config.intermediate_size, one per layer; transformers
-#: models/gemma3n/configuration_gemma3n.py accepts an int or a list of num_hidden_layers ints).
-PER_LAYER_KEYS = frozenset(KEYS["intermediate_size"])
+#: Size keys a published config may give as a list: Gemma 3n's MatFormer MLP widths (google/gemma-3n-E4B's
+#: text_config.intermediate_size, one per layer; transformers models/gemma3n/configuration_gemma3n.py accepts
+#: an int or a list of num_hidden_layers ints), ERNIE-4.5-VL's expert widths (moe_intermediate_size, one per
+#: modality: text experts, vision experts; models/ernie4_5_vl_moe/configuration_ernie4_5_vl_moe.py).
+PER_LAYER_KEYS = frozenset({*KEYS["intermediate_size"], "moe_intermediate_size"})
 
 
 def _whole_in(value: Any, bound: int) -> bool:
