@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from fitcheck.engine.params import count_params
+from fitcheck.sources.hf_config import arch_from_hf_config
 from fitcheck.sources.resolve import spec_from_path
-from test_hub import SRC
+from test_hub import SRC, _cache_repo
 
 ARCH_DATA = Path(__file__).parent / "data" / "arch"
 
@@ -124,7 +125,7 @@ def test_mt5_read_natively() -> None:
     assert (spec.arch.encoder_layers, spec.arch.num_layers, spec.arch.mlp) == (8, 8, "gated")
 
 
-def _cli_runs(argvs: list[list[str]]) -> dict[str, Any]:
+def _cli_runs(argvs: list[list[str]], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Each argv through the CLI's main() in one process: exit code, stdout, stderr."""
     code = (
         "import io, json, sys, contextlib\nfrom fitcheck.cli import main\nout = []\n"
@@ -136,7 +137,7 @@ def _cli_runs(argvs: list[list[str]]) -> dict[str, Any]:
         "    out.append([rc, o.getvalue(), e.getvalue()])\n"
         "print(json.dumps(out))\n"
     )
-    env = {"PYTHONPATH": str(SRC), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": str(SRC), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", **(env or {})}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -200,8 +201,6 @@ KIMI_K2: dict[str, Any] = {
 
 
 def test_kimi_k2_read_as_deepseek_v3() -> None:
-    from fitcheck.sources.hf_config import arch_from_hf_config
-
     a = arch_from_hf_config(KIMI_K2)
     assert a.model_type == "deepseek_v3" and a.num_experts == 384 and a.kv_lora_rank == 512
     n = count_params(a)
@@ -307,3 +306,23 @@ def test_a_config_transformers_cannot_build_is_one_error_line(tmp_path: Path) ->
     lines = err.strip().splitlines()
     assert rc == 2 and out == "" and len(lines) == 1 and "internal error" not in err
     assert lines[0].startswith("fitcheck: error: transformers cannot build model_type 'chameleon'")
+
+
+def test_hub_ids_resolve_from_the_cache(tmp_path: Path) -> None:
+    """``fitcheck estimate <hub id>`` offline, each published config in an HF cache under its real id, and
+    Kimi K2 under moonshotai/Kimi-K2-Instruct: the same totals as from the folders."""
+    repos = {repo: (_folder(repo) / "config.json").read_bytes() for repo in COUNTED}
+    repos["moonshotai/Kimi-K2-Instruct"] = json.dumps(KIMI_K2).encode()
+    for repo, data in repos.items():
+        _cache_repo(tmp_path / "hub", repo, {"config.json": data})
+    argvs = [["estimate", repo, "--method", "full", "--format", "json", "--on", "none"] for repo in repos]
+    runs = _cli_runs(argvs, {"HF_HOME": str(tmp_path)})
+    for argv in argvs:
+        rc, out, err = runs[" ".join(argv)]
+        assert rc == 0, (argv[1], err[-500:])
+        doc = json.loads(out)
+        assert doc["model_source"] == "hf_config"
+        repo = argv[1]
+        cfg = json.loads(repos[repo])
+        expected = _ours(repo) if repo in COUNTED else count_params(arch_from_hf_config(cfg))
+        assert doc["params"]["total"] == expected, repo
