@@ -203,6 +203,19 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             "tie_word_embeddings": False,
         },
     ),
+    "mt5": (
+        "seq2seq",
+        {
+            "d_model": 64,
+            "d_kv": 16,
+            "d_ff": 96,
+            "num_layers": 2,
+            "num_decoder_layers": 3,
+            "num_heads": 4,
+            "vocab_size": 256,
+            "tie_word_embeddings": False,
+        },
+    ),
 }
 _TEXT = {**S, "model_type": "llama"}
 MM_CASES: dict[str, dict[str, Any]] = {

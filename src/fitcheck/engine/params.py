@@ -79,19 +79,19 @@ NAMES: dict[str, dict[str, str]] = {
     "bert": _BERT,
     "roberta": _BERT,
     "deberta-v2": {**_BERT, "q": "query_proj", "k": "key_proj", "v": "value_proj"},
-    "t5": {"q": "q", "k": "k", "v": "v", "o": "o", "up": "wi", "gate": "wi_0", "down": "wo",
-           "cross": "EncDecAttention."},
+    **{t: {"q": "q", "k": "k", "v": "v", "o": "o", "up": "wi", "gate": "wi_0", "down": "wo",
+           "cross": "EncDecAttention."} for t in ("t5", "mt5")},
     # MoE routers held as ``self.router`` (modeling_<type>.py in transformers 5.24); the rest name it gate
     **{t: {"router": "router"} for t in ("gpt_oss", "granitemoe", "granitemoeshared", "llama4", "llama4_text",
                                           "phimoe")},
 }  # fmt: skip
-_GATED_UP = {"t5": "wi_1"}
+_GATED_UP = {"t5": "wi_1", "mt5": "wi_1"}
 
 #: Families whose attention keeps b x heads x s^2 tensors whatever --attn says: MPT and BLOOM (ALiBi)
 #: and DeBERTa (disentangled attention) have no SDPA path in transformers (no ``_supports_sdpa`` in
 #: their modeling files); T5 hands its relative position bias to SDPA as a heads x s^2 additive mask,
 #: counted here like eager scores.
-EAGER_ONLY_TYPES = frozenset({"t5", "deberta-v2", "mpt", "bloom"})
+EAGER_ONLY_TYPES = frozenset({"t5", "mt5", "deberta-v2", "mpt", "bloom"})
 
 
 def module_names(a: DecoderArch) -> dict[str, str]:

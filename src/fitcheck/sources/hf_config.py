@@ -34,7 +34,9 @@ Fields = dict[str, Any]
 
 #: Architecture field -> the config keys that hold it, in the order tried (aliases across families).
 KEYS: dict[str, tuple[str, ...]] = {
-    "hidden_size": ("hidden_size", "n_embd", "d_model"),
+    # "n_embed": BLOOM's published configs (bigscience/bloom*, bloomz*) state the width only under this
+    # key; BloomConfig.__init__ reads it into hidden_size (transformers models/bloom/configuration_bloom.py)
+    "hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model"),
     "num_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
     "num_heads": ("num_attention_heads", "n_head", "num_heads", "n_heads"),
     "num_kv_heads": ("num_key_value_heads", "multi_query_group_num", "num_kv_heads"),
@@ -96,8 +98,10 @@ SSM_TYPES = frozenset(
 )
 
 #: Hybrids: attention layers interleaved with layers that are not attention, named from transformers 5.24's
-#: modeling files. Refused like the state-space types: the engine's layer rule (what attention and an MLP
-#: save) does not hold for those layers, and the meta-device fallback would size them as attention.
+#: modeling files (the meta-device fallback also refuses any other type whose built model holds such a
+#: layer: `fitcheck.sources.meta_fallback.non_attention_mixers`). Refused like the state-space types: the
+#: engine's layer rule (what attention and an MLP save) does not hold for those layers, and the meta-device
+#: fallback would size them as attention.
 HYBRID_TYPES: dict[str, str] = {
     "lfm2": "gated short-convolution layers (Lfm2ShortConv)",
     "lfm2_moe": "gated short-convolution layers (Lfm2MoeShortConv)",
@@ -105,6 +109,13 @@ HYBRID_TYPES: dict[str, str] = {
     "qwen3_next": "Gated DeltaNet linear-attention layers (Qwen3NextGatedDeltaNet)",
     "qwen3_5": "Gated DeltaNet linear-attention layers (Qwen3_5GatedDeltaNet)",
     "qwen3_5_moe": "Gated DeltaNet linear-attention layers (Qwen3_5MoeGatedDeltaNet)",
+    "qwen3_5_text": "Gated DeltaNet linear-attention layers (Qwen3_5GatedDeltaNet)",
+    "qwen3_5_moe_text": "Gated DeltaNet linear-attention layers (Qwen3_5MoeGatedDeltaNet)",
+    "bailing_hybrid": "delta-rule linear-attention layers (BailingHybridDeltaAttention)",
+    "lfm3": "gated short-convolution layers (Lfm3ShortConv)",
+    "lfm3_vl": "gated short-convolution layers (its LFM3 language model's Lfm3ShortConv)",
+    "inkling_text": "short-convolution layers (InklingShortConvolution)",
+    "inkling_mm_model": "short-convolution layers (its language model's InklingShortConvolution)",
     "olmo_hybrid": "Gated DeltaNet linear-attention layers (OlmoHybridGatedDeltaNet)",
     "kimi_linear": "Kimi Delta Attention linear-attention layers (KimiLinearDeltaAttention)",
     "minimax": "lightning linear-attention layers (MiniMaxLightningAttention)",
@@ -776,6 +787,13 @@ FAMILIES: dict[str, Family] = {
         },
         features=(_t5,),
     ),
+    # mT5 (google/mt5-*): T5 v1.1's layers and module names (transformers models/mt5/modeling_mt5.py),
+    # its own class defaults (gated-gelu, vocabulary 250,112); MT5Config forces tie_word_embeddings=True
+    # in transformers 5 as T5Config does (configuration_mt5.py)
+    "mt5": Family(
+        fixed={"structure": "encoder_decoder", "norm": "rms", "norms_per_layer": 3, "tie_embeddings": True},
+        features=(_t5,),
+    ),
 }
 
 #: Multimodal families: the language tower's config sits under ``text_config`` (or at the top level, as in
@@ -815,9 +833,17 @@ def _wrapper_tie(cfg: Config, text_cfg: Config, model_type: str, text_type: str)
     return default
 
 
+#: Types whose publishers label a transformers architecture under their own name, read as that one.
+#: kimi_k2 (moonshotai/Kimi-K2-*): "Kimi-K2 reuses the DeepSeekV3CausalLM architecture ... we set
+#: model_type kimi_k2 in config.json" so engines can tell it apart, and changing it to deepseek_v3 runs
+#: the model (the deploy guidance of github.com/MoonshotAI/Kimi-K2, docs/deploy_guidance.md); its
+#: architectures entry is DeepseekV3ForCausalLM and its remote configuration_deepseek.py DeepseekV3Config.
+TYPE_ALIASES: dict[str, str] = {"kimi_k2": "deepseek_v3"}
+
+
 def supported_types() -> list[str]:
     """Every ``model_type`` fitcheck reads natively."""
-    return sorted({*FAMILIES, *MULTIMODAL})
+    return sorted({*FAMILIES, *MULTIMODAL, *TYPE_ALIASES})
 
 
 def _fields(cfg: Config, fam: Family, model_type: str) -> Fields:
@@ -899,16 +925,28 @@ SIZE_BOUNDS: dict[str, int] = {
 }
 
 
+#: Size keys a published config may give as a list: Gemma 3n's MatFormer MLP widths (google/gemma-3n-E4B's
+#: text_config.intermediate_size, one per layer; transformers models/gemma3n/configuration_gemma3n.py accepts
+#: an int or a list of num_hidden_layers ints), ERNIE-4.5-VL's expert widths (moe_intermediate_size, one per
+#: modality: text experts, vision experts; models/ernie4_5_vl_moe/configuration_ernie4_5_vl_moe.py).
+PER_LAYER_KEYS = frozenset({*KEYS["intermediate_size"], "moe_intermediate_size"})
+
+
+def _whole_in(value: Any, bound: int) -> bool:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= bound
+
+
 def check_sizes(cfg: Config, where: str = "config.json") -> None:
-    """Every size field present is a whole number from 1 to its bound, named with its own key."""
+    """Every size field present is a whole number from 1 to its bound (or, for `PER_LAYER_KEYS`, a
+    non-empty list of them), named with its own key."""
     for key, bound in SIZE_BOUNDS.items():
         value = cfg.get(key)
         if value is None:
             continue
-        whole = isinstance(value, int) and not isinstance(value, bool)
-        if isinstance(value, float) and value.is_integer():
-            whole, value = True, int(value)
-        if not whole or not 1 <= value <= bound:
+        per_layer = key in PER_LAYER_KEYS and isinstance(value, list) and bool(value)
+        if not (all(_whole_in(v, bound) for v in value) if per_layer else _whole_in(value, bound)):
             shown = clipped(repr(value))
             raise ModelSourceError(f"{where}: {key} must be a whole number from 1 to {bound:,} (got {shown})")
 
@@ -946,6 +984,7 @@ def arch_from_hf_config(cfg: Config) -> DecoderArch:
         )
     if model_type == "gemma3" and not isinstance(cfg.get("text_config"), Mapping):
         model_type = "gemma3_text"  # a text-only Gemma 3 config under the multimodal type
+    model_type = TYPE_ALIASES.get(model_type, model_type)
     if model_type not in FAMILIES and model_type not in MULTIMODAL:
         raise UnsupportedTypeError(model_type)
     try:
@@ -968,11 +1007,16 @@ def arch_from_hf_config(cfg: Config) -> DecoderArch:
 class UnsupportedTypeError(ModelSourceError):
     """A ``model_type`` without a table row (the meta-device fallback may still size it)."""
 
-    def __init__(self, model_type: str) -> None:
+    def __init__(self, model_type: str, transformers_version: str | None = None) -> None:
         self.model_type = model_type
         shown = clipped(model_type, 60)
+        if transformers_version is None:
+            tail = (
+                "Install the torch extra to size it from transformers (pip install torch==2.13.0, then "
+                "pip install -e '.[torch]' from a checkout or pip install 'fitcheck-train[torch]')"
+            )
+        else:  # the extra is installed and transformers does not know the type either (remote code)
+            tail = f"transformers {transformers_version} has no class for it either (remote code, never run)"
         super().__init__(
-            f"model_type '{shown}' is not read natively; supported: {', '.join(supported_types())}. "
-            "Install the torch extra to size it from transformers (pip install torch==2.13.0, then "
-            "pip install -e '.[torch]' from a checkout or pip install 'fitcheck-train[torch]')"
+            f"model_type '{shown}' is not read natively; supported: {', '.join(supported_types())}. {tail}"
         )

@@ -10,17 +10,37 @@ built (no ``trust_remote_code``: fitcheck never runs a repository's code).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from fitcheck.engine.params import count_params
 from fitcheck.errors import ModelSourceError
 from fitcheck.models import DecoderArch
-from fitcheck.sources.hf_config import FAMILIES, UnsupportedTypeError, _fields
+from fitcheck.sources.hf_config import FAMILIES, KEYS, UnsupportedTypeError, _fields
+from fitcheck.terminal import clipped
+
+#: The head classes tried, in order: a causal LM, then a multimodal or encoder-decoder model with its
+#: lm_head (GLM-4.1V, SmolVLM, Idefics3, LLaVA-NeXT are not causal-LM types; their bare AutoModel leaves the
+#: lm_head out), then the bare model.
+_AUTO_CLASSES = ("AutoModelForCausalLM", "AutoModelForImageTextToText", "AutoModelForSeq2SeqLM", "AutoModel")
+
+#: Sequence mixers that are not attention, by the class names transformers 5.24 gives them: Gated DeltaNet
+#: (Qwen3_5GatedDeltaNet, also inside MiniCPM-V 4.6/4.7), delta attention (BailingHybridDeltaAttention),
+#: short convolutions (Lfm3ShortConv, InklingShortConvolution), Mamba mixers, linear / lightning attention,
+#: recurrent blocks. A model holding one is a hybrid the attention rule does not size (`HYBRID_TYPES`).
+_NON_ATTENTION = re.compile(
+    r"DeltaNet|DeltaAttention|ShortConv|Mamba|LinearAttention|LightningAttention|RecurrentBlock|RGLRU"
+)
 
 
-def meta_parameter_count(cfg: Mapping[str, Any]) -> int:
-    """``sum(p.numel() for p in model.parameters())`` of the model transformers builds from ``cfg``."""
+def _first_line(exc: BaseException) -> str:
+    """The first sentence of an exception's message, clipped: one line a person reads."""
+    return clipped((str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0], 160)
+
+
+def _build_on_meta(cfg: Mapping[str, Any]) -> Any:
+    """The model transformers builds from ``cfg`` on the meta device (no weights)."""
     import torch
     import transformers as tf
 
@@ -28,18 +48,107 @@ def meta_parameter_count(cfg: Mapping[str, Any]) -> int:
     kw = {k: v for k, v in cfg.items() if k != "model_type"}
     try:
         config = tf.AutoConfig.for_model(model_type, **kw)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ModelSourceError(f"transformers cannot read this {model_type} config: {exc}") from None
+    except Exception as exc:  # transformers' own validation, whatever it raises
+        raise ModelSourceError(
+            f"transformers cannot read this {model_type} config: {_first_line(exc)}"
+        ) from None
     with torch.device("meta"):
-        for auto in (tf.AutoModelForCausalLM, tf.AutoModel):
+        for name in _AUTO_CLASSES:
             try:
-                model = auto.from_config(config)
-                break
+                return getattr(tf, name).from_config(config)
             except (ValueError, KeyError):
                 continue
-        else:
-            raise ModelSourceError(f"transformers has no model class for model_type '{model_type}'")
+            except ImportError as exc:  # a tower needing a package transformers lacks here (Gemma 3n: timm)
+                why = _first_line(exc)
+                raise ModelSourceError(
+                    f"transformers cannot build model_type '{model_type}' here to count it: {why}"
+                ) from None
+            except Exception as exc:  # the modeling code rejects this config (a key it needs left null:
+                # Chameleon's vocabulary_map, DBRX's attn_config rope_theta)
+                raise ModelSourceError(
+                    f"transformers cannot build model_type '{model_type}' from this config: "
+                    f"{type(exc).__name__}: {_first_line(exc)}"
+                ) from None
+    raise ModelSourceError(f"transformers has no model class for model_type '{model_type}'")
+
+
+def non_attention_mixers(model: Any) -> list[str]:
+    """The class names of the model's sequence mixers that are not attention (`_NON_ATTENTION`)."""
+    return sorted({type(m).__name__ for m in model.modules() if _NON_ATTENTION.search(type(m).__name__)})
+
+
+def meta_parameter_count(cfg: Mapping[str, Any]) -> int:
+    """``sum(p.numel() for p in model.parameters())`` of the model transformers builds from ``cfg``.
+
+    Raises:
+        ModelSourceError: transformers cannot build it, or it interleaves attention with other mixers.
+    """
+    model = _build_on_meta(cfg)
+    mixers = non_attention_mixers(model)
+    if mixers:
+        raise ModelSourceError(
+            f"model_type '{cfg['model_type']}' interleaves attention with layers that are not attention "
+            f"({', '.join(mixers)}); fitcheck models transformer layers only, so it cannot estimate it yet"
+        )
     return sum(p.numel() for p in model.parameters())
+
+
+#: Where a multimodal or encoder-decoder wrapper keeps its language model's keys (transformers
+#: ``text_config`` for GLM-4.1V / 4.5V, SmolVLM, Idefics3, Gemma 3n; ``llm_config`` / ``language_config``
+#: in InternVL-style remote configs; ``decoder`` for T5Gemma).
+_NESTED_TEXT = ("text_config", "llm_config", "language_config", "decoder")
+
+
+def _flat_width(value: Any) -> Any:
+    """A per-layer list of MLP widths (Gemma 3n) as its widest layer: the activation rule takes one width,
+    and the widest layer bounds what any layer saves."""
+    return max(value) if isinstance(value, list) and value else value
+
+
+#: Aliases the generic shape also reads: XGLM's ``attention_heads`` and ``ffn_dim``.
+_MORE_KEYS = {"num_heads": ("attention_heads",), "intermediate_size": ("ffn_dim",)}
+
+
+def _has_shape(cfg: Mapping[str, Any]) -> bool:
+    return all(
+        any(cfg.get(k) is not None for k in KEYS[f]) for f in ("hidden_size", "num_layers", "num_heads")
+    )
+
+
+def _mlp_width(cfg: Mapping[str, Any], hidden: int) -> tuple[int, str]:
+    """The per-token MLP width the activation rule takes, and where it came from: the config's dense width;
+    else a mixture of experts' routed width (``moe_intermediate_size`` x experts per token, plus any shared
+    experts'); else 4 x hidden, the width GPT-2-style models take when ``n_inner`` is null (GPT-2, GPT-Neo,
+    CodeGen, GPT-BigCode modeling files)."""
+    for key in (*KEYS["intermediate_size"], *_MORE_KEYS["intermediate_size"]):
+        if cfg.get(key) is not None:
+            return int(_flat_width(cfg[key])), key
+    expert = cfg.get("moe_intermediate_size")
+    top_k = cfg.get("num_experts_per_tok") or cfg.get("moe_k") or cfg.get("moe_topk")
+    if isinstance(expert, int) and isinstance(top_k, int):
+        shared = cfg.get("n_shared_experts") or cfg.get("num_shared_experts") or 0
+        return expert * (top_k + (shared if isinstance(shared, int) else 0)), "the active experts' width"
+    return 4 * hidden, "4 x hidden, as GPT-2-style models take it"
+
+
+def shape_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys the generic decoder shape reads: the top level, or, when the top level does not give the
+    width, depth and heads, the language model's nested config (a wrapper's own keys stay out); a per-layer
+    list of MLP widths as its widest layer; the MLP width from `_mlp_width` when none is stated."""
+    top = dict(cfg)
+    if not _has_shape(top):
+        for sub in _NESTED_TEXT:
+            inner = cfg.get(sub)
+            if isinstance(inner, Mapping) and _has_shape(inner):
+                top = {**inner, "model_type": cfg.get("model_type")}
+                break
+    for key in _MORE_KEYS["num_heads"]:
+        if top.get(key) is not None and not any(top.get(k) is not None for k in KEYS["num_heads"]):
+            top["num_attention_heads"] = top[key]
+    hidden = next((top[k] for k in KEYS["hidden_size"] if isinstance(top.get(k), int)), None)
+    if hidden is not None:
+        top["intermediate_size"], top["_mlp_width_from"] = _mlp_width(top, hidden)
+    return top
 
 
 def _closest(base: DecoderArch, exact: int) -> DecoderArch:
@@ -73,10 +182,11 @@ def arch_from_meta(cfg: Mapping[str, Any], why: UnsupportedTypeError) -> tuple[D
 
     model_type = str(cfg.get("model_type"))
     if model_type not in CONFIG_MAPPING_NAMES:
-        raise why
+        raise UnsupportedTypeError(why.model_type, transformers.__version__) from None
     exact = meta_parameter_count(cfg)
     try:
-        fields = _fields(cfg, FAMILIES["llama"], model_type)
+        shape = shape_config(cfg)
+        fields = _fields(shape, FAMILIES["llama"], model_type)
         arch = DecoderArch(**fields)
     except (ModelSourceError, ValueError, TypeError) as exc:
         raise ModelSourceError(
@@ -88,7 +198,8 @@ def arch_from_meta(cfg: Mapping[str, Any], why: UnsupportedTypeError) -> tuple[D
     note = (
         f"model_type '{model_type}' is not modelled natively: parameters are transformers' own count "
         f"({exact:,}, built on the meta device with transformers {transformers.__version__}); activations "
-        f"follow the generic decoder rule ({arch.mlp} MLP, {arch.norm} norm)"
+        f"follow the generic decoder rule ({arch.mlp} MLP, {arch.norm} norm, MLP width "
+        f"{arch.intermediate_size:,} from {shape.get('_mlp_width_from', 'intermediate_size')})"
     )
     if exact >= generic:
         arch = arch.model_copy(update={"misc_params": exact - generic})
