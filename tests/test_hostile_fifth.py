@@ -2,7 +2,10 @@
 failing before its fix.
 
 - ``COLUMNS=0`` printed nothing at all with exit 0 (``check``: exit 1 and no word), and below 80 columns
-  table cells were cut to "…" (the breakdown's GiB column at 40) (`fitcheck.render.MIN_COLUMNS`).
+  table cells were cut to "…" (the breakdown's GiB column at 40) (`fitcheck.render.MIN_COLUMNS`);
+- ``--fsdp-version 1`` without an FSDP strategy (one GPU, ddp, ZeRO, a diffusion model) and
+  ``--quant-storage`` without QLoRA on one GPU were dropped without a word (`fitcheck.engine.estimate._check`,
+  `fitcheck.api.LLM_ONLY`).
 """
 
 from __future__ import annotations
@@ -37,3 +40,41 @@ def test_a_narrow_terminal_still_shows_every_figure(
     assert "GiB" in out and "fit" in out, out
     for figure in ("26.86", "26.9") if argv[0] != "matrix" else ("26.86",):
         assert (figure in wide) == (figure in out), figure
+
+
+# --- options that were dropped without a word --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["estimate", "7B", "--fsdp-version", "1"], "--fsdp-version applies to an FSDP strategy"),
+        (["estimate", "7B", "--gpus", "2", "--strategy", "zero2", "--fsdp-version", "1"], "not zero2"),
+        (["estimate", "7B", "--gpus", "2", "--fsdp-version", "1"], "--fsdp-version applies"),
+        (["check", "7B", "--on", "rtx-4090", "--fsdp-version", "1"], "--fsdp-version applies"),
+        (["plan", "7B", "--on", "rtx-4090", "--fsdp-version", "1"], "--fsdp-version applies"),
+        (["estimate", "sdxl", "--fsdp-version", "1"], "--fsdp-version applies to LLMs"),
+        (["estimate", "7B", "--quant-storage", "fp16"], "--quant-storage applies to --method qlora"),
+        (["estimate", "7B", "--method", "full", "--quant-storage", "bf16"], "--quant-storage applies"),
+    ],
+)
+def test_an_option_the_run_cannot_use_is_refused(argv: list[str], words: str) -> None:
+    if "--on" not in argv:
+        argv = [*argv, "--on", "none"]
+    rc, out, err = invoke(argv)
+    hold_contract(argv[0], argv, rc, out, err)
+    assert rc == 2 and words in err, err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--gpus", "2", "--strategy", "fsdp", "--fsdp-version", "1"],
+        ["--gpus", "2", "--strategy", "fsdp-no-shard", "--fsdp-version", "1"],
+        ["--method", "qlora", "--quant-storage", "fp16"],
+        ["--method", "qlora", "--gpus", "2", "--strategy", "fsdp", "--quant-storage", "bf16"],
+    ],
+)
+def test_the_same_options_still_apply_where_they_mean_something(argv: list[str]) -> None:
+    rc, _, err = invoke(["estimate", "7B", "--on", "none", *argv])
+    assert rc == 0, err

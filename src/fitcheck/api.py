@@ -169,6 +169,7 @@ LLM_ONLY: dict[str, object] = {
     "target_len": None,
     "image_tokens": 0,
     "device_map_version": 5,
+    "fsdp_version": 2,
     "fsdp_embedding_units": False,
     "zero_bucket_size": None,
     "zero_overlap_comm": None,

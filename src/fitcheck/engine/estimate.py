@@ -47,6 +47,16 @@ def _c(name: str, value: float, rule: str) -> Component:
 def _check(spec: ModelSpec, setup: LlmSetup) -> None:
     if setup.device_map_version != 5 and setup.strategy != "device-map":
         raise OptionError("--device-map-version applies to --strategy device-map")
+    from fitcheck.engine.distributed import STRATEGY_FACTS, check_embedding_units
+
+    fsdp = setup.strategy is not None and STRATEGY_FACTS[setup.strategy].engine == "fsdp"
+    if setup.fsdp_version != 2 and not fsdp:
+        raise OptionError(
+            "--fsdp-version applies to an FSDP strategy (--strategy fsdp, fsdp-grad-op, fsdp-hybrid or "
+            f"fsdp-no-shard), not {setup.strategy or 'a run without one'}"
+        )
+    if setup.quant_storage is not None and setup.method != "qlora":
+        raise OptionError("--quant-storage applies to --method qlora (bnb_4bit_quant_storage)")
     zero = {"--zero-bucket-size": setup.zero_bucket_size, "--zero-overlap-comm": setup.zero_overlap_comm}
     for flag, value in zero.items():
         if value is not None and setup.strategy not in ("zero1", "zero2", "zero3"):
@@ -54,8 +64,6 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
                 f"{flag} is a DeepSpeed ZeRO setting: it applies to --strategy zero1|zero2|zero3"
                 f", not {setup.strategy or 'a run without one'}"
             )
-    from fitcheck.engine.distributed import check_embedding_units
-
     check_embedding_units(spec, setup)
     prefix.check(setup)
     if prefix.is_prefix(setup) and tasks.model_task(spec.arch) != "causal-lm":
