@@ -5,7 +5,9 @@ failing before its fix.
   table cells were cut to "…" (the breakdown's GiB column at 40) (`fitcheck.render.MIN_COLUMNS`);
 - ``--fsdp-version 1`` without an FSDP strategy (one GPU, ddp, ZeRO, a diffusion model) and
   ``--quant-storage`` without QLoRA on one GPU were dropped without a word (`fitcheck.engine.estimate._check`,
-  `fitcheck.api.LLM_ONLY`).
+  `fitcheck.api.LLM_ONLY`);
+- ``--attn flash`` on Apple silicon or a CPU, or with ``--precision fp32``, was sized as if FlashAttention-2
+  ran there (``xformers`` on Apple silicon was already refused) (`fitcheck.engine.estimate._check_flash`).
 """
 
 from __future__ import annotations
@@ -77,4 +79,37 @@ def test_an_option_the_run_cannot_use_is_refused(argv: list[str], words: str) ->
 )
 def test_the_same_options_still_apply_where_they_mean_something(argv: list[str]) -> None:
     rc, _, err = invoke(["estimate", "7B", "--on", "none", *argv])
+    assert rc == 0, err
+
+
+# --- kernels that cannot run where they are asked to ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--attn", "flash", "--on", "apple-m3-max-36gb"], "not mps"),
+        (["--attn", "flash", "--on", "36GB-unified"], "not mps"),
+        (["--attn", "flash", "--on", "cpu"], "not cpu"),
+        (["--attn", "flash", "--trainer", "mlx", "--on", "apple-m3-max-36gb"], "not mps"),
+        (["--attn", "flash", "--precision", "fp32", "--on", "rtx-4090"], "fp16 or bf16 only"),
+        (["--attn", "flash", "--precision", "fp32", "--on", "none"], "fp16 or bf16 only"),
+    ],
+)
+@pytest.mark.parametrize("command", ["estimate", "check"])
+def test_flash_attention_where_it_cannot_run_is_refused(command: str, argv: list[str], words: str) -> None:
+    args = [command, "7B", *argv]
+    rc, out, err = invoke(args)
+    if command == "check" and "none" in argv:
+        assert rc == 2 and "--on" in err, err
+        return
+    hold_contract(command, args, rc, out, err)
+    assert rc == 2 and "--attn flash" in err and words in err, err
+
+
+@pytest.mark.parametrize(
+    "argv", [["--on", "rtx-4090"], ["--precision", "fp16", "--on", "none"], ["--on", "mi300x"]]
+)
+def test_flash_attention_on_a_gpu_in_16_bits_still_estimates(argv: list[str]) -> None:
+    rc, _, err = invoke(["estimate", "7B", "--attn", "flash", *argv])
     assert rc == 0, err

@@ -92,10 +92,29 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
         raise OptionError(f"--lora-fa freezes LoRA's A factors: it applies to LoRA and QLoRA, not {what}")
     if setup.attn == "xformers" and setup.backend == "mps":
         raise OptionError("xformers is CUDA-only and crashes on Apple silicon; use --attn sdpa")
+    _check_flash(setup)
     if setup.optimizer in BITSANDBYTES and setup.backend == "mps":
         raise OptionError(
             f"--optimizer {setup.optimizer} needs bitsandbytes CUDA kernels; on Apple silicon use "
             "adamw, adafactor or lion"
+        )
+
+
+def _check_flash(setup: LlmSetup) -> None:
+    """FlashAttention-2 runs on NVIDIA (and AMD ROCm) GPUs, in fp16 or bf16 only (Dao-AILab/flash-attention
+    README, "Datatype fp16 and bf16"; transformers casts fp32 queries to the autocast dtype, else to the
+    weights' dtype, so a run without 16-bit compute cannot call it)."""
+    if setup.attn != "flash":
+        return
+    if setup.backend in ("mps", "cpu"):
+        raise OptionError(
+            f"--attn flash: FlashAttention-2 runs on NVIDIA (and ROCm) GPUs, not {setup.backend}; "
+            "use --attn sdpa"
+        )
+    if setup.precision == "fp32":
+        raise OptionError(
+            "--attn flash: FlashAttention-2 computes in fp16 or bf16 only; use --precision bf16 or fp16, "
+            "or --attn sdpa with --precision fp32"
         )
 
 
