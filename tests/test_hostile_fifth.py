@@ -7,13 +7,18 @@ failing before its fix.
   ``--quant-storage`` without QLoRA on one GPU were dropped without a word (`fitcheck.engine.estimate._check`,
   `fitcheck.api.LLM_ONLY`);
 - ``--attn flash`` on Apple silicon or a CPU, or with ``--precision fp32``, was sized as if FlashAttention-2
-  ran there (``xformers`` on Apple silicon was already refused) (`fitcheck.engine.estimate._check_flash`).
+  ran there (``xformers`` on Apple silicon was already refused) (`fitcheck.engine.estimate._check_flash`);
+- ``--on 2x4090`` with another script's digits (``２x4090``) counted two GPUs while ``٢٤GB`` was "not a
+  usable size", and ``--on AUTO`` (read as ``auto``) lost the "no GPU detected" warning
+  (`fitcheck.hardware.budget`, `fitcheck.api.estimate`).
 """
 
 from __future__ import annotations
 
 import pytest
 
+from fitcheck.hardware.env import ProbeEnv
+from hw_replay import env_from_fixture
 from test_fuzz_cli import hold_contract, invoke
 
 # --- narrow terminals --------------------------------------------------------------------------------------
@@ -113,3 +118,22 @@ def test_flash_attention_where_it_cannot_run_is_refused(command: str, argv: list
 def test_flash_attention_on_a_gpu_in_16_bits_still_estimates(argv: list[str]) -> None:
     rc, _, err = invoke(["estimate", "7B", "--attn", "flash", *argv])
     assert rc == 0, err
+
+
+# --- targets --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("on", ["２xrtx-4090", "٢xrtx-4090", "٢٤GB", "２４GB", "١٠٢٥", "2x٢٤GB"])
+def test_a_target_with_digits_of_another_script_is_refused(on: str) -> None:
+    args = ["estimate", "7B", "--on", on]
+    rc, out, err = invoke(args)
+    hold_contract("estimate", args, rc, out, err)
+    assert rc == 2 and "unknown hardware" in err, err
+
+
+@pytest.mark.parametrize("on", ["auto", "AUTO", " Auto "])
+def test_auto_in_any_case_keeps_the_no_gpu_warning(on: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    machine = env_from_fixture("container_cgroup")
+    monkeypatch.setattr(ProbeEnv, "real", classmethod(lambda cls, use_torch=False: machine))
+    rc, _, err = invoke(["estimate", "7B", "--on", on])
+    assert rc == 0 and "no GPU detected" in err, err

@@ -484,7 +484,8 @@ def estimate(
     setup = setup_for(spec, opts, tgt)
     host = opts.get("host_memory")
     host_memory = host if isinstance(host, str) else None
-    return estimate_setup(spec, setup, tgt, auto=on == "auto", host_memory=host_memory)
+    auto = isinstance(on, str) and on.strip().lower() == "auto"  # as resolve_target reads it
+    return estimate_setup(spec, setup, tgt, auto=auto, host_memory=host_memory)
 
 
 def estimate_setup(
