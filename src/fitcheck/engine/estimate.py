@@ -100,6 +100,13 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
         )
 
 
+#: Why ``--attn flash`` with ``--precision fp32`` is refused (the planner's grid leaves the pair out too).
+FLASH_FP32 = (
+    "--attn flash: FlashAttention-2 computes in fp16 or bf16 only; use --precision bf16 or fp16, "
+    "or --attn sdpa with --precision fp32"
+)
+
+
 def _check_flash(setup: LlmSetup) -> None:
     """FlashAttention-2 runs on NVIDIA (and AMD ROCm) GPUs, in fp16 or bf16 only (Dao-AILab/flash-attention
     README, "Datatype fp16 and bf16"; transformers casts fp32 queries to the autocast dtype, else to the
@@ -112,10 +119,7 @@ def _check_flash(setup: LlmSetup) -> None:
             "use --attn sdpa"
         )
     if setup.precision == "fp32":
-        raise OptionError(
-            "--attn flash: FlashAttention-2 computes in fp16 or bf16 only; use --precision bf16 or fp16, "
-            "or --attn sdpa with --precision fp32"
-        )
+        raise OptionError(FLASH_FP32)
 
 
 #: Trainers whose loop can run the optimizer in backward: torchtune's full fine-tuning recipes
