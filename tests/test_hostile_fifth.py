@@ -8,16 +8,26 @@ failing before its fix.
   `fitcheck.api.LLM_ONLY`);
 - ``--attn flash`` on Apple silicon or a CPU, or with ``--precision fp32``, was sized as if FlashAttention-2
   ran there (``xformers`` on Apple silicon was already refused) (`fitcheck.engine.estimate._check_flash`);
+  the planner's grid held the fp32 + flash pair (axolotl full fine-tuning, whose fp16 is fp32) and now
+  leaves it out (`fitcheck.planner.search.build_grid`);
 - ``--on 2x4090`` with another script's digits (``２x4090``) counted two GPUs while ``٢٤GB`` was "not a
   usable size", and ``--on AUTO`` (read as ``auto``) lost the "no GPU detected" warning
-  (`fitcheck.hardware.budget`, `fitcheck.api.estimate`).
+  (`fitcheck.hardware.budget`, `fitcheck.api.estimate`);
+- trainer configs: ``lora_target_modules: 5`` (any module list: plugins, lora_target, keys, fsdp) fell back to
+  the default without a word, axolotl ``bf16: maybe`` / ``fp16: maybe`` were never read as flags, an
+  unknown axolotl ``attention`` or ``fsdp`` word and ``deepspeed: 5`` were dropped
+  (`fitcheck.readers.names.modules`, `fitcheck.readers.axolotl`, `fitcheck.readers.hfargs`).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from fitcheck.hardware.env import ProbeEnv
+from fitcheck.readers import read_config
 from hw_replay import env_from_fixture
 from test_fuzz_cli import hold_contract, invoke
 
@@ -137,3 +147,102 @@ def test_auto_in_any_case_keeps_the_no_gpu_warning(on: str, monkeypatch: pytest.
     monkeypatch.setattr(ProbeEnv, "real", classmethod(lambda cls, use_torch=False: machine))
     rc, _, err = invoke(["estimate", "7B", "--on", on])
     assert rc == 0 and "no GPU detected" in err, err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "llama-3.1-8b", "--on", "rtx-4090", "--loss", "cce", "--emit", "axolotl.yaml"],
+        ["plan", "qwen2.5-0.5b", "--on", "rtx-4090", "--method", "full", "--trainer", "axolotl"],
+    ],
+)
+def test_the_planner_never_pairs_flash_with_fp32(argv: list[str], tmp_path: Path) -> None:
+    args = (
+        [*argv, "-o", str(tmp_path), "--format", "json"] if "--emit" in argv else [*argv, "--format", "json"]
+    )
+    rc, out, err = invoke(args)
+    hold_contract("plan", args, rc, out, err)
+    assert rc == 0, err
+    doc = json.loads(out)
+    setups = [r["candidate"]["setup"] for r in doc["runners_up"]] + [doc["chosen"]["setup"]]
+    for s in setups:
+        assert not (s["attn"] == "flash" and s["precision"] == "fp32"), s
+
+
+def test_a_plan_asked_for_flash_in_fp32_is_one_clear_line() -> None:
+    args = ["plan", "7B", "--on", "rtx-4090", "--precision", "fp32", "--attn", "flash"]
+    rc, out, err = invoke(args)
+    hold_contract("plan", args, rc, out, err)
+    assert rc == 2 and "fp16 or bf16 only" in err, err
+
+
+# --- trainer configs -------------------------------------------------------------------------------------
+
+AXOLOTL = "base_model: meta-llama/Llama-3.1-8B\nadapter: lora\n"
+LMF = "model_name_or_path: meta-llama/Llama-3.1-8B\nstage: sft\nfinetuning_type: lora\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "words"),
+    [
+        ("axolotl.yaml", AXOLOTL + "lora_target_modules: 5\n", "lora_target_modules must be a list"),
+        (
+            "axolotl.yaml",
+            AXOLOTL + "lora_target_modules: {q_proj: 1}\n",
+            "lora_target_modules must be a list",
+        ),
+        (
+            "axolotl.yaml",
+            AXOLOTL + "lora_target_modules: [q_proj, 7]\n",
+            "lora_target_modules must be a list",
+        ),
+        ("axolotl.yaml", AXOLOTL + "plugins: {a: 1}\n", "plugins must be a list"),
+        ("axolotl.yaml", AXOLOTL + "lora_modules_to_save: -3\n", "lora_modules_to_save must be a list"),
+        ("axolotl.yaml", AXOLOTL + "bf16: maybe\n", "bf16 must be true or false"),
+        ("axolotl.yaml", AXOLOTL + "bf16: true\nfp16: [1]\n", "fp16 must be true or false"),
+        ("axolotl.yaml", AXOLOTL + "fsdp: 5\n", "fsdp must be a list"),
+        ("axolotl.yaml", AXOLOTL + "deepspeed: 5\n", "deepspeed must be the path"),
+        ("lmf.yaml", LMF + "lora_target: 5\n", "lora_target must be a list"),
+        ("lmf.yaml", LMF + "additional_target: {x: 1}\n", "additional_target must be a list"),
+        ("lmf.yaml", LMF + "deepspeed: [1]\n", "deepspeed must be the path"),
+    ],
+)
+def test_a_trainer_key_of_the_wrong_type_is_one_clear_line(
+    name: str, text: str, words: str, tmp_path: Path
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    args = ["estimate", "--from", str(path), "--on", "none"]
+    rc, out, err = invoke(args)
+    hold_contract("estimate", args, rc, out, err)
+    assert rc == 2 and words in err, err
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (AXOLOTL + "attention: zzz\n", "attention 'zzz' has no fitcheck model"),
+        (AXOLOTL + "fsdp: [no_shard, auto_wrap]\n", "fsdp: 'no_shard' is not read"),
+    ],
+)
+def test_an_unknown_trainer_word_is_noted(text: str, words: str, tmp_path: Path) -> None:
+    path = tmp_path / "axolotl.yaml"
+    path.write_text(text)
+    rc, _, err = invoke(["estimate", "--from", str(path), "--on", "none"])
+    assert rc == 0 and words in err, err
+
+
+@pytest.mark.parametrize(
+    ("text", "precision"),
+    [
+        ("bf16: 'true'\n", "bf16"),
+        ("bf16: 'false'\nfp16: 'false'\n", "fp32"),
+        ("bf16: false\nfp16: 'yes'\n", "fp16"),
+        ("bf16: auto\n", "bf16"),
+        ("bf16: false\nfp16: false\nbfloat16: true\n", "bf16"),
+    ],
+)
+def test_axolotl_precision_flags_written_as_text_are_read(text: str, precision: str, tmp_path: Path) -> None:
+    path = tmp_path / "axolotl.yaml"
+    path.write_text(AXOLOTL + text)
+    assert read_config(str(path)).values.get("precision") == precision
