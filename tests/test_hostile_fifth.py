@@ -16,7 +16,9 @@ failing before its fix.
 - trainer configs: ``lora_target_modules: 5`` (any module list: plugins, lora_target, keys, fsdp) fell back to
   the default without a word, axolotl ``bf16: maybe`` / ``fp16: maybe`` were never read as flags, an
   unknown axolotl ``attention`` or ``fsdp`` word and ``deepspeed: 5`` were dropped
-  (`fitcheck.readers.names.modules`, `fitcheck.readers.axolotl`, `fitcheck.readers.hfargs`).
+  (`fitcheck.readers.names.modules`, `fitcheck.readers.axolotl`, `fitcheck.readers.hfargs`);
+- a config.json flag written as text (``"tie_word_embeddings": "false"``) read as true (a non-empty
+  string), sizing a tied lm_head the model does not have (`fitcheck.sources.hf_config.check_flags`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import pytest
 
 from fitcheck.hardware.env import ProbeEnv
 from fitcheck.readers import read_config
+from fitcheck.sources.resolve import resolve
 from hw_replay import env_from_fixture
 from test_fuzz_cli import hold_contract, invoke
 
@@ -246,3 +249,43 @@ def test_axolotl_precision_flags_written_as_text_are_read(text: str, precision: 
     path = tmp_path / "axolotl.yaml"
     path.write_text(AXOLOTL + text)
     assert read_config(str(path)).values.get("precision") == precision
+
+
+# --- config.json flags -----------------------------------------------------------------------------------
+
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+}
+
+
+@pytest.mark.parametrize(
+    ("extra", "word"),
+    [
+        ({"tie_word_embeddings": "false"}, "tie_word_embeddings"),
+        ({"tie_word_embeddings": "true"}, "tie_word_embeddings"),
+        ({"attention_bias": [True]}, "attention_bias"),
+        ({"mlp_bias": 2}, "mlp_bias"),
+        ({"text_config": {**LLAMA, "tie_word_embeddings": "no"}, "model_type": "llava"}, "text_config"),
+    ],
+)
+def test_a_config_flag_that_is_no_boolean_is_one_clear_line(
+    extra: dict[str, object], word: str, tmp_path: Path
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA, **extra}))
+    args = ["estimate", str(tmp_path), "--on", "none"]
+    rc, out, err = invoke(args)
+    hold_contract("estimate", args, rc, out, err)
+    assert rc == 2 and word in err and "must be true or false" in err, err
+
+
+@pytest.mark.parametrize("tie", [True, False, 1, 0, None])
+def test_a_config_flag_as_json_writes_it_still_reads(tie: object, tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA, "tie_word_embeddings": tie}))
+    spec = resolve(str(tmp_path))
+    assert spec.arch.tie_embeddings is bool(tie)  # type: ignore[union-attr]
