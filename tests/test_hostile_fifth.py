@@ -18,7 +18,8 @@ failing before its fix.
   unknown axolotl ``attention`` or ``fsdp`` word and ``deepspeed: 5`` were dropped
   (`fitcheck.readers.names.modules`, `fitcheck.readers.axolotl`, `fitcheck.readers.hfargs`);
 - a config.json flag written as text (``"tie_word_embeddings": "false"``) read as true (a non-empty
-  string), sizing a tied lm_head the model does not have (`fitcheck.sources.hf_config.check_flags`).
+  string), sizing a tied lm_head the model does not have (`fitcheck.sources.hf_config.check_flags`);
+- ``--lora-dropout nan`` said "should be less than 1 (got nan)" (`fitcheck.models.LlmSetup.lora_dropout`).
 """
 
 from __future__ import annotations
@@ -289,3 +290,11 @@ def test_a_config_flag_as_json_writes_it_still_reads(tie: object, tmp_path: Path
     (tmp_path / "config.json").write_text(json.dumps({**LLAMA, "tie_word_embeddings": tie}))
     spec = resolve(str(tmp_path))
     assert spec.arch.tie_embeddings is bool(tie)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e309"])
+def test_a_non_finite_dropout_is_named_as_such(value: str) -> None:
+    args = ["estimate", "7B", "--on", "none", "--lora-dropout", value]
+    rc, out, err = invoke(args)
+    hold_contract("estimate", args, rc, out, err)
+    assert rc == 2 and "--lora-dropout" in err and "finite number" in err, err

@@ -76,7 +76,7 @@ class _Common(TypedDict, total=False):
     lora_rank: int | None
     lora_alpha: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None
     lora_targets: str | None
-    lora_dropout: float | None
+    lora_dropout: Annotated[float, Field(allow_inf_nan=False)] | None
     double_quant: bool | None
     base_quant: BaseQuant | None
     train_modules: str | None
