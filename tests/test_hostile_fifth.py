@@ -19,7 +19,9 @@ failing before its fix.
   (`fitcheck.readers.names.modules`, `fitcheck.readers.axolotl`, `fitcheck.readers.hfargs`);
 - a config.json flag written as text (``"tie_word_embeddings": "false"``) read as true (a non-empty
   string), sizing a tied lm_head the model does not have (`fitcheck.sources.hf_config.check_flags`);
-- ``--lora-dropout nan`` said "should be less than 1 (got nan)" (`fitcheck.models.LlmSetup.lora_dropout`).
+- ``--lora-dropout nan`` said "should be less than 1 (got nan)" (`fitcheck.models.LlmSetup.lora_dropout`);
+- ``matrix --methods full,full`` drew the column twice in the table and once in the JSON document (keyed by
+  method); a row or column named twice is refused (`fitcheck.commands.matrix._once`).
 """
 
 from __future__ import annotations
@@ -298,3 +300,18 @@ def test_a_non_finite_dropout_is_named_as_such(value: str) -> None:
     rc, out, err = invoke(args)
     hold_contract("estimate", args, rc, out, err)
     assert rc == 2 and "--lora-dropout" in err and "finite number" in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--methods", "full,lora,full"], "--methods: 'full' is given twice"),
+        (["--models", "7B,1B,7b"], "--models: '7b' is given twice"),
+        (["--models", "a\x1b[2J,a\x1b[2J"], "is given twice"),
+    ],
+)
+def test_a_matrix_row_or_column_named_twice_is_refused(argv: list[str], words: str) -> None:
+    args = ["matrix", "--on", "none", *argv, "--format", "json"]
+    rc, out, err = invoke(args)
+    hold_contract("matrix", args, rc, out, err)
+    assert rc == 2 and words in err, err
