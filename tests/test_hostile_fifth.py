@@ -21,7 +21,8 @@ failing before its fix.
   string), sizing a tied lm_head the model does not have (`fitcheck.sources.hf_config.check_flags`);
 - ``--lora-dropout nan`` said "should be less than 1 (got nan)" (`fitcheck.models.LlmSetup.lora_dropout`);
 - ``matrix --methods full,full`` drew the column twice in the table and once in the JSON document (keyed by
-  method); a row or column named twice is refused (`fitcheck.commands.matrix._once`).
+  method); a row or column named twice is refused (`fitcheck.commands.matrix._once`);
+- ``plan --emit hf.yaml -o ""`` wrote into the working folder (`fitcheck.commands.plan.resolve_emits`).
 """
 
 from __future__ import annotations
@@ -315,3 +316,15 @@ def test_a_matrix_row_or_column_named_twice_is_refused(argv: list[str], words: s
     rc, out, err = invoke(args)
     hold_contract("matrix", args, rc, out, err)
     assert rc == 2 and words in err, err
+
+
+@pytest.mark.parametrize("folder", ["", "  "])
+def test_an_empty_output_folder_is_refused_before_anything_is_written(
+    folder: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["plan", "llama-3.1-8b", "--on", "rtx-4090", "--emit", "hf.yaml", "-o", folder]
+    rc, out, err = invoke(args)
+    hold_contract("plan", args, rc, out, err)
+    assert rc == 2 and "-o/--output-dir is empty" in err, err
+    assert not list(tmp_path.iterdir())
