@@ -22,7 +22,8 @@ failing before its fix.
 - ``--lora-dropout nan`` said "should be less than 1 (got nan)" (`fitcheck.models.LlmSetup.lora_dropout`);
 - ``matrix --methods full,full`` drew the column twice in the table and once in the JSON document (keyed by
   method); a row or column named twice is refused (`fitcheck.commands.matrix._once`);
-- ``plan --emit hf.yaml -o ""`` wrote into the working folder (`fitcheck.commands.plan.resolve_emits`).
+- ``plan --emit hf.yaml -o ""`` wrote into the working folder (`fitcheck.commands.plan.resolve_emits`);
+- ``--from-format ""`` was read as not given (the format detected instead) (`fitcheck.readers.format_name`).
 """
 
 from __future__ import annotations
@@ -328,3 +329,13 @@ def test_an_empty_output_folder_is_refused_before_anything_is_written(
     hold_contract("plan", args, rc, out, err)
     assert rc == 2 and "-o/--output-dir is empty" in err, err
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", ["estimate", "plan"])
+@pytest.mark.parametrize("fmt", ["", "  "])
+def test_an_empty_from_format_is_refused(command: str, fmt: str) -> None:
+    sample = Path(__file__).parent / "data" / "from" / "axolotl" / "lora-8b.yml"
+    args = [command, "7B", "--on", "rtx-4090", "--from", str(sample), "--from-format", fmt]
+    rc, out, err = invoke(args)
+    hold_contract(command, args, rc, out, err)
+    assert rc == 2 and "--from-format is empty" in err, err
