@@ -23,7 +23,9 @@ failing before its fix.
 - ``matrix --methods full,full`` drew the column twice in the table and once in the JSON document (keyed by
   method); a row or column named twice is refused (`fitcheck.commands.matrix._once`);
 - ``plan --emit hf.yaml -o ""`` wrote into the working folder (`fitcheck.commands.plan.resolve_emits`);
-- ``--from-format ""`` was read as not given (the format detected instead) (`fitcheck.readers.format_name`).
+- ``--from-format ""`` was read as not given (the format detected instead) (`fitcheck.readers.format_name`);
+- ``--train-modules lm_head,lm_head`` counted two trained copies of the output layer; peft matches
+  ``modules_to_save`` by name, one copy (`fitcheck.engine.lora.trained_modules`).
 """
 
 from __future__ import annotations
@@ -339,3 +341,17 @@ def test_an_empty_from_format_is_refused(command: str, fmt: str) -> None:
     rc, out, err = invoke(args)
     hold_contract(command, args, rc, out, err)
     assert rc == 2 and "--from-format is empty" in err, err
+
+
+@pytest.mark.parametrize(
+    ("twice", "once"),
+    [("lm_head,lm_head", "lm_head"), ("lm_head,embed_tokens,lm_head", "embed_tokens,lm_head")],
+)
+def test_a_module_named_twice_in_train_modules_is_trained_once(twice: str, once: str) -> None:
+    def peak(modules: str) -> int:
+        args = ["estimate", "7B", "--on", "none", "--train-modules", modules, "--format", "json"]
+        rc, out, err = invoke(args)
+        assert rc == 0, err
+        return int(json.loads(out)["peak_allocated_bytes"])
+
+    assert peak(twice) == peak(once)
