@@ -5,7 +5,8 @@ failing before its fix.
   table cells were cut to "…" (the breakdown's GiB column at 40) (`fitcheck.render.MIN_COLUMNS`);
 - ``--fsdp-version 1`` without an FSDP strategy (one GPU, ddp, ZeRO, a diffusion model) and
   ``--quant-storage`` without QLoRA on one GPU were dropped without a word (`fitcheck.engine.estimate._check`,
-  `fitcheck.api.LLM_ONLY`);
+  `fitcheck.api.LLM_ONLY`); ``plan --fsdp-version 1`` on several GPUs searched every strategy and failed
+  on device-map, a strategy nobody asked for; it now searches the FSDP ones (`fitcheck.planner.rules`);
 - ``--attn flash`` on Apple silicon or a CPU, or with ``--precision fp32``, was sized as if FlashAttention-2
   ran there (``xformers`` on Apple silicon was already refused) (`fitcheck.engine.estimate._check_flash`);
   the planner's grid held the fp32 + flash pair (axolotl full fine-tuning, whose fp16 is fp32) and now
@@ -355,3 +356,14 @@ def test_a_module_named_twice_in_train_modules_is_trained_once(twice: str, once:
         return int(json.loads(out)["peak_allocated_bytes"])
 
     assert peak(twice) == peak(once)
+
+
+def test_plan_with_fsdp_version_1_searches_fsdp(tmp_path: Path) -> None:
+    args = ["plan", "llama-3.1-8b", "--on", "2x4090", "--fsdp-version", "1", "--format", "json"]
+    rc, out, err = invoke(args)
+    hold_contract("plan", args, rc, out, err)
+    assert rc == 0, err
+    doc = json.loads(out)
+    setups = [r["candidate"]["setup"] for r in doc["runners_up"]] + [doc["chosen"]["setup"]]
+    assert {s["strategy"] for s in setups} <= {"fsdp", "fsdp-grad-op", "fsdp-hybrid"}
+    assert {s["fsdp_version"] for s in setups} == {1}
