@@ -6,7 +6,9 @@ failing before its fix.
 - ``--fsdp-version 1`` without an FSDP strategy (one GPU, ddp, ZeRO, a diffusion model) and
   ``--quant-storage`` without QLoRA on one GPU were dropped without a word (`fitcheck.engine.estimate._check`,
   `fitcheck.api.LLM_ONLY`); ``plan --fsdp-version 1`` on several GPUs searched every strategy and failed
-  on device-map, a strategy nobody asked for; it now searches the FSDP ones (`fitcheck.planner.rules`);
+  on device-map, a strategy nobody asked for; it now searches the FSDP ones (`fitcheck.planner.rules`); a
+  trainer file's FSDP version is dropped when the command line replaces its strategy with another
+  (`fitcheck.readers.merge`);
 - ``--attn flash`` on Apple silicon or a CPU, or with ``--precision fp32``, was sized as if FlashAttention-2
   ran there (``xformers`` on Apple silicon was already refused) (`fitcheck.engine.estimate._check_flash`);
   the planner's grid held the fp32 + flash pair (axolotl full fine-tuning, whose fp16 is fp32) and now
@@ -367,3 +369,13 @@ def test_plan_with_fsdp_version_1_searches_fsdp(tmp_path: Path) -> None:
     setups = [r["candidate"]["setup"] for r in doc["runners_up"]] + [doc["chosen"]["setup"]]
     assert {s["strategy"] for s in setups} <= {"fsdp", "fsdp-grad-op", "fsdp-hybrid"}
     assert {s["fsdp_version"] for s in setups} == {1}
+
+
+def test_a_files_fsdp_version_gives_way_to_a_strategy_the_command_line_replaces() -> None:
+    sample = Path(__file__).parent / "data" / "from" / "accelerate" / "fsdp.yaml"
+    base = ["estimate", "7B", "--on", "none", "--from", str(sample), "--format", "json"]
+    rc, out, err = invoke([*base, "--strategy", "zero3"])
+    assert rc == 0, err
+    assert json.loads(out)["setup"]["strategy"] == "zero3"
+    rc, _, err = invoke([*base, "--strategy", "zero3", "--fsdp-version", "1"])
+    assert rc == 2 and "--fsdp-version applies to an FSDP strategy" in err, err
