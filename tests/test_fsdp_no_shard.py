@@ -39,7 +39,7 @@ def test_no_shard_keeps_whole_flat_params_without_gathered_copies(spec7b: ModelS
 
 def test_no_shard_per_gpu_is_the_replica_plus_nccl(spec7b: ModelSpec) -> None:
     ns = run(spec7b, strategy="fsdp-no-shard")
-    ddp = run(spec7b, strategy="ddp")
+    ddp = run(spec7b, strategy="ddp", fsdp_version=2)
     # like DDP's replica but without DDP's bucket copy of the gradients
     assert "ddp_grad_buckets" in names(ddp) and "ddp_grad_buckets" not in names(ns)
 

@@ -76,7 +76,7 @@ class _Common(TypedDict, total=False):
     lora_rank: int | None
     lora_alpha: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None
     lora_targets: str | None
-    lora_dropout: float | None
+    lora_dropout: Annotated[float, Field(allow_inf_nan=False)] | None
     double_quant: bool | None
     base_quant: BaseQuant | None
     train_modules: str | None
@@ -169,6 +169,7 @@ LLM_ONLY: dict[str, object] = {
     "target_len": None,
     "image_tokens": 0,
     "device_map_version": 5,
+    "fsdp_version": 2,
     "fsdp_embedding_units": False,
     "zero_bucket_size": None,
     "zero_overlap_comm": None,
@@ -483,7 +484,8 @@ def estimate(
     setup = setup_for(spec, opts, tgt)
     host = opts.get("host_memory")
     host_memory = host if isinstance(host, str) else None
-    return estimate_setup(spec, setup, tgt, auto=on == "auto", host_memory=host_memory)
+    auto = isinstance(on, str) and on.strip().lower() == "auto"  # as resolve_target reads it
+    return estimate_setup(spec, setup, tgt, auto=auto, host_memory=host_memory)
 
 
 def estimate_setup(

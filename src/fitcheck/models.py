@@ -208,7 +208,7 @@ class SetupBase(Frozen):
         default="all-linear",
         description="attn, all-linear, linear-modules, llamafactory-all, or comma-separated names",
     )
-    lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, allow_inf_nan=False)
     backend: Backend = "cuda"
     gpus: int = Field(default=1, ge=1, le=4096, description="GPUs per node")
     # Several GPUs (docs/distributed.md): world size = gpus x nodes.

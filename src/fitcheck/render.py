@@ -174,8 +174,15 @@ def thumb_doc(est: Estimate, judged: Verdict | None = None) -> dict[str, Any]:
     }
 
 
+#: The narrowest layout drawn. The golden renders (tests/test_render_golden.py, 80 and 120 columns) hold
+#: every figure whole from 80 up; narrower, rich cuts table cells to "…" (the GiB column of the breakdown
+#: at 40 columns) and draws nothing at all at ``COLUMNS=0``. A narrower terminal wraps the 80-column lines.
+MIN_COLUMNS = 80
+
+
 def _console(stderr: bool = False) -> Any:
-    """A console: the terminal's width, $COLUMNS when set, else 120 (CI logs and pipes)."""
+    """A console: the terminal's width, $COLUMNS when set, else 120 (CI logs and pipes); never narrower
+    than `MIN_COLUMNS`."""
     import os
 
     from rich.console import Console
@@ -184,6 +191,8 @@ def _console(stderr: bool = False) -> Any:
     if not con.is_terminal and "COLUMNS" not in os.environ:
         # rich would fall back to 80 columns; a pipe or a CI log reads better at 120
         con = Console(stderr=stderr, highlight=False, width=120)
+    elif con.width < MIN_COLUMNS:
+        con = Console(stderr=stderr, highlight=False, width=MIN_COLUMNS)
     return con
 
 

@@ -48,6 +48,8 @@ def register(app: typer.Typer) -> None:
         names = [m.strip() for m in models.split(",") if m.strip()]
         if not names:
             raise InputError("--models is empty: give sizes (7B) or preset ids, comma-separated")
+        _once("--methods", chosen)
+        _once("--models", names)
         base = c.plain(
             batch_size=batch_size, seq_len=seq_len, grad_ckpt=grad_ckpt, optimizer=optimizer, trainer=trainer
         )
@@ -60,6 +62,19 @@ def register(app: typer.Typer) -> None:
         c.write_chart(chart, force, lambda: _chart(rows, chosen, target, base, rule.value))
         c.print_doc(fmt, rows, lambda: render.matrix_table(rows, chosen, on, rule.value, base))
         c.print_chart_link(fmt, chart)
+
+
+def _once(flag: str, items: list[str]) -> None:
+    """A row or column named twice is an error: the table drew it twice, the JSON document (keyed by
+    method) kept one."""
+    from fitcheck.errors import InputError
+    from fitcheck.terminal import clipped
+
+    seen: set[str] = set()
+    for item in items:
+        if item.lower() in seen:
+            raise InputError(f"{flag}: {clipped(item)!r} is given twice")
+        seen.add(item.lower())
 
 
 def _chart(

@@ -56,6 +56,8 @@ def resolve_emits(emits: list[str], fmt: str | None, output_dir: str) -> list[tu
 
     if fmt is not None and not emits:
         raise OptionError("--emit-format needs --emit FILE (or --emit - for stdout)")
+    if emits and not output_dir.strip():  # "" would write into the working folder unasked
+        raise OptionError("-o/--output-dir is empty: give a folder (. for this one) or - for stdout")
     to_stdout = output_dir == "-"
     out: list[tuple[str, str | None]] = []
     for name in emits:

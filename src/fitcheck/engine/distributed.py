@@ -165,8 +165,6 @@ def check(setup: LlmSetup) -> None:
         raise OptionError("--strategy fsdp-no-shard is FSDP1's NO_SHARD: add --fsdp-version 1")
     if s == "fsdp-no-shard" and setup.offload != "none":
         raise OptionError("--strategy fsdp-no-shard with --offload is not modelled")
-    if setup.quant_storage is not None and setup.method != "qlora":
-        raise OptionError("--quant-storage applies to --method qlora (bnb_4bit_quant_storage)")
     if setup.fsdp_version == 1 and s == "fsdp-hybrid" and setup.nodes == 1:
         pass  # HYBRID_SHARD on one node is FULL_SHARD; allowed
 

@@ -47,6 +47,16 @@ def _c(name: str, value: float, rule: str) -> Component:
 def _check(spec: ModelSpec, setup: LlmSetup) -> None:
     if setup.device_map_version != 5 and setup.strategy != "device-map":
         raise OptionError("--device-map-version applies to --strategy device-map")
+    from fitcheck.engine.distributed import STRATEGY_FACTS, check_embedding_units
+
+    fsdp = setup.strategy is not None and STRATEGY_FACTS[setup.strategy].engine == "fsdp"
+    if setup.fsdp_version != 2 and not fsdp:
+        raise OptionError(
+            "--fsdp-version applies to an FSDP strategy (--strategy fsdp, fsdp-grad-op, fsdp-hybrid or "
+            f"fsdp-no-shard), not {setup.strategy or 'a run without one'}"
+        )
+    if setup.quant_storage is not None and setup.method != "qlora":
+        raise OptionError("--quant-storage applies to --method qlora (bnb_4bit_quant_storage)")
     zero = {"--zero-bucket-size": setup.zero_bucket_size, "--zero-overlap-comm": setup.zero_overlap_comm}
     for flag, value in zero.items():
         if value is not None and setup.strategy not in ("zero1", "zero2", "zero3"):
@@ -54,8 +64,6 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
                 f"{flag} is a DeepSpeed ZeRO setting: it applies to --strategy zero1|zero2|zero3"
                 f", not {setup.strategy or 'a run without one'}"
             )
-    from fitcheck.engine.distributed import check_embedding_units
-
     check_embedding_units(spec, setup)
     prefix.check(setup)
     if prefix.is_prefix(setup) and tasks.model_task(spec.arch) != "causal-lm":
@@ -84,11 +92,34 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
         raise OptionError(f"--lora-fa freezes LoRA's A factors: it applies to LoRA and QLoRA, not {what}")
     if setup.attn == "xformers" and setup.backend == "mps":
         raise OptionError("xformers is CUDA-only and crashes on Apple silicon; use --attn sdpa")
+    _check_flash(setup)
     if setup.optimizer in BITSANDBYTES and setup.backend == "mps":
         raise OptionError(
             f"--optimizer {setup.optimizer} needs bitsandbytes CUDA kernels; on Apple silicon use "
             "adamw, adafactor or lion"
         )
+
+
+#: Why ``--attn flash`` with ``--precision fp32`` is refused (the planner's grid leaves the pair out too).
+FLASH_FP32 = (
+    "--attn flash: FlashAttention-2 computes in fp16 or bf16 only; use --precision bf16 or fp16, "
+    "or --attn sdpa with --precision fp32"
+)
+
+
+def _check_flash(setup: LlmSetup) -> None:
+    """FlashAttention-2 runs on NVIDIA (and AMD ROCm) GPUs, in fp16 or bf16 only (Dao-AILab/flash-attention
+    README, "Datatype fp16 and bf16"; transformers casts fp32 queries to the autocast dtype, else to the
+    weights' dtype, so a run without 16-bit compute cannot call it)."""
+    if setup.attn != "flash":
+        return
+    if setup.backend in ("mps", "cpu"):
+        raise OptionError(
+            f"--attn flash: FlashAttention-2 runs on NVIDIA (and ROCm) GPUs, not {setup.backend}; "
+            "use --attn sdpa"
+        )
+    if setup.precision == "fp32":
+        raise OptionError(FLASH_FP32)
 
 
 #: Trainers whose loop can run the optimizer in backward: torchtune's full fine-tuning recipes

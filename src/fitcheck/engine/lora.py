@@ -157,8 +157,9 @@ def head_adapter_params(a: DecoderArch, setup: LlmSetup) -> int:
 
 
 def trained_modules(setup: LlmSetup) -> tuple[str, ...]:
-    """``--train-modules``: modules peft trains in full beside the adapters (``modules_to_save``)."""
-    return tuple(_wanted(setup.train_modules))
+    """``--train-modules``: modules peft trains in full beside the adapters (``modules_to_save``), each
+    once: peft matches the list by module name, so a name given twice is still one trained copy."""
+    return tuple(dict.fromkeys(_wanted(setup.train_modules)))
 
 
 def _parameter_target(a: DecoderArch, lin: Linear) -> bool:

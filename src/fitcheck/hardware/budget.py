@@ -59,9 +59,10 @@ TARGET_HELP = (
     "a target is a catalog id (rtx-4090, a100-80gb; see `fitcheck hw list`), a GPU size (24GB), "
     "a Mac's unified memory (36GB-unified), a count of devices (2x4090), auto or cpu"
 )
-_COUNT_RE = re.compile(r"^(\d+)\s*[x×]\s*(\S.*)$")
-_SIZE_RE = re.compile(r"^[+-]?\d*\.?\d+\s*(?:gib|gb|g|mib|mb|m|tib|tb|t)?$")
-_SIZE_PREFIX_RE = re.compile(r"^[+-]?\d*\.?\d+\s*(?:gib|gb|g|mib|mb|m|tib|tb|t)?-")
+# ASCII digits only (re.ASCII): \d and int() also take other scripts' digits ("２x4090", "٢٤GB")
+_COUNT_RE = re.compile(r"^(\d+)\s*[x×]\s*(\S.*)$", re.ASCII)
+_SIZE_RE = re.compile(r"^[+-]?\d*\.?\d+\s*(?:gib|gb|g|mib|mb|m|tib|tb|t)?$", re.ASCII)
+_SIZE_PREFIX_RE = re.compile(r"^[+-]?\d*\.?\d+\s*(?:gib|gb|g|mib|mb|m|tib|tb|t)?-", re.ASCII)
 
 
 def resolve_target(spec: str, headroom: str | None = None, probe_env: ProbeEnv | None = None) -> Target:
@@ -113,7 +114,7 @@ def _resolve_one(text: str, spec: str, probe_env: ProbeEnv | None) -> Target:
         return entry_target(entry)
     if text.endswith("-unified"):
         return unified_target(_size(text.removesuffix("-unified"), spec))
-    if re.fullmatch(r"\d+", text) and int(text) > MAX_BARE_GIB:
+    if re.fullmatch(r"[0-9]+", text) and int(text) > MAX_BARE_GIB:
         hint = suggest(text, catalog.load_catalog())
         raise InputError(
             f"'{spec}' is not a memory size fitcheck believes"
@@ -445,7 +446,7 @@ def apple_target(facts: AppleFacts) -> Target:
 def visible(gpus: Sequence[GpuDevice], environ: dict[str, str]) -> list[GpuDevice]:
     """GPUs selected by CUDA_VISIBLE_DEVICES when it lists indices (UUIDs and MIG ids: all kept)."""
     raw = environ.get("CUDA_VISIBLE_DEVICES")
-    if raw is None or not re.fullmatch(r"\s*\d+(\s*,\s*\d+)*\s*", raw):
+    if raw is None or not re.fullmatch(r"\s*[0-9]+(\s*,\s*[0-9]+)*\s*", raw):
         return list(gpus)
     wanted = [int(x) for x in raw.split(",")]
     return [g for i in wanted for g in gpus if g.index == i]

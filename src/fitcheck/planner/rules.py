@@ -490,6 +490,8 @@ def strategies(req: PlanRequest, target: Target) -> tuple[str | None, ...]:
         return (None,)
     if req.base.fsdp_embedding_units:
         return ("fsdp",)  # the flag describes FSDP2 units (docs/distributed.md#fsdp-embedding-units)
+    if req.base.fsdp_version != 2:  # --fsdp-version 1 describes an FSDP run: the other strategies refuse it
+        return tuple(s for s in STRATEGY_ORDER if STRATEGY_FACTS[s].engine == "fsdp")
     if req.base.trainer in ("mlx", "kohya"):
         return ("ddp",)
     if req.base.trainer in DEVICE_MAP_TRAINERS and req.base.nodes == 1:

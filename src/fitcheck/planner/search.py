@@ -23,9 +23,10 @@ import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from fitcheck.engine.estimate import estimate
+from fitcheck.engine.estimate import FLASH_FP32, estimate
 from fitcheck.engine.states import counts
 from fitcheck.engine.verdict import verdict
+from fitcheck.errors import OptionError
 from fitcheck.models import Estimate, LlmSetup, ModelSpec, SetupKind, Target
 from fitcheck.planner import explain
 from fitcheck.planner import kernels as K
@@ -92,6 +93,8 @@ def build_grid(req: PlanRequest, target: Target, device: DevicePerf, spec: Model
         micro_batches=R.micro_batches(req, target),
         per_gpu=R.per_process_batch(req, target, None),
     )
+    if set(g.attentions) == {"flash"} and set(g.precisions) == {"fp32"}:
+        raise OptionError(FLASH_FP32)
     # device-map trains the whole effective batch in one process: its own micro-batches and accumulation
     dist = [
         (st, off, R.per_process_batch(req, target, st), b)
@@ -108,7 +111,7 @@ def build_grid(req: PlanRequest, target: Target, device: DevicePerf, spec: Model
         g.checkpointing,
         dist,
     ):
-        if p in per_method[m]:
+        if p in per_method[m] and not (a == "flash" and p == "fp32"):  # FlashAttention-2: fp16/bf16 only
             g.points.append(Point(m, s, p, a, o, c, b, per // b, st, off))
     return g
 

@@ -35,7 +35,9 @@ ALIASES = {"hf": "trl", "llama-factory": "llamafactory", "mlx-lm": "mlx", "ds": 
 
 def format_name(name: str) -> str:
     """A ``--from-format`` value, checked."""
-    key = ALIASES.get(name.lower(), name.lower())
+    if not name.strip():  # "" was read as not given: the format detected instead of the one asked
+        raise OptionError(f"--from-format is empty: give one of {', '.join(FORMATS)}")
+    key = ALIASES.get(name.strip().lower(), name.strip().lower())
     if key not in FORMATS:
         hint = suggest(name, [*FORMATS, *ALIASES])
         raise OptionError(
@@ -51,7 +53,7 @@ def read_config(path: str, fmt: str | None = None) -> ReadResult:
     if not path.strip():  # Path("") is the current folder: "--from . is a folder" named no file typed
         raise InputError("--from is empty: name a trainer config file (e.g. --from run.yaml)")
     syntax = syntax_of(path)
-    wanted = format_name(fmt) if fmt else None
+    wanted = format_name(fmt) if fmt is not None else None
     if wanted is not None:
         syntax = FORMATS[wanted][2] if syntax_of(path) == "yaml" and Path(path).suffix == "" else syntax
     text = read_text(path)

@@ -125,7 +125,7 @@ def _method(r: Reading, k: Keys) -> None:
             f"peft_layers_to_transform {_short(layers)}: adapters in those layers only; sized in every "
             "layer (an upper bound on the adapters and their states)"
         )
-    save = names.modules(k.get("lora_modules_to_save"))
+    save = names.modules(k.get("lora_modules_to_save"), "lora_modules_to_save", r.path)
     r.set("train_modules", ",".join(save) or None, "lora_modules_to_save")
     bnb = k.sub("bnb_config_kwargs")
     if bnb is not None and qlora:
@@ -158,12 +158,12 @@ def _targets(r: Reading, k: Keys) -> str | None:
             + "; modules outside the decoder layers it names (a vision tower) are not counted"
         )
     else:
-        mods = names.modules(value)
+        mods = names.modules(value, "lora_target_modules", r.path)
     # target parameters keep their dotted names (``experts.down_proj`` is not the dense ``down_proj``); peft
     # matches them as a suffix of the parameter's name, so ``mlp.experts.x`` is fitcheck's ``experts.x``
     params = [
         p[p.rindex("experts.") :] if "experts." in p else p
-        for p in names.modules(k.get("lora_target_parameters"))
+        for p in names.modules(k.get("lora_target_parameters"), "lora_target_parameters", r.path)
     ]
     named = names.targets(mods)
     return ",".join(x for x in (named, *params) if x) or None
@@ -193,14 +193,15 @@ def _precision(r: Reading, k: Keys) -> None:
     float16`` -> float16, else float32; src/axolotl/utils/config/__init__.py @067b021c). With both flags
     off, a 16-bit load trains in that dtype without autocast (``--no-autocast``)."""
     p = r.path
-    bf16, fp16 = k.get("bf16"), k.get("fp16")
+    # as_bool refuses what is no flag (``bf16: maybe`` fell through to the default without a word)
+    bf16, fp16 = as_bool(k.get("bf16"), "bf16", p), as_bool(k.get("fp16"), "fp16", p)
     loaded = "bf16" if as_bool(k.get("bfloat16"), "bfloat16", p) else None
     loaded = loaded or ("fp16" if as_bool(k.get("float16"), "float16", p) else None)
-    if bf16 is True or (bf16 == "auto" and k.has("bf16") and fp16 is not True):
+    if bf16 is True or (k.get("bf16") == "auto" and fp16 is not True):
         r.set("precision", "bf16", "bf16")
-    elif as_bool(fp16, "fp16", p):
+    elif fp16:
         r.set("precision", "fp16", "fp16")
-    elif bf16 is False and fp16 in (False, None) and loaded is not None:
+    elif bf16 is False and k.get("fp16") in (False, None) and loaded is not None:
         r.set("precision", loaded, "float16" if loaded == "fp16" else "bfloat16")
         r.set("autocast", False, "bf16")
     elif bf16 is False and fp16 is False:
@@ -216,15 +217,17 @@ def _attention(r: Reading, k: Keys) -> None:
         if found is None:
             r.note(f"attn_implementation {impl!r} has no fitcheck model; sdpa is assumed")
     short = k.get("attention")
-    if isinstance(short, str) and "attn" not in r.values:
-        r.set("attn", SHORT_ATTN.get(short), "attention")
+    if short is not None and short not in SHORT_ATTN:
+        r.note(f"attention {_short(short)} has no fitcheck model; sdpa is assumed")
+    elif isinstance(short, str) and "attn" not in r.values:
+        r.set("attn", SHORT_ATTN[short], "attention")
     for key, kernel in LEGACY_ATTN.items():
         if as_bool(k.get(key), key, r.path) and "attn" not in r.values:
             r.set("attn", kernel, key)
 
 
 def _loss(r: Reading, k: Keys) -> None:
-    plugins = names.modules(k.get("plugins"))
+    plugins = names.modules(k.get("plugins"), "plugins", r.path)
     names.read_loss(r, k, "axolotl", plugins)
     liger = [
         key

@@ -8,11 +8,16 @@ Source: transformers src/transformers/training_args.py (5.x fields in trainer_ke
 
 from __future__ import annotations
 
+from fitcheck.errors import InputError
 from fitcheck.readers import names
-from fitcheck.readers.base import Keys, Reading, as_bool, as_int
+from fitcheck.readers.base import Keys, Reading, _short, as_bool, as_int
 
 #: transformers ``fsdp`` option words -> fitcheck strategy (FSDP's ShardingStrategy names).
 FSDP_WORDS = {"full_shard": "fsdp", "shard_grad_op": "fsdp-grad-op", "hybrid_shard": "fsdp-hybrid"}
+#: ``fsdp`` words read without a setting of their own: ``offload`` (``--offload all``) and ``auto_wrap``
+#: (the wrap policy; fitcheck's FSDP units are the decoder layers either way). transformers' other
+#: FSDPOption words (``no_shard``, ``hybrid_shard_zero2``; trainer_utils.py) are noted as not read.
+FSDP_OTHER = frozenset({"offload", "auto_wrap"})
 
 
 def training_args(r: Reading, k: Keys) -> None:
@@ -51,12 +56,15 @@ def training_args(r: Reading, k: Keys) -> None:
 def distributed(r: Reading, k: Keys) -> None:
     """``fsdp`` words and ``deepspeed`` (a path: read it with its own ``--from``)."""
     fsdp = k.get("fsdp")
-    words = (
-        fsdp.split() if isinstance(fsdp, str) else [str(w) for w in fsdp] if isinstance(fsdp, list) else []
-    )
+    words = [] if fsdp is None or fsdp is False else names.modules(fsdp, "fsdp", r.path)
+    words = [w for part in words for w in part.split()]  # "full_shard auto_wrap", as transformers splits it
     for word in words:
         if word in FSDP_WORDS:
             r.set("strategy", FSDP_WORDS[word], "fsdp")
+        elif word not in FSDP_OTHER:
+            r.note(
+                f"fsdp: {_short(word)} is not read (fitcheck reads full_shard, shard_grad_op, hybrid_shard)"
+            )
         if word == "offload":
             r.set("offload", "all", "fsdp")
     ds = k.get("deepspeed")
@@ -64,3 +72,5 @@ def distributed(r: Reading, k: Keys) -> None:
         r.note(f"deepspeed: {ds} is a separate file; its ZeRO stage and offload are read with --from {ds}")
     elif isinstance(ds, dict):
         r.note("deepspeed: an inline DeepSpeed config; write it to a .json file to read it with --from")
+    elif ds not in (None, "", False):
+        raise InputError(f"{r.path}: deepspeed must be the path of a DeepSpeed JSON file (got {_short(ds)})")

@@ -116,7 +116,7 @@ def _network(r: Reading, k: Keys) -> None:
     r.set("lora_rank", as_int(k.get("network_dim"), "network_dim", p), "network_dim")
     r.set("lora_alpha", as_float(k.get("network_alpha"), "network_alpha", p), "network_alpha")
     r.set("lora_dropout", as_float(k.get("network_dropout"), "network_dropout", p), "network_dropout")
-    args = names.modules(k.get("network_args"))
+    args = names.modules(k.get("network_args"), "network_args", p)
     if any(a.replace(" ", "").startswith("conv_dim=") for a in args):
         r.set("lora_targets", "conv", "network_args")
     unet_only = as_bool(k.get("network_train_unet_only"), "network_train_unet_only", p)

@@ -157,9 +157,9 @@ def _method(r: Reading, k: Keys) -> None:
     r.set("lora_rank", as_int(k.get("lora_rank"), "lora_rank", p), "lora_rank")
     r.set("lora_alpha", as_float(k.get("lora_alpha"), "lora_alpha", p), "lora_alpha")
     r.set("lora_dropout", as_float(k.get("lora_dropout"), "lora_dropout", p), "lora_dropout")
-    r.set("lora_targets", _targets(names.modules(k.get("lora_target"))), "lora_target")
+    r.set("lora_targets", _targets(names.modules(k.get("lora_target"), "lora_target", p)), "lora_target")
     r.set("dora", as_bool(k.get("use_dora"), "use_dora", p), "use_dora")
-    extra = names.modules(k.get("additional_target"))
+    extra = names.modules(k.get("additional_target"), "additional_target", p)
     r.set("train_modules", ",".join(extra) or None, "additional_target")
     k.touch("pissa_iter", "pissa_convert")  # FSVD steps at load; conversion when saving
     if as_bool(k.get("pissa_init"), "pissa_init", p):

@@ -84,6 +84,13 @@ def resolve(
     if origin.get("optimizer_impl") == FILE and values.get("optimizer", "adamw") != "adamw":
         del values["optimizer_impl"]  # the file's AdamW step, for an optimizer the command line replaced
         origin["optimizer_impl"] = FITCHECK_DEFAULT
+    if (
+        origin.get("fsdp_version") == FILE
+        and origin.get("strategy") == COMMAND_LINE
+        and not str(values.get("strategy")).startswith("fsdp")
+    ):
+        del values["fsdp_version"]  # the file's FSDP wrapper, for a strategy the command line replaced
+        origin["fsdp_version"] = FITCHECK_DEFAULT
     pending = {k: v for k, v in file_values.items() if k not in setup_fields}
     return Resolved(values=values, origin=origin, pending=pending, sources=sources)
 

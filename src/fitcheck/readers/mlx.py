@@ -94,5 +94,5 @@ def _lora(r: Reading, k: Keys) -> None:
         as_float(params.get("dropout"), "lora_parameters.dropout", p),
         "lora_parameters.dropout",
     )
-    keys = names.modules(params.get("keys"))
+    keys = names.modules(params.get("keys"), "lora_parameters.keys", p)
     r.set("lora_targets", names.targets(keys), "lora_parameters.keys")

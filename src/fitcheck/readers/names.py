@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from fitcheck.errors import InputError
 from fitcheck.facts import hf_optim
 from fitcheck.facts.loss_keys import LOSS_SWITCHES, ON_WITH_PLUGIN
-from fitcheck.readers.base import Keys, Reading, as_bool
+from fitcheck.readers.base import Keys, Reading, _short, as_bool
 
 #: transformers ``optim`` (and axolotl ``optimizer``) -> fitcheck optimizer: the one table the emitters
 #: write from too (fitcheck.facts.hf_optim).
@@ -102,13 +103,18 @@ TORCHTUNE_MODULES: dict[str, str] = {
 }
 
 
-def modules(value: object) -> list[str]:
-    """Module names from a list or a comma-separated string."""
+def modules(value: object, key: str, path: str) -> list[str]:
+    """Module names from a list or a comma-separated string (None: none); anything else is refused, not
+    read as no names (``lora_target_modules: 5`` fell back to the default targets without a word)."""
+    if value is None:
+        return []
     if isinstance(value, str):
         return [v.strip() for v in value.split(",") if v.strip()]
-    if isinstance(value, (list, tuple)):
-        return [str(v).strip() for v in value if str(v).strip()]
-    return []
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return [v.strip() for v in value if v.strip()]
+    raise InputError(
+        f"{path}: {key} must be a list of names or a comma-separated string (got {_short(value)})"
+    )
 
 
 def optimizer(table: dict[str, str], name: str, key: str, notes: list[str]) -> str | None:

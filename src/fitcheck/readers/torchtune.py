@@ -293,7 +293,10 @@ def _model(r: Reading, k: Keys) -> None:
         r.note(f"model builder {builder}: no fitcheck preset for it; MODEL is the checkpoint folder")
     if kind is None:
         return
-    mods = [names.TORCHTUNE_MODULES.get(n, n) for n in names.modules(model.get("lora_attn_modules"))]
+    mods = [
+        names.TORCHTUNE_MODULES.get(n, n)
+        for n in names.modules(model.get("lora_attn_modules"), "lora_attn_modules", p)
+    ]
     if as_bool(model.get("apply_lora_to_mlp"), "apply_lora_to_mlp", p):
         mods += ["gate_proj", "down_proj", "up_proj"]
     if as_bool(model.get("apply_lora_to_output"), "apply_lora_to_output", p):

@@ -102,9 +102,13 @@ def _peft(r: Reading, k: Keys) -> None:
     r.set("lora_rank", as_int(k.get("lora_r"), "lora_r", p), "lora_r")
     r.set("lora_alpha", as_float(k.get("lora_alpha"), "lora_alpha", p), "lora_alpha")
     r.set("lora_dropout", as_float(k.get("lora_dropout"), "lora_dropout", p), "lora_dropout")
-    r.set("lora_targets", names.targets(names.modules(k.get("lora_target_modules"))), "lora_target_modules")
+    r.set(
+        "lora_targets",
+        names.targets(names.modules(k.get("lora_target_modules"), "lora_target_modules", r.path)),
+        "lora_target_modules",
+    )
     r.set("dora", as_bool(k.get("use_dora"), "use_dora", p), "use_dora")
-    save = names.modules(k.get("lora_modules_to_save"))
+    save = names.modules(k.get("lora_modules_to_save"), "lora_modules_to_save", r.path)
     r.set("train_modules", ",".join(save) or None, "lora_modules_to_save")
     if four:
         quant = k.get("bnb_4bit_quant_type")

@@ -951,6 +951,27 @@ def check_sizes(cfg: Config, where: str = "config.json") -> None:
             raise ModelSourceError(f"{where}: {key} must be a whole number from 1 to {bound:,} (got {shown})")
 
 
+#: Flags a config.json holds as JSON true/false and the converter reads as booleans: a string there
+#: ("false") would read as true (Python's bool of a non-empty string) and size another model.
+FLAG_KEYS: tuple[str, ...] = (
+    "tie_word_embeddings", "attention_bias", "mlp_bias", "use_qkv_bias", "use_bias", "bias", "use_qk_norm",
+    "qk_layernorm", "add_bias_linear", "add_qkv_bias", "attention_out_bias", "lm_head_bias",
+    "use_sliding_window", "new_decoder_architecture", "multi_query", "parallel_attn", "use_parallel_residual",
+    "no_bias", "enable_bias", "do_layer_norm_before", "_remove_final_layer_norm",
+    "layer_norm_elementwise_affine", "multi_query_attention", "rmsnorm", "post_layer_norm",
+    "position_biased_input", "relative_attention", "share_att_key",
+)  # fmt: skip
+
+
+def check_flags(cfg: Config, where: str = "config.json") -> None:
+    """Every flag present is true, false (or 0/1, as json.dump writes a Python int) or null."""
+    for key in FLAG_KEYS:
+        value = cfg.get(key)
+        if value is None or isinstance(value, bool) or (type(value) is int and value in (0, 1)):
+            continue
+        raise ModelSourceError(f"{where}: {key} must be true or false (got {clipped(repr(value))})")
+
+
 def arch_from_hf_config(cfg: Config) -> DecoderArch:
     """Build a `DecoderArch` from a parsed ``config.json``.
 
@@ -967,10 +988,12 @@ def arch_from_hf_config(cfg: Config) -> DecoderArch:
             "`fitcheck models` and docs/cli.md list the supported types"
         )
     check_sizes(cfg)
+    check_flags(cfg)
     for sub in ("text_config", "llm_config", "language_config"):
         inner = cfg.get(sub)
         if isinstance(inner, Mapping):
             check_sizes(inner, f"config.json {sub}")
+            check_flags(inner, f"config.json {sub}")
     model_type = raw_type
     if model_type in SSM_TYPES:
         raise ModelSourceError(
