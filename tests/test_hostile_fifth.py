@@ -379,3 +379,47 @@ def test_a_files_fsdp_version_gives_way_to_a_strategy_the_command_line_replaces(
     assert json.loads(out)["setup"]["strategy"] == "zero3"
     rc, _, err = invoke([*base, "--strategy", "zero3", "--fsdp-version", "1"])
     assert rc == 2 and "--fsdp-version applies to an FSDP strategy" in err, err
+
+
+# --- a sequence past a learned position table (found by round five, left to the lead) ---------------------
+
+
+#: roberta-base's published shape (FacebookAI/roberta-base config.json): 514 position rows, 2 of them offset
+ROBERTA = {
+    "model_type": "roberta", "architectures": ["RobertaForMaskedLM"], "hidden_size": 768,
+    "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 50265,
+    "max_position_embeddings": 514, "type_vocab_size": 1, "hidden_act": "gelu", "layer_norm_eps": 1e-05,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "rows", "usable"), [("gpt2", 1024, 1024), ("roberta", 514, 512)])
+def test_a_sequence_past_the_learned_positions_is_warned(
+    model: str, rows: int, usable: int, tmp_path: Path
+) -> None:
+    """GPT-2's 1,024 and RoBERTa's 514 position rows (2 reserved): the 2,048-token default cannot run; the
+    estimate is sized as asked and says so, with the length that can; at or under it, no word."""
+    from fitcheck import api
+
+    if model == "roberta":
+        (tmp_path / "config.json").write_text(json.dumps(ROBERTA))
+        model = str(tmp_path)
+    spec = api.resolve(model)
+    assert spec.arch.learned_positions == rows
+    long = api.estimate(spec, method="full")
+    said = [w for w in long.warnings if "learned positions" in w]
+    assert len(said) == 1 and f"--seq-len {usable:,} or less" in said[0], long.warnings
+    short = api.estimate(spec, method="full", seq_len=usable)
+    assert not [w for w in short.warnings if "learned positions" in w]
+    over = api.estimate(spec, method="full", seq_len=usable + 1)
+    assert [w for w in over.warnings if "learned positions" in w]
+    rope = api.estimate(api.resolve("llama-3.1-8b"), method="lora", seq_len=200_000)
+    assert not [w for w in rope.warnings if "learned positions" in w]  # rotary positions: no table
+
+
+def test_a_run_of_centuries_reads_in_years() -> None:
+    """plan --dataset-tokens 1e22 printed '76322106481481.5 days'."""
+    from fitcheck.render import _duration
+
+    assert _duration(3 * 86400) == "3.0 days"
+    assert _duration(1e22 / 1500) == f"{1e22 / 1500 / (365.25 * 86400):,.0f} years"
+    assert "days" not in _duration(10 * 365.25 * 86400)

@@ -915,7 +915,9 @@ def _duration(seconds: float) -> str:
         return f"{seconds / 60:.1f} min"
     if seconds < 172800:
         return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
+    if seconds < 2 * 365.25 * 86400:
+        return f"{seconds / 86400:.1f} days"
+    return f"{seconds / (365.25 * 86400):,.0f} years"  # a dataset no one trains on one device: said plainly
 
 
 def plan_doc(plan: Any) -> dict[str, Any]:

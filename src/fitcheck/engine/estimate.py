@@ -728,6 +728,7 @@ def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]
         *_state_warnings(spec, setup, derived),
         *_setup_warnings(spec, setup),
         *_kbit_warnings(setup),
+        *_length_warnings(spec, setup),
         *_tower_warnings(spec, setup),
         *_target_warnings(spec, setup),
         *([compiled_note] if compiled_note else []),
@@ -815,6 +816,26 @@ def _state_warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> list[str]
             "instead of failing; the verdict lets the ones over the budget page"
         )
     return w
+
+
+#: Position rows a model reserves before its first token's: OPT's ``OPTLearnedPositionalEmbedding``
+#: (``offset = 2``, modeling_opt.py) and RoBERTa-style embeddings, whose positions start after
+#: ``padding_idx`` (1: ``create_position_ids_from_input_ids``, modeling_roberta.py).
+POSITION_OFFSET: dict[str, int] = {"opt": 2, "roberta": 2, "xlm-roberta": 2, "camembert": 2}
+
+
+def _length_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
+    """A sequence longer than a learned position table (GPT-2's ``n_positions``, BERT's and OPT's
+    ``max_position_embeddings``, less the rows OPT and RoBERTa reserve) cannot run: the position lookup
+    indexes past the table (``nn.Embedding``: index out of range). Sized as asked, with the warning."""
+    rows = spec.arch.learned_positions
+    usable = rows - POSITION_OFFSET.get(spec.arch.model_type, 0)
+    if not rows or setup.seq_len <= usable:
+        return []
+    return [
+        f"{spec.name} has {usable:,} learned positions: a sequence of {setup.seq_len:,} tokens cannot run "
+        f"(the position lookup goes past its table); give --seq-len {usable:,} or less"
+    ]
 
 
 def _setup_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
