@@ -10,15 +10,13 @@ The facts each file is in the set for are asserted by hand beside the goldens (`
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fitcheck.cli import main
 from fitcheck.readers import read_config
-from golden_helpers import check_golden
+from from_real_helpers import check_case_golden, posed, run_check
 
 DATA = Path(__file__).parent / "data" / "from"
 GOLDEN = Path(__file__).parent / "golden" / "from_real_b"
@@ -189,41 +187,15 @@ def _rel(text: str) -> str:
 
 def _run(name: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any] | None, str]:
     model, target = CASES[name]
-    args = [
-        "check",
-        *([model] if model else []),
-        "--from",
-        str(DATA / name),
-        "--on",
-        target,
-        "--format",
-        "json",
-    ]
-    rc = main(args)
-    out, err = capsys.readouterr()
-    return rc, (json.loads(out) if rc in (0, 1) else None), err
+    return run_check(DATA / name, model, target, capsys)
 
 
 def _posed(name: str, doc: dict[str, Any]) -> dict[str, Any]:
-    """What the file reads to: the reader's result and the setup it poses (stable under engine changes)."""
-    read = read_config(str(DATA / name))
-    return {
-        "format": read.format,
-        "trainer": read.trainer,
-        "file_model": read.model,
-        "values": dict(read.values),
-        "keys": dict(read.keys),
-        "notes": [_rel(n) for n in read.notes],
-        "unused": list(read.unused),
-        "model": doc["model"],
-        "setup": doc["setup"],
-        "setup_origin": doc["setup_origin"],
-    }
+    return posed(DATA / name, doc, _rel)
 
 
 def _golden(name: str, data: dict[str, Any]) -> None:
-    path = GOLDEN / (name.replace("/", "__") + ".json")
-    check_golden(path, json.dumps(data, indent=1, sort_keys=True) + "\n", name)
+    check_case_golden(GOLDEN, name, data)
 
 
 def test_every_case_is_a_read_or_a_refusal() -> None:
