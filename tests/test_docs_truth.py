@@ -251,3 +251,16 @@ def test_a_readme_command_runs_as_documented(
         for i, a in enumerate(args):
             if a == "--emit":
                 assert (tmp_path / args[i + 1]).is_file(), args[i + 1]
+
+
+def test_docs_presets_md_lists_every_llm_preset() -> None:
+    from fitcheck import api
+
+    text = (DOCS / "presets.md").read_text(encoding="utf-8")
+    rows = {
+        m[0]: (m[1], int(m[2].replace(",", "")))
+        for m in re.findall(r"^\| `([^`]+)` \| `([^`]*)` \| ([\d,]+) \|", text, re.M)
+    }
+    for preset in api.models():
+        if preset.kind == "llm":  # diffusion presets: docs/diffusion.md, "Models and parts"
+            assert rows.get(preset.id) == (preset.hf_id, preset.params), f"docs/presets.md: {preset.id}"
