@@ -264,3 +264,11 @@ def test_docs_presets_md_lists_every_llm_preset() -> None:
     for preset in api.models():
         if preset.kind == "llm":  # diffusion presets: docs/diffusion.md, "Models and parts"
             assert rows.get(preset.id) == (preset.hf_id, preset.params), f"docs/presets.md: {preset.id}"
+
+
+def test_the_readme_library_example_runs() -> None:
+    code = README.split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict[str, Any] = {}
+    exec(compile(code, "README.md", "exec"), scope)  # the example as printed
+    e = scope["e"]
+    assert e.peak_allocated_bytes > 0 and e.target.verdict in ("fits", "tight", "does_not_fit")
