@@ -272,3 +272,11 @@ def test_the_readme_library_example_runs() -> None:
     exec(compile(code, "README.md", "exec"), scope)  # the example as printed
     e = scope["e"]
     assert e.peak_allocated_bytes > 0 and e.target.verdict in ("fits", "tight", "does_not_fit")
+
+
+def test_the_band_sentence_readme_quotes_is_the_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    """README: 'The table says it in words (Llama 3.1 8B, LoRA, batch 1 x 2048, no checkpointing): "..."'."""
+    quoted = re.search(r'no checkpointing\): "([\d.]+ GiB, likely [\d.]+–[\d.]+)"', README.replace("\n", " "))
+    assert quoted, "README's band example moved: update this test"
+    main(["estimate", "llama-3.1-8b", "--method", "lora", "--on", "rtx-4090"])
+    assert f"needs {quoted.group(1)}" in capsys.readouterr().out
