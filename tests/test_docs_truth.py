@@ -280,3 +280,12 @@ def test_the_band_sentence_readme_quotes_is_the_tables(capsys: pytest.CaptureFix
     assert quoted, "README's band example moved: update this test"
     main(["estimate", "llama-3.1-8b", "--method", "lora", "--on", "rtx-4090"])
     assert f"needs {quoted.group(1)}" in capsys.readouterr().out
+
+
+def test_readme_names_every_trainer() -> None:
+    from fitcheck.cli import TrainerOpt
+
+    listed = re.search(r"`--trainer\s+(generic\|[a-z|]+)`", README)
+    assert listed, "README's --trainer list moved: update this test"
+    named = set(listed.group(1).split("|")) | {"kohya"}  # kohya: named beside it, for diffusion models
+    assert named == {t.value for t in TrainerOpt}
