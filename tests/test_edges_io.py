@@ -233,3 +233,16 @@ def test_plan_refuses_before_writing_or_printing(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 2 and proc.stdout == "" and "exists; add --force" in proc.stderr
     assert not (tmp_path / "env.sh").exists() and (tmp_path / "hf.yaml").read_text() == "mine"
+
+
+def test_a_config_in_the_working_folder_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fitcheck estimate config.json` (or `.`) from inside the model's folder names the folder, never ''."""
+    from fitcheck.sources.resolve import spec_from_path
+
+    src = Path(__file__).parent / "data" / "arch" / "openai" / "gpt-oss-20b" / "config.json"
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_bytes(src.read_bytes())
+    monkeypatch.chdir(folder)
+    for ref in ("config.json", ".", "./"):
+        assert spec_from_path(Path(ref)).name == "my-model", ref

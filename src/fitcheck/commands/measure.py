@@ -136,6 +136,7 @@ def register(app: typer.Typer) -> None:
             help="draw memory over the traced step into FILE (.svg, .png, .html; needs the chart extra)",
         ),
     ]
+    TimelineForceO = Annotated[bool, typer.Option("--force", help="overwrite an existing --timeline file")]
 
     @app.command()
     # the tracer steps the optimizer after backward: --optimizer-in-backward would compare two different runs
@@ -147,7 +148,7 @@ def register(app: typer.Typer) -> None:
         top: TopO = 6,
         fmt: MFmtO = MeasureFmt.table,
         timeline: TimelineO = None,
-        force: c.ChartForceO = False,
+        force: TimelineForceO = False,
         *,
         training: dict[str, Any],
     ) -> None:

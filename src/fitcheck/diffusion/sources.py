@@ -151,7 +151,7 @@ def spec_from_folder(folder: Path) -> DiffusionSpec:
     native = 8 * int(den.config.get("sample_size") or 64) if family in ("sd1", "sd2", "sdxl") else 1024
     return DiffusionSpec(
         id=str(folder),
-        name=str(index.get("_name_or_path") or folder.name),
+        name=str(index.get("_name_or_path") or folder.absolute().name or str(folder)),
         family=family,  # type: ignore[arg-type]
         source_kind="diffusers_folder",
         source=str(folder / "model_index.json"),

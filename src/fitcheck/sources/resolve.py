@@ -233,7 +233,12 @@ def spec_from_path(path: Path) -> ModelSpec:
         weights = path
     tensors = read_all(weights) if weights is not None else None
     return spec_from_config(
-        cfg, id=str(path), name=folder.name, source=str(cfg_path), tensors=tensors, warnings=warnings
+        cfg,
+        id=str(path),
+        name=folder.absolute().name or str(path),  # `config.json` or `.` in the working folder
+        source=str(cfg_path),
+        tensors=tensors,
+        warnings=warnings,
     )
 
 

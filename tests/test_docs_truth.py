@@ -1,0 +1,291 @@
+"""README.md and docs/ say what the code does (docs that test themselves).
+
+- docs/json.md names every field the JSON documents carry (`estimate`, `check`, `plan`, `matrix`, `hw`,
+  `hw list`, `models`), read from the models' schemas and from real documents, and every field its tables
+  list is in a real document;
+- docs/cli.md documents every option of every command (plan's are in docs/planner.md) and its estimate
+  table lists each option once, naming only options that exist;
+- the counts README.md and docs/status.md quote (presets, catalog devices, model types) are the code's;
+- the commands README.md shows run offline with the exit codes it states.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fitcheck.cli import app, main
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+JSON_MD = (DOCS / "json.md").read_text(encoding="utf-8")
+CLI_MD = (DOCS / "cli.md").read_text(encoding="utf-8")
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+STATUS = (DOCS / "status.md").read_text(encoding="utf-8")
+
+#: Every identifier docs/json.md writes in code spans (`{name, bytes, rule}` names three).
+DOCUMENTED = {w for span in re.findall(r"`([^`]+)`", JSON_MD) for w in re.findall(r"[A-Za-z_]\w*", span)}
+#: matrix rows name their fields after the methods asked for (`<method>_bytes`).
+METHOD_FIELD = re.compile(r"(full|lora|qlora)_(bytes|high_bytes|verdict)")
+
+
+def _run_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:
+    rc = main([*args, "--format", "json"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def _keys(doc: Any, path: str = "") -> set[str]:
+    """Every key of a JSON document, as `path.key`."""
+    out: set[str] = set()
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out.add(f"{path}.{k}")
+            out |= _keys(v, f"{path}.{k}")
+    elif isinstance(doc, list):
+        for v in doc:
+            out |= _keys(v, f"{path}[]")
+    return out
+
+
+def _undocumented(keys: set[str]) -> list[str]:
+    last = {k: k.rsplit(".", 1)[1] for k in keys}
+    return sorted(
+        k for k, name in last.items() if name not in DOCUMENTED and not METHOD_FIELD.fullmatch(name)
+    )
+
+
+def _schema_fields(model: Any) -> set[str]:
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            found.update((node.get("properties") or {}).keys())
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(model.model_json_schema(mode="validation"))
+    return found
+
+
+def test_every_model_field_is_in_docs_json_md() -> None:
+    from fitcheck import api
+    from fitcheck.hardware.report import HwCatalog, HwReport
+    from fitcheck.models import Estimate
+    from fitcheck.planner.models import Plan
+
+    for model in (Estimate, Plan, HwReport, HwCatalog, type(api.models()[0])):
+        fields = _schema_fields(model)
+        assert fields, model.__name__
+        missing = sorted(f for f in fields if f not in DOCUMENTED)
+        assert not missing, f"docs/json.md does not name {model.__name__}'s {missing}"
+
+
+#: Documents whose fields only a real run shows (dict fields, fields added at dump time).
+CASES = {
+    "estimate-hf": "estimate llama-3.1-8b --trainer hf --on rtx-4090",
+    "zero3": "estimate llama-3.1-8b --method full --gpus 4 --strategy zero3 --offload optimizer --on 80GB",
+    "estimate-device-map": "estimate llama-3.1-8b --gpus 2 --strategy device-map --on rtx-4090",
+    "estimate-varying": "estimate llama-3.1-8b --lengths varying --on rtx-4090",
+    "estimate-diffusion": "estimate sdxl --on rtx-4090",
+    "thumb": "check 7B --rule thumb --on rtx-4090",
+    "plan": "plan llama-3.1-8b --on rtx-4090",
+    "matrix": "matrix --on rtx-4090 --models 7B,sdxl --methods full,lora",
+    "hw": "hw",
+    "hw-list": "hw list",
+    "models": "models",
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_emitted_field_is_in_docs_json_md(case: str, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, doc = _run_json(CASES[case].split(), capsys)
+    assert rc in (0, 1), case
+    assert not _undocumented(_keys(doc)), f"{case}: docs/json.md does not name {_undocumented(_keys(doc))}"
+
+
+def _table_fields(heading: str) -> list[str]:
+    """The plain field names of the first column of the first table after `heading`."""
+    body = JSON_MD.split(heading, 1)[1]
+    table = body[body.index("| field |") :].split("\n\n", 1)[0]
+    names = []
+    for cell in re.findall(r"^\| ([^|]+) \|", table, re.M):
+        names += [n for n in re.findall(r"`([^`]+)`", cell) if re.fullmatch(r"[a-z_]+", n)]
+    return names
+
+
+@pytest.mark.parametrize(
+    ("heading", "args"),
+    [
+        ("# JSON contract", ["estimate", "llama-3.1-8b", "--trainer", "hf", "--on", "rtx-4090"]),
+        ("## `fitcheck plan --format json`", ["plan", "llama-3.1-8b", "--on", "rtx-4090"]),
+        ("## `fitcheck hw --format json`", ["hw"]),
+    ],
+)
+def test_every_listed_field_exists(heading: str, args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    _, doc = _run_json(args, capsys)
+    listed = _table_fields(heading)
+    assert len(listed) > 5, heading
+    optional = {"cache_history"}  # present only with --lengths varying or ZeRO's step segments
+    assert not [f for f in listed if f not in doc and f not in optional], heading
+
+
+# --- docs/cli.md -------------------------------------------------------------------------------
+
+
+def _commands() -> dict[str, Any]:
+    import typer.main
+
+    out: dict[str, Any] = {}
+
+    def walk(cmd: Any, path: list[str]) -> None:
+        if path:
+            out[" ".join(path)] = cmd
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return out
+
+
+def _long_opts(cmd: Any) -> list[str]:
+    return [o for p in cmd.params for o in (*p.opts, *getattr(p, "secondary_opts", ())) if o.startswith("--")]
+
+
+def _mentions(text: str, opt: str) -> bool:
+    return re.search(re.escape(opt) + r"(?![\w-])", text) is not None
+
+
+def test_every_option_of_every_command_is_in_docs_cli_md() -> None:
+    planner = (DOCS / "planner.md").read_text(encoding="utf-8")
+    missing = []
+    for name, cmd in _commands().items():
+        for opt in _long_opts(cmd):
+            where = CLI_MD + planner if name == "plan" else CLI_MD  # plan's options table: docs/planner.md
+            if not _mentions(where, opt):
+                missing.append(f"{name} {opt}")
+    assert not missing, f"docs/cli.md does not document {missing}"
+
+
+def test_the_estimate_options_table_lists_each_option_once() -> None:
+    section = CLI_MD.split("## `fitcheck estimate` options", 1)[1].split("\n## ", 1)[0]
+    first_cells = re.findall(r"^\| ([^|]+) \|", section.replace("\\|", "/"), re.M)[1:]  # past the header
+    rows = [tuple(re.findall(r"--[\w-]+", cell)) for cell in first_cells]
+    named = [o for row in rows for o in row]
+    assert len(named) == len(set(named)), sorted({o for o in named if named.count(o) > 1})
+    real = set(_long_opts(_commands()["estimate"]))
+    assert not [o for o in named if o not in real], "the estimate table names an option that is gone"
+    assert not [o for o in real if o not in named and not o.startswith("--no-")], "estimate table misses one"
+
+
+# --- counts quoted in README.md and docs/status.md ----------------------------------------------
+
+
+def test_the_counts_readme_and_status_quote_are_the_codes() -> None:
+    from fitcheck import api
+    from fitcheck.hardware import catalog
+    from fitcheck.sources.hf_config import supported_types
+
+    kinds = [m.kind for m in api.models()]
+    llm, diffusion = kinds.count("llm"), kinds.count("diffusion")
+    devices = len(catalog.load_catalog())
+    types = len(supported_types())
+    assert f"({llm} LLMs, {diffusion} diffusion)" in README
+    assert f"(the hardware catalog ({devices} devices)" in README or f"catalog ({devices} devices)" in README
+    assert f"# {types} model types" in README
+    assert f"{llm} LLM presets" in STATUS
+    assert f"{types} `model_type`s" in STATUS
+    assert f"{devices}-device catalog" in STATUS
+    assert f"`model_type`s read natively from `config.json` ({types};" in CLI_MD
+
+
+# --- the commands README.md shows ---------------------------------------------------------------
+
+#: README lines that need what a test may not use, with the reason; every other `fitcheck` line runs.
+NOT_RUN = {
+    "./my-model/": "a placeholder folder",
+    "allenai/OLMo-2-1124-7B@main": "the Hub (network)",
+    "FacebookAI/roberta-base": "the Hub (network)",
+    "openai/gpt-oss-20b": "the Hub (network)",
+    "--from axolotl.yaml": "a placeholder file (docs/ci.md's recipes are tested in tests/test_from_cli.py)",
+    "fitcheck measure": "the torch extra and a ~10 s trace (tests/test_measure_*.py)",
+}
+
+
+def _readme_commands() -> list[str]:
+    block = README.split("```\n", 2)[1]
+    lines = [re.split(r"\s#", line, maxsplit=1)[0].strip() for line in block.splitlines()]
+    return [line for line in lines if line.startswith("fitcheck ")]
+
+
+def test_the_readme_shows_commands() -> None:
+    assert len(_readme_commands()) >= 15
+
+
+@pytest.mark.parametrize("line", _readme_commands())
+def test_a_readme_command_runs_as_documented(
+    line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if any(marker in line for marker in NOT_RUN):
+        pytest.skip(next(why for marker, why in NOT_RUN.items() if marker in line))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)  # plan --emit writes here
+    args = shlex.split(line)[1:]
+    rc = main(args)
+    out, err = capsys.readouterr()
+    assert "internal error" not in err and "Traceback" not in err, err
+    # README: check is the CI gate (exit 0 fits / 1 does not / 2 trouble), plan exits 1 when nothing fits;
+    # every other command answers with 0 (docs/cli.md, "Exit codes")
+    assert rc in ((0, 1) if args[0] in ("check", "plan") else (0,)), (line, rc, err)
+    assert out.strip()
+    if "--format" in args and args[args.index("--format") + 1] == "json":
+        assert json.loads(out)["schema_version"] == 2
+    if "--emit" in args:
+        for i, a in enumerate(args):
+            if a == "--emit":
+                assert (tmp_path / args[i + 1]).is_file(), args[i + 1]
+
+
+def test_docs_presets_md_lists_every_llm_preset() -> None:
+    from fitcheck import api
+
+    text = (DOCS / "presets.md").read_text(encoding="utf-8")
+    rows = {
+        m[0]: (m[1], int(m[2].replace(",", "")))
+        for m in re.findall(r"^\| `([^`]+)` \| `([^`]*)` \| ([\d,]+) \|", text, re.M)
+    }
+    for preset in api.models():
+        if preset.kind == "llm":  # diffusion presets: docs/diffusion.md, "Models and parts"
+            assert rows.get(preset.id) == (preset.hf_id, preset.params), f"docs/presets.md: {preset.id}"
+
+
+def test_the_readme_library_example_runs() -> None:
+    code = README.split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict[str, Any] = {}
+    exec(compile(code, "README.md", "exec"), scope)  # the example as printed
+    e = scope["e"]
+    assert e.peak_allocated_bytes > 0 and e.target.verdict in ("fits", "tight", "does_not_fit")
+
+
+def test_the_band_sentence_readme_quotes_is_the_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    """README: 'The table says it in words (Llama 3.1 8B, LoRA, batch 1 x 2048, no checkpointing): "..."'."""
+    quoted = re.search(r'no checkpointing\): "([\d.]+ GiB, likely [\d.]+–[\d.]+)"', README.replace("\n", " "))
+    assert quoted, "README's band example moved: update this test"
+    main(["estimate", "llama-3.1-8b", "--method", "lora", "--on", "rtx-4090"])
+    assert f"needs {quoted.group(1)}" in capsys.readouterr().out
+
+
+def test_readme_names_every_trainer() -> None:
+    from fitcheck.cli import TrainerOpt
+
+    listed = re.search(r"`--trainer\s+(generic\|[a-z|]+)`", README)
+    assert listed, "README's --trainer list moved: update this test"
+    named = set(listed.group(1).split("|")) | {"kohya"}  # kohya: named beside it, for diffusion models
+    assert named == {t.value for t in TrainerOpt}
