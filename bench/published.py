@@ -672,8 +672,8 @@ def _held_out_table(loo: bd.LeaveOneOut) -> list[str]:
     """Leave-one-source-out, per source: inside the band and above its high edge."""
     ho = bd.held_out(loo)
     lines = [
-        "| source | records (no known gap) | held out: inside | held out: above high | full band: inside "
-        "| full band: above high | known-gap records above high (held out / full) |",
+        "| source | records (in the derivation) | held out: inside | held out: above high "
+        "| full band: inside | full band: above high | records out of it above high (held out / full) |",
         "|---|---:|---:|---:|---:|---:|---|",
     ]
     for sid, h in ho.items():
@@ -730,7 +730,9 @@ def render_band(scored: dict[str, list[Score]]) -> list[str]:
         'is in docs/methodology.md, "The band"): **states** (weights, adapters, master copy, optimizer',
         "states, gradients) from the traced calibration grid, whose largest disagreement with the engine,",
         "rounded up to 0.5%, bounds them both ways (their counts are exact); then, for each edge separately",
-        "and over the records that name no known gap, the published terms by one of four candidate rules",
+        "and over the records in the derivation (those naming no known gap and whose figure carries no",
+        "allocator history: the history is releasable cache, outside the need the band brackets), the",
+        "published terms by one of four candidate rules",
         "(`bd.CANDIDATES`): the one whose band, derived without each source in turn, leaves the fewest of",
         "that source's records above its high edge (the narrowest among equals; the rules table below).",
         f"Chosen on this corpus: **{chosen_rule(scored)[0]}**. The sequential rules take",
@@ -778,13 +780,14 @@ def _band_words(scored: dict[str, list[Score]], loo: bd.LeaveOneOut) -> list[str
     mv = bd.stability(loo)
     return [
         "",
-        f"With these fractions {100 * cov:.0f}% of the scored records that name no known gap lie",
+        f"With these fractions {100 * cov:.0f}% of the scored records in the derivation lie",
         f"inside their band. **Of all {len(loo.rows)} scored records, known-gap ones too,",
         f"{len(above)} ({100 * len(above) / len(loo.rows):.0f}%) measured more than the band's",
         "`high_bytes`**: a budget of exactly `high_bytes` would have been judged `fits`, and the run",
         "needed more.",
-        f"{gaps} of them name a known gap; the other {len(above) - gaps} are "
-        f"{100 * (len(above) - gaps) / max(1, clean):.0f}% of the {clean} records that name none.",
+        f"{gaps} of them name a known gap or carry allocator history (out of the derivation); the other "
+        f"{len(above) - gaps} are {100 * (len(above) - gaps) / max(1, clean):.0f}% of the {clean} records "
+        "in the derivation.",
         "",
         "**Held out.** For each source, the band derived from the other sources only, on that source's",
         "records, beside the band derived from them all (the one `engine/band.py` holds). A record above",
