@@ -492,7 +492,7 @@ def _total_rows(est: Estimate) -> list[list[str | Text]]:
          "caching-allocator rounding and fragmentation", "overhead"],
         [_context_label(est), _g(est.context_bytes), "", "", "overhead"],
         [Text("device total", style="bold"), Text(_g(est.device_bytes), "bold"), "",
-         f"what nvidia-smi would show: {band_words(est.device_bytes, band)}", ""],
+         f"{_device_reader(est)}: {band_words(est.device_bytes, band)}", ""],
         *_history_rows(est),
     ]  # fmt: skip
 
@@ -536,6 +536,16 @@ def history_words(
         f"{cut}: a whole-run reading shows up to {_g(shown)} GiB ({cap}); released when "
         "memory runs short, so not in the total"
     )
+
+
+def _device_reader(est: Estimate) -> str:
+    """Who reads the device total: nvidia-smi (rocm-smi) on a GPU; Activity Monitor's process memory on
+    Apple silicon; the process's resident memory on a CPU."""
+    return {
+        "cuda": "what nvidia-smi would show",
+        "rocm": "what rocm-smi would show",
+        "mps": "the process's unified memory",
+    }.get(est.setup.backend, "the process's memory")
 
 
 def _context_label(est: Estimate) -> str:
