@@ -134,11 +134,14 @@ def _applied(model: str, tgt: Target, opts: dict[str, Any], ch: Change) -> tuple
 
 
 #: Plans that are tight on a target as it is (no headroom trick): full fine-tuning with AdamW fixed on
-#: 12 GB (paged 8-bit AdamW is offered), a 7B LoRA with DDP fixed on two 4090s (the strategy freed), SD 1.5
-#: full fine-tuning at 1024 px on 8 GB (a lower resolution; 7 GiB budget: 6.7 GiB central, 7.6 likely in
-#: session 8, 8.4 in session 7 on 9 GB: the band's edges move with each derivation).
+#: a 10 GB RTX 3080 (paged 8-bit AdamW is offered; on 12 GB it fits since the transient up edge's +39% of
+#: session 8's held-out IBM source, tight there at +48%), a 7B LoRA with DDP fixed on two 4090s (the
+#: strategy freed), SD 1.5
+#: full fine-tuning at 1024 px on 8 GB (a lower resolution; 7 GiB budget: 6.7 GiB central, 7.4 likely after
+#: the IBM source, 7.6 before it in session 8, 8.4 in session 7 on 9 GB: the band's edges move with each
+#: derivation). The RTX 3080 10GB case: 9 GiB budget, 8.65 GiB central, 10.7 likely.
 NATURAL: list[tuple[str, str, dict[str, Any]]] = [
-    ("qwen2.5-0.5b", "rtx-3060-12gb", {"method": "full", "optimizer": "adamw"}),
+    ("qwen2.5-0.5b", "rtx-3080-10gb", {"method": "full", "optimizer": "adamw"}),
     ("qwen2.5-7b", "2x4090", {"method": "lora", "strategy": "ddp"}),
     ("sd15", "8GB", {"method": "full", "resolution": 1024}),
 ]
@@ -317,7 +320,7 @@ def test_every_listed_change_applied_fits(case: int, where: float) -> None:
     [
         NATURAL[0],
         NATURAL[2],
-        ("qwen2.5-7b", "22GB", {"method": "lora"}),  # a 21 GiB budget: 19.95 GiB central, 22.9 likely
+        ("qwen2.5-7b", "22GB", {"method": "lora"}),  # a 21 GiB budget: 19.95 GiB central, 22.4 likely
         ("llama-3.1-8b", "rtx-3060-12gb", {}),
         # tight at a longer length than the least-memory point (at 128 tokens): the RTX 4070 holds only the
         # latter's likely range, and was the answer before session 7; the chosen setup needs a 4080 SUPER

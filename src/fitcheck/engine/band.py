@@ -54,7 +54,7 @@ KINDS = ("states", "quantized", "transient")
 SPREAD: dict[str, tuple[float, float]] = {
     "states": (0.025, 0.025),
     "quantized": (0.12, 0.0),
-    "transient": (0.11, 0.48),
+    "transient": (0.11, 0.39),
 }
 #: What the basis of a band says when its estimator has no published records (diffusion).
 BORROWED = "; no published diffusion runs: the transient, 4-bit and fixed terms are the LLM trainers'"
