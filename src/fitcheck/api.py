@@ -326,7 +326,11 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
         values["backend"] = tgt.backend
         values["gpus"] = max(tgt.gpus, int(values.get("gpus", 1)))  # type: ignore[call-overload]
     if kind == "llm":
-        return validated(LlmSetup, values)
+        from fitcheck.models import ModelSpec
+        from fitcheck.sources.prequant import apply
+
+        stored = spec.hf_config if isinstance(spec, ModelSpec) else None
+        return validated(LlmSetup, apply(spec.name, stored, values))
     return validated(DiffusionSetup, values)
 
 
@@ -584,6 +588,7 @@ def plan(
 def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: str | None) -> Plan:
     from fitcheck.planner.models import PlanRequest, default_effective_batch
     from fitcheck.planner.plan import make_plan
+    from fitcheck.sources.prequant import read_prequant
 
     trainer = opts.get("trainer") or "hf"
     if opts.get("master_weights") and trainer not in ("generic", "hf"):
@@ -591,6 +596,9 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
             f"--master-weights: {trainer} decides its own precision; drop it (or use --trainer hf)"
         )
     method = opts.get("method") or "auto"
+    stored = read_prequant(spec.hf_config) if spec.hf_config else None
+    if stored is not None and not stored.dequantized and method == "auto":
+        method = stored.method  # the checkpoint's quantized base decides: LoRA on it, nothing heavier
     if method == "prefix-tuning":
         raise OptionError(
             "plan searches full, LoRA and QLoRA setups; size a prefix-tuning run with estimate or check"
