@@ -16,7 +16,7 @@ from fitcheck import api
 from fitcheck.engine.params import count_params
 from fitcheck.errors import FitcheckError, ModelSourceError, OptionError
 from fitcheck.sources.prequant import read_prequant
-from fitcheck.sources.resolve import FP8_NOTE, MXFP4_NOTE, spec_from_path
+from fitcheck.sources.resolve import CT_NOTE, FP8_NOTE, MXFP4_NOTE, spec_from_path
 from test_hub import TINY, _cache_repo, run_cli
 
 DATA = Path(__file__).parent / "data" / "prequant"
@@ -83,17 +83,21 @@ def test_bitsandbytes_defaults_follow_bitsandbytesconfig() -> None:
         ({"quant_method": "gptq", "bits": 3, "group_size": 128}, "3 bits"),
         ({"quant_method": "gptq", "bits": "4"}, "must be an integer"),
         ({"quant_method": "gptq", "bits": 4, "checkpoint_format": "marlin"}, "Marlin"),
-        ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv"}, "AWQ gemv"),
+        ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv"}, "AWQ 'gemv'"),
         ({"quant_method": "awq", "bits": 4, "group_size": 64}, "group_size 64"),
-        ({"quant_method": "compressed-tensors"}, "'compressed-tensors': its layout is not modelled"),
+        ({"quant_method": "fbgemm_fp8"}, "'fbgemm_fp8': its layout is not modelled"),
         ({"quant_method": "hqq"}, "not modelled"),
+        ({"quant_method": 5}, "quant_method must be a string"),
+        ({"quant_method": "\x1b[31mevil" + "x" * 500}, "\\x1b[31mevil"),
+        ({"quant_method": "awq", "version": "v" * 5000}, "AWQ 'vvvv"),
         ({"quant_method": "gptq", "bits": 4, "modules_to_not_convert": "lm_head"}, "list of module names"),
     ],
 )
 def test_malformed_or_unmodelled_configs_are_refused(q: object, words: str) -> None:
     with pytest.raises(ModelSourceError, match=None) as err:
         read_prequant({"quantization_config": q})
-    assert words in str(err.value) and "\n" not in str(err.value)
+    line = str(err.value)
+    assert words in line and "\n" not in line and "\x1b" not in line and len(line) < 400
 
 
 # --- estimates ---------------------------------------------------------------------------------------
@@ -147,6 +151,16 @@ def test_mxfp4_and_fp8_checkpoints_are_sized_dequantized(tmp_path: Path) -> None
     assert fp8.device_bytes == api.estimate(str(plain), on="none", method="full", seq_len=64).device_bytes
 
 
+def test_compressed_tensors_checkpoint_is_sized_decompressed() -> None:
+    """RedHatAI's FP8-dynamic Llama 4 Scout (compressed-tensors): trained decompressed, so even full
+    fine-tuning is sized (transformers' Trainer accepts a model whose quantizer is QAT-trainable)."""
+    folder = (
+        Path(__file__).parent / "data" / "arch" / "RedHatAI" / "Llama-4-Scout-17B-16E-Instruct-FP8-dynamic"
+    )
+    est = api.estimate(str(folder), on="none", method="full", seq_len=128)
+    assert est.setup.method == "full" and CT_NOTE in est.warnings
+
+
 def test_plan_keeps_to_lora_on_the_stored_base() -> None:
     plan = api.plan(str(BNB4), on="rtx-4090")
     assert plan.estimate is not None and plan.estimate.setup.method == "qlora"
@@ -187,9 +201,9 @@ def test_gptq_on_a_cpu_target_names_the_checkpoint_not_a_flag() -> None:
 
 
 def test_unmodelled_scheme_refused_at_resolution_exit_2(tmp_path: Path) -> None:
-    cfg = {**TINY, "quantization_config": {"quant_method": "compressed-tensors", "format": "pack-quantized"}}
+    cfg = {**TINY, "quantization_config": {"quant_method": "hqq", "nbits": 4}}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(FitcheckError, match="compressed-tensors"):
+    with pytest.raises(FitcheckError, match="'hqq': its layout is not modelled"):
         api.estimate(str(tmp_path), on="none")
     proc = run_cli(["estimate", str(tmp_path), "--on", "none"], {"HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
@@ -235,6 +249,9 @@ def _packed(out: int, inp: int, scheme: str) -> dict[str, tuple[str, list[int]]]
     if scheme == "awq":
         return {".qweight": ("I32", [inp, out // 8]), ".qzeros": ("I32", [groups, out // 8]),
                 ".scales": ("F16", [groups, out])}  # fmt: skip
+    if scheme == "compressed-tensors":  # llm-compressor's pack-quantized W4A16
+        return {".weight_packed": ("I32", [out, inp // 8]), ".weight_scale": ("F16", [out, groups]),
+                ".weight_zero_point": ("I32", [out // 8, groups]), ".weight_shape": ("I32", [2])}  # fmt: skip
     if scheme == "bnb-8bit":
         return {".weight": ("I8", [out, inp]), ".SCB": ("F32", [out]), ".weight_format": ("U8", [1])}
     return {".weight": ("F8_E4M3", [out, inp]), ".weight_scale_inv": ("F32", [-(-out // 128), groups])}
@@ -247,6 +264,8 @@ QUANT = {
     "awq": {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm", "zero_point": True},
     "bnb-8bit": {"load_in_8bit": True, "quant_method": "bitsandbytes"},
     "fp8": {"quant_method": "fp8", "weight_block_size": [128, 128]},
+    "compressed-tensors": {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                           "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 128}}}},
 }  # fmt: skip
 
 
@@ -274,7 +293,7 @@ def test_headers_of_packed_checkpoints_count_the_model(tmp_path: Path, scheme: s
     spec = spec_from_path(tmp_path)
     assert spec.source_kind == "safetensors"
     assert spec.declared_params == count_params(spec.arch)
-    on = "none" if scheme in ("bnb-4bit", "fp8") else "a100-80gb"
+    on = "none" if scheme in ("bnb-4bit", "fp8", "compressed-tensors") else "a100-80gb"
     est = api.estimate(str(tmp_path), on=on, seq_len=64)
     assert not any("safetensors headers hold" in w for w in est.warnings)
 

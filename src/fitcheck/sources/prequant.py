@@ -20,8 +20,11 @@ mxfp4, fp8          not trainable as stored (quantizer_mxfp4.py and quantizer_fi
                     ``is_trainable`` False); transformers trains them dequantized to bf16
                     (``Mxfp4Config(dequantize=True)``, ``FineGrainedFP8Config(dequantize=True)``), so the
                     weights are sized at the training precision, with a note.
-anything else       refused with one line (compressed-tensors, hqq, quanto, torchao, eetq, ...): their
-                    layouts are not modelled.
+compressed-tensors  trainable once decompressed (quantizer_compressed_tensors.py: ``is_qat_trainable`` when
+                    ``run_compressed`` is off, the model then decompressed after loading): sized at the
+                    training precision, with a note; a run that keeps it compressed is not modelled.
+anything else       refused with one line (hqq, quanto, torchao, eetq, fbgemm_fp8, ...): their layouts
+                    are not modelled.
 ==================  ==========================================================================================
 
 Full fine-tuning of any quantized checkpoint is refused: transformers' ``Trainer`` raises "You cannot
@@ -36,9 +39,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fitcheck.errors import ModelSourceError, OptionError
+from fitcheck.terminal import clipped
 from fitcheck.vocab import BaseQuant, QuantStorage
 
-Scheme = Literal["bnb-4bit", "bnb-8bit", "gptq", "awq", "mxfp4", "fp8"]
+Scheme = Literal["bnb-4bit", "bnb-8bit", "gptq", "awq", "mxfp4", "fp8", "compressed-tensors"]
 
 #: ``bnb_4bit_quant_storage`` (a torch dtype name) -> fitcheck's ``--quant-storage`` word.
 _STORAGE: dict[str, QuantStorage] = {
@@ -65,11 +69,19 @@ class PreQuant:
     skipped: int = 0
     #: What was read, in words (the note).
     read: str = ""
+    #: compressed-tensors: bits per packed weight value (``config_groups.*.weights.num_bits``, one for all
+    #: groups), 0 when the groups differ or do not say.
+    bits: int = 0
 
     @property
     def method(self) -> Literal["qlora", "lora"]:
         """The engine's method for LoRA on this base."""
         return "qlora" if self.scheme == "bnb-4bit" else "lora"
+
+
+def _shown(value: object) -> str:
+    """A value from the file, quoted for a one-line error: its repr (control characters escaped), cut."""
+    return clipped(repr(value))
 
 
 def _q(cfg: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -85,7 +97,7 @@ def _flag(q: Mapping[str, Any], *keys: str) -> bool:
     for key in keys:
         value = q.get(key)
         if value is not None and not isinstance(value, bool):
-            raise ModelSourceError(f"quantization_config.{key} must be true or false (got {value!r:.40})")
+            raise ModelSourceError(f"quantization_config.{key} must be true or false (got {_shown(value)})")
         if value:
             return True
     return False
@@ -97,7 +109,7 @@ def _int(q: Mapping[str, Any], keys: tuple[str, ...], default: int | None) -> in
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ModelSourceError(f"quantization_config.{key} must be an integer (got {value!r:.40})")
+            raise ModelSourceError(f"quantization_config.{key} must be an integer (got {_shown(value)})")
         return value
     return default
 
@@ -107,7 +119,7 @@ def _text(q: Mapping[str, Any], key: str, default: str) -> str:
     if value is None:
         return default
     if not isinstance(value, str):
-        raise ModelSourceError(f"quantization_config.{key} must be a string (got {value!r:.40})")
+        raise ModelSourceError(f"quantization_config.{key} must be a string (got {_shown(value)})")
     return value.lower()
 
 
@@ -128,6 +140,8 @@ def scheme_of(cfg: Mapping[str, Any]) -> str | None:
     if q is None:
         return None
     method = q.get("quant_method")
+    if method is not None and not isinstance(method, str):
+        raise ModelSourceError(f"quantization_config.quant_method must be a string (got {_shown(method)})")
     if method is None and any(
         k in q for k in ("load_in_4bit", "load_in_8bit", "_load_in_4bit", "_load_in_8bit")
     ):
@@ -157,13 +171,13 @@ def _bnb(q: Mapping[str, Any]) -> PreQuant:
     kind = _text(q, "bnb_4bit_quant_type", "fp4")
     if kind not in ("nf4", "fp4"):
         raise ModelSourceError(
-            f"quantization_config.bnb_4bit_quant_type must be nf4 or fp4 (got {kind!r:.40})"
+            f"quantization_config.bnb_4bit_quant_type must be nf4 or fp4 (got {_shown(kind)})"
         )
     storage_name = _text(q, "bnb_4bit_quant_storage", "uint8").removeprefix("torch.")
     storage = _STORAGE.get(storage_name)
     if storage is None:
         raise ModelSourceError(
-            f"quantization_config.bnb_4bit_quant_storage {storage_name!r:.40} is not one of "
+            f"quantization_config.bnb_4bit_quant_storage {_shown(storage_name)} is not one of "
             f"{', '.join(_STORAGE)}"
         )
     dq = _flag(q, "bnb_4bit_use_double_quant")
@@ -202,7 +216,8 @@ def _awq(q: Mapping[str, Any]) -> PreQuant:
     zero = q.get("zero_point", True)
     if bits != 4 or group != GROUP or version != "gemm" or zero is not True:
         raise ModelSourceError(
-            f"quantization_config: AWQ {version} at {bits} bits, group_size {group}, zero_point {zero} is "
+            f"quantization_config: AWQ {_shown(version)} at {bits} bits, group_size {group}, zero_point "
+            f"{_shown(zero)} is "
             f"not modelled (fitcheck holds AutoAWQ's WQLinear_GEMM at 4 bits, group_size {GROUP}, with zero "
             "points; peft wraps only that layer)"
         )
@@ -243,7 +258,22 @@ def read_prequant(cfg: Mapping[str, Any]) -> PreQuant | None:
         return PreQuant(
             "fp8", "none", True, skipped=_names(q, "modules_to_not_convert"), read="fine-grained FP8"
         )
-    raise ModelSourceError(f"quantization_config quant_method {method!r:.40}: {NOT_MODELLED}")
+    if method == "compressed-tensors":
+        return PreQuant("compressed-tensors", "none", True, read="compressed-tensors", bits=_ct_bits(q))
+    raise ModelSourceError(f"quantization_config quant_method {_shown(method)}: {NOT_MODELLED}")
+
+
+def _ct_bits(q: Mapping[str, Any]) -> int:
+    """The one ``num_bits`` of a compressed-tensors config's weight groups, else 0 (bounded reading: a
+    malformed block is no error here, it only leaves packed weights uncounted in the header check)."""
+    groups = q.get("config_groups")
+    found: set[object] = set()
+    if isinstance(groups, Mapping):
+        for group in list(groups.values())[:64]:
+            weights = group.get("weights") if isinstance(group, Mapping) else None
+            found.add(weights.get("num_bits") if isinstance(weights, Mapping) else None)
+    bits = found.pop() if len(found) == 1 else 0
+    return bits if isinstance(bits, int) and not isinstance(bits, bool) and 1 <= bits <= 8 else 0
 
 
 def note(pq: PreQuant) -> str:
@@ -333,6 +363,8 @@ _STATE: dict[str, tuple[str, ...]] = {
     "awq": ("qzeros", "scales"),
     "fp8": ("weight_scale_inv", "weight_scale", "input_scale"),
     "mxfp4": (),
+    "compressed-tensors": ("weight_scale", "weight_zero_point", "weight_shape", "weight_g_idx", "input_scale",
+                           "weight_global_scale", "input_global_scale"),
 }  # fmt: skip
 
 
@@ -353,6 +385,8 @@ def unpacked(pq: PreQuant, name: str, dtype: str, numel: int, names: frozenset[s
         return numel * _itemsize(dtype) * 2, pq.scheme
     if pq.scheme in ("gptq", "awq") and last == "qweight":
         return numel * 32 // (8 if pq.base_quant == "gptq-int8" else 4), pq.scheme
+    if pq.scheme == "compressed-tensors" and last == "weight_packed" and pq.bits:
+        return numel * _itemsize(dtype) * 8 // pq.bits, pq.scheme
     if pq.scheme == "mxfp4" and dtype == "uint8" and name.endswith("_blocks"):
         return 2 * numel, pq.scheme
     return numel, dtype

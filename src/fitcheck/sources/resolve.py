@@ -143,6 +143,15 @@ FP8_NOTE = (
 )
 
 
+#: A compressed-tensors checkpoint (llm-compressor's FP8 / W4A16 / NVFP4 uploads): transformers trains it
+#: decompressed (``CompressedTensorsConfig(run_compressed=False)``: the quantizer decompresses it after
+#: loading and reports ``is_qat_trainable``; quantizers/quantizer_compressed_tensors.py @01e9ca7a).
+CT_NOTE = (
+    "compressed-tensors checkpoint: sized decompressed at the training precision, as transformers trains it "
+    "(CompressedTensorsConfig(run_compressed=False)); a run that keeps the compressed layers is not modelled"
+)
+
+
 def _groups(
     tensors: dict[str, tuple[str, tuple[int, ...]]], pq: PreQuant | None = None
 ) -> tuple[TensorGroup, ...]:
@@ -192,7 +201,10 @@ def spec_from_config(
     notes = (*warnings, *notes)
     pq = read_prequant(cfg)
     if pq is not None:
-        notes = (*notes, {"mxfp4": MXFP4_NOTE, "fp8": FP8_NOTE}.get(pq.scheme) or note(pq))
+        notes = (
+            *notes,
+            {"mxfp4": MXFP4_NOTE, "fp8": FP8_NOTE, "compressed-tensors": CT_NOTE}.get(pq.scheme) or note(pq),
+        )
     groups = _groups(tensors, pq) if tensors else ()
     return ModelSpec(
         id=id,
