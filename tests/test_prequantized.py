@@ -178,6 +178,7 @@ def test_plan_keeps_to_lora_on_the_stored_base() -> None:
         (BNB4, ["--base-quant", "int8"], "--base-quant int8 contradicts it"),
         (AWQ, ["--base-quant", "gptq"], "--base-quant gptq contradicts it"),
         (BNB4, ["--quant-storage", "bf16"], "--quant-storage bf16 contradicts it"),
+        (BNB4, ["--no-double-quant"], "--no-double-quant contradicts it"),
         (BNB4, ["--trainer", "torchtune"], "--trainer torchtune does not load its quantized layers"),
         (AWQ, ["--trainer", "unsloth"], "--trainer unsloth does not load its quantized layers"),
         (BNB4, ["--method", "prefix-tuning", "--prefix-tokens", "8"], "prefix-tuning on a quantized base"),

@@ -345,6 +345,8 @@ def apply(name: str, cfg: Mapping[str, Any] | None, values: dict[str, object]) -
     storage = values.get("quant_storage")
     if storage is not None and storage != pq.quant_storage:
         raise OptionError(f"{what}: --quant-storage {storage} contradicts it; drop --quant-storage")
+    if values.get("double_quant") is False and pq.double_quant:  # off is never the default: asked for
+        raise OptionError(f"{what}: --no-double-quant contradicts it; drop --no-double-quant")
     return {**out, "base_quant": "none", "double_quant": pq.double_quant, "quant_storage": pq.quant_storage}
 
 
