@@ -85,7 +85,7 @@ def test_bitsandbytes_defaults_follow_bitsandbytesconfig() -> None:
         ({"quant_method": "gptq", "bits": 4, "checkpoint_format": "marlin"}, "Marlin"),
         ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv"}, "AWQ 'gemv'"),
         ({"quant_method": "awq", "bits": 4, "group_size": 64}, "group_size 64"),
-        ({"quant_method": "fbgemm_fp8"}, "'fbgemm_fp8': its layout is not modelled"),
+        ({"quant_method": "fbgemm_fp8"}, "'fbgemm_fp8': transformers cannot fine-tune it"),
         ({"quant_method": "hqq"}, "not modelled"),
         ({"quant_method": 5}, "quant_method must be a string"),
         ({"quant_method": "\x1b[31mevil" + "x" * 500}, "\\x1b[31mevil"),

@@ -23,13 +23,14 @@ mxfp4, fp8          not trainable as stored (quantizer_mxfp4.py and quantizer_fi
 compressed-tensors  trainable once decompressed (quantizer_compressed_tensors.py: ``is_qat_trainable`` when
                     ``run_compressed`` is off, the model then decompressed after loading): sized at the
                     training precision, with a note; a run that keeps it compressed is not modelled.
-anything else       refused with one line (hqq, quanto, torchao, eetq, fbgemm_fp8, ...): their layouts
-                    are not modelled.
+fbgemm_fp8          refused: transformers cannot train it (``is_trainable`` False, no dequantized load).
+anything else       refused with one line (hqq, quanto, torchao, eetq, ...): their layouts are not modelled.
 ==================  ==========================================================================================
 
-Full fine-tuning of any quantized checkpoint is refused: transformers' ``Trainer`` raises "You cannot
-perform fine-tuning on purely quantized models" when no adapters are attached (trainer.py
-``Trainer.__init__``; transformers 5: trainer_utils ``validate_quantization_for_training``).
+Full fine-tuning of a checkpoint kept quantized (bitsandbytes, GPTQ, AWQ) is refused: transformers'
+``Trainer`` raises "You cannot perform fine-tuning on purely quantized models" when no adapters are
+attached (trainer.py ``Trainer.__init__``; transformers 5: trainer_utils
+``validate_quantization_for_training``).
 """
 
 from __future__ import annotations
@@ -260,7 +261,16 @@ def read_prequant(cfg: Mapping[str, Any]) -> PreQuant | None:
         )
     if method == "compressed-tensors":
         return PreQuant("compressed-tensors", "none", True, read="compressed-tensors", bits=_ct_bits(q))
-    raise ModelSourceError(f"quantization_config quant_method {_shown(method)}: {NOT_MODELLED}")
+    why = UNTRAINABLE.get(method, NOT_MODELLED)
+    raise ModelSourceError(f"quantization_config quant_method {_shown(method)}: {why}")
+
+
+#: Schemes transformers cannot fine-tune at all (``is_trainable`` False and no dequantized load), so no
+#: estimate is an answer: Llama 4's FP8 uploads (quantizers/quantizer_fbgemm_fp8.py @03904cb3).
+UNTRAINABLE = {
+    "fbgemm_fp8": "transformers cannot fine-tune it (FbgemmFp8HfQuantizer.is_trainable is False, and it has "
+    "no dequantized load); size the bf16 release (its config.json without quantization_config)",
+}
 
 
 def _ct_bits(q: Mapping[str, Any]) -> int:
