@@ -323,3 +323,22 @@ def test_hub_id_of_a_prequantized_repo_estimates_offline_as_qlora(tmp_path: Path
     assert any("pre-quantized checkpoint" in w for w in doc["warnings"])
     full = run_cli(["estimate", repo, "--on", "rtx-4090", "--method", "full"], env)
     assert full.returncode == 2 and len(full.stderr.strip().splitlines()) == 1
+
+
+def test_matrix_refuses_methods_the_checkpoint_cannot_run_and_sizes_the_rest() -> None:
+    env = {"HF_HUB_OFFLINE": "1"}
+    proc = run_cli(["matrix", "--on", "rtx-4090", "--models", str(GPTQ)], env)
+    lines = proc.stderr.strip().splitlines()
+    assert (
+        proc.returncode == 2
+        and len(lines) == 1
+        and "--methods full:" in lines[0]
+        and "--methods lora" in lines[0]
+    )
+    ok = run_cli(
+        ["matrix", "--on", "rtx-4090", "--models", str(BNB4), "--methods", "lora,qlora", "--format", "json"],
+        env,
+    )
+    assert ok.returncode == 0, ok.stderr
+    row = json.loads(ok.stdout)[0]
+    assert row["lora_bytes"] == row["qlora_bytes"]  # LoRA on the 4-bit checkpoint is its QLoRA
