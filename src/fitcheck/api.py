@@ -326,7 +326,11 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
         values["backend"] = tgt.backend
         values["gpus"] = max(tgt.gpus, int(values.get("gpus", 1)))  # type: ignore[call-overload]
     if kind == "llm":
-        return validated(LlmSetup, values)
+        from fitcheck.models import ModelSpec
+        from fitcheck.sources.prequant import apply
+
+        stored = spec.hf_config if isinstance(spec, ModelSpec) else None
+        return validated(LlmSetup, apply(spec.name, stored, values))
     return validated(DiffusionSetup, values)
 
 
@@ -581,6 +585,17 @@ def plan(
     return _plan_diffusion(spec, tgt, opts, headroom)  # type: ignore[arg-type]
 
 
+def _stored_method(spec: ModelSpec, method: object) -> object:
+    """A plan's method: on a pre-quantized checkpoint, ``auto`` is LoRA on its stored base (nothing heavier:
+    `fitcheck.sources.prequant`); anything asked stays as asked (and is checked there)."""
+    from fitcheck.sources.prequant import read_prequant
+
+    stored = read_prequant(spec.hf_config) if spec.hf_config else None
+    if stored is not None and not stored.dequantized and method == "auto":
+        return stored.method
+    return method
+
+
 def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: str | None) -> Plan:
     from fitcheck.planner.models import PlanRequest, default_effective_batch
     from fitcheck.planner.plan import make_plan
@@ -590,7 +605,7 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         raise OptionError(
             f"--master-weights: {trainer} decides its own precision; drop it (or use --trainer hf)"
         )
-    method = opts.get("method") or "auto"
+    method = _stored_method(spec, opts.get("method") or "auto")
     if method == "prefix-tuning":
         raise OptionError(
             "plan searches full, LoRA and QLoRA setups; size a prefix-tuning run with estimate or check"

@@ -109,6 +109,7 @@ def build(
             raise OptionError(
                 f"--methods qlora: {name} is a diffusion model (QLoRA is for LLMs); give --methods full,lora"
             )
+        _check_stored(name, spec, methods)
         row: dict[str, Any] = {"model": name}
         for method in methods:
             est = api.estimate(spec, on=target, **{**base, "method": method})
@@ -128,6 +129,24 @@ def build(
         row["budget_bytes"] = target.budget_bytes if target is not None else None
         rows.append(row)
     return rows
+
+
+def _check_stored(name: str, spec: Any, methods: list[str]) -> None:
+    """A pre-quantized checkpoint trains only with adapters on its stored base (`sources.prequant`): the
+    methods that cannot run on it are refused up front, naming ``--methods``."""
+    from fitcheck.errors import OptionError
+    from fitcheck.sources.prequant import read_prequant
+
+    stored = read_prequant(spec.hf_config) if getattr(spec, "hf_config", None) else None
+    if stored is None or stored.dequantized:
+        return
+    runs = {"lora", stored.method}
+    off = [m for m in methods if m not in runs]
+    if off:
+        raise OptionError(
+            f"--methods {off[0]}: {name} is a pre-quantized checkpoint ({stored.read}) that trains only with "
+            f"adapters on its stored base; give --methods {','.join(sorted(runs))}"
+        )
 
 
 def _regime(setup: Any) -> str:

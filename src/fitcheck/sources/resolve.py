@@ -15,6 +15,7 @@ from fitcheck.fileio import could_be_path, user_path
 from fitcheck.models import ModelSpec, TensorGroup
 from fitcheck.presets import load_preset, preset_ids
 from fitcheck.sources.hf_config import UnsupportedTypeError, arch_from_hf_config
+from fitcheck.sources.prequant import PreQuant, note, read_prequant, unpacked
 from fitcheck.sources.safetensors_header import read_all
 from fitcheck.units import looks_like_size
 
@@ -133,24 +134,35 @@ MXFP4_NOTE = (
 )
 
 
-def is_mxfp4(cfg: Mapping[str, Any]) -> bool:
-    q = cfg.get("quantization_config")
-    return isinstance(q, Mapping) and str(q.get("quant_method", "")).lower() == "mxfp4"
+#: A fine-grained FP8 checkpoint (DeepSeek-V3, ``quant_method`` "fp8"): ``FineGrainedFP8HfQuantizer``'s
+#: ``is_trainable`` is False (transformers quantizers/quantizer_finegrained_fp8.py @0095b976); its config
+#: takes ``dequantize=True`` (``FineGrainedFP8Config``) to load bf16 weights, the form a fine-tune trains.
+FP8_NOTE = (
+    "FP8 checkpoint: transformers trains it only dequantized to bf16 (FineGrainedFP8Config(dequantize=True); "
+    "its FP8 layers are not trainable), so the weights are estimated at the training precision"
+)
 
 
-def _numel(name: str, dtype: str, shape: tuple[int, ...], mxfp4: bool) -> tuple[int, str]:
-    """Parameters a stored tensor holds, and their stored dtype (MXFP4 blocks unpacked, scales none)."""
-    if mxfp4 and dtype == "uint8" and name.endswith("_blocks"):
-        return 2 * math.prod(shape), "mxfp4"
-    if mxfp4 and dtype == "uint8" and name.endswith("_scales"):
-        return 0, "mxfp4"
-    return math.prod(shape), dtype
+#: A compressed-tensors checkpoint (llm-compressor's FP8 / W4A16 / NVFP4 uploads): transformers trains it
+#: decompressed (``CompressedTensorsConfig(run_compressed=False)``: the quantizer decompresses it after
+#: loading and reports ``is_qat_trainable``; quantizers/quantizer_compressed_tensors.py @01e9ca7a).
+CT_NOTE = (
+    "compressed-tensors checkpoint: sized decompressed at the training precision, as transformers trains it "
+    "(CompressedTensorsConfig(run_compressed=False)); a run that keeps the compressed layers is not modelled"
+)
 
 
-def _groups(tensors: dict[str, tuple[str, tuple[int, ...]]], mxfp4: bool = False) -> tuple[TensorGroup, ...]:
+def _groups(
+    tensors: dict[str, tuple[str, tuple[int, ...]]], pq: PreQuant | None = None
+) -> tuple[TensorGroup, ...]:
+    """Parameters per part of the model, read from the headers; a quantized checkpoint's packed weights
+    count the values they hold and its quantization state none (`fitcheck.sources.prequant.unpacked`)."""
     by: Counter[tuple[str, str]] = Counter()
+    names = frozenset(tensors)
     for name, (stored, dims) in tensors.items():
-        n, dtype = _numel(name, stored, dims, mxfp4)
+        n, dtype = math.prod(dims), stored
+        if pq is not None:
+            n, dtype = unpacked(pq, name, stored, n, names)
         kind = (
             "embedding"
             if "embed" in name or name.endswith("wte.weight")
@@ -159,7 +171,7 @@ def _groups(tensors: dict[str, tuple[str, tuple[int, ...]]], mxfp4: bool = False
             )
         )
         by[(kind, dtype)] += n
-    return tuple(TensorGroup(name=k, numel=n, dtype=d) for (k, d), n in sorted(by.items()))
+    return tuple(TensorGroup(name=k, numel=n, dtype=d) for (k, d), n in sorted(by.items()) if n)
 
 
 def spec_from_config(
@@ -187,9 +199,13 @@ def spec_from_config(
         arch, notes = arch_from_meta(cfg, exc)
     check_shaped(cfg, source)  # after the model_type's own checks: an unknown type is named first
     notes = (*warnings, *notes)
-    if is_mxfp4(cfg):
-        notes = (*notes, MXFP4_NOTE)
-    groups = _groups(tensors, is_mxfp4(cfg)) if tensors else ()
+    pq = read_prequant(cfg)
+    if pq is not None:
+        notes = (
+            *notes,
+            {"mxfp4": MXFP4_NOTE, "fp8": FP8_NOTE, "compressed-tensors": CT_NOTE}.get(pq.scheme) or note(pq),
+        )
+    groups = _groups(tensors, pq) if tensors else ()
     return ModelSpec(
         id=id,
         name=str(cfg.get("_name_or_path") or name),

@@ -1,0 +1,344 @@
+"""Pre-quantized checkpoints (a config.json with ``quantization_config``): what is read, how LoRA on them is
+sized, what is refused, and the safetensors cross-check over packed weights (src/fitcheck/sources/prequant.py;
+fixtures and their sources: tests/data/prequant/README.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fitcheck import api
+from fitcheck.engine.params import count_params
+from fitcheck.errors import FitcheckError, ModelSourceError, OptionError
+from fitcheck.sources.prequant import read_prequant
+from fitcheck.sources.resolve import CT_NOTE, FP8_NOTE, MXFP4_NOTE, spec_from_path
+from test_hub import TINY, _cache_repo, run_cli
+
+DATA = Path(__file__).parent / "data" / "prequant"
+BNB4 = DATA / "unsloth" / "llama-3-8b-Instruct-bnb-4bit"
+GPTQ = DATA / "gptqmodel-issue" / "qwen3-30b-a3b-gptq-4bit"
+AWQ = DATA / "constructed" / "llama-3-8b-awq"
+OSS = Path(__file__).parent / "data" / "arch" / "openai" / "gpt-oss-20b"
+
+
+def _cfg(folder: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((folder / "config.json").read_text())
+    return data
+
+
+def _unquantized(tmp_path: Path, folder: Path) -> Path:
+    """The same config without its quantization_config: the 16-bit release of the same model."""
+    cfg = {k: v for k, v in _cfg(folder).items() if k != "quantization_config"}
+    out = tmp_path / folder.name
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(cfg))
+    return out
+
+
+# --- what is read --------------------------------------------------------------------------------------
+
+
+def test_fixtures_read_as_their_schemes() -> None:
+    bnb = read_prequant(_cfg(BNB4))
+    assert bnb is not None and (bnb.scheme, bnb.method, bnb.base_quant) == ("bnb-4bit", "qlora", "none")
+    assert (bnb.double_quant, bnb.quant_storage, bnb.dequantized) == (True, "uint8", False)
+    gptq = read_prequant(_cfg(GPTQ))
+    assert gptq is not None and (gptq.scheme, gptq.method, gptq.base_quant) == ("gptq", "lora", "gptq")
+    awq = read_prequant(_cfg(AWQ))
+    assert awq is not None and (awq.scheme, awq.base_quant) == ("awq", "awq")
+    oss = read_prequant(_cfg(OSS))
+    assert oss is not None and oss.scheme == "mxfp4" and oss.dequantized
+    assert read_prequant(TINY) is None
+
+
+def test_bitsandbytes_defaults_follow_bitsandbytesconfig() -> None:
+    """A bare ``load_in_4bit`` (no quant_method: pre-2023 configs) is bitsandbytes FP4 without double
+    quantization, uint8 storage: BitsAndBytesConfig's defaults."""
+    pq = read_prequant({"quantization_config": {"load_in_4bit": True}})
+    assert pq is not None and pq.scheme == "bnb-4bit" and "FP4" in pq.read
+    assert (pq.double_quant, pq.quant_storage) == (False, "uint8")
+    eight = read_prequant({"quantization_config": {"quant_method": "bitsandbytes", "load_in_8bit": True}})
+    assert eight is not None and (eight.scheme, eight.base_quant) == ("bnb-8bit", "int8")
+    gptq8 = read_prequant({"quantization_config": {"quant_method": "gptq", "bits": 8, "group_size": 128}})
+    assert gptq8 is not None and gptq8.base_quant == "gptq-int8"
+
+
+@pytest.mark.parametrize(
+    ("q", "words"),
+    [
+        ("nf4", "must be a JSON object"),
+        ({"bits": 4}, "no quant_method"),
+        ({"quant_method": "bitsandbytes"}, "exactly one of load_in_4bit"),
+        ({"load_in_4bit": True, "load_in_8bit": True}, "exactly one of load_in_4bit"),
+        ({"load_in_4bit": "yes"}, "must be true or false"),
+        ({"load_in_4bit": True, "bnb_4bit_quant_type": "int4"}, "nf4 or fp4"),
+        ({"load_in_4bit": True, "bnb_4bit_quant_storage": "int16"}, "bnb_4bit_quant_storage"),
+        ({"load_in_8bit": True, "llm_int8_has_fp16_weight": True}, "llm_int8_has_fp16_weight"),
+        ({"quant_method": "gptq", "bits": 4, "group_size": 32}, "group_size 32 is not modelled"),
+        ({"quant_method": "gptq", "bits": 3, "group_size": 128}, "3 bits"),
+        ({"quant_method": "gptq", "bits": "4"}, "must be an integer"),
+        ({"quant_method": "gptq", "bits": 4, "checkpoint_format": "marlin"}, "Marlin"),
+        ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv"}, "AWQ 'gemv'"),
+        ({"quant_method": "awq", "bits": 4, "group_size": 64}, "group_size 64"),
+        ({"quant_method": "fbgemm_fp8"}, "'fbgemm_fp8': transformers cannot fine-tune it"),
+        ({"quant_method": "hqq"}, "not modelled"),
+        ({"quant_method": 5}, "quant_method must be a string"),
+        ({"quant_method": "\x1b[31mevil" + "x" * 500}, "\\x1b[31mevil"),
+        ({"quant_method": "awq", "version": "v" * 5000}, "AWQ 'vvvv"),
+        ({"quant_method": "gptq", "bits": 4, "modules_to_not_convert": "lm_head"}, "list of module names"),
+    ],
+)
+def test_malformed_or_unmodelled_configs_are_refused(q: object, words: str) -> None:
+    with pytest.raises(ModelSourceError, match=None) as err:
+        read_prequant({"quantization_config": q})
+    line = str(err.value)
+    assert words in line and "\n" not in line and "\x1b" not in line and len(line) < 400
+
+
+# --- estimates ---------------------------------------------------------------------------------------
+
+
+def test_lora_on_a_bnb_4bit_checkpoint_is_sized_as_qlora_with_its_settings(tmp_path: Path) -> None:
+    """LoRA on unsloth's bnb-4bit Llama 3 8B is QLoRA: the same bytes as --method qlora on the 16-bit
+    release with the checkpoint's double quantization and uint8 storage, well under 16-bit LoRA."""
+    est = api.estimate(str(BNB4), on="a100-80gb", method="lora", seq_len=1024)
+    assert (est.setup.method, est.setup.double_quant, est.setup.quant_storage) == ("qlora", True, "uint8")
+    plain = _unquantized(tmp_path, BNB4)
+    same = api.estimate(str(plain), on="a100-80gb", method="qlora", seq_len=1024, quant_storage="uint8")
+    assert est.device_bytes == same.device_bytes
+    sixteen = api.estimate(str(plain), on="a100-80gb", method="lora", seq_len=1024)
+    assert est.device_bytes < sixteen.device_bytes - 8 * 2**30  # 16 GB of bf16 weights vs about 5
+    assert any("pre-quantized checkpoint (bitsandbytes 4-bit NF4" in w for w in est.warnings)
+
+
+def test_double_quantization_off_in_the_checkpoint_is_kept(tmp_path: Path) -> None:
+    cfg = _cfg(BNB4)
+    cfg["quantization_config"] = {**cfg["quantization_config"], "bnb_4bit_use_double_quant": False}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    est = api.estimate(str(tmp_path), on="a100-80gb", seq_len=512)
+    assert (est.setup.method, est.setup.double_quant) == ("qlora", False)
+
+
+@pytest.mark.parametrize(("folder", "base"), [(GPTQ, "gptq"), (AWQ, "awq")])
+def test_lora_on_gptq_and_awq_checkpoints_is_sized_on_their_packed_base(
+    tmp_path: Path, folder: Path, base: str
+) -> None:
+    est = api.estimate(str(folder), on="h100-80gb", method="lora", seq_len=512, lora_targets="attn")
+    assert (est.setup.method, est.setup.base_quant) == ("lora", base)
+    plain = _unquantized(tmp_path, folder)
+    same = api.estimate(str(plain), on="h100-80gb", seq_len=512, lora_targets="attn", base_quant=base)  # type: ignore[arg-type]
+    assert est.device_bytes == same.device_bytes
+    assert any(f"sized as --base-quant {base}" in w for w in est.warnings)
+
+
+def test_mxfp4_and_fp8_checkpoints_are_sized_dequantized(tmp_path: Path) -> None:
+    """transformers trains neither form as stored (is_trainable False): both load dequantized to bf16, so
+    full fine-tuning is sized like the 16-bit release, with the note."""
+    est = api.estimate(str(OSS), on="none", method="lora", seq_len=256, lora_targets="attn")
+    assert est.setup.method == "lora" and est.setup.base_quant == "none" and MXFP4_NOTE in est.warnings
+    cfg = {**TINY, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    fp8 = api.estimate(str(tmp_path), on="none", method="full", seq_len=64)
+    assert FP8_NOTE in fp8.warnings
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "config.json").write_text(json.dumps(TINY))
+    assert fp8.device_bytes == api.estimate(str(plain), on="none", method="full", seq_len=64).device_bytes
+
+
+def test_compressed_tensors_checkpoint_is_sized_decompressed() -> None:
+    """RedHatAI's FP8-dynamic Llama 4 Scout (compressed-tensors): trained decompressed, so even full
+    fine-tuning is sized (transformers' Trainer accepts a model whose quantizer is QAT-trainable)."""
+    folder = (
+        Path(__file__).parent / "data" / "arch" / "RedHatAI" / "Llama-4-Scout-17B-16E-Instruct-FP8-dynamic"
+    )
+    est = api.estimate(str(folder), on="none", method="full", seq_len=128)
+    assert est.setup.method == "full" and CT_NOTE in est.warnings
+
+
+def test_plan_keeps_to_lora_on_the_stored_base() -> None:
+    plan = api.plan(str(BNB4), on="rtx-4090")
+    assert plan.estimate is not None and plan.estimate.setup.method == "qlora"
+
+
+# --- refusals ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("folder", "flags", "words"),
+    [
+        (BNB4, ["--method", "full"], "refuses to fine-tune a quantized model without adapters"),
+        (GPTQ, ["--method", "full"], "refuses to fine-tune a quantized model without adapters"),
+        (GPTQ, ["--method", "qlora"], "--method qlora quantizes a 16-bit base to NF4"),
+        (BNB4, ["--base-quant", "int8"], "--base-quant int8 contradicts it"),
+        (AWQ, ["--base-quant", "gptq"], "--base-quant gptq contradicts it"),
+        (BNB4, ["--quant-storage", "bf16"], "--quant-storage bf16 contradicts it"),
+        (BNB4, ["--no-double-quant"], "--no-double-quant contradicts it"),
+        (BNB4, ["--trainer", "torchtune"], "--trainer torchtune does not load its quantized layers"),
+        (AWQ, ["--trainer", "unsloth"], "--trainer unsloth does not load its quantized layers"),
+        (BNB4, ["--method", "prefix-tuning", "--prefix-tokens", "8"], "prefix-tuning on a quantized base"),
+    ],
+)
+def test_conflicting_flags_are_one_line_exit_2(folder: Path, flags: list[str], words: str) -> None:
+    proc = run_cli(["estimate", str(folder), "--on", "a100-80gb", *flags], {"HF_HUB_OFFLINE": "1"})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr
+    assert (
+        lines[0].startswith("fitcheck: error:")
+        and "pre-quantized checkpoint" in lines[0]
+        and words in lines[0]
+    )
+
+
+def test_gptq_on_a_cpu_target_names_the_checkpoint_not_a_flag() -> None:
+    with pytest.raises(OptionError, match="its kernels need CUDA") as err:
+        api.estimate(str(GPTQ), on="cpu", seq_len=128)
+    assert "--base-quant" not in str(err.value)  # the user gave no such flag
+
+
+def test_unmodelled_scheme_refused_at_resolution_exit_2(tmp_path: Path) -> None:
+    cfg = {**TINY, "quantization_config": {"quant_method": "hqq", "nbits": 4}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(FitcheckError, match="'hqq': its layout is not modelled"):
+        api.estimate(str(tmp_path), on="none")
+    proc = run_cli(["estimate", str(tmp_path), "--on", "none"], {"HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+# --- safetensors cross-check over packed weights -------------------------------------------------------
+
+_SIZE = {"BF16": 2, "F16": 2, "F32": 4, "U8": 1, "I8": 1, "I32": 4, "F8_E4M3": 1}
+
+
+def _safetensors(tensors: dict[str, tuple[str, list[int]]]) -> bytes:
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    off = 0
+    for name, (dtype, shape) in tensors.items():
+        n = _SIZE[dtype] * math.prod(shape)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + n]}
+        off += n
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + b"\0" * off
+
+
+def _linears() -> dict[str, tuple[int, int]]:
+    """TINY's projections per layer: name -> (out, in)."""
+    h, i, kv = 64, 96, 32
+    return {"self_attn.q_proj": (h, h), "self_attn.k_proj": (kv, h), "self_attn.v_proj": (kv, h),
+            "self_attn.o_proj": (h, h), "mlp.gate_proj": (i, h), "mlp.up_proj": (i, h),
+            "mlp.down_proj": (h, i)}  # fmt: skip
+
+
+def _packed(out: int, inp: int, scheme: str) -> dict[str, tuple[str, list[int]]]:
+    """One projection as each writer stores it (tensor names and shapes: bitsandbytes ``Params4bit`` with
+    its ``QuantState``, AutoGPTQ ``QuantLinear``, AutoAWQ ``WQLinear_GEMM``, LLM.int8, fine-grained FP8)."""
+    n, groups = out * inp, -(-inp // 128)
+    if scheme == "bnb-4bit":
+        blocks = -(-n // 64)
+        return {".weight": ("U8", [(n + 1) // 2, 1]), ".weight.absmax": ("U8", [blocks]),
+                ".weight.quant_map": ("F32", [16]), ".weight.nested_absmax": ("F32", [-(-blocks // 256)]),
+                ".weight.nested_quant_map": ("F32", [256]),
+                ".weight.quant_state.bitsandbytes__nf4": ("U8", [120])}  # fmt: skip
+    if scheme == "gptq":
+        return {".qweight": ("I32", [inp // 8, out]), ".qzeros": ("I32", [groups, out // 8]),
+                ".scales": ("F16", [groups, out]), ".g_idx": ("I32", [inp])}  # fmt: skip
+    if scheme == "awq":
+        return {".qweight": ("I32", [inp, out // 8]), ".qzeros": ("I32", [groups, out // 8]),
+                ".scales": ("F16", [groups, out])}  # fmt: skip
+    if scheme == "compressed-tensors":  # llm-compressor's pack-quantized W4A16
+        return {".weight_packed": ("I32", [out, inp // 8]), ".weight_scale": ("F16", [out, groups]),
+                ".weight_zero_point": ("I32", [out // 8, groups]), ".weight_shape": ("I32", [2])}  # fmt: skip
+    if scheme == "bnb-8bit":
+        return {".weight": ("I8", [out, inp]), ".SCB": ("F32", [out]), ".weight_format": ("U8", [1])}
+    return {".weight": ("F8_E4M3", [out, inp]), ".weight_scale_inv": ("F32", [-(-out // 128), groups])}
+
+
+QUANT = {
+    "bnb-4bit": {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
+                 "quant_method": "bitsandbytes"},
+    "gptq": {"quant_method": "gptq", "bits": 4, "group_size": 128},
+    "awq": {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm", "zero_point": True},
+    "bnb-8bit": {"load_in_8bit": True, "quant_method": "bitsandbytes"},
+    "fp8": {"quant_method": "fp8", "weight_block_size": [128, 128]},
+    "compressed-tensors": {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                           "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 128}}}},
+}  # fmt: skip
+
+
+def _checkpoint(scheme: str) -> dict[str, tuple[str, list[int]]]:
+    h, v = 64, 256
+    out: dict[str, tuple[str, list[int]]] = {
+        "model.embed_tokens.weight": ("BF16", [v, h]), "lm_head.weight": ("BF16", [v, h]),
+        "model.norm.weight": ("BF16", [h]),
+    }  # fmt: skip
+    for layer in range(2):
+        p = f"model.layers.{layer}."
+        out[p + "input_layernorm.weight"] = ("BF16", [h])
+        out[p + "post_attention_layernorm.weight"] = ("BF16", [h])
+        for name, (o, i) in _linears().items():
+            out.update({p + name + tail: t for tail, t in _packed(o, i, scheme).items()})
+    return out
+
+
+@pytest.mark.parametrize("scheme", list(QUANT))
+def test_headers_of_packed_checkpoints_count_the_model(tmp_path: Path, scheme: str) -> None:
+    """The headers of a quantized checkpoint hold packed weights and quantization state; counted as the
+    values they pack, they give the config's own count, so no false "headers hold ..." warning."""
+    (tmp_path / "config.json").write_text(json.dumps({**TINY, "quantization_config": QUANT[scheme]}))
+    (tmp_path / "model.safetensors").write_bytes(_safetensors(_checkpoint(scheme)))
+    spec = spec_from_path(tmp_path)
+    assert spec.source_kind == "safetensors"
+    assert spec.declared_params == count_params(spec.arch)
+    on = "none" if scheme in ("bnb-4bit", "fp8", "compressed-tensors") else "a100-80gb"
+    est = api.estimate(str(tmp_path), on=on, seq_len=64)
+    assert not any("safetensors headers hold" in w for w in est.warnings)
+
+
+def test_unpacked_counting_leaves_a_16bit_checkpoint_alone(tmp_path: Path) -> None:
+    """A tensor named like quantization state in a 16-bit checkpoint (a ``scales`` parameter) counts."""
+    tensors = {**_checkpoint("fp8"), "model.layers.0.mlp.scales": ("BF16", [64])}
+    tensors = {k: ("BF16", s) for k, (_, s) in tensors.items()}
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    (tmp_path / "model.safetensors").write_bytes(_safetensors(tensors))
+    spec = spec_from_path(tmp_path)
+    assert spec.declared_params == sum(math.prod(s) for _, s in tensors.values())
+
+
+# --- the Hub, offline ----------------------------------------------------------------------------------
+
+
+def test_hub_id_of_a_prequantized_repo_estimates_offline_as_qlora(tmp_path: Path) -> None:
+    repo = "unsloth/llama-3-8b-Instruct-bnb-4bit"
+    _cache_repo(tmp_path / "hub", repo, {"config.json": (BNB4 / "config.json").read_bytes()})
+    env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HOME": str(tmp_path)}
+    proc = run_cli(["estimate", repo, "--on", "rtx-4090", "--format", "json"], env)
+    assert proc.returncode in (0, 1), proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["setup"]["method"] == "qlora" and doc["setup"]["quant_storage"] == "uint8"
+    assert any("pre-quantized checkpoint" in w for w in doc["warnings"])
+    full = run_cli(["estimate", repo, "--on", "rtx-4090", "--method", "full"], env)
+    assert full.returncode == 2 and len(full.stderr.strip().splitlines()) == 1
+
+
+def test_matrix_refuses_methods_the_checkpoint_cannot_run_and_sizes_the_rest() -> None:
+    env = {"HF_HUB_OFFLINE": "1"}
+    proc = run_cli(["matrix", "--on", "rtx-4090", "--models", str(GPTQ)], env)
+    lines = proc.stderr.strip().splitlines()
+    assert (
+        proc.returncode == 2
+        and len(lines) == 1
+        and "--methods full:" in lines[0]
+        and "--methods lora" in lines[0]
+    )
+    ok = run_cli(
+        ["matrix", "--on", "rtx-4090", "--models", str(BNB4), "--methods", "lora,qlora", "--format", "json"],
+        env,
+    )
+    assert ok.returncode == 0, ok.stderr
+    row = json.loads(ok.stdout)[0]
+    assert row["lora_bytes"] == row["qlora_bytes"]  # LoRA on the 4-bit checkpoint is its QLoRA
