@@ -183,7 +183,9 @@ def main() -> None:
     for layers in args.layers:
         for b in args.batch:
             cfg = {**SMALL_LLAMA, "num_hidden_layers": layers, "vocab_size": args.vocab}
-            setup = qlora_setup(b, args.seq)
+            setup = qlora_setup(
+                b, args.seq, bnb_keeps_input=not args.bnb_fixed, ckpt_reentrant=not args.non_reentrant
+            )
             m = trace(cfg, setup, reentrant=not args.non_reentrant, holds=not args.bnb_fixed)
             est = engine(cfg, setup)
             meas = phase_peaks(m)
