@@ -54,7 +54,9 @@ class MatMul4BitEmulated(torch.autograd.Function):
     """bitsandbytes 0.39 ``MatMul4Bit`` as far as memory goes (see the module docstring)."""
 
     @staticmethod
-    def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, shape: tuple[int, int], holds: bool) -> torch.Tensor:
+    def forward(
+        ctx: Any, a: torch.Tensor, b: torch.Tensor, shape: tuple[int, int], holds: bool
+    ) -> torch.Tensor:
         w = b.new_empty(shape, dtype=a.dtype)  # F.dequantize_4bit(B, state).to(A.dtype): a fresh fp16 weight
         out = nn.functional.linear(a, w)
         ctx.shape = shape
@@ -94,7 +96,9 @@ def quantize_decoder(model: nn.Module) -> None:
     for module in list(model.model.layers.modules()):
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear:
-                setattr(module, name, EmulatedLinear4bit(child.in_features, child.out_features, torch.float16))
+                setattr(
+                    module, name, EmulatedLinear4bit(child.in_features, child.out_features, torch.float16)
+                )
 
 
 def build_emulated(hf_config: dict[str, Any], setup: Any, regime: Any, reentrant: bool) -> Any:
@@ -141,7 +145,8 @@ def qlora_setup(batch: int, seq: int, **extra: Any) -> Any:
 
 def trace(hf_config: dict[str, Any], setup: Any, reentrant: bool, holds: bool) -> Any:
     """`trace_step` with the emulated model in place of `build_model` (which refuses QLoRA)."""
-    from fitcheck.measure import build, trace as trace_mod
+    from fitcheck.measure import build
+    from fitcheck.measure import trace as trace_mod
 
     EmulatedLinear4bit.holds_input = holds
     original = build.build_model
@@ -159,7 +164,11 @@ def engine(hf_config: dict[str, Any], setup: Any) -> dict[str, int]:
     from fitcheck.sources.hf_config import arch_from_hf_config
 
     spec = ModelSpec(
-        id="small", name="small", source_kind="hf_config", arch=arch_from_hf_config(hf_config), hf_config=hf_config
+        id="small",
+        name="small",
+        source_kind="hf_config",
+        arch=arch_from_hf_config(hf_config),
+        hf_config=hf_config,
     )
     est = estimate(spec, setup.model_copy(update={"backend": "cuda"}))
     return {p.name: p.total_bytes for p in est.phases}
@@ -192,7 +201,8 @@ def main() -> None:
             rows.append((layers, b, meas, est))
             for name in ("forward", "backward"):
                 err = 100 * (est[name] - meas[name]) / meas[name]
-                print(f"L={layers} b={b} {name:9s} measured {meas[name]:>12,} estimate {est[name]:>12,} {err:+6.1f}%")
+                head = f"L={layers} b={b} {name:9s}"
+                print(f"{head} measured {meas[name]:>12,} estimate {est[name]:>12,} {err:+.1f}%")
             if args.top:
                 for p in m.phases:
                     if p.name in ("forward", "backward"):
