@@ -97,10 +97,7 @@ _GOOGLE_QLORA = (
     "container code is unpublished: cause unknown"
 )
 KNOWN_UNDER: dict[str, str] = {
-    **{
-        f"google-vertex-openllama-finetune/qlora-{k}": _GOOGLE_QLORA
-        for k in ("b16", "b24", "b32", "s2048")
-    },
+    **{f"google-vertex-openllama-finetune/qlora-{k}": _GOOGLE_QLORA for k in ("b16", "b24", "b32", "s2048")},
     **{
         f"qwen-finetune-profiling/qwen-{k}": _QWEN_SHORT
         for k in (
