@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from typing import Any
 
 import torch
@@ -118,7 +119,11 @@ def build_emulated(hf_config: dict[str, Any], setup: Any, regime: Any, reentrant
         if p.dtype in (torch.float16, torch.bfloat16):
             p.data = p.data.to(torch.float32)
     model.enable_input_require_grads()
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    kwargs = {"use_reentrant": reentrant}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:  # transformers < 5.2
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     cfg = LoraConfig(
         r=setup.lora_rank,
         lora_alpha=setup.alpha,  # type: ignore[arg-type]
@@ -127,7 +132,10 @@ def build_emulated(hf_config: dict[str, Any], setup: Any, regime: Any, reentrant
         bias="none",
         task_type="CAUSAL_LM",
     )
-    peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=True)
+    with warnings.catch_warnings():
+        # peft 0.21 still calls transformers' deprecated `is_gradient_checkpointing`
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        peft_model = get_peft_model(model, cfg, autocast_adapter_dtype=True)
     return Built(model=peft_model, model_type="llama", notes=["emulated bitsandbytes 0.39 Linear4bit"])
 
 

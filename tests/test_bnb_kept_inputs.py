@@ -139,3 +139,25 @@ def test_cli_flags_and_json(capsys: pytest.CaptureFixture[str]) -> None:
         rc, out, err = _run(bad, capsys)
         assert rc == 2 and out == "" and err.count("\n") == 1, err
         assert err.startswith("fitcheck: error: " + says)
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_the_emulated_trace_grows_as_the_engine(reentrant: bool) -> None:
+    """Run bench/qlora2023_trace.py's emulation (fake tensors, ~1 s a trace): the traced per-token-per-layer
+    growth equals the engine's, and the traced figures above still hold."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+    from bench_helpers import bench_module
+
+    emu = bench_module("qlora2023_trace")
+    kw = {"bnb_keeps_input": True, "ckpt_reentrant": reentrant}
+    peaks = {}
+    for layers in (2, 4):
+        for b in (1, 2):
+            cfg = {**SMALL, "num_hidden_layers": layers}
+            measured = emu.trace(cfg, emu.qlora_setup(b, 512, **kw), reentrant=reentrant, holds=True)
+            peaks[layers, b] = emu.phase_peaks(measured)["forward"]
+    traced = ((peaks[4, 2] - peaks[4, 1]) - (peaks[2, 2] - peaks[2, 1])) / 512 / 2
+    assert traced == TRACED_PER_LAYER_TOKEN["reentrant" if reentrant else "non-reentrant"]
+    assert traced == _per_token_per_layer("forward", **kw)
