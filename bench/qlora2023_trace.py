@@ -8,7 +8,8 @@ fp16 compute dtype, output cast back to the input's dtype), HF Trainer fp16 auto
 Every decoder ``nn.Linear`` is replaced by `EmulatedLinear4bit`, which reproduces what bitsandbytes'
 ``Linear4bit.forward`` does with dtypes and saved tensors, not its numbers:
 
-- its frozen weight is a uint8 tensor of half the elements (4 bits a weight; no absmax, no double quant);
+- its frozen weight is a uint8 tensor of half the elements (4 bits a weight) and an fp32 absmax per 64 weights
+  (``QuantState``, no double quantization);
 - ``forward``: ``inp_dtype = x.dtype; x = x.to(compute_dtype)``, the 4-bit matmul, ``out.to(inp_dtype)``
   (bitsandbytes nn/modules.py ``Linear4bit.forward`` @0.39.0);
 - the matmul is an autograd Function like ``MatMul4Bit``: a dequantized fp16 weight made on the fly
@@ -80,8 +81,10 @@ class EmulatedLinear4bit(nn.Linear):
         nn.Module.__init__(self)
         self.in_features, self.out_features = in_features, out_features
         self.compute_dtype = dtype
-        packed = torch.empty(in_features * out_features // 2, 1, dtype=torch.uint8)
-        self.weight = nn.Parameter(packed, requires_grad=False)
+        n = in_features * out_features
+        self.weight = nn.Parameter(torch.empty(n // 2, 1, dtype=torch.uint8), requires_grad=False)
+        # QuantState.absmax: one fp32 scale per 64-weight block (blocksize 64, no double quantization)
+        self.register_buffer("absmax", torch.empty(n // 64, dtype=torch.float32))
         self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
