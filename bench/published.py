@@ -86,6 +86,8 @@ _DIRECT = (
     "compile",
     "kbit_prep",
     "kbit_path",
+    "bnb_keeps_input",
+    "ckpt_reentrant",
     "fsdp_embedding_units",
     "zero_bucket_size",
     "zero_overlap_comm",

@@ -87,6 +87,8 @@ class _Common(TypedDict, total=False):
     compile: bool | None
     kbit_prep: bool | None
     kbit_path: KbitPath | None
+    bnb_keeps_input: bool | None
+    ckpt_reentrant: bool | None
     keep_logits: bool
     lengths: Lengths
     trainer: Trainer | None
@@ -157,6 +159,8 @@ LLM_ONLY: dict[str, object] = {
     "compile": None,
     "kbit_prep": None,
     "kbit_path": None,
+    "bnb_keeps_input": None,
+    "ckpt_reentrant": None,
     "keep_logits": False,
     "lengths": "fixed",
     "optimizer_impl": None,
@@ -316,6 +320,7 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
         refuse_optimizer_impl(values)
         refuse_kbit_prep(values)
         refuse_kbit_path(values)
+        refuse_bnb_flags(values)
         if values.get("compile") and values.get("trainer") == "mlx":
             raise OptionError("--compile: MLX has no torch.compile (its mx.compile is not modelled)")
         if values.get("method") != "prefix-tuning":  # prefix tuning wraps no projection
@@ -409,6 +414,19 @@ def refuse_kbit_path(values: Mapping[str, object]) -> None:
     if prep is not None and prep != KBIT_PATH_PREPARES[path]:  # type: ignore[index]
         flag = "--kbit-prep" if prep else "--no-kbit-prep"
         raise OptionError(f"{flag} contradicts --kbit-path {path}: give one of them")
+
+
+def refuse_bnb_flags(values: Mapping[str, object]) -> None:
+    """``--bnb-keeps-input`` needs bitsandbytes 4-bit layers (``--method qlora``); ``--ckpt-reentrant``
+    needs checkpointing (docs/methodology.md, "bitsandbytes kept inputs")."""
+    keeps = values.get("bnb_keeps_input")
+    if keeps is not None and values.get("method") != "qlora":
+        flag = "--bnb-keeps-input" if keeps else "--no-bnb-keeps-input"
+        raise OptionError(f"{flag} applies to --method qlora (bitsandbytes 4-bit layers)")
+    reentrant = values.get("ckpt_reentrant")
+    if reentrant is not None and not values.get("grad_ckpt"):
+        flag = "--ckpt-reentrant" if reentrant else "--no-ckpt-reentrant"
+        raise OptionError(f"{flag} applies with --grad-ckpt")
 
 
 def refuse_optimizer_impl(values: Mapping[str, object]) -> None:

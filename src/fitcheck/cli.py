@@ -347,6 +347,24 @@ KbitPathO = Annotated[
         show_default=False,
     ),
 ]
+BnbKeepsO = Annotated[
+    bool | None,
+    typer.Option(
+        "--bnb-keeps-input/--no-bnb-keeps-input",
+        help="QLoRA: bitsandbytes < 0.43.2, whose 4-bit matmul keeps its input until backward (with "
+        "--no-ckpt-reentrant, in every layer) [default: the trainer's own; litgpt yes, others no]",
+        show_default=False,
+    ),
+]
+CkptReentrantO = Annotated[
+    bool | None,
+    typer.Option(
+        "--ckpt-reentrant/--no-ckpt-reentrant",
+        help="--grad-ckpt with use_reentrant=True / False; changes the estimate only with --bnb-keeps-input "
+        "[default: the trainer's own; reentrant with --bnb-keeps-input]",
+        show_default=False,
+    ),
+]
 KeepLogitsO = Annotated[
     bool,
     typer.Option(
@@ -673,6 +691,8 @@ def _training_template(
     compile: CompileO = None,
     kbit_prep: KbitPrepO = None,
     kbit_path: KbitPathO = None,
+    bnb_keeps_input: BnbKeepsO = None,
+    ckpt_reentrant: CkptReentrantO = None,
     keep_logits: KeepLogitsO = False,
     lengths: LengthsO = LengthsOpt.fixed,
     trainer: TrainerO = TrainerOpt.generic,

@@ -106,6 +106,11 @@ _ROWS = (
         "checkpointing",
         "gradient-checkpointing",
     ),
+    _acts(
+        "held_4bit_inputs",
+        "bitsandbytes < 0.43.2 with non-reentrant checkpointing: every layer's 4-bit matmul inputs",
+        "bitsandbytes-kept-inputs",
+    ),
     _acts("final_norm", "the final norm's fp32 input, saved", "activations"),
     _acts("prefix_cache", "prefix tuning: the cache's concatenated keys/values (forward)", "prefix-tuning"),
     _temps(

@@ -263,6 +263,18 @@ class LlmSetup(SetupBase):
         default=False,
         description="the loop holds the model's output (logits) through backward and the optimizer step",
     )
+    bnb_keeps_input: bool | None = Field(
+        default=None,
+        description="QLoRA: bitsandbytes < 0.43.2, whose MatMul4Bit keeps every 4-bit matmul's input "
+        "(ctx.tensors) until backward; None: the trainer's own (litgpt's pin: yes; others, current "
+        "releases: no)",
+    )
+    ckpt_reentrant: bool | None = Field(
+        default=None,
+        description="gradient checkpointing with use_reentrant=True; None: the trainer's own. Only changes "
+        "an estimate with bnb_keeps_input, whose stacks (transformers 4.x, torch <= 2.3) ran reentrant by "
+        "default; non-reentrant checkpointing cannot drop what MatMul4Bit keeps outside save_for_backward",
+    )
     autocast: bool | None = Field(
         default=None,
         description="None: the trainer's own; False: no torch.autocast, the model runs in its load dtype",

@@ -140,7 +140,16 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     # the tracer steps the optimizer after backward: --optimizer-in-backward would compare two different runs
-    @c.training_options(exclude=(*DIFFUSION_ONLY, "gpus", "double_quant", "optimizer_in_bwd"))
+    @c.training_options(
+        exclude=(
+            *DIFFUSION_ONLY,
+            "gpus",
+            "double_quant",
+            "optimizer_in_bwd",
+            "bnb_keeps_input",
+            "ckpt_reentrant",
+        )
+    )
     def measure(
         model: c.ModelArg,
         device: DeviceO = DeviceOpt.fake,

@@ -107,8 +107,61 @@ def fused_qkv_storage(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
 
 
 def holds_4bit_inputs(setup: LlmSetup) -> bool:
-    """Whether every 4-bit projection keeps its input alive until backward (`BNB_HOLDS_INPUT_TRAINERS`)."""
-    return setup.method == "qlora" and setup.trainer in BNB_HOLDS_INPUT_TRAINERS
+    """Whether every 4-bit projection keeps its input alive until backward: ``bnb_keeps_input`` when given,
+    else the trainer's pin (`BNB_HOLDS_INPUT_TRAINERS`)."""
+    if setup.method != "qlora":
+        return False
+    if setup.bnb_keeps_input is not None:
+        return setup.bnb_keeps_input
+    return setup.trainer in BNB_HOLDS_INPUT_TRAINERS
+
+
+def every_layer_holds_4bit_inputs(setup: LlmSetup) -> bool:
+    """Whether every layer, not only the recomputed one, keeps its 4-bit matmuls' inputs until its backward.
+
+    bitsandbytes < 0.43.2 keeps the input as a plain attribute (``ctx.tensors = (A, B)``), not through
+    ``save_for_backward``, so non-reentrant checkpointing, which drops only what its saved-tensor hooks
+    see, cannot drop it: each layer's compute-dtype input copies live from its forward to its backward.
+    Reentrant checkpointing runs the forward under ``no_grad``, where no autograd node (and no ``ctx``)
+    outlives the call. Traced by emulation (bench/qlora2023_trace.py: 4-layer LLaMA, h 512, I 1376,
+    non-reentrant 10,944 B per token per layer vs 2,048 B reentrant or with the 0.43.2 fix; 7B shape,
+    32 layers, 3.16 MB per token vs 0.88 MB). ``ckpt_reentrant`` None counts as reentrant: the stacks
+    that pin such a bitsandbytes (transformers 4.x, torch <= 2.3) checkpoint reentrantly by default."""
+    return setup.grad_ckpt and setup.ckpt_reentrant is False and holds_4bit_inputs(setup)
+
+
+def held_4bit_input_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> float:
+    """Bytes per token per layer of the 4-bit matmuls' kept inputs (`every_layer_holds_4bit_inputs`).
+
+    ``Linear4bit.forward`` runs ``x.to(compute_dtype)`` and the matmul keeps that tensor: one copy per
+    projection when its input is in another dtype (the fp32 stream of a k-bit-prepared model: q, k and v
+    each keep their own), the input itself, once for the projections sharing it, when it already is
+    (bitsandbytes nn/modules.py, autograd/_functions.py ``MatMul4Bit.forward`` @0.39.0). The compute dtype
+    is the precision's. Every decoder projection counts, LoRA target or not (the input requires grad in
+    every layer); MoE layers are not counted (not traced)."""
+    if not every_layer_holds_4bit_inputs(setup):
+        return 0.0
+    c = context(setup, regime)
+    compute = nbytes(setup.precision)
+    lins = [x for x in layer_linears(a, False, active=True, stack="encoder") if x.role != "expert"]
+    attn = [x for x in lins if x.role == "attn"]
+    mlp = [x for x in lins if x.role in ("mlp", "shared_expert")]
+    h = a.hidden_size
+    shared_input = a.parallel_block and a.norms_per_layer == 1
+    up = [x for x in mlp if x.d_in == h]
+    groups = [
+        (attn[:-1] + (up if shared_input else []), c.norm_out),
+        (attn[-1:], c.gamma),
+        ([] if shared_input else up, c.norm_out),
+        ([x for x in mlp if x.d_in != h], quantized_out_bytes(setup, regime, c)),
+    ]
+    total = 0.0
+    for group, x_bytes in groups:
+        if x_bytes == compute:
+            total += compute * sum({x.d_in for x in group})
+        else:
+            total += compute * sum(x.d_in for x in group)
+    return total
 
 
 def _linear_inputs(
@@ -132,11 +185,13 @@ def _linear_inputs(
     mask and lora_A saves the dropout output, its own tensor in the adapter dtype where no autocast
     cast follows (where one does, lora_A saves that cast copy, counted already). ``one_dropout``: the
     wrapped modules of this group share one dropout (a fused qkv module). ``held``: the base matmuls keep
-    the shared input themselves (`holds_4bit_inputs`), so it is saved once whatever the adapters do.
+    their compute-dtype input (`holds_4bit_inputs`): the shared input itself, saved once whatever the
+    adapters do, when it already is in that dtype; else each module's own ``x.to(compute_dtype)`` copy.
     """
     d_in = lins[0].d_in
-    shared = held
-    per_op = 0.0
+    compute = nbytes(setup.precision)
+    shared = held and x_bytes == compute
+    per_op = compute * d_in * len(lins) if held and not shared else 0.0
     dropouts = 0
     for lin in lins:
         if c.full:

@@ -371,6 +371,10 @@ def _stored(
         ckpt = T * L * act.context(setup, regime).rho * a.hidden_size * on_device
         ckpt_rule = "one layer input per layer (non-reentrant checkpoint)" + where
         saved: tuple[Component, ...] = (_c("checkpoints", ckpt, ckpt_rule), final_norm, head_in)
+        held = T * (L - moe_n) * act.held_4bit_input_bytes(a, setup, regime)
+        if held:
+            held_rule = "bitsandbytes < 0.43.2: every layer's 4-bit matmul inputs (non-reentrant checkpoints)"
+            saved = (*saved, _c("held_4bit_inputs", held, held_rule))
     else:
         all_layers = T * ((L - moe_n) * per_layer_tok + moe_n * sparse.total(s))
         scores = T * s * L * dense.scores
