@@ -214,6 +214,7 @@ NOT_RUN = {
     "allenai/OLMo-2-1124-7B@main": "the Hub (network)",
     "FacebookAI/roberta-base": "the Hub (network)",
     "openai/gpt-oss-20b": "the Hub (network)",
+    "unsloth/llama-3-8b-bnb-4bit": "the Hub (network)",
     "--from axolotl.yaml": "a placeholder file (docs/ci.md's recipes are tested in tests/test_from_cli.py)",
     "fitcheck measure": "the torch extra and a ~10 s trace (tests/test_measure_*.py)",
 }

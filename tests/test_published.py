@@ -128,7 +128,7 @@ KNOWN_UNDER: dict[str, str] = {
 KNOWN_SOURCE: dict[str, str] = {
     "thudm-chatglm3-finetune": "15.3% median of three records: LoRA on one GPU +0.8%, the ZeRO-3 full "
     "fine-tuning on 4 GPUs 15.3% under (_THUDM_SFT), P-Tuning v2 56% over (posed at its 769-token cap)",
-    "multigpu_peft": "13.3% median: Llama-2-70B QLoRA on 2 GPUs posed as sharded QLoRA (bf16 stream) is "
+    "multigpu_peft": "13.9% median: Llama-2-70B QLoRA on 2 GPUs posed as sharded QLoRA (bf16 stream) is "
     "12-32% "
     "under (FSDP1, ZeRO-3); figures in GB read by an unstated tool",
 }
@@ -246,13 +246,13 @@ def test_band_holds_on_sources_it_was_not_fitted_to() -> None:
 
 #: Why the band's stability does not hold (docs/methodology.md, "The band"): one source decides a term.
 #: Session 8 (the rule the held-out records choose: sequential fractions, no fixed term): leaving
-#: multigpu_peft out moves ms-swift-2023-12's Qwen-72B bnb-int4 row's high edge by 18.4% of its estimate
-#: (40.4% before ibm-fms-acceleration joined; its three QLoRA records are a whole voice in the quantized
-#: term); the low edge 8.8% on the same row without torchtune. Session 7 (fixed term first): 26.1% and 8.1%.
+#: multigpu_peft out moves rasbt-llm-training-speed's batch-32 row's high edge by 17.3% of its estimate
+#: (40.4% on ms-swift-2023-12's Qwen-72B bnb-int4 row before ibm-fms-acceleration joined); the low edge 8.8%
+#: on that Qwen row without torchtune. Session 7 (fixed term first): 26.1% and 8.1%.
 UNSTABLE = (
-    "one source decides a term (session 8: high edge 18.4% on ms-swift-2023-12's Qwen-72B bnb-int4 row "
-    "without multigpu_peft; low edge 8.8% on the same row without torchtune; session 7: 26.1% and 8.1%); "
-    "docs/methodology.md, 'The band'"
+    "one source decides a term (session 8: high edge 17.3% on rasbt-llm-training-speed's batch-32 row "
+    "without multigpu_peft; low edge 8.8% on ms-swift-2023-12's Qwen-72B bnb-int4 row without torchtune; "
+    "session 7: 26.1% and 8.1%); docs/methodology.md, 'The band'"
 )
 
 
