@@ -92,6 +92,7 @@ class TrainerOpt(StrEnum):
 class LossOpt(StrEnum):
     standard = "standard"
     hf_legacy = "hf-legacy"
+    hf_446 = "hf-4.46"
     chunked = "chunked"
     liger = "liger"
     cce = "cce"
@@ -294,7 +295,7 @@ LossO = Annotated[
     LossOpt | None,
     typer.Option(
         "--loss",
-        help="cross-entropy kernel: standard, hf-legacy, chunked, liger, cce, plain "
+        help="cross-entropy kernel: standard, hf-legacy, hf-4.46, chunked, liger, cce, plain "
         "[default: the trainer's own]",
     ),
 ]

@@ -7,6 +7,7 @@ whole-batch bytes, so a trainer's default and ``--loss`` resolve to the same row
 ===========  ======================================================================================
 standard     HF ``ForCausalLMLoss``: lm_head output, ``logits.float()``, fp32 log-softmax (traced)
 hf_legacy    transformers <= 4.45 ``LlamaForCausalLM.forward``: fp32 logits returned, shifted fp32 copy, CE
+hf_4.46      transformers 4.46-4.48 ``ForCausalLMLoss``: output returned, fp32 copy, shifted fp32 copy, CE
 chunked      torchtune ``CEWithChunkedOutputLoss`` (8 chunks): every chunk's fp32 log-softmax saved
 litgpt       litgpt's adapter scripts: 128-position lm_head chunks, cast to fp32 by Fabric, chunked CE
 litgpt_full  litgpt ``finetune/full.py``: whole logits, cast to fp32 by Fabric, CE in 128-row chunks
@@ -103,6 +104,32 @@ def _hf_legacy(d: Dims) -> Hump:
         backward=tv * (12 + d.cap),
         saved=tv * (4 + d.cap),
         rule="fp32 logits returned + shifted fp32 copy + fp32 log-softmax (transformers <= 4.45)",
+        head_backward=tv * (4 + cast + d.cap),
+    )
+
+
+def _hf_446(d: Dims) -> Hump:
+    """transformers 4.46.0 through 4.48.3: the model returns the lm_head output as made (compute dtype) and
+    ``ForCausalLMLoss`` does ``logits = logits.float()`` (an fp32 copy; the caller's compute-dtype tensor
+    stays alive, it is the returned output), ``shift_logits = logits[..., :-1, :].contiguous()`` (a second
+    fp32 copy), ``.view(-1, V)`` and ``cross_entropy`` (transformers 4.46.0 ``loss/loss_utils.py`` lines
+    32-47, ``models/llama/modeling_llama.py`` lines 1210-1214; 4.47.1, 4.48.1 and 4.48.3 ``loss_utils.py``
+    the same, lines 32-48; 4.49.0 lines 32-48 and 4.50.0 lines 33-57 pad the labels instead and shift
+    nothing: ``standard``; read from the PyPI wheels of those releases). Forward peak, per entry:
+    the lm_head output (``g``), its fp32 copy (4), the shifted copy (4) and the fp32 log-softmax (4); fp32
+    logits have no first copy (``.float()`` returns the tensor itself) but still the shifted one. Both
+    copies are locals of ``ForCausalLMLoss`` (log-softmax saves its output, not its input) and die when it
+    returns, so backward starts as ``standard`` (12). Backward then runs the same nodes in the same order
+    as ``hf_legacy`` (slice, then cast): the slice's backward writes a whole fp32 gradient, and when the
+    lm_head's backward runs, the cast back to the compute dtype sits beside its fp32 source (``4 + g``)."""
+    tv = d.tokens * d.vocab
+    copy = 4 if d.gamma != 4 else 0
+    cast = d.gamma if d.gamma != 4 else 0
+    return Hump(
+        forward=tv * (d.gamma + copy + 4 + 4 + d.cap),
+        backward=tv * (12 + d.cap),
+        saved=tv * (4 + d.cap),
+        rule="lm_head output + fp32 upcast + shifted fp32 copy + fp32 log-softmax (transformers 4.46-4.48)",
         head_backward=tv * (4 + cast + d.cap),
     )
 
@@ -232,6 +259,7 @@ def _cce(d: Dims) -> Hump:
 KERNELS: dict[str, Callable[[Dims], Hump]] = {
     "standard": _standard,
     "hf_legacy": _hf_legacy,
+    "hf_4.46": _hf_446,
     "chunked": _standard,
     "litgpt": _litgpt,
     "litgpt_full": _litgpt_full,
@@ -243,11 +271,12 @@ KERNELS: dict[str, Callable[[Dims], Hump]] = {
 
 
 #: Kernels that run Gemma 2's final soft-cap as separate ops, keeping its tanh output (compute dtype).
-SOFTCAP_OUTSIDE = ("standard", "hf_legacy", "chunked", "plain")
+SOFTCAP_OUTSIDE = ("standard", "hf_legacy", "hf_4.46", "chunked", "plain")
 
 
 def kernel_for(setup: LlmSetup, regime: Regime) -> str:
-    """``--loss`` when given (spelt ``hf-legacy`` for the ``hf_legacy`` kernel), else the trainer's own."""
+    """``--loss`` when given (spelt ``hf-legacy`` / ``hf-4.46`` for the ``hf_legacy`` / ``hf_4.46`` kernels),
+    else the trainer's own."""
     return (setup.loss or regime.loss_kernel).replace("-", "_")
 
 
@@ -291,7 +320,7 @@ def hump(
 
 #: Kernels whose model output carries the whole batch's logits (``CausalLMOutput.logits``; litgpt's list
 #: of chunks); Unsloth, Liger and CCE return none in training.
-MATERIALIZED_LOGITS = ("standard", "hf_legacy", "chunked", "litgpt", "plain")
+MATERIALIZED_LOGITS = ("standard", "hf_legacy", "hf_4.46", "chunked", "litgpt", "plain")
 #: Kernels whose returned logits are fp32 whatever the lm_head made (transformers <= 4.45 ``.float()``).
 FP32_OUTPUT_LOGITS = ("hf_legacy",)
 
