@@ -391,3 +391,22 @@ def test_qlora_on_a_16bit_moe_keeps_the_merged_copy(tmp_path: Path) -> None:
     experts stay 16-bit parameters that peft adapts through ParamWrapper, so the merged copy remains."""
     est = api.estimate(str(_unquantized(tmp_path, GPTQ)), on="h100-80gb", method="qlora", seq_len=512)
     assert _merged(est) > 0
+
+
+@pytest.mark.parametrize("fa", [False, True])
+def test_gptq_moe_trainable_tensors_are_one_pair_per_expert_module(fa: bool) -> None:
+    """The optimizer sees one A and one B per expert module on the GPTQ base (the allocator rounds each):
+    they sum to the adapter count (minus LoRA-FA's frozen A) and the gate / up B factors are w x r."""
+    from fitcheck.engine.lora import adapter_params, frozen_a_params
+    from fitcheck.engine.states import trainable_shapes
+    from fitcheck.models import LlmSetup
+
+    spec = spec_from_path(GPTQ)
+    setup = LlmSetup(base_quant="gptq", lora_rank=8, lora_fa=fa)
+    shapes = trainable_shapes(spec.arch, setup)
+    assert sum(r * c * n for r, c, n in shapes) == adapter_params(spec.arch, setup) - frozen_a_params(
+        spec.arch, setup
+    )
+    cfg = _cfg(GPTQ)
+    per_module = cfg["num_hidden_layers"] * cfg["num_experts"]
+    assert (cfg["moe_intermediate_size"], 8, 2 * per_module) in shapes  # gate and up, each w x r
