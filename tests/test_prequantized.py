@@ -342,3 +342,71 @@ def test_matrix_refuses_methods_the_checkpoint_cannot_run_and_sizes_the_rest() -
     assert ok.returncode == 0, ok.stderr
     row = json.loads(ok.stdout)[0]
     assert row["lora_bytes"] == row["qlora_bytes"]  # LoRA on the 4-bit checkpoint is its QLoRA
+
+
+# --- MoE experts on a quantized base ---------------------------------------------------------------------
+
+
+def _merged(est: Any) -> int:
+    """The largest merged-expert line of any phase (0 when the estimate carries none)."""
+    lines = [c.bytes for p in est.phases for c in p.components if c.name == "merged_expert_weights"]
+    return max(lines, default=0)
+
+
+def test_gptq_moe_experts_are_per_expert_modules_without_a_merged_copy(tmp_path: Path) -> None:
+    """GPTQ stores every expert as its own packed QuantLinear, which peft wraps one by one: no
+    ParamWrapper, so no merged compute-dtype copy of the experts. The same model in 16 bits (fused 3-D
+    experts under transformers 5) keeps the copy, saved per MoE layer."""
+    est = api.estimate(str(GPTQ), on="h100-80gb", seq_len=512)
+    assert est.setup.base_quant == "gptq" and _merged(est) == 0
+    assert not any("ParamWrapper" in w or "peft merges" in w for w in est.warnings)
+    plain = api.estimate(str(_unquantized(tmp_path, GPTQ)), on="h100-80gb", seq_len=512)
+    cfg = _cfg(GPTQ)
+    h, w, e, layers = cfg["hidden_size"], cfg["moe_intermediate_size"], cfg["num_experts"], 48
+    assert _merged(plain) == layers * e * 3 * h * w * 2  # every layer's gate, up and down in bf16
+
+
+def test_gptq_moe_adapters_count_gate_and_up_as_two_modules(tmp_path: Path) -> None:
+    """Per-expert modules: gate_proj and up_proj each get rank-r factors, r (h + w) apiece; the fused
+    ``gate_up_proj`` parameter gets one rank-2r pair, 2r (h + 2w). The difference is 2 r w per expert."""
+    est = api.estimate(str(GPTQ), on="h100-80gb", seq_len=512, lora_rank=8)
+    same = api.estimate(str(_unquantized(tmp_path, GPTQ)), on="h100-80gb", seq_len=512, lora_rank=8)
+    cfg = _cfg(GPTQ)
+    w, e, layers = cfg["moe_intermediate_size"], cfg["num_experts"], cfg["num_hidden_layers"]
+    assert same.params.adapter - est.params.adapter == layers * e * 2 * 8 * w
+
+
+def test_lora_dropout_on_gptq_moe_is_refused_for_the_router_not_the_experts(tmp_path: Path) -> None:
+    """peft's ParamWrapper refuses a LoRA dropout. On the GPTQ base the experts are QuantLinear modules
+    (their wrappers take a dropout), so only the router's weight, still a parameter target, is named;
+    the 16-bit release names the fused experts first."""
+    with pytest.raises(OptionError, match="reach gate, a parameter"):
+        api.estimate(str(GPTQ), on="h100-80gb", seq_len=256, lora_dropout=0.05)
+    with pytest.raises(OptionError, match=r"reach experts\.gate_up_proj, a parameter"):
+        api.estimate(str(_unquantized(tmp_path, GPTQ)), on="h100-80gb", seq_len=256, lora_dropout=0.05)
+
+
+def test_qlora_on_a_16bit_moe_keeps_the_merged_copy(tmp_path: Path) -> None:
+    """bitsandbytes replaces nn.Linear only (transformers 5 replace_with_bnb_linear): the fused 3-D
+    experts stay 16-bit parameters that peft adapts through ParamWrapper, so the merged copy remains."""
+    est = api.estimate(str(_unquantized(tmp_path, GPTQ)), on="h100-80gb", method="qlora", seq_len=512)
+    assert _merged(est) > 0
+
+
+@pytest.mark.parametrize("fa", [False, True])
+def test_gptq_moe_trainable_tensors_are_one_pair_per_expert_module(fa: bool) -> None:
+    """The optimizer sees one A and one B per expert module on the GPTQ base (the allocator rounds each):
+    they sum to the adapter count (minus LoRA-FA's frozen A) and the gate / up B factors are w x r."""
+    from fitcheck.engine.lora import adapter_params, frozen_a_params
+    from fitcheck.engine.states import trainable_shapes
+    from fitcheck.models import LlmSetup
+
+    spec = spec_from_path(GPTQ)
+    setup = LlmSetup(base_quant="gptq", lora_rank=8, lora_fa=fa)
+    shapes = trainable_shapes(spec.arch, setup)
+    assert sum(r * c * n for r, c, n in shapes) == adapter_params(spec.arch, setup) - frozen_a_params(
+        spec.arch, setup
+    )
+    cfg = _cfg(GPTQ)
+    per_module = cfg["num_hidden_layers"] * cfg["num_experts"]
+    assert (cfg["moe_intermediate_size"], 8, 2 * per_module) in shapes  # gate and up, each w x r

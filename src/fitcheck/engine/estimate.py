@@ -883,6 +883,6 @@ def _setup_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
     if setup.method == "qlora" and spec.arch.is_moe:
         w.append(
             "QLoRA on MoE: experts assumed quantized to 4 bits (transformers 4.x layout); transformers 5 "
-            "stores experts as 3-D parameters that bitsandbytes may leave in 16 bits"
+            "stores experts as 3-D parameters that bitsandbytes leaves in 16 bits (it swaps nn.Linear only)"
         )
     return w

@@ -11,6 +11,7 @@ peft matches them (a name matches a module whose name ends with it).
 from __future__ import annotations
 
 from fitcheck.engine.params import LayerKind, Linear, layer_kinds, peft_moe_renames
+from fitcheck.engine.quant import PER_EXPERT_MODULES
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup
 from fitcheck.vocab import LINEAR_MODULES, LMF_ALL, PREFIX
@@ -192,7 +193,13 @@ def validate_parameter_targets(a: DecoderArch, setup: LlmSetup) -> None:
     explicit = any(x.role == "expert" and not x.is_module and x.name in named for x in lins)
     if setup.trainer == "axolotl" and not setup.dora and not explicit:
         return
-    hit = [lin for lin in lins if _parameter_target(a, lin) and targeted(a, setup.lora_targets, lin)]
+    hit = [
+        lin
+        for lin in lins
+        if _parameter_target(a, lin)
+        and not per_expert_modules(setup, lin)
+        and targeted(a, setup.lora_targets, lin)
+    ]
     if hit:
         raise OptionError(
             f"{what} with --lora-targets {setup.lora_targets} on {a.model_type}: the targets reach "
@@ -330,10 +337,26 @@ def adapter_params_per_layer(a: DecoderArch, setup: LlmSetup, kind: LayerKind) -
     total = 0
     for lin in kind.linears(a):
         if targeted(a, setup.lora_targets, lin):
-            r = setup.lora_rank * lin.lora_factor
-            per = r * (lin.d_in + lin.d_out) + (lin.d_out if setup.dora else 0)
-            total += lin.copies * per
+            n, r, d_in, d_out = wrapped(setup, lin)
+            total += n * (r * (d_in + d_out) + (d_out if setup.dora else 0))
     return total
+
+
+def per_expert_modules(setup: LlmSetup, lin: Linear) -> bool:
+    """A fused 3-D expert parameter that this base holds as per-expert quantized modules instead
+    (`quant.PER_EXPERT_MODULES`: GPTQ / AWQ): peft wraps each expert's gate, up and down one by one."""
+    return lin.role == "expert" and not lin.is_module and setup.base_quant in PER_EXPERT_MODULES
+
+
+def wrapped(setup: LlmSetup, lin: Linear) -> tuple[int, int, int, int]:
+    """How peft adapts one targeted projection, per layer: (how many adapted pieces, rank, d_in, d_out)
+    of each. A fused expert parameter is one piece per expert at rank ``lora_factor x r``
+    (``ParamWrapper``); on a per-expert base it is ``lora_factor`` modules per expert (gate and up for
+    ``gate_up_proj``), each at rank r with its own share of the outputs."""
+    if per_expert_modules(setup, lin):
+        k = lin.lora_factor
+        return lin.copies * k, setup.lora_rank, lin.d_in, lin.d_out // k
+    return lin.copies, setup.lora_rank * lin.lora_factor, lin.d_in, lin.d_out
 
 
 def tower_targets(a: DecoderArch, targets: str) -> tuple[tuple[int, int, int], ...]:
@@ -379,9 +402,10 @@ def frozen_a_params(a: DecoderArch, setup: LlmSetup) -> int:
     total = 0
     for kind in layer_kinds(a):
         per_layer = sum(
-            lin.copies * setup.lora_rank * lin.lora_factor * lin.d_in
-            for lin in kind.linears(a)
-            if targeted(a, setup.lora_targets, lin)
+            n * r * d_in
+            for n, r, d_in, _ in (
+                wrapped(setup, lin) for lin in kind.linears(a) if targeted(a, setup.lora_targets, lin)
+            )
         )
         total += kind.count * per_layer
     if "lm_head" in head_targets(setup.lora_targets):

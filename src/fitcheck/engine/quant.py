@@ -39,6 +39,20 @@ GROUP = 128
 #: (4) beside its int16 cast (2); later the int16 weight, the int16 difference and the fp16 product (6).
 DEQUANT_BYTES: dict[str, int] = {"gptq-int8": 6}
 
+#: Bases whose MoE experts are quantized ``Linear`` modules, one per expert and projection, not
+#: transformers 5's fused 3-D ``gate_up_proj`` / ``down_proj`` parameters. A GPTQ or AWQ checkpoint
+#: stores each expert as its own packed ``QuantLinear`` / ``WQLinear_GEMM`` (``qweight``, ``qzeros``,
+#: ``scales`` under ``experts.<i>.gate_proj``; the fixture tests/data/prequant/gptqmodel-issue), and
+#: those kernels have no 3-D form: transformers 5.24 replaces only 2-D layers for them
+#: (quantizers/quantizer_gptq.py -> optimum ``GPTQQuantizer.convert_model``, which swaps ``nn.Linear``
+#: / ``Conv1D``; quantizers/quantizer_awq.py -> integrations ``replace_with_awq_linear``), so a working
+#: run holds per-expert quantized modules, which peft wraps one by one (peft tuners/lora/gptq.py
+#: ``GPTQLoraLinear``, tuners/lora/awq.py), never through ``lora.ParamWrapper``: no merged expert copy.
+#: bitsandbytes (4- and 8-bit) is not here: ``replace_with_bnb_linear`` (integrations/bitsandbytes.py,
+#: transformers 5.24) swaps ``nn.Linear`` only and ``param_needs_quantization`` asks for a
+#: ``Linear4bit``, so the fused experts stay 16-bit parameters that peft adapts through ``ParamWrapper``.
+PER_EXPERT_MODULES: frozenset[str] = frozenset({"gptq", "gptq-int8", "awq"})
+
 
 def packed_weight_bytes(fmt: str, d_in: int, d_out: int) -> float:
     """Bytes of the packed weight tensor alone (``CB`` / ``qweight``): one byte per weight at 8 bits,

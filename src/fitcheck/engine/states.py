@@ -104,17 +104,20 @@ def trainable_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[int, int, in
         return prefix.shapes(a, setup)
     if setup.method != "full":
         out: list[tuple[int, int, int]] = []
-        from fitcheck.engine.lora import targeted
+        from fitcheck.engine.lora import per_expert_modules, targeted, wrapped
 
         for kind in layer_kinds(a):
             n_layers = kind.count
             for lin in kind.linears(a):
                 if targeted(a, setup.lora_targets, lin):
-                    # peft stores an expert parameter's factors as single tensors of rank r*E
-                    k, r = n_layers, setup.lora_rank * lin.lora_factor * lin.copies
-                    out += [(lin.d_out, r, k)] if setup.lora_fa else [(r, lin.d_in, k), (lin.d_out, r, k)]
+                    n, r, d_in, d_out = wrapped(setup, lin)
+                    if per_expert_modules(setup, lin):  # one module's factors per expert and projection
+                        k = n_layers * n
+                    else:  # peft stores an expert parameter's factors as single tensors of rank r*E
+                        k, r = n_layers, r * n
+                    out += [(d_out, r, k)] if setup.lora_fa else [(r, d_in, k), (d_out, r, k)]
                     if setup.dora:
-                        out.append((lin.d_out, 1, k))
+                        out.append((d_out, 1, k))
         r, h, v = setup.lora_rank, a.hidden_size, a.vocab_size
         for d_in, d_out, k in tower_targets(a, setup.lora_targets):
             out += [(d_out, r, k)] if setup.lora_fa else [(r, d_in, k), (d_out, r, k)]
