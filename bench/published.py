@@ -581,9 +581,19 @@ def derive_spread(scored: dict[str, list[Score]]) -> dict[str, tuple[float, floa
     return chosen_rule(scored)[1](band_rows(scored), states_spread())
 
 
+#: The choice per scored corpus (`chosen_rule`): each candidate's leave-one-source-out derivation, about a
+#: second in all, is made once per corpus, not once per table, test and spread that asks which rule holds.
+_CHOSEN: dict[int, tuple[dict[str, list[Score]], tuple[str, bd.Rule]]] = {}
+
+
 def chosen_rule(scored: dict[str, list[Score]]) -> tuple[str, bd.Rule]:
-    """The candidate rule with the fewest held-out records above the high edge (`bd.choose`)."""
-    return bd.choose(band_rows(scored), states_spread())
+    """The candidate rule with the fewest held-out records above the high edge (`bd.choose`), chosen once
+    per scored corpus (the corpus object is kept beside its choice, so its id is not reused)."""
+    hit = _CHOSEN.get(id(scored))
+    if hit is None or hit[0] is not scored:
+        hit = (scored, bd.choose(band_rows(scored), states_spread()))
+        _CHOSEN[id(scored)] = hit
+    return hit[1]
 
 
 def band_coverage(scored: dict[str, list[Score]], spread: dict[str, tuple[float, float]]) -> float:

@@ -37,6 +37,7 @@ from fitcheck.components import component
 from fitcheck.engine.band import kind_of
 from fitcheck.engine.overhead import FRAGMENTATION
 from fitcheck.facts.allocator import LARGE_BUFFER
+from fitcheck.facts.dtypes import nbytes
 from fitcheck.models import Component, Estimate, Phase
 
 #: The phases whose peaks hold the length-dependent tensors (the optimizer step holds none).
@@ -53,7 +54,7 @@ STEP_RULE = (
 )
 #: The step component whose tensors are DeepSpeed's flattened gradient conversion (engine/distributed.py
 #: ``_step_grad``: ``(4 + src)`` bytes per element, ``src`` the 16-bit flatten, 0 in fp32).
-STEP_FLAT = "fp32_grad_partition"
+STEP_FLAT = "fp32_grad_partition"  # its bytes per element: engine/distributed.py ``flat_source_bytes`` + 4
 
 
 def rungs(seq_len: int) -> list[int]:
@@ -113,7 +114,9 @@ def step_flat_tensors(est: Estimate) -> list[int]:
     flat = next((c for c in est.phase("optimizer_step").components if c.name == STEP_FLAT), None)
     if flat is None or flat.bytes <= 0:
         return []
-    src = 0 if est.setup.precision == "fp32" else 2
+    from fitcheck.engine.distributed import flat_source_bytes
+
+    src = flat_source_bytes(nbytes(est.setup.precision))
     n = flat.bytes // (4 + src)
     return [src * n, 4 * n] if src else [4 * n]
 

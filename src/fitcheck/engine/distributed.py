@@ -413,12 +413,18 @@ def _zero_optimizer(
     return [master, opt], [], [_step_grad(sh, n, stage, z)]
 
 
+def flat_source_bytes(compute_b: int) -> int:
+    """Bytes per element of the flattened 16-bit gradient DeepSpeed's step converts to fp32 (`_step_grad`):
+    the compute dtype's, or none when the gradients already are fp32 (``.to`` returns the tensor itself)."""
+    return compute_b if compute_b != 4 else 0
+
+
 def _step_grad(sh: Shares, n: int, stage: int, z: dict[str, int | float | bool]) -> Component:
     """The fp32 gradient the step makes of the partition (ZeRO-3: of one sub_group), and the flattened
     16-bit copy it is made from: ``self.flatten(self.averaged_gradients[i]).to(fp32)`` concatenates the
     gradient views into a new tensor in the gradients' dtype, then converts it, so both are alive at
     the conversion; fp32 gradients convert to themselves (docs/distributed.md#zero-optimizer)."""
-    src = sh.compute_b if sh.compute_b != 4 else 0
+    src = flat_source_bytes(sh.compute_b)
     also = f" + its flattened {src}-byte source" if src else ""
     if stage < 3:
         rule = f"fp32 gradient of the partition at step{also}"

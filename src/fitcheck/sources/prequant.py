@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from fitcheck.engine.quant import GROUP  # the group size the engine's GPTQ / AWQ layouts hold
 from fitcheck.errors import ModelSourceError, OptionError
 from fitcheck.terminal import clipped
 from fitcheck.vocab import BaseQuant, QuantStorage
@@ -49,9 +50,6 @@ Scheme = Literal["bnb-4bit", "bnb-8bit", "gptq", "awq", "mxfp4", "fp8", "compres
 _STORAGE: dict[str, QuantStorage] = {
     "uint8": "uint8", "bfloat16": "bf16", "float16": "fp16", "float32": "fp32",
 }  # fmt: skip
-
-#: The group size the engine's GPTQ / AWQ layouts hold (`fitcheck.engine.quant.GROUP`).
-GROUP = 128
 
 
 @dataclass(frozen=True)
