@@ -116,7 +116,7 @@ def test_quantized_bases(spec, fmt: str) -> None:  # type: ignore[no-untyped-def
     est = estimate(spec, setup)
     c = counts(spec.arch, setup)
     q = _get(est, "optimizer_step", "weights_quantized")
-    assert q == quantized_bytes(spec.arch, fmt)
+    assert q == quantized_bytes(spec.arch, setup)
     per = q / c.quantized
     bounds = {"int8": (1.0, 1.01), "gptq-int8": (1.02, 1.05)}.get(fmt, (0.5, 0.53))
     assert bounds[0] < per < bounds[1]

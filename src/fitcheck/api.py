@@ -32,6 +32,7 @@ from fitcheck.vocab import (
     Loss,
     Method,
     MethodChoice,
+    MoeLayout,
     Offload,
     Optimizer,
     OptimizerImpl,
@@ -100,6 +101,7 @@ class _Common(TypedDict, total=False):
     nodes: int
     fsdp_version: int
     device_map_version: int
+    moe_layout: MoeLayout
     fsdp_embedding_units: bool
     zero_bucket_size: Annotated[int, Field(ge=1, le=10**12)] | None
     zero_overlap_comm: bool | None
@@ -173,6 +175,7 @@ LLM_ONLY: dict[str, object] = {
     "target_len": None,
     "image_tokens": 0,
     "device_map_version": 5,
+    "moe_layout": "fused",
     "fsdp_version": 2,
     "fsdp_embedding_units": False,
     "zero_bucket_size": None,
@@ -647,7 +650,8 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         "optimizer_impl",
     )
     base_keys: tuple[str, ...] = ("dora", "lora_fa", "master_weights", *_LORA, "double_quant", "seq_len")
-    base_keys += ("nodes", "fsdp_version", "device_map_version", "fsdp_embedding_units", "zero_bucket_size")
+    base_keys += ("nodes", "fsdp_version", "device_map_version", "moe_layout", "fsdp_embedding_units")
+    base_keys += ("zero_bucket_size",)
     base_keys += ("zero_overlap_comm", "lengths")
     base_opts = {k: opts.get(k) for k in (*base_keys, "quant_storage", *llm_extra)}
     base = setup_for(

@@ -150,6 +150,11 @@ class QuantStorageOpt(StrEnum):
     fp32 = "fp32"
 
 
+class MoeLayoutOpt(StrEnum):
+    fused = "fused"
+    per_expert = "per-expert"
+
+
 class RuleOpt(StrEnum):
     detailed = "detailed"
     thumb = "thumb"
@@ -417,6 +422,14 @@ DevMapVerO = Annotated[
     typer.Option(
         "--device-map-version",
         help="--strategy device-map: 5 (transformers 5 placement) or 4 (transformers 4 with accelerate's)",
+    ),
+]
+MoeLayoutO = Annotated[
+    MoeLayoutOpt,
+    typer.Option(
+        "--moe-layout",
+        help="MoE experts as transformers holds them: fused (transformers 5: 3-D parameters that "
+        "bitsandbytes leaves 16-bit) or per-expert (transformers 4.x: one nn.Linear per expert, quantized)",
     ),
 ]
 FsdpEmbUnitsO = Annotated[
@@ -707,6 +720,7 @@ def _training_template(
     nodes: NodesO = 1,
     fsdp_version: FsdpVerO = 2,
     device_map_version: DevMapVerO = 5,
+    moe_layout: MoeLayoutO = MoeLayoutOpt.fused,
     fsdp_embedding_units: FsdpEmbUnitsO = False,
     zero_bucket_size: ZeroBucketO = None,
     zero_overlap_comm: ZeroOverlapO = None,

@@ -31,6 +31,7 @@ from fitcheck.vocab import (
     LlmTrainer,
     Loss,
     Method,
+    MoeLayout,
     Offload,
     Optimizer,
     OptimizerImpl,
@@ -328,6 +329,13 @@ class LlmSetup(SetupBase):
     device_map_version: Literal[4, 5] = Field(
         default=5,
         description="--strategy device-map: the transformers major version whose placement rule applies",
+    )
+    moe_layout: MoeLayout = Field(
+        default="fused",
+        description="MoE models: how transformers holds the routed experts: fused (transformers 5's 3-D "
+        "parameters; bitsandbytes leaves them in the compute dtype, LoRA adapts them through peft's "
+        "ParamWrapper) or per-expert (transformers 4.x: one nn.Linear per expert, quantized and adapted "
+        "module by module) (docs/methodology.md#moe-experts-layout)",
     )
     fsdp_embedding_units: bool = Field(
         default=False,

@@ -63,3 +63,7 @@ Strategy = Literal[
 ]
 Offload = Literal["none", "optimizer", "all"]
 QuantStorage = Literal["uint8", "bf16", "fp16", "fp32"]
+#: How a transformers MoE model holds its routed experts (docs/methodology.md, "MoE experts: layout"):
+#: ``fused``: transformers 5's 3-D ``gate_up_proj`` / ``down_proj`` parameters (current releases);
+#: ``per-expert``: transformers 4.x's one ``nn.Linear`` per expert and projection.
+MoeLayout = Literal["fused", "per-expert"]

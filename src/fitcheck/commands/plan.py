@@ -491,6 +491,7 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
         "--nodes": kw["nodes"] if kw["nodes"] != 1 else None,
         "--fsdp-version": kw["fsdp_version"] if kw["fsdp_version"] != 2 else None,
         "--device-map-version": kw["device_map_version"] if kw["device_map_version"] != 5 else None,
+        "--moe-layout": kw.get("moe_layout") if kw.get("moe_layout", "fused") != "fused" else None,
         "--fsdp-embedding-units": kw.get("fsdp_embedding_units", False),
         "--zero-bucket-size": kw.get("zero_bucket_size"),
         "--zero-overlap-comm": kw.get("zero_overlap_comm") is True,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from fitcheck.engine import litgpt, prefix
 from fitcheck.engine.lora import targeted
 from fitcheck.engine.params import EAGER_ONLY_TYPES, Linear, layer_linears
-from fitcheck.engine.quant import PER_EXPERT_MODULES
+from fitcheck.engine.quant import expert_modules
 from fitcheck.engine.regimes import PYTHON_GELUS
 from fitcheck.facts.dtypes import nbytes
 from fitcheck.models import DecoderArch, LlmSetup, Regime
@@ -542,10 +542,12 @@ def merged_expert_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
 
     peft's ``ParamWrapper`` parametrizes each expert tensor as ``W + B A`` (``_LoraFactorsProxy``,
     ``baddbmm``): a full compute-dtype copy of every expert's weights per layer, saved for backward
-    (traced). Zero when the experts are not adapted, and on a GPTQ / AWQ base, whose experts are
-    per-expert quantized modules that peft wraps one by one (`quant.PER_EXPERT_MODULES`).
+    (traced). Zero when the experts are not adapted; when they are per-expert modules that peft wraps
+    one by one (`quant.expert_modules`: a GPTQ / AWQ base, or transformers 4.x's layout); and under
+    Unsloth, whose "Split LoRA" computes the experts' adapters without merging them
+    (`quant.UNSLOTH_EXPERTS_4BIT`).
     """
-    if setup.method == "full" or not a.is_moe or setup.base_quant in PER_EXPERT_MODULES:
+    if setup.method == "full" or not a.is_moe or expert_modules(a, setup) or setup.trainer == "unsloth":
         return 0
     c = context(setup, regime)
     experts = [x for x in layer_linears(a, True) if x.role == "expert"]

@@ -36,7 +36,7 @@ from fitcheck.errors import OptionError
 from fitcheck.facts.allocator import BACKENDS as ALLOCATOR_BACKENDS
 from fitcheck.facts.dtypes import BYTES as DTYPE_BYTES
 from fitcheck.facts.optimizers import BITSANDBYTES
-from fitcheck.models import Component, Estimate, LlmSetup, ModelSpec, ParamCounts, Phase, Regime
+from fitcheck.models import Component, DecoderArch, Estimate, LlmSetup, ModelSpec, ParamCounts, Phase, Regime
 from fitcheck.units import gib
 
 
@@ -157,7 +157,7 @@ def _tensor_count(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> int:
     projections); for full fine-tuning each with its gradient and two optimizer states, else every
     trainable tensor of every layer with its gradient and two states."""
     a = spec.arch
-    per_layer = sum(_large(_frozen_bytes(setup, regime, lin)) for lin in layer_linears(a, a.is_moe))
+    per_layer = sum(_large(_frozen_bytes(a, setup, regime, lin)) for lin in layer_linears(a, a.is_moe))
     base = a.num_layers * per_layer + 2 * _large(
         a.vocab_size * a.hidden_size * DTYPE_BYTES[regime.weight_dtype]
     )
@@ -176,9 +176,12 @@ def _large(nbytes: float) -> int:
     return int(nbytes > SMALL_REQUEST)
 
 
-def _frozen_bytes(setup: LlmSetup, regime: Regime, lin: Linear) -> float:
+def _frozen_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, lin: Linear) -> float:
     """Bytes of one projection's weight tensor as the base stores it: NF4 packs two weights a byte,
-    a ``--base-quant`` format its own way (engine/quant.py), else the weight dtype."""
+    a ``--base-quant`` format its own way (engine/quant.py), else (and for the fused MoE experts
+    bitsandbytes leaves alone, `quant.quantized_linear`) the weight dtype."""
+    if states.quantized_base(setup) and not quant.quantized_linear(a, setup, lin):
+        return lin.d_in * lin.d_out * DTYPE_BYTES[regime.weight_dtype]
     if setup.method == "qlora":
         return lin.d_in * lin.d_out / 2
     if setup.base_quant != "none":
@@ -213,7 +216,8 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
                 else " (fp32)"
             ),
             "weights_unquantized": f"{c.base - c.quantized - head:,} params (embeddings, norms"
-            + (")" if head else ", lm_head)")
+            + ("" if head else ", lm_head")
+            + (", the fused MoE experts bitsandbytes leaves)" if quant.experts_unquantized(a, setup) else ")")
             + f" x {_unquantized_dtype(regime)}",
             "adapters": f"{c.adapter:,} {'prefix encoder' if prefix.is_prefix(setup) else 'LoRA'} params"
             f" x {regime.adapter_dtype}",
@@ -394,7 +398,7 @@ def _dequant(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
     dq = 0
     rule = "one quantized weight dequantized to the compute dtype"
     if states.quantized_base(setup):
-        n = largest_projection(spec.arch, regime.quantized_lm_head)
+        n = largest_projection(spec.arch, regime.quantized_lm_head, setup)
         gamma = int(act.context(setup, regime).gamma)
         fmt = regime.nf4_format if setup.method == "qlora" else "bitsandbytes"
         if fmt == "torchao" and setup.compile and not compiled.untraced(spec.arch, setup, regime):
@@ -880,9 +884,34 @@ def _setup_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
             "layer's experts with their factors and keeps that copy for backward; --lora-targets attn "
             "avoids it, --grad-ckpt keeps one layer's copy"
         )
-    if setup.method == "qlora" and spec.arch.is_moe:
-        w.append(
-            "QLoRA on MoE: experts assumed quantized to 4 bits (transformers 4.x layout); transformers 5 "
-            "stores experts as 3-D parameters that bitsandbytes leaves in 16 bits (it swaps nn.Linear only)"
-        )
+    w += moe_layout_warnings(spec.arch, setup)
     return w
+
+
+def moe_layout_warnings(a: DecoderArch, setup: LlmSetup) -> list[str]:
+    """What the MoE experts' layout (``--moe-layout``) and the trainer make of a quantized base
+    (docs/methodology.md#moe-experts-layout)."""
+    if not a.is_moe or not states.quantized_base(setup):
+        return []
+    if quant.experts_unquantized(a, setup):
+        what = "QLoRA" if setup.method == "qlora" else "--base-quant int8"
+        return [
+            f"{what} on MoE with transformers 5 (--moe-layout fused): the experts are fused 3-D parameters "
+            "and bitsandbytes quantizes nn.Linear only, so they stay in the compute dtype (counted in "
+            "weights_unquantized; bitsandbytes issue #1849, no released fix); a transformers 4.x run "
+            "(--moe-layout per-expert), --trainer unsloth or a GPTQ / AWQ base quantizes them"
+        ]
+    if setup.trainer == "unsloth":
+        return [
+            "QLoRA on MoE under Unsloth: experts taken as 4-bit (unsloth-zoo packs the fused experts as one "
+            "Params4bit each, PRs #527 / #809, and dequantizes a whole stack per forward) with no merged "
+            "copy "
+            "(Split LoRA); unclear beyond that: its forward covers listed families only (unsloth-zoo issue "
+            "#850) and its Qwen3.5 guide still advises bf16 LoRA for MoE; --trainer hf sizes 16-bit experts"
+        ]
+    if setup.moe_layout == "per-expert" and a.model_type in quant.FUSED_IN_V4:
+        return [
+            f"--moe-layout per-expert: {a.model_type} held its experts as 3-D parameters in transformers 4.x "
+            "too; sized as fused"
+        ]
+    return []

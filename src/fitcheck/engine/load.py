@@ -27,7 +27,8 @@ peak while its weights arrive. Each trainer's loading path, from its code (docs/
 from __future__ import annotations
 
 from fitcheck.engine import nf4
-from fitcheck.engine.params import inventory, layer_linears
+from fitcheck.engine.params import Linear, inventory, layer_linears
+from fitcheck.engine.quant import expert_modules, is_fused_expert, quantized_linear
 from fitcheck.facts.dtypes import nbytes
 from fitcheck.models import DecoderArch, LlmSetup, Regime
 
@@ -36,9 +37,22 @@ from fitcheck.models import DecoderArch, LlmSetup, Regime
 QUANTIZE_TRANSIENT_BYTES: dict[str, int] = {"litgpt": 4, "default": 2}
 
 
-def largest_projection(a: DecoderArch, with_head: bool) -> int:
-    """Elements of the largest quantized matrix (lm_head included when the trainer quantizes it)."""
-    sizes = [lin.d_in * lin.d_out for lin in layer_linears(a, a.is_moe) if lin.role != "router"]
+def _whole_stack(a: DecoderArch, setup: LlmSetup | None, lin: Linear) -> bool:
+    """Unsloth quantizes and dequantizes a fused expert parameter as one stack (every expert at once):
+    unsloth-zoo's Bnb4bit quantizer patch turns the 3-D parameter into one ``Params4bit`` (unsloth-zoo
+    issue #850) and its grouped-mm forward dequantizes the whole stack (unsloth-zoo PR #862: "One fused
+    dequant gives (E, out, in)")."""
+    if setup is None or setup.trainer != "unsloth":
+        return False
+    return is_fused_expert(lin) and not expert_modules(a, setup)
+
+
+def largest_projection(a: DecoderArch, with_head: bool, setup: LlmSetup | None = None) -> int:
+    """Elements of the largest quantized matrix (lm_head included when the trainer quantizes it; the
+    fused MoE experts bitsandbytes leaves in 16 bits left out, `quant.quantized_linear`)."""
+    lins = layer_linears(a, a.is_moe)
+    keep = [x for x in lins if x.role != "router" and (setup is None or quantized_linear(a, setup, x))]
+    sizes = [x.d_in * x.d_out * (x.copies if _whole_stack(a, setup, x) else 1) for x in keep]
     if with_head:
         sizes.append(a.vocab_size * a.hidden_size)
     return max(sizes, default=0)
@@ -49,7 +63,7 @@ def load_transient_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, quanti
     upcast). Zero for an unquantized model: tensors are placed where they stay."""
     if not quantized:
         return 0
-    n = largest_projection(a, regime.quantized_lm_head)
+    n = largest_projection(a, regime.quantized_lm_head, setup)
     per = QUANTIZE_TRANSIENT_BYTES.get(regime.name, QUANTIZE_TRANSIENT_BYTES["default"])
     fmt = regime.nf4_format if setup.method == "qlora" else "bitsandbytes"
     torchao = nf4.quantize_bytes(fmt, n, nbytes(regime.weight_dtype))

@@ -11,7 +11,7 @@ peft matches them (a name matches a module whose name ends with it).
 from __future__ import annotations
 
 from fitcheck.engine.params import LayerKind, Linear, layer_kinds, peft_moe_renames
-from fitcheck.engine.quant import PER_EXPERT_MODULES
+from fitcheck.engine.quant import expert_modules, is_fused_expert
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup
 from fitcheck.vocab import LINEAR_MODULES, LMF_ALL, PREFIX
@@ -197,7 +197,7 @@ def validate_parameter_targets(a: DecoderArch, setup: LlmSetup) -> None:
         lin
         for lin in lins
         if _parameter_target(a, lin)
-        and not per_expert_modules(setup, lin)
+        and not per_expert_modules(a, setup, lin)
         and targeted(a, setup.lora_targets, lin)
     ]
     if hit:
@@ -337,23 +337,24 @@ def adapter_params_per_layer(a: DecoderArch, setup: LlmSetup, kind: LayerKind) -
     total = 0
     for lin in kind.linears(a):
         if targeted(a, setup.lora_targets, lin):
-            n, r, d_in, d_out = wrapped(setup, lin)
+            n, r, d_in, d_out = wrapped(a, setup, lin)
             total += n * (r * (d_in + d_out) + (d_out if setup.dora else 0))
     return total
 
 
-def per_expert_modules(setup: LlmSetup, lin: Linear) -> bool:
-    """A fused 3-D expert parameter that this base holds as per-expert quantized modules instead
-    (`quant.PER_EXPERT_MODULES`: GPTQ / AWQ): peft wraps each expert's gate, up and down one by one."""
-    return lin.role == "expert" and not lin.is_module and setup.base_quant in PER_EXPERT_MODULES
+def per_expert_modules(a: DecoderArch, setup: LlmSetup, lin: Linear) -> bool:
+    """A fused 3-D expert parameter that this run holds as per-expert modules instead
+    (`quant.expert_modules`: a GPTQ / AWQ base, or transformers 4.x's layout): peft wraps each expert's
+    gate, up and down one by one."""
+    return is_fused_expert(lin) and expert_modules(a, setup)
 
 
-def wrapped(setup: LlmSetup, lin: Linear) -> tuple[int, int, int, int]:
+def wrapped(a: DecoderArch, setup: LlmSetup, lin: Linear) -> tuple[int, int, int, int]:
     """How peft adapts one targeted projection, per layer: (how many adapted pieces, rank, d_in, d_out)
     of each. A fused expert parameter is one piece per expert at rank ``lora_factor x r``
     (``ParamWrapper``); on a per-expert base it is ``lora_factor`` modules per expert (gate and up for
     ``gate_up_proj``), each at rank r with its own share of the outputs."""
-    if per_expert_modules(setup, lin):
+    if per_expert_modules(a, setup, lin):
         k = lin.lora_factor
         return lin.copies * k, setup.lora_rank, lin.d_in, lin.d_out // k
     return lin.copies, setup.lora_rank * lin.lora_factor, lin.d_in, lin.d_out
@@ -404,7 +405,7 @@ def frozen_a_params(a: DecoderArch, setup: LlmSetup) -> int:
         per_layer = sum(
             n * r * d_in
             for n, r, d_in, _ in (
-                wrapped(setup, lin) for lin in kind.linears(a) if targeted(a, setup.lora_targets, lin)
+                wrapped(a, setup, lin) for lin in kind.linears(a) if targeted(a, setup.lora_targets, lin)
             )
         )
         total += kind.count * per_layer

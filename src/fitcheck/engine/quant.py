@@ -27,8 +27,8 @@ to one int32 per weight, cast to int16, ``bitwise_and``, ``weight - zeros`` (int
 
 from __future__ import annotations
 
-from fitcheck.engine.params import layer_kinds
-from fitcheck.models import DecoderArch
+from fitcheck.engine.params import Linear, layer_kinds
+from fitcheck.models import DecoderArch, LlmSetup
 
 #: Group size of the 4-bit GPTQ / AWQ checkpoints users train on (the AutoGPTQ / AutoAWQ default).
 GROUP = 128
@@ -53,6 +53,72 @@ DEQUANT_BYTES: dict[str, int] = {"gptq-int8": 6}
 #: ``Linear4bit``, so the fused experts stay 16-bit parameters that peft adapts through ``ParamWrapper``.
 PER_EXPERT_MODULES: frozenset[str] = frozenset({"gptq", "gptq-int8", "awq"})
 
+#: MoE types whose transformers 4.x classes already held the experts as 3-D parameters, so
+#: ``--moe-layout per-expert`` changes nothing for them: ``GraniteMoeParallelExperts`` (a 3-D ``weight``),
+#: ``Llama4TextExperts``, ``GptOssExperts`` and ``Qwen3VLMoeTextExperts`` (3-D ``gate_up_proj`` /
+#: ``down_proj``; transformers 4.57 models/<type>/modeling_<type>.py). The other MoE types fitcheck reads
+#: (Mixtral, Qwen2/3-MoE, OLMoE, DeepSeek-V2/V3, Phi-3.5-MoE, ...) held an ``nn.ModuleList`` of per-expert
+#: MLPs of ``nn.Linear`` until transformers 5 fused them (bitsandbytes issue #1849, 2026-01-25).
+FUSED_IN_V4: frozenset[str] = frozenset(
+    {"granitemoe", "granitemoeshared", "llama4", "llama4_text", "gpt_oss"}
+    | {"qwen3_vl_moe", "qwen3_vl_moe_text"}
+)
+
+#: Trainers that load the model through transformers' own classes and bitsandbytes integration, so the
+#: MoE layout (``--moe-layout``) decides what bitsandbytes quantizes. litgpt, torchtune and mlx build
+#: their own modules; unsloth patches the fused experts itself (`UNSLOTH_EXPERTS_4BIT`).
+TRANSFORMERS_TRAINERS: frozenset[str] = frozenset({"generic", "hf", "axolotl", "llamafactory"})
+
+#: Unsloth under transformers 5 quantizes the fused experts itself: unsloth-zoo PR #527 (merged, "Add
+#: Bnb4bit support for MoE models on transformers v5", closing unsloth issue #4032 on 2026-06-18: "This
+#: should be supported now") turns the 3-D expert parameters into ``Params4bit`` and dequantizes them for
+#: its grouped-mm forward (unsloth-zoo PR #809, 2026-06-20: qwen3_moe, glm4_moe, deepseek_v3, gemma4 wired,
+#: lfm2_moe and ernie4_5_moe added); PR #856 (2026-07-03) loads pre-quantized ``-bnb-4bit`` MoE repos
+#: (per-expert packed tensors) into the same stacked ``Params4bit``. Its "Split LoRA" computes the
+#: experts' adapters without materializing ``W + BA`` (unsloth.ai/docs/basics/faster-moe), so no merged
+#: copy. Unsloth's own Qwen3.5 guide still advises against MoE QLoRA "due to BitsandBytes limitations",
+#: so the estimate says so.
+UNSLOTH_EXPERTS_4BIT = "unsloth-zoo PRs #527 / #809 / #856"
+
+
+def is_fused_expert(lin: Linear) -> bool:
+    """A routed-expert projection that transformers 5 stores as one 3-D parameter."""
+    return lin.role == "expert" and not lin.is_module
+
+
+def expert_modules(a: DecoderArch, setup: LlmSetup) -> bool:
+    """The routed experts are per-expert modules: a GPTQ / AWQ base (`PER_EXPERT_MODULES`), or
+    ``--moe-layout per-expert`` (transformers 4.x) on a type whose 4.x class was a list of ``nn.Linear``
+    MLPs (not `FUSED_IN_V4`) under a trainer that uses transformers' classes. Then peft wraps every
+    expert's projections one by one and keeps no merged copy, and bitsandbytes quantizes them."""
+    if not a.is_moe:
+        return False
+    if setup.base_quant in PER_EXPERT_MODULES:
+        return True
+    return (
+        setup.moe_layout == "per-expert"
+        and a.model_type not in FUSED_IN_V4
+        and setup.trainer in TRANSFORMERS_TRAINERS
+    )
+
+
+def experts_unquantized(a: DecoderArch, setup: LlmSetup) -> bool:
+    """bitsandbytes (QLoRA's NF4 or ``--base-quant int8``) leaves the routed experts in the compute
+    dtype: transformers 5's fused 3-D parameters under a trainer that uses transformers' own
+    ``replace_with_bnb_linear``, which swaps ``nn.Linear`` only (bitsandbytes issue #1849, open; the
+    ``Experts4bit`` module of PRs #1965 / #1984 is not released). Unsloth quantizes them itself
+    (`UNSLOTH_EXPERTS_4BIT`); litgpt, torchtune and mlx hold their own modules."""
+    bnb = setup.method == "qlora" or (setup.method == "lora" and setup.base_quant == "int8")
+    return bnb and a.is_moe and setup.trainer in TRANSFORMERS_TRAINERS and not expert_modules(a, setup)
+
+
+def quantized_linear(a: DecoderArch, setup: LlmSetup, lin: Linear) -> bool:
+    """Whether the (quantized) base stores this projection quantized: every projection but the router,
+    and but the fused experts bitsandbytes leaves alone (`experts_unquantized`)."""
+    if lin.role == "router":
+        return False
+    return not (lin.role == "expert" and experts_unquantized(a, setup))
+
 
 def packed_weight_bytes(fmt: str, d_in: int, d_out: int) -> float:
     """Bytes of the packed weight tensor alone (``CB`` / ``qweight``): one byte per weight at 8 bits,
@@ -70,11 +136,13 @@ def _tensor_bytes(fmt: str, d_in: int, d_out: int) -> float:
     return weight + groups * d_out * (2 + 0.5) + (4 * d_in if fmt == "gptq" else 0)
 
 
-def quantized_bytes(a: DecoderArch, fmt: str) -> int:
-    """Bytes of every projection inside the model's layers (every stack) stored in ``fmt``."""
+def quantized_bytes(a: DecoderArch, setup: LlmSetup) -> int:
+    """Bytes of every projection inside the model's layers (every stack) stored in ``setup.base_quant``
+    (the ones the base quantizes: `quantized_linear`)."""
     total = 0.0
+    fmt = setup.base_quant
     for kind in layer_kinds(a):
         for lin in kind.linears(a):
-            if lin.role != "router":
+            if quantized_linear(a, setup, lin):
                 total += kind.count * lin.copies * _tensor_bytes(fmt, lin.d_in, lin.d_out)
     return round(total)

@@ -18,7 +18,7 @@ from fitcheck.engine.lora import (
     trained_modules,
 )
 from fitcheck.engine.params import head_shapes, inventory, layer_kinds
-from fitcheck.engine.quant import quantized_bytes
+from fitcheck.engine.quant import quantized_bytes, quantized_linear
 from fitcheck.facts import optimizers as opt
 from fitcheck.facts.dtypes import BYTES, nbytes
 from fitcheck.facts.optimizers import Shape
@@ -43,12 +43,14 @@ class Counts:
         return self.total - self.adapter - self.module_copies
 
 
-def quantizable_tensors(a: DecoderArch) -> tuple[int, int]:
-    """(parameters, tensors) that 4-bit quantization packs: the projections inside the layers."""
+def quantizable_tensors(a: DecoderArch, setup: LlmSetup | None = None) -> tuple[int, int]:
+    """(parameters, tensors) that 4-bit quantization packs: the projections inside the layers, less the
+    fused MoE experts bitsandbytes leaves in the compute dtype (`quant.quantized_linear`; every expert
+    when no setup is given)."""
     numel = tensors = 0
     for kind in layer_kinds(a):
         for lin in kind.linears(a):
-            if lin.role != "router":
+            if lin.role != "router" and (setup is None or quantized_linear(a, setup, lin)):
                 numel += kind.count * lin.copies * lin.d_in * lin.d_out
                 tensors += kind.count
     return numel, tensors
@@ -59,7 +61,7 @@ def counts(a: DecoderArch, setup: LlmSetup) -> Counts:
     total = inventory(a).total
     adapters = adapter_params(a, setup) if setup.method != "full" else 0
     if quantized_base(setup):
-        q, qt = quantizable_tensors(a)
+        q, qt = quantizable_tensors(a, setup)
     else:
         q, qt = 0, 0
     copies = module_copy_params(a, setup)
@@ -104,14 +106,16 @@ def trainable_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[int, int, in
         return prefix.shapes(a, setup)
     if setup.method != "full":
         out: list[tuple[int, int, int]] = []
-        from fitcheck.engine.lora import per_expert_modules, targeted, wrapped
+        from fitcheck.engine.lora import targeted, wrapped
+        from fitcheck.engine.quant import expert_modules, is_fused_expert
 
         for kind in layer_kinds(a):
             n_layers = kind.count
             for lin in kind.linears(a):
                 if targeted(a, setup.lora_targets, lin):
-                    n, r, d_in, d_out = wrapped(setup, lin)
-                    if per_expert_modules(setup, lin):  # one module's factors per expert and projection
+                    n, r, d_in, d_out = wrapped(a, setup, lin)
+                    # one module's factors per expert and projection
+                    if is_fused_expert(lin) and expert_modules(a, setup):
                         k = n_layers * n
                     else:  # peft stores an expert parameter's factors as single tensors of rank r*E
                         k, r = n_layers, r * n
@@ -264,7 +268,7 @@ def weight_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, c: Counts) -> 
                 c.quantized + head, c.quantized_tensors + (head > 0), setup.double_quant, regime
             )
         else:
-            out["weights_quantized"] = quantized_bytes(a, setup.base_quant)
+            out["weights_quantized"] = quantized_bytes(a, setup)
         dense = base - c.quantized - head
         dense_dtype = "fp32" if regime.kbit_upcast or regime.kbit_norms_fp32 else regime.weight_dtype
         back = castback_params(a, setup, regime)

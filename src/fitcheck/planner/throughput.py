@@ -118,7 +118,7 @@ def micro_step(a: DecoderArch, setup: LlmSetup, device: DevicePerf, flops: Flops
         traffic += 3.0 * tokens * a.num_layers * a.num_heads * setup.seq_len * (4 + gamma)
     dequant = 0.0
     if setup.method == "qlora":
-        dequant = passes * quantizable_tensors(a)[0] * DEQUANT_BYTES_PER_PARAM / bw
+        dequant = passes * quantizable_tensors(a, setup)[0] * DEQUANT_BYTES_PER_PARAM / bw
     return MicroStep(compute_s=compute, memory_s=traffic / bw, dequant_s=dequant)
 
 
