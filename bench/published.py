@@ -89,6 +89,7 @@ _DIRECT = (
     "bnb_keeps_input",
     "ckpt_reentrant",
     "fsdp_embedding_units",
+    "moe_layout",
     "zero_bucket_size",
     "zero_overlap_comm",
     "prefix_tokens",
