@@ -891,7 +891,19 @@ def _setup_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
 def moe_layout_warnings(a: DecoderArch, setup: LlmSetup) -> list[str]:
     """What the MoE experts' layout (``--moe-layout``) and the trainer make of a quantized base
     (docs/methodology.md#moe-experts-layout)."""
-    if not a.is_moe or not states.quantized_base(setup):
+    if not a.is_moe:
+        return []
+    out = []
+    if setup.moe_layout == "per-expert" and a.model_type in quant.FUSED_IN_V4:
+        out.append(
+            f"--moe-layout per-expert: {a.model_type} held its experts as 3-D parameters in transformers 4.x "
+            "too; sized as fused"
+        )
+    return out + _quantized_experts_warnings(a, setup)
+
+
+def _quantized_experts_warnings(a: DecoderArch, setup: LlmSetup) -> list[str]:
+    if not states.quantized_base(setup):
         return []
     if quant.experts_unquantized(a, setup):
         what = "QLoRA" if setup.method == "qlora" else "--base-quant int8"
@@ -908,10 +920,5 @@ def moe_layout_warnings(a: DecoderArch, setup: LlmSetup) -> list[str]:
             "copy "
             "(Split LoRA); unclear beyond that: its forward covers listed families only (unsloth-zoo issue "
             "#850) and its Qwen3.5 guide still advises bf16 LoRA for MoE; --trainer hf sizes 16-bit experts"
-        ]
-    if setup.moe_layout == "per-expert" and a.model_type in quant.FUSED_IN_V4:
-        return [
-            f"--moe-layout per-expert: {a.model_type} held its experts as 3-D parameters in transformers 4.x "
-            "too; sized as fused"
         ]
     return []
