@@ -102,10 +102,12 @@ def test_golden_file(fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str
         assert needle in head
 
 
-#: LLaMA-Factory's own ``lora_target: all`` (``llamafactory-all``) on MoE models: tests/golden/llamafactory/
+#: LLaMA-Factory's own ``lora_target: all`` (``llamafactory-all``) on MoE models: tests/golden/llamafactory/.
+#: Mixtral on an H200: under transformers 5 its fused experts stay 16-bit with QLoRA (93 GB of them;
+#: docs/methodology.md#moe-experts-layout), more than an 80 GB card holds.
 LMF_GOLDEN = {
     "qwen3-30b-a3b-qlora.yaml": ["qwen3-30b-a3b", "--on", "h100-80gb", "--method", "qlora"],
-    "mixtral-8x7b-qlora.yaml": ["mixtral-8x7b", "--on", "h100-80gb", "--method", "qlora"],
+    "mixtral-8x7b-qlora.yaml": ["mixtral-8x7b", "--on", "h200", "--method", "qlora"],
 }
 
 
