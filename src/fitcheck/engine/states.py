@@ -18,7 +18,7 @@ from fitcheck.engine.lora import (
     trained_modules,
 )
 from fitcheck.engine.params import head_shapes, inventory, layer_kinds
-from fitcheck.engine.quant import quantized_bytes, quantized_linear
+from fitcheck.engine.quant import expert_modules, is_fused_expert, quantized_bytes, quantized_linear
 from fitcheck.facts import optimizers as opt
 from fitcheck.facts.dtypes import BYTES, nbytes
 from fitcheck.facts.optimizers import Shape
@@ -46,13 +46,15 @@ class Counts:
 def quantizable_tensors(a: DecoderArch, setup: LlmSetup | None = None) -> tuple[int, int]:
     """(parameters, tensors) that 4-bit quantization packs: the projections inside the layers, less the
     fused MoE experts bitsandbytes leaves in the compute dtype (`quant.quantized_linear`; every expert
-    when no setup is given)."""
+    when no setup is given). A fused expert parameter is one tensor, or, held as per-expert modules
+    (`quant.expert_modules`), one per expert and module (gate and up apart)."""
     numel = tensors = 0
     for kind in layer_kinds(a):
         for lin in kind.linears(a):
             if lin.role != "router" and (setup is None or quantized_linear(a, setup, lin)):
                 numel += kind.count * lin.copies * lin.d_in * lin.d_out
-                tensors += kind.count
+                split = setup is not None and is_fused_expert(lin) and expert_modules(a, setup)
+                tensors += kind.count * (lin.copies * lin.lora_factor if split else 1)
     return numel, tensors
 
 
@@ -107,7 +109,6 @@ def trainable_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[int, int, in
     if setup.method != "full":
         out: list[tuple[int, int, int]] = []
         from fitcheck.engine.lora import targeted, wrapped
-        from fitcheck.engine.quant import expert_modules, is_fused_expert
 
         for kind in layer_kinds(a):
             n_layers = kind.count
