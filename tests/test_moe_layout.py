@@ -168,3 +168,14 @@ def test_cli_refuses_an_unknown_layout_in_one_line(capsys) -> None:  # type: ign
     code = main(["estimate", "qwen3-30b-a3b", "--on", "none", "--method", "qlora", "--moe-layout", "v4"])
     err = capsys.readouterr().err
     assert code == 2 and "--moe-layout" in err and "Traceback" not in err
+
+
+def test_device_map_version_4_points_at_the_layout() -> None:
+    """--device-map-version 4 poses accelerate's placement only; a fused MoE under it says which option
+    poses transformers 4.x's experts, and says nothing once it is given."""
+    from fitcheck.engine.estimate import moe_layout_warnings
+
+    a = _spec("mixtral-8x7b").arch
+    v4 = {"method": "qlora", "strategy": "device-map", "gpus": 2, "device_map_version": 4}
+    assert any("--moe-layout per-expert poses" in w for w in moe_layout_warnings(a, LlmSetup(**v4)))
+    assert not moe_layout_warnings(a, LlmSetup(**v4, moe_layout="per-expert"))

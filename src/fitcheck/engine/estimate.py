@@ -899,6 +899,12 @@ def moe_layout_warnings(a: DecoderArch, setup: LlmSetup) -> list[str]:
             f"--moe-layout per-expert: {a.model_type} held its experts as 3-D parameters in transformers 4.x "
             "too; sized as fused"
         )
+    v4_placement = setup.strategy == "device-map" and setup.device_map_version == 4
+    if v4_placement and setup.moe_layout == "fused" and a.model_type not in quant.FUSED_IN_V4:
+        out.append(
+            "--device-map-version 4 poses transformers 4.x's placement only: its experts were per-expert "
+            "nn.Linear modules, which --moe-layout per-expert poses"
+        )
     return out + _quantized_experts_warnings(a, setup)
 
 
