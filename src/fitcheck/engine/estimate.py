@@ -915,16 +915,16 @@ def _quantized_experts_warnings(a: DecoderArch, setup: LlmSetup) -> list[str]:
         what = "QLoRA" if setup.method == "qlora" else "--base-quant int8"
         return [
             f"{what} on MoE with transformers 5 (--moe-layout fused): the experts are fused 3-D parameters "
-            "and bitsandbytes quantizes nn.Linear only, so they stay in the compute dtype (counted in "
-            "weights_unquantized; bitsandbytes issue #1849, no released fix); a transformers 4.x run "
+            "and bitsandbytes quantizes nn.Linear only, so they stay unquantized (16-bit, fp32 after k-bit "
+            "preparation; counted in weights_unquantized; bitsandbytes issue #1849, no released fix); a "
+            "transformers 4.x run "
             "(--moe-layout per-expert), --trainer unsloth or a GPTQ / AWQ base quantizes them"
         ]
     if setup.trainer == "unsloth":
         return [
             "QLoRA on MoE under Unsloth: experts taken as 4-bit (unsloth-zoo packs the fused experts as one "
             "Params4bit each, PRs #527 / #809, and dequantizes a whole stack per forward) with no merged "
-            "copy "
-            "(Split LoRA); unclear beyond that: its forward covers listed families only (unsloth-zoo issue "
-            "#850) and its Qwen3.5 guide still advises bf16 LoRA for MoE; --trainer hf sizes 16-bit experts"
+            "copy (Split LoRA); unclear beyond that: its forward covers listed families only (unsloth-zoo "
+            "issue #850) and its Qwen3.5 guide still advises bf16 LoRA for MoE; --trainer hf sizes 16-bit experts"
         ]
     return []
