@@ -925,6 +925,7 @@ def _quantized_experts_warnings(a: DecoderArch, setup: LlmSetup) -> list[str]:
             "QLoRA on MoE under Unsloth: experts taken as 4-bit (unsloth-zoo packs the fused experts as one "
             "Params4bit each, PRs #527 / #809, and dequantizes a whole stack per forward) with no merged "
             "copy (Split LoRA); unclear beyond that: its forward covers listed families only (unsloth-zoo "
-            "issue #850) and its Qwen3.5 guide still advises bf16 LoRA for MoE; --trainer hf sizes 16-bit experts"
+            "issue #850) and its Qwen3.5 guide still advises bf16 LoRA for MoE; --trainer hf sizes 16-bit "
+            "experts"
         ]
     return []
