@@ -76,7 +76,12 @@ _THUDM_SFT = (
     "cached beside the forward's blocks (session 8); ruled out in the record file (zero.Init in force, the "
     "16-bit consolidated save goes to the CPU, evaluation carries no labels, the init gradient buffer, the "
     "reuse walk's partial layer); the steps' lengths (AdvertiseGen, under the 385-token cap) are not "
-    "published"
+    "published. Session 9 (glm3), a candidate not modelled: with overlap_comm the gathered fp32 parameters "
+    "are cut on DeepSpeed's all-gather stream and freed with record_stream on the compute stream, and in "
+    "forward the CPU waits only on its own all-gathers until loss.mean().item() (DeepSpeed v0.13.1 "
+    "engine.py L1944), so a CPU k modules ahead of fp32 compute (no TF32) holds k modules' gathered "
+    "parameters unreusable; 7.2 GiB is about 9 of 28 layers. It depends on CPU and GPU speed (GPU not "
+    "stated), for which fitcheck has no setting; not measured (record file)"
 )
 #: Google Cloud's Vertex Model Garden OpenLLaMA-7B report (google-vertex-openllama-finetune.yaml, a held-out
 #: source added in session 8, posed before it was scored): LoRA rows (fp16 model, no checkpointing) 2.5-3.5%
