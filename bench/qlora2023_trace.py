@@ -23,6 +23,14 @@ Then peft LoRA on the seven projections (fp32 adapters), the trace of `fitcheck.
 
     PYTHONPATH=src python bench/qlora2023_trace.py                 # the default grid, ~1 min
     PYTHONPATH=src python bench/qlora2023_trace.py --layers 4 8 --batch 1 4
+    PYTHONPATH=src python bench/qlora2023_trace.py --shape 7b --layers 32 --batch 16 24 32 --replay 3
+
+``--replay N`` also replays the traced step's allocations and frees (the second step's, after what is
+alive as it starts) N times through bench/swift_loss.py's model of PyTorch's CUDA caching allocator and
+prints the reserved high-water mark beside the engine's reserved figure: what fragmentation of this stack's
+blocks (reentrant recompute of every layer, eager scores, fp32 stream) adds above the allocated peak.
+``--shape 7b`` traces LLaMA-7B's shape (tests/data/published/google-vertex-openllama-finetune.yaml: hidden
+4096, MLP 11008, 32 heads, vocabulary 32000), about 10-30 s a trace at 32 layers.
 """
 
 from __future__ import annotations
@@ -50,6 +58,17 @@ SMALL_LLAMA: dict[str, Any] = {
     "hidden_act": "silu",
 }
 TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+#: LLaMA-7B's shape (OpenLLaMA-7B's, the Google Vertex record's model; the llama-2-7b preset's numbers).
+LLAMA_7B: dict[str, Any] = {
+    **SMALL_LLAMA,
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "num_hidden_layers": 32,
+    "vocab_size": 32000,
+}
+SHAPES = {"small": SMALL_LLAMA, "7b": LLAMA_7B}
 
 
 class MatMul4BitEmulated(torch.autograd.Function):
@@ -168,6 +187,76 @@ def trace(hf_config: dict[str, Any], setup: Any, reentrant: bool, holds: bool) -
         build.build_model = original  # type: ignore[assignment]
 
 
+def step_events(
+    hf_config: dict[str, Any], setup: Any, reentrant: bool, holds: bool
+) -> tuple[Any, list[int], list[tuple[str, int, int]]]:
+    """`trace` keeping its tracker: (the trace, bytes alive as the last step starts, that step's
+    allocations and frees in order as bench/swift_loss.py ``Event`` tuples; a block still alive at the
+    step's end is freed there, as the next step would find it)."""
+    from dataclasses import dataclass
+
+    import fitcheck.measure.tracker as tracker_mod
+
+    made: list[Any] = []
+
+    @dataclass
+    class Recording(tracker_mod.Tracker):
+        def __post_init__(self) -> None:
+            made.append(self)
+
+    original = tracker_mod.Tracker
+    tracker_mod.Tracker = Recording  # type: ignore[misc]
+    try:
+        measured = trace(hf_config, setup, reentrant, holds)
+    finally:
+        tracker_mod.Tracker = original  # type: ignore[misc]
+    log = made[-1]
+    last = [w for w in log.windows if w.step == max(x.step for x in log.windows)]
+    start, end = last[0].start_seq, last[-1].end_seq
+    base = [r.nbytes for r in log.log if r.alloc_seq <= start and (r.free_seq is None or r.free_seq > start)]
+    timed: list[tuple[int, tuple[str, int, int]]] = []
+    for rec in log.log:
+        if start < rec.alloc_seq <= end:
+            timed.append((rec.alloc_seq, ("a", rec.alloc_seq, rec.nbytes)))
+            free = rec.free_seq if rec.free_seq is not None and rec.free_seq <= end else end + 1
+            timed.append((free, ("f", rec.alloc_seq, rec.nbytes)))
+    return measured, base, [e for _, e in sorted(timed)]
+
+
+def replay(base: list[int], events: list[tuple[str, int, int]], steps: int) -> Any:
+    """The persistent blocks, then ``steps`` repeats of one step's events, through swift_loss's allocator."""
+    from swift_loss import Allocator
+
+    alloc = Allocator()
+    for nbytes in base:
+        alloc.malloc(nbytes)
+    for _ in range(steps):
+        live: dict[int, Any] = {}
+        for kind, rid, nbytes in events:
+            if kind == "a":
+                live[rid] = alloc.malloc(nbytes)
+            else:
+                alloc.free(live.pop(rid))
+    return alloc
+
+
+def engine_reserved(hf_config: dict[str, Any], setup: Any) -> tuple[int, int]:
+    """The engine's (peak allocated, peak reserved) for the same setup."""
+    from fitcheck.engine.estimate import estimate
+    from fitcheck.models import ModelSpec
+    from fitcheck.sources.hf_config import arch_from_hf_config
+
+    spec = ModelSpec(
+        id="small",
+        name="small",
+        source_kind="hf_config",
+        arch=arch_from_hf_config(hf_config),
+        hf_config=hf_config,
+    )
+    est = estimate(spec, setup.model_copy(update={"backend": "cuda"}))
+    return est.peak_allocated_bytes, est.peak_reserved_bytes
+
+
 def engine(hf_config: dict[str, Any], setup: Any) -> dict[str, int]:
     """The engine's per-phase totals for the same setup (allocated bytes, no reserve)."""
     from fitcheck.engine.estimate import estimate
@@ -198,11 +287,18 @@ def main() -> None:
     ap.add_argument("--non-reentrant", action="store_true", help="use_reentrant=False checkpointing")
     ap.add_argument("--vocab", type=int, default=512)
     ap.add_argument("--top", action="store_true", help="print the largest tensors at each peak")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="small", help="the traced LLaMA's shape")
+    ap.add_argument("--replay", type=int, default=0, metavar="N", help="replay N steps through an allocator")
     args = ap.parse_args()
+    if args.replay:
+        _replays(args)
+        return
     rows = []
     for layers in args.layers:
         for b in args.batch:
-            cfg = {**SMALL_LLAMA, "num_hidden_layers": layers, "vocab_size": args.vocab}
+            cfg = {**SHAPES[args.shape], "num_hidden_layers": layers}
+            if args.shape == "small":
+                cfg["vocab_size"] = args.vocab
             setup = qlora_setup(
                 b, args.seq, bnb_keeps_input=not args.bnb_fixed, ckpt_reentrant=not args.non_reentrant
             )
@@ -221,6 +317,30 @@ def main() -> None:
                         for t in p.top_tensors[:8]:
                             print(f"    {t.bytes:>10,} {t.dtype} {t.shape} {t.op} {t.module} {t.created_in}")
     _slopes(rows, args.seq)
+
+
+def _replays(args: argparse.Namespace) -> None:
+    """Traced peak allocated, replayed reserved and the engine's reserved, each grid point (decimal GB)."""
+    gb = 1e9
+    for layers in args.layers:
+        for b in args.batch:
+            cfg = {**SHAPES[args.shape], "num_hidden_layers": layers}
+            if args.shape == "small":
+                cfg["vocab_size"] = args.vocab
+            setup = qlora_setup(
+                b, args.seq, bnb_keeps_input=not args.bnb_fixed, ckpt_reentrant=not args.non_reentrant
+            )
+            _, base, events = step_events(
+                cfg, setup, reentrant=not args.non_reentrant, holds=not args.bnb_fixed
+            )
+            alloc = replay(base, events, args.replay)
+            est_alloc, est_reserved = engine_reserved(cfg, setup)
+            print(
+                f"L={layers} b={b} s={args.seq}: replayed allocated {alloc.peak_allocated / gb:.2f} reserved "
+                f"{alloc.peak_reserved / gb:.2f} (+{(alloc.peak_reserved - alloc.peak_allocated) / gb:.2f}); "
+                f"engine allocated {est_alloc / gb:.2f} reserved {est_reserved / gb:.2f} "
+                f"(+{(est_reserved - est_alloc) / gb:.2f})"
+            )
 
 
 def _slopes(rows: list[tuple[int, int, dict[str, int], dict[str, int]]], seq: int) -> None:

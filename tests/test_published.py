@@ -93,13 +93,20 @@ _THUDM_SFT = (
 #: forward, 1.0 MB in backward, as the engine (0.86 / 1.1). 0.39's kept inputs are posed (bnb_keeps_input:
 #: the recomputed layer's copies, 1-3 points); non-reentrant checkpointing would keep them in every layer
 #: (3.2 MB per token, 61.9 GB at batch 32 against 39.38 measured). The missing ~1 MB per token is not any
-#: mechanism of that stack the trace reproduces: unknown (allocator, the unpublished code, the metric).
+#: mechanism of that stack the trace reproduces: unknown. Session 9: not the allocator (the traced 7B step
+#: replayed through bench/swift_loss.py's allocator model, `qlora2023_trace.py --shape 7b --replay 3`,
+#: reserves within 1.1 GB of the engine); the code is in no commit of vertex-ai-samples; the metric is open.
 _GOOGLE_QLORA = (
     "OpenLLaMA-7B QLoRA on an A100 40G (Google Vertex Model Garden report, 2023): 19.8-32.1% under, "
     "growing with the step's tokens by about 1 MB per token; the published image's stack (bitsandbytes 0.39 "
     "keeping 4-bit inputs, reentrant checkpointing, peft's k-bit preparation with an fp32 residual stream, "
     "eager attention) traced by emulation grows as the engine does (bench/qlora2023_trace.py); the report's "
-    "container code is unpublished: cause unknown"
+    "container code is unpublished (vertex-ai-samples has instruct_lora.py of 2023-08 and a 2024-10 "
+    "rewrite only); ruled out in session 9, in the record file: the rewrite's defaults (double "
+    "quantization, checkpointing off, bf16, an NVML reading in GiB), allocator fragmentation (the "
+    "emulated 7B step replayed through an allocator model reserves at most 1.1 GB more than the engine), "
+    "varying step lengths (the LoRA rows then 23-38% over): "
+    "cause unknown"
 )
 KNOWN_UNDER: dict[str, str] = {
     **{f"google-vertex-openllama-finetune/qlora-{k}": _GOOGLE_QLORA for k in ("b16", "b24", "b32", "s2048")},
