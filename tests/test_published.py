@@ -64,11 +64,6 @@ _QWEN_DS = (
     "segments), where the figure rises and the optimizer-step peak does not; not found in DeepSpeed "
     "0.12.3's stage_1_and_2.py / stage3.py (zero3full: what was ruled out)"
 )
-_QWEN_MULTI = (
-    "Qwen-7B LoRA over 2 nodes x 2 GPUs (ZeRO-2, bf16, no autocast): the figure grows 18.8 GiB per GPU from "
-    "256 to 8192 tokens where the 16-bit loss Qwen-1 computes without autocast grows 10 GiB (the single-GPU "
-    "runs under autocast grow 15 GiB); whether the sum covers 4 GPUs alike, or which model ran, is not stated"
-)
 _THUDM_SFT = (
     "ChatGLM3-6B full fine-tuning, DeepSpeed ZeRO-3 on 4 GPUs in fp32 (finetune_hf.py casts every "
     "trainable parameter to fp32; ds_zero_3.json's bf16 'auto' follows the Trainer's flag, off): 7.2 GiB "
@@ -112,7 +107,6 @@ KNOWN_UNDER: dict[str, str] = {
             *(f"1.8b-full-s{n}" for n in (4096, 8192)),
         )
     },
-    **{f"qwen-finetune-profiling/qwen-7b-lora-multinode-s{n}": _QWEN_MULTI for n in (4096, 8192)},
     "universal-llm-trainer/phi-3-mini-qlora-h100": _ULT_PHI3_QLORA,
     "universal-llm-trainer/phi-3-mini-qlora-rtx-pro-6000": _ULT_PHI3_QLORA,
     "universal-llm-trainer/phi-3-mini-qlora-a100": _ULT_PHI3_QLORA,
