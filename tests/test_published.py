@@ -55,7 +55,8 @@ _QWEN_SHORT = (
     "finetune.py, modeling_qwen.py, peft 0.6.2, the Trainer or torch 2.0's AdamW (the LoRA (emb) rows' "
     "extra was torch 2.0's foreach denom, now posed); the figures' tool is not stated (what the yaml "
     "header rules out); not the scripts' per-GPU batch 2 either (session 9: at batch 2 the 1.8B rows "
-    "would be 43% over at 4096 tokens and 90% at 8192)"
+    "would be 43% over at 4096 tokens and 90% at 8192); read as nvidia-smi (fitcheck's 0.39 GiB A100 "
+    "context) they would be -9.2/-10.6%: the tool can account for the part beyond the bar, not the gap"
 )
 _QWEN_DS = (
     "Qwen-1 Q-LoRA under DeepSpeed ZeRO-2 on one GPU (posed as run: ds_config_zero2.json's "
@@ -64,7 +65,8 @@ _QWEN_DS = (
     "tokens, about the same 1.0 GiB as the 1.8B LoRA rows without DeepSpeed (_QWEN_SHORT), so more likely "
     "the model's or the reading's than DeepSpeed's; not found in DeepSpeed 0.12.3's stage_1_and_2.py, "
     "peft's prepare_model_for_kbit_training (leaves a GPTQ model's fp16 wte / lm_head in place) or "
-    "auto-gptq's dequantizing forward (the yaml header, session 9)"
+    "auto-gptq's dequantizing forward (the yaml header, session 9); read as nvidia-smi they would be "
+    "-10.1/-11.7/-10.6%, about 0.6 GiB still unexplained"
 )
 _THUDM_SFT = (
     "ChatGLM3-6B full fine-tuning, DeepSpeed ZeRO-3 on 4 GPUs in fp32 (finetune_hf.py casts every "
