@@ -54,20 +54,19 @@ _QWEN_SHORT = (
     "(1.8B; 0.5-0.7 GiB on 7B) at 256-4096 tokens that the estimate passes at 8192; not found in "
     "finetune.py, modeling_qwen.py, peft 0.6.2, the Trainer or torch 2.0's AdamW (the LoRA (emb) rows' "
     "extra was torch 2.0's foreach denom, now posed); the figures' tool is not stated (what the yaml "
-    "header rules out)"
+    "header rules out); not the scripts' per-GPU batch 2 either (session 9: at batch 2 the 1.8B rows "
+    "would be 43% over at 4096 tokens and 90% at 8192); read as nvidia-smi (fitcheck's 0.39 GiB A100 "
+    "context) they would be -9.2/-10.6%: the tool can account for the part beyond the bar, not the gap"
 )
 _QWEN_DS = (
-    "Qwen-1 under DeepSpeed (posed as run: ZeRO stage, ds_config_zero2.json's reduce_bucket_size 2e8, no "
-    "autocast, Qwen's own 16-bit loss; the step's flat gradient copies cached beside the activations' "
-    "blocks, session 8): the 1.8B Q-LoRA rows 0.9-1.0 GiB short at 256-1024 tokens; full-parameter 1.8B on "
-    "one GPU (ZeRO-3) 7.6 GiB short at 4096 and 8.2 GiB at 8192 (within 15% at 256-2048 since the step "
-    "segments), where the figure rises and the optimizer-step peak does not; not found in DeepSpeed "
-    "0.12.3's stage_1_and_2.py / stage3.py (zero3full: what was ruled out)"
-)
-_QWEN_MULTI = (
-    "Qwen-7B LoRA over 2 nodes x 2 GPUs (ZeRO-2, bf16, no autocast): the figure grows 18.8 GiB per GPU from "
-    "256 to 8192 tokens where the 16-bit loss Qwen-1 computes without autocast grows 10 GiB (the single-GPU "
-    "runs under autocast grow 15 GiB); whether the sum covers 4 GPUs alike, or which model ran, is not stated"
+    "Qwen-1 Q-LoRA under DeepSpeed ZeRO-2 on one GPU (posed as run: ds_config_zero2.json's "
+    "reduce_bucket_size 2e8 and overlap_comm, no autocast, Qwen's own 16-bit loss; the step's flat gradient "
+    "copies cached beside the activations' blocks, session 8): the 1.8B rows 0.9-1.0 GiB short at 256-1024 "
+    "tokens, about the same 1.0 GiB as the 1.8B LoRA rows without DeepSpeed (_QWEN_SHORT), so more likely "
+    "the model's or the reading's than DeepSpeed's; not found in DeepSpeed 0.12.3's stage_1_and_2.py, "
+    "peft's prepare_model_for_kbit_training (leaves a GPTQ model's fp16 wte / lm_head in place) or "
+    "auto-gptq's dequantizing forward (the yaml header, session 9); read as nvidia-smi they would be "
+    "-10.1/-11.7/-10.6%, about 0.6 GiB still unexplained"
 )
 _THUDM_SFT = (
     "ChatGLM3-6B full fine-tuning, DeepSpeed ZeRO-3 on 4 GPUs in fp32 (finetune_hf.py casts every "
@@ -117,14 +116,7 @@ KNOWN_UNDER: dict[str, str] = {
             "1.8b-lora-s512",
         )
     },
-    **{
-        f"qwen-finetune-profiling/qwen-{k}": _QWEN_DS
-        for k in (
-            *(f"1.8b-qlora-s{n}" for n in (256, 512, 1024)),
-            *(f"1.8b-full-s{n}" for n in (4096, 8192)),
-        )
-    },
-    **{f"qwen-finetune-profiling/qwen-7b-lora-multinode-s{n}": _QWEN_MULTI for n in (4096, 8192)},
+    **{f"qwen-finetune-profiling/qwen-1.8b-qlora-s{n}": _QWEN_DS for n in (256, 512, 1024)},
     "universal-llm-trainer/phi-3-mini-qlora-h100": _ULT_PHI3_QLORA,
     "universal-llm-trainer/phi-3-mini-qlora-rtx-pro-6000": _ULT_PHI3_QLORA,
     "universal-llm-trainer/phi-3-mini-qlora-a100": _ULT_PHI3_QLORA,
