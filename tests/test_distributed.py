@@ -101,7 +101,8 @@ def test_qlora_shards_only_with_matching_quant_storage() -> None:
     base = {"method": "qlora", "gpus": 4, "strategy": "zero3", "grad_ckpt": True}
     shared = estimate(spec, LlmSetup(**base))  # type: ignore[arg-type]
     kept = estimate(spec, LlmSetup(**base, quant_storage="uint8"))  # type: ignore[arg-type]
-    assert "weights_4bit" not in parts(shared) and parts(kept)["weights_4bit"] > 0
+    # sharded, only the constants stay whole (test_zero3_keeps_bitsandbytes_quant_state_whole)
+    assert parts(shared)["weights_4bit"] < parts(kept)["weights_4bit"] // 30
     assert kept.device_bytes > shared.device_bytes
     assert any("not sharded" in w for w in kept.warnings)
     assert any("bnb_4bit_quant_storage=bf16" in w for w in shared.warnings)
@@ -289,6 +290,45 @@ def test_fsdp_keeps_bitsandbytes_quant_state_whole_on_every_gpu() -> None:
     assert parts(eight)["param_shards"] == pytest.approx(whole / 8, abs=1)
     tt = est(spec, gpus=2, trainer="torchtune", **kw)
     assert tt.regime.nf4_format == "torchao" and "weights_4bit" not in parts(tt)
+
+
+def test_zero3_keeps_bitsandbytes_quant_state_whole_on_every_gpu() -> None:
+    """ZeRO-3 partitions each parameter's data; bitsandbytes keeps NF4's constants in ``quant_state``, an
+    attribute, so every rank holds all of them, offloaded or not (docs/distributed.md#zero3-no-init)."""
+    spec = resolve_model("8B")
+    one = estimate(spec, LlmSetup(method="qlora", grad_ckpt=True))
+    consts = parts(one)["weights_4bit"] - one.params.quantized // 2
+    kw: dict[str, object] = {"method": "qlora", "strategy": "zero3", "quant_storage": "bf16"}
+    for gpus, offload in ((2, "none"), (8, "none"), (4, "all")):
+        e = est(spec, gpus=gpus, offload=offload, **kw)
+        assert parts(e)["weights_4bit"] == consts, (gpus, offload)
+    two, eight = (parts(est(spec, gpus=g, **kw)) for g in (2, 8))
+    # the partitions hold the rest: 6/8 of it more per GPU on two than on eight
+    moved = two["param_partitions"] - eight["param_partitions"]
+    whole = 2 * two["param_partitions"] + two["persistent_params"]
+    assert moved == pytest.approx((whole - two["persistent_params"]) * (1 / 2 - 1 / 8), rel=1e-3)
+
+
+def test_zero3_on_a_quantized_base_loads_the_whole_model_on_every_gpu() -> None:
+    """transformers builds a quantized model without zero.Init, so DeepSpeedEngine moves all of it to each
+    GPU before ZeRO-3 partitions it: the load phase holds every parameter as stored, whatever the GPU
+    count; a model built under zero.Init (unquantized) never does (docs/distributed.md#zero3-no-init)."""
+    spec = resolve_model("70B")
+    kw: dict[str, object] = {"method": "qlora", "strategy": "zero3", "quant_storage": "bf16", "trainer": "hf"}
+    one = estimate(spec, LlmSetup(method="qlora", grad_ckpt=True, trainer="hf"))
+    stored = sum(parts(one).get(k, 0) for k in ("weights_4bit", "weights_unquantized", "adapters"))
+    for gpus, offload in ((2, "none"), (8, "none"), (4, "all")):
+        e = est(spec, gpus=gpus, offload=offload, **kw)
+        load = parts(e, "load")
+        assert load["zero3_unpartitioned"] == pytest.approx(stored, rel=1e-3), (gpus, offload)
+        assert "param_partitions" not in load
+    two = est(spec, gpus=2, **kw)
+    assert two.peak_phase == "load"
+    assert two.peak_allocated_bytes > 2 * parts(two, "backward")["param_partitions"]
+    for method in ("lora", "full"):
+        assert "zero3_unpartitioned" not in parts(est(spec, gpus=8, method=method, strategy="zero3"), "load")
+    for strategy in ("zero2", "fsdp"):
+        assert "zero3_unpartitioned" not in parts(est(spec, gpus=2, **{**kw, "strategy": strategy}), "load")
 
 
 def test_fsdp1_param_offload_copies_the_shard_to_the_gpu_to_gather(spec7b: ModelSpec) -> None:

@@ -142,6 +142,11 @@ _ROWS = (
     _weights("param_partitions", "ZeRO-3 parameter partitions (1/N)", multi="zero3-params"),
     _weights("persistent_params", "ZeRO-3 params under the persistence threshold", multi="zero3-params"),
     _weights(
+        "zero3_unpartitioned",
+        "ZeRO-3 on a quantized base (no zero.Init): the whole model on each GPU before partitioning",
+        multi="zero3-no-init",
+    ),
+    _weights(
         "gathered_params",
         "ZeRO-3 params gathered: module + prefetch + layers kept to backward",
         multi="zero3-gather",

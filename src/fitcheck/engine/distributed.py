@@ -308,6 +308,7 @@ class Plan:
     host: list[Component]
     bwd_start: list[Component] | None = None  # backward at its start (loss hump), when it differs
     trained: list[Component] | None = None  # every phase from the first backward on (not at load)
+    load: list[Component] | None = None  # the load phase's GPU lines, when not the persistent ones
 
 
 def _c(name: str, value: float, rule: str, anchor: str) -> Component:
@@ -353,7 +354,27 @@ def _zero(
     always, host = _zero_params(setup, est, sh, n, stage)
     kept, offloaded, step = _zero_optimizer(setup, est, sh, n, stage, z)
     more, fwd, bwd, grads = _zero_grads(setup, sh, n, stage, z)
-    return Plan([*always, *kept, *more], fwd, bwd, step, grads, [*host, *offloaded])
+    load = _zero3_unpartitioned(setup, sh) if stage == 3 else None
+    return Plan([*always, *kept, *more], fwd, bwd, step, grads, [*host, *offloaded], load=load)
+
+
+def _zero3_unpartitioned(setup: LlmSetup, sh: Shares) -> list[Component] | None:
+    """ZeRO-3 on a quantized base: the whole model on every GPU while DeepSpeed starts, or None.
+
+    transformers builds a quantized model without ``deepspeed.zero.Init`` (``from_pretrained``: zero.Init
+    only ``if is_deepspeed_zero3_enabled() and not is_quantized``; transformers#29587), so its parameters
+    carry no ``ds_id`` when ``deepspeed.initialize`` wraps it, and
+    ``DeepSpeedEngine._configure_distributed_model`` casts the module and moves all of it to the GPU
+    (``self.module.to(self.device)`` unless ``dont_change_device``, which ``deepspeed.initialize`` never
+    sets; engine.py @v0.14.0 L1110-1112, unchanged at 38327e07) before the stage-3 optimizer's
+    ``Init(module=...)`` partitions it one parameter at a time (parameter_offload.py
+    ``_convert_to_zero_parameters``). So loading peaks at every parameter as stored, adapters in the
+    compute dtype, on each GPU (docs/distributed.md#zero3-no-init)."""
+    if setup.method != "qlora" and setup.base_quant == "none":
+        return None
+    whole = sh.trainable * sh.compute_b + sh.frozen_bytes
+    rule = "quantized base without zero.Init: the whole model on each GPU before ZeRO-3 partitions it"
+    return [_c("zero3_unpartitioned", whole, rule, "zero3-no-init")]
 
 
 def _zero_params(
@@ -375,6 +396,10 @@ def _zero_params(
     if replicated_q:
         rule = "4-bit weights not partitioned: quant_storage differs from the compute dtype"
         always.append(_c("weights_4bit", replicated_q, rule, "qlora"))
+    elif sh.quant_consts:
+        # ZeRO-3 partitions each parameter's data; Params4bit's quant_state is an attribute, not data
+        replicated_q = sh.quant_consts
+        always.append(_quant_state(sh))
     part = _c(
         "param_partitions",
         (train_b + sh.frozen_bytes - persist - replicated_q) / n,
@@ -616,10 +641,10 @@ def _fsdp_shards(
 
 
 def _quant_state(sh: Shares) -> Component:
-    """bitsandbytes' NF4 quantization constants under FSDP: FSDP flattens and shards parameters only,
-    and ``Params4bit`` keeps absmax and code tables in ``quant_state`` (also set on its ``Linear4bit``
-    module), so every rank holds all of them on its GPU, with or without CPU offload
-    (docs/distributed.md#qlora)."""
+    """bitsandbytes' NF4 quantization constants under FSDP and ZeRO-3: FSDP flattens and shards parameters
+    only, ZeRO-3 partitions each parameter's ``data``, and ``Params4bit`` keeps absmax and code tables in
+    ``quant_state`` (also set on its ``Linear4bit`` module), so every rank holds all of them on its GPU,
+    with or without CPU offload (docs/distributed.md#qlora)."""
     rule = "NF4 quant_state (absmax, code tables): not a parameter, so neither sharded nor offloaded"
     return _c("weights_4bit", sh.quant_consts, rule, "qlora")
 
@@ -771,6 +796,10 @@ def _phases(est: Estimate, plan: Plan, extra: list[Component]) -> tuple[Phase, .
         # loading holds this rank's persistent share and the load transient, no step buffers
         own = plan.bwd_start if start and plan.bwd_start is not None else by.get(p.name, [])
         trained = plan.trained if plan.trained is not None and p.name != "load" else []
+        if p.name == "load" and plan.load is not None:
+            # the strategy's own loading peak, after the single-GPU load (which held less)
+            out.append(phase(p.name, [*plan.load, *extra]))
+            continue
         out.append(phase(p.name, [*plan.always, *grads, *trained, *own, *rest, *extra]))
     return tuple(out)
 
@@ -808,6 +837,9 @@ def distribute(spec: ModelSpec, setup: LlmSetup, est: Estimate, tensors: int) ->
         plan = _fsdp(setup, est, sh, n, facts)
     phases = _phases(est, plan, [_nccl(setup, facts)])
     persistent = sum(c.bytes for c in [*plan.always, *plan.grads, *(plan.trained or [])])
+    if plan.load is not None and max(phases, key=lambda p: p.total_bytes).name == "load":
+        # a loading peak is weights placed once: nothing there fragments the cache (engine/overhead.py)
+        persistent = sum(c.bytes for c in plan.load)
     load_c = tuple(_loading(spec, setup, sh))
     load = HostPhase(name="loading", components=load_c, total_bytes=sum(c.bytes for c in load_c))
     host_train = tuple(
