@@ -579,17 +579,17 @@ def derive_spread(scored: dict[str, list[Score]]) -> dict[str, tuple[float, floa
     """(down, up) fractions per band kind, and ``fixed`` (down, up) bytes: states from the calibration
     grid, the published terms by the rule the held-out records choose (`chosen_rule`, bench/band_derive.py)
     over the records naming no known gap."""
-    return chosen_rule(scored)[1](band_rows(scored), states_spread())
+    return chosen_rule(scored).rule(band_rows(scored), states_spread())
 
 
 #: The choice per scored corpus (`chosen_rule`): each candidate's leave-one-source-out derivation, about a
 #: second in all, is made once per corpus, not once per table, test and spread that asks which rule holds.
-_CHOSEN: dict[int, tuple[dict[str, list[Score]], tuple[str, bd.Rule]]] = {}
+_CHOSEN: dict[int, tuple[dict[str, list[Score]], bd.Choice]] = {}
 
 
-def chosen_rule(scored: dict[str, list[Score]]) -> tuple[str, bd.Rule]:
-    """The candidate rule with the fewest held-out records above the high edge (`bd.choose`), chosen once
-    per scored corpus (the corpus object is kept beside its choice, so its id is not reused)."""
+def chosen_rule(scored: dict[str, list[Score]]) -> bd.Choice:
+    """The candidate rule, and the level it is fitted at, that keep the held-out promise (`bd.choose`),
+    chosen once per scored corpus (the corpus object is kept beside its choice, so its id is not reused)."""
     hit = _CHOSEN.get(id(scored))
     if hit is None or hit[0] is not scored:
         hit = (scored, bd.choose(band_rows(scored), states_spread()))
@@ -674,7 +674,7 @@ def _pct(x: float) -> str:
 def band_evidence(scored: dict[str, list[Score]], rule: bd.Rule | None = None) -> bd.LeaveOneOut:
     """The rule's band (the chosen rule's by default) from the whole corpus and from the corpus without
     each source."""
-    return bd.leave_one_out(band_rows(scored), states_spread(), rule or chosen_rule(scored)[1])
+    return bd.leave_one_out(band_rows(scored), states_spread(), rule or chosen_rule(scored).rule)
 
 
 def _share(k: int, n: int) -> str:
@@ -705,27 +705,31 @@ def _held_out_table(loo: bd.LeaveOneOut) -> list[str]:
 
 
 def _rules_table(scored: dict[str, list[Score]]) -> list[str]:
-    """Each rule on the same evidence: its fractions, width, held-out misses and stability."""
+    """Each rule at each fit level on the same evidence: its fractions, width, held-out misses and
+    stability."""
     lines = [
-        "| rule | fixed down / up | transient down / up | 4-bit down / up | mean high edge over the estimate "
-        "| held out: above high | largest move leaving one source out (low / high edge) |",
-        "|---|---|---|---|---:|---:|---|",
+        "| rule | fitted at | fixed down / up | transient down / up | 4-bit down / up "
+        "| mean high edge over the estimate | held out: above high "
+        "| largest move leaving one source out (low / high edge) |",
+        "|---|---:|---|---|---|---:|---:|---|",
     ]
-    chosen = chosen_rule(scored)[1]
-    for said, rule in bd.CANDIDATES:
-        loo = band_evidence(scored, rule)
-        name = f"**{said} (chosen: SPREAD, FIXED)**" if rule is chosen else said
-        clean = [r for r in loo.rows if not r.known_gap]
-        width = statistics.mean((bd.edges(r, loo.full)[1] - r.estimate) / r.estimate for r in clean)
-        above = sum(h.above for h in bd.held_out(loo).values())
-        mv = bd.stability(loo)
-        t, q, f = loo.full["transient"], loo.full["quantized"], loo.full["fixed"]
-        lines.append(
-            f"| {name} | -{f[0] / UNITS['GiB']:g} / +{f[1] / UNITS['GiB']:g} GiB "
-            f"| -{100 * t[0]:.0f}% / +{100 * t[1]:.0f}% | -{100 * q[0]:.0f}% / +{100 * q[1]:.0f}% | "
-            f"{100 * width:.1f}% | {_share(above, len(clean))} | "
-            f"{100 * mv['low'].share:.1f}% / {100 * mv['high'].share:.1f}% |"
-        )
+    chosen = chosen_rule(scored)
+    for cover in bd.FIT_COVERAGES:
+        for said, base in bd.CANDIDATES:
+            loo = band_evidence(scored, bd.at(base, cover))
+            pick = said == chosen.name and cover == chosen.cover
+            name = f"**{said} (chosen: SPREAD, FIXED)**" if pick else said
+            clean = [r for r in loo.rows if not r.known_gap]
+            width = statistics.mean((bd.edges(r, loo.full)[1] - r.estimate) / r.estimate for r in clean)
+            above = sum(h.above for h in bd.held_out(loo).values())
+            mv = bd.stability(loo)
+            t, q, f = loo.full["transient"], loo.full["quantized"], loo.full["fixed"]
+            lines.append(
+                f"| {name} | {100 * cover:g}% | -{f[0] / UNITS['GiB']:g} / +{f[1] / UNITS['GiB']:g} GiB "
+                f"| -{100 * t[0]:.0f}% / +{100 * t[1]:.0f}% | -{100 * q[0]:.0f}% / +{100 * q[1]:.0f}% | "
+                f"{100 * width:.1f}% | {_share(above, len(clean))} | "
+                f"{100 * mv['low'].share:.1f}% / {100 * mv['high'].share:.1f}% |"
+            )
     return lines
 
 
@@ -745,21 +749,29 @@ def render_band(scored: dict[str, list[Score]]) -> list[str]:
         "rounded up to 0.5%, bounds them both ways (their counts are exact); then, for each edge separately",
         "and over the records in the derivation (those naming no known gap and whose figure carries no",
         "allocator history: the history is releasable cache, outside the need the band brackets), the",
-        "published terms by one of four candidate rules",
-        "(`bd.CANDIDATES`): the one whose band, derived without each source in turn, leaves the fewest of",
-        "that source's records above its high edge (the narrowest among equals; the rules table below).",
-        f"Chosen on this corpus: **{chosen_rule(scored)[0]}**. The sequential rules take",
+        "published terms by one of four candidate rules (`bd.CANDIDATES`), fitted at one of the",
+        "in-sample levels " + ", ".join(f"{100 * c:g}%" for c in bd.FIT_COVERAGES),
+        "(`bd.FIT_COVERAGES`): at the",
+        "lowest level where some rule's band, derived without each source in turn, leaves at most",
+        f"{1 - bd.COVERAGE:.0%} of the held-out records above its high edge (the promise), the rule that",
+        "leaves the fewest (the narrowest among equals; the rules table below). A band fitted to exactly",
+        f"{bd.COVERAGE:.0%} of the records it saw covers fewer of those it did not see, so the level is the",
+        "held-out evidence's, as a conformal bound inflates its quantile.",
+        f"Chosen on this corpus: **{chosen_rule(scored).name},",
+        f"fitted at {100 * chosen_rule(scored).cover:g}%**.",
+        "The sequential rules take",
         "**transient** (activations, logits, checkpoints, step temporaries, allocator reserve, CUDA",
         "context) from the records whose estimate holds no 4-bit bytes, the smallest fraction (1% steps)",
-        f"beyond {bd.COVERAGE:.0%} of them, and then **quantized** (4-bit weights and their dequantization",
-        f"buffer) from the records whose 4-bit bytes are more than {bd.QUANTIZED_SHARE:.0%} of the estimate,",
-        f"with that transient fraction fixed, the smallest beyond {bd.COVERAGE:.0%} of them; each record",
-        "weighs 1/n, n its source's records in that step (every source one voice), or 1 (every record one",
-        "vote). Those with a **fixed** term derive it first, in bytes added once per estimate, and take it",
-        "off what the fractions must cover: from the records without 4-bit bytes whose transient bytes are",
-        f"at most {bd.FIXED_SHARE:.0%} of the estimate (where a fraction can explain least), the smallest",
-        f"multiple of {bd.FIXED_STEP / UNITS['GiB']:g} GiB beyond {bd.COVERAGE:.0%} of them. The joint rule",
-        "fits both fractions together, the narrowest pair covering 90% of the records.",
+        "beyond the fit level's share of them, and then **quantized** (4-bit weights and their",
+        f"dequantization buffer) from the records whose 4-bit bytes are more than {bd.QUANTIZED_SHARE:.0%}",
+        "of the estimate, with that transient fraction fixed, the smallest beyond the same share of them;",
+        "each record weighs 1/n, n its source's records in that step (every source one voice), or 1 (every",
+        "record one vote). Those with a **fixed** term derive it first, in bytes added once per estimate,",
+        "and take it off what the fractions must cover: from the records without 4-bit bytes whose",
+        f"transient bytes are at most {bd.FIXED_SHARE:.0%} of the estimate (where a fraction can explain",
+        f"least), the smallest multiple of {bd.FIXED_STEP / UNITS['GiB']:g} GiB beyond the same share of",
+        "them.",
+        "The joint rule fits both fractions together, the narrowest pair covering that share of the records.",
         "",
         "| kind | down | up | from |",
         "|---|---:|---:|---|",

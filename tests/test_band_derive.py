@@ -183,3 +183,26 @@ def test_held_out_counts_and_stability_on_a_small_corpus() -> None:
     # without c the transient up edge is 4% (b's 3% + states 2.5% of 100 over 100 transient -> 3.5%)
     assert math.isclose(loo.without["c"]["transient"][1], 0.04)
     assert loo.full["fixed"] == (0.0, 0.0)  # transient is half of every estimate: no record to read it from
+
+
+@settings(max_examples=15, deadline=None)
+@given(_rows)
+def test_choose_takes_the_lowest_level_that_keeps_the_held_out_promise(
+    xs: list[tuple[str, int, int, int, float]],
+) -> None:
+    """`choose`: at the level it picks, its rule has the fewest held-out misses; when that is within the
+    promise (1 - COVERAGE of the records), every lower level broke it for every candidate; when no level
+    keeps it, no level and candidate misses fewer."""
+    rows = _make(xs)
+    c = bd.choose(rows, STATES)
+    allowed = (1 - bd.COVERAGE) * sum(1 for r in rows if not r.known_gap) + 1e-9
+    table = {
+        (cov, n): bd.held_out_misses(rows, STATES, bd.at(r, cov))
+        for cov in bd.FIT_COVERAGES
+        for n, r in bd.CANDIDATES
+    }
+    assert table[(c.cover, c.name)] == c.misses == min(m for (cov, _), m in table.items() if cov == c.cover)
+    if c.misses <= allowed:
+        assert all(m > allowed for (cov, _), m in table.items() if cov < c.cover)
+    else:
+        assert c.misses == min(table.values())
