@@ -47,6 +47,7 @@ EXPECTED: dict[str, tuple[str, str, str | None, dict[str, object]]] = {
             "batch_size": 2,
             "grad_accum": 4,
             "grad_ckpt": True,
+            "ckpt_reentrant": False,  # read; the merge sets it aside (a full run, not QLoRA)
             "precision": "bf16",
             "optimizer": "adamw",
             "optimizer_impl": "fused",

@@ -22,7 +22,7 @@ from __future__ import annotations
 from fitcheck.errors import InputError
 from fitcheck.readers import names
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
-from fitcheck.readers.hfargs import distributed
+from fitcheck.readers.hfargs import distributed, use_reentrant
 from fitcheck.readers.unposed import refuse
 from fitcheck.vocab import LINEAR_MODULES
 
@@ -176,7 +176,9 @@ def _checkpointing(r: Reading, k: Keys) -> None:
         r.set("offload_activations", True, "gradient_checkpointing")
     elif value is not None:
         r.set("grad_ckpt", as_bool(value, "gradient_checkpointing", r.path), "gradient_checkpointing")
-    k.touch("gradient_checkpointing_kwargs")
+    # normalize_config sets {"use_reentrant": True} when checkpointing and the key is unset (SFT without
+    # unfrozen_parameters; src/axolotl/utils/config/__init__.py:377-383 @067b021c): unset is reentrant
+    use_reentrant(r, k, "gradient_checkpointing_kwargs")
     # torch_compile: true|false|auto (schema default null); ``auto`` is decided at run time: not read
     if k.get("torch_compile") == "auto":
         r.note("torch_compile: auto is decided when axolotl runs; give --compile or --no-compile")
