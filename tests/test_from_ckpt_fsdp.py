@@ -111,3 +111,35 @@ def test_llamafactory_use_reentrant_gc_with_its_default_checkpointing(
     assert rc == 0 and d is not None, err
     # checkpointing is LLaMA-Factory's default, so the QLoRA run keeps the file's kind
     assert d["setup"]["grad_ckpt"] is True and d["setup"]["ckpt_reentrant"] is False
+
+
+AXOLOTL_FSDP = """base_model: meta-llama/Llama-2-7b-hf
+adapter: lora
+sequence_len: 1024
+fsdp_config:
+  auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  transformer_layer_cls_to_wrap: LlamaDecoderLayer
+{extra}"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "version", "origin_key"),
+    [
+        ("", 1, "fsdp_config (fsdp_version unset: axolotl pins 1)"),
+        ("fsdp_version: 2\n", 2, "fsdp_version"),
+        ("  fsdp_version: 2\n", 2, "fsdp_version"),
+        ("  version: 1\n", 1, "fsdp_version"),
+    ],
+)
+def test_axolotl_fsdp_without_a_version_is_fsdp1_as_axolotl_pins_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, version: int, origin_key: str
+) -> None:
+    path = write(tmp_path, "fsdp.yaml", AXOLOTL_FSDP.format(extra=extra))
+    got = read_config(path)
+    assert got.values["fsdp_version"] == version and got.keys["fsdp_version"] == origin_key
+    pinned = [n for n in got.notes if n.startswith("fsdp_version unset")]
+    assert bool(pinned) == (extra == "")
+    rc, d, err = estimate(["--from", path, "--on", "2xh100-80gb"], capsys)
+    assert rc == 0 and d is not None, err
+    assert d["setup"]["fsdp_version"] == version and d["setup_origin"]["fsdp_version"] == "file"
+    assert ("axolotl pins FSDP1" in err) == (extra == "")  # the user sees why it is FSDP1

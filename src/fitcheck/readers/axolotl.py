@@ -331,4 +331,14 @@ def _fsdp(r: Reading, k: Keys) -> None:
         r.set("offload", "all", "fsdp_config.offload_params")
     if as_bool(_fsdp_get(cfg, "activation_checkpointing"), "activation_checkpointing", r.path):
         r.set("grad_ckpt", True, "fsdp_config.activation_checkpointing")
-    r.set("fsdp_version", version, "fsdp_version")
+    if version is not None:
+        r.set("fsdp_version", version, "fsdp_version")
+        return
+    # axolotl pins an unversioned fsdp_config to 1 (schemas/validation.py check_fsdp_version_in_fsdp_config,
+    # lines 1105-1124 @067b021c: "transformers >= 5.10 defaults a missing version to FSDP2; pin axolotl's
+    # FSDP1 default"), and hands it to TrainingArguments and accelerate's FSDP_VERSION as such
+    r.set("fsdp_version", 1, "fsdp_config (fsdp_version unset: axolotl pins 1)")
+    r.note(
+        "fsdp_version unset: axolotl pins FSDP1 (the legacy wrapper; it warns FSDP1 is deprecated), so it is "
+        "sized as FSDP1; transformers >= 5.10 alone would run FSDP2: set fsdp_version: 2 for that"
+    )
