@@ -18,7 +18,7 @@ from fitcheck.engine.lora import (
     trained_modules,
 )
 from fitcheck.engine.params import head_shapes, inventory, layer_kinds
-from fitcheck.engine.quant import quantized_bytes
+from fitcheck.engine.quant import kept_layers, quantized_bytes
 from fitcheck.facts import optimizers as opt
 from fitcheck.facts.dtypes import BYTES, nbytes
 from fitcheck.facts.optimizers import Shape
@@ -43,14 +43,17 @@ class Counts:
         return self.total - self.adapter - self.module_copies
 
 
-def quantizable_tensors(a: DecoderArch) -> tuple[int, int]:
-    """(parameters, tensors) that 4-bit quantization packs: the projections inside the layers."""
+def quantizable_tensors(a: DecoderArch, skip: str = "") -> tuple[int, int]:
+    """(parameters, tensors) that 4-bit quantization packs: the projections inside the layers, less the
+    layers' copies a pre-quantized checkpoint's skip list keeps unquantized (`quant.kept_layers`)."""
+    kept = kept_layers(a, skip) if skip else {}
     numel = tensors = 0
-    for kind in layer_kinds(a):
+    for index, kind in enumerate(layer_kinds(a)):
         for lin in kind.linears(a):
             if lin.role != "router":
-                numel += kind.count * lin.copies * lin.d_in * lin.d_out
-                tensors += kind.count
+                n = kind.count - kept.get((index, lin.name), 0)
+                numel += n * lin.copies * lin.d_in * lin.d_out
+                tensors += n
     return numel, tensors
 
 
@@ -59,7 +62,7 @@ def counts(a: DecoderArch, setup: LlmSetup) -> Counts:
     total = inventory(a).total
     adapters = adapter_params(a, setup) if setup.method != "full" else 0
     if quantized_base(setup):
-        q, qt = quantizable_tensors(a)
+        q, qt = quantizable_tensors(a, setup.quant_skip)
     else:
         q, qt = 0, 0
     copies = module_copy_params(a, setup)
@@ -264,7 +267,9 @@ def weight_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, c: Counts) -> 
                 c.quantized + head, c.quantized_tensors + (head > 0), setup.double_quant, regime
             )
         else:
-            out["weights_quantized"] = quantized_bytes(a, setup.base_quant)
+            out["weights_quantized"] = quantized_bytes(
+                a, setup.base_quant, setup.quant_skip, setup.quant_group
+            )
         dense = base - c.quantized - head
         dense_dtype = "fp32" if regime.kbit_upcast or regime.kbit_norms_fp32 else regime.weight_dtype
         back = castback_params(a, setup, regime)
