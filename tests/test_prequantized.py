@@ -493,3 +493,41 @@ def test_quant_group_default_is_the_engine_group() -> None:
     from fitcheck.models import LlmSetup
 
     assert LlmSetup.model_fields["quant_group"].default == GROUP
+
+
+# --- peft's all-linear on GPTQ / AWQ layers ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["awq-repo", "gptq-flag"])
+def test_all_linear_asked_on_a_gptq_or_awq_base_is_refused(where: str) -> None:
+    """peft's all-linear collects torch.nn.Linear / Conv1D modules only; GPTQ / AWQ layers (gptqmodel's
+    BaseQuantLinear) are plain nn.Modules, so it would adapt none of the quantized projections."""
+    model, extra = (str(AWQ), {}) if where == "awq-repo" else ("llama-2-7b", {"base_quant": "gptq"})
+    with pytest.raises(OptionError, match=r"all-linear takes torch\.nn\.Linear and Conv1D layers only"):
+        api.estimate(model, on="h100-80gb", seq_len=256, lora_targets="all-linear", **extra)
+    # bitsandbytes' Linear8bitLt subclasses nn.Linear: all-linear reaches it
+    est = api.estimate(
+        "llama-2-7b", on="h100-80gb", seq_len=256, lora_targets="all-linear", base_quant="int8"
+    )
+    assert est.params.adapter > 0
+
+
+def test_the_default_targets_on_a_gptq_or_awq_base_are_every_projection_by_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without --lora-targets, a dense GPTQ / AWQ base takes every projection by name (linear-modules, the
+    list peft's GPTQ / AWQ dispatchers wrap), the same adapters as naming the seven projections."""
+    default = api.estimate(str(AWQ), on="h100-80gb", seq_len=256)
+    named = api.estimate(
+        str(AWQ),
+        on="h100-80gb",
+        seq_len=256,
+        lora_targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+    )
+    assert default.setup.lora_targets == "linear-modules"
+    assert default.params.adapter == named.params.adapter > 0
+    from fitcheck.cli import main
+
+    rc = main(["estimate", str(AWQ), "--on", "h100-80gb", "--lora-targets", "all-linear"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "linear-modules" in err
