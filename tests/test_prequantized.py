@@ -531,3 +531,50 @@ def test_the_default_targets_on_a_gptq_or_awq_base_are_every_projection_by_name(
     rc = main(["estimate", str(AWQ), "--on", "h100-80gb", "--lora-targets", "all-linear"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "linear-modules" in err
+
+
+# --- --emit on a checkpoint stored in bitsandbytes 4-bit ----------------------------------------------------
+
+ROOT = Path(__file__).parent.parent
+#: What each format must not state for a stored 4-bit checkpoint (its own quantization_config loads it:
+#: transformers ignores a BitsAndBytesConfig beside it, LLaMA-Factory ignores quantization_bit on a
+#: PTQ-quantized model), and what it must keep (axolotl's adapter: qlora asks load_in_4bit).
+EMIT_RULES: dict[str, tuple[tuple[str, ...], dict[str, object]]] = {
+    "hf.yaml": (("load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant"), {"use_peft": True}),
+    "axolotl.yaml": (("bnb_config_kwargs",), {"load_in_4bit": True, "adapter": "qlora"}),
+    "llamafactory.yaml": (
+        ("quantization_bit", "quantization_method", "quantization_type", "double_quantization"),
+        {"finetuning_type": "lora"},
+    ),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(EMIT_RULES))
+def test_emit_on_a_stored_4bit_checkpoint_leaves_quantization_to_it(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The emitted config states no 4-bit settings of its own (golden in tests/golden/prequant/, relative
+    paths only), and read back with --from it poses the same QLoRA run the plan sized."""
+    import yaml
+
+    from fitcheck.cli import main
+    from golden_helpers import check_golden
+
+    monkeypatch.chdir(ROOT)
+    model = str(BNB4.relative_to(ROOT))
+    out = tmp_path / "out"
+    rc = main(["plan", model, "--on", "rtx-4090", "--emit", fmt, "-o", str(out), "--format", "json"])
+    capsys.readouterr()
+    assert rc == 0
+    text = (out / fmt).read_text()
+    assert str(ROOT) not in text and str(tmp_path) not in text
+    check_golden(ROOT / "tests" / "golden" / "prequant" / fmt, text, fmt)
+    data = yaml.safe_load(text)
+    absent, present = EMIT_RULES[fmt]
+    assert not set(absent) & set(data)
+    assert {k: data[k] for k in present} == present
+    rc = main(["check", "--from", str(out / fmt), "--on", "rtx-4090", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc in (0, 1) and doc["setup"]["method"] == "qlora" and doc["setup"]["double_quant"] is True
+    peak = next(line for line in text.splitlines() if line.startswith("# estimated peak:"))
+    assert f"{doc['device_bytes'] / 2**30:.2f} GiB on the device" in peak
