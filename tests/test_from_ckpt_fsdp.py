@@ -98,6 +98,21 @@ def test_training_arguments_kwargs_json_text_and_the_new_name(tmp_path: Path) ->
         read_config(bad, "trl")
 
 
+def test_trl_forces_reentrant_for_peft_under_zero3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(
+        tmp_path,
+        "z3.yaml",
+        "model_name_or_path: meta-llama/Llama-2-7b-hf\nuse_peft: true\nload_in_4bit: true\n"
+        "accelerate_config: zero3\ngradient_checkpointing_kwargs: {use_reentrant: false}\n",
+    )
+    rc, d, err = estimate(["--from", path, "--on", "2xh100-80gb"], capsys)
+    assert rc == 0 and d is not None, err
+    assert d["setup"]["strategy"] == "zero3" and d["setup"]["ckpt_reentrant"] is True
+    assert "forces reentrant checkpointing for PEFT under ZeRO-3" in err
+
+
 def test_llamafactory_use_reentrant_gc_with_its_default_checkpointing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

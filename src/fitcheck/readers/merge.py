@@ -98,6 +98,19 @@ def resolve(
     return Resolved(values=values, origin=origin, pending=pending, sources=sources, notes=notes)
 
 
+def _trl_zero3(values: dict[str, Value], read: ReadResult) -> tuple[str, ...]:
+    """TRL's SFTTrainer forces ``use_reentrant=True`` for a PEFT model under DeepSpeed ZeRO-3 with
+    checkpointing, warning when the file said false (trl/trainer/sft_trainer.py lines 1099-1116
+    @f2cd5771)."""
+    if read.format != "trl" or values.get("strategy") != "zero3" or values.get("ckpt_reentrant") is not False:
+        return ()
+    values["ckpt_reentrant"] = True
+    return (
+        f"{read.keys.get('ckpt_reentrant', 'use_reentrant')} false: TRL's SFTTrainer forces reentrant "
+        "checkpointing for PEFT under ZeRO-3 (sft_trainer.py), so it is sized reentrant",
+    )
+
+
 def _reentrant_scope(
     values: dict[str, Value], origin: dict[str, str], read: ReadResult | None
 ) -> tuple[str, ...]:
@@ -109,7 +122,7 @@ def _reentrant_scope(
         return ()
     checkpointing = values.get("grad_ckpt") is True
     if values.get("method") == "qlora" and checkpointing:
-        return ()
+        return _trl_zero3(values, read)
     del values["ckpt_reentrant"]
     origin["ckpt_reentrant"] = FITCHECK_DEFAULT
     why = "no gradient checkpointing" if not checkpointing else f"method {values.get('method', 'lora')}"
