@@ -47,6 +47,7 @@ EXPECTED: dict[str, tuple[str, str, str | None, dict[str, object]]] = {
             "batch_size": 2,
             "grad_accum": 4,
             "grad_ckpt": True,
+            "ckpt_reentrant": False,  # read; the merge sets it aside (a full run, not QLoRA)
             "precision": "bf16",
             "optimizer": "adamw",
             "optimizer_impl": "fused",
@@ -54,6 +55,7 @@ EXPECTED: dict[str, tuple[str, str, str | None, dict[str, object]]] = {
             "loss": "liger",  # LigerPlugin + liger_fused_linear_cross_entropy
             "strategy": "fsdp",  # fsdp: [full_shard, auto_wrap]
             "offload": "all",  # fsdp_offload_params
+            "fsdp_version": 1,  # unset: axolotl pins FSDP1 (check_fsdp_version_in_fsdp_config)
         },
     ),
     "llamafactory/llama3_lora_sft_otfq.yaml": (

@@ -79,18 +79,22 @@ def test_bitsandbytes_defaults_follow_bitsandbytesconfig() -> None:
         ({"load_in_4bit": True, "bnb_4bit_quant_type": "int4"}, "nf4 or fp4"),
         ({"load_in_4bit": True, "bnb_4bit_quant_storage": "int16"}, "bnb_4bit_quant_storage"),
         ({"load_in_8bit": True, "llm_int8_has_fp16_weight": True}, "llm_int8_has_fp16_weight"),
-        ({"quant_method": "gptq", "bits": 4, "group_size": 32}, "group_size 32 is not modelled"),
+        ({"quant_method": "gptq", "bits": 4, "group_size": 0}, "group_size must be a positive number"),
+        ({"quant_method": "gptq", "bits": 4, "group_size": -2}, "or -1 (got -2)"),
         ({"quant_method": "gptq", "bits": 3, "group_size": 128}, "3 bits"),
         ({"quant_method": "gptq", "bits": "4"}, "must be an integer"),
         ({"quant_method": "gptq", "bits": 4, "checkpoint_format": "marlin"}, "Marlin"),
         ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv"}, "AWQ 'gemv'"),
-        ({"quant_method": "awq", "bits": 4, "group_size": 64}, "group_size 64"),
+        ({"quant_method": "awq", "bits": 4, "q_group_size": 0}, "q_group_size must be a positive"),
         ({"quant_method": "fbgemm_fp8"}, "'fbgemm_fp8': transformers cannot fine-tune it"),
         ({"quant_method": "hqq"}, "not modelled"),
         ({"quant_method": 5}, "quant_method must be a string"),
         ({"quant_method": "\x1b[31mevil" + "x" * 500}, "\\x1b[31mevil"),
         ({"quant_method": "awq", "version": "v" * 5000}, "AWQ 'vvvv"),
         ({"quant_method": "gptq", "bits": 4, "modules_to_not_convert": "lm_head"}, "list of module names"),
+        ({"quant_method": "gptq", "bits": 4, "modules_to_not_convert": ["a,b"]}, "holding a comma"),
+        ({"load_in_4bit": True, "llm_int8_skip_modules": ["x"] * 5000}, "at most 4096 module names"),
+        ({"load_in_4bit": True, "llm_int8_skip_modules": ["y" * 600]}, "at most 512"),
     ],
 )
 def test_malformed_or_unmodelled_configs_are_refused(q: object, words: str) -> None:
@@ -410,3 +414,167 @@ def test_gptq_moe_trainable_tensors_are_one_pair_per_expert_module(fa: bool) -> 
     cfg = _cfg(GPTQ)
     per_module = cfg["num_hidden_layers"] * cfg["num_experts"]
     assert (cfg["moe_intermediate_size"], 8, 2 * per_module) in shapes  # gate and up, each w x r
+
+
+# --- skip lists and group sizes --------------------------------------------------------------------------
+
+
+def _with(tmp_path: Path, folder: Path, **q: object) -> Path:
+    """``folder``'s config with its quantization_config changed by ``q``."""
+    cfg = _cfg(folder)
+    cfg["quantization_config"] = {**cfg["quantization_config"], **q}
+    out = tmp_path / f"{folder.name}-{len(list(tmp_path.iterdir()))}"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(cfg))
+    return out
+
+
+def _parts(est: Any) -> dict[str, int]:
+    return {c.name: c.bytes for c in est.phases[0].components}
+
+
+#: Llama 3 8B's shapes (the fixtures' config.json): hidden 4096, MLP 14336, 32 layers, 8 KV heads of 128.
+H, INTER, LAYERS, KV = 4096, 14336, 32, 1024
+
+
+def test_skip_list_projections_are_sized_unquantized(tmp_path: Path) -> None:
+    """``modules_to_not_convert: [mlp.down_proj]`` keeps every layer's down_proj 16-bit (transformers'
+    suffix rule): weights_unquantized grows by exactly their fp16 bytes, and weights_quantized loses
+    their packed bytes (0.5 B per weight + fp16 scale and 4-bit zero per 128 rows and column)."""
+    base = api.estimate(str(AWQ), on="h100-80gb", seq_len=512)
+    skip = api.estimate(
+        str(_with(tmp_path, AWQ, modules_to_not_convert=["mlp.down_proj"])), on="h100-80gb", seq_len=512
+    )
+    b, k = _parts(base), _parts(skip)
+    down = LAYERS * INTER * H
+    assert k["weights_unquantized"] - b["weights_unquantized"] == down * 2  # fp16 checkpoint, no k-bit cast
+    packed = LAYERS * (INTER * H / 2 + (INTER // 128) * H * 2.5)
+    assert b["weights_quantized"] - k["weights_quantized"] == round(packed)
+    assert skip.setup.quant_skip == "mlp.down_proj" and "quant_skip" not in base.setup.model_dump()
+    assert any("keeps mlp.down_proj unquantized" in n for n in skip.warnings)
+
+
+def test_a_layer_prefix_skips_that_layer_only(tmp_path: Path) -> None:
+    """``model.layers.1`` is layer 1's whole module (a module boundary: not layers 10-19), ``lm_head`` names
+    nothing inside the layers: the bitsandbytes 4-bit count drops by one layer's projections only."""
+    one_layer = H * (H + 2 * KV + H) + 3 * H * INTER
+    full = api.estimate(str(BNB4), on="h100-80gb", seq_len=512)
+    skip = api.estimate(
+        str(_with(tmp_path, BNB4, llm_int8_skip_modules=["model.layers.1", "lm_head"])),
+        on="h100-80gb",
+        seq_len=512,
+    )
+    assert full.params.quantized - skip.params.quantized == one_layer
+    assert _parts(skip)["weights_unquantized"] > _parts(full)["weights_unquantized"]
+
+
+@pytest.mark.parametrize("group", [32, 64, 128, -1])
+def test_gptq_group_sizes_size_their_scales_and_zeros(tmp_path: Path, group: int) -> None:
+    """A 4-bit GPTQ projection stores qweight (0.5 B per weight), g_idx (int32 per input row) and, per group
+    of ``group`` input rows (-1: one group) and output column, an fp16 scale and a 4-bit zero; summed by
+    hand over Llama 3 8B's seven projections and 32 layers."""
+    cfg = {k: v for k, v in _cfg(AWQ).items() if k != "quantization_config"}
+    cfg["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": group}
+    folder = tmp_path / "gptq"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    est = api.estimate(str(folder), on="h100-80gb", seq_len=512)
+    shapes = [(H, H), (H, KV), (H, KV), (H, H), (H, INTER), (H, INTER), (INTER, H)]
+    want = sum(
+        d_in * d_out / 2 + (1 if group == -1 else math.ceil(d_in / group)) * d_out * 2.5 + 4 * d_in
+        for d_in, d_out in shapes
+    )
+    assert _parts(est)["weights_quantized"] == round(LAYERS * want)
+    assert est.setup.quant_group == group
+
+
+def test_quant_group_default_is_the_engine_group() -> None:
+    from fitcheck.engine.quant import GROUP
+    from fitcheck.models import LlmSetup
+
+    assert LlmSetup.model_fields["quant_group"].default == GROUP
+
+
+# --- peft's all-linear on GPTQ / AWQ layers ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["awq-repo", "gptq-flag"])
+def test_all_linear_asked_on_a_gptq_or_awq_base_is_refused(where: str) -> None:
+    """peft's all-linear collects torch.nn.Linear / Conv1D modules only; GPTQ / AWQ layers (gptqmodel's
+    BaseQuantLinear) are plain nn.Modules, so it would adapt none of the quantized projections."""
+    model, extra = (str(AWQ), {}) if where == "awq-repo" else ("llama-2-7b", {"base_quant": "gptq"})
+    with pytest.raises(OptionError, match=r"all-linear takes torch\.nn\.Linear and Conv1D layers only"):
+        api.estimate(model, on="h100-80gb", seq_len=256, lora_targets="all-linear", **extra)
+    # bitsandbytes' Linear8bitLt subclasses nn.Linear: all-linear reaches it
+    est = api.estimate(
+        "llama-2-7b", on="h100-80gb", seq_len=256, lora_targets="all-linear", base_quant="int8"
+    )
+    assert est.params.adapter > 0
+
+
+def test_the_default_targets_on_a_gptq_or_awq_base_are_every_projection_by_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without --lora-targets, a dense GPTQ / AWQ base takes every projection by name (linear-modules, the
+    list peft's GPTQ / AWQ dispatchers wrap), the same adapters as naming the seven projections."""
+    default = api.estimate(str(AWQ), on="h100-80gb", seq_len=256)
+    named = api.estimate(
+        str(AWQ),
+        on="h100-80gb",
+        seq_len=256,
+        lora_targets="q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+    )
+    assert default.setup.lora_targets == "linear-modules"
+    assert default.params.adapter == named.params.adapter > 0
+    from fitcheck.cli import main
+
+    rc = main(["estimate", str(AWQ), "--on", "h100-80gb", "--lora-targets", "all-linear"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "linear-modules" in err
+
+
+# --- --emit on a checkpoint stored in bitsandbytes 4-bit ----------------------------------------------------
+
+ROOT = Path(__file__).parent.parent
+#: What each format must not state for a stored 4-bit checkpoint (its own quantization_config loads it:
+#: transformers ignores a BitsAndBytesConfig beside it, LLaMA-Factory ignores quantization_bit on a
+#: PTQ-quantized model), and what it must keep (axolotl's adapter: qlora asks load_in_4bit).
+EMIT_RULES: dict[str, tuple[tuple[str, ...], dict[str, object]]] = {
+    "hf.yaml": (("load_in_4bit", "bnb_4bit_quant_type", "use_bnb_nested_quant"), {"use_peft": True}),
+    "axolotl.yaml": (("bnb_config_kwargs",), {"load_in_4bit": True, "adapter": "qlora"}),
+    "llamafactory.yaml": (
+        ("quantization_bit", "quantization_method", "quantization_type", "double_quantization"),
+        {"finetuning_type": "lora"},
+    ),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(EMIT_RULES))
+def test_emit_on_a_stored_4bit_checkpoint_leaves_quantization_to_it(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The emitted config states no 4-bit settings of its own (golden in tests/golden/prequant/, relative
+    paths only), and read back with --from it poses the same QLoRA run the plan sized."""
+    import yaml
+
+    from fitcheck.cli import main
+    from golden_helpers import check_golden
+
+    monkeypatch.chdir(ROOT)
+    model = str(BNB4.relative_to(ROOT))
+    out = tmp_path / "out"
+    rc = main(["plan", model, "--on", "rtx-4090", "--emit", fmt, "-o", str(out), "--format", "json"])
+    capsys.readouterr()
+    assert rc == 0
+    text = (out / fmt).read_text()
+    assert str(ROOT) not in text and str(tmp_path) not in text
+    check_golden(ROOT / "tests" / "golden" / "prequant" / fmt, text, fmt)
+    data = yaml.safe_load(text)
+    absent, present = EMIT_RULES[fmt]
+    assert not set(absent) & set(data)
+    assert {k: data[k] for k in present} == present
+    rc = main(["check", "--from", str(out / fmt), "--on", "rtx-4090", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc in (0, 1) and doc["setup"]["method"] == "qlora" and doc["setup"]["double_quant"] is True
+    peak = next(line for line in text.splitlines() if line.startswith("# estimated peak:"))
+    assert f"{doc['device_bytes'] / 2**30:.2f} GiB on the device" in peak

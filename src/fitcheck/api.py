@@ -326,6 +326,7 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
         refuse_bnb_flags(values)
         if values.get("compile") and values.get("trainer") == "mlx":
             raise OptionError("--compile: MLX has no torch.compile (its mx.compile is not modelled)")
+        defaulted = "lora_targets" not in values
         if values.get("method") != "prefix-tuning":  # prefix tuning wraps no projection
             values.setdefault("lora_targets", default_targets(values.get("trainer")))
     if kind == "diffusion":
@@ -338,8 +339,44 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
         from fitcheck.sources.prequant import apply
 
         stored = spec.hf_config if isinstance(spec, ModelSpec) else None
-        return validated(LlmSetup, apply(spec.name, stored, values))
+        moe = isinstance(spec, ModelSpec) and spec.arch.is_moe
+        return validated(LlmSetup, peft_all_linear(apply(spec.name, stored, values), defaulted, moe))
     return validated(DiffusionSetup, values)
+
+
+#: Bases whose quantized layers peft's ``all-linear`` does not reach: it collects ``torch.nn.Linear`` and
+#: ``Conv1D`` modules only (peft 0.21.2 tuners/tuners_utils.py ``_maybe_include_all_linear_layers``:
+#: ``linear_classes = (torch.nn.Linear, Conv1D)``), and a GPTQ or AWQ projection is gptqmodel's
+#: ``BaseQuantLinear`` (``class BaseQuantLinear(nn.Module)``; peft's dispatchers tuners/lora/gptq.py
+#: ``dispatch_gptq`` and tuners/lora/awq.py ``dispatch_awq`` wrap it only when it is named), or AutoGPTQ's
+#: ``QuantLinear`` / AutoAWQ's ``WQLinear_GEMM``, also plain ``nn.Module``s. bitsandbytes' ``Linear4bit`` and
+#: ``Linear8bitLt`` subclass ``nn.Linear`` and are reached.
+PEFT_UNREACHED_BASES = frozenset({"gptq", "gptq-int8", "awq"})
+
+
+def peft_all_linear(values: dict[str, object], defaulted: bool, moe: bool) -> dict[str, object]:
+    """LoRA targets on a GPTQ / AWQ base (`PEFT_UNREACHED_BASES`): fitcheck's default all-linear becomes
+    ``linear-modules`` (every projection by its name, the list a user or axolotl's ``lora_target_linear``
+    gives peft, which its dispatchers then wrap); an ``all-linear`` asked for is refused, since peft would
+    adapt none of the quantized projections ("Target modules set() not found" on a model with no other
+    linear layer)."""
+    base = values.get("base_quant")
+    if values.get("lora_targets") != "all-linear" or values.get("method", "lora") != "lora":
+        return values
+    if base not in PEFT_UNREACHED_BASES:
+        return values
+    if defaulted:
+        from fitcheck.vocab import LINEAR_MODULES
+
+        # an MoE keeps session 8's model of its default (per-expert modules and the router's parameter,
+        # docs/methodology.md "MoE experts on a GPTQ / AWQ base"): its named form is not derived yet
+        return values if moe else {**values, "lora_targets": LINEAR_MODULES}
+    raise OptionError(
+        f"--lora-targets all-linear on the {base} base adapts none of its quantized projections: peft's "
+        "all-linear takes torch.nn.Linear and Conv1D layers only, and GPTQ / AWQ layers are not "
+        "(gptqmodel's BaseQuantLinear is an nn.Module); give --lora-targets linear-modules (every "
+        "projection by name, as axolotl's lora_target_linear) or name the projections"
+    )
 
 
 def default_targets(trainer: object) -> str:

@@ -314,6 +314,19 @@ class LlmSetup(SetupBase):
     quant_storage: QuantStorage | None = Field(
         default=None, description="bnb_4bit_quant_storage; None: the compute dtype when the strategy shards"
     )
+    quant_skip: str = Field(
+        default="",
+        description="a pre-quantized checkpoint's llm_int8_skip_modules / modules_to_not_convert, "
+        "comma-joined: the layer projections they name stay unquantized (docs/methodology.md, "
+        "'Pre-quantized checkpoints')",
+    )
+    quant_group: int = Field(
+        default=128,
+        ge=-1,
+        le=10**7,
+        description="GPTQ / AWQ group_size of a --base-quant gptq/gptq-int8/awq base (-1: one group per "
+        "column, per-channel); set from a pre-quantized checkpoint's quantization_config",
+    )
     zero_bucket_size: int | None = Field(
         default=None,
         ge=1,
@@ -383,11 +396,15 @@ class LlmSetup(SetupBase):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
-        """The dump, ``lengths`` left out at its default so a fixed-length setup's JSON is unchanged (additive
-        field, docs/json.md)."""
+        """The dump, ``lengths``, ``quant_skip`` and ``quant_group`` left out at their defaults so a setup's
+        JSON without them is unchanged (additive fields, docs/json.md)."""
         data: dict[str, object] = handler(self)
         if self.lengths == "fixed":
             data.pop("lengths", None)
+        if not self.quant_skip:
+            data.pop("quant_skip", None)
+        if self.quant_group == 128:
+            data.pop("quant_group", None)
         return data
 
     @property

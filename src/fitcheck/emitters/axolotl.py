@@ -68,7 +68,14 @@ def text(plan: Plan, ctx: EmitContext) -> str:
     s = c.setup
     fsdp = multigpu.engine(plan) == "fsdp"
     items = [Item("base_model", model_ref(ctx, NAME))]
-    if s.method == "qlora":
+    if s.method == "qlora" and ctx.stored_4bit:
+        # loaders/model.py _set_quantization_config (@067b021c lines 692-711) builds BitsAndBytesConfig
+        # from the checkpoint's own quantization_config; adapter: qlora still asks load_in_4bit
+        # (schemas/peft.py), which also turns on prepare_model_for_kbit_training (model.py 1015-1022)
+        items.append(
+            Item("load_in_4bit", True, "adapter: qlora asks it; the 4-bit settings are the checkpoint's")
+        )
+    elif s.method == "qlora":
         items.append(Item("load_in_4bit", True, "QLoRA: NF4 base weights"))
     if s.method != "full":
         targets = lora_modules(ctx.arch, s)
@@ -81,7 +88,7 @@ def text(plan: Plan, ctx: EmitContext) -> str:
         ]
         if s.dora:
             items.append(Item("peft_use_dora", True))
-    if s.method == "qlora" and not s.double_quant:
+    if s.method == "qlora" and not s.double_quant and not ctx.stored_4bit:
         items.append(
             Item("bnb_config_kwargs", {"bnb_4bit_use_double_quant": False}, "axolotl's default is on")
         )

@@ -58,6 +58,19 @@ class EmitContext:
             raise OptionError(f"{self.spec.id} is a diffusion model: its trainer config is kohya.toml")
         return self.spec.arch
 
+    @property
+    def stored_4bit(self) -> bool:
+        """Whether the model is a checkpoint stored in bitsandbytes 4-bit (its config.json's
+        ``quantization_config``): transformers builds those layers from the checkpoint's own config, and a
+        ``BitsAndBytesConfig`` passed to ``from_pretrained`` beside it is set aside with a warning ("The
+        ``quantization_config`` from the model will be used", transformers 5.24.0 quantizers/auto.py
+        ``merge_quantization_configs``), so a trainer file should not state 4-bit settings of its own."""
+        from fitcheck.sources.prequant import read_prequant
+
+        cfg = self.spec.hf_config if isinstance(self.spec, ModelSpec) else None
+        stored = read_prequant(cfg) if cfg else None
+        return stored is not None and stored.scheme == "bnb-4bit"
+
 
 @dataclass(frozen=True)
 class Item:

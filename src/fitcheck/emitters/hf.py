@@ -178,14 +178,21 @@ def _model_items(plan: Plan, ctx: EmitContext) -> list[Item]:
     ]
 
 
+#: The note on ``use_peft`` for a checkpoint stored in bitsandbytes 4-bit (`EmitContext.stored_4bit`).
+STORED_4BIT = "the checkpoint is stored in 4-bit: its own quantization_config loads it (no load_in_4bit here)"
+
+
 def _peft_items(plan: Plan, ctx: EmitContext) -> list[Item]:
     """PEFT (LoRA / DoRA) and, for QLoRA, the bitsandbytes 4-bit loading keys; none for a full fine-tune."""
     s = chosen(plan).setup
+    # TRL builds a BitsAndBytesConfig only from load_in_4bit (trl/trainer/utils.py get_quantization_config)
+    # and takes QLoRA from the loaded model (sft_trainer.py: is_loaded_in_4bit)
+    stored = s.method == "qlora" and ctx.stored_4bit
     items: list[Item] = []
     if s.method != "full":
         targets = lora_modules(ctx.arch, s)
         items += [
-            Item("use_peft", True),
+            Item("use_peft", True, STORED_4BIT if stored else ""),
             Item("lora_r", s.lora_rank),
             Item("lora_alpha", integer_alpha(s, NAME)),
             Item("lora_dropout", float(s.lora_dropout)),
@@ -193,7 +200,7 @@ def _peft_items(plan: Plan, ctx: EmitContext) -> list[Item]:
         ]
         if s.dora:
             items.append(Item("use_dora", True))
-    if s.method == "qlora":
+    if s.method == "qlora" and not stored:
         items += [
             Item("load_in_4bit", True, "QLoRA: NF4 base weights, about 0.5 B/param"),
             Item("bnb_4bit_quant_type", "nf4"),

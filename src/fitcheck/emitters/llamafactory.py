@@ -142,7 +142,9 @@ def text(plan: Plan, ctx: EmitContext) -> str:
     c = chosen(plan)
     s = c.setup
     items = [Item("model_name_or_path", model_ref(ctx, NAME))]
-    if s.method == "qlora":
+    # a checkpoint stored in 4-bit is loaded by its own quantization_config; quantization_bit "will not affect
+    # on the PTQ-quantized models" (model/model_utils/quantization.py configure_quantization @ff6d4d12)
+    if s.method == "qlora" and not ctx.stored_4bit:
         items += [
             Item("quantization_bit", 4, "QLoRA: NF4 base weights"),
             Item("quantization_method", "bnb"),
@@ -152,7 +154,13 @@ def text(plan: Plan, ctx: EmitContext) -> str:
     items += [
         Item("stage", "sft"),
         Item("do_train", True),
-        Item("finetuning_type", "full" if s.method == "full" else "lora"),
+        Item(
+            "finetuning_type",
+            "full" if s.method == "full" else "lora",
+            "the checkpoint is stored in 4-bit: its own quantization_config loads it"
+            if s.method == "qlora" and ctx.stored_4bit
+            else "",
+        ),
     ]
     if s.method != "full":
         items += [

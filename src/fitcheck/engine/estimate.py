@@ -204,7 +204,8 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
         rules = {
             "weights": f"{c.trainable:,} params x {regime.trainable_dtype}",
             "weights_frozen": f"{c.base:,} frozen params x {regime.weight_dtype}",
-            "weights_quantized": f"{c.quantized:,} params as {setup.base_quant} (packed + scales)",
+            "weights_quantized": f"{c.quantized:,} params as {setup.base_quant} (packed + scales"
+            + (f", group {setup.quant_group})" if setup.quant_group != quant.GROUP else ")"),
             "module_copies": f"{c.module_copies:,} params: trained copies of {setup.train_modules} "
             f"(peft modules_to_save) x {states.copy_dtype(regime)}",
             "weights_4bit": f"{c.quantized + head:,} params in NF4: 0.5 B + 64-block absmax"
@@ -217,7 +218,8 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
             ),
             "weights_unquantized": f"{c.base - c.quantized - head:,} params (embeddings, norms"
             + ("" if head else ", lm_head")
-            + (", the fused MoE experts bitsandbytes leaves)" if quant.experts_unquantized(a, setup) else ")")
+            + (", the fused MoE experts bitsandbytes leaves" if quant.experts_unquantized(a, setup) else "")
+            + (", the checkpoint's unquantized projections)" if setup.quant_skip else ")")
             + f" x {_unquantized_dtype(regime)}",
             "adapters": f"{c.adapter:,} {'prefix encoder' if prefix.is_prefix(setup) else 'LoRA'} params"
             f" x {regime.adapter_dtype}",

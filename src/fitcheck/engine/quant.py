@@ -27,6 +27,8 @@ to one int32 per weight, cast to int16, ``bitwise_and``, ``weight - zeros`` (int
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from fitcheck.engine.params import Linear, layer_kinds
 from fitcheck.models import DecoderArch, LlmSetup
 
@@ -126,23 +128,70 @@ def packed_weight_bytes(fmt: str, d_in: int, d_out: int) -> float:
     return d_in * d_out if fmt in ("int8", "gptq-int8") else d_in * d_out / 2
 
 
-def _tensor_bytes(fmt: str, d_in: int, d_out: int) -> float:
+def groups_of(d_in: int, group: int) -> int:
+    """Quantization groups along a projection's input rows: ``ceil(d_in / group_size)``; ``group_size``
+    -1 is per-channel, one group over all rows (AutoGPTQ / GPTQModel ``QuantLinear``:
+    ``self.group_size = group_size if group_size != -1 else infeatures``; ``qzeros`` and ``scales`` have
+    ``ceil(infeatures / group_size)`` rows)."""
+    return 1 if group < 1 else -(-d_in // group)
+
+
+def _tensor_bytes(fmt: str, d_in: int, d_out: int, group: int = GROUP) -> float:
     weight = packed_weight_bytes(fmt, d_in, d_out)
     if fmt == "int8":
         return weight + 4 * d_out
-    groups = -(-d_in // GROUP)
+    groups = groups_of(d_in, group)
     if fmt == "gptq-int8":
         return weight + groups * d_out * (2 + 1) + 4 * d_in
     return weight + groups * d_out * (2 + 0.5) + (4 * d_in if fmt == "gptq" else 0)
 
 
 def quantized_bytes(a: DecoderArch, setup: LlmSetup) -> int:
-    """Bytes of every projection inside the model's layers (every stack) stored in ``setup.base_quant``
-    (the ones the base quantizes: `quantized_linear`)."""
+    """Bytes of every projection inside the model's layers (every stack) stored in ``setup.base_quant`` at
+    ``setup.quant_group`` rows per group: the ones the base quantizes (`quantized_linear`), less the
+    layers' copies a checkpoint's skip list keeps unquantized (`kept_layers`)."""
+    kept = kept_layers(a, setup.quant_skip) if setup.quant_skip else {}
     total = 0.0
-    fmt = setup.base_quant
-    for kind in layer_kinds(a):
+    fmt, group = setup.base_quant, setup.quant_group
+    for index, kind in enumerate(layer_kinds(a)):
         for lin in kind.linears(a):
             if quantized_linear(a, setup, lin):
-                total += kind.count * lin.copies * _tensor_bytes(fmt, lin.d_in, lin.d_out)
+                n = kind.count - kept.get((index, lin.name), 0)
+                total += n * lin.copies * _tensor_bytes(fmt, lin.d_in, lin.d_out, group)
     return round(total)
+
+
+def skips(pattern: str, name: str) -> bool:
+    """Whether one ``llm_int8_skip_modules`` / ``modules_to_not_convert`` entry keeps a module unquantized:
+    transformers 5.24.0 ``should_convert_module`` (quantizers/quantizers_utils.py lines 26-37) skips a
+    module whose full name the entry matches from the start up to a module boundary (``model.layers.1``:
+    layer 1, not 11) or ends with (``down_proj``, ``mlp.down_proj``: every layer's). The entry is taken
+    literally (transformers also reads it as a regular expression; real lists name modules)."""
+    return name == pattern or name.startswith(pattern + ".") or name.endswith(pattern)
+
+
+def _full_name(stack: str, index: int, lin: Linear) -> str:
+    """A projection's module name as a Llama-layout transformers model names it (``model.layers.3.mlp.
+    down_proj``): attention under ``self_attn``, the MLP, experts and shared expert under ``mlp``."""
+    root = "model.encoder.layers" if stack == "encoder" else "model.layers"
+    return f"{root}.{index}.{'self_attn' if lin.role == 'attn' else 'mlp'}.{lin.name}"
+
+
+@lru_cache(maxsize=64)
+def kept_layers(a: DecoderArch, skip: str) -> dict[tuple[int, str], int]:
+    """Per (index in `layer_kinds`, projection name): how many layers' copies of it a checkpoint's skip list
+    (comma-joined entries, `skips`) keeps unquantized. Decoder layers are numbered dense kind first, then
+    MoE (DeepSeek's ``first_k_dense_replace`` order; a layer-numbered entry on a model that interleaves them
+    counts the same number of layers)."""
+    patterns = [p for p in skip.split(",") if p]
+    out: dict[tuple[int, str], int] = {}
+    start = 0
+    for index, kind in enumerate(layer_kinds(a)):
+        first = start if kind.stack == "decoder" else 0
+        for lin in kind.linears(a):
+            names = (_full_name(kind.stack, i, lin) for i in range(first, first + kind.count))
+            n = sum(1 for name in names if any(skips(p, name) for p in patterns))
+            if n:
+                out[(index, lin.name)] = n
+        start += kind.count if kind.stack == "decoder" else 0
+    return out

@@ -18,7 +18,13 @@ from fitcheck.engine.lora import (
     trained_modules,
 )
 from fitcheck.engine.params import head_shapes, inventory, layer_kinds
-from fitcheck.engine.quant import expert_modules, is_fused_expert, quantized_bytes, quantized_linear
+from fitcheck.engine.quant import (
+    expert_modules,
+    is_fused_expert,
+    kept_layers,
+    quantized_bytes,
+    quantized_linear,
+)
 from fitcheck.facts import optimizers as opt
 from fitcheck.facts.dtypes import BYTES, nbytes
 from fitcheck.facts.optimizers import Shape
@@ -46,15 +52,18 @@ class Counts:
 def quantizable_tensors(a: DecoderArch, setup: LlmSetup | None = None) -> tuple[int, int]:
     """(parameters, tensors) that 4-bit quantization packs: the projections inside the layers, less the
     fused MoE experts bitsandbytes leaves in the compute dtype (`quant.quantized_linear`; every expert
-    when no setup is given). A fused expert parameter is one tensor, or, held as per-expert modules
-    (`quant.expert_modules`), one per expert and module (gate and up apart)."""
+    when no setup is given) and less the layers' copies a pre-quantized checkpoint's skip list keeps
+    unquantized (`quant.kept_layers`). A fused expert parameter is one tensor, or, held as per-expert
+    modules (`quant.expert_modules`), one per expert and module (gate and up apart)."""
+    kept = kept_layers(a, setup.quant_skip) if setup is not None and setup.quant_skip else {}
     numel = tensors = 0
-    for kind in layer_kinds(a):
+    for index, kind in enumerate(layer_kinds(a)):
         for lin in kind.linears(a):
             if lin.role != "router" and (setup is None or quantized_linear(a, setup, lin)):
-                numel += kind.count * lin.copies * lin.d_in * lin.d_out
+                n = kind.count - kept.get((index, lin.name), 0)
+                numel += n * lin.copies * lin.d_in * lin.d_out
                 split = setup is not None and is_fused_expert(lin) and expert_modules(a, setup)
-                tensors += kind.count * (lin.copies * lin.lora_factor if split else 1)
+                tensors += n * (lin.copies * lin.lora_factor if split else 1)
     return numel, tensors
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from fitcheck.errors import InputError
 from fitcheck.readers import names
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
-from fitcheck.readers.hfargs import distributed
+from fitcheck.readers.hfargs import distributed, use_reentrant
 from fitcheck.readers.unposed import refuse
 from fitcheck.vocab import LINEAR_MODULES
 
@@ -176,7 +176,9 @@ def _checkpointing(r: Reading, k: Keys) -> None:
         r.set("offload_activations", True, "gradient_checkpointing")
     elif value is not None:
         r.set("grad_ckpt", as_bool(value, "gradient_checkpointing", r.path), "gradient_checkpointing")
-    k.touch("gradient_checkpointing_kwargs")
+    # normalize_config sets {"use_reentrant": True} when checkpointing and the key is unset (SFT without
+    # unfrozen_parameters; src/axolotl/utils/config/__init__.py:377-383 @067b021c): unset is reentrant
+    use_reentrant(r, k, "gradient_checkpointing_kwargs")
     # torch_compile: true|false|auto (schema default null); ``auto`` is decided at run time: not read
     if k.get("torch_compile") == "auto":
         r.note("torch_compile: auto is decided when axolotl runs; give --compile or --no-compile")
@@ -329,4 +331,14 @@ def _fsdp(r: Reading, k: Keys) -> None:
         r.set("offload", "all", "fsdp_config.offload_params")
     if as_bool(_fsdp_get(cfg, "activation_checkpointing"), "activation_checkpointing", r.path):
         r.set("grad_ckpt", True, "fsdp_config.activation_checkpointing")
-    r.set("fsdp_version", version, "fsdp_version")
+    if version is not None:
+        r.set("fsdp_version", version, "fsdp_version")
+        return
+    # axolotl pins an unversioned fsdp_config to 1 (schemas/validation.py check_fsdp_version_in_fsdp_config,
+    # lines 1105-1124 @067b021c: "transformers >= 5.10 defaults a missing version to FSDP2; pin axolotl's
+    # FSDP1 default"), and hands it to TrainingArguments and accelerate's FSDP_VERSION as such
+    r.set("fsdp_version", 1, "fsdp_config (fsdp_version unset: axolotl pins 1)")
+    r.note(
+        "fsdp_version unset: axolotl pins FSDP1 (the legacy wrapper; it warns FSDP1 is deprecated), so it is "
+        "sized as FSDP1; transformers >= 5.10 alone would run FSDP2: set fsdp_version: 2 for that"
+    )

@@ -8,7 +8,9 @@ Source: transformers src/transformers/training_args.py (5.x fields in trainer_ke
 
 from __future__ import annotations
 
-from fitcheck.errors import InputError
+from collections.abc import Mapping
+
+from fitcheck.errors import FitcheckError, InputError
 from fitcheck.readers import names
 from fitcheck.readers.base import Keys, Reading, _short, as_bool, as_int
 
@@ -33,9 +35,16 @@ def training_args(r: Reading, k: Keys) -> None:
         as_int(k.get("gradient_accumulation_steps"), "gradient_accumulation_steps", p),
         "gradient_accumulation_steps",
     )
-    for key in ("activation_checkpointing", "gradient_checkpointing"):  # 5.23 renamed it
+    # 5.23 renamed both; the new name wins when both are set (TrainingArguments.__post_init__)
+    for key in ("gradient_checkpointing", "activation_checkpointing"):
         if k.has(key):
             r.set("grad_ckpt", as_bool(k.get(key), key, p), key)
+    kwargs = "activation_checkpointing_kwargs"
+    if not k.has(kwargs):
+        kwargs = "gradient_checkpointing_kwargs"
+    else:
+        k.touch("gradient_checkpointing_kwargs")  # ignored by transformers when the new name is set
+    use_reentrant(r, k, kwargs)
     bf16, fp16 = as_bool(k.get("bf16"), "bf16", p), as_bool(k.get("fp16"), "fp16", p)
     if bf16:
         r.set("precision", "bf16", "bf16")
@@ -51,6 +60,31 @@ def training_args(r: Reading, k: Keys) -> None:
     k.touch("torch_compile_backend", "torch_compile_mode")
     names.read_loss(r, k, "hf")
     distributed(r, k)
+
+
+def use_reentrant(r: Reading, k: Keys, key: str) -> None:
+    """``use_reentrant`` of a checkpointing kwargs mapping (``gradient_checkpointing_kwargs``: a mapping, or
+    the JSON text TrainingArguments loads when it starts with ``{``) -> ``ckpt_reentrant``; its other keys
+    stay listed as unread. The merge keeps it only for QLoRA with checkpointing (`fitcheck.readers.merge`),
+    the one run whose estimate it can change (docs/methodology.md, "bitsandbytes kept inputs")."""
+    sub = k.sub(key)
+    raw = k.data.get(key)
+    if sub is None and isinstance(raw, str) and raw.strip().startswith("{"):
+        from fitcheck.fileio import loads
+
+        k.touch(key)
+        try:
+            parsed = loads(raw, f"{r.path}: {key}")
+        except FitcheckError as exc:
+            raise InputError(str(exc)) from None
+        if not isinstance(parsed, Mapping):
+            raise InputError(f"{r.path}: {key} must be a mapping (got {_short(raw)})")
+        sub = Keys(parsed, f"{key}.")
+        k.children.append(sub)
+    if sub is None:
+        return
+    name = f"{key}.use_reentrant"
+    r.set("ckpt_reentrant", as_bool(sub.get("use_reentrant"), name, r.path), name)
 
 
 def distributed(r: Reading, k: Keys) -> None:

@@ -55,6 +55,10 @@ def read(data: Doc, path: str) -> ReadResult:
     disable = as_bool(k.get("disable_gradient_checkpointing"), "disable_gradient_checkpointing", path)
     if disable is not None:
         r.set("grad_ckpt", not disable, "disable_gradient_checkpointing")
+    # its own checkpointing passes {"use_reentrant": use_reentrant_gc} (default true; FSDP2 sets it false:
+    # model/model_utils/checkpointing.py _get_gradient_checkpointing_kwargs, prepare_model_for_training)
+    reentrant = as_bool(k.get("use_reentrant_gc"), "use_reentrant_gc", path)
+    r.set("ckpt_reentrant", reentrant, "use_reentrant_gc")
     attn = k.get("flash_attn")
     if attn is not None:
         # AttentionFunction (extras/constants.py): LLaMA-Factory's parser refuses another value

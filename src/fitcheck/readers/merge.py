@@ -30,12 +30,14 @@ class Resolved:
         origin: setup field -> ``file`` | ``trainer default`` | ``fitcheck default`` | ``command line``.
         pending: values read from the file whose setup fields fitcheck does not model yet.
         sources: for ``trainer default`` fields, the cited source of the default.
+        notes: what the merge set aside from the file, one sentence each.
     """
 
     values: dict[str, Value]
     origin: dict[str, str]
     pending: dict[str, Value] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
 
 def resolve(
@@ -91,8 +93,44 @@ def resolve(
     ):
         del values["fsdp_version"]  # the file's FSDP wrapper, for a strategy the command line replaced
         origin["fsdp_version"] = FITCHECK_DEFAULT
+    notes = _reentrant_scope(values, origin, read)
     pending = {k: v for k, v in file_values.items() if k not in setup_fields}
-    return Resolved(values=values, origin=origin, pending=pending, sources=sources)
+    return Resolved(values=values, origin=origin, pending=pending, sources=sources, notes=notes)
+
+
+def _trl_zero3(values: dict[str, Value], read: ReadResult) -> tuple[str, ...]:
+    """TRL's SFTTrainer forces ``use_reentrant=True`` for a PEFT model under DeepSpeed ZeRO-3 with
+    checkpointing, warning when the file said false (trl/trainer/sft_trainer.py lines 1099-1116
+    @f2cd5771)."""
+    if read.format != "trl" or values.get("strategy") != "zero3" or values.get("ckpt_reentrant") is not False:
+        return ()
+    values["ckpt_reentrant"] = True
+    return (
+        f"{read.keys.get('ckpt_reentrant', 'use_reentrant')} false: TRL's SFTTrainer forces reentrant "
+        "checkpointing for PEFT under ZeRO-3 (sft_trainer.py), so it is sized reentrant",
+    )
+
+
+def _reentrant_scope(
+    values: dict[str, Value], origin: dict[str, str], read: ReadResult | None
+) -> tuple[str, ...]:
+    """A file's ``use_reentrant`` is kept only for QLoRA with gradient checkpointing, the one run where the
+    kind of checkpointing can change an estimate (bitsandbytes' kept inputs, ``--bnb-keeps-input``) and the
+    one the engine takes ``ckpt_reentrant`` for; elsewhere it is set aside with a note (`values` and
+    `origin` are changed in place), never turned into an error about a flag nobody typed."""
+    if origin.get("ckpt_reentrant") != FILE or read is None:
+        return ()
+    checkpointing = values.get("grad_ckpt") is True
+    if values.get("method") == "qlora" and checkpointing:
+        return _trl_zero3(values, read)
+    del values["ckpt_reentrant"]
+    origin["ckpt_reentrant"] = FITCHECK_DEFAULT
+    why = "no gradient checkpointing" if not checkpointing else f"method {values.get('method', 'lora')}"
+    key = read.keys.get("ckpt_reentrant", "use_reentrant")
+    return (
+        f"{key}: read only for QLoRA with gradient checkpointing (where bitsandbytes' kept inputs make it "
+        f"matter); not used here ({why})",
+    )
 
 
 def _value(v: object) -> Value:

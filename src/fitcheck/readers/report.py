@@ -42,7 +42,7 @@ def lines(read: ReadResult | None, merged: Resolved, model_note: str | None = No
     if merged.pending:
         out.append(f"read, not yet modelled: {_pairs(merged.pending)}")
     if read is not None:
-        out += [f"{read.path}: {n}" for n in read.notes]
+        out += [f"{read.path}: {n}" for n in (*read.notes, *merged.notes)]
         neutral = [k for k in read.unused if is_neutral(k)]
         unknown = [k for k in read.unused if not is_neutral(k)]
         if neutral:

@@ -12,9 +12,9 @@ bitsandbytes 4-bit  ``load_in_4bit`` / ``_load_in_4bit``: the base is ``Params4b
                     ``bnb_4bit_use_double_quant`` and ``bnb_4bit_quant_storage`` (``BitsAndBytesConfig``
                     defaults fp4, no double quantization, uint8). LoRA on it is the engine's QLoRA path.
 bitsandbytes 8-bit  ``load_in_8bit``: ``Linear8bitLt``, the engine's ``--base-quant int8``.
-gptq                ``bits`` 4 or 8 at ``group_size`` 128 (the engine's ``gptq`` / ``gptq-int8`` layouts,
-                    `fitcheck.engine.quant`); other widths and group sizes are refused, not guessed.
-awq                 ``bits`` 4, ``group_size`` 128, ``version`` gemm with zero points (AutoAWQ's
+gptq                ``bits`` 4 or 8 at any ``group_size`` (-1: per-channel; the engine's ``gptq`` /
+                    ``gptq-int8`` layouts, `fitcheck.engine.quant`); other widths are refused, not guessed.
+awq                 ``bits`` 4, any ``group_size``, ``version`` gemm with zero points (AutoAWQ's
                     ``WQLinear_GEMM``, the layer peft wraps: peft tuners/lora/awq.py); others refused.
 mxfp4, fp8          not trainable as stored (quantizer_mxfp4.py and quantizer_finegrained_fp8.py
                     ``is_trainable`` False); transformers trains them dequantized to bf16
@@ -65,12 +65,14 @@ class PreQuant:
     double_quant: bool = False
     quant_storage: QuantStorage | None = None
     #: Modules the checkpoint keeps unquantized (``llm_int8_skip_modules`` / ``modules_to_not_convert``).
-    skipped: int = 0
+    skip: tuple[str, ...] = ()
     #: What was read, in words (the note).
     read: str = ""
     #: compressed-tensors: bits per packed weight value (``config_groups.*.weights.num_bits``, one for all
     #: groups), 0 when the groups differ or do not say.
     bits: int = 0
+    #: GPTQ / AWQ ``group_size`` (-1: per-channel).
+    group: int = GROUP
 
     @property
     def method(self) -> Literal["qlora", "lora"]:
@@ -122,13 +124,33 @@ def _text(q: Mapping[str, Any], key: str, default: str) -> str:
     return value.lower()
 
 
-def _names(q: Mapping[str, Any], key: str) -> int:
+#: Bounds on a skip list (real ones name a few modules; transformers' own adds lm_head): entries and length.
+MAX_SKIP, MAX_SKIP_NAME = 4096, 512
+
+
+def _names(q: Mapping[str, Any], key: str) -> tuple[str, ...]:
     value = q.get(key)
     if value is None:
-        return 0
+        return ()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ModelSourceError(f"quantization_config.{key} must be a list of module names")
-    return len(value)
+    if len(value) > MAX_SKIP or any(len(v) > MAX_SKIP_NAME or "," in v or not v.strip() for v in value):
+        raise ModelSourceError(
+            f"quantization_config.{key}: at most {MAX_SKIP} module names of at most {MAX_SKIP_NAME} "
+            "characters, none empty or holding a comma"
+        )
+    return tuple(dict.fromkeys(v.strip() for v in value))
+
+
+def _group(q: Mapping[str, Any], keys: tuple[str, ...]) -> int:
+    """``group_size``: rows per quantization group, or -1 for one group per column (per-channel)."""
+    group = _int(q, keys, GROUP)
+    if group is None or (group < 1 and group != -1) or group > 10**7:
+        key = next((k for k in keys if q.get(k) is not None), keys[0])
+        raise ModelSourceError(
+            f"quantization_config.{key} must be a positive number of rows or -1 (got {_shown(group)})"
+        )
+    return group
 
 
 def scheme_of(cfg: Mapping[str, Any]) -> str | None:
@@ -159,14 +181,14 @@ def _bnb(q: Mapping[str, Any]) -> PreQuant:
         raise ModelSourceError(
             "quantization_config (bitsandbytes) must set exactly one of load_in_4bit and load_in_8bit"
         )
-    skipped = _names(q, "llm_int8_skip_modules")
+    skip = _names(q, "llm_int8_skip_modules")
     if eight:
         if _flag(q, "llm_int8_has_fp16_weight"):
             raise ModelSourceError(
                 "quantization_config: llm_int8_has_fp16_weight keeps 16-bit weights beside the int8 ones; "
                 "that layout is not modelled"
             )
-        return PreQuant("bnb-8bit", "int8", False, skipped=skipped, read="bitsandbytes 8-bit (LLM.int8)")
+        return PreQuant("bnb-8bit", "int8", False, skip=skip, read="bitsandbytes 8-bit (LLM.int8)")
     kind = _text(q, "bnb_4bit_quant_type", "fp4")
     if kind not in ("nf4", "fp4"):
         raise ModelSourceError(
@@ -182,50 +204,55 @@ def _bnb(q: Mapping[str, Any]) -> PreQuant:
     dq = _flag(q, "bnb_4bit_use_double_quant")
     dq_word = "on" if dq else "off"
     read = f"bitsandbytes 4-bit {kind.upper()}, double quantization {dq_word}, storage {storage_name}"
-    return PreQuant("bnb-4bit", "none", False, dq, storage, skipped, read)
+    return PreQuant("bnb-4bit", "none", False, dq, storage, skip, read)
 
 
 def _gptq(q: Mapping[str, Any]) -> PreQuant:
     bits = _int(q, ("bits",), None)
-    group = _int(q, ("group_size",), GROUP)
+    group = _group(q, ("group_size",))
     if q.get("is_marlin_format") or _text(q, "checkpoint_format", "gptq") not in ("gptq", "gptq_v2"):
         raise ModelSourceError(
             "quantization_config: a GPTQ checkpoint in Marlin or another repacked format is not modelled "
             "(fitcheck sizes the AutoGPTQ layout: checkpoint_format gptq)"
         )
-    if bits not in (4, 8) or group != GROUP:
+    if bits not in (4, 8):
         raise ModelSourceError(
-            f"quantization_config: GPTQ at {bits} bits, group_size {group} is not modelled (fitcheck holds "
-            f"the 4- and 8-bit layouts at group_size {GROUP})"
+            f"quantization_config: GPTQ at {bits} bits is not modelled (fitcheck holds the 4- and 8-bit "
+            "layouts)"
         )
     base: BaseQuant = "gptq" if bits == 4 else "gptq-int8"
     return PreQuant(
         "gptq",
         base,
         False,
-        skipped=_names(q, "modules_to_not_convert"),
-        read=f"GPTQ {bits}-bit, group {group}",
+        skip=_names(q, "modules_to_not_convert"),
+        read=f"GPTQ {bits}-bit, {_group_words(group)}",
+        group=group,
     )
+
+
+def _group_words(group: int) -> str:
+    return "per-channel (group_size -1)" if group == -1 else f"group {group}"
 
 
 def _awq(q: Mapping[str, Any]) -> PreQuant:
     bits = _int(q, ("bits", "w_bit"), 4)
-    group = _int(q, ("group_size", "q_group_size"), GROUP)
+    group = _group(q, ("group_size", "q_group_size"))
     version = _text(q, "version", "gemm")
     zero = q.get("zero_point", True)
-    if bits != 4 or group != GROUP or version != "gemm" or zero is not True:
+    if bits != 4 or version != "gemm" or zero is not True:
         raise ModelSourceError(
-            f"quantization_config: AWQ {_shown(version)} at {bits} bits, group_size {group}, zero_point "
-            f"{_shown(zero)} is "
-            f"not modelled (fitcheck holds AutoAWQ's WQLinear_GEMM at 4 bits, group_size {GROUP}, with zero "
-            "points; peft wraps only that layer)"
+            f"quantization_config: AWQ {_shown(version)} at {bits} bits, zero_point {_shown(zero)} is "
+            "not modelled (fitcheck holds AutoAWQ's WQLinear_GEMM at 4 bits with zero points; peft wraps "
+            "only that layer)"
         )
     return PreQuant(
         "awq",
         "awq",
         False,
-        skipped=_names(q, "modules_to_not_convert"),
-        read=f"AWQ 4-bit GEMM, group {group}",
+        skip=_names(q, "modules_to_not_convert"),
+        read=f"AWQ 4-bit GEMM, {_group_words(group)}",
+        group=group,
     )
 
 
@@ -255,7 +282,7 @@ def read_prequant(cfg: Mapping[str, Any]) -> PreQuant | None:
         return PreQuant("mxfp4", "none", True, read="MXFP4")
     if method == "fp8":
         return PreQuant(
-            "fp8", "none", True, skipped=_names(q, "modules_to_not_convert"), read="fine-grained FP8"
+            "fp8", "none", True, skip=_names(q, "modules_to_not_convert"), read="fine-grained FP8"
         )
     if method == "compressed-tensors":
         return PreQuant("compressed-tensors", "none", True, read="compressed-tensors", bits=_ct_bits(q))
@@ -293,10 +320,11 @@ def note(pq: PreQuant) -> str:
         if pq.scheme == "bnb-4bit"
         else f"LoRA on it is sized as --base-quant {pq.base_quant}"
     )
+    shown = ", ".join(pq.skip[:4]) + (f" and {len(pq.skip) - 4} more" if len(pq.skip) > 4 else "")
     skipped = (
-        f"; it keeps {pq.skipped} listed module(s) unquantized, sized quantized here (the list is not "
-        "modelled)"
-        if pq.skipped
+        f"; it keeps {clipped(shown, 120)} unquantized: the layer projections these name are sized at the "
+        "unquantized dtype (modules outside the layers, such as lm_head, are unquantized anyway)"
+        if pq.skip
         else ""
     )
     return f"pre-quantized checkpoint ({pq.read}, from config.json's quantization_config): {how}{skipped}"
@@ -347,9 +375,9 @@ def apply(name: str, cfg: Mapping[str, Any] | None, values: dict[str, object]) -
     given = values.get("base_quant", "none")
     if given not in (None, "none", pq.base_quant):
         raise OptionError(f"{what}: --base-quant {given} contradicts it; drop --base-quant")
-    out = {**values, "method": pq.method}
+    out = {**values, "method": pq.method, "quant_skip": ",".join(pq.skip)}
     if pq.scheme != "bnb-4bit":
-        return {**out, "base_quant": pq.base_quant}
+        return {**out, "base_quant": pq.base_quant, "quant_group": pq.group}
     storage = values.get("quant_storage")
     if storage is not None and storage != pq.quant_storage:
         raise OptionError(f"{what}: --quant-storage {storage} contradicts it; drop --quant-storage")
