@@ -136,14 +136,11 @@ def emit(plan: Plan, ctx: EmitContext) -> dict[str, str]:
     return {ctx.filename or NAME: text(plan, ctx)}
 
 
-def text(plan: Plan, ctx: EmitContext) -> str:
-    """The LLaMA-Factory config text."""
-    check(plan, ctx)
-    c = chosen(plan)
-    s = c.setup
-    items = [Item("model_name_or_path", model_ref(ctx, NAME))]
-    # a checkpoint stored in 4-bit is loaded by its own quantization_config; quantization_bit "will not affect
-    # on the PTQ-quantized models" (model/model_utils/quantization.py configure_quantization @ff6d4d12)
+def _method_items(s: LlmSetup, ctx: EmitContext) -> list[Item]:
+    """The quantization keys (none for a checkpoint stored in 4-bit: its own quantization_config loads
+    it; quantization_bit "will not affect on the PTQ-quantized models", model/model_utils/quantization.py
+    configure_quantization @ff6d4d12), the stage and the fine-tuning type."""
+    items: list[Item] = []
     if s.method == "qlora" and not ctx.stored_4bit:
         items += [
             Item("quantization_bit", 4, "QLoRA: NF4 base weights"),
@@ -151,17 +148,25 @@ def text(plan: Plan, ctx: EmitContext) -> str:
             Item("quantization_type", "nf4"),
             Item("double_quantization", s.double_quant),
         ]
-    items += [
+    stored = "the checkpoint is stored in 4-bit: its own quantization_config loads it"
+    return [
+        *items,
         Item("stage", "sft"),
         Item("do_train", True),
         Item(
             "finetuning_type",
             "full" if s.method == "full" else "lora",
-            "the checkpoint is stored in 4-bit: its own quantization_config loads it"
-            if s.method == "qlora" and ctx.stored_4bit
-            else "",
+            stored if s.method == "qlora" and ctx.stored_4bit else "",
         ),
     ]
+
+
+def text(plan: Plan, ctx: EmitContext) -> str:
+    """The LLaMA-Factory config text."""
+    check(plan, ctx)
+    c = chosen(plan)
+    s = c.setup
+    items = [Item("model_name_or_path", model_ref(ctx, NAME)), *_method_items(s, ctx)]
     if s.method != "full":
         items += [
             Item("lora_rank", s.lora_rank),
