@@ -240,8 +240,8 @@ def replay(base: list[int], events: list[tuple[str, int, int]], steps: int) -> A
     return alloc
 
 
-def engine_reserved(hf_config: dict[str, Any], setup: Any) -> tuple[int, int]:
-    """The engine's (peak allocated, peak reserved) for the same setup."""
+def _engine_estimate(hf_config: dict[str, Any], setup: Any) -> Any:
+    """The engine's estimate for the same setup, on a CUDA backend."""
     from fitcheck.engine.estimate import estimate
     from fitcheck.models import ModelSpec
     from fitcheck.sources.hf_config import arch_from_hf_config
@@ -253,25 +253,18 @@ def engine_reserved(hf_config: dict[str, Any], setup: Any) -> tuple[int, int]:
         arch=arch_from_hf_config(hf_config),
         hf_config=hf_config,
     )
-    est = estimate(spec, setup.model_copy(update={"backend": "cuda"}))
+    return estimate(spec, setup.model_copy(update={"backend": "cuda"}))
+
+
+def engine_reserved(hf_config: dict[str, Any], setup: Any) -> tuple[int, int]:
+    """The engine's (peak allocated, peak reserved) for the same setup."""
+    est = _engine_estimate(hf_config, setup)
     return est.peak_allocated_bytes, est.peak_reserved_bytes
 
 
 def engine(hf_config: dict[str, Any], setup: Any) -> dict[str, int]:
     """The engine's per-phase totals for the same setup (allocated bytes, no reserve)."""
-    from fitcheck.engine.estimate import estimate
-    from fitcheck.models import ModelSpec
-    from fitcheck.sources.hf_config import arch_from_hf_config
-
-    spec = ModelSpec(
-        id="small",
-        name="small",
-        source_kind="hf_config",
-        arch=arch_from_hf_config(hf_config),
-        hf_config=hf_config,
-    )
-    est = estimate(spec, setup.model_copy(update={"backend": "cuda"}))
-    return {p.name: p.total_bytes for p in est.phases}
+    return {p.name: p.total_bytes for p in _engine_estimate(hf_config, setup).phases}
 
 
 def phase_peaks(measured: Any) -> dict[str, int]:
