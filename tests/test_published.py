@@ -37,11 +37,21 @@ _ULT_FSDP = (
     "universal-llm-trainer's Llama 3.1 70B LoRA under FSDP1 on 2 GPUs, posed as build.py:156-164 runs it "
     "(FULL_SHARD, every Linear its own unit, CPUOffload(offload_params=True), fp16 units over bf16 shards, "
     "no no_sync()): 24-25% under; its full fine-tuning rows are within 11% since offload_grad_shards, but "
-    "LoRA's trainable shards are a few MB, and what holds the other 15 GiB per GPU is not found"
+    "LoRA's trainable shards are a few MB, and what holds the other 15 GiB per GPU is not found. Session 9 "
+    "(bench/fsdp1_frozen_trace.py, torch 2.13 / transformers 5.24 on CPU): frozen units reshard in backward "
+    "(their hooks fire), but FSDP1 with frozen per-Linear units adds one b x s x h tensor per layer to the "
+    "step's peak (none under full fine-tuning), about 20 GiB at this shape; holder not identified and the "
+    "runs' 4.49 checkpoint order differs, so not modelled (docs/distributed.md#fsdp1-frozen-units-trace)"
 )
 #: universal-llm-trainer's loop (no autocast, its own loss, torch AdamW) is posed as it runs; Phi-3 mini QLoRA
 #: there still measures 19% above the estimate (fp32 stream; what holds the rest is not found in its code).
-_ULT_PHI3_QLORA = "Phi-3 mini QLoRA at 2 x 8192 without autocast: 19% under, cause not found"
+_ULT_PHI3_QLORA = (
+    "Phi-3 mini QLoRA at 2 x 8192 without autocast: 19% under, cause not found. Session 9 ruled out a KV "
+    "cache (init_model_config passes use_cache False under checkpointing), eager attention (posed eager the "
+    "estimate is 3x the figure), held logits (config del_logits_after_forward True); the padded fp32 4-D "
+    "mask SDPA gets (0.5 GiB) is too small. Every QLoRA row of the source is 2.3-4.1 GiB under, so the "
+    "small model may only make a source-wide shortfall cross 15%"
+)
 #: Records more than 15% under their measured figure today, with the reason (each one must be fixed, or its
 #: record must name a setting the source leaves unstated, to leave this list).
 _PEFT_SHARDED = (
