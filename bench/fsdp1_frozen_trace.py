@@ -13,6 +13,8 @@ gloo ranks on the CPU and answers two questions (docs/distributed.md#fsdp-offloa
 * default: the step's peak live bytes (torch.profiler memory timeline, rank 0) at two depths, beside the same
   model without FSDP: the per-layer slope. Under LoRA (frozen base units) FSDP1 adds one b x s x h
   activation-sized tensor per layer to the peak; under full fine-tuning it adds nothing.
+* ``--drop-hooks``: the same with each frozen unit's reshard-only hook removed as soon as it fires: the
+  extra goes, so those hooks (kept until backward ends) hold it.
 
 Versions: the installed torch / transformers / peft (2.13 / 5.24 / 0.21 when written), not the runs'
 2.5.1 / 4.49 / 0.14; transformers 5.x checkpoints inside the FSDP unit (``GradientCheckpointingLayer``),
@@ -128,9 +130,27 @@ def unsharded_during_backward(model: Any, seq: int) -> tuple[int, list[str]]:
     return seen["most"]  # type: ignore[no-any-return]
 
 
+def drop_hooks_when_fired() -> None:
+    """Remove each frozen unit's reshard-only hook as soon as it has fired (torch keeps it registered until
+    ``_finalize_params`` at the end of backward): the experiment that names what holds the extra."""
+    import torch.distributed.fsdp._runtime_utils as ru
+
+    fired = ru._post_backward_reshard_only_hook
+
+    def hook(state: Any, handle: Any, *unused: Any) -> None:
+        fired(state, handle, *unused)
+        kept = getattr(handle.flat_param, "_post_backward_hook_state", None)
+        if kept:
+            kept[-1].remove()
+
+    ru._post_backward_reshard_only_hook = hook
+
+
 def rank_main(rank: int, layers: int, args: argparse.Namespace, queue: Any) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(29500 + layers)
     dist.init_process_group("gloo", rank=rank, world_size=2)
+    if args.drop_hooks:
+        drop_hooks_when_fired()
     model = wrap(build(layers, args.full))
     result = unsharded_during_backward(model, args.seq) if args.units else peak_bytes(model, args.seq)
     if rank == 0:
@@ -144,6 +164,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--layers", default="2,4", help="two depths for the per-layer slope")
     ap.add_argument("--units", action="store_true", help="list the units unsharded at once in backward")
+    ap.add_argument("--drop-hooks", action="store_true", help="remove each reshard-only hook once fired")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)

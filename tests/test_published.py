@@ -32,17 +32,6 @@ def _bench() -> ModuleType:
 pub = _bench()
 FILES = sorted(pub.DATA.glob("*.yaml"))
 
-#: Multi-GPU records, posed through the distributed setup (bench/published.py `_multi_gpu`), per GPU.
-_ULT_FSDP = (
-    "universal-llm-trainer's Llama 3.1 70B LoRA under FSDP1 on 2 GPUs, posed as build.py:156-164 runs it "
-    "(FULL_SHARD, every Linear its own unit, CPUOffload(offload_params=True), fp16 units over bf16 shards, "
-    "no no_sync()): 24-25% under; its full fine-tuning rows are within 11% since offload_grad_shards, but "
-    "LoRA's trainable shards are a few MB, and what holds the other 15 GiB per GPU is not found. Session 9 "
-    "(bench/fsdp1_frozen_trace.py, torch 2.13 / transformers 5.24 on CPU): frozen units reshard in backward "
-    "(their hooks fire), but FSDP1 with frozen per-Linear units adds one b x s x h tensor per layer to the "
-    "step's peak (none under full fine-tuning), about 20 GiB at this shape; holder not identified and the "
-    "runs' 4.49 checkpoint order differs, so not modelled (docs/distributed.md#fsdp1-frozen-units-trace)"
-)
 #: universal-llm-trainer's loop (no autocast, its own loss, torch AdamW) is posed as it runs; Phi-3 mini QLoRA
 #: there still measures 19% above the estimate (fp32 stream; what holds the rest is not found in its code).
 _ULT_PHI3_QLORA = (
@@ -54,10 +43,6 @@ _ULT_PHI3_QLORA = (
 )
 #: Records more than 15% under their measured figure today, with the reason (each one must be fixed, or its
 #: record must name a setting the source leaves unstated, to leave this list).
-_PEFT_SHARDED = (
-    "posed as it ran (sharded QLoRA: no k-bit preparation, bf16 stream and adapters; TRL 58c0888): about "
-    "5 GiB per GPU that the runs held is not found in the code read; the figures' tool is not stated"
-)
 #: The Qwen team's README profile (qwen-finetune-profiling.yaml), posed as finetune.py and its scripts run.
 _QWEN_SHORT = (
     "Qwen-1 LoRA without DeepSpeed, bf16 under the Trainer's autocast: a shortfall of about 1.0-1.3 GiB "
@@ -126,21 +111,12 @@ KNOWN_UNDER: dict[str, str] = {
     "universal-llm-trainer/phi-3-mini-qlora-h100": _ULT_PHI3_QLORA,
     "universal-llm-trainer/phi-3-mini-qlora-rtx-pro-6000": _ULT_PHI3_QLORA,
     "universal-llm-trainer/phi-3-mini-qlora-a100": _ULT_PHI3_QLORA,
-    **{
-        f"universal-llm-trainer/{m}-2x{g}": _ULT_FSDP
-        for m in ("llama-3.1-70b-lora",)
-        for g in ("a100", "h100", "rtx-pro-6000")
-    },
-    "multigpu_peft/llama-2-70b-qlora-fsdp1-offload": _PEFT_SHARDED,
     "thudm-chatglm3-finetune/chatglm3-6b-sft-zero3-4gpu": _THUDM_SFT,
 }
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {
     "thudm-chatglm3-finetune": "15.3% median of three records: LoRA on one GPU +0.8%, the ZeRO-3 full "
     "fine-tuning on 4 GPUs 15.3% under (_THUDM_SFT), P-Tuning v2 56% over (posed at its 769-token cap)",
-    "multigpu_peft": "13.9% median: Llama-2-70B QLoRA on 2 GPUs posed as sharded QLoRA (bf16 stream) is "
-    "12-32% "
-    "under (FSDP1, ZeRO-3); figures in GB read by an unstated tool",
 }
 
 
