@@ -363,7 +363,7 @@ CkptReentrantO = Annotated[
         "--ckpt-reentrant/--no-ckpt-reentrant",
         help="--grad-ckpt with use_reentrant=True / False; changes the estimate with --bnb-keeps-input and "
         "under FSDP1 LoRA (frozen units keep recomputed layers) [default: the trainer's own; reentrant with "
-        "--bnb-keeps-input and --trainer hf]",
+        "--bnb-keeps-input, else not]",
         show_default=False,
     ),
 ]

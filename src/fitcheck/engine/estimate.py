@@ -681,10 +681,11 @@ def _frozen_unit_graphs(spec: ModelSpec, setup: LlmSetup, held: list[Component])
     its own checkpoint where the first layer's moment holds ``L`` checkpoints: ``(L - 1) / L`` of the
     checkpoints more. Traced on CPU (bench/fsdp1_frozen_trace.py): removing each hook as it fires takes the
     step back to the run without FSDP; full fine-tuning (no frozen unit) adds nothing
-    (docs/distributed.md#fsdp1-frozen-units-trace). Reentrant: ``ckpt_reentrant`` true, or unset under the
-    HF trainer (transformers 4.x ``gradient_checkpointing_enable``); non-reentrant checkpointing registers
-    the hook in the first forward, on tensors its graph keeps anyway."""
-    reentrant = setup.ckpt_reentrant is True or (setup.ckpt_reentrant is None and setup.trainer == "hf")
+    (docs/distributed.md#fsdp1-frozen-units-trace). Only with ``ckpt_reentrant`` true: non-reentrant
+    checkpointing registers the hook in the first forward, on tensors its graph keeps anyway, and today's
+    trainers default to it (transformers 5.24 ``_activation_checkpointing_enable``: ``use_reentrant``
+    False; 4.35-4.x defaulted to True, so runs of that time say so in their records)."""
+    reentrant = setup.ckpt_reentrant is True
     # the hook is registered for every frozen flat parameter, whatever the sharding strategy
     fsdp1 = (setup.strategy or "").startswith("fsdp") and setup.fsdp_version == 1
     if not fsdp1 or setup.method not in ("lora", "qlora") or not reentrant:
