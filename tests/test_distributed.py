@@ -416,3 +416,35 @@ def test_master_weights_under_sharding_are_not_an_amp_model(spec7b: ModelSpec, s
     assert master.device_bytes == plain.device_bytes
     ddp = est(spec7b, master_weights=True, strategy="ddp", trainer="hf", precision="bf16", grad_ckpt=False)
     assert parts(ddp, "forward")["autocast_weight_copies"] > 0
+
+
+def test_fsdp1_frozen_units_keep_recomputed_layers_until_backward_ends(spec7b: ModelSpec) -> None:
+    """FSDP1 with frozen units (LoRA: the base weights need no gradient) under reentrant checkpointing:
+    each frozen unit's reshard-only multi-grad hook, registered in the recompute and removed only when
+    backward ends, keeps that layer's recomputed graph, its detached checkpoint input and the gradient
+    accumulated into it; late in backward the peak holds (L - 1) / L of the checkpoints more than its first
+    layer's moment (traced: bench/fsdp1_frozen_trace.py; docs/distributed.md#fsdp1-frozen-units-trace).
+    Not under full fine-tuning (no frozen unit), FSDP2 or non-reentrant checkpointing (transformers 5.x's
+    default, so not when unset)."""
+    kw: dict[str, object] = {
+        "gpus": 2,
+        "strategy": "fsdp",
+        "seq_len": 8192,
+        "trainer": "hf",
+        "grad_ckpt": True,
+    }
+    lora = est(spec7b, fsdp_version=1, method="lora", ckpt_reentrant=True, **kw)
+    bwd = parts(lora, "backward")
+    layers = spec7b.arch.num_layers
+    assert bwd["frozen_unit_graphs"] == pytest.approx(bwd["checkpoints"] * (layers - 1) / layers, abs=1)
+    assert all("frozen_unit_graphs" not in parts(lora, p) for p in ("load", "forward", "optimizer_step"))
+    assert lora.peak_allocated_bytes >= bwd["frozen_unit_graphs"] + bwd["checkpoints"]
+    qlora = est(spec7b, fsdp_version=1, method="qlora", ckpt_reentrant=True, **kw)
+    assert "frozen_unit_graphs" in parts(qlora, "backward")
+    for other in (
+        est(spec7b, fsdp_version=1, method="full", ckpt_reentrant=True, **kw),
+        est(spec7b, fsdp_version=2, method="lora", ckpt_reentrant=True, **kw),
+        est(spec7b, fsdp_version=1, method="lora", ckpt_reentrant=False, **kw),
+        est(spec7b, fsdp_version=1, method="lora", **kw),  # unset: today's HF default is non-reentrant
+    ):
+        assert all("frozen_unit_graphs" not in parts(other, p.name) for p in other.phases)

@@ -366,8 +366,9 @@ CkptReentrantO = Annotated[
     bool | None,
     typer.Option(
         "--ckpt-reentrant/--no-ckpt-reentrant",
-        help="--grad-ckpt with use_reentrant=True / False; changes the estimate only with --bnb-keeps-input "
-        "[default: the trainer's own; reentrant with --bnb-keeps-input]",
+        help="--grad-ckpt with use_reentrant=True / False; changes the estimate with --bnb-keeps-input and "
+        "under FSDP1 LoRA (frozen units keep recomputed layers) [default: the trainer's own; reentrant with "
+        "--bnb-keeps-input, else not]",
         show_default=False,
     ),
 ]

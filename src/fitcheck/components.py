@@ -165,6 +165,12 @@ _ROWS = (
         "offload_grad_shards", "FSDP1 CPU offload: gradient shards kept on the GPU until backward ends",
         multi="fsdp-offload-grads",
     ),
+    _acts(
+        "frozen_unit_graphs",
+        "FSDP1 frozen units, reentrant checkpointing: each recomputed layer's input and its gradient kept "
+        "until backward ends",
+        multi="fsdp1-frozen-units-trace",
+    ),
     _overhead("nccl_communicators", "NCCL communicator memory", multi="nccl", outside_allocator=True),
     _acts("output_copy", "device-map: the model's output copied back to the first GPU", multi="device-map"),
     _weights("model_load", "host: the model read into CPU RAM while loading", multi="loading"),

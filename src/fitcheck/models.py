@@ -272,9 +272,12 @@ class LlmSetup(SetupBase):
     )
     ckpt_reentrant: bool | None = Field(
         default=None,
-        description="gradient checkpointing with use_reentrant=True; None: the trainer's own. Only changes "
-        "an estimate with bnb_keeps_input, whose stacks (transformers 4.x, torch <= 2.3) ran reentrant by "
-        "default; non-reentrant checkpointing cannot drop what MatMul4Bit keeps outside save_for_backward",
+        description="gradient checkpointing with use_reentrant=True; None: the trainer's own. Changes an "
+        "estimate with bnb_keeps_input, whose stacks (transformers 4.x, torch <= 2.3) ran reentrant by "
+        "default (non-reentrant checkpointing cannot drop what MatMul4Bit keeps outside save_for_backward), "
+        "and under FSDP1 with LoRA / QLoRA, where reentrant recomputes (true only; None: not, transformers "
+        "5.x's default) leave FSDP's reshard-only hooks keeping each layer's input and gradient to the end "
+        "of backward",
     )
     autocast: bool | None = Field(
         default=None,

@@ -658,7 +658,8 @@ def _layer_peaks(
             "the last layer recomputed from its checkpoint while every checkpoint is held",
         )
         fwd, bwd = _with_lora_transient(spec, setup, regime, fwd, bwd)
-        return LayerPeaks([*held, fwd] if fwd.bytes else [], [*held, bwd], layer_bwd)
+        kept = _frozen_unit_graphs(spec, setup, held)
+        return LayerPeaks([*held, fwd] if fwd.bytes else [], [*held, bwd, *kept], layer_bwd)
     if not ep.backward:
         return LayerPeaks([], [], 0.0)
     mlp_last = T * (dense.total(s) - act.attention_part(dense) - s * dense.scores)
@@ -673,6 +674,35 @@ def _layer_peaks(
         "eager: the last layer's softmax backward (its MLP already freed)",
     )
     return LayerPeaks([*held, fwd] if fwd.bytes else [], [*held, bwd] if bwd.bytes else [], layer_bwd)
+
+
+def _frozen_unit_graphs(spec: ModelSpec, setup: LlmSetup, held: list[Component]) -> list[Component]:
+    """FSDP1 with frozen units (LoRA / QLoRA: the base weights' flat parameters need no gradient) under
+    reentrant checkpointing: a frozen unit reshards through a multi-grad hook on its inputs
+    (torch/distributed/fsdp/_runtime_utils.py ``_register_post_backward_reshard_only_hook``), which in a
+    checkpointed layer is registered in the recompute, on the recomputed tensors, and removed only by
+    ``_finalize_params`` when backward ends. Until then it keeps that layer's recomputed graph, and with it
+    the detached checkpoint input (its storage) and the gradient accumulated into it: two layer inputs per
+    layer already backpropagated. When the last layer recomputes, that is ``(L - 1) x 2`` layer inputs and
+    its own checkpoint where the first layer's moment holds ``L`` checkpoints: ``(L - 1) / L`` of the
+    checkpoints more. Traced on CPU (bench/fsdp1_frozen_trace.py): removing each hook as it fires takes the
+    step back to the run without FSDP; full fine-tuning (no frozen unit) adds nothing
+    (docs/distributed.md#fsdp1-frozen-units-trace). Only with ``ckpt_reentrant`` true: non-reentrant
+    checkpointing registers the hook in the first forward, on tensors its graph keeps anyway, and today's
+    trainers default to it (transformers 5.24 ``_activation_checkpointing_enable``: ``use_reentrant``
+    False; 4.35-4.x defaulted to True, so runs of that time say so in their records)."""
+    reentrant = setup.ckpt_reentrant is True
+    # the hook is registered for every frozen flat parameter, whatever the sharding strategy
+    fsdp1 = (setup.strategy or "").startswith("fsdp") and setup.fsdp_version == 1
+    if not fsdp1 or setup.method not in ("lora", "qlora") or not reentrant:
+        return []
+    ckpt = sum(c.bytes for c in held if c.name == "checkpoints")
+    layers = spec.arch.num_layers
+    rule = (
+        f"({layers} - 1) / {layers} of the checkpoints: recomputed layers' inputs and their gradients, "
+        "kept by FSDP1's reshard-only hooks on frozen units until backward ends"
+    )
+    return [_c("frozen_unit_graphs", ckpt * (layers - 1) / layers, rule)]
 
 
 def _with_lora_transient(
