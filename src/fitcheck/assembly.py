@@ -39,7 +39,7 @@ def assemble(
     params: ParamCounts,
     phases: Sequence[Phase],
     steady_bytes: int,
-    rounding_bytes: int,
+    live_tensors: int,
     target_context: int | None,
     thumb: Thumb | None = None,
     warnings: tuple[str, ...] = (),
@@ -49,12 +49,11 @@ def assemble(
     Args:
         steady_bytes: bytes alive through the whole step (model states and gradients); what the peak
             holds beyond them is short-lived and fragments the caching allocator.
-        rounding_bytes: what the allocator's rounding adds to the tensors alive through the step
-            (engine/overhead.py `rounding_slack`).
+        live_tensors: tensors alive at the peak (each loses about 1 MiB to the allocator's rounding).
         target_context: the target GPU's context bytes, when one is known.
     """
     peak = max(phases, key=lambda p: p.total_bytes)
-    reserve = reserve_bytes(setup.backend, rounding_bytes, max(0, peak.total_bytes - steady_bytes))
+    reserve = reserve_bytes(setup.backend, live_tensors, max(0, peak.total_bytes - steady_bytes))
     context = context_bytes(setup.backend, target_context)
     return Estimate(
         model=model,
@@ -76,7 +75,7 @@ def assemble(
     )
 
 
-def reassemble(est: Estimate, phases: Sequence[Phase], steady_bytes: int, rounding_bytes: int) -> Estimate:
+def reassemble(est: Estimate, phases: Sequence[Phase], steady_bytes: int, live_tensors: int) -> Estimate:
     """``est`` with other phases (one GPU's share of a multi-GPU run), through the same assembly: peak,
     reserve, context, device bytes and band are recomputed; model, setup, regime and notes are kept."""
     return assemble(
@@ -88,7 +87,7 @@ def reassemble(est: Estimate, phases: Sequence[Phase], steady_bytes: int, roundi
         params=est.params,
         phases=phases,
         steady_bytes=steady_bytes,
-        rounding_bytes=rounding_bytes,
+        live_tensors=live_tensors,
         target_context=est.context_bytes,
         thumb=est.thumb,
         warnings=est.warnings,

@@ -141,14 +141,14 @@ def estimate_diffusion(
         params=params,
         phases=(forward, backward, opt_step),
         steady_bytes=steady,
-        rounding_bytes=step.rounding,
+        live_tensors=step.tensors,
         target_context=target_context,
         warnings=_warnings(spec, setup),
     )
     if setup.distributed:
         from fitcheck.engine.distributed import data_parallel_only
 
-        est = data_parallel_only(est, setup, step.rounding, f"kohya sd-scripts ({spec.name})")
+        est = data_parallel_only(est, setup, step.tensors, f"kohya sd-scripts ({spec.name})")
     return est
 
 

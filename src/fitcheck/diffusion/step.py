@@ -22,8 +22,8 @@ from fitcheck.diffusion.sim.core import BYTES, Sim, T, simulating
 from fitcheck.diffusion.sim.line import Lin, Line, LineSim, NotLinear
 from fitcheck.diffusion.sim.nn import Conv2d, Linear, Module, lora_targets
 from fitcheck.diffusion.spec import DiffusionSpec
-from fitcheck.engine.overhead import rounding_slack
 from fitcheck.models import DiffusionSetup
+from fitcheck.units import MIB
 
 #: kohya's LoRA targets: the module classes each network module wraps (networks/lora.py,
 #: lora_flux.py, lora_sd3.py ``*_TARGET_REPLACE_MODULE``); conv LoRA adds the 3x3 classes.
@@ -49,8 +49,7 @@ class StepResult:
     trainable_shapes: dict[str, list[tuple[int, ...]]] = field(default_factory=dict)
     adapter_shapes: list[tuple[int, ...]] = field(default_factory=list)
     flops_forward: int = 0
-    #: what the caching allocator's rounding adds to the long-lived tensors (engine/overhead.py)
-    rounding: int = 0
+    tensors: int = 0
     notes: list[str] = field(default_factory=list)
 
 
@@ -187,7 +186,7 @@ class _Prepared:
     mods: dict[str, Module]
     trainable: dict[str, list[tuple[int, ...]]]
     adapters: list[tuple[int, ...]]
-    rounding: int
+    tensors: int
 
 
 @dataclass
@@ -228,7 +227,7 @@ def _line_at(spec_json: str, family: tuple[tuple[str, Any], ...], lo: int, b: in
         trainable_shapes=sl.parts.trainable,
         adapter_shapes=sl.parts.adapters,
         flops_forward=flops // max(1, b),
-        rounding=sl.parts.rounding,
+        tensors=sl.parts.tensors,
     )
 
 
@@ -243,7 +242,7 @@ def _prepare(spec: DiffusionSpec, setup: DiffusionSetup) -> _Prepared:
         out.adapters += _apply(m, pl, setup, classes)
         if pl.train == "full":
             out.trainable[pl.name] = [p.shape for _, p in m.named_params() if p.trainable]
-        out.rounding += _rounding_bytes(m)
+        out.tensors += _large_tensors(m)
         out.mods[pl.name] = m
     return out
 
@@ -263,7 +262,7 @@ def _run(spec: DiffusionSpec, setup: DiffusionSetup) -> StepResult:
         trainable_shapes=parts.trainable,
         adapter_shapes=parts.adapters,
         flops_forward=flops // max(1, b),
-        rounding=parts.rounding,
+        tensors=parts.tensors,
     )
 
 
@@ -314,13 +313,13 @@ def _tree(class_name: str, config_json: str) -> Module:
     return build(class_name, json.loads(config_json))
 
 
-def _rounding_bytes(m: Module) -> int:
-    """What the caching allocator's rounding adds to the part's long-lived tensors (engine/overhead.py
-    `rounding_slack`): weights, and for trained ones their gradient and optimizer states (counted as two
-    more of the parameter's size)."""
+def _large_tensors(m: Module) -> int:
+    """Tensors the caching allocator rounds up (over 1 MiB): weights, and for trained ones their
+    gradient and optimizer states (counted as two more)."""
     n = 0
     for _, p in m.named_params():
-        n += (3 if p.trainable else 1) * rounding_slack(p.numel * BYTES[p.dtype])
+        if p.numel * BYTES[p.dtype] >= MIB:
+            n += 3 if p.trainable else 1
     return n
 
 

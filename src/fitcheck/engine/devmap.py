@@ -339,7 +339,7 @@ def split(
     ms: dict[str, Component],
     sv: Saved,
     est: Estimate,
-    rounding: int,
+    tensors: int,
     out_bytes: int,
 ) -> Estimate:
     """The per-GPU estimates of a device-map run; the returned estimate is the bottleneck GPU's, with
@@ -350,8 +350,8 @@ def split(
     for s in shares(lay, spec, setup):
         phases = gpu_phases(ms, sv, setup, lay, s, out_bytes, est.phase("load"))
         steady = sum(_state(ms[k], s).bytes for k in STEADY if k in ms)
-        # the rounding of the tensors alive on this GPU: its layers' share
-        per.append((reassemble(est, phases, steady, round(rounding * s.layers)), s))
+        # tensors alive on this GPU: its layers' share (the allocator rounds each up)
+        per.append((reassemble(est, phases, steady, max(1, round(tensors * s.layers))), s))
     k = max(range(len(per)), key=lambda i: per[i][0].device_bytes)
     return _result(setup, lay, per, per[k][0], k)
 

@@ -805,23 +805,22 @@ def _phases(est: Estimate, plan: Plan, extra: list[Component]) -> tuple[Phase, .
 
 
 def _reassemble(
-    est: Estimate, phases: tuple[Phase, ...], steady: int, rounding: int, **extra: object
+    est: Estimate, phases: tuple[Phase, ...], steady: int, tensors: int, **extra: object
 ) -> Estimate:
     """The per-GPU estimate through the one assembly (peak, reserve, context, device), then the
     multi-GPU fields."""
-    out = reassemble(est, phases, steady, rounding)
+    out = reassemble(est, phases, steady, tensors)
     return out.model_copy(update=extra)
 
 
-def distribute(spec: ModelSpec, setup: LlmSetup, est: Estimate, rounding: int) -> Estimate:
+def distribute(spec: ModelSpec, setup: LlmSetup, est: Estimate, tensors: int) -> Estimate:
     """Turn the single-GPU estimate into the per-GPU one of ``setup``'s strategy, with host memory.
 
     Args:
         spec: the model.
         setup: the run, with its strategy, offload, GPUs per node and nodes.
         est: the single-GPU estimate of the same setup (activations, states of one replica).
-        rounding: what the allocator's rounding adds to the live tensors per rank, for the allocator
-            reserve (engine/overhead.py `rounding_slack`).
+        tensors: live tensors per rank, for the allocator reserve (engine/overhead.py).
     """
     check(setup)
     s = setup.effective_strategy
@@ -865,7 +864,7 @@ def distribute(spec: ModelSpec, setup: LlmSetup, est: Estimate, rounding: int) -
         est,
         phases,
         persistent,
-        rounding,
+        tensors,
         world_size=setup.world_size,
         distributed=dist,
         host_phases=(load, train),
@@ -895,7 +894,7 @@ def _notes(setup: LlmSetup, sh: Shares) -> list[str]:
     return out
 
 
-def data_parallel_only(est: Estimate, setup: SetupBase, rounding: int, what: str) -> Estimate:
+def data_parallel_only(est: Estimate, setup: SetupBase, tensors: int, what: str) -> Estimate:
     """Per GPU of a plain data-parallel run of an estimate this module cannot re-deal (diffusion).
 
     kohya sd-scripts runs several GPUs through ``accelerate launch`` with DDP: every rank keeps the
@@ -934,7 +933,7 @@ def data_parallel_only(est: Estimate, setup: SetupBase, rounding: int, what: str
         est,
         phases,
         persistent,
-        rounding,
+        tensors,
         world_size=setup.world_size,
         distributed=dist,
         host_phases=host,

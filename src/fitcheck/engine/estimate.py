@@ -28,7 +28,7 @@ from fitcheck.engine.lora import (
     validate_targets,
     validate_train_modules,
 )
-from fitcheck.engine.overhead import rounding_slack
+from fitcheck.engine.overhead import SMALL_REQUEST
 from fitcheck.engine.params import Linear, inventory, layer_kinds, layer_linears
 from fitcheck.engine.regimes import kbit_base, kbit_path, kbit_prep, model_as_trained, regime_for
 from fitcheck.engine.thumb import thumb
@@ -150,32 +150,30 @@ def _check_in_backward(setup: LlmSetup) -> None:
         raise OptionError("--optimizer-in-backward is modelled on one GPU only")
 
 
-def _rounding_bytes(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> int:
-    """Bytes the caching allocator's rounding adds to the tensors alive through the step (the sum of
-    engine/overhead.py `rounding_slack` over them): the base weights (embedding, head, every layer's
-    projections); for full fine-tuning each with its gradient and two optimizer states (and its fp32
-    master copy when the regime keeps one), else every trainable tensor of every layer with its
-    gradient and two states."""
+def _tensor_count(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> int:
+    """Live tensors the caching allocator serves from its large pool at the peak (each loses about
+    1 MiB to its 2 MiB rounding; engine/overhead.py ``SMALL_REQUEST``: a request of at most 1 MiB comes
+    from the small pool and loses next to nothing). The base weights (embedding, head, every layer's
+    projections); for full fine-tuning each with its gradient and two optimizer states, else every
+    trainable tensor of every layer with its gradient and two states."""
     a = spec.arch
-    per_layer = [_frozen_bytes(a, setup, regime, lin) for lin in layer_linears(a, a.is_moe)]
-    table = a.vocab_size * a.hidden_size
-    weights = [(b, a.num_layers) for b in per_layer] + [(table * DTYPE_BYTES[regime.weight_dtype], 2)]
+    per_layer = sum(_large(_frozen_bytes(a, setup, regime, lin)) for lin in layer_linears(a, a.is_moe))
+    base = a.num_layers * per_layer + 2 * _large(
+        a.vocab_size * a.hidden_size * DTYPE_BYTES[regime.weight_dtype]
+    )
     if setup.method == "full":
-        grad, state = DTYPE_BYTES[regime.grad_dtype], _state_bytes(regime, regime.trainable_dtype)
-        master = DTYPE_BYTES["fp32"] if regime.master_weights else 0
-        per_elem = [DTYPE_BYTES[regime.weight_dtype], grad, state, state] + ([master] if master else [])
-        elems = [(_numel(lin), a.num_layers) for lin in layer_linears(a, a.is_moe)] + [(table, 2)]
-        return sum(k * rounding_slack(n * e) for n, k in elems for e in per_elem)
-    out = sum(k * rounding_slack(b) for b, k in weights)
+        return base * 4  # weights, gradients, two optimizer states
+    out = base
     grad, state = DTYPE_BYTES[regime.adapter_dtype], _state_bytes(regime, regime.adapter_dtype)
     for rows, cols, k in states.trainable_shapes(a, setup):
         n = rows * cols
-        out += k * (2 * rounding_slack(n * grad) + 2 * rounding_slack(n * state))
+        out += k * (_large(n * grad) * 2 + 2 * _large(n * state))
     return out
 
 
-def _numel(lin: Linear) -> int:
-    return lin.d_in * lin.d_out
+def _large(nbytes: float) -> int:
+    """1 when a tensor of ``nbytes`` comes from the allocator's large pool."""
+    return int(nbytes > SMALL_REQUEST)
 
 
 def _frozen_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, lin: Linear) -> float:
@@ -583,7 +581,7 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
     )
     c = states.counts(spec.arch, setup)
     inv = inventory(spec.arch)
-    rounding = _rounding_bytes(spec, setup, regime)
+    tensors = _tensor_count(spec, setup, regime)
     params = ParamCounts(
         total=c.total,
         trainable=c.trainable,
@@ -602,7 +600,7 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
         params=params,
         phases=phases,
         steady_bytes=sum(ms[k].bytes for k in STEADY if k in ms),
-        rounding_bytes=rounding,
+        live_tensors=tensors,
         target_context=target_context,
         thumb=thumb(c.base, setup),
         warnings=_warnings(spec, setup, c.base),
@@ -613,11 +611,11 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
         shape = tasks.task_shape(spec.arch, setup)
         gamma = act.context(setup, regime).gamma
         out = loss.output_logits_bytes(setup, regime, shape.logit_rows, shape.logit_width, gamma)
-        return devmap.split(spec, setup, regime, ms, sv, est, rounding, out)
+        return devmap.split(spec, setup, regime, ms, sv, est, tensors, out)
     if setup.distributed:
         from fitcheck.engine.distributed import distribute
 
-        est = distribute(spec, setup, est, rounding)
+        est = distribute(spec, setup, est, tensors)
     return est
 
 

@@ -13,8 +13,12 @@ from fitcheck.units import MIB
 
 # Context per process when the GPU is not in the catalog (the catalog holds one per generation):
 # the one table of defaults is fitcheck.facts.context.
+#: The caching allocator rounds large blocks up to 2 MiB (``kRoundLarge``, facts/allocator.py): on average
+#: half of it, 1 MiB, lost per large live tensor.
+ROUNDING_PER_TENSOR = allocator.ROUND_LARGE // 2
 #: c10/cuda/CUDACachingAllocator.cpp ``kSmallSize``: a request of at most 1 MiB is served from the small
-#: pool (2 MiB segments shared by many blocks, 512-byte rounding).
+#: pool (2 MiB segments shared by many blocks, 512-byte rounding), so only larger tensors count for the
+#: rounding above (the engine's tensor count, engine/estimate.py ``_tensor_count``).
 SMALL_REQUEST = allocator.SMALL_SIZE
 #: Short-lived blocks fragment the cache: measured reserved/allocated 1.07-1.49 (fitcheck-llm, T4);
 #: Megatron adds 5%. Applied to activations and transients only (weights are allocated once).
@@ -28,25 +32,8 @@ def context_bytes(backend: str, target_context: int | None = None) -> int:
     return DEFAULT_CONTEXT_MIB[backend] * MIB
 
 
-def rounding_slack(nbytes: float) -> int:
-    """Bytes the caching allocator reserves beyond one long-lived tensor of ``nbytes`` when it is
-    allocated alone (c10/cuda/CUDACachingAllocator.cpp at 001074d): every request is rounded up to 512 B
-    (``round_size``, ``kMinBlockSize``); one over 1 MiB and under 10 MiB (``kMinLargeAlloc``) is cut from a
-    20 MiB ``kLargeBuffer`` segment that the next such requests share (``get_allocation_size``), so it
-    loses only the 512 B rounding, as does a small-pool request (2 MiB ``kSmallBuffer`` segments); one of
-    10 MiB or more gets its own segment rounded up to 2 MiB (``kRoundLarge``), and what is left over stays
-    reserved (split off as a free block when over 1 MiB, ``should_split``, else inside the block).
-    Zero for the power-of-two shaped weights of most LLMs (4096 x 4096 x 2 B is 32 MiB)."""
-    size = -(-int(nbytes) // allocator.MIN_BLOCK) * allocator.MIN_BLOCK
-    if size < allocator.MIN_LARGE_ALLOC:
-        return size - int(nbytes)
-    segment = -(-size // allocator.ROUND_LARGE) * allocator.ROUND_LARGE
-    return segment - int(nbytes)
-
-
-def reserve_bytes(backend: str, rounding: int, transient_bytes: int) -> int:
-    """What the caching allocator holds beyond the allocated peak: the rounding of the long-lived
-    tensors (the sum of their `rounding_slack`) and the fragmentation of the short-lived ones."""
+def reserve_bytes(backend: str, live_tensors: int, transient_bytes: int) -> int:
+    """What the caching allocator holds beyond the allocated peak."""
     if backend not in allocator.BACKENDS:
         return 0
-    return rounding + int(FRAGMENTATION * transient_bytes)
+    return live_tensors * ROUNDING_PER_TENSOR + int(FRAGMENTATION * transient_bytes)
