@@ -16,7 +16,7 @@ and its second step's allocations and frees are replayed through bench/swift_los
 caching allocator (best fit, split and merge within segments, no release), beside the engine's figures for
 the record as bench/published.py poses it.
 
-    PYTHONPATH=src python bench/ult_qlora_replay.py                       # the six rows below, ~2 min
+    PYTHONPATH=src python bench/ult_qlora_replay.py                       # the eight rows below, ~3 min
     PYTHONPATH=src python bench/ult_qlora_replay.py phi-3-mini-qlora-a100
 """
 
@@ -62,7 +62,8 @@ _LLAMA = {
     "hidden_act": "silu",
 }
 #: Shapes of the models the rows load (config.json of microsoft/Phi-3-mini-128k-instruct,
-#: meta-llama/Llama-3.1-8B-Instruct, meta-llama/Llama-2-13b-hf; the presets' numbers) and LoRA targets.
+#: meta-llama/Llama-3.1-8B-Instruct, meta-llama/Llama-2-13b-hf, google/gemma-7b; the presets' numbers)
+#: and the LoRA targets.
 SHAPES: dict[str, tuple[dict[str, Any], list[str]]] = {
     "phi-3-mini": (_PHI3, ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]),
     "llama-3.1-8b": (
@@ -90,8 +91,28 @@ SHAPES: dict[str, tuple[dict[str, Any], list[str]]] = {
         },
         ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     ),
+    "gemma-7b": (
+        {
+            **_LLAMA,
+            "model_type": "gemma",
+            "hidden_size": 3072,
+            "intermediate_size": 24576,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 16,
+            "head_dim": 256,
+            "num_hidden_layers": 28,
+            "vocab_size": 256000,
+            "max_position_embeddings": 8192,
+            "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": True,
+            "hidden_act": "gelu_pytorch_tanh",
+            "hidden_activation": "gelu_pytorch_tanh",
+        },
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    ),
 }
-ROWS = [f"{m}-{k}-a100" for m in ("phi-3-mini", "llama-3.1-8b", "llama-2-13b") for k in ("qlora", "lora")]
+_MODELS = ("phi-3-mini", "llama-3.1-8b", "llama-2-13b", "gemma-7b")
+ROWS = [f"{m}-{k}-a100" for m in _MODELS for k in ("qlora", "lora")]
 
 
 def _quantize(model: nn.Module) -> None:
