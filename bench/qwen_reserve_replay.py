@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,10 +69,6 @@ def qwen2_shaped(q: dict[str, Any]) -> dict[str, Any]:
 def replay(row: str) -> tuple[int, int, Any]:
     """(traced peak allocated, replayed peak reserved, the engine's score) of one row."""
     import reserve_evidence
-    import swift_loss
-
-    import fitcheck.measure.tracker as tracker_mod
-    from fitcheck.measure.trace import trace_step
 
     rec = next(r for r in pub.corpus()[SOURCE][1] if r.id == row)
     posed = pub.pose(rec)
@@ -84,22 +79,8 @@ def replay(row: str) -> tuple[int, int, Any]:
     setup = setup.model_copy(
         update={"lora_targets": "all-linear", "attn": "sdpa", "optimizer_impl": "foreach"}
     )
-    made: list[Any] = []
-
-    @dataclass
-    class Recording(tracker_mod.Tracker):  # type: ignore[misc,name-defined]
-        def __post_init__(self) -> None:
-            made.append(self)
-
-    original = tracker_mod.Tracker
-    tracker_mod.Tracker = Recording  # type: ignore[misc]
-    try:
-        trace_step(cfg, setup, steps=3)
-    finally:
-        tracker_mod.Tracker = original  # type: ignore[misc]
-    alloc = swift_loss.replay([reserve_evidence.step_events(made[-1].log)])
-    score = pub.score(rec)
-    return alloc.peak_allocated, alloc.peak_reserved, score
+    alloc = reserve_evidence.traced_replay(cfg, setup)
+    return alloc.peak_allocated, alloc.peak_reserved, pub.score(rec)
 
 
 def main() -> None:

@@ -281,9 +281,9 @@ def step_events(log: list[Any]) -> list[tuple[str, int, int]]:
     return [e for _, e in sorted(timed)]
 
 
-def replayed(key: str) -> tuple[int, int]:
-    """(peak allocated, peak reserved) of a record's run traced for three steps and replayed through the
-    allocator model."""
+def traced_replay(hf_config: dict[str, Any], setup: Any, steps: int = 3) -> Any:
+    """A step traced ``steps`` times on fake tensors, its last step's allocations and frees replayed
+    through the allocator model (bench/swift_loss.py ``replay``): the allocator it leaves."""
     from dataclasses import dataclass as _dc
 
     import swift_loss
@@ -291,10 +291,6 @@ def replayed(key: str) -> tuple[int, int]:
     import fitcheck.measure.tracker as tracker_mod
     from fitcheck.measure.trace import trace_step
 
-    rec = next(r for _, recs in pub.corpus().values() for r in recs if r.key == key)
-    posed = pub.pose(rec)
-    assert not isinstance(posed, str), posed
-    spec, setup, _ = posed
     made: list[Any] = []
 
     @_dc
@@ -305,10 +301,20 @@ def replayed(key: str) -> tuple[int, int]:
     original = tracker_mod.Tracker
     tracker_mod.Tracker = Recording  # type: ignore[misc]
     try:
-        trace_step(spec.hf_config or {}, setup, steps=3)
+        trace_step(hf_config, setup, steps=steps)
     finally:
         tracker_mod.Tracker = original  # type: ignore[misc]
-    alloc = swift_loss.replay([step_events(made[-1].log)])
+    return swift_loss.replay([step_events(made[-1].log)])
+
+
+def replayed(key: str) -> tuple[int, int]:
+    """(peak allocated, peak reserved) of a record's run traced for three steps and replayed through the
+    allocator model."""
+    rec = next(r for _, recs in pub.corpus().values() for r in recs if r.key == key)
+    posed = pub.pose(rec)
+    assert not isinstance(posed, str), posed
+    spec, setup, _ = posed
+    alloc = traced_replay(spec.hf_config or {}, setup)
     return alloc.peak_allocated, alloc.peak_reserved
 
 
