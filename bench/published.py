@@ -96,6 +96,7 @@ _DIRECT = (
     "prefix_projection",
     "prefix_hidden",
     "lengths",
+    "target_len",
 )
 #: Optimizers the sources name that fitcheck models under another name (same bytes per state).
 _OPTIMIZER_ALIASES: dict[str, tuple[str, str]] = {

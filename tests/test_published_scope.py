@@ -46,3 +46,16 @@ def test_a_zero_stage_on_one_gpu_is_posed() -> None:
     _spec, setup, notes = pub.pose(rec)
     assert setup.strategy == "zero3" and setup.gpus == 1
     assert notes[0].startswith("1 GPU, zero3")
+
+
+def test_a_records_target_length_reaches_the_setup() -> None:
+    """A seq2seq record's label length is posed as stated (bench/published.py _DIRECT), not left to the
+    setup's default (the decoder side as long as the encoder's)."""
+    import dataclasses
+
+    _src, recs = pub.load_source(pub.DATA / "qwen-finetune-profiling.yaml")
+    rec = next(r for r in recs if r.id == "qwen-7b-lora-s256")
+    _spec, setup, _notes = pub.pose(dataclasses.replace(rec, setup={**rec.setup, "target_len": 16}))
+    assert setup.target_len == 16
+    _spec, plain, _notes = pub.pose(rec)
+    assert plain.target_len is None
