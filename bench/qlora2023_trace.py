@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -287,6 +288,26 @@ def main() -> None:
         _replays(args)
         return
     rows = []
+    for layers, b, cfg, setup in _grid(args):
+        m = trace(cfg, setup, reentrant=not args.non_reentrant, holds=not args.bnb_fixed)
+        est = engine(cfg, setup)
+        meas = phase_peaks(m)
+        rows.append((layers, b, meas, est))
+        for name in ("forward", "backward"):
+            err = 100 * (est[name] - meas[name]) / meas[name]
+            head = f"L={layers} b={b} {name:9s}"
+            print(f"{head} measured {meas[name]:>12,} estimate {est[name]:>12,} {err:+.1f}%")
+        if args.top:
+            for p in m.phases:
+                if p.name in ("forward", "backward"):
+                    print(f"  {p.name} breakdown {p.breakdown}")
+                    for t in p.top_tensors[:8]:
+                        print(f"    {t.bytes:>10,} {t.dtype} {t.shape} {t.op} {t.module} {t.created_in}")
+    _slopes(rows, args.seq)
+
+
+def _grid(args: argparse.Namespace) -> Iterator[tuple[int, int, dict[str, Any], Any]]:
+    """(layers, batch, config, setup) at every grid point the arguments name."""
     for layers in args.layers:
         for b in args.batch:
             cfg = {**SHAPES[args.shape], "num_hidden_layers": layers}
@@ -295,45 +316,22 @@ def main() -> None:
             setup = qlora_setup(
                 b, args.seq, bnb_keeps_input=not args.bnb_fixed, ckpt_reentrant=not args.non_reentrant
             )
-            m = trace(cfg, setup, reentrant=not args.non_reentrant, holds=not args.bnb_fixed)
-            est = engine(cfg, setup)
-            meas = phase_peaks(m)
-            rows.append((layers, b, meas, est))
-            for name in ("forward", "backward"):
-                err = 100 * (est[name] - meas[name]) / meas[name]
-                head = f"L={layers} b={b} {name:9s}"
-                print(f"{head} measured {meas[name]:>12,} estimate {est[name]:>12,} {err:+.1f}%")
-            if args.top:
-                for p in m.phases:
-                    if p.name in ("forward", "backward"):
-                        print(f"  {p.name} breakdown {p.breakdown}")
-                        for t in p.top_tensors[:8]:
-                            print(f"    {t.bytes:>10,} {t.dtype} {t.shape} {t.op} {t.module} {t.created_in}")
-    _slopes(rows, args.seq)
+            yield layers, b, cfg, setup
 
 
 def _replays(args: argparse.Namespace) -> None:
     """Traced peak allocated, replayed reserved and the engine's reserved, each grid point (decimal GB)."""
     gb = 1e9
-    for layers in args.layers:
-        for b in args.batch:
-            cfg = {**SHAPES[args.shape], "num_hidden_layers": layers}
-            if args.shape == "small":
-                cfg["vocab_size"] = args.vocab
-            setup = qlora_setup(
-                b, args.seq, bnb_keeps_input=not args.bnb_fixed, ckpt_reentrant=not args.non_reentrant
-            )
-            _, base, events = step_events(
-                cfg, setup, reentrant=not args.non_reentrant, holds=not args.bnb_fixed
-            )
-            alloc = replay(base, events, args.replay)
-            est_alloc, est_reserved = engine_reserved(cfg, setup)
-            print(
-                f"L={layers} b={b} s={args.seq}: replayed allocated {alloc.peak_allocated / gb:.2f} reserved "
-                f"{alloc.peak_reserved / gb:.2f} (+{(alloc.peak_reserved - alloc.peak_allocated) / gb:.2f}); "
-                f"engine allocated {est_alloc / gb:.2f} reserved {est_reserved / gb:.2f} "
-                f"(+{(est_reserved - est_alloc) / gb:.2f})"
-            )
+    for layers, b, cfg, setup in _grid(args):
+        _, base, events = step_events(cfg, setup, reentrant=not args.non_reentrant, holds=not args.bnb_fixed)
+        alloc = replay(base, events, args.replay)
+        est_alloc, est_reserved = engine_reserved(cfg, setup)
+        print(
+            f"L={layers} b={b} s={args.seq}: replayed allocated {alloc.peak_allocated / gb:.2f} reserved "
+            f"{alloc.peak_reserved / gb:.2f} (+{(alloc.peak_reserved - alloc.peak_allocated) / gb:.2f}); "
+            f"engine allocated {est_alloc / gb:.2f} reserved {est_reserved / gb:.2f} "
+            f"(+{(est_reserved - est_alloc) / gb:.2f})"
+        )
 
 
 def _slopes(rows: list[tuple[int, int, dict[str, int], dict[str, int]]], seq: int) -> None:

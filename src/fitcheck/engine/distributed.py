@@ -19,6 +19,7 @@ from typing import Literal
 from fitcheck.assembly import phase, reassemble
 from fitcheck.engine.fsdp_embedding import Held, UnitSizes, embedding_units
 from fitcheck.engine.params import inventory, layer_linears
+from fitcheck.engine.states import quantized_base
 from fitcheck.errors import OptionError
 from fitcheck.facts.deepspeed import ZERO_DEFAULTS
 from fitcheck.facts.dtypes import nbytes
@@ -370,7 +371,7 @@ def _zero3_unpartitioned(setup: LlmSetup, sh: Shares) -> list[Component] | None:
     ``Init(module=...)`` partitions it one parameter at a time (parameter_offload.py
     ``_convert_to_zero_parameters``). So loading peaks at every parameter as stored, adapters in the
     compute dtype, on each GPU (docs/distributed.md#zero3-no-init)."""
-    if setup.method != "qlora" and setup.base_quant == "none":
+    if not quantized_base(setup):
         return None
     whole = sh.trainable * sh.compute_b + sh.frozen_bytes
     rule = "quantized base without zero.Init: the whole model on each GPU before ZeRO-3 partitions it"

@@ -691,10 +691,12 @@ def _frozen_unit_graphs(spec: ModelSpec, setup: LlmSetup, held: list[Component])
     checkpointing registers the hook in the first forward, on tensors its graph keeps anyway, and today's
     trainers default to it (transformers 5.24 ``_activation_checkpointing_enable``: ``use_reentrant``
     False; 4.35-4.x defaulted to True, so runs of that time say so in their records)."""
-    reentrant = setup.ckpt_reentrant is True
+    from fitcheck.engine.distributed import STRATEGY_FACTS
+
     # the hook is registered for every frozen flat parameter, whatever the sharding strategy
-    fsdp1 = (setup.strategy or "").startswith("fsdp") and setup.fsdp_version == 1
-    if not fsdp1 or setup.method not in ("lora", "qlora") or not reentrant:
+    fsdp = setup.strategy is not None and STRATEGY_FACTS[setup.strategy].engine == "fsdp"
+    lora = setup.method in ("lora", "qlora")
+    if not (fsdp and setup.fsdp_version == 1 and lora and setup.ckpt_reentrant is True):
         return []
     ckpt = sum(c.bytes for c in held if c.name == "checkpoints")
     layers = spec.arch.num_layers
