@@ -89,6 +89,31 @@ def test_lookup(name: str, expected: str) -> None:
     assert catalog.get_entry(name).id == expected
 
 
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("RTX 4090", "rtx-4090"),  # spaces and case
+        ("rtx4090", "rtx-4090"),  # no hyphen
+        ("NVIDIA GeForce RTX 4090", "rtx-4090"),  # as nvidia-smi prints it
+        ("NVIDIA H100 80GB HBM3", "h100-sxm5-80gb"),
+        ("Tesla V100-SXM2-32GB", "v100-sxm2-32gb"),
+        ("H100 NVL", "h100-nvl"),
+        ("h100", None),  # PCIe 80 GB, SXM5 80 GB or NVL 94 GB: refused, not guessed
+        ("a100", None),
+        ("rtx 4090 laptop", None),  # another product, not a spelling
+        ("---", None),
+    ],
+)
+def test_lookup_forgives_spelling_not_ambiguity(name: str, expected: str | None) -> None:
+    entry = catalog.find_entry(name)
+    assert (entry.id if entry else None) == expected
+
+
+def test_every_id_resolves_without_its_punctuation() -> None:
+    for entry_id in catalog.load_catalog():
+        assert catalog.find_entry(entry_id.replace("-", " ").upper()).id == entry_id  # type: ignore[union-attr]
+
+
 def test_unknown_id_suggests_closest() -> None:
     with pytest.raises(NotFoundError, match=r"did you mean .*rtx-4090") as err:
         catalog.get_entry("rtx-4091")
