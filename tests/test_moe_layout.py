@@ -179,3 +179,40 @@ def test_device_map_version_4_points_at_the_layout() -> None:
     v4 = {"method": "qlora", "strategy": "device-map", "gpus": 2, "device_map_version": 4}
     assert any("--moe-layout per-expert poses" in w for w in moe_layout_warnings(a, LlmSetup(**v4)))
     assert not moe_layout_warnings(a, LlmSetup(**v4, moe_layout="per-expert"))
+
+
+def test_suggestions_offer_the_runs_that_quantize_fused_experts() -> None:
+    """QLoRA on fused experts that do not fit: each run that quantizes them is suggested, re-estimated, and
+    is the change that makes it fit; a dense model and a trainer that already quantizes get neither."""
+    from fitcheck.engine.verdict import candidate_changes, moe_changes
+
+    a = _spec("mixtral-8x7b").arch
+    fused = LlmSetup(method="qlora", grad_ckpt=True)
+    flags = [f for _, f, _ in moe_changes(a, fused)]
+    assert flags == ["--lora-targets attn", "--moe-layout per-expert", "--trainer unsloth"]
+    assert [f for _, f, _ in moe_changes(a, fused.model_copy(update={"lora_targets": "attn"}))] == flags[1:]
+    unsloth = fused.model_copy(update={"trainer": "unsloth"})  # quantizes them already
+    assert [f for _, f, _ in moe_changes(a, unsloth)] == ["--lora-targets attn"]
+    assert moe_changes(a, fused.model_copy(update={"method": "full"})) == []
+    assert not moe_changes(_spec("llama-3.2-1b").arch, fused)
+    gpt_oss = a.model_copy(update={"model_type": "gpt_oss"})  # fused in transformers 4.x too
+    assert "--moe-layout per-expert" not in [f for _, f, _ in moe_changes(gpt_oss, fused)]
+    assert [f for _, f, _ in candidate_changes(fused, a)][-3:] == flags
+    assert "--moe-layout per-expert" not in [f for _, f, _ in candidate_changes(fused)]  # no arch, no MoE
+
+
+def test_check_and_plan_name_the_layout_that_fits() -> None:
+    """Mixtral QLoRA on an 80 GB card: 16-bit fused experts do not fit; the estimate's suggestion and the
+    plan's smallest change are a transformers 4.x run, which does (checked against the band's high edge)."""
+    from fitcheck.api import check, plan
+
+    v = check("mixtral-8x7b", "a100-80gb", method="qlora", grad_ckpt=True).target
+    assert v is not None and v.verdict == "does_not_fit"
+    sug = {s.flag: s for s in v.suggestions}
+    assert sug["--moe-layout per-expert"].fits and sug["--trainer unsloth"].fits
+    assert not sug["--lora-targets attn"].fits  # the experts' 16-bit weights stay
+    p = plan("mixtral-8x7b", "a100-80gb", method="qlora")
+    assert not p.fits
+    assert p.changes[0].flag == "--moe-layout per-expert"
+    assert p.changes[0].high_bytes is not None and p.changes[0].high_bytes <= p.changes[0].budget_bytes
+    assert "--trainer unsloth" in [c.flag for c in p.changes]

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from fitcheck.models import DiffusionSetup, Estimate, LlmSetup, Suggestion, Target, Verdict
+from fitcheck.models import DecoderArch, DiffusionSetup, Estimate, LlmSetup, Suggestion, Target, Verdict
 from fitcheck.units import gib
 from fitcheck.vocab import VerdictName
 
@@ -88,8 +88,9 @@ def paged_note(est: Estimate, budget: int) -> str | None:
     )
 
 
-def candidate_changes(setup: LlmSetup) -> list[tuple[str, str, LlmSetup]]:
-    """The seeds' remedies, as concrete setups, in the seeds' order."""
+def candidate_changes(setup: LlmSetup, arch: DecoderArch | None = None) -> list[tuple[str, str, LlmSetup]]:
+    """The seeds' remedies, as concrete setups, in the seeds' order; then, for a MoE model (``arch``),
+    its own remedies (`moe_changes`)."""
     out: list[tuple[str, str, LlmSetup]] = []
     if setup.seq_len > 256:
         half = setup.seq_len // 2
@@ -136,6 +137,50 @@ def candidate_changes(setup: LlmSetup) -> list[tuple[str, str, LlmSetup]]:
             )
     if setup.attn == "eager":
         out.append(("memory-efficient attention", "--attn sdpa", setup.model_copy(update={"attn": "sdpa"})))
+    return out + (moe_changes(arch, setup) if arch is not None else [])
+
+
+def moe_changes(arch: DecoderArch, setup: LlmSetup) -> list[tuple[str, str, LlmSetup]]:
+    """A MoE model's own remedies for LoRA / QLoRA: attention only, when the targets reach the routed
+    experts; and under a trainer on transformers' classes, the runs that handle transformers 5's fused
+    experts better (bitsandbytes leaves them in 16 bits, engine/quant.py `experts_unquantized`; peft
+    adapts them through a merged copy): a transformers 4.x run (``--moe-layout per-expert``, for the
+    types whose 4.x experts were per-expert ``nn.Linear``) and Unsloth (``--trainer unsloth``). Each
+    is re-estimated; one that saves nothing is not shown."""
+    from fitcheck.engine import lora, quant
+    from fitcheck.engine.params import layer_kinds
+
+    if not arch.is_moe:
+        return []
+    out: list[tuple[str, str, LlmSetup]] = []
+    experts = [lin for k in layer_kinds(arch) for lin in k.linears(arch) if lin.role == "expert"]
+    if setup.method != "full" and any(lora.targeted(arch, setup.lora_targets, lin) for lin in experts):
+        out.append(
+            (
+                "LoRA on attention only, not the routed experts",
+                "--lora-targets attn",
+                setup.model_copy(update={"lora_targets": "attn"}),
+            )
+        )
+    if setup.method == "full" or setup.trainer not in quant.TRANSFORMERS_TRAINERS:
+        return out
+    if setup.moe_layout == "fused" and arch.model_type not in quant.FUSED_IN_V4:
+        out.append(
+            (
+                "a transformers 4.x run (pin transformers<5): per-expert nn.Linear experts, which "
+                "bitsandbytes quantizes (QLoRA) and peft adapts without a merged copy",
+                "--moe-layout per-expert",
+                setup.model_copy(update={"moe_layout": "per-expert"}),
+            )
+        )
+    out.append(
+        (
+            "Unsloth: it packs the fused experts in 4 bits itself (QLoRA) and adapts them without a "
+            "merged copy",
+            "--trainer unsloth",
+            setup.model_copy(update={"trainer": "unsloth"}),
+        )
+    )
     return out
 
 
@@ -235,7 +280,8 @@ def verdict(
     if name != "fits" and spec is not None and estimator is not None:
         if changes is None:
             assert isinstance(est.setup, LlmSetup), "diffusion passes its own remedies"
-            changes = candidate_changes(est.setup)  # type: ignore[assignment]
+            arch = getattr(spec, "arch", None)
+            changes = candidate_changes(est.setup, arch if isinstance(arch, DecoderArch) else None)  # type: ignore[assignment]
         for change, flag, setup in changes or ():
             try:
                 again = estimator(spec, setup)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fitcheck.engine.estimate import estimate
-from fitcheck.engine.verdict import fits_budget
+from fitcheck.engine.verdict import fits_budget, moe_changes
 from fitcheck.errors import OptionError
 from fitcheck.models import LlmSetup, ModelSpec, Target
 from fitcheck.planner import loop
@@ -205,7 +205,8 @@ def _request_changes(
     spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally, tight: bool = False
 ) -> list[Found]:
     """(change, flag, what then fits) for changes to the request: a fixed choice freed, a paged 8-bit
-    optimizer, the next method, a shorter maximum length, more GPUs; one search each. Beside a tight plan
+    optimizer, the next method, a shorter maximum length, a MoE model's own changes, more GPUs; one
+    search each. Beside a tight plan
     more GPUs are searched only when no change on the same GPUs fits (the widest search, and the costliest
     change to make: docs/planner.md#tight-changes)."""
     out = _freed(spec, target, device, req, tally)
@@ -216,6 +217,7 @@ def _request_changes(
         _shorter(spec, target, device, req, tally),
     ):
         out += [found] if found is not None else []
+    out += _moe_runs(spec, target, device, req, tally)
     more = _more_gpus(spec, target, device, req, tally) if not (tight and out) else None
     return out + ([more] if more is not None else [])
 
@@ -272,6 +274,24 @@ def _other_method(
             what = "QLoRA: 4-bit base weights" if m == "qlora" else "LoRA instead of full fine-tuning"
             return what, f"--method {m}", c
     return None
+
+
+def _moe_runs(
+    spec: ModelSpec, target: Target, device: DevicePerf, req: PlanRequest, tally: Tally
+) -> list[Found]:
+    """A MoE model's own changes (engine/verdict.py `moe_changes`: LoRA on attention only, a
+    transformers 4.x run's per-expert experts, Unsloth), each kept as asked in ``base``: one search
+    each. For a method left to the search they are posed for QLoRA, the method they change most."""
+    if req.method not in ("auto", "lora", "qlora"):
+        return []
+    posed = req.base.model_copy(update={"method": "qlora" if req.method == "auto" else req.method})
+    out: list[Found] = []
+    for what, flag, changed in moe_changes(spec.arch, posed):
+        update = {k: v for k, v in changed.model_dump().items() if getattr(posed, k) != v}
+        at = req.model_copy(update={"base": req.base.model_copy(update=update)})
+        c = _fits_with(spec, target, device, at, tally)
+        out += [(what, flag, c)] if c is not None else []
+    return out
 
 
 def _shorter(
