@@ -88,6 +88,11 @@ _ROWS = (
     _acts("activations", "tensors autograd saved for backward", "activations", "activations"),
     _acts("attention_scores", "eager attention's score tensors", "attention", "attention"),
     _acts("attention_mask", "eager attention's additive causal mask (b x s x s)", "attention"),
+    _acts(
+        "attention_mask_copies",
+        "SDPA with an explicit mask (padded batch, prefix tuning): each layer's copy saved for backward",
+        "attention-mask-copies",
+    ),
     _temps(
         "attention_transient", "eager attention's scores, fp32 copies, gradients (one layer)", "attention"
     ),

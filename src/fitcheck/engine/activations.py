@@ -340,6 +340,39 @@ def _attention_acts(
         acts.add("attn_out", c.gamma * q_w + 4 * a.num_heads)
     acts.add("o_input", _linear_inputs(c, setup, a, o, c.gamma, held=held))
     _prefix_acts(acts, setup, q_w, kv_saved, c.gamma)
+    acts.add(MASK_COPY, sdpa_mask_copy_bytes(a, setup, c.gamma))
+
+
+#: The part of `LayerActs` that is SDPA's own copy of an explicit attention mask (`sdpa_mask_copy_bytes`).
+MASK_COPY = "sdpa_mask_copy"
+#: Trainers that run transformers' own attention code, which hands SDPA an explicit mask when it cannot
+#: use ``is_causal`` (litgpt, torchtune, unsloth and mlx build their own attention).
+MASK_TRAINERS = ("generic", "hf", "axolotl", "llamafactory")
+#: The memory-efficient kernel's alignment of the mask's last dimension: an unaligned mask is padded to a
+#: multiple of it (aten/src/ATen/native/transformers/attention.cpp ``preprocess_mask``: ``pad_bias<16>``).
+MEM_EFF_MASK_ALIGN = 16
+
+
+def sdpa_mask_copy_bytes(a: DecoderArch, setup: LlmSetup, gamma: int) -> float:
+    """Bytes per token of one layer's copy of an explicit attention mask that SDPA saves for backward.
+
+    transformers passes SDPA a boolean ``b x 1 x s x kv`` mask whenever ``is_causal`` cannot stand in
+    for it (masking_utils ``_ignore_causal_mask_sdpa``): a padded batch (some ``attention_mask`` zero:
+    ``--lengths varying`` with more than one example) or keys longer than the queries (prefix tuning's
+    ``s + p``). ``scaled_dot_product_attention`` turns a boolean mask into a new tensor of the query's
+    dtype in every call (``convert_boolean_attn_mask``: ``zeros_like`` then ``masked_fill_`` with
+    -inf), the memory-efficient kernel (flash takes no mask) pads its last dimension to a multiple of
+    16, and ``_scaled_dot_product_efficient_attention`` saves it as ``attn_bias`` for its backward, so
+    each layer keeps its own copy until its backward (traced on CPU: one ``b x 1 x s x kv`` tensor of the
+    compute dtype per layer, transformers 5.24 / torch 2.13). Per token: ``gamma x kv`` (aligned).
+    Eager attention's single shared mask is `eager_mask_bytes`; FlashAttention-2 unpads instead."""
+    if uses_eager_scores(a, setup) or setup.attn != "sdpa" or setup.trainer not in MASK_TRAINERS:
+        return 0.0
+    p = prefix.tokens(setup)
+    if not p and not (setup.lengths == "varying" and setup.batch_size > 1):
+        return 0.0
+    kv = setup.seq_len + p
+    return float(gamma * -(-kv // MEM_EFF_MASK_ALIGN) * MEM_EFF_MASK_ALIGN)
 
 
 def _prefix_acts(acts: LayerActs, setup: LlmSetup, q_w: int, kv_saved: int, gamma: int) -> None:

@@ -351,6 +351,10 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
     )
 
 
+#: The rule of the ``attention_mask_copies`` line (engine/activations.py `sdpa_mask_copy_bytes`).
+MASK_COPIES_RULE = "SDPA with an explicit mask (padded batch, prefix): each layer's copy, b x s x kv"
+
+
 def _stored(
     spec: ModelSpec,
     setup: LlmSetup,
@@ -384,11 +388,13 @@ def _stored(
     else:
         all_layers = T * ((L - moe_n) * per_layer_tok + moe_n * sparse.total(s))
         scores = T * s * L * dense.scores
-        per_tok = f"{L} layers x {per_layer_tok - s * dense.scores:,.0f} B/token" + where
+        masks = T * L * dense.parts.get(act.MASK_COPY, 0.0)
+        per_tok = f"{L} layers x {per_layer_tok - s * dense.scores - masks / (T * L):,.0f} B/token" + where
         scores_rule = "eager: fp32 softmax + compute-dtype copy, b*heads*s^2 per layer"
         saved = (
-            _c("activations", (all_layers - scores) * on_device, per_tok),
+            _c("activations", (all_layers - scores - masks) * on_device, per_tok),
             _c("attention_scores", scores * on_device, scores_rule),
+            _c("attention_mask_copies", masks * on_device, MASK_COPIES_RULE),
             final_norm,
             head_in,
         )
@@ -735,6 +741,8 @@ def adapter_casts(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[int
     if not regime.autocast or setup.method == "full" or states.BYTES[regime.adapter_dtype] == ctx.gamma:
         return 0, 0
     a = spec.arch
+    if prefix.is_prefix(setup):  # one encoder before the layers: only its Linear weights are cast
+        return prefix.matmul_params(a, setup) * ctx.gamma, 0
     per_layer = max((adapter_params_per_layer(a, setup, k) for k in layer_kinds(a)), default=0)
     return adapter_params(a, setup) * ctx.gamma, per_layer * ctx.gamma
 

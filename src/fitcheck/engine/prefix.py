@@ -63,6 +63,15 @@ def params(a: DecoderArch, setup: LlmSetup) -> int:
     return sum(r * c * k for r, c, k in shapes(a, setup)) if is_prefix(setup) else 0
 
 
+def matmul_params(a: DecoderArch, setup: LlmSetup) -> int:
+    """The prefix encoder's weights that a matmul reads (the projection MLP's two ``Linear``), which
+    autocast casts to the compute dtype; the ``Embedding`` table is indexed, not multiplied, and
+    ``F.embedding`` is on no autocast list, so it is never cast (traced: no cast of the table)."""
+    if not is_prefix(setup) or not setup.prefix_projection:
+        return 0
+    return sum(r * c * k for r, c, k in shapes(a, setup)[1:] if c > 1)
+
+
 def with_prefix_dtype(base: Regime, setup: LlmSetup) -> Regime:
     """The prefix encoder and its gradients are fp32 whatever the base (see the module docstring)."""
     if not is_prefix(setup):
