@@ -552,6 +552,7 @@ def _gpt2_layer(a: DecoderArch, setup: LlmSetup, c: Ctx) -> LayerActs:
     acts.add("down_input", _linear_inputs(c, setup, a, [mlp_proj], act_in))
     if setup.dora and not c.full:
         acts.add("dora_outputs", _dora_outputs(c, setup, a, lins))
+    acts.add(MASK_COPY, sdpa_mask_copy_bytes(a, setup, c.gamma))
     return acts
 
 
