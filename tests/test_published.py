@@ -114,11 +114,12 @@ _PEFT_ZERO3_OFFLOAD = (
     "bloomz-7b1 LoRA under DeepSpeed ZeRO-3 with offload_param and offload_optimizer cpu on one A100 (PEFT "
     "README, 2022-12, fp32, 8 x 64 tokens): 6.5 GiB estimated against 18.1 GB, 61% under. Candidate found, "
     "not implemented (session 10 was a posing task): the engine counts no ZeRO-3 gathered parameters on one "
-    "rank (engine/distributed.py _zero_grads, 'the gather is a view of the partition'), true without "
-    "parameter offload, but DeepSpeed's single-rank gather copies an offloaded partition to the GPU "
-    "(partition_parameters.py NoGatherHandle: param.ds_tensor.data.to(device); current DeepSpeed, the "
-    "December-2022 release not read); at stage3_max_live_parameters' default 1e9 fp32 elements that is about "
-    "3.7 GiB, leaving about 39% under: the rest not found"
+    "rank (engine/distributed.py _zero_grads, 'the gather is a view of the partition'), which is DeepSpeed's "
+    "NoGatherHandle, added 2023-04-07 (4d27225f, #2953, v0.9.0); the release current at the run, v0.7.7 "
+    "(2022-12-09), gathers on one rank as on many: all_gather_coalesced (partition_parameters.py @v0.7.7 "
+    "L806-874) allocates each fetched module's full-size buffer on the GPU and copies its host partition "
+    "there (param.ds_tensor.to(cuda)); the 1.03e9-element fp32 embedding alone is 3.8 GiB, 7.7 GiB with that "
+    "copy. That is 3.8-7.7 GiB of the 10.3 GiB gap (the row 16-39% under with it); the rest not found"
 )
 KNOWN_UNDER: dict[str, str] = {
     **{f"google-vertex-openllama-finetune/qlora-{k}": _GOOGLE_QLORA for k in ("b16", "b24", "b32", "s2048")},
