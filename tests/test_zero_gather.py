@@ -1,4 +1,4 @@
-"""ZeRO-3's gathered parameters: none on one rank, and the last layers kept from forward to backward by
+"""ZeRO-3's gathered parameters: none on one rank unless its parameters are offloaded, and the last layers kept from forward to backward by
 ``stage3_max_reuse_distance`` (docs/distributed.md#zero3-gather; DeepSpeed v0.12.3 @6ea44d02)."""
 
 from __future__ import annotations
@@ -44,6 +44,26 @@ def test_one_rank_gathers_nothing(spec7b: ModelSpec) -> None:
     for phase in ("forward", "backward"):
         assert comp(one, "gathered_params", phase) == 0
         assert comp(two, "gathered_params", phase) > 0
+
+
+def test_one_rank_with_offloaded_parameters_copies_what_it_fetches(spec7b: ModelSpec) -> None:
+    """With ``offload_param`` the partition lives on the host, and ``NoGatherHandle``'s ``.to(device)``
+    allocates a GPU copy of each fetched module: one rank then holds what several ranks gather (session 10,
+    docs/distributed.md#zero3-gather)."""
+    one = run(spec7b, gpus=1, offload="all")
+    two = run(spec7b, gpus=2, offload="all")
+    for phase in ("forward", "backward"):
+        assert comp(one, "gathered_params", phase) == comp(two, "gathered_params", phase) > 0
+    assert comp(run(spec7b, gpus=1, offload="optimizer"), "gathered_params", "forward") == 0
+
+
+def test_a_module_beyond_max_live_parameters_is_fetched_whole() -> None:
+    """``stage3_max_live_parameters`` caps prefetching, not the module being fetched: Qwen-72B's
+    1.25e9-element embedding (152,064 x 8,192) is gathered whole above the 1e9 default."""
+    spec = resolve_model("qwen2.5-72b")
+    assert isinstance(spec, ModelSpec)
+    e = run(spec, gpus=4, method="lora", precision="bf16")
+    assert comp(e, "gathered_params", "forward") >= 152_064 * 8_192 * 2
 
 
 def test_kept_layers_follow_the_reuse_distance_with_checkpointing() -> None:

@@ -486,12 +486,14 @@ def _zero_grads(
     if not off_opt:
         always.append(_c("gradient_partition", train_b / n, "grad_partitions_flat_buffer, 1/n", "zero-grads"))
     always.append(_c("reduce_buckets", rb * cb, f"ipg bucket: reduce_bucket_size {rb:,}", "buckets"))
-    if n == 1:
-        # one rank: the "gather" is a view of the partition, nothing is allocated (zero3-gather)
+    if n == 1 and setup.offload != "all":
+        # one rank, partition on the GPU: the "gather" is a view of it, nothing is allocated; with the
+        # parameters offloaded, NoGatherHandle's ``.to(device)`` copies each fetched module to the GPU
+        # like a gather (zero3-gather)
         return always, [], [], grads
-    live = min(
-        int(z["stage3_max_live_parameters"]),
-        max(sh.unit_params, sh.head_params) + int(z["stage3_prefetch_bucket_size"]),
+    largest = max(sh.unit_params, sh.head_params)  # fetched whole, even beyond max_live_parameters
+    live = max(
+        largest, min(int(z["stage3_max_live_parameters"]), largest + int(z["stage3_prefetch_bucket_size"]))
     )
     kept = reuse_kept_layers(sh, setup.grad_ckpt, int(z["stage3_max_reuse_distance"]))
     rule = "largest gathered module + stage3_prefetch_bucket_size, capped by max_live_parameters"
