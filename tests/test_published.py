@@ -121,6 +121,36 @@ _PEFT_ZERO3_OFFLOAD = (
     "there (param.ds_tensor.to(cuda)); the 1.03e9-element fp32 embedding alone is 3.8 GiB, 7.7 GiB with that "
     "copy. That is 3.8-7.7 GiB of the 10.3 GiB gap (the row 16-39% under with it); the rest not found"
 )
+_SWIFT_OPENBUDDY_8192 = (
+    "OpenBuddy-Zephyr-7B (Mistral shape, vocab 36,608) LoRA at max_length 8192, first scored in session 10 "
+    "(config: configs/README.md): 26.4 GiB estimated (19.1 GiB allocated + 6.3 GiB allocator history over "
+    "varying lengths) against 52.14 GiB, 49% under; the same model is 2.8-14.9% under at 512-4096 tokens. "
+    "The measured row grows 28.9 GiB from 4096 to 8192 tokens, where the estimate grows 6.3 GiB. Posed "
+    "with attn eager it would be +9.7% (and s4096 +13.3% over), a b x heads x s^2 growth, but swift "
+    "registers openbuddy-zephyr-7b-chat with support_flash_attn=True (swift/llm/utils/model.py of the "
+    "period, code-search file 5653080381) and use_flash_attn defaults true; flash attention keeps no s^2 "
+    "tensor (with this config's sliding_window 4096 transformers' Mistral flash path passes flash-attn a "
+    "window above 4096 tokens: the use_sliding_windows test as read in later releases, the 4.34-4.36 file "
+    "itself not read), so eager is not what ran as far as read. A same-table sibling with the "
+    "varying-lengths known_gap (Yi-6B-Chat: 26.7% under at 4096, 31.8% at 8192) shows a like unexplained "
+    "jump. Cause not found"
+)
+_SWIFT_YI34_8192 = (
+    "Yi-34B-Chat LoRA at max_length 8192 on two A100s by device_map (first scored in session 10; config is "
+    "Yi-34B's, same shape: configs/README.md): 53.8 GiB on the bottleneck GPU (41.5 GiB allocated + 10.7 GiB "
+    "allocator history over varying lengths) against 65.03 GiB, 17.3% under; the 512-4096 rows on one GPU "
+    "are within 1.3%. As the same table's qwen-7b-chat-full-s8192-2gpu (known_gap: the 8192-token run's "
+    "history beyond fitcheck's ladder) and Yi-6B-Chat's 8192 row (31.8% under), the part beyond the "
+    "ladder's history is not modelled; not verified for this model. Cause not found"
+)
+_LITGPT_STABLELM_FULL = (
+    "stablelm-base-alpha-3b full fine-tuning, litgpt FSDP as printed on 4xA10G (first scored in session 10; "
+    "config: configs/README.md): 18.2 GB allocated at the backward peak against 21.23 GB, 17.6% under. "
+    "Ruled out by posing: the config file's devices: 2 (litgpt "
+    "config_hub/finetune/stablelm-base-alpha-3b/full.yaml, max_seq_length 512, micro_batch_size 1, "
+    "bf16-true) gives 54% over; FSDP1 instead of FSDP2 changes "
+    "nothing (-17.6%); the siblings posed alike are -2.0% (gemma-2b) and +12.0% (phi-2). Cause not found"
+)
 KNOWN_UNDER: dict[str, str] = {
     **{f"google-vertex-openllama-finetune/qlora-{k}": _GOOGLE_QLORA for k in ("b16", "b24", "b32", "s2048")},
     **{
@@ -136,6 +166,9 @@ KNOWN_UNDER: dict[str, str] = {
     "universal-llm-trainer/phi-3-mini-qlora-a100": _ULT_PHI3_QLORA,
     "thudm-chatglm3-finetune/chatglm3-6b-sft-zero3-4gpu": _THUDM_SFT,
     "peft-readme-memory/bloomz-7b1-lora-zero3-offload": _PEFT_ZERO3_OFFLOAD,
+    "ms-swift/openbuddy-zephyr-7b-chat-lora-s8192": _SWIFT_OPENBUDDY_8192,
+    "ms-swift/yi-34b-chat-lora-s8192-2gpu": _SWIFT_YI34_8192,
+    "litgpt-config-hub/stablelm-3b-full-4gpu": _LITGPT_STABLELM_FULL,
 }
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {
@@ -264,10 +297,11 @@ def test_band_holds_on_sources_it_was_not_fitted_to() -> None:
 #: Why the band's stability does not hold (docs/methodology.md, "The band"): one source decides a term.
 #: Session 10 (sequential fractions, each source one voice, at 92.5%, the rule the held-out records chose):
 #: leaving one source out moves a record's low edge by up to 7.3% of its estimate and its high edge by up to
-#: 42.6% (without torchtune; docs/accuracy.md's rules table). Session 9 (joint fit at 92.5%): 4.4% / 14.3%;
-#: session 8 (sequential fractions at 90%): 17.3% / 8.8%; session 7 (fixed term first): 26.1% / 8.1%.
+#: 31.3% (without PEFT's README table; docs/accuracy.md's rules table). Session 9 (joint fit at 92.5%):
+#: 4.4% / 14.3%; session 8 (sequential fractions at 90%): 17.3% / 8.8%; session 7 (fixed term first):
+#: 26.1% / 8.1%.
 UNSTABLE = (
-    "one source decides a term (session 10: low edge 7.3%, high edge 42.6% of an estimate when one source "
+    "one source decides a term (session 10: low edge 7.3%, high edge 31.3% of an estimate when one source "
     "is left out; session 9: 4.4% and 14.3%; session 8: 17.3% and 8.8%); docs/methodology.md, 'The band'"
 )
 

@@ -83,3 +83,44 @@ def test_safetensors_exact_counts(tmp_path: Path) -> None:
     assert spec.source_kind == "safetensors"
     assert spec.declared_params == 100 * 64 + 64 * 64 + 64
     assert {g.dtype for g in spec.file_groups} == {"bf16", "fp32"}
+
+
+LLAMA_SHAPE = {
+    "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 4, "vocab_size": 1000,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("keys", "read_as", "where"),
+    [
+        ({"auto_map": {"AutoConfig": "configuration_llama.LlamaConfig"}}, "llama", "auto_map"),
+        (
+            {"auto_map": {"AutoConfig": "org/repo--configuration_mistral.MistralConfig"}},
+            "mistral",
+            "auto_map",
+        ),
+        ({"architectures": ["LlamaForCausalLM"]}, "llama", "architectures"),
+        ({"architectures": ["Qwen2ForCausalLM"]}, "qwen2", "architectures"),
+    ],
+)
+def test_a_config_without_model_type_is_read_from_its_classes(
+    tmp_path: Path, keys: dict[str, object], read_as: str, where: str
+) -> None:
+    """transformers reads a remote-code repo's type from the config class its auto_map names; fitcheck
+    reads the module name (configuration_<type>), else the architectures class, and says so."""
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA_SHAPE, **keys}))
+    spec = resolve_model(str(tmp_path))
+    assert spec.arch.model_type == read_as  # type: ignore[union-attr]
+    assert any(f"read as '{read_as}' from {where}" in w for w in spec.notes)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "keys", [{}, {"architectures": ["FooForCausalLM"]}, {"auto_map": {"AutoConfig": "x.FooConfig"}}]
+)
+def test_a_config_without_a_readable_type_is_refused(tmp_path: Path, keys: dict[str, object]) -> None:
+    from fitcheck.errors import FitcheckError
+
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA_SHAPE, **keys}))
+    with pytest.raises(FitcheckError, match="model_type must name the architecture"):
+        resolve_model(str(tmp_path))

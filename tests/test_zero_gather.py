@@ -1,4 +1,5 @@
-"""ZeRO-3's gathered parameters: none on one rank unless its parameters are offloaded, and the last layers kept from forward to backward by
+"""ZeRO-3's gathered parameters: none on one rank unless its parameters are offloaded, and the last layers
+kept from forward to backward by
 ``stage3_max_reuse_distance`` (docs/distributed.md#zero3-gather; DeepSpeed v0.12.3 @6ea44d02)."""
 
 from __future__ import annotations

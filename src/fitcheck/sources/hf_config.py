@@ -18,6 +18,7 @@ aliases per architecture field. Sources per family: docs/methodology.md, "Archit
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -839,6 +840,43 @@ def _wrapper_tie(cfg: Config, text_cfg: Config, model_type: str, text_type: str)
 #: the model (the deploy guidance of github.com/MoonshotAI/Kimi-K2, docs/deploy_guidance.md); its
 #: architectures entry is DeepseekV3ForCausalLM and its remote configuration_deepseek.py DeepseekV3Config.
 TYPE_ALIASES: dict[str, str] = {"kimi_k2": "deepseek_v3"}
+
+
+def _compact_type(name: str) -> str:
+    return re.sub(r"[^0-9a-z]", "", name.lower())
+
+
+#: Suffixes of a model class in ``architectures`` that are not part of the architecture's name.
+_CLASS_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel", "Model")
+
+
+def inferred_model_type(cfg: Config) -> tuple[str, str] | None:
+    """The ``model_type`` of a config.json that names none, and where it was read: (type, source).
+
+    transformers itself reads a remote-code repo's type from the class its ``auto_map`` names
+    (``AutoConfig``: ``configuration_minicpm.MiniCPMConfig`` defines ``model_type = "minicpm"``); by
+    transformers' file-naming convention the module is ``configuration_<model_type>``. Failing that, the
+    first ``architectures`` class less its head suffix (``MiniCPMForCausalLM``). Accepted only when it
+    names a type fitcheck reads (compared without case or punctuation), else None.
+    """
+    known = {_compact_type(t): t for t in (*FAMILIES, *TYPE_ALIASES)}
+    candidates: list[tuple[str, str]] = []
+    auto_map = cfg.get("auto_map")
+    if isinstance(auto_map, Mapping) and isinstance(auto_map.get("AutoConfig"), str):
+        module = auto_map["AutoConfig"].split("--")[-1].split(".")[0]
+        if module.startswith("configuration_"):
+            candidates.append((module.removeprefix("configuration_"), f"auto_map's {module}"))
+    archs = cfg.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+        cls = archs[0]
+        for suffix in _CLASS_SUFFIXES:
+            if cls.endswith(suffix) and len(cls) > len(suffix):
+                candidates.append((cls.removesuffix(suffix), f"architectures' {cls}"))
+                break
+    for name, where in candidates:
+        if _compact_type(name) in known:
+            return known[_compact_type(name)], where
+    return None
 
 
 def supported_types() -> list[str]:

@@ -14,7 +14,7 @@ from fitcheck.errors import InputError, ModelSourceError, NotFoundError, suggest
 from fitcheck.fileio import could_be_path, user_path
 from fitcheck.models import ModelSpec, TensorGroup
 from fitcheck.presets import load_preset, preset_ids
-from fitcheck.sources.hf_config import UnsupportedTypeError, arch_from_hf_config
+from fitcheck.sources.hf_config import UnsupportedTypeError, arch_from_hf_config, inferred_model_type
 from fitcheck.sources.prequant import PreQuant, note, read_prequant, unpacked
 from fitcheck.sources.safetensors_header import read_all
 from fitcheck.units import looks_like_size
@@ -191,6 +191,9 @@ def spec_from_config(
     the supported types and the extra.
     """
     notes: tuple[str, ...] = ()
+    if not cfg.get("model_type") and (found := inferred_model_type(cfg)) is not None:
+        cfg = {**cfg, "model_type": found[0]}
+        warnings = (*warnings, f"config.json names no model_type: read as '{found[0]}' from {found[1]}")
     try:
         arch = arch_from_hf_config(cfg)
     except UnsupportedTypeError as exc:
