@@ -112,14 +112,14 @@ _GOOGLE_QLORA = (
 )
 _PEFT_ZERO3_OFFLOAD = (
     "bloomz-7b1 LoRA under DeepSpeed ZeRO-3 with offload_param and offload_optimizer cpu on one A100 (PEFT "
-    "README, 2022-12, fp32, 8 x 64 tokens): 6.5 GiB estimated against 18.1 GB, 61% under. Candidate found, "
-    "not implemented (session 10 was a posing task): the engine counts no ZeRO-3 gathered parameters on one "
-    "rank (engine/distributed.py _zero_grads, 'the gather is a view of the partition'), which is DeepSpeed's "
-    "NoGatherHandle, added 2023-04-07 (4d27225f, #2953, v0.9.0); the release current at the run, v0.7.7 "
-    "(2022-12-09), gathers on one rank as on many: all_gather_coalesced (partition_parameters.py @v0.7.7 "
-    "L806-874) allocates each fetched module's full-size buffer on the GPU and copies its host partition "
-    "there (param.ds_tensor.to(cuda)); the 1.03e9-element fp32 embedding alone is 3.8 GiB, 7.7 GiB with that "
-    "copy. That is 3.8-7.7 GiB of the 10.3 GiB gap (the row 16-39% under with it); the rest not found"
+    "README, 2022-12, fp32, 8 x 64 tokens): 10.4 GiB estimated (allocated) against 18.1 GB, 39% under (61% "
+    "before session 10 counted the GPU copies NoGatherHandle's .to(device) makes of offloaded partitions on "
+    "one rank: engine/distributed.py _zero_grads). DeepSpeed v0.7.7, the release current at the run, had no "
+    "NoGatherHandle (4d27225f, #2953, v0.9.0, 2023-04-07) and gathered on one rank as on many: "
+    "all_gather_coalesced (partition_parameters.py @v0.7.7 L806-874) allocates each fetched module's "
+    "full-size buffer on the GPU beside the GPU copy of its host partition (param.ds_tensor.to(cuda)): for "
+    "the 1.03e9-element fp32 embedding 3.8 GiB more than the engine now counts, not posed (fitcheck has no "
+    "DeepSpeed-release setting); with it the row would be about 16% under; the rest not found"
 )
 _SWIFT_OPENBUDDY_8192 = (
     "OpenBuddy-Zephyr-7B (Mistral shape, vocab 36,608) LoRA at max_length 8192, first scored in session 10 "
@@ -174,10 +174,10 @@ KNOWN_UNDER: dict[str, str] = {
 KNOWN_SOURCE: dict[str, str] = {
     "thudm-chatglm3-finetune": "15.3% median of three records: LoRA on one GPU +0.8%, the ZeRO-3 full "
     "fine-tuning on 4 GPUs 15.3% under (_THUDM_SFT), P-Tuning v2 57% over (posed at its 769-token cap)",
-    "peft-readme-memory": "85.8% median of eight records: the six T0_3B / mt0-xxl rows posed at the "
-    "encoder's 512-token truncation cap (the tweets' padded lengths are not printed) are 26-144% "
+    "peft-readme-memory": "95.1% median of eight records: the six T0_3B / mt0-xxl rows posed at the "
+    "encoder's 512-token truncation cap (the tweets' padded lengths are not printed) are 26-165% "
     "over; posed at 48-128 tokens (not stated) the single-GPU LoRA rows are within 11%, "
-    "full fine-tuning 18% over and the ZeRO-3 CPU-offload rows 36-76% under, as "
+    "full fine-tuning 18% over and the ZeRO-3 CPU-offload rows 15-57% under, as "
     "bloomz-7b1's ZeRO-3-offload row is at its stated 64 tokens (_PEFT_ZERO3_OFFLOAD); "
     "the six seq2seq rows name the unstated length in known_gap; bloomz-7b1 LoRA without "
     "DeepSpeed +4.2%",
