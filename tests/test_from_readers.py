@@ -220,6 +220,32 @@ def test_notes_say_what_is_inferred_or_not_modelled() -> None:
     assert any("zero_stage1_config.json" in n for n in acc.notes)
 
 
+@pytest.mark.parametrize(
+    ("text", "noted"),
+    [
+        ("base_model: x/y\nadapter: lora\nmicro_batch_size: 4\nsequence_len: 512\n", True),
+        ("base_model: x/y\nadapter: lora\nmicro_batch_size: 4\nsample_packing: true\n", False),
+        ("base_model: x/y\nadapter: lora\nmicro_batch_size: 1\n", False),  # nothing to pad against
+        (
+            "model_name_or_path: x/y\nstage: sft\nfinetuning_type: lora\nper_device_train_batch_size: 4\n",
+            True,
+        ),
+        (
+            "model_name_or_path: x/y\nstage: pt\nfinetuning_type: lora\nper_device_train_batch_size: 4\n",
+            False,
+        ),
+        ("model_name_or_path: x/y\nstage: sft\nper_device_train_batch_size: 4\nneat_packing: true\n", False),
+    ],
+)
+def test_unpacked_batches_point_at_varying_lengths(tmp_path: Path, text: str, noted: bool) -> None:
+    """More than one unpacked example per micro-batch: the note names --lengths varying (docs/from.md,
+    "Padded batches"); packing (LLaMA-Factory's pt stage packs by default) or one example says nothing."""
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(text)
+    notes = read_config(str(cfg)).notes
+    assert any("--lengths varying" in n for n in notes) is noted, notes
+
+
 def test_from_format_overrides_detection(tmp_path: Path) -> None:
     cfg = tmp_path / "run.yaml"
     cfg.write_text("model_name_or_path: x/y\nper_device_train_batch_size: 2\nuse_peft: true\n")

@@ -162,6 +162,19 @@ class Reading:
         )
 
 
+def unpacked_note(r: Reading, packing: str) -> None:
+    """A micro-batch of more than one unpacked example: say what the estimate (every row full) leaves out
+    of such a run and which option poses it (docs/from.md#padded-batches)."""
+    batch = r.values.get("batch_size")
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch > 1:
+        r.note(
+            f"no {packing}: each micro-batch of {batch} is padded to its longest example, so steps vary in "
+            "length and carry a padding mask; the estimate fills every row to the sequence length (the "
+            "peak step), and --lengths varying adds what such a run holds beside it (the caching "
+            "allocator's history over its lengths; under SDPA each layer's copy of the mask)"
+        )
+
+
 # ------------------------------------------------------------------------------------ value checks
 
 

@@ -20,7 +20,17 @@ from __future__ import annotations
 
 from fitcheck.errors import InputError
 from fitcheck.readers import mmtokens, names
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
+from fitcheck.readers.base import (
+    Doc,
+    Keys,
+    Reading,
+    ReadResult,
+    _short,
+    as_bool,
+    as_float,
+    as_int,
+    unpacked_note,
+)
 from fitcheck.readers.hfargs import training_args
 from fitcheck.readers.unposed import refuse
 from fitcheck.vocab import LMF_ALL
@@ -68,9 +78,15 @@ def read(data: Doc, path: str) -> ReadResult:
     names.read_loss(r, k, "llamafactory")
     if as_bool(k.get("use_unsloth_gc"), "use_unsloth_gc", path):
         r.set("offload_activations", True, "use_unsloth_gc")
+    packed = k.get("stage") == "pt"  # data_args.py: packing "will automatically enable in pre-training"
     for key in ("packing", "neat_packing"):
-        if as_bool(k.get(key), key, path):
+        flag = as_bool(k.get(key), key, path)
+        if flag is not None:
+            packed = flag or (key == "neat_packing" and packed)
+        if flag:
             r.note(f"{key}: rows are filled to cutoff_len tokens, as the estimate already assumes")
+    if not packed:
+        unpacked_note(r, "packing")
     _images(r, k)
     return r.result()
 

@@ -14,7 +14,17 @@ from __future__ import annotations
 from fitcheck.errors import InputError
 from fitcheck.readers import names
 from fitcheck.readers.accelerate import plugin_defaults
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
+from fitcheck.readers.base import (
+    Doc,
+    Keys,
+    Reading,
+    ReadResult,
+    _short,
+    as_bool,
+    as_float,
+    as_int,
+    unpacked_note,
+)
 from fitcheck.readers.hfargs import training_args
 from fitcheck.readers.unposed import refuse
 from fitcheck.terminal import clipped
@@ -46,9 +56,13 @@ def read(data: Doc, path: str) -> ReadResult:
         r.set("offload_activations", True, "activation_offloading")
     _device_map(r, k)
     _launch(r, k)
+    packed = False
     for key in ("packing", "padding_free"):
         if as_bool(k.get(key), key, path):
+            packed = True
             r.note(f"{key}: rows are filled to the sequence length, as the estimate already assumes")
+    if not packed:
+        unpacked_note(r, "packing or padding_free")
     return r.result()
 
 
