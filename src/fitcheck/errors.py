@@ -46,6 +46,12 @@ class MissingExtraError(FitcheckError):
     """An optional dependency (torch, transformers, ...) is needed for this command."""
 
 
+def compact(name: str) -> str:
+    """A name with case, spaces, hyphens and other punctuation dropped (``RTX 4090`` -> ``rtx4090``): the
+    spelling lookups forgive (hardware ids, a config's class names)."""
+    return "".join(ch for ch in name.lower() if ch.isascii() and ch.isalnum())
+
+
 def suggest(name: str, candidates: Iterable[str], n: int = 3) -> str:
     """Return a ``did you mean ...?`` tail for an unknown name, or an empty string.
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from fitcheck.engine import litgpt, prefix
 from fitcheck.engine.lora import targeted
 from fitcheck.engine.params import EAGER_ONLY_TYPES, Linear, layer_linears
-from fitcheck.engine.quant import expert_modules
+from fitcheck.engine.quant import TRANSFORMERS_TRAINERS, expert_modules
 from fitcheck.engine.regimes import PYTHON_GELUS
 from fitcheck.facts.dtypes import nbytes
 from fitcheck.models import DecoderArch, LlmSetup, Regime
@@ -345,9 +345,6 @@ def _attention_acts(
 
 #: The part of `LayerActs` that is SDPA's own copy of an explicit attention mask (`sdpa_mask_copy_bytes`).
 MASK_COPY = "sdpa_mask_copy"
-#: Trainers that run transformers' own attention code, which hands SDPA an explicit mask when it cannot
-#: use ``is_causal`` (litgpt, torchtune, unsloth and mlx build their own attention).
-MASK_TRAINERS = ("generic", "hf", "axolotl", "llamafactory")
 #: The memory-efficient kernel's alignment of the mask's last dimension: an unaligned mask is padded to a
 #: multiple of it (aten/src/ATen/native/transformers/attention.cpp ``preprocess_mask``: ``pad_bias<16>``).
 MEM_EFF_MASK_ALIGN = 16
@@ -365,8 +362,10 @@ def sdpa_mask_copy_bytes(a: DecoderArch, setup: LlmSetup, gamma: int) -> float:
     16, and ``_scaled_dot_product_efficient_attention`` saves it as ``attn_bias`` for its backward, so
     each layer keeps its own copy until its backward (traced on CPU: one ``b x 1 x s x kv`` tensor of the
     compute dtype per layer, transformers 5.24 / torch 2.13). Per token: ``gamma x kv`` (aligned).
-    Eager attention's single shared mask is `eager_mask_bytes`; FlashAttention-2 unpads instead."""
-    if uses_eager_scores(a, setup) or setup.attn != "sdpa" or setup.trainer not in MASK_TRAINERS:
+    Eager attention's single shared mask is `eager_mask_bytes`; FlashAttention-2 unpads instead. Only
+    for trainers that run transformers' attention (`quant.TRANSFORMERS_TRAINERS`; litgpt, torchtune,
+    unsloth and mlx build their own)."""
+    if uses_eager_scores(a, setup) or setup.attn != "sdpa" or setup.trainer not in TRANSFORMERS_TRAINERS:
         return 0.0
     p = prefix.tokens(setup)
     if not p and not (setup.lengths == "varying" and setup.batch_size > 1):

@@ -388,8 +388,9 @@ def _stored(
     else:
         all_layers = T * ((L - moe_n) * per_layer_tok + moe_n * sparse.total(s))
         scores = T * s * L * dense.scores
-        masks = T * L * dense.parts.get(act.MASK_COPY, 0.0)
-        per_tok = f"{L} layers x {per_layer_tok - s * dense.scores - masks / (T * L):,.0f} B/token" + where
+        mask_tok = dense.parts.get(act.MASK_COPY, 0.0)
+        masks = T * L * mask_tok
+        per_tok = f"{L} layers x {per_layer_tok - s * dense.scores - mask_tok:,.0f} B/token" + where
         scores_rule = "eager: fp32 softmax + compute-dtype copy, b*heads*s^2 per layer"
         saved = (
             _c("activations", (all_layers - scores - masks) * on_device, per_tok),

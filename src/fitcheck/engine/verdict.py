@@ -188,7 +188,7 @@ def moe_changes(arch: DecoderArch, setup: LlmSetup) -> list[tuple[str, str, LlmS
 COMBINE_TOP = 5
 
 
-def _delta(base: Any, setup: Any) -> dict[str, Any]:
+def delta(base: Any, setup: Any) -> dict[str, Any]:
     """The fields a remedy changes, against the setup it was made from."""
     before, after = base.model_dump(), setup.model_dump()
     return {k: v for k, v in after.items() if before.get(k) != v}
@@ -228,7 +228,7 @@ def combined_change(
 
     from fitcheck.errors import OptionError
 
-    deltas = [(change, flag, _delta(est.setup, setup)) for change, flag, setup in changes]
+    deltas = [(change, flag, delta(est.setup, setup)) for change, flag, setup in changes]
     for size in (2, 3):
         best: tuple[int, Suggestion] | None = None
         for combo in combinations(deltas, size):

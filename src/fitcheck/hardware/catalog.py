@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from fitcheck.errors import FitcheckError, NotFoundError, suggest
+from fitcheck.errors import FitcheckError, NotFoundError, compact, suggest
 from fitcheck.models import Backend, Frozen
 from fitcheck.presets import load_preset, preset_ids
 from fitcheck.units import GIB
@@ -159,18 +159,13 @@ def names() -> list[str]:
     return sorted(_alias_index())
 
 
-def _compact(name: str) -> str:
-    """A name with case, spaces, hyphens and other punctuation dropped: ``RTX 4090`` -> ``rtx4090``."""
-    return re.sub(r"[^0-9a-z]", "", name.lower())
-
-
 @functools.cache
 def _compact_index() -> dict[str, str]:
     """Ids and aliases by their compact spelling; a spelling two entries share is left out."""
     index: dict[str, str] = {}
     shared: set[str] = set()
     for name, entry_id in _alias_index().items():
-        key = _compact(name)
+        key = compact(name)
         if index.setdefault(key, entry_id) != entry_id:
             shared.add(key)
     return {k: v for k, v in index.items() if k not in shared}
@@ -183,10 +178,10 @@ def find_entry(name: str) -> HardwareEntry | None:
     nvidia-smi prints it (``NVIDIA GeForce RTX 4090``) finds its entry when only one has that name;
     a name several entries share (``h100``: PCIe, SXM5, NVL) finds none.
     """
-    entry_id = _alias_index().get(name.strip().lower()) or _compact_index().get(_compact(name))
+    entry_id = _alias_index().get(name.strip().lower()) or _compact_index().get(compact(name))
     if entry_id:
         return load_catalog()[entry_id]
-    return match_gpu(name, None) if _compact(name) else None
+    return match_gpu(name, None) if compact(name) else None
 
 
 def get_entry(name: str) -> HardwareEntry:

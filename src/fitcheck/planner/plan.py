@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fitcheck.engine.estimate import estimate
-from fitcheck.engine.verdict import fits_budget, moe_changes
+from fitcheck.engine.verdict import delta, fits_budget, moe_changes
 from fitcheck.errors import OptionError
 from fitcheck.models import LlmSetup, ModelSpec, Target
 from fitcheck.planner import loop
@@ -287,8 +287,7 @@ def _moe_runs(
     posed = req.base.model_copy(update={"method": "qlora" if req.method == "auto" else req.method})
     out: list[Found] = []
     for what, flag, changed in moe_changes(spec.arch, posed):
-        update = {k: v for k, v in changed.model_dump().items() if getattr(posed, k) != v}
-        at = req.model_copy(update={"base": req.base.model_copy(update=update)})
+        at = req.model_copy(update={"base": req.base.model_copy(update=delta(posed, changed))})
         c = _fits_with(spec, target, device, at, tally)
         out += [(what, flag, c)] if c is not None else []
     return out

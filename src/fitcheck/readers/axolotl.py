@@ -21,17 +21,8 @@ from __future__ import annotations
 
 from fitcheck.errors import InputError
 from fitcheck.readers import names
-from fitcheck.readers.base import (
-    Doc,
-    Keys,
-    Reading,
-    ReadResult,
-    _short,
-    as_bool,
-    as_float,
-    as_int,
-    unpacked_note,
-)
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
+from fitcheck.readers.base import unpacked_note as note_unpacked
 from fitcheck.readers.hfargs import distributed, use_reentrant
 from fitcheck.readers.unposed import refuse
 from fitcheck.vocab import LINEAR_MODULES
@@ -79,7 +70,7 @@ def read(data: Doc, path: str) -> ReadResult:
     if as_bool(k.get("sample_packing"), "sample_packing", path):
         r.note("sample_packing: rows are filled to sequence_len tokens, as the estimate already assumes")
     else:
-        unpacked_note(r, "sample_packing")
+        note_unpacked(r, "sample_packing")
     k.touch("pad_to_sequence_len")
     if as_bool(k.get("quantize_moe_experts"), "quantize_moe_experts", path):
         # schemas/config.py: "Quantize MoE expert weights on load" (with load_in_4bit / load_in_8bit)

@@ -20,17 +20,8 @@ from __future__ import annotations
 
 from fitcheck.errors import InputError
 from fitcheck.readers import mmtokens, names
-from fitcheck.readers.base import (
-    Doc,
-    Keys,
-    Reading,
-    ReadResult,
-    _short,
-    as_bool,
-    as_float,
-    as_int,
-    unpacked_note,
-)
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
+from fitcheck.readers.base import unpacked_note as note_unpacked
 from fitcheck.readers.hfargs import training_args
 from fitcheck.readers.unposed import refuse
 from fitcheck.vocab import LMF_ALL
@@ -86,7 +77,7 @@ def read(data: Doc, path: str) -> ReadResult:
         if flag:
             r.note(f"{key}: rows are filled to cutoff_len tokens, as the estimate already assumes")
     if not packed:
-        unpacked_note(r, "packing")
+        note_unpacked(r, "packing")
     _images(r, k)
     return r.result()
 

@@ -14,17 +14,8 @@ from __future__ import annotations
 from fitcheck.errors import InputError
 from fitcheck.readers import names
 from fitcheck.readers.accelerate import plugin_defaults
-from fitcheck.readers.base import (
-    Doc,
-    Keys,
-    Reading,
-    ReadResult,
-    _short,
-    as_bool,
-    as_float,
-    as_int,
-    unpacked_note,
-)
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
+from fitcheck.readers.base import unpacked_note as note_unpacked
 from fitcheck.readers.hfargs import training_args
 from fitcheck.readers.unposed import refuse
 from fitcheck.terminal import clipped
@@ -62,7 +53,7 @@ def read(data: Doc, path: str) -> ReadResult:
             packed = True
             r.note(f"{key}: rows are filled to the sequence length, as the estimate already assumes")
     if not packed:
-        unpacked_note(r, "packing or padding_free")
+        note_unpacked(r, "packing or padding_free")
     return r.result()
 
 

@@ -18,14 +18,13 @@ aliases per architecture field. Sources per family: docs/methodology.md, "Archit
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from fitcheck.errors import ModelSourceError
+from fitcheck.errors import ModelSourceError, compact
 from fitcheck.models import DecoderArch
 from fitcheck.sources import vision
 from fitcheck.terminal import clipped
@@ -842,10 +841,6 @@ def _wrapper_tie(cfg: Config, text_cfg: Config, model_type: str, text_type: str)
 TYPE_ALIASES: dict[str, str] = {"kimi_k2": "deepseek_v3"}
 
 
-def _compact_type(name: str) -> str:
-    return re.sub(r"[^0-9a-z]", "", name.lower())
-
-
 #: Suffixes of a model class in ``architectures`` that are not part of the architecture's name.
 _CLASS_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel", "Model")
 
@@ -859,7 +854,7 @@ def inferred_model_type(cfg: Config) -> tuple[str, str] | None:
     first ``architectures`` class less its head suffix (``MiniCPMForCausalLM``). Accepted only when it
     names a type fitcheck reads (compared without case or punctuation), else None.
     """
-    known = {_compact_type(t): t for t in (*FAMILIES, *TYPE_ALIASES)}
+    known = {compact(t): t for t in (*FAMILIES, *TYPE_ALIASES)}
     candidates: list[tuple[str, str]] = []
     auto_map = cfg.get("auto_map")
     if isinstance(auto_map, Mapping) and isinstance(auto_map.get("AutoConfig"), str):
@@ -874,8 +869,8 @@ def inferred_model_type(cfg: Config) -> tuple[str, str] | None:
                 candidates.append((cls.removesuffix(suffix), f"architectures' {cls}"))
                 break
     for name, where in candidates:
-        if _compact_type(name) in known:
-            return known[_compact_type(name)], where
+        if compact(name) in known:
+            return known[compact(name)], where
     return None
 
 
