@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -246,3 +247,40 @@ def test_a_config_in_the_working_folder_is_named(tmp_path: Path, monkeypatch: py
     monkeypatch.chdir(folder)
     for ref in ("config.json", ".", "./"):
         assert spec_from_path(Path(ref)).name == "my-model", ref
+
+
+def test_config_json_reads_python_infinity_inside_lists(tmp_path: Path) -> None:
+    """transformers writes config.json with Python's json.dumps (``[0.0, Infinity]``, a Mamba-2 mixer's
+    time_step_limit) and reads it back with json.loads: such a file reaches the model's own verdict."""
+    from fitcheck.sources.resolve import read_config
+
+    llama = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "vocab_size": 1000}  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**llama, "time_step_limit": [0.0, float("inf")]}))
+    assert "Infinity" in path.read_text()
+    assert read_config(path)["time_step_limit"] == [0.0, float("inf")]
+    for setting, where in (("rope_theta", "rope_theta"), ("text_config", "text_config.hidden_size")):
+        value: object = float("inf") if setting == "rope_theta" else {"hidden_size": float("nan")}
+        path.write_text(json.dumps({**llama, setting: value}))
+        with pytest.raises(ModelSourceError, match=f"{re.escape(where)} is not a finite number"):
+            read_config(path)
+
+
+def test_hybrid_config_with_infinity_gets_the_hybrid_verdict(tmp_path: Path) -> None:
+    """Granite 4.0-H's shape (transformers' granitemoehybrid defaults, written as transformers writes
+    them: ``Infinity`` in time_step_limit) is refused as a Mamba-2 hybrid, not as bad JSON."""
+    tf = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+
+    cfg = {**tf.AutoConfig.for_model("granitemoehybrid").to_dict(), "model_type": "granitemoehybrid"}
+    text = json.dumps(cfg)
+    assert "Infinity" in text
+    (tmp_path / "config.json").write_text(text)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fitcheck", "estimate", str(tmp_path), "--method", "lora"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "Mamba-2 layers" in proc.stderr and "JSON" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

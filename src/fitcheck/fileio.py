@@ -247,10 +247,12 @@ def _pairs_noting(duplicates: list[str]) -> Callable[[list[tuple[str, Any]]], di
     return pairs
 
 
-def loads(text: str, source: str, duplicates: list[str] | None = None) -> Any:
+def loads(text: str, source: str, duplicates: list[str] | None = None, *, python_floats: bool = False) -> Any:
     """Parse JSON text with a nesting bound and no NaN/Infinity; one clear line on failure.
 
     ``duplicates``, when given, collects the keys an object repeats (the last value is kept).
+    ``python_floats`` reads ``NaN``, ``Infinity`` and ``-Infinity`` as floats, for files Python's own
+    ``json.dumps`` wrote and ``json.loads`` reads back (a transformers config.json: see `read_json`).
 
     The bound is checked before parsing where a C-speed scan can tell (`deeper_than`), else on the parsed
     document; the parser itself stops at the interpreter's recursion limit (RecursionError), never the
@@ -264,7 +266,8 @@ def loads(text: str, source: str, duplicates: list[str] | None = None) -> Any:
         raise deep
     try:
         hook = None if duplicates is None else _pairs_noting(duplicates)
-        data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=hook)
+        constant = None if python_floats else _no_constant  # None: json's own float("inf"), float("nan")
+        data = json.loads(text, parse_constant=constant, object_pairs_hook=hook)
     except RecursionError:
         raise deep from None
     except json.JSONDecodeError as exc:
@@ -276,9 +279,17 @@ def loads(text: str, source: str, duplicates: list[str] | None = None) -> Any:
     return data
 
 
-def read_json(path: Path, limit: int, what: str = "JSON file", duplicates: list[str] | None = None) -> Any:
-    """A bounded regular file parsed as strict JSON (repeated keys collected in ``duplicates``)."""
-    return loads(read_text(path, limit, what), str(path), duplicates)
+def read_json(
+    path: Path,
+    limit: int,
+    what: str = "JSON file",
+    duplicates: list[str] | None = None,
+    *,
+    python_floats: bool = False,
+) -> Any:
+    """A bounded regular file parsed as strict JSON (repeated keys collected in ``duplicates``);
+    ``python_floats`` as in `loads`."""
+    return loads(read_text(path, limit, what), str(path), duplicates, python_floats=python_floats)
 
 
 def duplicate_note(keys: list[str]) -> str:

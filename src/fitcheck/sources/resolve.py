@@ -26,7 +26,8 @@ MAX_CONFIG_BYTES = 4_000_000
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    """Parse a config.json: a regular file, bounded while reading, strict JSON of bounded depth."""
+    """Parse a config.json: a regular file, bounded while reading, JSON of bounded depth (with Python's
+    NaN and Infinity, as transformers writes and reads them)."""
     return read_config_noting(path)[0]
 
 
@@ -36,10 +37,30 @@ def read_config_noting(path: Path) -> tuple[dict[str, Any], tuple[str, ...]]:
     from fitcheck.fileio import duplicate_note, read_json
 
     duplicates: list[str] = []
-    data = read_json(path, MAX_CONFIG_BYTES, "model config", duplicates)
+    # transformers writes config.json with Python's json.dumps, which spells a float infinity `Infinity`
+    # (Mamba-2 mixers' "time_step_limit": [0.0, Infinity] in Granite 4.0-H, Falcon-H1, Nemotron-H), and
+    # reads it back with json.loads: so does fitcheck, for this file only
+    data = read_json(path, MAX_CONFIG_BYTES, "model config", duplicates, python_floats=True)
     if not isinstance(data, dict):
         raise ModelSourceError(f"{path} must hold a JSON object")
+    key = nonfinite_setting(data)
+    if key is not None:
+        raise ModelSourceError(f"{path}: {key} is not a finite number")
     return data, ((f"{path}: {duplicate_note(duplicates)}",) if duplicates else ())
+
+
+def nonfinite_setting(cfg: Mapping[str, Any], prefix: str = "") -> str | None:
+    """The first setting of ``cfg`` (nested sections included, as ``text_config.hidden_size``) whose value
+    is NaN or an infinity. Inside a list such a value is a range's open end (``time_step_limit``) and
+    stays; a setting itself is a size, a count or a flag, never infinite."""
+    for key, value in cfg.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            found = nonfinite_setting(value, f"{prefix}{key}.")
+            if found is not None:
+                return found
+    return None
 
 
 def check_shaped(cfg: Mapping[str, Any], source: str) -> None:
