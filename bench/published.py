@@ -60,11 +60,14 @@ RECORD_KEYS = (
     "measured_scope",
     "uncertain",
     "known_gap",
+    "under_reason",
     "file",
 )
 SOURCE_KEYS = ("id", "publisher", "title", "url", "date", "how_measured")
 #: The acceptance bar (issue 10): per source, median |error| at most 10%; per record, at most 15% under
-#: the measured figure unless the record names why (``known_gap``).
+#: the measured figure unless the record names why (``known_gap``). A record more than 15% under whose cause
+#: is not a setting the source leaves unstated says what is known of it in ``under_reason`` (it stays in the
+#: band's derivation and fails the bar: tests/test_published.py holds it as a strict expected failure).
 MEDIAN_BAR = 0.10
 UNDER_BAR = -0.15
 
@@ -137,6 +140,7 @@ class Record:
     measured_bytes: int
     uncertain: list[str]
     known_gap: str | None
+    under_reason: str | None = None
 
     @property
     def key(self) -> str:
@@ -209,6 +213,7 @@ def load_source(path: Path) -> tuple[dict[str, Any], list[Record]]:
                 ),
                 uncertain=list(defaults.get("uncertain") or []) + list(raw.get("uncertain") or []),
                 known_gap=raw.get("known_gap"),
+                under_reason=raw.get("under_reason"),
             )
         )
     return src, out
@@ -890,7 +895,22 @@ def render(scored: dict[str, list[Score]], skipped: dict[str, list[tuple[Record,
             f"| [{sid}]({srcs[sid]['url']}) | {sm.n} | {100 * sm.median_abs:.1f}% | {_pct(sm.max_under)} | "
             f"{_pct(sm.bias)} | {under} | {sm.known_gaps} ({rest}) | {w} |"
         )
+    unexplained = sorted(
+        (sc for sc in all_scores if sc.error < UNDER_BAR and not sc.record.known_gap), key=lambda x: x.error
+    )
     lines += [
+        "",
+        f"### More than 15% under, no known gap ({len(unexplained)})",
+        "",
+        "Each of these records says in its file (`under_reason`) what is known of the shortfall; none is a",
+        "setting its source leaves unstated, so each still fails the bar and stays in the band's derivation.",
+        "",
+        "| record | error | under_reason |",
+        "|---|---:|---|",
+        *(
+            f"| {sc.record.key} | {_pct(sc.error)} | {sc.record.under_reason or '**none given**'} |"
+            for sc in unexplained
+        ),
         "",
         "Before (scores at commit 8d44288, before issue 13's engine rules and before litgpt, Unsloth and",
         "lm_head records were posed with their own options) and now:",

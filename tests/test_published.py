@@ -32,153 +32,21 @@ def _bench() -> ModuleType:
 pub = _bench()
 FILES = sorted(pub.DATA.glob("*.yaml"))
 
-#: universal-llm-trainer's loop (no autocast, its own loss, torch AdamW) is posed as it runs; Phi-3 mini QLoRA
-#: there still measures 19% above the estimate (fp32 stream; what holds the rest is not found in its code).
-_ULT_PHI3_QLORA = (
-    "Phi-3 mini QLoRA at 2 x 8192 without autocast: 19% under, cause not found. Session 9 ruled out a KV "
-    "cache (init_model_config passes use_cache False under checkpointing), eager attention (posed eager the "
-    "estimate is 3x the figure), held logits (config del_logits_after_forward True); the padded fp32 4-D "
-    "mask SDPA gets (0.5 GiB) is too small. Every QLoRA row of the source is 2.3-4.1 GiB under, so the "
-    "small model may only make a source-wide shortfall cross 15%. Session 10 (qloraall, "
-    "bench/ult_qlora_replay.py): the step traced by emulation as the trainer runs it (fp32 load, 4-bit "
-    "linears with a bf16 compute dtype, its own CE on the sliced logits) allocates what the engine does "
-    "(14.89 against 14.91 GiB; Llama 3.1 8B and Llama 2 13B QLoRA within 0.3 GiB), so the layer, the fp32 "
-    "stream, the dequantized weight and the loss are ruled out; replayed through bench/swift_loss.py's "
-    "caching-allocator model it reserves 19.32 GiB (-8.0%; Llama 2 13B QLoRA -3.7%, the LoRA rows -3.9 to "
-    "-9.3%): the loss's three 1.96 GiB fp32 logits blocks are cut beside the last layer's cached 1 GiB "
-    "blocks. A candidate for the engine's flat 15% fragmentation (engine/overhead.py), not modelled and "
-    "not checked on a GPU"
-)
-#: Records more than 15% under their measured figure today, with the reason (each one must be fixed, or its
-#: record must name a setting the source leaves unstated, to leave this list).
-#: The Qwen team's README profile (qwen-finetune-profiling.yaml), posed as finetune.py and its scripts run.
-_QWEN_SHORT = (
-    "Qwen-1 LoRA without DeepSpeed, bf16 under the Trainer's autocast: a shortfall of about 1.0-1.3 GiB "
-    "(1.8B; 0.5-0.7 GiB on 7B) at 256-4096 tokens that the estimate passes at 8192; not found in "
-    "finetune.py, modeling_qwen.py, peft 0.6.2, the Trainer or torch 2.0's AdamW (the LoRA (emb) rows' "
-    "extra was torch 2.0's foreach denom, now posed); the figures' tool is not stated (what the yaml "
-    "header rules out); not the scripts' per-GPU batch 2 either (session 9: at batch 2 the 1.8B rows "
-    "would be 43% over at 4096 tokens and 90% at 8192); read as nvidia-smi (fitcheck's 0.39 GiB A100 "
-    "context) they would be -9.2/-10.6%: the tool can account for the part beyond the bar, not the gap"
-)
-_QWEN_DS = (
-    "Qwen-1 Q-LoRA under DeepSpeed ZeRO-2 on one GPU (posed as run: ds_config_zero2.json's "
-    "reduce_bucket_size 2e8 and overlap_comm, no autocast, Qwen's own 16-bit loss; the step's flat gradient "
-    "copies cached beside the activations' blocks, session 8): the 1.8B rows 0.9-1.0 GiB short at 256-1024 "
-    "tokens, about the same 1.0 GiB as the 1.8B LoRA rows without DeepSpeed (_QWEN_SHORT), so more likely "
-    "the model's or the reading's than DeepSpeed's; not found in DeepSpeed 0.12.3's stage_1_and_2.py, "
-    "peft's prepare_model_for_kbit_training (leaves a GPTQ model's fp16 wte / lm_head in place) or "
-    "auto-gptq's dequantizing forward (the yaml header, session 9); read as nvidia-smi they would be "
-    "-10.1/-11.7/-10.6%, about 0.6 GiB still unexplained"
-)
-_THUDM_SFT = (
-    "ChatGLM3-6B full fine-tuning, DeepSpeed ZeRO-3 on 4 GPUs in fp32 (finetune_hf.py casts every "
-    "trainable parameter to fp32; ds_zero_3.json's bf16 'auto' follows the Trainer's flag, off): 7.2 GiB "
-    "per GPU short of 48,346 MiB (15.3%, tool not stated) with the step's fp32 sub_group copy (3.7 GiB) "
-    "cached beside the forward's blocks (session 8); ruled out in the record file (zero.Init in force, the "
-    "16-bit consolidated save goes to the CPU, evaluation carries no labels, the init gradient buffer, the "
-    "reuse walk's partial layer); the steps' lengths (AdvertiseGen, under the 385-token cap) are not "
-    "published. Session 9 (glm3), a candidate not modelled: with overlap_comm the gathered fp32 parameters "
-    "are cut on DeepSpeed's all-gather stream and freed with record_stream on the compute stream, and in "
-    "forward the CPU waits only on its own all-gathers until loss.mean().item() (DeepSpeed v0.13.1 "
-    "engine.py L1944), so a CPU k modules ahead of fp32 compute (no TF32) holds k modules' gathered "
-    "parameters unreusable; 7.2 GiB is about 9 of 28 layers. It depends on CPU and GPU speed (GPU not "
-    "stated), for which fitcheck has no setting; not measured (record file)"
-)
-#: Google Cloud's Vertex Model Garden OpenLLaMA-7B report (google-vertex-openllama-finetune.yaml, a held-out
-#: source added in session 8, posed before it was scored): LoRA rows (fp16 model, no checkpointing) 2.5-3.5%
-#: under, QLoRA rows 5.6-32.1% under, the gap growing with a step's tokens (b8 -> b32 the run adds 2.15 MB per
-#: token, the estimate about 1.2 MB). The container's code as it ran is not published. The published image's
-#: stack (bitsandbytes 0.39, torch 2.0.1, peft k-bit preparation: fp32 residual stream, reentrant
-#: checkpointing, eager attention, fp16 autocast) was traced by emulation (bench/qlora2023_trace.py; a 4-bit
-#: Linear with bitsandbytes 0.39's casts and kept input): at the 7B shape it grows 0.88 MB per token in
-#: forward, 1.0 MB in backward, as the engine (0.86 / 1.1). 0.39's kept inputs are posed (bnb_keeps_input:
-#: the recomputed layer's copies, 1-3 points); non-reentrant checkpointing would keep them in every layer
-#: (3.2 MB per token, 61.9 GB at batch 32 against 39.38 measured). The missing ~1 MB per token is not any
-#: mechanism of that stack the trace reproduces: unknown. Session 9: not the allocator (the traced 7B step
-#: replayed through bench/swift_loss.py's allocator model, `qlora2023_trace.py --shape 7b --replay 3`,
-#: reserves within 1.1 GB of the engine); the code is in no commit of vertex-ai-samples; the metric is open.
-_GOOGLE_QLORA = (
-    "OpenLLaMA-7B QLoRA on an A100 40G (Google Vertex Model Garden report, 2023): 19.8-32.1% under, "
-    "growing with the step's tokens by about 1 MB per token; the published image's stack (bitsandbytes 0.39 "
-    "keeping 4-bit inputs, reentrant checkpointing, peft's k-bit preparation with an fp32 residual stream, "
-    "eager attention) traced by emulation grows as the engine does (bench/qlora2023_trace.py); the report's "
-    "container code is unpublished (vertex-ai-samples has instruct_lora.py of 2023-08 and a 2024-10 "
-    "rewrite only); ruled out in session 9, in the record file: the rewrite's defaults (double "
-    "quantization, checkpointing off, bf16, an NVML reading in GiB), allocator fragmentation (the "
-    "emulated 7B step replayed through an allocator model reserves at most 1.1 GB more than the engine), "
-    "varying step lengths (the LoRA rows then 23-38% over): "
-    "cause unknown"
-)
-_PEFT_ZERO3_OFFLOAD = (
-    "bloomz-7b1 LoRA under DeepSpeed ZeRO-3 with offload_param and offload_optimizer cpu on one A100 (PEFT "
-    "README, 2022-12, fp32, 8 x 64 tokens): 10.4 GiB estimated (allocated) against 18.1 GB, 39% under (61% "
-    "before session 10 counted the GPU copies NoGatherHandle's .to(device) makes of offloaded partitions on "
-    "one rank: engine/distributed.py _zero_grads). DeepSpeed v0.7.7, the release current at the run, had no "
-    "NoGatherHandle (4d27225f, #2953, v0.9.0, 2023-04-07) and gathered on one rank as on many: "
-    "all_gather_coalesced (partition_parameters.py @v0.7.7 L806-874) allocates each fetched module's "
-    "full-size buffer on the GPU beside the GPU copy of its host partition (param.ds_tensor.to(cuda)): for "
-    "the 1.03e9-element fp32 embedding 3.8 GiB more than the engine now counts, not posed (fitcheck has no "
-    "DeepSpeed-release setting); with it the row would be about 16% under; the rest not found"
-)
-_SWIFT_OPENBUDDY_8192 = (
-    "OpenBuddy-Zephyr-7B (Mistral shape, vocab 36,608) LoRA at max_length 8192, first scored in session 10 "
-    "(config: configs/README.md): 26.4 GiB estimated (19.1 GiB allocated + 6.3 GiB allocator history over "
-    "varying lengths) against 52.14 GiB, 49% under; the same model is 2.8-14.9% under at 512-4096 tokens. "
-    "The measured row grows 28.9 GiB from 4096 to 8192 tokens, where the estimate grows 6.3 GiB. Posed "
-    "with attn eager it would be +9.7% (and s4096 +13.3% over), a b x heads x s^2 growth, but swift "
-    "registers openbuddy-zephyr-7b-chat with support_flash_attn=True (swift/llm/utils/model.py of the "
-    "period, code-search file 5653080381) and use_flash_attn defaults true; flash attention keeps no s^2 "
-    "tensor (with this config's sliding_window 4096 transformers' Mistral flash path passes flash-attn a "
-    "window above 4096 tokens: the use_sliding_windows test as read in later releases, the 4.34-4.36 file "
-    "itself not read), so eager is not what ran as far as read. A same-table sibling with the "
-    "varying-lengths known_gap (Yi-6B-Chat: 26.7% under at 4096, 31.8% at 8192) shows a like unexplained "
-    "jump. Cause not found"
-)
-_SWIFT_YI34_8192 = (
-    "Yi-34B-Chat LoRA at max_length 8192 on two A100s by device_map (first scored in session 10; config is "
-    "Yi-34B's, same shape: configs/README.md): 53.8 GiB on the bottleneck GPU (41.5 GiB allocated + 10.7 GiB "
-    "allocator history over varying lengths) against 65.03 GiB, 17.3% under; the 512-4096 rows on one GPU "
-    "are within 1.3%. As the same table's qwen-7b-chat-full-s8192-2gpu (known_gap: the 8192-token run's "
-    "history beyond fitcheck's ladder) and Yi-6B-Chat's 8192 row (31.8% under), the part beyond the "
-    "ladder's history is not modelled; not verified for this model. Cause not found"
-)
-_LITGPT_STABLELM_FULL = (
-    "stablelm-base-alpha-3b full fine-tuning, litgpt FSDP as printed on 4xA10G (first scored in session 10; "
-    "config: configs/README.md): 18.2 GB allocated at the backward peak against 21.23 GB, 17.6% under. "
-    "Ruled out by posing: the config file's devices: 2 (litgpt "
-    "config_hub/finetune/stablelm-base-alpha-3b/full.yaml, max_seq_length 512, micro_batch_size 1, "
-    "bf16-true) gives 54% over; FSDP1 instead of FSDP2 changes "
-    "nothing (-17.6%); the siblings posed alike are -2.0% (gemma-2b) and +12.0% (phi-2). Cause not found"
-)
+#: Records more than 15% under their measured figure today, each with what is known of it, read from the
+#: record's own `under_reason` (each one must be fixed, or its record must name a setting the source leaves
+#: unstated in `known_gap`, to leave this list).
 KNOWN_UNDER: dict[str, str] = {
-    **{f"google-vertex-openllama-finetune/qlora-{k}": _GOOGLE_QLORA for k in ("b16", "b24", "b32", "s2048")},
-    **{
-        f"qwen-finetune-profiling/qwen-{k}": _QWEN_SHORT
-        for k in (
-            "1.8b-lora-s256",
-            "1.8b-lora-s512",
-        )
-    },
-    **{f"qwen-finetune-profiling/qwen-1.8b-qlora-s{n}": _QWEN_DS for n in (256, 512, 1024)},
-    "universal-llm-trainer/phi-3-mini-qlora-h100": _ULT_PHI3_QLORA,
-    "universal-llm-trainer/phi-3-mini-qlora-rtx-pro-6000": _ULT_PHI3_QLORA,
-    "universal-llm-trainer/phi-3-mini-qlora-a100": _ULT_PHI3_QLORA,
-    "thudm-chatglm3-finetune/chatglm3-6b-sft-zero3-4gpu": _THUDM_SFT,
-    "peft-readme-memory/bloomz-7b1-lora-zero3-offload": _PEFT_ZERO3_OFFLOAD,
-    "ms-swift/openbuddy-zephyr-7b-chat-lora-s8192": _SWIFT_OPENBUDDY_8192,
-    "ms-swift/yi-34b-chat-lora-s8192-2gpu": _SWIFT_YI34_8192,
-    "litgpt-config-hub/stablelm-3b-full-4gpu": _LITGPT_STABLELM_FULL,
+    r.key: r.under_reason for _, recs in pub.corpus().values() for r in recs if r.under_reason
 }
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {
     "thudm-chatglm3-finetune": "15.3% median of three records: LoRA on one GPU +0.8%, the ZeRO-3 full "
-    "fine-tuning on 4 GPUs 15.3% under (_THUDM_SFT), P-Tuning v2 57% over (posed at its 769-token cap)",
+    "fine-tuning on 4 GPUs 15.3% under (its under_reason), P-Tuning v2 57% over (posed at its 769-token cap)",
     "peft-readme-memory": "95.1% median of eight records: the six T0_3B / mt0-xxl rows posed at the "
     "encoder's 512-token truncation cap (the tweets' padded lengths are not printed) are 26-165% "
     "over; posed at 48-128 tokens (not stated) the single-GPU LoRA rows are within 11%, "
     "full fine-tuning 18% over and the ZeRO-3 CPU-offload rows 15-57% under, as "
-    "bloomz-7b1's ZeRO-3-offload row is at its stated 64 tokens (_PEFT_ZERO3_OFFLOAD); "
+    "bloomz-7b1's ZeRO-3-offload row is at its stated 64 tokens (its under_reason); "
     "the six seq2seq rows name the unstated length in known_gap; bloomz-7b1 LoRA without "
     "DeepSpeed +4.2%",
 }
@@ -234,6 +102,9 @@ def test_records_schema(path: Path) -> None:
             assert isinstance(u, str) and u
         if raw.get("known_gap") is not None:
             assert isinstance(raw["known_gap"], str) and raw["known_gap"]
+        if raw.get("under_reason") is not None:  # an unexplained shortfall is not a known gap: one or other
+            assert isinstance(raw["under_reason"], str) and raw["under_reason"]
+            assert raw.get("known_gap") is None, f"{raw['id']}: under_reason beside known_gap"
 
 
 def test_corpus_size_and_independence() -> None:
