@@ -78,6 +78,7 @@ _DIRECT = (
     "grad_accum",
     "seq_len",
     "precision",
+    "master_weights",
     "attn",
     "lora_rank",
     "lora_alpha",
