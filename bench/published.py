@@ -79,6 +79,7 @@ _DIRECT = (
     "seq_len",
     "precision",
     "master_weights",
+    "keep_grads",
     "attn",
     "lora_rank",
     "lora_alpha",
@@ -482,8 +483,12 @@ def score(rec: Record) -> Score | str:
     if isinstance(posed, str):
         return posed
     spec, setup, notes = posed
+    # the process's CUDA context as the source itself measured it on its machine (`context_mib`), in place
+    # of the catalog's figure for the card: a stack that loads every kernel at init holds far more
+    stated = rec.setup.get("context_mib")
+    context = None if stated is None else round(float(stated) * UNITS["MiB"])
     try:
-        est = estimate(spec, setup)
+        est = estimate(spec, setup, target_context=context)
     except FitcheckError as exc:
         return f"fitcheck refuses the setup: {exc}"
     fig = _figure(est, rec)

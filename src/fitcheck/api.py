@@ -121,6 +121,7 @@ class TrainingOptions(_Common, total=False):
     attn: Attention
     strategy: Strategy | None
     offload: Offload
+    keep_grads: bool
 
 
 class PlanOptions(_Common, total=False):
@@ -157,6 +158,7 @@ LLM_ONLY: dict[str, object] = {
     "loss": None,
     "offload_activations": False,
     "optimizer_in_bwd": False,
+    "keep_grads": False,
     "autocast": None,
     "compile": None,
     "kbit_prep": None,

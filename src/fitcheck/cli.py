@@ -314,6 +314,14 @@ OptInBwdO = Annotated[
         help="full fine-tuning: each parameter's step runs in backward (torchtune optimizer_in_bwd)",
     ),
 ]
+KeepGradsO = Annotated[
+    bool,
+    typer.Option(
+        "--keep-grads",
+        help="the loop zeroes gradients in place (zero_grad(set_to_none=False), torch < 2.0's default): "
+        "they stay allocated beside the next step's activations",
+    ),
+]
 AutocastO = Annotated[
     bool | None,
     typer.Option(
@@ -702,6 +710,7 @@ def _training_template(
     loss: LossO = None,
     offload_activations: OffloadActO = False,
     optimizer_in_bwd: OptInBwdO = False,
+    keep_grads: KeepGradsO = False,
     autocast: AutocastO = None,
     compile: CompileO = None,
     kbit_prep: KbitPrepO = None,

@@ -260,6 +260,11 @@ class LlmSetup(SetupBase):
     optimizer_in_bwd: bool = Field(
         default=False, description="each parameter's optimizer step runs in backward as its gradient is made"
     )
+    keep_grads: bool = Field(
+        default=False,
+        description="gradients zeroed in place between steps (zero_grad(set_to_none=False), torch < 2.0's "
+        "default): every gradient stays allocated beside the next step's activations",
+    )
     keep_logits: bool = Field(
         default=False,
         description="the loop holds the model's output (logits) through backward and the optimizer step",

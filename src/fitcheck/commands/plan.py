@@ -303,7 +303,7 @@ def _shaping() -> set[str]:
 NOT_PLANNED = (
     "grad_accum", "cache_latents", "cache_text_encoder_outputs", "train_text_encoder", "full_bf16",
     "full_fp16", "base_quant", "train_modules", "task", "num_labels", "target_len", "image_tokens",
-    "bnb_keeps_input", "ckpt_reentrant",
+    "bnb_keeps_input", "ckpt_reentrant", "keep_grads",
 )  # fmt: skip
 
 

@@ -333,7 +333,7 @@ def _attention_acts(
         # fp32 activations ``.to(query.dtype)`` returns the same tensor, saved once); with attention
         # soft-capping (Gemma 2) also the tanh output (traced)
         capped = c.gamma if a.attn_logit_softcapping else 0
-        acts.scores = a.num_heads * (4 + (c.gamma if c.gamma != 4 else 0) + capped)
+        acts.scores = a.num_heads * (4 + _probs_after_softmax(a, c) + capped)
         acts.add("attn_out", c.gamma * q_w)
     else:
         # flash / memory-efficient kernels save the output and an fp32 logsumexp per head
@@ -341,6 +341,21 @@ def _attention_acts(
     acts.add("o_input", _linear_inputs(c, setup, a, o, c.gamma, held=held))
     _prefix_acts(acts, setup, q_w, kv_saved, c.gamma)
     acts.add(MASK_COPY, sdpa_mask_copy_bytes(a, setup, c.gamma))
+
+
+def _probs_after_softmax(a: DecoderArch, c: Ctx) -> float:
+    """Bytes per query-key pair per head that eager attention saves after its fp32 softmax output.
+
+    Without attention dropout: the compute-dtype copy the value matmul saves (none in fp32, where the
+    copy is the softmax output itself). With it (``attention_probs_dropout_prob`` 0.1 in BERT, RoBERTa,
+    DeBERTa-v2; ``dropout_rate`` in T5): dropout's mask (CUDA's fused ``native_dropout`` keeps a bool,
+    1 byte) and its output in the compute dtype, which the matmul saves (a new tensor, also in fp32);
+    the copy that fed the dropout is freed (its backward needs the mask only). A real CPU step shows
+    the output and a 4-byte mask (CPU dropout multiplies by float noise): tests/test_attention_dropout.py.
+    """
+    if a.attn_dropout:
+        return 1 + c.gamma
+    return c.gamma if c.gamma != 4 else 0
 
 
 #: The part of `LayerActs` that is SDPA's own copy of an explicit attention mask (`sdpa_mask_copy_bytes`).

@@ -45,6 +45,11 @@ def _c(name: str, value: float, rule: str) -> Component:
 
 
 def _check(spec: ModelSpec, setup: LlmSetup) -> None:
+    if setup.keep_grads and (setup.distributed or setup.optimizer_in_bwd):
+        raise OptionError(
+            "--keep-grads is modelled on one GPU without --optimizer-in-backward (DeepSpeed and FSDP keep "
+            "their own gradient buffers; the step in backward frees each gradient as it is made)"
+        )
     if setup.device_map_version != 5 and setup.strategy != "device-map":
         raise OptionError("--device-map-version applies to --strategy device-map")
     from fitcheck.engine.distributed import STRATEGY_FACTS, check_embedding_units
@@ -320,7 +325,7 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
         "one layer's activations "
         + ("recomputed from its checkpoint" if setup.grad_ckpt else "(the first layer's, last to be freed)"),
     )
-    accum = setup.grad_accum > 1
+    accum = grads_between_steps(setup)  # the head's gradient is added into a gradient already there
     head = states.head_grad_bytes(a, setup, regime) if not accum else 0
     casts_fwd, casts_bwd, casts_layer = _casts(spec, setup, regime)
     merged_fwd, merged_layer = _merged_experts(spec, setup, regime)
@@ -491,17 +496,30 @@ def load_phase(spec: ModelSpec, setup: LlmSetup, regime: Regime, ms: dict[str, C
     return phase("load", [*weights, transient])
 
 
+def grads_between_steps(setup: LlmSetup) -> bool:
+    """Whether every gradient is allocated before the step's forward: accumulation (the earlier
+    micro-batches' sums), or a loop that zeroes them in place (``--keep-grads``: ``zero_grad`` with
+    ``set_to_none=False``, torch < 2.0's default, pytorch#92731), so from the second step on they sit
+    beside the activations."""
+    return setup.grad_accum > 1 or setup.keep_grads
+
+
 def step_phases(
-    ms: dict[str, Component], sv: Saved, accumulating: bool, step_in_backward: bool = False
+    ms: dict[str, Component],
+    sv: Saved,
+    accumulating: bool,
+    step_in_backward: bool = False,
+    grads_kept: bool = False,
 ) -> tuple[Phase, Phase, Phase]:
     """What is alive at the peak of forward, backward (its start, late, or end) and the optimizer step.
 
     ``step_in_backward``: each parameter's step runs inside backward (``optimizer_in_bwd``), so its
-    temporaries join backward's late and final moments beside the one live gradient.
+    temporaries join backward's late and final moments beside the one live gradient. ``grads_kept``:
+    the gradients outlive the step (`grads_between_steps`) without accumulation.
     """
     persistent = [ms[k] for k in PERSISTENT if k in ms]
     grads = ms["gradients"]
-    grads_fwd = grads if accumulating else _c("gradients", 0, "")
+    grads_fwd = grads if accumulating or grads_kept else _c("gradients", 0, "")
     held = [*persistent, grads_fwd, sv.inputs, *sv.saved]
     # with accumulation a loop's previous output lives until this forward returns and rebinds it
     prev_out = sv.held if accumulating else _c("held_logits", 0, "")
@@ -584,7 +602,7 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
     sv = saved_activations(spec, setup, regime)
     phases = (
         load_phase(spec, setup, regime, ms),
-        *step_phases(ms, sv, setup.grad_accum > 1, setup.optimizer_in_bwd),
+        *step_phases(ms, sv, setup.grad_accum > 1, setup.optimizer_in_bwd, setup.keep_grads),
     )
     c = states.counts(spec.arch, setup)
     inv = inventory(spec.arch)

@@ -132,7 +132,7 @@ def run_steps(
         if held is not None:
             held.clear()  # the loop's output dies when its step function returns
         probe.step_end(step, model, optimizer)
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=not setup.keep_grads)  # --keep-grads: zeroed in place, kept
 
 
 @contextlib.contextmanager

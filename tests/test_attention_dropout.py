@@ -1,0 +1,71 @@
+"""Eager attention with dropout on its probabilities (BERT, RoBERTa, DeBERTa-v2: attention_probs_dropout_prob
+0.1; T5: dropout_rate) saves dropout's mask and its output beside the fp32 softmax output.
+
+Held to a real CPU training step of transformers' own model, its saved tensors counted with autograd's
+saved-tensor hooks. CPU dropout multiplies by float noise (ATen ``_dropout_impl``: a 4-byte mask), where
+CUDA's fused ``native_dropout`` keeps a bool (1 byte), the engine's figure: the comparison takes the 3 bytes
+per masked element off the CPU count.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fitcheck.engine.estimate import estimate
+from fitcheck.models import LlmSetup
+from fitcheck.sources.resolve import spec_from_config
+
+B, S, H, HEADS, LAYERS = 4, 256, 512, 8, 4
+SAVED = ("inputs", "activations", "attention_scores", "attention_mask", "final_norm", "logits_loss")
+
+
+def _bert(drop: float) -> dict[str, Any]:
+    return {"model_type": "bert", "hidden_size": H, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+            "intermediate_size": 4 * H, "vocab_size": 30522, "max_position_embeddings": 512,
+            "attention_probs_dropout_prob": drop, "hidden_dropout_prob": 0.1}  # fmt: skip
+
+
+def _saved_on_cpu(cfg: dict[str, Any]) -> int:
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = tf.BertConfig(**{k: v for k, v in cfg.items() if k != "model_type"}, attn_implementation="eager")
+    model = tf.BertForSequenceClassification(config).train()
+    sizes: dict[int, int] = {}
+
+    def pack(t: Any) -> Any:
+        st = t.untyped_storage()
+        sizes[st.data_ptr()] = max(sizes.get(st.data_ptr(), 0), st.nbytes())
+        return t
+
+    ids = torch.randint(100, 1000, (B, S))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=ids, labels=torch.zeros(B, dtype=torch.long))
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    return sum(v for k, v in sizes.items() if k not in params)
+
+
+def _engine(cfg: dict[str, Any]) -> int:
+    setup = LlmSetup(method="full", seq_len=S, batch_size=B, attn="eager", precision="fp32",
+                     task="classification", trainer="hf")  # fmt: skip
+    est = estimate(spec_from_config(dict(cfg), id="bert", name="bert", source="test"), setup)
+    return sum(c.bytes for c in est.phase("forward").components if c.name in SAVED)
+
+
+@pytest.mark.parametrize("drop", [0.1, 0.0])
+def test_bert_eager_saved_tensors(drop: float) -> None:
+    cfg = _bert(drop)
+    cpu_extra = 3 * B * S * H * 2 * LAYERS  # the two hidden-dropout masks per layer
+    if drop:
+        cpu_extra += 3 * B * HEADS * S * S * LAYERS  # the attention-probability mask
+    want = _saved_on_cpu(cfg) - cpu_extra
+    got = _engine(cfg)
+    assert abs(got - want) <= 0.04 * want, (got, want)
+
+
+def test_dropout_adds_its_mask_and_output() -> None:
+    """fp32: 4 (softmax output) without dropout; 4 + 1 (mask) + 4 (dropout output) with it."""
+    per_pair = B * HEADS * S * S * LAYERS
+    assert _engine(_bert(0.1)) - _engine(_bert(0.0)) == 5 * per_pair
