@@ -69,3 +69,22 @@ def test_dropout_adds_its_mask_and_output() -> None:
     """fp32: 4 (softmax output) without dropout; 4 + 1 (mask) + 4 (dropout output) with it."""
     per_pair = B * HEADS * S * S * LAYERS
     assert _engine(_bert(0.1)) - _engine(_bert(0.0)) == 5 * per_pair
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_t5_dropout_counts_only_where_eager_code_runs(attn: str) -> None:
+    """T5 under SDPA (transformers 5) hands its position bias to the kernel, which draws the dropout itself:
+    nothing more; its eager code (transformers 4.x, or --attn eager) keeps the mask and the output."""
+    base = {"model_type": "t5", "d_model": 256, "d_ff": 512, "num_layers": 2, "num_heads": 4, "d_kv": 64,
+            "vocab_size": 32128}  # fmt: skip
+
+    def scores(rate: float) -> int:
+        setup = LlmSetup(method="full", seq_len=128, batch_size=2, attn=attn, target_len=128)
+        spec = spec_from_config({**base, "dropout_rate": rate}, id="t5", name="t5", source="t")
+        est = estimate(spec, setup)
+        return sum(c.bytes for c in est.phase("forward").components if c.name == "attention_scores")
+
+    if attn == "sdpa":
+        assert scores(0.1) == scores(0.0)
+    else:
+        assert scores(0.1) > scores(0.0)

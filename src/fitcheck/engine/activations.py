@@ -333,7 +333,7 @@ def _attention_acts(
         # fp32 activations ``.to(query.dtype)`` returns the same tensor, saved once); with attention
         # soft-capping (Gemma 2) also the tanh output (traced)
         capped = c.gamma if a.attn_logit_softcapping else 0
-        acts.scores = a.num_heads * (4 + _probs_after_softmax(a, c) + capped)
+        acts.scores = a.num_heads * (4 + _probs_after_softmax(a, setup, c) + capped)
         acts.add("attn_out", c.gamma * q_w)
     else:
         # flash / memory-efficient kernels save the output and an fp32 logsumexp per head
@@ -343,7 +343,7 @@ def _attention_acts(
     acts.add(MASK_COPY, sdpa_mask_copy_bytes(a, setup, c.gamma))
 
 
-def _probs_after_softmax(a: DecoderArch, c: Ctx) -> float:
+def _probs_after_softmax(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
     """Bytes per query-key pair per head that eager attention saves after its fp32 softmax output.
 
     Without attention dropout: the compute-dtype copy the value matmul saves (none in fp32, where the
@@ -352,8 +352,10 @@ def _probs_after_softmax(a: DecoderArch, c: Ctx) -> float:
     1 byte) and its output in the compute dtype, which the matmul saves (a new tensor, also in fp32);
     the copy that fed the dropout is freed (its backward needs the mask only). A real CPU step shows
     the output and a 4-byte mask (CPU dropout multiplies by float noise): tests/test_attention_dropout.py.
+    Only where the probabilities are materialized by eager code: T5 under SDPA (`EAGER_ONLY_TYPES`, whose
+    s^2 term stands for its position-bias mask) draws the dropout inside the kernel.
     """
-    if a.attn_dropout:
+    if a.attn_dropout and (setup.attn == "eager" or setup.backend == "mps"):
         return 1 + c.gamma
     return c.gamma if c.gamma != 4 else 0
 
