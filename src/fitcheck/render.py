@@ -395,6 +395,7 @@ def assumptions(s: Any) -> str:
     return (
         f"assumes: {s.method}{dora} · trainer {s.trainer} · batch {s.batch_size} x {shape} · "
         f"{s.precision} · {s.optimizer} · attn {s.attn} · checkpointing {'on' if s.grad_ckpt else 'off'}"
+        + (" · gradients kept between steps" if getattr(s, "keep_grads", False) else "")
     )
 
 
