@@ -91,3 +91,19 @@ def test_library_and_cli() -> None:
     diff = subprocess.run([*run, "estimate", "sdxl", "--on", "24GB", "--keep-grads"],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert diff.returncode == 2 and "--keep-grads" in diff.stderr
+
+
+@pytest.mark.parametrize("kw", [{"grad_accum": 2}, {"keep_grads": True}])
+def test_tied_embedding_sum_beside_kept_gradients(kw: dict[str, Any]) -> None:
+    """A tied embedding's two gradients and their sum coexist at the end of backward; where the gradients
+    are already there the sum is a third tensor beside them, added into ``.grad`` after (traced)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from fitcheck.measure.trace import trace_step
+
+    cfg = {**CFG, "num_hidden_layers": 2, "vocab_size": 128256, "tie_word_embeddings": True}
+    setup = LlmSetup(method="full", seq_len=32, batch_size=1, trainer="hf", **kw)
+    est = estimate(spec_from_config(dict(cfg), id="t", name="t", source="test"), setup)
+    traced = {p.name: p.peak_bytes for p in trace_step(dict(cfg), setup, steps=2).phases}
+    got, want = est.phase("backward").total_bytes, traced["backward"]
+    assert abs(got - want) <= 0.01 * want, (got, want)

@@ -477,10 +477,14 @@ def _merged_experts(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[C
 
 def _tied_grads(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
     """Tied embeddings trained: at the very end the lm_head's weight gradient (held since the loss
-    backward), the embedding's own and their sum coexist (traced on Gemma 2 9B)."""
+    backward), the embedding's own and their sum coexist (traced on Gemma 2 9B). The sum is the
+    gradient itself on a step that starts without one; where the gradients are already there
+    (`grads_between_steps`) it is a third tensor beside them, added into ``.grad`` in place
+    afterwards (traced on Llama 3.2 1B with accumulation and with ``--keep-grads``)."""
     tied = 0
     if setup.method == "full" and spec.arch.tie_embeddings:
-        tied = 2 * inventory(spec.arch).embedding * int(states.BYTES[regime.grad_dtype])
+        copies = 3 if grads_between_steps(setup) else 2
+        tied = copies * inventory(spec.arch).embedding * int(states.BYTES[regime.grad_dtype])
     return _c("tied_embedding_grads", tied, "lm_head and embedding gradients before they are summed")
 
 
