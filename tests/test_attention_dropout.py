@@ -88,3 +88,46 @@ def test_t5_dropout_counts_only_where_eager_code_runs(attn: str) -> None:
         assert scores(0.1) == scores(0.0)
     else:
         assert scores(0.1) > scores(0.0)
+
+
+def _deberta(drop: float) -> dict[str, Any]:
+    """DeBERTa-v3's shape, small: disentangled attention (c2p and p2c), shared position keys, 256 buckets."""
+    return {"model_type": "deberta-v2", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "intermediate_size": 1024, "vocab_size": 1000, "max_position_embeddings": 512,
+            "relative_attention": True, "position_buckets": 256, "norm_rel_ebd": "layer_norm",
+            "share_att_key": True, "pos_att_type": ["p2c", "c2p"], "position_biased_input": False,
+            "type_vocab_size": 0, "attention_probs_dropout_prob": drop, "hidden_dropout_prob": 0.0,
+            "max_relative_positions": -1}  # fmt: skip
+
+
+@pytest.mark.parametrize("drop", [0.1, 0.0])
+def test_deberta_disentangled_attention_saved_tensors(drop: float) -> None:
+    """DeBERTa-v2/v3 has no SDPA path: its eager attention keeps the probabilities (and dropout's), and
+    each relative term's gather keeps its whole b x heads x s x 2 span input (torch's gather backward takes
+    the input), the position keys repeated per sequence and the clamped s x s index."""
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    b, s, layers, heads = 2, 256, 2, 4
+    cfg = _deberta(drop)
+    torch.manual_seed(0)
+    model = tf.DebertaV2ForSequenceClassification(
+        tf.DebertaV2Config(**{k: v for k, v in cfg.items() if k != "model_type"})
+    ).train()
+    sizes: dict[int, int] = {}
+
+    def pack(t: Any) -> Any:
+        st = t.untyped_storage()
+        sizes[st.data_ptr()] = max(sizes.get(st.data_ptr(), 0), st.nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=torch.randint(100, 1000, (b, s)), labels=torch.zeros(b, dtype=torch.long))
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    cpu_extra = 3 * b * heads * s * s * layers if drop else 0  # hidden dropout off: the attention's mask only
+    want = sum(v for k, v in sizes.items() if k not in params) - cpu_extra
+    setup = LlmSetup(
+        method="full", seq_len=s, batch_size=b, precision="fp32", task="classification", trainer="hf"
+    )
+    est = estimate(spec_from_config(dict(cfg), id="deberta", name="deberta", source="test"), setup)
+    got = sum(c.bytes for c in est.phase("forward").components if c.name in SAVED)
+    assert abs(got - want) <= 0.03 * want, (got, want)

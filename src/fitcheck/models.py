@@ -128,6 +128,10 @@ class DecoderArch(Frozen):
     router_bias: bool = False
     expert_bias: bool = Field(default=False, description="routed experts carry biases (gpt-oss)")
     attn_sinks: bool = Field(default=False, description="one learned attention-sink logit per head (gpt-oss)")
+    rel_terms: int = Field(
+        default=0, ge=0, le=2, description="DeBERTa's disentangled terms (c2p, p2c) each layer computes"
+    )
+    rel_span: int = Field(default=0, ge=0, description="DeBERTa's relative span: att_span (position_buckets)")
     shared_expert_gate: bool = Field(default=False, description="a sigmoid gate on the shared expert")
     # Multi-head latent attention (DeepSeek-V2/V3): low-rank q and a compressed kv.
     q_lora_rank: int = Field(default=0, ge=0)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from fitcheck.engine import litgpt, prefix
 from fitcheck.engine.lora import targeted
-from fitcheck.engine.params import EAGER_ONLY_TYPES, Linear, layer_linears
+from fitcheck.engine.params import EAGER_ONLY_TYPES, SDPA_BIAS_TYPES, Linear, layer_linears
 from fitcheck.engine.quant import TRANSFORMERS_TRAINERS, expert_modules
 from fitcheck.engine.regimes import PYTHON_GELUS
 from fitcheck.facts.dtypes import nbytes
@@ -339,8 +339,31 @@ def _attention_acts(
         # flash / memory-efficient kernels save the output and an fp32 logsumexp per head
         acts.add("attn_out", c.gamma * q_w + 4 * a.num_heads)
     acts.add("o_input", _linear_inputs(c, setup, a, o, c.gamma, held=held))
+    acts.add("relative_attention", _disentangled_bytes(a, setup, c))
     _prefix_acts(acts, setup, q_w, kv_saved, c.gamma)
     acts.add(MASK_COPY, sdpa_mask_copy_bytes(a, setup, c.gamma))
+
+
+def _disentangled_bytes(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
+    """Bytes per token DeBERTa's disentangled attention saves beyond plain attention, per layer.
+
+    Each relative term (c2p, p2c: ``pos_att_type``) multiplies the queries (keys) by the position keys
+    (queries) of ``2 x att_span`` relative positions and gathers the s columns it needs; ``torch.gather``
+    saves its whole input (its backward takes the input: derivatives.yaml ``gather_backward(grad, self,
+    ...)``): heads x 2 span per token per term. The position keys / queries are repeated for every
+    sequence (``.repeat``), saved by the matmul: h x 2 span per sequence per term; the clamped relative
+    index is s x s int64 per term; p2c's matmul also saves the unscaled keys (h per token). Traced on a
+    real CPU step of transformers' DebertaV2ForSequenceClassification (tests/test_attention_dropout.py).
+    """
+    if not a.rel_terms:
+        return 0.0
+    s, b, span2 = setup.seq_len, setup.batch_size, 2 * a.rel_span
+    per_token: float = a.rel_terms * a.num_heads * span2 * c.gamma
+    per_token += a.rel_terms * a.hidden_size * span2 * c.gamma / s
+    per_token += a.rel_terms * s * s * 8 / (b * s)
+    if a.rel_terms == 2:
+        per_token += c.gamma * a.hidden_size
+    return per_token
 
 
 def _probs_after_softmax(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
@@ -352,10 +375,12 @@ def _probs_after_softmax(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
     1 byte) and its output in the compute dtype, which the matmul saves (a new tensor, also in fp32);
     the copy that fed the dropout is freed (its backward needs the mask only). A real CPU step shows
     the output and a 4-byte mask (CPU dropout multiplies by float noise): tests/test_attention_dropout.py.
-    Only where the probabilities are materialized by eager code: T5 under SDPA (`EAGER_ONLY_TYPES`, whose
-    s^2 term stands for its position-bias mask) draws the dropout inside the kernel.
+    Only where the probabilities are materialized by eager code (``--attn eager``, MPS, a family with no
+    SDPA path such as DeBERTa-v2): T5 under SDPA (`SDPA_BIAS_TYPES`, whose s^2 term stands for its
+    position-bias mask) draws the dropout inside the kernel.
     """
-    if a.attn_dropout and (setup.attn == "eager" or setup.backend == "mps"):
+    eager_code = a.model_type in EAGER_ONLY_TYPES and a.model_type not in SDPA_BIAS_TYPES
+    if a.attn_dropout and (setup.attn == "eager" or setup.backend == "mps" or eager_code):
         return 1 + c.gamma
     return c.gamma if c.gamma != 4 else 0
 

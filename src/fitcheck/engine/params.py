@@ -92,6 +92,9 @@ _GATED_UP = {"t5": "wi_1", "mt5": "wi_1"}
 #: their modeling files); T5 hands its relative position bias to SDPA as a heads x s^2 additive mask,
 #: counted here like eager scores.
 EAGER_ONLY_TYPES = frozenset({"t5", "mt5", "deberta-v2", "mpt", "bloom"})
+#: Of those, the ones with an SDPA path in transformers 5 (``_supports_sdpa``) that hands the kernel the
+#: position bias as a mask: their attention probabilities (and any dropout on them) stay in the kernel.
+SDPA_BIAS_TYPES = frozenset({"t5", "mt5"})
 
 
 def module_names(a: DecoderArch) -> dict[str, str]:

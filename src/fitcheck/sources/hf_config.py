@@ -363,6 +363,8 @@ def _deberta_v2(cfg: Config, d: Fields) -> Fields:
         if not bool(_opt(cfg, "share_att_key", False)):
             # separate position projections: c2p keys, p2c queries (with bias), every layer
             misc += d["num_layers"] * sum(h * h + h for t in ("c2p", "p2c") if t in pos)
+        out["rel_terms"] = sum(1 for t in ("c2p", "p2c") if t in pos)
+        out["rel_span"] = size  # DisentangledSelfAttention.pos_ebd_size (the gathered 2 x span columns)
     if int(_opt(cfg, "conv_kernel_size", 0)):
         raise ModelSourceError("DeBERTa with a convolution layer (conv_kernel_size) is not modelled")
     out["misc_params"] = misc
