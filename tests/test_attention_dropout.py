@@ -131,3 +131,34 @@ def test_deberta_disentangled_attention_saved_tensors(drop: float) -> None:
     est = estimate(spec_from_config(dict(cfg), id="deberta", name="deberta", source="test"), setup)
     got = sum(c.bytes for c in est.phase("forward").components if c.name in SAVED)
     assert abs(got - want) <= 0.03 * want, (got, want)
+
+
+def test_t5_gated_gelu_keeps_the_python_gelu_tensors() -> None:
+    """T5 v1.1's gated-gelu runs gelu_new (T5Config), whose Python tanh formula keeps three tensors
+    more than a one-op activation: the encoder-decoder step against a real CPU step (no dropout)."""
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    b, s, t = 4, 256, 4
+    cfg = {"model_type": "t5", "d_model": 256, "d_ff": 512, "num_layers": 2, "num_heads": 4, "d_kv": 64,
+           "vocab_size": 1000, "feed_forward_proj": "gated-gelu", "dropout_rate": 0.0,
+           "tie_word_embeddings": False}  # fmt: skip
+    config = tf.T5Config(**{k: v for k, v in cfg.items() if k != "model_type"}, attn_implementation="eager")
+    config.decoder_start_token_id = config.pad_token_id = 0
+    torch.manual_seed(0)
+    model = tf.T5ForConditionalGeneration(config).train()
+    sizes: dict[int, int] = {}
+
+    def pack(x: Any) -> Any:
+        st = x.untyped_storage()
+        sizes[st.data_ptr()] = max(sizes.get(st.data_ptr(), 0), st.nbytes())
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        model(input_ids=torch.randint(5, 1000, (b, s)), labels=torch.randint(5, 1000, (b, t)))
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    want = sum(v for k, v in sizes.items() if k not in params)
+    setup = LlmSetup(method="full", seq_len=s, target_len=t, batch_size=b, precision="fp32", attn="eager")
+    est = estimate(spec_from_config(dict(cfg), id="t5", name="t5", source="test"), setup)
+    states = ("weights", "optimizer_states", "gradients")
+    got = sum(c.bytes for c in est.phase("forward").components if c.name not in states)
+    assert abs(got - want) <= 0.04 * want, (got, want)

@@ -42,10 +42,10 @@ KNOWN_UNDER: dict[str, str] = {
 KNOWN_SOURCE: dict[str, str] = {
     "thudm-chatglm3-finetune": "15.3% median of three records: LoRA on one GPU +0.8%, the ZeRO-3 full "
     "fine-tuning on 4 GPUs 15.3% under (its under_reason), P-Tuning v2 57% over (posed at its 769-token cap)",
-    "peft-readme-memory": "137.7% median of eight records: the six T0_3B / mt0-xxl rows posed at the "
-    "encoder's 512-token truncation cap (the tweets' padded lengths are not printed) are 66-244% "
-    "over; posed at 48-128 tokens (not stated) the single-GPU LoRA rows are within 11%, "
-    "full fine-tuning 18% over and the ZeRO-3 CPU-offload rows 10-57% under, as "
+    "peft-readme-memory": "169.7% median of eight records: the six T0_3B / mt0-xxl rows posed at the "
+    "encoder's 512-token truncation cap (the tweets' padded lengths are not printed) are 79-306% "
+    "over; posed at 48-128 tokens (not stated) the single-GPU LoRA rows are -6% to +22%, "
+    "full fine-tuning 18% over and the ZeRO-3 CPU-offload rows 51% under to 6% over, as "
     "bloomz-7b1's ZeRO-3-offload row is at its stated 64 tokens (its under_reason); "
     "the six seq2seq rows name the unstated length in known_gap; bloomz-7b1 LoRA without "
     "DeepSpeed +4.2%",

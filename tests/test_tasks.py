@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from fitcheck.engine import tasks
 from fitcheck.engine.estimate import estimate
 from fitcheck.engine.lora import LORA_BREAKS
 from fitcheck.engine.params import count_params
@@ -82,19 +83,27 @@ def test_classification_has_no_vocabulary_hump() -> None:
 
 
 def test_seq2seq_source_and_target_lengths() -> None:
+    """The logits follow the target length, the encoder the source length (the logits' own line, read
+    where it is made: which moment of a phase is its peak depends on the shape)."""
+    from fitcheck.engine.estimate import saved_activations
+    from fitcheck.engine.regimes import regime_for
+
     _, cfg = CASES["t5"]
-    spec = _spec("t5", cfg)
-    base = estimate(spec, LlmSetup(method="full", seq_len=256, target_len=64))
-    longer_target = estimate(spec, LlmSetup(method="full", seq_len=256, target_len=128))
-    longer_source = estimate(spec, LlmSetup(method="full", seq_len=512, target_len=64))
+    spec = tasks.with_task_head(_spec("t5", cfg), LlmSetup(method="full"))
+
+    def logits(**kw: Any) -> int:
+        setup = LlmSetup(method="full", **kw)
+        return saved_activations(spec, setup, regime_for(setup)).logits_fwd.bytes
+
+    base = logits(seq_len=256, target_len=64)
+    assert base > 0
+    assert logits(seq_len=256, target_len=128) == 2 * base
+    assert logits(seq_len=512, target_len=64) == base
+    assert logits(seq_len=256) == 4 * base  # no --target-len: the target is seq_len long
     name = "encoder_and_cross_attention"
-    assert _component(longer_target, "forward", "logits_loss") == 2 * _component(
-        base, "forward", "logits_loss"
-    )
-    assert _component(longer_source, "forward", "logits_loss") == _component(base, "forward", "logits_loss")
-    assert _component(longer_source, "forward", name) > _component(base, "forward", name) > 0
-    default = estimate(spec, LlmSetup(method="full", seq_len=256))
-    assert _component(default, "forward", "logits_loss") == 4 * _component(base, "forward", "logits_loss")
+    short = estimate(_spec("t5", cfg), LlmSetup(method="full", seq_len=256, target_len=64))
+    longer_source = estimate(_spec("t5", cfg), LlmSetup(method="full", seq_len=512, target_len=64))
+    assert _component(longer_source, "forward", name) > _component(short, "forward", name) > 0
 
 
 def test_t5_attention_is_eager_whatever_the_kernel() -> None:

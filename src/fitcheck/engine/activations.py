@@ -462,8 +462,10 @@ def _mlp_acts(
     width = a.intermediate_size
     out_b = quantized_out_bytes(setup, regime, c)
     if a.mlp == "gated":
-        # gate output (activation input), activation output, up output; the product feeds down_proj
-        acts.add("mlp_hidden", out_b * width * 3)
+        # what the activation keeps (a one-op activation: the gate output, its input), its output and the
+        # up output (both saved by the product that feeds down_proj): 3 for SiLU; 6 for a Python GELU
+        # (T5 v1.1 / Flan-T5 / mT5's "gated-gelu" runs gelu_new: its input, tanh output, 1 + tanh, 0.5 x)
+        acts.add("mlp_hidden", (plain_activation_bytes(a.activation, c, out_b) + 2 * out_b) * width)
     else:
         # what the activation keeps; its output is the down projection's input
         acts.add("mlp_hidden", plain_activation_bytes(a.activation, c, out_b) * width)

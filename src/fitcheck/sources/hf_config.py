@@ -381,7 +381,9 @@ def _t5(cfg: Config, d: Fields) -> Fields:
         "num_layers": int(dec) if dec else d["num_layers"],
         "misc_params": 2 * int(_opt(cfg, "relative_attention_num_buckets", 32)) * heads,
         "mlp": "gated" if proj.startswith("gated-") else "plain",
-        "activation": proj.removeprefix("gated-"),
+        # T5Config: "gated-gelu" runs dense_act_fn "gelu_new" (transformers' Python tanh GELU), kept for
+        # backward compatibility with T5 v1.1 / Flan-T5 / mT5 checkpoints (configuration_t5.py)
+        "activation": "gelu_new" if proj == "gated-gelu" else proj.removeprefix("gated-"),
         "resid_dropout": float(_opt(cfg, "dropout_rate", 0.1)),
         "attn_dropout": float(_opt(cfg, "dropout_rate", 0.1)),
     }
