@@ -162,3 +162,40 @@ def test_t5_gated_gelu_keeps_the_python_gelu_tensors() -> None:
     states = ("weights", "optimizer_states", "gradients")
     got = sum(c.bytes for c in est.phase("forward").components if c.name not in states)
     assert abs(got - want) <= 0.04 * want, (got, want)
+
+
+def test_deberta_conv_layer_counted() -> None:
+    """DeBERTa-v2 xlarge / xxlarge's ConvLayer (``conv_kernel_size`` 3): its parameters exactly, and what
+    it saves once, outside the layers (a real CPU step with CUDA's dropout path, `cuda_dropout`)."""
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    from fitcheck.engine.params import count_params
+    from fitcheck.measure.step import cuda_dropout
+
+    b, s = 2, 256
+    cfg = {**_deberta(0.1), "hidden_dropout_prob": 0.1, "conv_kernel_size": 3, "conv_act": "gelu"}
+    torch.manual_seed(0)
+    model = tf.DebertaV2ForSequenceClassification(
+        tf.DebertaV2Config(**{k: v for k, v in cfg.items() if k != "model_type"})
+    ).train()
+    spec = spec_from_config(dict(cfg), id="deberta", name="deberta", source="test")
+    assert count_params(spec.arch) == sum(p.numel() for p in model.parameters())
+    sizes: dict[int, int] = {}
+
+    def pack(t: Any) -> Any:
+        st = t.untyped_storage()
+        sizes[st.data_ptr()] = max(sizes.get(st.data_ptr(), 0), st.nbytes())
+        return t
+
+    with cuda_dropout(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=torch.randint(5, 1000, (b, s)), labels=torch.zeros(b, dtype=torch.long))
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    want = sum(v for k, v in sizes.items() if k not in params)
+    setup = LlmSetup(
+        method="full", seq_len=s, batch_size=b, precision="fp32", task="classification", trainer="hf"
+    )
+    est = estimate(spec, setup)
+    states = ("weights", "optimizer_states", "gradients")
+    got = sum(c.bytes for c in est.phase("forward").components if c.name not in states)
+    assert any(c.name == "conv_layer" and c.bytes > 0 for c in est.phase("forward").components)
+    assert abs(got - want) <= 0.03 * want, (got, want)

@@ -105,6 +105,7 @@ _ROWS = (
         "encoder-decoder: the encoder stack on the source and the decoder's cross-attention",
         "tasks",
     ),
+    _acts("conv_layer", "DeBERTa-v2's ConvLayer after the first layer (conv_kernel_size)", "deberta"),
     _acts(
         "checkpoints",
         "inputs kept by checkpointed layers or blocks",

@@ -132,6 +132,7 @@ class DecoderArch(Frozen):
         default=0, ge=0, le=2, description="DeBERTa's disentangled terms (c2p, p2c) each layer computes"
     )
     rel_span: int = Field(default=0, ge=0, description="DeBERTa's relative span: att_span (position_buckets)")
+    conv_kernel: int = Field(default=0, ge=0, description="DeBERTa-v2's ConvLayer (first layer): kernel")
     shared_expert_gate: bool = Field(default=False, description="a sigmoid gate on the shared expert")
     # Multi-head latent attention (DeepSeek-V2/V3): low-rank q and a compressed kv.
     q_lora_rank: int = Field(default=0, ge=0)

@@ -366,6 +366,22 @@ def _disentangled_bytes(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
     return per_token
 
 
+#: The rule of the ``conv_layer`` line (`conv_layer_bytes`).
+CONV_LAYER_RULE = "DeBERTa's ConvLayer after the first layer (outside the layers' checkpoints)"
+
+
+def conv_layer_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> float:
+    """Bytes per token DeBERTa-v2's ConvLayer saves (``conv_kernel_size`` > 0; modeling_deberta_v2.py
+    ``ConvLayer``, run by the encoder on the first layer's output, outside any layer's checkpoint): the
+    contiguous permuted copy the Conv1d saves, the activation's saved tensor (tanh: its output), the
+    LayerNorm's input and the output the input-mask product saves, each the hidden width in the
+    compute dtype, and dropout's 1-byte mask. Traced on a real CPU step (tests/test_attention_dropout.py)."""
+    if not a.conv_kernel:
+        return 0.0
+    c = context(setup, regime)
+    return a.hidden_size * (4 * c.gamma + (1 if a.resid_dropout else 0))
+
+
 def _probs_after_softmax(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
     """Bytes per query-key pair per head that eager attention saves after its fp32 softmax output.
 

@@ -405,7 +405,9 @@ def _stored(
             head_in,
         )
     enc = tasks.encoder_stack_bytes(a, setup, regime, shape)
-    return (*saved, _c("encoder_and_cross_attention", enc, "encoder stack on the source + cross-attention"))
+    conv = _c("conv_layer", T * act.conv_layer_bytes(a, setup, regime), act.CONV_LAYER_RULE)
+    enc_rule = "encoder stack on the source + cross-attention"
+    return (*saved, conv, _c("encoder_and_cross_attention", enc, enc_rule))
 
 
 def _dequant(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:

@@ -365,8 +365,15 @@ def _deberta_v2(cfg: Config, d: Fields) -> Fields:
             misc += d["num_layers"] * sum(h * h + h for t in ("c2p", "p2c") if t in pos)
         out["rel_terms"] = sum(1 for t in ("c2p", "p2c") if t in pos)
         out["rel_span"] = size  # DisentangledSelfAttention.pos_ebd_size (the gathered 2 x span columns)
-    if int(_opt(cfg, "conv_kernel_size", 0)):
-        raise ModelSourceError("DeBERTa with a convolution layer (conv_kernel_size) is not modelled")
+    kernel = int(_opt(cfg, "conv_kernel_size", 0))
+    if kernel:
+        # ConvLayer (modeling_deberta_v2.py): Conv1d(h, h, kernel, groups) with bias, then a LayerNorm,
+        # applied once, to the first layer's output (deberta-v2-xlarge / xxlarge: kernel 3)
+        groups = int(_opt(cfg, "conv_groups", 1))
+        if groups < 1 or h % groups:
+            raise ModelSourceError(f"config.json: conv_groups must divide hidden_size (got {groups})")
+        misc += h * (h // groups) * kernel + h + 2 * h
+        out["conv_kernel"] = kernel
     out["misc_params"] = misc
     return out
 
