@@ -27,12 +27,16 @@ def _bert(drop: float) -> dict[str, Any]:
             "attention_probs_dropout_prob": drop, "hidden_dropout_prob": 0.1}  # fmt: skip
 
 
-def _saved_on_cpu(cfg: dict[str, Any]) -> int:
-    torch = pytest.importorskip("torch")
-    tf = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = tf.BertConfig(**{k: v for k, v in cfg.items() if k != "model_type"}, attn_implementation="eager")
-    model = tf.BertForSequenceClassification(config).train()
+def _saved_bytes(model: Any, run: Any, cuda_masks: bool = False) -> int:
+    """Bytes of the distinct storages autograd saves in ``run()`` (a forward of ``model``), parameters
+    excepted, read with saved-tensor hooks; ``cuda_masks``: dropout takes CUDA's fused path (a bool mask,
+    `fitcheck.measure.step.cuda_dropout`) instead of CPU's float noise."""
+    import contextlib
+
+    import torch
+
+    from fitcheck.measure.step import cuda_dropout
+
     sizes: dict[int, int] = {}
 
     def pack(t: Any) -> Any:
@@ -40,11 +44,21 @@ def _saved_on_cpu(cfg: dict[str, Any]) -> int:
         sizes[st.data_ptr()] = max(sizes.get(st.data_ptr(), 0), st.nbytes())
         return t
 
-    ids = torch.randint(100, 1000, (B, S))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(input_ids=ids, labels=torch.zeros(B, dtype=torch.long))
+    masks = cuda_dropout() if cuda_masks else contextlib.nullcontext()
+    with masks, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        run()
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     return sum(v for k, v in sizes.items() if k not in params)
+
+
+def _saved_on_cpu(cfg: dict[str, Any]) -> int:
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = tf.BertConfig(**{k: v for k, v in cfg.items() if k != "model_type"}, attn_implementation="eager")
+    model = tf.BertForSequenceClassification(config).train()
+    ids = torch.randint(100, 1000, (B, S))
+    return _saved_bytes(model, lambda: model(input_ids=ids, labels=torch.zeros(B, dtype=torch.long)))
 
 
 def _engine(cfg: dict[str, Any]) -> int:
@@ -107,24 +121,14 @@ def test_deberta_disentangled_attention_saved_tensors(drop: float) -> None:
     the input), the position keys repeated per sequence and the clamped s x s index."""
     torch = pytest.importorskip("torch")
     tf = pytest.importorskip("transformers")
-    b, s, layers, heads = 2, 256, 2, 4
+    b, s = 2, 256
     cfg = _deberta(drop)
     torch.manual_seed(0)
     model = tf.DebertaV2ForSequenceClassification(
         tf.DebertaV2Config(**{k: v for k, v in cfg.items() if k != "model_type"})
     ).train()
-    sizes: dict[int, int] = {}
-
-    def pack(t: Any) -> Any:
-        st = t.untyped_storage()
-        sizes[st.data_ptr()] = max(sizes.get(st.data_ptr(), 0), st.nbytes())
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(input_ids=torch.randint(100, 1000, (b, s)), labels=torch.zeros(b, dtype=torch.long))
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    cpu_extra = 3 * b * heads * s * s * layers if drop else 0  # hidden dropout off: the attention's mask only
-    want = sum(v for k, v in sizes.items() if k not in params) - cpu_extra
+    ids = torch.randint(100, 1000, (b, s))
+    want = _saved_bytes(model, lambda: model(input_ids=ids, labels=torch.zeros(b, dtype=torch.long)), True)
     setup = LlmSetup(
         method="full", seq_len=s, batch_size=b, precision="fp32", task="classification", trainer="hf"
     )
@@ -146,17 +150,9 @@ def test_t5_gated_gelu_keeps_the_python_gelu_tensors() -> None:
     config.decoder_start_token_id = config.pad_token_id = 0
     torch.manual_seed(0)
     model = tf.T5ForConditionalGeneration(config).train()
-    sizes: dict[int, int] = {}
-
-    def pack(x: Any) -> Any:
-        st = x.untyped_storage()
-        sizes[st.data_ptr()] = max(sizes.get(st.data_ptr(), 0), st.nbytes())
-        return x
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
-        model(input_ids=torch.randint(5, 1000, (b, s)), labels=torch.randint(5, 1000, (b, t)))
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    want = sum(v for k, v in sizes.items() if k not in params)
+    want = _saved_bytes(
+        model, lambda: model(input_ids=torch.randint(5, 1000, (b, s)), labels=torch.randint(5, 1000, (b, t)))
+    )
     setup = LlmSetup(method="full", seq_len=s, target_len=t, batch_size=b, precision="fp32", attn="eager")
     est = estimate(spec_from_config(dict(cfg), id="t5", name="t5", source="test"), setup)
     states = ("weights", "optimizer_states", "gradients")
@@ -170,7 +166,6 @@ def test_deberta_conv_layer_counted() -> None:
     torch = pytest.importorskip("torch")
     tf = pytest.importorskip("transformers")
     from fitcheck.engine.params import count_params
-    from fitcheck.measure.step import cuda_dropout
 
     b, s = 2, 256
     cfg = {**_deberta(0.1), "hidden_dropout_prob": 0.1, "conv_kernel_size": 3, "conv_act": "gelu"}
@@ -180,17 +175,11 @@ def test_deberta_conv_layer_counted() -> None:
     ).train()
     spec = spec_from_config(dict(cfg), id="deberta", name="deberta", source="test")
     assert count_params(spec.arch) == sum(p.numel() for p in model.parameters())
-    sizes: dict[int, int] = {}
-
-    def pack(t: Any) -> Any:
-        st = t.untyped_storage()
-        sizes[st.data_ptr()] = max(sizes.get(st.data_ptr(), 0), st.nbytes())
-        return t
-
-    with cuda_dropout(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(input_ids=torch.randint(5, 1000, (b, s)), labels=torch.zeros(b, dtype=torch.long))
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    want = sum(v for k, v in sizes.items() if k not in params)
+    want = _saved_bytes(
+        model,
+        lambda: model(input_ids=torch.randint(5, 1000, (b, s)), labels=torch.zeros(b, dtype=torch.long)),
+        cuda_masks=True,
+    )
     setup = LlmSetup(
         method="full", seq_len=s, batch_size=b, precision="fp32", task="classification", trainer="hf"
     )
