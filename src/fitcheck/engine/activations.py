@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from fitcheck.engine import litgpt, prefix
 from fitcheck.engine.lora import targeted
-from fitcheck.engine.params import EAGER_ONLY_TYPES, SDPA_BIAS_TYPES, Linear, layer_linears
+from fitcheck.engine.params import EAGER_CODE_TYPES, EAGER_ONLY_TYPES, Linear, layer_linears
 from fitcheck.engine.quant import TRANSFORMERS_TRAINERS, expert_modules
 from fitcheck.engine.regimes import PYTHON_GELUS
 from fitcheck.facts.dtypes import nbytes
@@ -353,14 +353,14 @@ def _disentangled_bytes(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
     ...)``): heads x 2 span per token per term. The position keys / queries are repeated for every
     sequence (``.repeat``), saved by the matmul: h x 2 span per sequence per term; the clamped relative
     index is s x s int64 per term; p2c's matmul also saves the unscaled keys (h per token). Traced on a
-    real CPU step of transformers' DebertaV2ForSequenceClassification (tests/test_attention_dropout.py).
+    real CPU step of transformers' DebertaV2ForSequenceClassification (tests/test_encoder_saved_tensors.py).
     """
     if not a.rel_terms:
         return 0.0
     s, b, span2 = setup.seq_len, setup.batch_size, 2 * a.rel_span
     per_token: float = a.rel_terms * a.num_heads * span2 * c.gamma
     per_token += a.rel_terms * a.hidden_size * span2 * c.gamma / s
-    per_token += a.rel_terms * s * s * 8 / (b * s)
+    per_token += a.rel_terms * s * 8 / b  # one s x s int64 index per layer and term, over b x s tokens
     if a.rel_terms == 2:
         per_token += c.gamma * a.hidden_size
     return per_token
@@ -375,7 +375,8 @@ def conv_layer_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> float:
     ``ConvLayer``, run by the encoder on the first layer's output, outside any layer's checkpoint): the
     contiguous permuted copy the Conv1d saves, the activation's saved tensor (tanh: its output), the
     LayerNorm's input and the output the input-mask product saves, each the hidden width in the
-    compute dtype, and dropout's 1-byte mask. Traced on a real CPU step (tests/test_attention_dropout.py)."""
+    compute dtype, and dropout's 1-byte mask. Traced on a real CPU step
+    (tests/test_encoder_saved_tensors.py)."""
     if not a.conv_kernel:
         return 0.0
     c = context(setup, regime)
@@ -390,13 +391,13 @@ def _probs_after_softmax(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
     DeBERTa-v2; ``dropout_rate`` in T5): dropout's mask (CUDA's fused ``native_dropout`` keeps a bool,
     1 byte) and its output in the compute dtype, which the matmul saves (a new tensor, also in fp32);
     the copy that fed the dropout is freed (its backward needs the mask only). A real CPU step shows
-    the output and a 4-byte mask (CPU dropout multiplies by float noise): tests/test_attention_dropout.py.
+    the output and a 4-byte mask (CPU dropout multiplies by float noise): tests/test_encoder_saved_tensors.py.
     Only where the probabilities are materialized by eager code (``--attn eager``, MPS, a family with no
     SDPA path such as DeBERTa-v2): T5 under SDPA (`SDPA_BIAS_TYPES`, whose s^2 term stands for its
     position-bias mask) draws the dropout inside the kernel.
     """
-    eager_code = a.model_type in EAGER_ONLY_TYPES and a.model_type not in SDPA_BIAS_TYPES
-    if a.attn_dropout and (setup.attn == "eager" or setup.backend == "mps" or eager_code):
+    eager_code = setup.attn == "eager" or setup.backend == "mps" or a.model_type in EAGER_CODE_TYPES
+    if a.attn_dropout and eager_code:
         return 1 + c.gamma
     return c.gamma if c.gamma != 4 else 0
 

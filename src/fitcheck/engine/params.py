@@ -95,6 +95,8 @@ EAGER_ONLY_TYPES = frozenset({"t5", "mt5", "deberta-v2", "mpt", "bloom"})
 #: Of those, the ones with an SDPA path in transformers 5 (``_supports_sdpa``) that hands the kernel the
 #: position bias as a mask: their attention probabilities (and any dropout on them) stay in the kernel.
 SDPA_BIAS_TYPES = frozenset({"t5", "mt5"})
+#: The rest always run their own eager attention code, whatever ``--attn`` says.
+EAGER_CODE_TYPES = EAGER_ONLY_TYPES - SDPA_BIAS_TYPES
 
 
 def module_names(a: DecoderArch) -> dict[str, str]:

@@ -1,10 +1,11 @@
-"""Eager attention with dropout on its probabilities (BERT, RoBERTa, DeBERTa-v2: attention_probs_dropout_prob
-0.1; T5: dropout_rate) saves dropout's mask and its output beside the fp32 softmax output.
+"""Encoder and encoder-decoder layers held to real CPU training steps of transformers' own models (the
+fake-tensor tracer builds causal LMs only): eager attention's dropout on its probabilities (BERT, RoBERTa,
+DeBERTa-v2, T5), DeBERTa's disentangled attention and ConvLayer, T5 v1.1's gated gelu_new.
 
-Held to a real CPU training step of transformers' own model, its saved tensors counted with autograd's
-saved-tensor hooks. CPU dropout multiplies by float noise (ATen ``_dropout_impl``: a 4-byte mask), where
-CUDA's fused ``native_dropout`` keeps a bool (1 byte), the engine's figure: the comparison takes the 3 bytes
-per masked element off the CPU count.
+Saved tensors are counted with autograd's saved-tensor hooks (`_saved_bytes`). CPU dropout multiplies by
+float noise (ATen ``_dropout_impl``: a 4-byte mask) where CUDA's fused ``native_dropout`` keeps a bool
+(1 byte), the engine's figure: a test either takes the 3 bytes per masked element off the CPU count or
+runs dropout through CUDA's path (`fitcheck.measure.step.cuda_dropout`).
 """
 
 from __future__ import annotations
