@@ -101,6 +101,9 @@ class DecoderArch(Frozen):
     sliding_window: int | None = None
     attn_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="dropout on attention probabilities")
     resid_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="dropout on residual branches")
+    mlp_dropout: float = Field(
+        default=0.0, ge=0.0, lt=1.0, description="dropout between the MLP activation and its down projection"
+    )
     embd_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="dropout on the embeddings")
     extra_params: int = Field(
         default=0, ge=0, description="frozen parameters outside the decoder (a vision tower), kept in memory"

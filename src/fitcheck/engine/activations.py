@@ -173,6 +173,7 @@ def _linear_inputs(
     x_bytes: int,
     one_dropout: bool = False,
     held: bool = False,
+    input_saved: bool = False,
 ) -> float:
     """Bytes saved for the inputs of projections that share one input tensor of dtype ``x_bytes``.
 
@@ -188,6 +189,8 @@ def _linear_inputs(
     wrapped modules of this group share one dropout (a fused qkv module). ``held``: the base matmuls keep
     their compute-dtype input (`holds_4bit_inputs`): the shared input itself, saved once whatever the
     adapters do, when it already is in that dtype; else each module's own ``x.to(compute_dtype)`` copy.
+    ``input_saved``: another op already saves the input tensor itself (ReLU its output), so keeping it
+    here costs nothing more.
     """
     d_in = lins[0].d_in
     compute = nbytes(setup.precision)
@@ -215,7 +218,7 @@ def _linear_inputs(
                 pass  # shares the fused module's dropout output, counted once
             else:
                 shared = True
-    return per_op + (x_bytes * d_in if shared else 0.0)
+    return per_op + (x_bytes * d_in if shared and not input_saved else 0.0)
 
 
 def _dora_outputs(c: Ctx, setup: LlmSetup, a: DecoderArch, lins: list[Linear]) -> float:
@@ -486,8 +489,15 @@ def _mlp_acts(
     else:
         # what the activation keeps; its output is the down projection's input
         acts.add("mlp_hidden", plain_activation_bytes(a.activation, c, out_b) * width)
+    if a.mlp_dropout:
+        # T5's dropout before wo: native_dropout's 1-byte mask; wo then reads the dropout's output
+        acts.add("dropout_masks", width)
+    # ReLU saves its output: with nothing between it and the down projection, that very tensor is the
+    # projection's saved input, counted once (a real CPU step of OPT and T5 with saved-tensor hooks)
+    same = a.mlp == "plain" and a.activation in OUTPUT_SAVING_ACTIVATIONS and not a.mlp_dropout
     down = [x for x in mlp if x.d_out == a.hidden_size and x.role != "expert"]
-    acts.add("down_input", _linear_inputs(c, setup, a, down, out_b, held=held) if down else 0)
+    saved = _linear_inputs(c, setup, a, down, out_b, held=held, input_saved=same) if down else 0
+    acts.add("down_input", saved)
 
 
 #: What an MLP activation saves for backward, per element of the MLP width, besides its output:
@@ -509,6 +519,10 @@ ACTIVATION_SAVES: dict[str, tuple[float, int]] = {
 #: Activations with learned parameters save more when those train (full fine-tuning): xIELU keeps
 #: ``expm1(...) - x`` for ``alpha_n``'s gradient (same hooks).
 ACTIVATION_PARAM_SAVES: dict[str, int] = {"xielu": 1}
+#: Activations whose backward reads their output, not their input (``threshold_backward`` of ReLU's
+#: result): what they save is the tensor the next op reads. ``relu2`` saves the ReLU output for its
+#: square, a tensor the down projection does not read.
+OUTPUT_SAVING_ACTIVATIONS = frozenset({"relu"})
 
 
 def plain_activation_bytes(activation: str, c: Ctx, elem: int | None = None) -> float:

@@ -393,6 +393,8 @@ def _t5(cfg: Config, d: Fields) -> Fields:
         "activation": "gelu_new" if proj == "gated-gelu" else proj.removeprefix("gated-"),
         "resid_dropout": float(_opt(cfg, "dropout_rate", 0.1)),
         "attn_dropout": float(_opt(cfg, "dropout_rate", 0.1)),
+        # T5DenseActDense / T5DenseGatedActDense: wi -> act (x wi_1) -> dropout -> wo
+        "mlp_dropout": float(_opt(cfg, "dropout_rate", 0.1)),
     }
 
 
