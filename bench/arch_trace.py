@@ -27,7 +27,8 @@ def widen(model_type: str, cfg: dict[str, Any]) -> dict[str, Any]:
     if "n_embd" in c:
         c.update(n_embd=1024, n_layer=4, n_head=16, vocab_size=32000)
     if model_type == "opt":
-        c.update(word_embed_proj_dim=1024, ffn_dim=2816)
+        # a learned position table long enough for the traced 512 tokens (measure refuses a longer sequence)
+        c.update(word_embed_proj_dim=1024, ffn_dim=2816, max_position_embeddings=2048)
     if isinstance(c.get("moe_topk"), list):  # Hunyuan's per-layer top-k follows the widened depth
         c.update(moe_topk=[c["moe_topk"][0]] * WIDE["num_hidden_layers"])
     if model_type == "helium" or "head_dim" in c:

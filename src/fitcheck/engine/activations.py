@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from fitcheck.engine import litgpt, prefix
 from fitcheck.engine.lora import targeted
-from fitcheck.engine.params import EAGER_CODE_TYPES, EAGER_ONLY_TYPES, Linear, layer_linears
+from fitcheck.engine.params import EAGER_CODE_TYPES, EAGER_ONLY_TYPES, SDPA_BIAS_TYPES, Linear, layer_linears
 from fitcheck.engine.quant import TRANSFORMERS_TRAINERS, expert_modules
 from fitcheck.engine.regimes import PYTHON_GELUS
 from fitcheck.facts.dtypes import nbytes
@@ -229,6 +229,14 @@ def _dora_outputs(c: Ctx, setup: LlmSetup, a: DecoderArch, lins: list[Linear]) -
     return sum((c.gamma + lora_out) * x.d_out for x in lins if targeted(a, setup.lora_targets, x))
 
 
+def normed_bytes(a: DecoderArch, c: Ctx) -> int:
+    """Bytes per element of a norm's output, the projections' input: under autocast a LayerNorm runs
+    in fp32 and returns fp32 (CUDA autocast's fp32 op list), so each projection reading it saves its own
+    compute-dtype cast (BERT's q, k and v three copies: a real step with saved-tensor hooks and the
+    traced `*ForSequenceClassification` step); RMSNorm modules cast back to the input's dtype."""
+    return 4 if c.autocast and a.norm == "layer" else c.norm_out
+
+
 def _norm(c: Ctx, width: int, family: str) -> float:
     """RMSNorm saves an fp32 copy of its input; the normalized tensor too if its weight trains.
 
@@ -252,9 +260,30 @@ def uses_eager_scores(a: DecoderArch, setup: LlmSetup) -> bool:
     have no SDPA path either (``GptOssPreTrainedModel._supports_sdpa = False``): eager, unless a flash
     kernel that takes the sinks is chosen.
     """
+    if sdpa_position_bias(a, setup):
+        return False
     if setup.attn == "eager" or setup.backend == "mps" or a.model_type in EAGER_ONLY_TYPES:
         return True
     return (bool(a.attn_logit_softcapping) or a.attn_sinks) and setup.attn in ("sdpa", "xformers")
+
+
+def sdpa_position_bias(a: DecoderArch, setup: LlmSetup) -> bool:
+    """T5 under SDPA (`SDPA_BIAS_TYPES`; CUDA): transformers 5 hands the kernel the relative position
+    bias as an additive mask, so CUDA's memory-efficient kernel runs (bias and dropout inside, O(s)
+    saved) instead of eager scores; each layer keeps its own mask (`position_bias_mask_bytes`)."""
+    return a.model_type in SDPA_BIAS_TYPES and setup.attn == "sdpa" and setup.backend != "mps"
+
+
+def position_bias_mask_bytes(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
+    """Bytes per token per key position of the mask T5's SDPA path makes in every layer and the kernel
+    saves for backward (transformers 5.24 integrations/sdpa_attention.py ``get_position_bias_mask``:
+    ``.contiguous()`` of the ``1 x heads x q x k`` bias, or ``torch.where`` with a padded batch's mask,
+    ``b x heads x q x k``; traced: a ``clone`` per layer). In the bias's dtype (the embedding's), cast
+    to the compute dtype under autocast. Per token: ``heads x`` that, divided by the batch when no
+    padding mask broadcasts it over the batch."""
+    per = c.rho + (c.gamma if c.autocast and c.rho != c.gamma else 0)
+    padded = setup.lengths == "varying" and setup.batch_size > 1
+    return a.num_heads * per / (1 if padded else setup.batch_size)
 
 
 def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool = False) -> LayerActs:
@@ -288,14 +317,15 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
     # a parallel block with one norm (GPT-J, Phi, Cohere): attention and MLP read the same tensor
     fused = setup.trainer in FUSED_QKV_DROPOUT_TRAINERS and not shared_input
     held = holds_4bit_inputs(setup)
+    normed = normed_bytes(a, c)
     acts.add(
-        "qkv_inputs", _linear_inputs(c, setup, a, qkv + (up if shared_input else []), c.norm_out, fused, held)
+        "qkv_inputs", _linear_inputs(c, setup, a, qkv + (up if shared_input else []), normed, fused, held)
     )
     _attention_acts(acts, a, setup, c, fam, qkv, o, held)
     if setup.dora and not c.full:
         acts.add("dora_outputs", _dora_outputs(c, setup, a, lins))
     if up and not shared_input:
-        acts.add("mlp_inputs", _linear_inputs(c, setup, a, up, c.norm_out, held=held))
+        acts.add("mlp_inputs", _linear_inputs(c, setup, a, up, normed, held=held))
     if a.resid_dropout:
         # hidden dropout after attention and after the MLP: a 1-byte mask each (native_dropout)
         acts.add("dropout_masks", 2 * h)
@@ -341,6 +371,8 @@ def _attention_acts(
     else:
         # flash / memory-efficient kernels save the output and an fp32 logsumexp per head
         acts.add("attn_out", c.gamma * q_w + 4 * a.num_heads)
+        if sdpa_position_bias(a, setup):
+            acts.scores = position_bias_mask_bytes(a, setup, c)
     acts.add("o_input", _linear_inputs(c, setup, a, o, c.gamma, held=held))
     acts.add("relative_attention", _disentangled_bytes(a, setup, c))
     _prefix_acts(acts, setup, q_w, kv_saved, c.gamma)
@@ -429,6 +461,8 @@ def sdpa_mask_copy_bytes(a: DecoderArch, setup: LlmSetup, gamma: int) -> float:
     unsloth and mlx build their own)."""
     if uses_eager_scores(a, setup) or setup.attn != "sdpa" or setup.trainer not in TRANSFORMERS_TRAINERS:
         return 0.0
+    if sdpa_position_bias(a, setup):
+        return 0.0  # the padding mask is folded into the position-bias mask (`position_bias_mask_bytes`)
     p = prefix.tokens(setup)
     if not p and not (setup.lengths == "varying" and setup.batch_size > 1):
         return 0.0
@@ -485,7 +519,8 @@ def _mlp_acts(
         # what the activation keeps (a one-op activation: the gate output, its input), its output and the
         # up output (both saved by the product that feeds down_proj): 3 for SiLU; 6 for a Python GELU
         # (T5 v1.1 / Flan-T5 / mT5's "gated-gelu" runs gelu_new: its input, tanh output, 1 + tanh, 0.5 x)
-        acts.add("mlp_hidden", (plain_activation_bytes(a.activation, c, out_b) + 2 * out_b) * width)
+        act_out = 4 if c.autocast and a.activation in PYTHON_GELU_FP32_OUT else out_b
+        acts.add("mlp_hidden", (plain_activation_bytes(a.activation, c, out_b) + act_out + out_b) * width)
     else:
         # what the activation keeps; its output is the down projection's input
         acts.add("mlp_hidden", plain_activation_bytes(a.activation, c, out_b) * width)
@@ -505,7 +540,9 @@ def _mlp_acts(
 #: (``gelu``, ``gelu_pytorch_tanh`` = F.gelu(approximate="tanh"), ``silu``) or output (``relu``;
 #: ``relu2`` = relu then square, whose pow saves the relu output). ``gelu_new`` (NewGELUActivation, the
 #: Python tanh formula) keeps its input, the tanh output, ``1 + tanh`` and ``0.5 x``; under autocast
-#: ``pow`` runs in fp32, so the tanh output and ``1 + tanh`` are fp32 (as in the GPT-2 rule). ``quick_gelu``
+#: ``pow`` runs in fp32, so its input copy, the tanh output and ``1 + tanh`` are fp32 and so is the
+#: activation's output (``0.5 x`` times an fp32 tensor: `PYTHON_GELU_FP32_OUT`), as in the GPT-2 rule
+#: (session 12: T5 v1.1's gated-gelu traced under the HF Trainer's autocast; was (4, 2)). ``quick_gelu``
 #: = x * sigmoid(1.702 x): its input and the sigmoid output. ``xielu`` (Apertus; ``XIELUActivation``'s
 #: Python path, which transformers takes unless the separate ``xielu`` CUDA package is installed):
 #: ``where(x > 0, alpha_p * x * x + beta * x, (expm1(min(x, eps)) - x) * alpha_n + beta * x)`` keeps its
@@ -513,12 +550,15 @@ def _mlp_acts(
 #: listed with torch's saved-tensor hooks, transformers 5.24); ``alpha_p`` is a shape-(1,) parameter, so
 #: with fp32 weights under autocast ``alpha_p * x`` is promoted to fp32. transformers ``activations.py``.
 ACTIVATION_SAVES: dict[str, tuple[float, int]] = {
-    "gelu_new": (4, 2), "gelu_python": (4, 2), "gelu_fast": (4, 2), "gelu_accurate": (4, 2),
+    "gelu_new": (4, 3), "gelu_python": (4, 2), "gelu_fast": (4, 2), "gelu_accurate": (4, 3),
     "quick_gelu": (2, 0), "xielu": (3.5, 1),
 }  # fmt: skip
 #: Activations with learned parameters save more when those train (full fine-tuning): xIELU keeps
 #: ``expm1(...) - x`` for ``alpha_n``'s gradient (same hooks).
 ACTIVATION_PARAM_SAVES: dict[str, int] = {"xielu": 1}
+#: Activations whose output is fp32 under autocast (a ``pow`` in the formula runs in fp32 and promotes
+#: the rest): what a gated MLP's product saves of them is fp32.
+PYTHON_GELU_FP32_OUT = frozenset({"gelu_new", "gelu_accurate"})
 #: Activations whose backward reads their output, not their input (``threshold_backward`` of ReLU's
 #: result): what they save is the tensor the next op reads. ``relu2`` saves the ReLU output for its
 #: square, a tensor the down projection does not read.

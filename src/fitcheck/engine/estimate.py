@@ -301,6 +301,10 @@ class Saved:
     held: Component  # the model's output logits when the loop keeps them (--keep-logits)
     layer: LayerPeaks  # inside the last layer: its attention's transients over what earlier layers hold
     prefix_cache: Component  # prefix tuning: the cache's concatenated keys/values, through the forward only
+    # encoder-decoder: the encoder's saved tensors when the decoder's backward ends (its embedding's too),
+    # and the bytes of the encoder layers' gradients, not made yet then
+    encoder_saved: Component | None = None
+    encoder_grads: float = 0.0
 
 
 def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved:
@@ -316,6 +320,9 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
     # the output layer's rows and width follow --task (every token x vocabulary, or one row x labels)
     lg = loss.hump(a, setup, regime, ctx.gamma, rows=shape.logit_rows, width=shape.logit_width)
     one_layer = T * max(per_layer_tok, sparse.total(s))
+    if a.structure == "encoder_decoder":
+        # the last layer to run its backward is the encoder's first, on the source tokens
+        one_layer = max(one_layer, shape.encoder_tokens * dense.total(shape.encoder_seq))
     layer = _layer_peaks(spec, setup, regime, list(saved), one_layer)
     # Late in backward nearly every gradient exists while the first layer's activations are still
     # alive (recomputed from its checkpoint when checkpointing; the other checkpoints are freed).
@@ -353,7 +360,30 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
             act.prefix_cache_bytes(a, setup, ctx.gamma),
             "prefix tuning: the cache's concatenated keys/values, b x (s + p) x L x 2 x kv width (forward)",
         ),
+        encoder_saved=_encoder_saved(spec, setup, regime, shape),
+        encoder_grads=_encoder_grads(spec, setup, regime),
     )
+
+
+def _encoder_saved(
+    spec: ModelSpec, setup: LlmSetup, regime: Regime, shape: tasks.TaskShape
+) -> Component | None:
+    """Encoder-decoder (T5): backward runs the decoder's layers and its embedding (the tied lm_head's
+    gradient summed with it) while the whole encoder stack still holds what it saved; its gradients
+    come after (`_encoder_grads`). Traced (`fitcheck measure` on a T5 config, tests/test_task_trace.py):
+    full fine-tuning's backward peaks there."""
+    if spec.arch.structure != "encoder_decoder":
+        return None
+    saved = tasks.encoder_saved_bytes(spec.arch, setup, regime, shape)
+    rule = "encoder stack on the source, its backward not yet run (the decoder's has ended)"
+    return _c("encoder_and_cross_attention", saved, rule)
+
+
+def _encoder_grads(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> float:
+    """Bytes of the encoder layers' gradients, not made yet when the decoder's backward ends."""
+    if setup.method != "full":
+        return 0.0
+    return float(tasks.encoder_layer_params(spec.arch) * int(states.BYTES[regime.grad_dtype]))
 
 
 #: The rule of the ``attention_mask_copies`` line (engine/activations.py `sdpa_mask_copy_bytes`).
@@ -396,7 +426,11 @@ def _stored(
         mask_tok = dense.parts.get(act.MASK_COPY, 0.0)
         masks = T * L * mask_tok
         per_tok = f"{L} layers x {per_layer_tok - s * dense.scores - mask_tok:,.0f} B/token" + where
-        scores_rule = "eager: fp32 softmax + compute-dtype copy, b*heads*s^2 per layer"
+        scores_rule = (
+            "T5 under SDPA: each layer's position-bias mask, heads*s^2 (x b when padded)"
+            if act.sdpa_position_bias(a, setup)
+            else "eager: fp32 softmax + compute-dtype copy, b*heads*s^2 per layer"
+        )
         saved = (
             _c("activations", (all_layers - scores - masks) * on_device, per_tok),
             _c("attention_scores", scores * on_device, scores_rule),
@@ -557,7 +591,18 @@ def step_phases(
     bwd_first = [*persistent, grads_fwd, sv.head_grads, sv.inputs, sv.held, sv.mask, sv.casts_bwd]
     bwd_first += [sv.merged_layer]
     bwd_first += sv.layer.backward
-    candidates = (phase("backward", c) for c in (bwd_start, bwd_head, bwd_late, bwd_end, bwd_first))
+    moments = [bwd_start, bwd_head, bwd_late, bwd_end, bwd_first]
+    if sv.encoder_saved is not None:
+        # the decoder's backward has ended: its gradients (and the output layer's) exist, the encoder's not
+        dec = (
+            grads
+            if accumulating or grads_kept
+            else _c(
+                "gradients", max(0.0, grads.bytes - sv.encoder_grads), "the decoder's and the output layer's"
+            )
+        )
+        moments.append([*persistent, dec, sv.inputs, sv.held, sv.encoder_saved, sv.tied])
+    candidates = (phase("backward", c) for c in moments)
     backward = max(candidates, key=lambda p: p.total_bytes)
     step = phase("optimizer_step", [*persistent, grads, sv.held, ms["optimizer_transient"]])
     return forward, backward, step

@@ -12,6 +12,7 @@ chunked      torchtune ``CEWithChunkedOutputLoss`` (8 chunks): every chunk's fp3
 litgpt       litgpt's adapter scripts: 128-position lm_head chunks, cast to fp32 by Fabric, chunked CE
 litgpt_full  litgpt ``finetune/full.py``: whole logits, cast to fp32 by Fabric, CE in 128-row chunks
 plain        a training loop's own ``nn.CrossEntropyLoss`` on the model's logits as they come (no upcast)
+seq2seq      T5's own loss: ``CrossEntropyLoss`` on the unshifted logits as they come (no upcast, no copy)
 unsloth      Unsloth's fused, chunked loss ("Chunk & Fuse"): one slice of tokens' logits at a time
 liger        Liger ``LigerFusedLinearCrossEntropyLoss``: logits of one token chunk at a time
 cce          Apple ``linear_cross_entropy`` (Cut Cross-Entropy): no logits in global memory
@@ -181,6 +182,20 @@ def _litgpt_full(d: Dims) -> Hump:
     )
 
 
+def _seq2seq(d: Dims) -> Hump:
+    """T5ForConditionalGeneration's own loss (transformers 5.24 modeling_t5.py: ``CrossEntropyLoss``
+    on ``lm_logits.view(-1, V)``; the decoder's inputs are shifted, not the logits): the logits and the
+    log-softmax in the logits' dtype in forward, no shifted copy; at the backward's start `_plain`'s
+    three tensors (traced: ``fitcheck measure`` on a T5 config)."""
+    tv = d.tokens * d.vocab
+    return Hump(
+        forward=tv * (2 * d.gamma + d.cap),
+        backward=tv * (3 * d.gamma + d.cap),
+        saved=tv * (d.gamma + d.cap),
+        rule="logits + log-softmax in the logits' dtype (T5's own loss: unshifted, no upcast)",
+    )
+
+
 def _plain(d: Dims) -> Hump:
     """A training loop that calls the model without labels and computes the loss itself:
     ``nn.CrossEntropyLoss()(out.logits[:, :-1, :].reshape(-1, V), label[:, 1:].reshape(-1))`` on the
@@ -264,6 +279,7 @@ KERNELS: dict[str, Callable[[Dims], Hump]] = {
     "litgpt": _litgpt,
     "litgpt_full": _litgpt_full,
     "plain": _plain,
+    "seq2seq": _seq2seq,
     "unsloth": _unsloth,
     "liger": _liger,
     "cce": _cce,
@@ -271,12 +287,15 @@ KERNELS: dict[str, Callable[[Dims], Hump]] = {
 
 
 #: Kernels that run Gemma 2's final soft-cap as separate ops, keeping its tanh output (compute dtype).
-SOFTCAP_OUTSIDE = ("standard", "hf_legacy", "hf_4.46", "chunked", "plain")
+SOFTCAP_OUTSIDE = ("standard", "hf_legacy", "hf_4.46", "chunked", "plain", "seq2seq")
 
 
-def kernel_for(setup: LlmSetup, regime: Regime) -> str:
+def kernel_for(setup: LlmSetup, regime: Regime, a: DecoderArch | None = None) -> str:
     """``--loss`` when given (spelt ``hf-legacy`` / ``hf-4.46`` for the ``hf_legacy`` / ``hf_4.46`` kernels),
-    else the trainer's own."""
+    else the trainer's own; an encoder-decoder's transformers loss is its own (`_seq2seq`)."""
+    seq2seq = a is not None and a.structure == "encoder_decoder"
+    if setup.loss is None and regime.loss_kernel == "standard" and seq2seq and not regime.autocast:
+        return "seq2seq"  # under autocast cross_entropy runs in fp32: the standard hump (traced)
     return (setup.loss or regime.loss_kernel).replace("-", "_")
 
 
@@ -293,7 +312,7 @@ def hump(
     ``rows`` and ``width``: the output layer's rows (every token, or one per example for
     classification) and width (vocabulary or labels); by default every token and the vocabulary.
     """
-    kernel = kernel_for(setup, regime)
+    kernel = kernel_for(setup, regime, a)
     chunks = 1
     if kernel == "chunked":
         chunks = regime.loss_chunks if regime.loss_chunks > 1 else TORCHTUNE_CHUNKS
@@ -320,7 +339,7 @@ def hump(
 
 #: Kernels whose model output carries the whole batch's logits (``CausalLMOutput.logits``; litgpt's list
 #: of chunks); Unsloth, Liger and CCE return none in training.
-MATERIALIZED_LOGITS = ("standard", "hf_legacy", "hf_4.46", "chunked", "litgpt", "plain")
+MATERIALIZED_LOGITS = ("standard", "hf_legacy", "hf_4.46", "chunked", "litgpt", "plain", "seq2seq")
 #: Kernels whose returned logits are fp32 whatever the lm_head made (transformers <= 4.45 ``.float()``).
 FP32_OUTPUT_LOGITS = ("hf_legacy",)
 

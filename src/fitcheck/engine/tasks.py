@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fitcheck.engine import activations as act
+from fitcheck.engine.params import LayerKind, norm_params
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup, ModelSpec, Regime
 from fitcheck.vocab import Task
@@ -106,17 +107,38 @@ def encoder_stack_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, shape: 
         return 0.0
     c = act.context(setup, regime)
     h, q_w, kv_w = a.hidden_size, a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
-    src, n_enc, n_dec = shape.encoder_seq, a.encoder_layers, a.num_layers
-    encoder: float
-    if setup.grad_ckpt:
-        encoder = shape.encoder_tokens * n_enc * c.rho * h
-    else:
-        layer = act.layer_activations(a, setup, regime)
-        encoder = shape.encoder_tokens * n_enc * layer.total(src)
+    src, n_dec = shape.encoder_seq, a.num_layers
+    encoder = encoder_saved_bytes(a, setup, regime, shape)
     eager = act.uses_eager_scores(a, setup)
-    per_target = 4 * h + c.norm_out * h + c.gamma * (2 * q_w + q_w) + 4 * a.num_heads
+    per_target: float = 4 * h + act.normed_bytes(a, c) * h + c.gamma * (2 * q_w + q_w) + 4 * a.num_heads
     per_target += a.num_heads * (4 + c.gamma) * src if eager else 0
+    if act.sdpa_position_bias(a, setup) and setup.lengths == "varying" and setup.batch_size > 1:
+        # cross-attention's zero bias is made once (1 x heads x t x s); a padded source makes it a
+        # per-layer b x heads x t x s mask (`position_bias_mask_bytes`)
+        per_target += act.position_bias_mask_bytes(a, setup, c) * src
     cross = shape.tokens * n_dec * per_target + shape.encoder_tokens * (
         n_dec * c.gamma * 2 * kv_w + c.rho * h
     )
     return encoder + cross
+
+
+def encoder_saved_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, shape: TaskShape) -> float:
+    """Encoder-decoder: what the encoder's layers keep for backward (their saved tensors on the source
+    tokens, or one checkpoint per layer); alive until the encoder's own backward, after the decoder's."""
+    if a.structure != "encoder_decoder":
+        return 0.0
+    c = act.context(setup, regime)
+    if setup.grad_ckpt:
+        return float(shape.encoder_tokens * a.encoder_layers * c.rho * a.hidden_size)
+    layer = act.layer_activations(a, setup, regime)
+    return shape.encoder_tokens * a.encoder_layers * layer.total(shape.encoder_seq)
+
+
+def encoder_layer_params(a: DecoderArch) -> int:
+    """Parameters of the encoder stack's layers (linears and norms): their gradients do not exist yet
+    when the decoder's backward ends."""
+    if a.structure != "encoder_decoder":
+        return 0
+    kind = LayerKind(a.encoder_layers, False, "encoder")
+    per_layer = sum(x.numel for x in kind.linears(a)) + 2 * norm_params(a)
+    return a.encoder_layers * per_layer

@@ -17,7 +17,7 @@ import torch
 from fitcheck.errors import FitcheckError, ModelSourceError, OptionError
 from fitcheck.models import LlmSetup, Regime
 from fitcheck.terminal import printable
-from fitcheck.vocab import LINEAR_MODULES, LMF_ALL
+from fitcheck.vocab import LINEAR_MODULES, LMF_ALL, Task
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -39,6 +39,31 @@ class Built:
     model: Any  # a transformers PreTrainedModel or a peft PeftModel
     model_type: str
     notes: list[str]
+    task: Task = "causal-lm"  # what the model is built for (engine/tasks.py): decides the batch's labels
+    num_labels: int = 0  # classification: the classifier's width
+
+    def batch(self, setup: LlmSetup, device: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A random batch for this model's task (`fitcheck.measure.step.make_batch`)."""
+        from fitcheck.measure.step import make_batch
+
+        vocab = int(self.model.config.vocab_size)
+        return make_batch(vocab, setup, device, task=self.task, num_labels=self.num_labels)
+
+
+#: The transformers head class per task (engine/tasks.py): a causal LM, a sequence classifier (encoders'
+#: own task; decoders as ``*ForSequenceClassification``), an encoder-decoder LM (T5).
+AUTO_CLASSES: dict[str, str] = {
+    "causal-lm": "AutoModelForCausalLM",
+    "classification": "AutoModelForSequenceClassification",
+    "seq2seq": "AutoModelForSeq2SeqLM",
+}
+#: peft's task type per task: SEQ_CLS adds the classifier to ``modules_to_save`` as a trainer's LoRA
+#: classification run has it (peft ``PeftModelForSequenceClassification``).
+PEFT_TASKS: dict[str, str] = {
+    "causal-lm": "CAUSAL_LM",
+    "classification": "SEQ_CLS",
+    "seq2seq": "SEQ_2_SEQ_LM",
+}
 
 
 def hf_config_object(hf_config: Mapping[str, Any]) -> Any:
@@ -100,12 +125,14 @@ def attn_implementation(setup: LlmSetup) -> str:
     return "eager" if setup.attn == "eager" else "sdpa"
 
 
-def _from_config(config: Any, kwargs: dict[str, Any], notes: list[str]) -> Any:
-    """The model with random weights; eager attention where transformers has no SDPA path."""
-    from transformers import AutoModelForCausalLM
+def _from_config(config: Any, kwargs: dict[str, Any], notes: list[str], task: Task = "causal-lm") -> Any:
+    """The model with random weights, with the task's head; eager attention where transformers has no
+    SDPA path."""
+    import transformers
 
+    auto = getattr(transformers, AUTO_CLASSES[task])
     try:
-        return AutoModelForCausalLM.from_config(config, **kwargs)
+        return auto.from_config(config, **kwargs)
     except ValueError as exc:
         if kwargs["attn_implementation"] != "sdpa" or "scaled_dot_product_attention" not in str(exc):
             raise
@@ -115,7 +142,40 @@ def _from_config(config: Any, kwargs: dict[str, Any], notes: list[str]) -> Any:
         f"{config.model_type} has no SDPA attention in transformers: traced with eager "
         "(O(s^2) scores); FlashAttention-2 with softcapping would keep O(s)"
     )
-    return AutoModelForCausalLM.from_config(config, **{**kwargs, "attn_implementation": "eager"})
+    return auto.from_config(config, **{**kwargs, "attn_implementation": "eager"})
+
+
+def run_task(hf_config: Mapping[str, Any], setup: LlmSetup, config: Any) -> tuple[Task, int]:
+    """The task the run trains (``--task``, else the model's own, as the engine reads it) and, for
+    classification, the classifier's width; sets what transformers' heads need on ``config``."""
+    from fitcheck.engine.estimate import POSITION_OFFSET
+    from fitcheck.engine.tasks import DEFAULT_LABELS, check_task
+    from fitcheck.sources.hf_config import arch_from_hf_config
+
+    arch = arch_from_hf_config(dict(hf_config))
+    task = check_task(arch, setup)
+    usable = arch.learned_positions - POSITION_OFFSET.get(arch.model_type, 0)
+    if arch.learned_positions and setup.seq_len > usable:
+        raise OptionError(
+            f"--seq-len {setup.seq_len:,}: {printable(arch.model_type)} has {usable:,} learned positions, "
+            f"so a longer sequence cannot run; give --seq-len {usable:,} or less"
+        )
+    labels = 0
+    if task == "classification":
+        labels = setup.num_labels or int(getattr(config, "num_labels", 0) or 0) or DEFAULT_LABELS
+        config.num_labels = labels
+        if getattr(config, "pad_token_id", None) is None:
+            config.pad_token_id = 0  # *ForSequenceClassification pools the last non-pad token of a batch
+        if getattr(config, "problem_type", None) is None and labels > 1:
+            # what transformers infers from integer labels; DeBERTa's own inference takes a nonzero()
+            # over the labels first, a value-dependent shape fake tensors cannot trace (the loss is the
+            # same cross-entropy over b x num_labels logits)
+            config.problem_type = "single_label_classification"
+    elif task == "seq2seq":
+        for key in ("decoder_start_token_id", "pad_token_id"):
+            if getattr(config, key, None) is None:
+                setattr(config, key, 0)  # T5's own ids; labels are shifted right from them
+    return task, labels
 
 
 def build_model(hf_config: Mapping[str, Any], setup: LlmSetup, regime: Regime) -> Built:
@@ -144,18 +204,19 @@ def build_model(hf_config: Mapping[str, Any], setup: LlmSetup, regime: Regime) -
             "the traced batch is unpadded (fake tensors cannot take transformers' mask.all() test), so SDPA "
             "gets no explicit mask: the estimate's attention_mask_copies (a padded batch's) are not traced"
         )
-    model = transformers_call(str(config.model_type), lambda: _from_config(config, kwargs, notes))
+    task, labels = run_task(hf_config, setup, config)
+    model = transformers_call(str(config.model_type), lambda: _from_config(config, kwargs, notes, task))
     model.train()
     if setup.grad_ckpt:
         enable_checkpointing(model)
     if setup.method in ("lora",):
-        model = apply_lora(model, setup, regime, config.model_type)
+        model = apply_lora(model, setup, regime, config.model_type, task)
     elif setup.method == "prefix-tuning":
         model = apply_prefix(model, setup)
     else:
         for p in model.parameters():
             p.requires_grad_(True)
-    return Built(model=model, model_type=str(config.model_type), notes=notes)
+    return Built(model=model, model_type=str(config.model_type), notes=notes, task=task, num_labels=labels)
 
 
 def enable_checkpointing(model: Any) -> None:
@@ -177,11 +238,22 @@ def lora_targets(setup: LlmSetup, model_type: str) -> str | list[str]:
     if text == "all-linear":
         return "all-linear"
     if text == "attn":
-        return ATTN_TARGETS.get(model_type, DEFAULT_ATTN_TARGETS)
+        return ATTN_TARGETS.get(model_type) or _named_attn_targets(model_type)
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise OptionError("--lora-targets is empty: use attn, all-linear or comma-separated module names")
     return names
+
+
+def _named_attn_targets(model_type: str) -> list[str]:
+    """The q, k, v, o module names the engine knows for this family (engine/params.py ``NAMES``: BERT's
+    ``query`` ... ``attention.output.dense``, T5's ``q`` ... ``o``), else Llama's."""
+    from fitcheck.engine.params import NAMES
+
+    names = NAMES.get(model_type, {})
+    if not all(k in names for k in ("q", "k", "v", "o")):
+        return DEFAULT_ATTN_TARGETS
+    return [names[k] for k in ("q", "k", "v", "o")]
 
 
 def linear_module_names(model: Any) -> list[str]:
@@ -253,7 +325,7 @@ def _with_linear_modules(targets: str | list[str], model: Any, model_type: str =
     return sorted({*names, *rest})
 
 
-def apply_lora(model: Any, setup: LlmSetup, regime: Regime, model_type: str) -> Any:
+def apply_lora(model: Any, setup: LlmSetup, regime: Regime, model_type: str, task: Task = "causal-lm") -> Any:
     """Wrap with peft LoRA (or DoRA); adapters fp32 unless the regime keeps them in the model dtype.
 
     peft's ``autocast_adapter_dtype=True`` (its default) upcasts bf16/fp16 adapters to fp32; torchtune
@@ -268,7 +340,7 @@ def apply_lora(model: Any, setup: LlmSetup, regime: Regime, model_type: str) -> 
         target_modules=_with_linear_modules(lora_targets(setup, model_type), model, model_type),
         use_dora=setup.dora,
         bias="none",
-        task_type="CAUSAL_LM",
+        task_type=PEFT_TASKS[task],
     )
     upcast = regime.adapter_dtype == "fp32"
     try:

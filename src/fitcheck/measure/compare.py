@@ -60,6 +60,10 @@ def _g(n: int | None) -> str:
     return "-" if n is None else f"{n / GIB:,.3f}"
 
 
+#: Width of the phase column: "peak (optimizer_step)" and a space.
+_NAME = 22
+
+
 def measure_text(model_name: str, est: Estimate | None, meas: MeasuredStep, top: int = 6) -> str:
     """The human table: phases side by side, the breakdown at the measured peak, the largest tensors."""
     s = meas.setup
@@ -70,15 +74,17 @@ def measure_text(model_name: str, est: Estimate | None, meas: MeasuredStep, top:
         f"{s.precision} · {s.optimizer} · attn {s.attn}{' · grad-ckpt' if s.grad_ckpt else ''} · "
         f"trainer {meas.regime} · measured: {meas.mode} on {meas.device} (step {meas.measured_step})",
         "",
-        f"{'phase':<16}{'estimate GiB':>14}{'measured GiB':>14}{'error':>10}",
+        f"{'phase':<{_NAME}}{'estimate GiB':>14}{'measured GiB':>14}{'error':>10}",
     ]
     for row in comparison_rows(est, meas):
         err = "-" if row["error_pct"] is None else f"{row['error_pct']:+.1f}%"
         name = row["phase"]
         if name == "peak":
-            lines.append("-" * 54)
+            lines.append("-" * (_NAME + 38))
             name = f"peak ({meas.peak_phase})"
-        lines.append(f"{name:<16}{_g(row['estimate_bytes']):>14}{_g(row['measured_bytes']):>14}{err:>10}")
+        lines.append(
+            f"{name:<{_NAME}}{_g(row['estimate_bytes']):>14}{_g(row['measured_bytes']):>14}{err:>10}"
+        )
     peak = meas.phase(meas.peak_phase)
     if peak.breakdown:
         lines += ["", f"alive at the measured peak ({meas.peak_phase}):"]

@@ -65,7 +65,6 @@ def trace_fsdp(hf_config: Mapping[str, Any], setup: LlmSetup, world_size: int) -
 
     from fitcheck.measure._internals import fakeify
     from fitcheck.measure.build import build_model, trainable_parameters
-    from fitcheck.measure.step import make_batch
 
     started = time.perf_counter()
     regime = regime_for(setup)
@@ -88,7 +87,7 @@ def trace_fsdp(hf_config: Mapping[str, Any], setup: LlmSetup, world_size: int) -
         fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
         params = trainable_parameters(model)
         opt = torch.optim.AdamW(params, lr=1e-4, fused=True)  # HF optim adamw_torch_fused
-        ids, labels = make_batch(model.config.vocab_size, setup)
+        ids, labels = built.batch(setup)
         loss = model(input_ids=ids, labels=labels).loss  # step 1 creates the optimizer states
         loss.backward()
         opt.step()

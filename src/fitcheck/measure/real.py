@@ -156,7 +156,7 @@ def _run(
 
     from fitcheck.measure.build import build_model, trainable_parameters
     from fitcheck.measure.optim import make_optimizer
-    from fitcheck.measure.step import device_semantics, make_batch, run_steps
+    from fitcheck.measure.step import device_semantics, run_steps
 
     torch.manual_seed(0)
     with torch.device(device):
@@ -164,7 +164,7 @@ def _run(
     model = built.model
     params = trainable_parameters(model)
     optimizer = make_optimizer(params, setup, regime)
-    batch = make_batch(model.config.vocab_size, setup, device=device)
+    batch = built.batch(setup, device=device)
     with device_semantics(regime, emulate_cuda=device == "cpu"):
         run_steps(model, optimizer, batch, setup, regime, probe, steps, device)
     seen: dict[int, Any] = {p.untyped_storage().data_ptr(): p for p in model.parameters()}

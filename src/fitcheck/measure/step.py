@@ -28,13 +28,22 @@ class Probe(Protocol):
     def step_end(self, step: int, model: torch.nn.Module, optimizer: Any) -> None: ...
 
 
-def make_batch(vocab_size: int, setup: LlmSetup, device: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random token ids and labels (labels = ids, the causal-LM default); no padding, no attention mask.
+def make_batch(
+    vocab_size: int, setup: LlmSetup, device: Any = None, *, task: str = "causal-lm", num_labels: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random token ids and labels for the task: the ids themselves (causal LM), one class per example
+    (classification), ``--target-len`` target tokens (seq2seq, the source length when unset); no padding,
+    no attention mask.
 
     No mask is passed on purpose: an all-ones mask makes transformers test ``mask.all()``, a
     data-dependent branch fake tensors cannot take, and it selects the same kernels as no mask.
     """
-    ids = torch.randint(0, vocab_size, (setup.batch_size, setup.seq_len), device=device)
+    b = setup.batch_size
+    ids = torch.randint(0, vocab_size, (b, setup.seq_len), device=device)
+    if task == "classification":
+        return ids, torch.randint(0, max(num_labels, 1), (b,), device=device)
+    if task == "seq2seq":
+        return ids, torch.randint(0, vocab_size, (b, setup.target_len or setup.seq_len), device=device)
     return ids, ids.clone()
 
 
@@ -206,23 +215,30 @@ def device_semantics(regime: Regime, emulate_cuda: bool, fake: bool = False) -> 
 
 @contextlib.contextmanager
 def flash_with_dropout() -> Iterator[None]:
-    """Route maskless SDPA with ``dropout_p > 0`` to the flash kernel, as CUDA's backend choice does.
+    """Route SDPA with ``dropout_p > 0`` to the kernel CUDA's backend choice takes.
 
     CPU SDPA sends attention dropout to the math kernel, which materialises fp32 (b, heads, s, s)
     scores, their dropout mask and the product; CUDA's flash kernel applies dropout inside and saves
     only out, an fp32 logsumexp and the RNG seed. The CPU flash op has the same outputs and a meta
-    kernel, so calling it on fake tensors gives the CUDA memory. (GPT-2 ships attn_pdrop=0.1.)
+    kernel, so calling it on fake tensors gives the CUDA memory. (GPT-2 ships attn_pdrop=0.1.) With a
+    mask (T5's relative position bias, handed to SDPA as an additive mask) CUDA takes the
+    memory-efficient kernel, which applies the bias and the dropout inside (saving out, an fp32
+    logsumexp, the RNG state and the bias it was given); its op has a meta kernel too.
     """
     import torch.nn.functional as F
 
     original = F.scaled_dot_product_attention
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    efficient = torch.ops.aten._scaled_dot_product_efficient_attention.default
 
     def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Any = None,
              dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
              enable_gqa: bool = False) -> torch.Tensor:  # fmt: skip
         if dropout_p > 0.0 and attn_mask is None and query.dim() == 4:
             return flash(query, key, value, dropout_p, is_causal, scale=scale)[0]
+        if dropout_p > 0.0 and attn_mask is not None and attn_mask.is_floating_point() and query.dim() == 4:
+            bias = attn_mask.to(query.dtype)
+            return efficient(query, key, value, bias, True, dropout_p, is_causal, scale=scale)[0]
         return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                         scale=scale, enable_gqa=enable_gqa)  # fmt: skip
 

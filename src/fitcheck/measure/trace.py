@@ -67,7 +67,7 @@ def trace_step(
     from fitcheck.measure._internals import FakeTensorMode, fakeify, param_bytes, unique_params
     from fitcheck.measure.build import build_model, trainable_parameters
     from fitcheck.measure.optim import make_optimizer
-    from fitcheck.measure.step import device_semantics, make_batch, run_steps
+    from fitcheck.measure.step import device_semantics, run_steps
     from fitcheck.measure.tracker import LiveStorageMode, ModuleScope, Tracker
 
     regime = regime_for(setup)
@@ -81,7 +81,7 @@ def trace_step(
     with fake:
         params = trainable_parameters(model)
         optimizer = make_optimizer(params, setup, regime)
-        batch = make_batch(model.config.vocab_size, setup)
+        batch = built.batch(setup)
         _register_existing(tracker, model, batch)
         names = {id(m): n for n, m in model.named_modules()}
         with device_semantics(regime, True, fake=True), ModuleScope(tracker, names), LiveStorageMode(tracker):
