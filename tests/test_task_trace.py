@@ -139,3 +139,19 @@ def test_measure_refuses_a_sequence_past_the_position_table() -> None:
 
     with pytest.raises(OptionError, match="learned positions"):
         trace_step(BERT, LlmSetup(method="full", seq_len=1024, batch_size=1))
+
+
+def test_one_label_traces_as_regression() -> None:
+    """``--num-labels 1`` is transformers' regression (MSE on float labels): DeBERTa's own loss cast its
+    logits to the labels' dtype and failed on integer labels (an internal error before session 12)."""
+    from fitcheck.measure.trace import trace_step
+
+    deberta = {
+        "model_type": "deberta-v2", "hidden_size": 128, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "intermediate_size": 256, "vocab_size": 500, "max_position_embeddings": 512,
+        "relative_attention": True, "position_buckets": 32, "pos_att_type": ["p2c", "c2p"],
+        "norm_rel_ebd": "layer_norm", "share_att_key": True, "position_biased_input": False,
+    }  # fmt: skip
+    for cfg in (BERT, deberta):
+        measured = trace_step(cfg, LlmSetup(method="full", seq_len=64, batch_size=2, num_labels=1))
+        assert measured.phase("forward").peak_bytes > 0

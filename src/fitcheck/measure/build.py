@@ -166,11 +166,11 @@ def run_task(hf_config: Mapping[str, Any], setup: LlmSetup, config: Any) -> tupl
         config.num_labels = labels
         if getattr(config, "pad_token_id", None) is None:
             config.pad_token_id = 0  # *ForSequenceClassification pools the last non-pad token of a batch
-        if getattr(config, "problem_type", None) is None and labels > 1:
-            # what transformers infers from integer labels; DeBERTa's own inference takes a nonzero()
-            # over the labels first, a value-dependent shape fake tensors cannot trace (the loss is the
-            # same cross-entropy over b x num_labels logits)
-            config.problem_type = "single_label_classification"
+        if getattr(config, "problem_type", None) is None:
+            # what transformers infers from the labels (one label: regression on floats; else integer
+            # classes); DeBERTa's own inference takes a nonzero() over the labels first, a value-dependent
+            # shape fake tensors cannot trace (the loss is the same over b x num_labels logits)
+            config.problem_type = "regression" if labels == 1 else "single_label_classification"
     elif task == "seq2seq":
         for key in ("decoder_start_token_id", "pad_token_id"):
             if getattr(config, key, None) is None:

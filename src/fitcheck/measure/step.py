@@ -40,6 +40,8 @@ def make_batch(
     """
     b = setup.batch_size
     ids = torch.randint(0, vocab_size, (b, setup.seq_len), device=device)
+    if task == "classification" and num_labels == 1:
+        return ids, torch.rand(b, device=device)  # one label: transformers' regression (MSE on floats)
     if task == "classification":
         return ids, torch.randint(0, max(num_labels, 1), (b,), device=device)
     if task == "seq2seq":
