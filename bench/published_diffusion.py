@@ -1,0 +1,153 @@
+"""Score fitcheck's diffusion estimate against the published diffusion measurements
+(tests/data/published/diffusion/*.yaml; schema: tests/data/published/README.md, and the file's header).
+
+    PYTHONPATH=src python bench/published_diffusion.py          # the table, per record
+    PYTHONPATH=src python bench/published_diffusion.py --write  # and regenerate docs/diffusion.md's section
+
+Each record is posed through `fitcheck.api.estimate` with the setup keys fitcheck has (`SETUP_KEYS`) and the
+posing keys below, and compared as fitcheck's device figure (peak reserved + CUDA context: what nvidia-smi
+shows) against the printed value, ``GB`` read as 10^9 B:
+
+- ``text_encoder: freed``: the training script caches the text encoder's outputs and deletes the encoder
+  before training (ShivamShrirao's train_dreambooth.py ``--cache_latents``); kohya's SD 1.x script has no
+  such option (fitcheck refuses ``--cache-text-encoder-outputs`` there), so the part is dropped from the spec.
+- ``text_tokens``: the padded prompt length, when the source states it.
+- ``gpu: unknown``: no target (no CUDA context of a card is added).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "published" / "diffusion"
+DOC = ROOT / "docs" / "diffusion.md"
+BEGIN = "<!-- published-diffusion:begin (bench/published_diffusion.py --write) -->"
+END = "<!-- published-diffusion:end -->"
+#: setup keys handed to fitcheck as they are
+SETUP_KEYS = (
+    "method", "precision", "optimizer", "grad_ckpt", "attn", "resolution", "cache_latents", "grad_accum",
+    "batch_size",
+)  # fmt: skip
+UNITS = {"GB": 1e9, "MB": 1e6, "GiB": 2**30, "MiB": 2**20}
+
+
+@dataclass(frozen=True)
+class Record:
+    source: str
+    id: str
+    model: str
+    setup: dict[str, Any]
+    gpu: str | None
+    measured_bytes: float
+    known_gap: str | None
+
+
+@dataclass(frozen=True)
+class Score:
+    record: Record
+    device_bytes: int
+    low_bytes: int
+    high_bytes: int
+    error: float  # (device - measured) / measured
+
+
+def records() -> list[Record]:
+    out = []
+    for path in sorted(DATA.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        defaults = doc.get("defaults", {})
+        for r in doc["records"]:
+            keys = (*SETUP_KEYS, "text_encoder", "text_tokens")
+            setup = {**{k: v for k, v in defaults.items() if k in keys}, **r["setup"]}
+            m = r["measured"]
+            out.append(
+                Record(
+                    source=doc["source"]["id"],
+                    id=r["id"],
+                    model=r.get("model", defaults.get("model")),
+                    setup=setup,
+                    gpu=r.get("gpu", defaults.get("gpu")),
+                    measured_bytes=float(m["value"]) * UNITS[m["unit"]],
+                    known_gap=r.get("known_gap"),
+                )
+            )
+    return out
+
+
+def score(rec: Record) -> Score:
+    from fitcheck import api
+
+    spec = api.resolve(rec.model)
+    if rec.setup.get("text_encoder") == "freed":
+        spec = spec.model_copy(update={"parts": tuple(p for p in spec.parts if p.role != "text_encoder")})
+    if rec.setup.get("text_tokens"):
+        spec = spec.model_copy(update={"text_tokens": int(rec.setup["text_tokens"])})
+    opts = {k: rec.setup[k] for k in SETUP_KEYS if k in rec.setup}
+    on = rec.gpu if rec.gpu and rec.gpu != "unknown" else None
+    est = api.estimate(spec, on=on, **opts)
+    band = est.band
+    low, high = (band.low_bytes, band.high_bytes) if band else (est.device_bytes, est.device_bytes)
+    err = (est.device_bytes - rec.measured_bytes) / rec.measured_bytes
+    return Score(rec, est.device_bytes, low, high, err)
+
+
+def table(scores: list[Score]) -> str:
+    rows = [
+        "| record | measured | fitcheck (device) | error | likely range | inside | known gap |",
+        "|---|---:|---:|---:|---|---|---|",
+    ]
+    for s in scores:
+        inside = "yes" if s.low_bytes <= s.record.measured_bytes <= s.high_bytes else "no"
+        gap = "yes" if s.record.known_gap else ""
+        rows.append(
+            f"| {s.record.source}/{s.record.id} | {s.record.measured_bytes / 1e9:.2f} GB | "
+            f"{s.device_bytes / 1e9:.2f} GB | {s.error:+.1%} | "
+            f"{s.low_bytes / 1e9:.2f}-{s.high_bytes / 1e9:.2f} GB | {inside} | {gap} |"
+        )
+    return "\n".join(rows)
+
+
+def section(scores: list[Score]) -> str:
+    held = [s for s in scores if not s.record.known_gap]
+    errs = sorted(abs(s.error) for s in held)
+    median = errs[len(errs) // 2] if len(errs) % 2 else (errs[len(errs) // 2 - 1] + errs[len(errs) // 2]) / 2
+    inside = sum(s.low_bytes <= s.record.measured_bytes <= s.high_bytes for s in held)
+    lines = [
+        BEGIN,
+        f"{len(scores)} records, {len(held)} without a known gap: median |error| {median:.1%}, "
+        f"largest {max(errs):.1%}; {inside} of {len(held)} inside their likely range.",
+        "",
+        table(scores),
+        END,
+    ]
+    return "\n".join(lines)
+
+
+def write_doc(text: str) -> None:
+    doc = DOC.read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    DOC.write_text(pattern.sub(lambda _: text, doc), encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="regenerate docs/diffusion.md's section")
+    a = ap.parse_args(argv)
+    scores = [score(r) for r in records()]
+    text = section(scores)
+    print(text)
+    if a.write:
+        write_doc(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

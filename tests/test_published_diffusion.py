@@ -1,0 +1,50 @@
+"""The published diffusion measurements (tests/data/published/diffusion/, scored by
+bench/published_diffusion.py): every record without a known gap within 10% of fitcheck's device figure and
+inside its likely range; docs/diffusion.md's section regenerated, never edited."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import published_diffusion as pub
+
+RECORDS = pub.records()
+
+
+def test_corpus_shape() -> None:
+    assert len(RECORDS) >= 10
+    for path in sorted(pub.DATA.glob("*.yaml")):
+        import yaml
+
+        source = yaml.safe_load(path.read_text(encoding="utf-8"))["source"]
+        assert source["url"] and source["commit"] and source["date"] and source["how_measured"]
+
+
+@pytest.fixture(scope="module")
+def scores() -> list[pub.Score]:
+    return [pub.score(r) for r in RECORDS]
+
+
+def test_records_without_a_gap_within_10_percent(scores: list[pub.Score]) -> None:
+    bad = {s.record.id: round(s.error, 3) for s in scores if not s.record.known_gap and abs(s.error) > 0.10}
+    assert not bad, bad
+
+
+def test_records_without_a_gap_inside_their_band(scores: list[pub.Score]) -> None:
+    out = [
+        s.record.id
+        for s in scores
+        if not s.record.known_gap and not s.low_bytes <= s.record.measured_bytes <= s.high_bytes
+    ]
+    assert not out, out
+
+
+def test_docs_section_is_generated(scores: list[pub.Score]) -> None:
+    assert pub.section(scores) in pub.DOC.read_text(encoding="utf-8"), (
+        "docs/diffusion.md is stale: PYTHONPATH=src python bench/published_diffusion.py --write"
+    )
