@@ -366,7 +366,7 @@ def _attention_acts(
         # fp32 activations ``.to(query.dtype)`` returns the same tensor, saved once); with attention
         # soft-capping (Gemma 2) also the tanh output (traced)
         capped = c.gamma if a.attn_logit_softcapping else 0
-        acts.scores = a.num_heads * (4 + _probs_after_softmax(a, setup, c) + capped)
+        acts.scores = a.num_heads * (softmax_bytes(a, c) + _probs_after_softmax(a, setup, c) + capped)
         acts.add("attn_out", c.gamma * q_w)
     else:
         # flash / memory-efficient kernels save the output and an fp32 logsumexp per head
@@ -434,7 +434,19 @@ def _probs_after_softmax(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
     eager_code = setup.attn == "eager" or setup.backend == "mps" or a.model_type in EAGER_CODE_TYPES
     if a.attn_dropout and eager_code:
         return 1 + c.gamma
-    return c.gamma if c.gamma != 4 else 0
+    return c.gamma if softmax_bytes(a, c) != c.gamma else 0
+
+
+#: Families whose eager attention runs softmax in the scores' own dtype (transformers 5.24:
+#: ``nn.functional.softmax(attn_weights, dim=-1)`` in modeling_bert / roberta / deberta_v2 / t5; the decoder
+#: families pass ``dtype=torch.float32``): without autocast a 16-bit model keeps 16-bit probabilities, and
+#: the value matmul saves them as they are (no compute-dtype copy). Under autocast softmax runs in fp32.
+INPUT_DTYPE_SOFTMAX = frozenset({"bert", "roberta", "deberta-v2", "t5", "mt5"})
+
+
+def softmax_bytes(a: DecoderArch, c: Ctx) -> int:
+    """Bytes per element of eager attention's softmax output (`INPUT_DTYPE_SOFTMAX`)."""
+    return c.gamma if a.model_type in INPUT_DTYPE_SOFTMAX and not c.autocast else 4
 
 
 #: The part of `LayerActs` that is SDPA's own copy of an explicit attention mask (`sdpa_mask_copy_bytes`).
@@ -747,13 +759,14 @@ def eager_peaks(a: DecoderArch, setup: LlmSetup, regime: Regime) -> EagerPeaks:
     if not uses_eager_scores(a, setup) or a.model_type == "gpt2":
         return EagerPeaks(0.0, 0.0, 0.0)
     c = context(setup, regime)
-    upcast = 4 if c.gamma != 4 else 0  # softmax(dtype=float32) copies a 16-bit input first
+    sm = softmax_bytes(a, c)
+    upcast = 4 if c.gamma != 4 and sm == 4 else 0  # softmax(dtype=float32) copies a 16-bit input first
     capped = c.gamma if a.attn_logit_softcapping else 0
     h = a.num_heads
     return EagerPeaks(
-        forward_transient=h * (c.gamma + upcast + 4 + capped),
+        forward_transient=h * (c.gamma + upcast + sm + capped),
         forward_extra=h * upcast,
-        backward=h * 12,
+        backward=h * 3 * sm,  # the saved probabilities, the incoming gradient and the result, in sm's dtype
     )
 
 
