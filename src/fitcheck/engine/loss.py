@@ -187,13 +187,7 @@ def _seq2seq(d: Dims) -> Hump:
     on ``lm_logits.view(-1, V)``; the decoder's inputs are shifted, not the logits): the logits and the
     log-softmax in the logits' dtype in forward, no shifted copy; at the backward's start `_plain`'s
     three tensors (traced: ``fitcheck measure`` on a T5 config)."""
-    tv = d.tokens * d.vocab
-    return Hump(
-        forward=tv * (2 * d.gamma + d.cap),
-        backward=tv * (3 * d.gamma + d.cap),
-        saved=tv * (d.gamma + d.cap),
-        rule="logits + log-softmax in the logits' dtype (T5's own loss: unshifted, no upcast)",
-    )
+    return _no_upcast(d, 2, "logits + log-softmax in the logits' dtype (T5's own loss: unshifted, no upcast)")
 
 
 def _plain(d: Dims) -> Hump:
@@ -206,12 +200,20 @@ def _plain(d: Dims) -> Hump:
     backward's start the logits and the copy are gone; the saved log-softmax, the ``nll_loss`` gradient and
     the log-softmax input gradient are alive (``g`` bytes each). A soft-cap keeps its tanh output. A loop
     that keeps the output instead is ``--keep-logits`` (``held_logits``)."""
+    rule = "logits + shifted copy + log-softmax in the logits' dtype (the loop's own loss, no upcast)"
+    return _no_upcast(d, 3, rule)
+
+
+def _no_upcast(d: Dims, forward_tensors: int, rule: str) -> Hump:
+    """Cross-entropy on the logits in their own dtype: ``forward_tensors`` logit-sized tensors at the end of
+    the forward; at the backward's start the saved log-softmax, the ``nll_loss`` gradient and the
+    log-softmax input gradient (a soft-cap keeps its tanh output throughout)."""
     tv = d.tokens * d.vocab
     return Hump(
-        forward=tv * (3 * d.gamma + d.cap),
+        forward=tv * (forward_tensors * d.gamma + d.cap),
         backward=tv * (3 * d.gamma + d.cap),
         saved=tv * (d.gamma + d.cap),
-        rule="logits + shifted copy + log-softmax in the logits' dtype (the loop's own loss, no upcast)",
+        rule=rule,
     )
 
 
