@@ -99,6 +99,15 @@ CASES = {
         T5,
         LlmSetup(method="lora", attn="eager", seq_len=512, target_len=64, batch_size=2),
     ),
+    # the last layer's working set (embedding output, fp32 residuals, feed-forward outputs): was -6.2%
+    "bert12-hf-lora": (
+        dict(BERT, num_hidden_layers=12),
+        LlmSetup(method="lora", trainer="hf", lora_targets="attn", seq_len=512, batch_size=8),
+    ),
+    "bert12-hf-lora-eager": (
+        dict(BERT, num_hidden_layers=12),
+        LlmSetup(method="lora", trainer="hf", attn="eager", seq_len=512, batch_size=4),
+    ),
     "bert-full-fp32-eager": (
         BERT,
         LlmSetup(method="full", precision="fp32", attn="eager", seq_len=256, batch_size=4),
@@ -118,16 +127,11 @@ def test_engine_near_the_task_trace(case: str) -> None:
     assert all(abs(e) <= TOLERANCE for e in errors.values()), errors
 
 
-#: Left as found (session 12), each more than 5% under the trace: BERT LoRA under the HF Trainer's autocast
-#: (12 layers: forward -6%, backward -4%; not found); T5 full fine-tuning under the HF Trainer with
+#: Left as found (session 12), more than 5% under the trace: T5 full fine-tuning under the HF Trainer with
 #: checkpointing at 2 layers per stack (forward -20%, backward -17%: the layer being run or recomputed
 #: outweighs the checkpoints; at 12 layers +8% / -5%, after the recomputed encoder layer was sized on the
 #: source tokens).
 GAPS = {
-    "bert12-hf-lora": (
-        dict(BERT, num_hidden_layers=12),
-        LlmSetup(method="lora", trainer="hf", lora_targets="attn", seq_len=512, batch_size=8),
-    ),
     "t5-hf-full-ckpt": (
         T5,
         LlmSetup(method="full", trainer="hf", grad_ckpt=True, seq_len=512, target_len=128, batch_size=2),

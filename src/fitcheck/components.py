@@ -96,6 +96,11 @@ _ROWS = (
     _temps(
         "attention_transient", "eager attention's scores, fp32 copies, gradients (one layer)", "attention"
     ),
+    _temps(
+        "layer_working_set",
+        "encoders: the embedding output, residuals and feed-forward outputs alive inside the last layer",
+        "encoder-working-set",
+    ),
     _acts(
         "head_inputs", "inputs saved by a trained or LoRA-wrapped lm_head", "lora-on-lm_head-and-embed_tokens"
     ),
