@@ -39,7 +39,7 @@ END = "<!-- published-diffusion:end -->"
 #: setup keys handed to fitcheck as they are
 SETUP_KEYS = (
     "method", "precision", "optimizer", "grad_ckpt", "attn", "resolution", "cache_latents", "grad_accum",
-    "batch_size", "train_text_encoder", "lora_rank",
+    "batch_size", "train_text_encoder", "lora_rank", "keep_grads",
 )  # fmt: skip
 #: what the printed figure measured: the device figure (nvidia-smi, or unstated) unless the source read
 #: torch.cuda.max_memory_allocated

@@ -158,7 +158,6 @@ LLM_ONLY: dict[str, object] = {
     "loss": None,
     "offload_activations": False,
     "optimizer_in_bwd": False,
-    "keep_grads": False,
     "autocast": None,
     "compile": None,
     "kbit_prep": None,

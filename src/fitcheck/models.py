@@ -440,6 +440,11 @@ class DiffusionSetup(SetupBase):
     fp8_base: bool = Field(default=False, description="frozen base weights stored in fp8 (e4m3)")
     full_bf16: bool = Field(default=False, description="trainable weights and grads in bf16 (kohya)")
     full_fp16: bool = Field(default=False, description="trainable weights and grads in fp16 (kohya)")
+    keep_grads: bool = Field(
+        default=False,
+        description="gradients zeroed in place between steps (zero_grad(set_to_none=False), torch < 2.0's "
+        "default): every gradient stays allocated beside the next step's activations",
+    )
 
 
 #: The setup of one run, by workload: JSON carries ``kind`` and only the fields that apply to it.

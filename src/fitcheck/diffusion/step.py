@@ -130,6 +130,7 @@ def step_key(spec: DiffusionSpec, setup: DiffusionSetup) -> tuple[tuple[str, Any
     fields = [(k, getattr(setup, k)) for k in STEP_FIELDS]
     fields.append(("attn", attn_kernel(setup)))  # "eager" or "sdpa": what the memory follows
     fields.append(("grad_accum", min(setup.grad_accum, 2)))
+    fields.append(("keep_grads", setup.keep_grads))
     fields.append(("resolution", setup.resolution or spec.native_resolution))
     return tuple(fields)
 
@@ -277,7 +278,7 @@ def _step(s: Sim, spec: DiffusionSpec, setup: DiffusionSetup, parts: _Prepared, 
     res = (lat[0] * VAE_FACTOR, lat[1] * VAE_FACTOR)
     with simulating(s):
         s.begin("forward")
-        if setup.grad_accum > 1:
+        if grads_between_steps(setup):
             _preexisting_grads(s, mods)
         vae = next((pl for pl in plans if pl.part.role == "vae" and pl.on_device), None)
         if vae is not None:
@@ -323,8 +324,16 @@ def _large_tensors(m: Module) -> int:
     return n
 
 
+def grads_between_steps(setup: DiffusionSetup) -> bool:
+    """Whether every gradient is allocated before the step's forward: accumulation (the earlier
+    micro-batches' sums), or a loop that zeroes them in place (``--keep-grads``: ``zero_grad`` with
+    ``set_to_none=False``, torch < 2.0's default, pytorch#92731)."""
+    return setup.grad_accum > 1 or setup.keep_grads
+
+
 def _preexisting_grads(s: Sim, mods: dict[str, Module]) -> None:
-    """With gradient accumulation the next micro-batch finds ``.grad`` allocated (counted as a state)."""
+    """With gradient accumulation (or gradients kept between steps) the next micro-batch finds ``.grad``
+    allocated (counted as a state)."""
     for m in mods.values():
         for _, p in m.named_params():
             if p.trainable:

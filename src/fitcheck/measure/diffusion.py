@@ -197,7 +197,7 @@ def trace_module(
             for t in grads_in:
                 t.requires_grad_(True)  # kohya: noisy latents / text conds requires_grad_(True)
         uniq = _register(tracker, model, [*grads_in, *others])
-        _run_steps(tracker, model, call, target, optimizer, params, c, steps)
+        _run_steps(tracker, model, call, target, optimizer, params, c, steps, setup.keep_grads)
         tracker.end()
         windows = [window(tracker, w, 8) for w in tracker.windows]
         facts = RunFacts(
@@ -231,7 +231,15 @@ def _register(tracker: Any, model: Any, batch: list[Any]) -> list[Any]:
 
 
 def _run_steps(
-    tracker: Any, model: Any, call: Any, target: Any, optimizer: Any, params: list[Any], c: str, steps: int
+    tracker: Any,
+    model: Any,
+    call: Any,
+    target: Any,
+    optimizer: Any,
+    params: list[Any],
+    c: str,
+    steps: int,
+    keep_grads: bool = False,
 ) -> None:
     """Forward under autocast, an fp32 MSE loss, backward and the optimizer step, ``steps`` times,
     each phase a tracker window; gradients and optimizer states retagged after the step."""
@@ -259,4 +267,4 @@ def _run_steps(
             optimizer.step()
             tracker.retag([p.grad for p in params if p.grad is not None], "gradients")
             tracker.retag([t for _, t in state_tensors(optimizer)], "optimizer_states")
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad(set_to_none=not keep_grads)  # --keep-grads: zeroed in place, kept
