@@ -985,13 +985,19 @@ def _state_warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> list[str]
 POSITION_OFFSET: dict[str, int] = {"opt": 2, "roberta": 2, "xlm-roberta": 2, "camembert": 2}
 
 
+def usable_positions(a: DecoderArch) -> int | None:
+    """Tokens a learned position table can place (`POSITION_OFFSET` rows reserved); None without one."""
+    if not a.learned_positions:
+        return None
+    return a.learned_positions - POSITION_OFFSET.get(a.model_type, 0)
+
+
 def _length_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
     """A sequence longer than a learned position table (GPT-2's ``n_positions``, BERT's and OPT's
     ``max_position_embeddings``, less the rows OPT and RoBERTa reserve) cannot run: the position lookup
     indexes past the table (``nn.Embedding``: index out of range). Sized as asked, with the warning."""
-    rows = spec.arch.learned_positions
-    usable = rows - POSITION_OFFSET.get(spec.arch.model_type, 0)
-    if not rows or setup.seq_len <= usable:
+    usable = usable_positions(spec.arch)
+    if usable is None or setup.seq_len <= usable:
         return []
     return [
         f"{spec.name} has {usable:,} learned positions: a sequence of {setup.seq_len:,} tokens cannot run "

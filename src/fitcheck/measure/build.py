@@ -148,14 +148,14 @@ def _from_config(config: Any, kwargs: dict[str, Any], notes: list[str], task: Ta
 def run_task(hf_config: Mapping[str, Any], setup: LlmSetup, config: Any) -> tuple[Task, int]:
     """The task the run trains (``--task``, else the model's own, as the engine reads it) and, for
     classification, the classifier's width; sets what transformers' heads need on ``config``."""
-    from fitcheck.engine.estimate import POSITION_OFFSET
+    from fitcheck.engine.estimate import usable_positions
     from fitcheck.engine.tasks import DEFAULT_LABELS, check_task
     from fitcheck.sources.hf_config import arch_from_hf_config
 
     arch = arch_from_hf_config(dict(hf_config))
     task = check_task(arch, setup)
-    usable = arch.learned_positions - POSITION_OFFSET.get(arch.model_type, 0)
-    if arch.learned_positions and setup.seq_len > usable:
+    usable = usable_positions(arch)
+    if usable is not None and setup.seq_len > usable:
         raise OptionError(
             f"--seq-len {setup.seq_len:,}: {printable(arch.model_type)} has {usable:,} learned positions, "
             f"so a longer sequence cannot run; give --seq-len {usable:,} or less"
