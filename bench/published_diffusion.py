@@ -24,12 +24,16 @@ from __future__ import annotations
 
 import argparse
 import re
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from published import UNITS
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "published" / "diffusion"
@@ -44,7 +48,6 @@ SETUP_KEYS = (
 #: what the printed figure measured: the device figure (nvidia-smi, or unstated) unless the source read
 #: torch.cuda.max_memory_allocated
 ALLOCATED = "max_memory_allocated"
-UNITS = {"GB": 1e9, "MB": 1e6, "GiB": 2**30, "MiB": 2**20}
 
 
 @dataclass(frozen=True)
@@ -132,8 +135,8 @@ def table(scores: list[Score]) -> str:
 
 def section(scores: list[Score]) -> str:
     held = [s for s in scores if not s.record.known_gap]
-    errs = sorted(abs(s.error) for s in held)
-    median = errs[len(errs) // 2] if len(errs) % 2 else (errs[len(errs) // 2 - 1] + errs[len(errs) // 2]) / 2
+    errs = [abs(s.error) for s in held]
+    median = statistics.median(errs)
     inside = sum(s.low_bytes <= s.record.measured_bytes <= s.high_bytes for s in held)
     lines = [
         BEGIN,

@@ -205,6 +205,11 @@ class SetupBase(Frozen):
     method: Method = "lora"
     batch_size: int = Field(default=1, ge=1, le=65536)
     grad_accum: int = Field(default=1, ge=1, le=65536)
+    keep_grads: bool = Field(
+        default=False,
+        description="gradients zeroed in place between steps (zero_grad(set_to_none=False), torch < 2.0's "
+        "default): every gradient stays allocated beside the next step's activations",
+    )
     precision: Precision = "bf16"
     optimizer: Optimizer = "adamw"
     grad_ckpt: bool = False
@@ -249,6 +254,14 @@ class SetupBase(Frozen):
     def effective_strategy(self) -> Strategy:
         return self.strategy or "ddp"
 
+    @property
+    def grads_between_steps(self) -> bool:
+        """Whether every gradient is allocated before the step's forward: accumulation (the earlier
+        micro-batches' sums), or a loop that zeroes them in place (``keep_grads``: ``zero_grad`` with
+        ``set_to_none=False``, torch < 2.0's default, pytorch#92731), so from the second step on they sit
+        beside the activations."""
+        return self.grad_accum > 1 or self.keep_grads
+
 
 class LlmSetup(SetupBase):
     """A decoder (LLM) training run: the closed-form engine (`fitcheck.engine`)."""
@@ -267,11 +280,6 @@ class LlmSetup(SetupBase):
     offload_activations: bool = Field(default=False, description="saved activations kept on the CPU")
     optimizer_in_bwd: bool = Field(
         default=False, description="each parameter's optimizer step runs in backward as its gradient is made"
-    )
-    keep_grads: bool = Field(
-        default=False,
-        description="gradients zeroed in place between steps (zero_grad(set_to_none=False), torch < 2.0's "
-        "default): every gradient stays allocated beside the next step's activations",
     )
     keep_logits: bool = Field(
         default=False,
@@ -440,11 +448,6 @@ class DiffusionSetup(SetupBase):
     fp8_base: bool = Field(default=False, description="frozen base weights stored in fp8 (e4m3)")
     full_bf16: bool = Field(default=False, description="trainable weights and grads in bf16 (kohya)")
     full_fp16: bool = Field(default=False, description="trainable weights and grads in fp16 (kohya)")
-    keep_grads: bool = Field(
-        default=False,
-        description="gradients zeroed in place between steps (zero_grad(set_to_none=False), torch < 2.0's "
-        "default): every gradient stays allocated beside the next step's activations",
-    )
 
 
 #: The setup of one run, by workload: JSON carries ``kind`` and only the fields that apply to it.

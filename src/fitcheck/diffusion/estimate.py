@@ -16,7 +16,7 @@ from fitcheck.diffusion import regime as rg
 from fitcheck.diffusion import states
 from fitcheck.diffusion.sim.core import BYTES
 from fitcheck.diffusion.spec import DiffusionSpec
-from fitcheck.diffusion.step import StepResult, attn_kernel, grads_between_steps, simulate
+from fitcheck.diffusion.step import StepResult, attn_kernel, simulate
 from fitcheck.models import Component, DiffusionSetup, Estimate, ParamCounts
 
 #: Simulator categories -> (component id, rule); ids and docs anchors: `fitcheck.components`.
@@ -111,7 +111,7 @@ def estimate_diffusion(
     ms = model_states(spec, setup, step)
     persistent = [c for k, c in ms.items() if k.endswith("_weights") or k in ("adapters", "optimizer_states")]
     grads = ms["gradients"]
-    accum = grads_between_steps(setup)
+    accum = setup.grads_between_steps
     forward = _phase(
         "forward", [*persistent, *([grads] if accum else []), *_sim_components(step.forward_cats, accum)]
     )

@@ -278,7 +278,7 @@ def _step(s: Sim, spec: DiffusionSpec, setup: DiffusionSetup, parts: _Prepared, 
     res = (lat[0] * VAE_FACTOR, lat[1] * VAE_FACTOR)
     with simulating(s):
         s.begin("forward")
-        if grads_between_steps(setup):
+        if setup.grads_between_steps:
             _preexisting_grads(s, mods)
         vae = next((pl for pl in plans if pl.part.role == "vae" and pl.on_device), None)
         if vae is not None:
@@ -322,13 +322,6 @@ def _large_tensors(m: Module) -> int:
         if p.numel * BYTES[p.dtype] >= MIB:
             n += 3 if p.trainable else 1
     return n
-
-
-def grads_between_steps(setup: DiffusionSetup) -> bool:
-    """Whether every gradient is allocated before the step's forward: accumulation (the earlier
-    micro-batches' sums), or a loop that zeroes them in place (``--keep-grads``: ``zero_grad`` with
-    ``set_to_none=False``, torch < 2.0's default, pytorch#92731)."""
-    return setup.grad_accum > 1 or setup.keep_grads
 
 
 def _preexisting_grads(s: Sim, mods: dict[str, Module]) -> None:

@@ -221,6 +221,16 @@ def _linear_inputs(
     return per_op + (x_bytes * d_in if shared and not input_saved else 0.0)
 
 
+def saves_input_itself(c: Ctx, setup: LlmSetup, a: DecoderArch, lins: list[Linear], x_bytes: int) -> bool:
+    """Whether these projections keep their shared input tensor itself (not a cast or dropout copy of it):
+    the part `_linear_inputs` counts as the input's own bytes."""
+    if not lins:
+        return False
+    return _linear_inputs(c, setup, a, lins, x_bytes) != _linear_inputs(
+        c, setup, a, lins, x_bytes, input_saved=True
+    )
+
+
 def _dora_outputs(c: Ctx, setup: LlmSetup, a: DecoderArch, lins: list[Linear]) -> float:
     """DoRA rescales ``(m/||W + BA|| - 1) * base_out + m/||W + BA|| * lora_out``: both multiplies save
     their output operand because the magnitude trains, so each wrapped module keeps its base output
@@ -419,17 +429,18 @@ def conv_layer_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> float:
 
 
 def _probs_after_softmax(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
-    """Bytes per query-key pair per head that eager attention saves after its fp32 softmax output.
+    """Bytes per query-key pair per head that eager attention saves after its softmax output
+    (`softmax_bytes`: fp32, or the scores' dtype for `INPUT_DTYPE_SOFTMAX` families without autocast).
 
-    Without attention dropout: the compute-dtype copy the value matmul saves (none in fp32, where the
-    copy is the softmax output itself). With it (``attention_probs_dropout_prob`` 0.1 in BERT, RoBERTa,
-    DeBERTa-v2; ``dropout_rate`` in T5): dropout's mask (CUDA's fused ``native_dropout`` keeps a bool,
-    1 byte) and its output in the compute dtype, which the matmul saves (a new tensor, also in fp32);
-    the copy that fed the dropout is freed (its backward needs the mask only). A real CPU step shows
-    the output and a 4-byte mask (CPU dropout multiplies by float noise): tests/test_encoder_saved_tensors.py.
-    Only where the probabilities are materialized by eager code (``--attn eager``, MPS, a family with no
-    SDPA path such as DeBERTa-v2): T5 under SDPA (`SDPA_BIAS_TYPES`, whose s^2 term stands for its
-    position-bias mask) draws the dropout inside the kernel.
+    Without attention dropout: the compute-dtype copy the value matmul saves (none where the softmax
+    output already is in the compute dtype: the copy is that tensor). With it
+    (``attention_probs_dropout_prob`` 0.1 in BERT, RoBERTa, DeBERTa-v2; ``dropout_rate`` in T5):
+    dropout's mask (CUDA's fused ``native_dropout`` keeps a bool, 1 byte) and its output in the compute
+    dtype, which the matmul saves (a new tensor, also in fp32); the copy that fed the dropout is freed
+    (its backward needs the mask only). A real CPU step shows the output and a 4-byte mask (CPU dropout
+    multiplies by float noise): tests/test_encoder_saved_tensors.py. Only where the probabilities are
+    materialized by eager code (``--attn eager``, MPS, a family with no SDPA path such as DeBERTa-v2):
+    T5 under SDPA (`SDPA_BIAS_TYPES`) draws the dropout inside the kernel.
     """
     eager_code = setup.attn == "eager" or setup.backend == "mps" or a.model_type in EAGER_CODE_TYPES
     if a.attn_dropout and eager_code:

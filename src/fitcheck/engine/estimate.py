@@ -333,7 +333,7 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
         "one layer's activations "
         + ("recomputed from its checkpoint" if setup.grad_ckpt else "(the first layer's, last to be freed)"),
     )
-    accum = grads_between_steps(setup)  # the head's gradient is added into a gradient already there
+    accum = setup.grads_between_steps  # the head's gradient is added into a gradient already there
     head = states.head_grad_bytes(a, setup, regime) if not accum else 0
     casts_fwd, casts_bwd, casts_layer = _casts(spec, setup, regime)
     merged_fwd, merged_layer = _merged_experts(spec, setup, regime)
@@ -516,11 +516,11 @@ def _tied_grads(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
     """Tied embeddings trained: at the very end the lm_head's weight gradient (held since the loss
     backward), the embedding's own and their sum coexist (traced on Gemma 2 9B). The sum is the
     gradient itself on a step that starts without one; where the gradients are already there
-    (`grads_between_steps`) it is a third tensor beside them, added into ``.grad`` in place
+    (``LlmSetup.grads_between_steps``) it is a third tensor beside them, added into ``.grad`` in place
     afterwards (traced on Llama 3.2 1B with accumulation and with ``--keep-grads``)."""
     tied = 0
     if setup.method == "full" and spec.arch.tie_embeddings:
-        copies = 3 if grads_between_steps(setup) else 2
+        copies = 3 if setup.grads_between_steps else 2
         tied = copies * inventory(spec.arch).embedding * int(states.BYTES[regime.grad_dtype])
     return _c("tied_embedding_grads", tied, "lm_head and embedding gradients before they are summed")
 
@@ -537,14 +537,6 @@ def load_phase(spec: ModelSpec, setup: LlmSetup, regime: Regime, ms: dict[str, C
     return phase("load", [*weights, transient])
 
 
-def grads_between_steps(setup: LlmSetup) -> bool:
-    """Whether every gradient is allocated before the step's forward: accumulation (the earlier
-    micro-batches' sums), or a loop that zeroes them in place (``--keep-grads``: ``zero_grad`` with
-    ``set_to_none=False``, torch < 2.0's default, pytorch#92731), so from the second step on they sit
-    beside the activations."""
-    return setup.grad_accum > 1 or setup.keep_grads
-
-
 def step_phases(
     ms: dict[str, Component],
     sv: Saved,
@@ -556,7 +548,7 @@ def step_phases(
 
     ``step_in_backward``: each parameter's step runs inside backward (``optimizer_in_bwd``), so its
     temporaries join backward's late and final moments beside the one live gradient. ``grads_kept``:
-    the gradients outlive the step (`grads_between_steps`) without accumulation.
+    the gradients outlive the step (``keep_grads``) without accumulation.
     """
     persistent = [ms[k] for k in PERSISTENT if k in ms]
     grads = ms["gradients"]
@@ -775,22 +767,11 @@ def _encoder_working_set(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Co
     qkv = [x for x in lins if x.role == "attn"][:-1]
     frozen_down = not c.full and not any(targeted(a, setup.lora_targets, x) for x in down)
     # a residual that a projection saves as it is (not a cast copy of it) is counted already
-    residuals = 2 * (0 if _saves_itself(a, setup, c, qkv, normed) else 1)  # embedding output, layer input
-    residuals += 0 if _saves_itself(a, setup, c, up, normed) else 1  # the attention's LayerNorm output
+    residuals = 2 * (0 if act.saves_input_itself(c, setup, a, qkv, normed) else 1)  # embedding output, input
+    residuals += 0 if act.saves_input_itself(c, setup, a, up, normed) else 1  # the attention's LayerNorm out
     per_token = residuals * normed * h + 2 * c.gamma * h + (c.gamma * width if frozen_down else 0)
     rule = "inside the last layer: embedding output, residuals, feed-forward outputs (encoder, no logits)"
     return _c("layer_working_set", setup.tokens * per_token, rule)
-
-
-def _saves_itself(a: DecoderArch, setup: LlmSetup, c: act.Ctx, lins: list[Linear], x_bytes: int) -> bool:
-    """Whether one of these projections saves its input tensor itself (`activations._linear_inputs`'s
-    shared case): full fine-tuning with no autocast cast, or a LoRA-wrapped module whose lora_A reads the
-    input as it is (same dtype, no dropout, no autocast)."""
-    if c.full:
-        return not (c.autocast and x_bytes != c.gamma)
-    if c.autocast or setup.lora_dropout > 0 or c.adapter != x_bytes:
-        return False
-    return any(targeted(a, setup.lora_targets, x) for x in lins)
 
 
 def _frozen_unit_graphs(spec: ModelSpec, setup: LlmSetup, held: list[Component]) -> list[Component]:

@@ -414,6 +414,12 @@ def inventory(a: DecoderArch) -> Inventory:
     )
 
 
+def kind_layer_params(a: DecoderArch, kind: LayerKind) -> int:
+    """Parameters of one layer of this kind: its linears and its norms (the qk-norms and other small
+    per-layer tensors of `_layer_other` left out)."""
+    return sum(x.numel for x in kind.linears(a)) + _layer_norm_count(a, kind) * norm_params(a)
+
+
 def count_params(a: DecoderArch) -> int:
     """Total parameters, as ``sum(p.numel() for p in model.parameters())`` reports them."""
     return inventory(a).total

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fitcheck.engine import activations as act
-from fitcheck.engine.params import LayerKind, norm_params
+from fitcheck.engine.params import LayerKind, kind_layer_params
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup, ModelSpec, Regime
 from fitcheck.vocab import Task
@@ -139,6 +139,4 @@ def encoder_layer_params(a: DecoderArch) -> int:
     when the decoder's backward ends."""
     if a.structure != "encoder_decoder":
         return 0
-    kind = LayerKind(a.encoder_layers, False, "encoder")
-    per_layer = sum(x.numel for x in kind.linears(a)) + 2 * norm_params(a)
-    return a.encoder_layers * per_layer
+    return a.encoder_layers * kind_layer_params(a, LayerKind(a.encoder_layers, False, "encoder"))
