@@ -36,6 +36,7 @@ off, comes out 0 up). Session 11's (the transformers docs' BERT runs added, atte
 gradients counted, 357 records) keeps that rule: transient -16% / +33%, 4-bit -8% / +0%. Session 12's
 (PEFT README's four T0_3B rows posed at the lengths read off their data instead of a known gap, 361 records)
 keeps it: transient -18% / +33%, 4-bit -6% / +0%.
+Session 13's (Mistral-7B-v0.2's four records posed, 365 records) keeps it, the fractions unchanged.
 `bench/published.py` derives them (docs/methodology.md and docs/accuracy.md,
 "The band", with the held-out evidence); tests/test_published.py checks this table against the
 derivation.
