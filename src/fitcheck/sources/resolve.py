@@ -252,6 +252,11 @@ def spec_from_path(path: Path) -> ModelSpec:
         from fitcheck.fileio import file_kind
 
         raise ModelSourceError(f"{path} is {file_kind(path.stat().st_mode)}, not a model file or folder")
+    if path.is_file() and path.suffix not in (".json", ".safetensors"):
+        raise ModelSourceError(
+            f"{short(str(path))}: not a model file; fitcheck reads a model folder, its config.json or its "
+            "*.safetensors files"
+        )
     folder = path if path.is_dir() else path.parent
     cfg_path = (
         path if path.suffix == ".json" and not path.name.endswith("index.json") else folder / "config.json"
