@@ -235,6 +235,9 @@ def test_a_trainer_key_of_the_wrong_type_is_one_clear_line(
     ("text", "words"),
     [
         (AXOLOTL + "attention: zzz\n", "attention 'zzz' has no fitcheck model"),
+        # a list or mapping was an internal error (unhashable in the word table; found by the reader fuzz)
+        (AXOLOTL + "attention: []\n", "attention [] has no fitcheck model"),
+        (AXOLOTL + "attention: {flash: 1}\n", "has no fitcheck model"),
         (AXOLOTL + "fsdp: [no_shard, auto_wrap]\n", "fsdp: 'no_shard' is not read"),
     ],
 )

@@ -222,7 +222,7 @@ def _attention(r: Reading, k: Keys) -> None:
         if found is None:
             r.note(f"attn_implementation {impl!r} has no fitcheck model; sdpa is assumed")
     short = k.get("attention")
-    if short is not None and short not in SHORT_ATTN:
+    if short is not None and (not isinstance(short, str) or short not in SHORT_ATTN):
         r.note(f"attention {_short(short)} has no fitcheck model; sdpa is assumed")
     elif isinstance(short, str) and "attn" not in r.values:
         r.set("attn", SHORT_ATTN[short], "attention")
