@@ -133,6 +133,7 @@ _ROWS = (
         "weight_casts", "autocast copies of trained fp32 weights (cached per forward)", diffusion="autocast"
     ),
     _temps("merged_expert_weights", "MoE experts merged with their LoRA factors (peft)", "moe"),
+    _temps("merged_expert_grads", "gradient of one layer's merged down-projection experts (peft)", "moe"),
     _acts("logits_loss", "logits, their fp32 upcast and the loss", "logits-and-loss"),
     _acts("held_logits", "the model's output logits, held by the loop (--keep-logits)", "logits-and-loss"),
     _temps("dequant_transient", "one quantized weight dequantized to the compute dtype", "weights"),

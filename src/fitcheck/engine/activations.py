@@ -84,6 +84,11 @@ FUSED_QKV_DROPOUT_TRAINERS = ("litgpt",)
 #: ``k.reshape(B, -1, T, hs)``, "training: flash attention requires it", litgpt/model.py @00af8b0d), so the
 #: kernel saves full-width K and V as eager attention does.
 EXPANDED_KV_TRAINERS = ("litgpt",)
+#: Types whose LayerNorm is Python in fp32 (transformers 5.24 models/cohere/modeling_cohere.py
+#: ``CohereLayerNorm.forward``: ``hidden_states.to(torch.float32)``, two separate ``hidden_states - mean``,
+#: ``self.weight.to(torch.float32) * hidden_states``; Cohere 2 reuses it), not ``F.layer_norm``: `_norm`'s
+#: family ``layer_py``. Traced (bench/arch_trace.py): 2.4% (LoRA) and 3.4% (full) under before.
+PY_LAYERNORM_TYPES = ("cohere", "cohere2")
 #: Trainers whose pinned bitsandbytes keeps the input of every 4-bit matmul: ``MatMul4Bit.forward`` stored
 #: ``ctx.tensors = (A, B)`` whenever the input needs a gradient, although backward uses only B, until
 #: bitsandbytes 0.43.2 ("fix QLoRA mem bug: delete useless buffered activation", #1270, commit 9e753741,
@@ -253,12 +258,34 @@ def _norm(c: Ctx, width: int, family: str) -> float:
     Gemma's norm multiplies in fp32 (``output * (1 + weight.float())``), and so does litgpt's ``RMSNorm``
     for every model (``(x_normed * weight.float()).to(dtype=dtype)``, litgpt/model.py @00af8b0d): family
     ``rms_fp32``, whose copy is fp32. LayerNorm saves its input (fp32 under autocast, which runs
-    layer_norm in fp32).
+    layer_norm in fp32). Cohere's LayerNorm is Python in fp32 (`PY_LAYERNORM_TYPES`, family ``layer_py``):
+    ``(x - mean).pow(2)`` and ``(x - mean) * rsqrt(...)`` each save their own fp32 ``x - mean``, and
+    ``weight.float() * x_normed`` saves the normalized fp32 tensor when the weight trains.
     """
+    if family == "layer_py":
+        return 8 * width + (4 * width if c.full else 0)
     if family == "layer":
         return 4 * width if c.autocast else c.rho * width
     trained = (4 if family == "rms_fp32" else c.rho) * width if c.full else 0
     return 4 * width + trained
+
+
+def norm_family(a: DecoderArch, setup: LlmSetup) -> str:
+    """How a model's norms save for backward (`_norm`): ``layer``, ``layer_py``, ``rms`` or ``rms_fp32``."""
+    if a.model_type in PY_LAYERNORM_TYPES:
+        return "layer_py"
+    if a.norm == "layer":
+        return "layer"
+    fp32_product = a.model_type.startswith("gemma") or setup.trainer in litgpt.LITGPT_MODEL_TRAINERS
+    return "rms_fp32" if fp32_product else "rms"
+
+
+def final_norm_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> float:
+    """Bytes per token the final norm saves: an fp32 copy of its input, or Cohere's Python LayerNorm's
+    tensors (`_norm`, family ``layer_py``: its weight trains under full fine-tuning)."""
+    if norm_family(a, setup) == "layer_py":
+        return _norm(context(setup, regime), a.hidden_size, "layer_py")
+    return 4.0 * a.hidden_size
 
 
 def uses_eager_scores(a: DecoderArch, setup: LlmSetup) -> bool:
@@ -309,8 +336,7 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
         return _gpt2_layer(a, setup, c)
     acts = LayerActs()
     h = a.hidden_size
-    fp32_product = a.model_type.startswith("gemma") or setup.trainer in litgpt.LITGPT_MODEL_TRAINERS
-    fam = "layer" if a.norm == "layer" else ("rms_fp32" if fp32_product else "rms")
+    fam = norm_family(a, setup)
     # the self-attention layer; an encoder-decoder's cross-attention is engine/tasks.py's
     lins = layer_linears(a, moe, active=True, stack="encoder")
     attn = [x for x in lins if x.role == "attn"]
@@ -708,7 +734,7 @@ def _moe(a: DecoderArch, c: Ctx, setup: LlmSetup) -> float:
     return k * per_expert + router + shared
 
 
-def merged_expert_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
+def merged_expert_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, down_only: bool = False) -> int:
     """One MoE layer's merged expert weights, when LoRA adapts the 3-D expert parameters.
 
     peft's ``ParamWrapper`` parametrizes each expert tensor as ``W + B A`` (``_LoraFactorsProxy``,
@@ -716,14 +742,39 @@ def merged_expert_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
     (traced). Zero when the experts are not adapted; when they are per-expert modules that peft wraps
     one by one (`quant.expert_modules`: a GPTQ / AWQ base, or transformers 4.x's layout); and under
     Unsloth, whose "Split LoRA" computes the experts' adapters without merging them
-    (`quant.UNSLOTH_EXPERTS_4BIT`).
+    (`quant.UNSLOTH_EXPERTS_4BIT`). ``down_only``: the down projection's copy alone (the size of the
+    gradient the layer's backward makes of it first).
     """
     if setup.method == "full" or not a.is_moe or expert_modules(a, setup) or setup.trainer == "unsloth":
         return 0
     c = context(setup, regime)
     experts = [x for x in layer_linears(a, True) if x.role == "expert"]
     adapted = [x for x in experts if targeted(a, setup.lora_targets, x)]
+    if down_only:  # the projection back to the hidden width (``down_proj``), the first one backward meets
+        adapted = [x for x in adapted if x.d_out == a.hidden_size]
     return sum(x.copies * x.d_in * x.d_out for x in adapted) * c.gamma
+
+
+def expert_forward_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, tokens: int) -> int:
+    """Inside one MoE layer's experts when peft merges them (`merged_expert_bytes` non-zero), the larger of
+    two moments: both merged copies made (the up and down projections' ``W + B A``), or the up copy beside
+    the routed tokens' intermediate tensors (the up projection's output, 2 x the expert width when gated,
+    the activation's output and the gated product: twice the up projections' output width per routed
+    token). Traced on Mixtral shapes: the first at the real shape (h 4096, 8 x 14336 experts), the second
+    at h 512 with 2,000-token vocabulary."""
+    merged = merged_expert_bytes(a, setup, regime)
+    if not merged:
+        return 0
+    c = context(setup, regime)
+    up = [
+        x
+        for x in layer_linears(a, True)
+        if x.role == "expert" and targeted(a, setup.lora_targets, x) and x.d_out != a.hidden_size
+    ]
+    up_copy = sum(x.copies * x.d_in * x.d_out for x in up) * c.gamma
+    width = sum(x.d_out for x in up)  # per expert: gate and up together
+    routed = tokens * max(1, a.experts_per_token) * 2 * width * c.gamma
+    return int(max(merged, up_copy + routed))
 
 
 #: Parts of a layer's saved activations that belong to its MLP: freed by the time the layer's

@@ -292,6 +292,8 @@ class Saved:
     casts_layer: Component
     merged_fwd: Component  # MoE experts merged with their LoRA factors: all layers / one layer
     merged_layer: Component
+    merged_grad: Component  # the gradient of one layer's merged down-projection experts, in its backward
+    merged_inside: Component  # inside the last MoE layer's experts in forward (checkpointed)
     dequant: Component  # one 4-bit weight dequantized
     logits_head: Component  # the loss hump when the output layer's own backward runs
     head_dequant: Component  # a 4-bit output layer dequantized again by its backward
@@ -336,7 +338,7 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
     accum = setup.grads_between_steps  # the head's gradient is added into a gradient already there
     head = states.head_grad_bytes(a, setup, regime) if not accum else 0
     casts_fwd, casts_bwd, casts_layer = _casts(spec, setup, regime)
-    merged_fwd, merged_layer = _merged_experts(spec, setup, regime)
+    merged_fwd, merged_layer, merged_grad, merged_inside = _merged_experts(spec, setup, regime)
     return Saved(
         inputs=_c("inputs", 16 * T, "input_ids + labels, int64"),
         saved=saved,
@@ -348,6 +350,8 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
         casts_layer=casts_layer,
         merged_fwd=merged_fwd,
         merged_layer=merged_layer,
+        merged_grad=merged_grad,
+        merged_inside=merged_inside,
         dequant=_dequant(spec, setup, regime),
         logits_head=_c("logits_loss", lg.at_head, lg.rule + ", at the output layer's backward"),
         head_dequant=_head_dequant(spec, setup, regime),
@@ -405,7 +409,7 @@ def _stored(
     T, s, L = shape.tokens, shape.seq_len, a.num_layers
     moe_n = a.moe_layers if a.is_moe else 0
     per_layer_tok = dense.total(s)
-    final_norm = _c("final_norm", T * 4 * a.hidden_size, "final norm fp32 input")
+    final_norm = _c("final_norm", T * act.final_norm_bytes(a, setup, regime), "final norm fp32 input")
     on_device = offload.device_share(setup, regime, L)
     where = offload.rule(setup, regime, L)
     head_in = _c(
@@ -503,13 +507,30 @@ def _held_logits(setup: LlmSetup, regime: Regime, rows: int, width: int, gamma: 
     return _c("held_logits", held, "the model's output logits, held by the loop until after the step")
 
 
-def _merged_experts(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[Component, Component]:
+def _merged_experts(
+    spec: ModelSpec, setup: LlmSetup, regime: Regime
+) -> tuple[Component, Component, Component, Component]:
+    """peft's merged expert copies (`act.merged_expert_bytes`) at three moments: through the end of the
+    forward (every MoE layer's, saved for backward; none under checkpointing, where each is a saved tensor
+    of its layer's checkpointed forward, dropped as the layer ends), inside one layer (its own copies,
+    alive together in the forward of its experts and again when its backward recomputes them), and in that
+    layer's backward the gradient of the first merged tensor it meets, the down projection's (traced on a
+    2-layer Mixtral of the real shape: the down copy's gradient beside both copies)."""
     a = spec.arch
     moe_n = a.moe_layers if a.is_moe else 0
     merged = act.merged_expert_bytes(a, setup, regime)
     rule = "experts' weights merged with their LoRA factors (peft ParamWrapper), saved per layer"
-    all_layers = _c("merged_expert_weights", merged * (1 if setup.grad_ckpt else moe_n), rule)
-    return all_layers, _c("merged_expert_weights", merged, rule)
+    all_layers = _c("merged_expert_weights", merged * (0 if setup.grad_ckpt else moe_n), rule)
+    grad = act.merged_expert_bytes(a, setup, regime, down_only=True)
+    grad_rule = "the gradient of one layer's merged down-projection experts, in its backward"
+    inside = act.expert_forward_bytes(a, setup, regime, setup.tokens)
+    inside_rule = "inside the last MoE layer's experts: its merged copies, or the up copy and routed tensors"
+    return (
+        all_layers,
+        _c("merged_expert_weights", merged, rule),
+        _c("merged_expert_grads", grad, grad_rule),
+        _c("merged_expert_weights", inside, inside_rule),
+    )
 
 
 def _tied_grads(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
@@ -567,14 +588,18 @@ def step_phases(
         sv.prefix_cache,
     ]
     fwd_layer = [*persistent, grads_fwd, sv.inputs, sv.mask, sv.casts_fwd, *sv.layer.forward]
-    forward = max(
-        (phase("forward", c) for c in ((fwd_main, fwd_layer) if sv.layer.forward else (fwd_main,))),
-        key=lambda p: p.total_bytes,
-    )
+    # inside the last MoE layer's experts: its merged copies beside what the earlier layers hold
+    fwd_experts = [*held, sv.casts_fwd, sv.merged_fwd if sv.merged_fwd.bytes else sv.merged_inside, sv.mask]
+    candidates_fwd = [fwd_main]
+    if sv.layer.forward:
+        candidates_fwd.append(fwd_layer)
+    if sv.merged_layer.bytes:
+        candidates_fwd.append(fwd_experts)
+    forward = max((phase("forward", c) for c in candidates_fwd), key=lambda p: p.total_bytes)
     bwd_start = [*held, sv.held, sv.casts_bwd, sv.merged_fwd, sv.logits_bwd, sv.mask]
     bwd_head = [*held, sv.held, sv.casts_bwd, sv.merged_fwd, sv.logits_head, sv.mask, sv.head_dequant]
     bwd_late = [*persistent, grads, sv.inputs, sv.held, sv.late, sv.mask, sv.dequant, sv.casts_layer]
-    bwd_late += [sv.merged_layer]
+    bwd_late += [sv.merged_layer, sv.merged_grad]
     bwd_end = [*persistent, grads, sv.inputs, sv.held, sv.tied]
     if step_in_backward:
         bwd_late.append(ms["optimizer_transient"])
@@ -582,9 +607,13 @@ def step_phases(
     # The first layer to run its backward (the last one) while every earlier checkpoint (or every
     # earlier layer's saved activations) is still held: with long sequences this is the peak.
     bwd_first = [*persistent, grads_fwd, sv.head_grads, sv.inputs, sv.held, sv.mask, sv.casts_bwd]
-    bwd_first += [sv.merged_layer]
+    bwd_first += [sv.merged_layer, sv.merged_grad]
     bwd_first += sv.layer.backward
     moments = [bwd_start, bwd_head, bwd_late, bwd_end, bwd_first]
+    if sv.merged_fwd.bytes and sv.merged_grad.bytes:
+        # the last MoE layer's backward without checkpointing: every layer's merged copies still saved,
+        # the loss freed, the gradient of its merged down projection made (traced)
+        moments.append([*held, sv.head_grads, sv.held, sv.casts_bwd, sv.mask, sv.merged_fwd, sv.merged_grad])
     if sv.encoder_saved is not None:
         # the decoder's backward has ended: its gradients (and the output layer's) exist, the encoder's not
         dec = (

@@ -93,6 +93,15 @@ def class_defaults() -> dict[str, dict[str, Any]]:
 
 
 #: State-space and recurrent families: refused until they are modelled (their memory is not a transformer's).
+#: Types whose attention has as many key/value heads as query heads whatever the config says: their
+#: transformers configuration classes have no ``num_key_value_heads`` (transformers 5.24, checked on each
+#: class in ``CONFIG_MAPPING``), so a stray key of that name (a converter's, or a hand-edited file's) changes
+#: nothing in the model. Read as given it made a GPT-NeoX config with ``num_key_value_heads: 4`` 5% under
+#: its traced step (bench/arch_trace.py: the fused query_key_value counted a quarter as wide).
+MHA_ONLY_TYPES = frozenset(
+    ("gpt2", "gpt_neox", "gptj", "bloom", "opt", "mpt", "bert", "roberta", "deberta-v2", "t5", "mt5")
+)
+
 SSM_TYPES = frozenset(
     {"mamba", "mamba2", "jamba", "rwkv", "falcon_mamba", "zamba", "zamba2", "falcon_h1", "xlstm"}
 )
@@ -905,7 +914,9 @@ def _fields(cfg: Config, fam: Family, model_type: str) -> Fields:
         "hidden_size": h,
         "num_layers": int(_need(cfg, *KEYS["num_layers"])),
         "num_heads": heads,
-        "num_kv_heads": int(_first(cfg, KEYS["num_kv_heads"]) or heads),
+        "num_kv_heads": heads
+        if model_type in MHA_ONLY_TYPES
+        else int(_first(cfg, KEYS["num_kv_heads"]) or heads),
         "head_dim": int(_first(cfg, KEYS["head_dim"]) or h // heads),
         "vocab_size": int(_need(cfg, *KEYS["vocab_size"])),
         "activation": str(_first(cfg, KEYS["activation"]) or "silu"),
