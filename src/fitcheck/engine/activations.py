@@ -475,10 +475,12 @@ def _probs_after_softmax(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
 
 
 #: Families whose eager attention runs softmax in the scores' own dtype (transformers 5.24:
-#: ``nn.functional.softmax(attn_weights, dim=-1)`` in modeling_bert / roberta / deberta_v2 / t5; the decoder
+#: ``nn.functional.softmax(attn_weights, dim=-1)`` in modeling_bert / roberta / deberta_v2 / t5, and Falcon's
+#: ``F.softmax(scores + mask, dim=-1, dtype=hidden_states.dtype)`` in modeling_falcon; the other decoder
 #: families pass ``dtype=torch.float32``): without autocast a 16-bit model keeps 16-bit probabilities, and
 #: the value matmul saves them as they are (no compute-dtype copy). Under autocast softmax runs in fp32.
-INPUT_DTYPE_SOFTMAX = frozenset({"bert", "roberta", "deberta-v2", "t5", "mt5"})
+#: Falcon traced (bench/arch_trace.py shape, eager): full +11% over before, counted as an fp32 softmax.
+INPUT_DTYPE_SOFTMAX = frozenset({"bert", "roberta", "deberta-v2", "t5", "mt5", "falcon"})
 
 
 def softmax_bytes(a: DecoderArch, c: Ctx) -> int:
