@@ -246,6 +246,25 @@ def test_unpacked_batches_point_at_varying_lengths(tmp_path: Path, text: str, no
     assert any("--lengths varying" in n for n in notes) is noted, notes
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "base_model: x/y\nadapter: lora\nmicro_batch_size: 4\ngroup_by_length: true\n",
+        "model_name_or_path: x/y\nstage: sft\nfinetuning_type: lora\nper_device_train_batch_size: 4\n"
+        "group_by_length: true\n",
+        "model_name_or_path: x/y\nper_device_train_batch_size: 4\nuse_peft: true\ngroup_by_length: true\n",
+    ],
+)
+def test_group_by_length_points_at_longest_first(tmp_path: Path, text: str) -> None:
+    """HF Trainer's group_by_length runs the longest batch first: the note names --lengths longest-first
+    (no allocator history), not varying."""
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(text)
+    notes = read_config(str(cfg)).notes
+    assert any("--lengths longest-first" in n for n in notes), notes
+    assert not any("--lengths varying" in n for n in notes), notes
+
+
 def test_from_format_overrides_detection(tmp_path: Path) -> None:
     cfg = tmp_path / "run.yaml"
     cfg.write_text("model_name_or_path: x/y\nper_device_train_batch_size: 2\nuse_peft: true\n")

@@ -137,6 +137,28 @@ def test_json_carries_lengths_and_history_only_when_varying(capsys: pytest.Captu
     assert "| allocator history (varying lengths) |" in capsys.readouterr().out
 
 
+@settings(max_examples=8, deadline=None)
+@given(seq_len=st.integers(min_value=2, max_value=8192), method=st.sampled_from(["lora", "full", "qlora"]))
+def test_longest_first_is_the_padded_step_without_a_ladder(seq_len: int, method: str) -> None:
+    """--lengths longest-first (HF Trainer's group_by_length): the padded batch's step, as varying, but
+    no later step is longer than the first, so no history from the run's lengths."""
+    kw = {"batch_size": 4, "attn": "sdpa", "trainer": "hf"}
+    varying = estimate(SPEC, _setup(seq_len, method, **kw))
+    first = estimate(SPEC, _setup(seq_len, method, lengths="longest-first", **kw))
+    fixed = estimate(SPEC, _setup(seq_len, method, lengths="fixed", **kw))
+    assert first.phases == varying.phases and first.device_bytes == varying.device_bytes
+    assert first.cache_history is None and fixed.cache_history is None
+    # the padded batch carries SDPA's mask copies, which a fixed-length batch does not
+    assert first.device_bytes >= fixed.device_bytes
+
+
+def test_longest_first_in_json_and_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["estimate", "qwen2.5-0.5b", "--seq-len", "2048", "--batch-size", "4", "--on", "a100-sxm4-80gb"]
+    assert main([*args, "--lengths", "longest-first", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["setup"]["lengths"] == "longest-first" and "cache_history" not in doc
+
+
 def test_bad_lengths_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estimate", "qwen2.5-0.5b", "--lengths", "sometimes"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -109,6 +109,7 @@ class KbitPathOpt(StrEnum):
 class LengthsOpt(StrEnum):
     fixed = "fixed"
     varying = "varying"
+    longest_first = "longest-first"
 
 
 class BaseQuantOpt(StrEnum):
@@ -392,9 +393,11 @@ LengthsO = Annotated[
     LengthsOpt,
     typer.Option(
         "--lengths",
-        help="LLM: fixed (every step at --seq-len: packed or padded to max length) or varying (unpacked data "
+        help="LLM: fixed (every step at --seq-len: packed or padded to max length), varying (unpacked data "
         "padded to the longest of each batch): adds the allocator history a whole-run max_memory_reserved / "
-        "nvidia-smi shows above one step; released when memory runs short, so the verdict does not count it",
+        "nvidia-smi shows above one step; released when memory runs short, so the verdict does not count it; "
+        "or longest-first (padded the same way, the longest batch first: HF Trainer's group_by_length), no "
+        "such history",
     ),
 ]
 OnO = Annotated[

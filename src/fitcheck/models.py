@@ -415,7 +415,8 @@ class LlmSetup(SetupBase):
         default="fixed",
         description="fixed: every step at seq_len; varying: unpacked data padded to the longest of each "
         "batch, steps at many lengths up to seq_len (docs/methodology.md, 'Allocator history over varying "
-        "lengths')",
+        "lengths'); longest-first: padded the same way, the longest batch first (HF Trainer's "
+        "group_by_length), so no later step cuts segments for a new maximum",
     )
 
     @model_serializer(mode="wrap")

@@ -50,8 +50,9 @@ VerdictName = Literal["fits", "tight", "does_not_fit"]
 #: How a run's sequence lengths go (docs/methodology.md, "Allocator history over varying lengths"):
 #: ``fixed``, every step at seq_len (packed, or padded to max_length); ``varying``, unpacked data padded to
 #: the longest of each batch: steps at many lengths up to seq_len, and the caching allocator keeps what
-#: the shorter ones cut.
-Lengths = Literal["fixed", "varying"]
+#: the shorter ones cut; ``longest-first``, padded the same way but the longest batch runs first (HF
+#: Trainer's ``group_by_length``): every later step is shorter, so no step cuts segments for a new maximum.
+Lengths = Literal["fixed", "varying", "longest-first"]
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "nf4", "fp4"]
 Task = Literal["causal-lm", "classification", "seq2seq"]
 #: ``device-map``: one process, the model's layers split in order over the GPUs by accelerate's

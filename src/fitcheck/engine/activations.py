@@ -319,7 +319,7 @@ def position_bias_mask_bytes(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
     to the compute dtype under autocast. Per token: ``heads x`` that, divided by the batch when no
     padding mask broadcasts it over the batch."""
     per = c.rho + (c.gamma if c.autocast and c.rho != c.gamma else 0)
-    padded = setup.lengths == "varying" and setup.batch_size > 1
+    padded = setup.lengths != "fixed" and setup.batch_size > 1
     return a.num_heads * per / (1 if padded else setup.batch_size)
 
 
@@ -515,7 +515,7 @@ def sdpa_mask_copy_bytes(a: DecoderArch, setup: LlmSetup, gamma: int) -> float:
     if sdpa_position_bias(a, setup):
         return 0.0  # the padding mask is folded into the position-bias mask (`position_bias_mask_bytes`)
     p = prefix.tokens(setup)
-    if not p and not (setup.lengths == "varying" and setup.batch_size > 1):
+    if not p and not (setup.lengths != "fixed" and setup.batch_size > 1):
         return 0.0
     kv = setup.seq_len + p
     return float(gamma * -(-kv // MEM_EFF_MASK_ALIGN) * MEM_EFF_MASK_ALIGN)

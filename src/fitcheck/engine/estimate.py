@@ -643,7 +643,7 @@ def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None
     a = spec.arch
     largest = ch.largest_block(est, setup.tokens, a.vocab_size, max(est.params.lm_head, est.params.embedding))
     segments = ch.step_segment_bytes(est, largest)
-    if setup.lengths == "fixed":
+    if setup.lengths != "varying":  # longest-first: every later step fits the first one's segments
         if not segments:
             return est
         line = ch.history_component(est, None, setup.seq_len, segments)

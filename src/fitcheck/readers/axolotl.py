@@ -70,7 +70,7 @@ def read(data: Doc, path: str) -> ReadResult:
     if as_bool(k.get("sample_packing"), "sample_packing", path):
         r.note("sample_packing: rows are filled to sequence_len tokens, as the estimate already assumes")
     else:
-        note_unpacked(r, "sample_packing")
+        note_unpacked(r, "sample_packing", as_bool(k.get("group_by_length"), "group_by_length", path) is True)
     k.touch("pad_to_sequence_len")
     if as_bool(k.get("quantize_moe_experts"), "quantize_moe_experts", path):
         # schemas/config.py: "Quantize MoE expert weights on load" (with load_in_4bit / load_in_8bit)

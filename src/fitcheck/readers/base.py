@@ -162,17 +162,27 @@ class Reading:
         )
 
 
-def unpacked_note(r: Reading, packing: str) -> None:
+def unpacked_note(r: Reading, packing: str, grouped: bool = False) -> None:
     """A micro-batch of more than one unpacked example: say what the estimate (every row full) leaves out
-    of such a run and which option poses it (docs/from.md#padded-batches)."""
+    of such a run and which option poses it (docs/from.md#padded-batches). ``grouped``: the file sets HF
+    Trainer's ``group_by_length``, which runs the longest batch first (``--lengths longest-first``)."""
     batch = r.values.get("batch_size")
-    if isinstance(batch, int) and not isinstance(batch, bool) and batch > 1:
+    if not (isinstance(batch, int) and not isinstance(batch, bool) and batch > 1):
+        return
+    if grouped:
         r.note(
-            f"no {packing}: each micro-batch of {batch} is padded to its longest example, so steps vary in "
-            "length and carry a padding mask; the estimate fills every row to the sequence length (the "
-            "peak step), and --lengths varying adds what such a run holds beside it (the caching "
-            "allocator's history over its lengths; under SDPA each layer's copy of the mask)"
+            f"no {packing}, group_by_length: each micro-batch of {batch} is padded to its longest example "
+            "and the longest batch runs first; the estimate fills every row to the sequence length (the "
+            "peak step), and --lengths longest-first adds the padding mask (under SDPA each layer's copy) "
+            "without an allocator history, since no later step is longer than the first"
         )
+        return
+    r.note(
+        f"no {packing}: each micro-batch of {batch} is padded to its longest example, so steps vary in "
+        "length and carry a padding mask; the estimate fills every row to the sequence length (the "
+        "peak step), and --lengths varying adds what such a run holds beside it (the caching "
+        "allocator's history over its lengths; under SDPA each layer's copy of the mask)"
+    )
 
 
 # ------------------------------------------------------------------------------------ value checks

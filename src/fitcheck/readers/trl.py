@@ -53,7 +53,8 @@ def read(data: Doc, path: str) -> ReadResult:
             packed = True
             r.note(f"{key}: rows are filled to the sequence length, as the estimate already assumes")
     if not packed:
-        note_unpacked(r, "packing or padding_free")
+        grouped = as_bool(k.get("group_by_length"), "group_by_length", path) is True
+        note_unpacked(r, "packing or padding_free", grouped)
     return r.result()
 
 
