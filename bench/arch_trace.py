@@ -3,6 +3,7 @@ device): every decoder family of tests/test_architectures.py, widened to h=1024,
 vocabulary 32,000, batch 2 x 512 tokens, bf16, under LoRA and full fine-tuning.
 
     PYTHONPATH=src python bench/arch_trace.py [types,...] [--method lora|full] [--lora-targets attn]
+        [--attn eager] [--grad-ckpt] [--dora]
 
 Prints estimate, traced peak and error for the forward and backward phases (docs/methodology.md,
 "Architectures", quotes a run).
@@ -55,13 +56,25 @@ def main() -> None:
     # phimoe: peft 0.21 wraps PhimoeTopKRouter (an nn.Linear whose forward returns a tuple) under
     # all-linear and the LoRA forward fails; trace it with --lora-targets attn
     ap.add_argument("--lora-targets", default="all-linear")
+    # the sweeps session 13 ran beside the default one (docs/methodology.md, "Architectures")
+    ap.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"))
+    ap.add_argument("--grad-ckpt", action="store_true")
+    ap.add_argument("--dora", action="store_true")
     args = ap.parse_args()
     types = (
         args.types.split(",")
         if args.types
         else [t for t, (task, _) in sorted(CASES.items()) if task == "causal"]
     )
-    setup = LlmSetup(method=args.method, seq_len=512, batch_size=2, lora_targets=args.lora_targets)
+    setup = LlmSetup(
+        method=args.method,
+        seq_len=512,
+        batch_size=2,
+        lora_targets=args.lora_targets,
+        attn=args.attn,
+        grad_ckpt=args.grad_ckpt,
+        dora=args.dora,
+    )
     print("| model_type | method | forward est / traced MiB | error | backward est / traced MiB | error |")
     for t in types:
         cfg = widen(t, CASES[t][1])

@@ -475,10 +475,12 @@ def _probs_after_softmax(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
 
 
 #: Families whose eager attention runs softmax in the scores' own dtype (transformers 5.24:
-#: ``nn.functional.softmax(attn_weights, dim=-1)`` in modeling_bert / roberta / deberta_v2 / t5; the decoder
+#: ``nn.functional.softmax(attn_weights, dim=-1)`` in modeling_bert / roberta / deberta_v2 / t5, and Falcon's
+#: ``F.softmax(scores + mask, dim=-1, dtype=hidden_states.dtype)`` in modeling_falcon; the other decoder
 #: families pass ``dtype=torch.float32``): without autocast a 16-bit model keeps 16-bit probabilities, and
 #: the value matmul saves them as they are (no compute-dtype copy). Under autocast softmax runs in fp32.
-INPUT_DTYPE_SOFTMAX = frozenset({"bert", "roberta", "deberta-v2", "t5", "mt5"})
+#: Falcon traced (bench/arch_trace.py shape, eager): full +11% over before, counted as an fp32 softmax.
+INPUT_DTYPE_SOFTMAX = frozenset({"bert", "roberta", "deberta-v2", "t5", "mt5", "falcon"})
 
 
 def softmax_bytes(a: DecoderArch, c: Ctx) -> int:
@@ -734,47 +736,49 @@ def _moe(a: DecoderArch, c: Ctx, setup: LlmSetup) -> float:
     return k * per_expert + router + shared
 
 
-def merged_expert_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, down_only: bool = False) -> int:
-    """One MoE layer's merged expert weights, when LoRA adapts the 3-D expert parameters.
-
-    peft's ``ParamWrapper`` parametrizes each expert tensor as ``W + B A`` (``_LoraFactorsProxy``,
-    ``baddbmm``): a full compute-dtype copy of every expert's weights per layer, saved for backward
-    (traced). Zero when the experts are not adapted; when they are per-expert modules that peft wraps
-    one by one (`quant.expert_modules`: a GPTQ / AWQ base, or transformers 4.x's layout); and under
-    Unsloth, whose "Split LoRA" computes the experts' adapters without merging them
-    (`quant.UNSLOTH_EXPERTS_4BIT`). ``down_only``: the down projection's copy alone (the size of the
-    gradient the layer's backward makes of it first).
-    """
+def _merged_expert_linears(a: DecoderArch, setup: LlmSetup) -> tuple[list[Linear], list[Linear]]:
+    """The 3-D expert parameters peft merges with their LoRA factors, (up: ``gate_up_proj``, down:
+    ``down_proj``): peft's ``ParamWrapper`` parametrizes each as ``W + B A`` (``_LoraFactorsProxy``,
+    ``baddbmm``), a full compute-dtype copy of every expert's weights per layer, saved for backward
+    (traced). None when the experts are not adapted; when they are per-expert modules that peft wraps one
+    by one (`quant.expert_modules`: a GPTQ / AWQ base, or transformers 4.x's layout); and under Unsloth,
+    whose "Split LoRA" computes the experts' adapters without merging them (`quant.UNSLOTH_EXPERTS_4BIT`)."""
     if setup.method == "full" or not a.is_moe or expert_modules(a, setup) or setup.trainer == "unsloth":
-        return 0
-    c = context(setup, regime)
-    experts = [x for x in layer_linears(a, True) if x.role == "expert"]
-    adapted = [x for x in experts if targeted(a, setup.lora_targets, x)]
-    if down_only:  # the projection back to the hidden width (``down_proj``), the first one backward meets
-        adapted = [x for x in adapted if x.d_out == a.hidden_size]
-    return sum(x.copies * x.d_in * x.d_out for x in adapted) * c.gamma
+        return [], []
+    adapted = [x for x in layer_linears(a, True) if x.role == "expert" and targeted(a, setup.lora_targets, x)]
+    down = [x for x in adapted if x.name.endswith("down_proj")]
+    return [x for x in adapted if x not in down], down
+
+
+def merged_expert_copies(a: DecoderArch, setup: LlmSetup, regime: Regime) -> tuple[int, int]:
+    """Bytes of one MoE layer's merged expert copies (`_merged_expert_linears`): (up, down)."""
+    gamma = context(setup, regime).gamma
+    up, down = _merged_expert_linears(a, setup)
+
+    def copy(lins: list[Linear]) -> int:
+        return int(sum(x.copies * x.d_in * x.d_out for x in lins) * gamma)
+
+    return copy(up), copy(down)
+
+
+def merged_expert_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
+    """One MoE layer's merged expert weights, up and down (`merged_expert_copies`)."""
+    return sum(merged_expert_copies(a, setup, regime))
 
 
 def expert_forward_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, tokens: int) -> int:
-    """Inside one MoE layer's experts when peft merges them (`merged_expert_bytes` non-zero), the larger of
-    two moments: both merged copies made (the up and down projections' ``W + B A``), or the up copy beside
-    the routed tokens' intermediate tensors (the up projection's output, 2 x the expert width when gated,
-    the activation's output and the gated product: twice the up projections' output width per routed
-    token). Traced on Mixtral shapes: the first at the real shape (h 4096, 8 x 14336 experts), the second
-    at h 512 with 2,000-token vocabulary."""
-    merged = merged_expert_bytes(a, setup, regime)
-    if not merged:
+    """Inside one MoE layer's experts when peft merges them (`merged_expert_copies`), the larger of two
+    moments: both merged copies made, or the up copy beside the routed tokens' intermediate tensors (the
+    up projection's output, 2 x the expert width when gated, the activation's output and the gated
+    product: twice the up projection's output width per routed token). Traced on Mixtral shapes: the
+    first at the real shape (h 4096, 8 x 14336 experts), the second at h 512 with a 2,000-token
+    vocabulary (tests/test_arch_trace_fixes.py, docs/methodology.md#moe)."""
+    up, down = merged_expert_copies(a, setup, regime)
+    if not up + down:
         return 0
-    c = context(setup, regime)
-    up = [
-        x
-        for x in layer_linears(a, True)
-        if x.role == "expert" and targeted(a, setup.lora_targets, x) and x.d_out != a.hidden_size
-    ]
-    up_copy = sum(x.copies * x.d_in * x.d_out for x in up) * c.gamma
-    width = sum(x.d_out for x in up)  # per expert: gate and up together
-    routed = tokens * max(1, a.experts_per_token) * 2 * width * c.gamma
-    return int(max(merged, up_copy + routed))
+    width = sum(x.d_out for x in _merged_expert_linears(a, setup)[0])
+    routed = tokens * max(1, a.experts_per_token) * 2 * width * context(setup, regime).gamma
+    return int(max(up + down, up + routed))
 
 
 #: Parts of a layer's saved activations that belong to its MLP: freed by the time the layer's

@@ -510,7 +510,7 @@ def _held_logits(setup: LlmSetup, regime: Regime, rows: int, width: int, gamma: 
 def _merged_experts(
     spec: ModelSpec, setup: LlmSetup, regime: Regime
 ) -> tuple[Component, Component, Component, Component]:
-    """peft's merged expert copies (`act.merged_expert_bytes`) at three moments: through the end of the
+    """peft's merged expert copies (`act.merged_expert_copies`) at three moments: through the end of the
     forward (every MoE layer's, saved for backward; none under checkpointing, where each is a saved tensor
     of its layer's checkpointed forward, dropped as the layer ends), inside one layer (its own copies,
     alive together in the forward of its experts and again when its backward recomputes them), and in that
@@ -518,17 +518,17 @@ def _merged_experts(
     2-layer Mixtral of the real shape: the down copy's gradient beside both copies)."""
     a = spec.arch
     moe_n = a.moe_layers if a.is_moe else 0
-    merged = act.merged_expert_bytes(a, setup, regime)
+    up, down = act.merged_expert_copies(a, setup, regime)
+    merged = up + down
     rule = "experts' weights merged with their LoRA factors (peft ParamWrapper), saved per layer"
     all_layers = _c("merged_expert_weights", merged * (0 if setup.grad_ckpt else moe_n), rule)
-    grad = act.merged_expert_bytes(a, setup, regime, down_only=True)
     grad_rule = "the gradient of one layer's merged down-projection experts, in its backward"
     inside = act.expert_forward_bytes(a, setup, regime, setup.tokens)
     inside_rule = "inside the last MoE layer's experts: its merged copies, or the up copy and routed tensors"
     return (
         all_layers,
         _c("merged_expert_weights", merged, rule),
-        _c("merged_expert_grads", grad, grad_rule),
+        _c("merged_expert_grads", down, grad_rule),
         _c("merged_expert_weights", inside, inside_rule),
     )
 
@@ -593,7 +593,7 @@ def step_phases(
     candidates_fwd = [fwd_main]
     if sv.layer.forward:
         candidates_fwd.append(fwd_layer)
-    if sv.merged_layer.bytes:
+    if sv.merged_inside.bytes:
         candidates_fwd.append(fwd_experts)
     forward = max((phase("forward", c) for c in candidates_fwd), key=lambda p: p.total_bytes)
     bwd_start = [*held, sv.held, sv.casts_bwd, sv.merged_fwd, sv.logits_bwd, sv.mask]

@@ -92,7 +92,6 @@ def class_defaults() -> dict[str, dict[str, Any]]:
     return {str(k): dict(v) for k, v in (data.get("defaults") or {}).items()}
 
 
-#: State-space and recurrent families: refused until they are modelled (their memory is not a transformer's).
 #: Types whose attention has as many key/value heads as query heads whatever the config says: their
 #: transformers configuration classes have no ``num_key_value_heads`` (transformers 5.24, checked on each
 #: class in ``CONFIG_MAPPING``), so a stray key of that name (a converter's, or a hand-edited file's) changes
@@ -102,6 +101,7 @@ MHA_ONLY_TYPES = frozenset(
     ("gpt2", "gpt_neox", "gptj", "bloom", "opt", "mpt", "bert", "roberta", "deberta-v2", "t5", "mt5")
 )
 
+#: State-space and recurrent families: refused until they are modelled (their memory is not a transformer's).
 SSM_TYPES = frozenset(
     {"mamba", "mamba2", "jamba", "rwkv", "falcon_mamba", "zamba", "zamba2", "falcon_h1", "xlstm"}
 )
