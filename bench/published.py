@@ -461,7 +461,12 @@ def _figure(est: Any, rec: Record) -> int:
     (``gpu_memory_gib``) the history is capped where the reading would fill it.
     """
     if rec.relation == "capacity":
-        return int(est.device_bytes)  # what the run needs: releasable cache is not
+        # what the run needs: releasable cache is not, nor the paged optimizer states the driver moves to
+        # the host when the card runs short (the verdict's rule, engine/verdict.py `spill_bytes`)
+        from fitcheck.engine.verdict import paged_bytes, spill_bytes
+
+        need = int(est.device_bytes)
+        return need - spill_bytes(need, paged_bytes(est), rec.measured_bytes)
     if rec.metric == "max_memory_allocated":
         return int(est.peak_allocated_bytes) - _unseen(est, rec)
     smi = rec.metric == "nvidia-smi"

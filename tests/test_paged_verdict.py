@@ -178,3 +178,16 @@ def test_paged_adamw_32bit_keeps_fp32_states_in_paged_memory() -> None:
     assert comp(plain, "optimizer_states") == 2 * 2 * n and comp(plain, "optimizer_states_paged") == 0
     assert comp(paged, "optimizer_states_paged") == paged_bytes(paged)
     assert 0.99 * states < paged_bytes(paged) < states  # the norm vectors' states stay in the allocator
+
+
+def test_device_map_keeps_the_paged_line_on_each_gpu() -> None:
+    """A device map is one process: bitsandbytes still pages each parameter's states to its own GPU
+    (``get_paged(..., device=p.device)``), so the paged line survives the map, split with the trainable
+    parameters, and the verdict can spill it; a sharding engine keeps one sharded states line."""
+    spec = api.resolve(MODEL)
+    opts = {"method": "full", "optimizer": "paged-adamw", "grad_ckpt": True}
+    one = api.estimate(spec, **opts)  # type: ignore[arg-type]
+    mapped = api.estimate(spec, gpus=2, strategy="device-map", **opts)  # type: ignore[arg-type]
+    zero = api.estimate(spec, gpus=2, strategy="zero2", **opts)  # type: ignore[arg-type]
+    assert 0 < paged_bytes(mapped) < paged_bytes(one)
+    assert paged_bytes(zero) == 0

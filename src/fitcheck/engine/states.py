@@ -182,9 +182,11 @@ def optimizer_state_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> in
 
 def paged_optimizer_bytes(a: DecoderArch, setup: LlmSetup) -> int:
     """Optimizer states a bitsandbytes paged optimizer keeps in CUDA managed memory, outside PyTorch's
-    allocator (`fitcheck.facts.optimizers.paged_state_bytes`); one GPU only (the multi-GPU engine shards
-    the states as one line)."""
-    if setup.distributed:
+    allocator (`fitcheck.facts.optimizers.paged_state_bytes`); one process only: one GPU, or a device map
+    (each parameter's states are prefetched to its own GPU, ``get_paged(..., device=p.device)``, and the map
+    places the line with the trainable parameters, engine/devmap.py). The sharding engines shard the states
+    as one line."""
+    if setup.distributed and setup.strategy != "device-map":
         return 0
     return opt.paged_state_bytes(setup.optimizer, tensor_shapes(a, setup))
 
