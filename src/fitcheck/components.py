@@ -122,6 +122,12 @@ _ROWS = (
         "bitsandbytes < 0.43.2 with non-reentrant checkpointing: every layer's 4-bit matmul inputs",
         "bitsandbytes-kept-inputs",
     ),
+    _acts(
+        "kept_4bit_inputs",
+        "bitsandbytes < 0.43.2: 4-bit matmul inputs the graph's nodes keep after the layer's backward "
+        "(to the graph's end; through the next forward when the loop holds the step's output)",
+        "bitsandbytes-kept-inputs",
+    ),
     _acts("final_norm", "the final norm's fp32 input, saved", "activations"),
     _acts("prefix_cache", "prefix tuning: the cache's concatenated keys/values (forward)", "prefix-tuning"),
     _temps(

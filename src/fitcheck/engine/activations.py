@@ -95,6 +95,10 @@ PY_LAYERNORM_TYPES = ("cohere", "cohere2")
 #: bitsandbytes/autograd/_functions.py). litgpt pins bitsandbytes==0.41.0 at the commit its regime cites
 #: (pyproject.toml @01fe959c) and ==0.42.0 at 00af8b0d; the HF-Trainer regimes follow current releases.
 BNB_HOLDS_INPUT_TRAINERS = ("litgpt",)
+#: Trainers whose loop keeps the step's output (so its autograd graph) until the next forward returns
+#: (litgpt finetune/lora.py, full.py ``fit`` @00af8b0: ``logits = model(input_ids, ...)`` and ``loss`` are
+#: rebound each iteration, not deleted).
+LOOP_KEEPS_GRAPH_TRAINERS = ("litgpt",)
 
 
 def fused_qkv_storage(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
@@ -137,7 +141,35 @@ def every_layer_holds_4bit_inputs(setup: LlmSetup) -> bool:
 
 
 def held_4bit_input_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> float:
-    """Bytes per token per layer of the 4-bit matmuls' kept inputs (`every_layer_holds_4bit_inputs`).
+    """Bytes per token per layer of the 4-bit matmuls' kept inputs saved through the forward beside every
+    layer's checkpoint (`every_layer_holds_4bit_inputs`; `kept_4bit_input_bytes` says which)."""
+    if not every_layer_holds_4bit_inputs(setup):
+        return 0.0
+    return kept_4bit_input_bytes(a, setup, regime)
+
+
+def graph_keeps_4bit_inputs(setup: LlmSetup) -> bool:
+    """Whether the step's autograd graph still holds every layer's kept 4-bit inputs after its backward.
+
+    ``ctx.tensors`` is a plain attribute of the ``MatMul4Bit`` node: the backward's ``release_variables``
+    frees only ``save_for_backward`` tensors, so the inputs stay with the node for as long as anything
+    reaches the graph (the loss, the logits). Under reentrant checkpointing the layers' forward leaves no
+    node, and the recomputed graph is local to the checkpoint's backward: nothing outlives it."""
+    if not holds_4bit_inputs(setup):
+        return False
+    return not setup.grad_ckpt or setup.ckpt_reentrant is False
+
+
+def loop_keeps_graph(setup: LlmSetup) -> bool:
+    """Whether the training loop still references the step's output, and so its autograd graph, through the
+    optimizer step and the next step's forward: litgpt's fit loop rebinds ``logits = model(...)`` (and
+    ``loss``) only once the next forward returns (`LOOP_KEEPS_GRAPH_TRAINERS`); a loop that holds its
+    output (``keep_logits``) does so across micro-batches (with accumulation, as its ``held_logits``)."""
+    return setup.trainer in LOOP_KEEPS_GRAPH_TRAINERS or (setup.keep_logits and setup.grad_accum > 1)
+
+
+def kept_4bit_input_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> float:
+    """Bytes per token per layer of the inputs every 4-bit matmul of a layer keeps (`holds_4bit_inputs`).
 
     ``Linear4bit.forward`` runs ``x.to(compute_dtype)`` and the matmul keeps that tensor: one copy per
     projection when its input is in another dtype (the fp32 stream of a k-bit-prepared model: q, k and v
@@ -145,7 +177,7 @@ def held_4bit_input_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> fl
     (bitsandbytes nn/modules.py, autograd/_functions.py ``MatMul4Bit.forward`` @0.39.0). The compute dtype
     is the precision's. Every decoder projection counts, LoRA target or not (the input requires grad in
     every layer); MoE layers are not counted (not traced)."""
-    if not every_layer_holds_4bit_inputs(setup):
+    if not holds_4bit_inputs(setup):
         return 0.0
     c = context(setup, regime)
     compute = nbytes(setup.precision)

@@ -302,6 +302,13 @@ class Saved:
     mask: Component  # eager attention's causal mask, alive from the forward to the first layer's backward
     head_grads: Component  # the output layer's gradient once the loss backward made it
     held: Component  # the model's output logits when the loop keeps them (--keep-logits)
+    # bitsandbytes < 0.43.2's kept 4-bit matmul inputs that outlive the layer's backward (the graph's nodes
+    # keep them): the other layers' late in backward, every layer's at its end, through the optimizer step
+    # and, the previous step's, through the next forward while the loop holds the graph
+    kept_late: Component
+    kept_end: Component
+    kept_step: Component
+    kept_prev: Component
     layer: LayerPeaks  # inside the last layer: its attention's transients over what earlier layers hold
     prefix_cache: Component  # prefix tuning: the cache's concatenated keys/values, through the forward only
     # encoder-decoder: the encoder's saved tensors when the decoder's backward ends (its embedding's too),
@@ -339,12 +346,17 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
     head = states.head_grad_bytes(a, setup, regime) if not accum else 0
     casts_fwd, casts_bwd, casts_layer = _casts(spec, setup, regime)
     merged_fwd, merged_layer, merged_grad, merged_inside = _merged_experts(spec, setup, regime)
+    kept_late, kept_end, kept_step, kept_prev = _kept_4bit_inputs(spec, setup, regime, T)
     return Saved(
         inputs=_c("inputs", 16 * T, "input_ids + labels, int64"),
         saved=saved,
         logits_fwd=_c("logits_loss", lg.forward, lg.rule),
         logits_bwd=_c("logits_loss", lg.backward, lg.rule + ", at the loss backward"),
         held=_held_logits(setup, regime, shape.logit_rows, shape.logit_width, ctx.gamma),
+        kept_late=kept_late,
+        kept_end=kept_end,
+        kept_step=kept_step,
+        kept_prev=kept_prev,
         casts_fwd=casts_fwd,
         casts_bwd=casts_bwd,
         casts_layer=casts_layer,
@@ -367,6 +379,36 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
         ),
         encoder_saved=_encoder_saved(spec, setup, regime, shape),
         encoder_grads=_encoder_grads(spec, setup, regime),
+    )
+
+
+def _kept_4bit_inputs(
+    spec: ModelSpec, setup: LlmSetup, regime: Regime, tokens: int
+) -> tuple[Component, Component, Component, Component]:
+    """bitsandbytes < 0.43.2's kept 4-bit matmul inputs where they outlive the layer's own backward.
+
+    ``MatMul4Bit`` keeps its input as ``ctx.tensors``, which the backward's ``release_variables`` does not
+    free (it frees ``save_for_backward`` tensors only): each layer's inputs stay until the graph itself
+    dies (`act.graph_keeps_4bit_inputs`). So late in backward the other layers' are alive, at its end every
+    layer's; a loop that holds the step's output (`act.loop_keeps_graph`: litgpt's ``logits``) keeps them
+    through the optimizer step and into the next step's forward, beside that step's own (counted at the
+    step's length: a varying-length run's previous step may be shorter; none before a longest-first run's
+    first, longest step). Reentrant checkpointing leaves no node behind, so nothing is counted there."""
+    a = spec.arch
+    layers = a.num_layers - (a.moe_layers if a.is_moe else 0)
+    per = act.kept_4bit_input_bytes(a, setup, regime) if act.graph_keeps_4bit_inputs(setup) else 0.0
+    kept = tokens * layers * per
+    looped = kept if act.loop_keeps_graph(setup) else 0.0
+    # the run's longest step runs first (--lengths longest-first): no earlier step's graph is held then
+    prev = 0.0 if setup.lengths == "longest-first" else looped
+    name = "kept_4bit_inputs"
+    base = "bitsandbytes < 0.43.2: every layer's 4-bit matmul inputs, kept by the graph's nodes (ctx.tensors)"
+    others = kept * (layers - 1) / layers if layers else 0.0
+    return (
+        _c(name, others, base + ", the other layers' late in backward"),
+        _c(name, kept, base + ", at the end of backward"),
+        _c(name, looped, base + ", while the loop holds the step's output"),
+        _c(name, prev, base + ", the previous step's, its graph held by the loop until this forward returns"),
     )
 
 
@@ -580,6 +622,7 @@ def step_phases(
     fwd_main = [
         *held,
         prev_out,
+        sv.kept_prev,
         sv.casts_fwd,
         sv.merged_fwd,
         sv.logits_fwd,
@@ -587,9 +630,10 @@ def step_phases(
         sv.mask,
         sv.prefix_cache,
     ]
-    fwd_layer = [*persistent, grads_fwd, sv.inputs, sv.mask, sv.casts_fwd, *sv.layer.forward]
+    fwd_layer = [*persistent, grads_fwd, sv.inputs, sv.mask, sv.casts_fwd, sv.kept_prev, *sv.layer.forward]
     # inside the last MoE layer's experts: its merged copies beside what the earlier layers hold
     fwd_experts = [*held, sv.casts_fwd, sv.merged_fwd if sv.merged_fwd.bytes else sv.merged_inside, sv.mask]
+    fwd_experts.append(sv.kept_prev)
     candidates_fwd = [fwd_main]
     if sv.layer.forward:
         candidates_fwd.append(fwd_layer)
@@ -599,8 +643,8 @@ def step_phases(
     bwd_start = [*held, sv.held, sv.casts_bwd, sv.merged_fwd, sv.logits_bwd, sv.mask]
     bwd_head = [*held, sv.held, sv.casts_bwd, sv.merged_fwd, sv.logits_head, sv.mask, sv.head_dequant]
     bwd_late = [*persistent, grads, sv.inputs, sv.held, sv.late, sv.mask, sv.dequant, sv.casts_layer]
-    bwd_late += [sv.merged_layer, sv.merged_grad]
-    bwd_end = [*persistent, grads, sv.inputs, sv.held, sv.tied]
+    bwd_late += [sv.merged_layer, sv.merged_grad, sv.kept_late]
+    bwd_end = [*persistent, grads, sv.inputs, sv.held, sv.tied, sv.kept_end]
     if step_in_backward:
         bwd_late.append(ms["optimizer_transient"])
         bwd_end.append(ms["optimizer_transient"])
@@ -626,7 +670,7 @@ def step_phases(
         moments.append([*persistent, dec, sv.inputs, sv.held, sv.encoder_saved, sv.tied])
     candidates = (phase("backward", c) for c in moments)
     backward = max(candidates, key=lambda p: p.total_bytes)
-    step = phase("optimizer_step", [*persistent, grads, sv.held, ms["optimizer_transient"]])
+    step = phase("optimizer_step", [*persistent, grads, sv.held, sv.kept_step, ms["optimizer_transient"]])
     return forward, backward, step
 
 
