@@ -57,7 +57,9 @@ def test_pytorch_frees_saved_tensors_not_context_attributes() -> None:
 
 
 def test_litgpt_loop_holds_the_previous_steps_inputs_in_forward() -> None:
-    setup = LlmSetup(method="qlora", trainer="litgpt", batch_size=2, seq_len=512, grad_accum=4)
+    setup = LlmSetup(
+        method="qlora", trainer="litgpt", bnb_keeps_input=True, batch_size=2, seq_len=512, grad_accum=4
+    )
     est = estimate(SPEC, setup)
     per = act.kept_4bit_input_bytes(SPEC.arch, setup, est.regime)
     assert per > 0 and act.graph_keeps_4bit_inputs(setup) and act.loop_keeps_graph(setup)
@@ -73,15 +75,16 @@ def test_litgpt_loop_holds_the_previous_steps_inputs_in_forward() -> None:
 @pytest.mark.parametrize(
     ("update", "forward"),
     [
-        ({"trainer": "hf", "bnb_keeps_input": True}, False),  # training_step returns loss.detach()
+        ({"trainer": "hf"}, False),  # training_step returns loss.detach()
         ({"bnb_keeps_input": False}, False),  # bitsandbytes >= 0.43.2 keeps nothing
         ({"grad_ckpt": True, "ckpt_reentrant": True}, False),  # no node outlives a reentrant forward
         ({"grad_ckpt": True, "ckpt_reentrant": False}, True),  # non-reentrant: every layer's, as without
         ({"method": "lora"}, False),  # no 4-bit matmul
+        ({"bnb_keeps_input": None}, False),  # current litgpt: bitsandbytes >= 0.44
     ],
 )
 def test_where_the_kept_inputs_outlive_the_step(update: dict[str, object], forward: bool) -> None:
-    base = {"method": "qlora", "trainer": "litgpt", "batch_size": 2, "seq_len": 512}
+    base = {"method": "qlora", "trainer": "litgpt", "bnb_keeps_input": True, "batch_size": 2, "seq_len": 512}
     est = estimate(SPEC, LlmSetup(**{**base, **update}))  # type: ignore[arg-type]
     assert (_kept(est, "forward") > 0) is forward
 

@@ -367,7 +367,8 @@ BnbKeepsO = Annotated[
     typer.Option(
         "--bnb-keeps-input/--no-bnb-keeps-input",
         help="QLoRA: bitsandbytes < 0.43.2, whose 4-bit matmul keeps its input until backward (with "
-        "--no-ckpt-reentrant, in every layer) [default: the trainer's own; litgpt yes, others no]",
+        "--no-ckpt-reentrant, in every layer; past its backward where the loop keeps the step's output, as "
+        "litgpt's) [default: no; litgpt pinned 0.41-0.42 until 2024-12]",
         show_default=False,
     ),
 ]

@@ -288,8 +288,8 @@ class LlmSetup(SetupBase):
     bnb_keeps_input: bool | None = Field(
         default=None,
         description="QLoRA: bitsandbytes < 0.43.2, whose MatMul4Bit keeps every 4-bit matmul's input "
-        "(ctx.tensors) until backward; None: the trainer's own (litgpt's pin: yes; others, current "
-        "releases: no)",
+        "(ctx.tensors) until backward; None: no (no trainer's current release pins one; litgpt pinned "
+        "0.41-0.42 until 2024-12)",
     )
     ckpt_reentrant: bool | None = Field(
         default=None,

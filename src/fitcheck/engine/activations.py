@@ -89,12 +89,12 @@ EXPANDED_KV_TRAINERS = ("litgpt",)
 #: ``self.weight.to(torch.float32) * hidden_states``; Cohere 2 reuses it), not ``F.layer_norm``: `_norm`'s
 #: family ``layer_py``. Traced (bench/arch_trace.py): 2.4% (LoRA) and 3.4% (full) under before.
 PY_LAYERNORM_TYPES = ("cohere", "cohere2")
-#: Trainers whose pinned bitsandbytes keeps the input of every 4-bit matmul: ``MatMul4Bit.forward`` stored
-#: ``ctx.tensors = (A, B)`` whenever the input needs a gradient, although backward uses only B, until
-#: bitsandbytes 0.43.2 ("fix QLoRA mem bug: delete useless buffered activation", #1270, commit 9e753741,
-#: bitsandbytes/autograd/_functions.py). litgpt pins bitsandbytes==0.41.0 at the commit its regime cites
-#: (pyproject.toml @01fe959c) and ==0.42.0 at 00af8b0d; the HF-Trainer regimes follow current releases.
-BNB_HOLDS_INPUT_TRAINERS = ("litgpt",)
+#: bitsandbytes before 0.43.2 keeps the input of every 4-bit matmul: ``MatMul4Bit.forward`` stored
+#: ``ctx.tensors = (A, B)`` whenever the input needs a gradient, although backward uses only B ("fix QLoRA
+#: mem bug: delete useless buffered activation", #1270, commit 9e753741, bitsandbytes/autograd/_functions.py).
+#: No trainer's current release pins one: litgpt pinned ==0.41.0 (pyproject.toml @01fe959c) and ==0.42.0
+#: (@00af8b0d) until 2024-12-28 (d2ed13c3: >=0.44.0 on Linux and Windows), so ``bnb_keeps_input`` is said
+#: of the run (the published records of those litgpt releases say it), never assumed.
 #: Trainers whose loop keeps the step's output (so its autograd graph) until the next forward returns
 #: (litgpt finetune/lora.py, full.py ``fit`` @00af8b0: ``logits = model(input_ids, ...)`` and ``loss`` are
 #: rebound each iteration, not deleted).
@@ -117,13 +117,9 @@ def fused_qkv_storage(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
 
 
 def holds_4bit_inputs(setup: LlmSetup) -> bool:
-    """Whether every 4-bit projection keeps its input alive until backward: ``bnb_keeps_input`` when given,
-    else the trainer's pin (`BNB_HOLDS_INPUT_TRAINERS`)."""
-    if setup.method != "qlora":
-        return False
-    if setup.bnb_keeps_input is not None:
-        return setup.bnb_keeps_input
-    return setup.trainer in BNB_HOLDS_INPUT_TRAINERS
+    """Whether every 4-bit projection keeps its input alive until backward: QLoRA on a bitsandbytes older
+    than 0.43.2 (``bnb_keeps_input``; no current release of a trainer pins one)."""
+    return setup.method == "qlora" and setup.bnb_keeps_input is True
 
 
 def every_layer_holds_4bit_inputs(setup: LlmSetup) -> bool:
