@@ -346,17 +346,13 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
     head = states.head_grad_bytes(a, setup, regime) if not accum else 0
     casts_fwd, casts_bwd, casts_layer = _casts(spec, setup, regime)
     merged_fwd, merged_layer, merged_grad, merged_inside = _merged_experts(spec, setup, regime)
-    kept_late, kept_end, kept_step, kept_prev = _kept_4bit_inputs(spec, setup, regime, T)
     return Saved(
         inputs=_c("inputs", 16 * T, "input_ids + labels, int64"),
         saved=saved,
         logits_fwd=_c("logits_loss", lg.forward, lg.rule),
         logits_bwd=_c("logits_loss", lg.backward, lg.rule + ", at the loss backward"),
         held=_held_logits(setup, regime, shape.logit_rows, shape.logit_width, ctx.gamma),
-        kept_late=kept_late,
-        kept_end=kept_end,
-        kept_step=kept_step,
-        kept_prev=kept_prev,
+        **_kept_4bit_inputs(spec, setup, regime, T),
         casts_fwd=casts_fwd,
         casts_bwd=casts_bwd,
         casts_layer=casts_layer,
@@ -382,10 +378,9 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
     )
 
 
-def _kept_4bit_inputs(
-    spec: ModelSpec, setup: LlmSetup, regime: Regime, tokens: int
-) -> tuple[Component, Component, Component, Component]:
-    """bitsandbytes < 0.43.2's kept 4-bit matmul inputs where they outlive the layer's own backward.
+def _kept_4bit_inputs(spec: ModelSpec, setup: LlmSetup, regime: Regime, tokens: int) -> dict[str, Component]:
+    """bitsandbytes < 0.43.2's kept 4-bit matmul inputs where they outlive the layer's own backward (the
+    ``kept_*`` fields of `Saved`).
 
     ``MatMul4Bit`` keeps its input as ``ctx.tensors``, which the backward's ``release_variables`` does not
     free (it frees ``save_for_backward`` tensors only): each layer's inputs stay until the graph itself
@@ -404,12 +399,12 @@ def _kept_4bit_inputs(
     name = "kept_4bit_inputs"
     base = "bitsandbytes < 0.43.2: every layer's 4-bit matmul inputs, kept by the graph's nodes (ctx.tensors)"
     others = kept * (layers - 1) / layers if layers else 0.0
-    return (
-        _c(name, others, base + ", the other layers' late in backward"),
-        _c(name, kept, base + ", at the end of backward"),
-        _c(name, looped, base + ", while the loop holds the step's output"),
-        _c(name, prev, base + ", the previous step's, its graph held by the loop until this forward returns"),
-    )
+    return {
+        "kept_late": _c(name, others, base + ", the other layers' late in backward"),
+        "kept_end": _c(name, kept, base + ", at the end of backward"),
+        "kept_step": _c(name, looped, base + ", while the loop holds the step's output"),
+        "kept_prev": _c(name, prev, base + ", the previous step's: the loop holds its graph to here"),
+    }
 
 
 def _encoder_saved(
