@@ -123,9 +123,14 @@ _ROWS = (
         "bitsandbytes-kept-inputs",
     ),
     _acts(
-        "kept_4bit_inputs",
-        "bitsandbytes < 0.43.2: 4-bit matmul inputs the graph's nodes keep after the layer's backward "
-        "(to the graph's end; through the next forward when the loop holds the step's output)",
+        "held_int8_inputs",
+        "bitsandbytes LLM.int8 with non-reentrant checkpointing: every layer's 8-bit matmul inputs",
+        "bitsandbytes-kept-inputs",
+    ),
+    _acts(
+        "kept_quant_inputs",
+        "bitsandbytes 4-bit < 0.43.2 or LLM.int8: matmul inputs the graph's nodes keep after the layer's "
+        "backward (to the graph's end; through the next forward when the loop holds the step's output)",
         "bitsandbytes-kept-inputs",
     ),
     _acts("final_norm", "the final norm's fp32 input, saved", "activations"),

@@ -9,6 +9,7 @@ per token unless a name says otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from fitcheck.engine import litgpt, prefix
 from fitcheck.engine.lora import targeted
@@ -122,6 +123,36 @@ def holds_4bit_inputs(setup: LlmSetup) -> bool:
     return setup.method == "qlora" and setup.bnb_keeps_input is True
 
 
+def int8_holds_inputs(setup: LlmSetup) -> bool:
+    """Whether every 8-bit projection keeps its input: LoRA on a bitsandbytes LLM.int8 base, whose
+    ``MatMul8bitLt.forward`` stores ``ctx.tensors = (CAt, subA, A)`` whenever the input needs a gradient, in
+    every release (autograd/_functions.py @0.42.0 L431, @0.50.1 L187); ``Linear8bitLt.forward`` hands it
+    ``x`` uncast, so the kept tensor is the input itself (``A.reshape``, a view), once per shared input."""
+    return setup.method == "lora" and setup.base_quant == "int8"
+
+
+#: How a layer's quantized matmuls keep their inputs: ``cast``, bitsandbytes 4-bit < 0.43.2 keeps the
+#: compute-dtype copy ``Linear4bit.forward`` makes; ``as-is``, LLM.int8 keeps the input itself; ``""`` none.
+HeldInputs = Literal["", "cast", "as-is"]
+
+
+def held_inputs(setup: LlmSetup) -> HeldInputs:
+    """Which of `HeldInputs` this run's quantized matmuls keep."""
+    if holds_4bit_inputs(setup):
+        return "cast"
+    return "as-is" if int8_holds_inputs(setup) else ""
+
+
+def _kept_through_checkpoint(setup: LlmSetup) -> bool:
+    """Whether non-reentrant checkpointing runs (only its saved-tensor hooks drop what a layer saved):
+    ``ckpt_reentrant`` False, or for LLM.int8 left unsaid too, today's transformers' default (5.24
+    ``_activation_checkpointing_enable``: ``use_reentrant`` False). The 4-bit stacks of bitsandbytes <
+    0.43.2 (transformers 4.x, torch <= 2.3) checkpoint reentrantly unless told."""
+    if setup.ckpt_reentrant is not None:
+        return not setup.ckpt_reentrant
+    return held_inputs(setup) == "as-is"
+
+
 def every_layer_holds_4bit_inputs(setup: LlmSetup) -> bool:
     """Whether every layer, not only the recomputed one, keeps its 4-bit matmuls' inputs until its backward.
 
@@ -131,29 +162,32 @@ def every_layer_holds_4bit_inputs(setup: LlmSetup) -> bool:
     Reentrant checkpointing runs the forward under ``no_grad``, where no autograd node (and no ``ctx``)
     outlives the call. Traced by emulation (bench/qlora2023_trace.py: 4-layer LLaMA, h 512, I 1376,
     non-reentrant 10,944 B per token per layer vs 2,048 B reentrant or with the 0.43.2 fix; 7B shape,
-    32 layers, 3.16 MB per token vs 0.88 MB). ``ckpt_reentrant`` None counts as reentrant: the stacks
-    that pin such a bitsandbytes (transformers 4.x, torch <= 2.3) checkpoint reentrantly by default."""
-    return setup.grad_ckpt and setup.ckpt_reentrant is False and holds_4bit_inputs(setup)
+    32 layers, 3.16 MB per token vs 0.88 MB). ``ckpt_reentrant`` None counts as reentrant for them: the
+    stacks that pin such a bitsandbytes (transformers 4.x, torch <= 2.3) checkpoint reentrantly by default;
+    LLM.int8 keeps its input the same way in every release, on today's non-reentrant default
+    (`_kept_through_checkpoint`)."""
+    return setup.grad_ckpt and bool(held_inputs(setup)) and _kept_through_checkpoint(setup)
 
 
 def held_4bit_input_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> float:
     """Bytes per token per layer of the 4-bit matmuls' kept inputs saved through the forward beside every
-    layer's checkpoint (`every_layer_holds_4bit_inputs`; `kept_4bit_input_bytes` says which)."""
+    layer's checkpoint (`every_layer_holds_4bit_inputs`; `kept_quant_input_bytes` says which)."""
     if not every_layer_holds_4bit_inputs(setup):
         return 0.0
-    return kept_4bit_input_bytes(a, setup, regime)
+    return kept_quant_input_bytes(a, setup, regime)
 
 
-def graph_keeps_4bit_inputs(setup: LlmSetup) -> bool:
+def graph_keeps_quant_inputs(setup: LlmSetup) -> bool:
     """Whether the step's autograd graph still holds every layer's kept 4-bit inputs after its backward.
 
     ``ctx.tensors`` is a plain attribute of the ``MatMul4Bit`` node: the backward's ``release_variables``
     frees only ``save_for_backward`` tensors, so the inputs stay with the node for as long as anything
     reaches the graph (the loss, the logits). Under reentrant checkpointing the layers' forward leaves no
-    node, and the recomputed graph is local to the checkpoint's backward: nothing outlives it."""
-    if not holds_4bit_inputs(setup):
+    node, and the recomputed graph is local to the checkpoint's backward: nothing outlives it. LLM.int8's
+    ``MatMul8bitLt`` keeps its input the same way (`int8_holds_inputs`)."""
+    if not held_inputs(setup):
         return False
-    return not setup.grad_ckpt or setup.ckpt_reentrant is False
+    return not setup.grad_ckpt or _kept_through_checkpoint(setup)
 
 
 def loop_keeps_graph(setup: LlmSetup) -> bool:
@@ -164,7 +198,7 @@ def loop_keeps_graph(setup: LlmSetup) -> bool:
     return setup.trainer in LOOP_KEEPS_GRAPH_TRAINERS or (setup.keep_logits and setup.grad_accum > 1)
 
 
-def kept_4bit_input_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> float:
+def kept_quant_input_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> float:
     """Bytes per token per layer of the inputs every 4-bit matmul of a layer keeps (`holds_4bit_inputs`).
 
     ``Linear4bit.forward`` runs ``x.to(compute_dtype)`` and the matmul keeps that tensor: one copy per
@@ -172,8 +206,10 @@ def kept_4bit_input_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> fl
     each keep their own), the input itself, once for the projections sharing it, when it already is
     (bitsandbytes nn/modules.py, autograd/_functions.py ``MatMul4Bit.forward`` @0.39.0). The compute dtype
     is the precision's. Every decoder projection counts, LoRA target or not (the input requires grad in
-    every layer); MoE layers are not counted (not traced)."""
-    if not holds_4bit_inputs(setup):
+    every layer); MoE layers are not counted (not traced). LLM.int8 keeps the input itself, in its own
+    dtype, once per shared input (`int8_holds_inputs`)."""
+    kind = held_inputs(setup)
+    if not kind:
         return 0.0
     c = context(setup, regime)
     compute = nbytes(setup.precision)
@@ -191,7 +227,9 @@ def kept_4bit_input_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> fl
     ]
     total = 0.0
     for group, x_bytes in groups:
-        if x_bytes == compute:
+        if kind == "as-is":
+            total += x_bytes * sum({x.d_in for x in group})
+        elif x_bytes == compute:
             total += compute * sum({x.d_in for x in group})
         else:
             total += compute * sum(x.d_in for x in group)
@@ -205,7 +243,7 @@ def _linear_inputs(
     lins: list[Linear],
     x_bytes: int,
     one_dropout: bool = False,
-    held: bool = False,
+    held: HeldInputs = "",
     input_saved: bool = False,
 ) -> float:
     """Bytes saved for the inputs of projections that share one input tensor of dtype ``x_bytes``.
@@ -220,14 +258,15 @@ def _linear_inputs(
     mask and lora_A saves the dropout output, its own tensor in the adapter dtype where no autocast
     cast follows (where one does, lora_A saves that cast copy, counted already). ``one_dropout``: the
     wrapped modules of this group share one dropout (a fused qkv module). ``held``: the base matmuls keep
-    their compute-dtype input (`holds_4bit_inputs`): the shared input itself, saved once whatever the
-    adapters do, when it already is in that dtype; else each module's own ``x.to(compute_dtype)`` copy.
+    their input (`held_inputs`): ``cast``, the compute-dtype input of a 4-bit matmul, the shared input
+    itself, saved once whatever the adapters do, when it already is in that dtype, else each module's own
+    ``x.to(compute_dtype)`` copy; ``as-is``, LLM.int8's, the shared input itself whatever its dtype.
     ``input_saved``: another op already saves the input tensor itself (ReLU its output), so keeping it
     here costs nothing more.
     """
     d_in = lins[0].d_in
     compute = nbytes(setup.precision)
-    shared = held and x_bytes == compute
+    shared = held == "as-is" or (held == "cast" and x_bytes == compute)
     per_op = compute * d_in * len(lins) if held and not shared else 0.0
     dropouts = 0
     for lin in lins:
@@ -380,7 +419,7 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
     shared_input = a.parallel_block and a.norms_per_layer == 1
     # a parallel block with one norm (GPT-J, Phi, Cohere): attention and MLP read the same tensor
     fused = setup.trainer in FUSED_QKV_DROPOUT_TRAINERS and not shared_input
-    held = holds_4bit_inputs(setup)
+    held = held_inputs(setup)
     normed = normed_bytes(a, c)
     acts.add(
         "qkv_inputs", _linear_inputs(c, setup, a, qkv + (up if shared_input else []), normed, fused, held)
@@ -405,7 +444,7 @@ def _attention_acts(
     fam: str,
     qkv: list[Linear],
     o: list[Linear],
-    held: bool,
+    held: HeldInputs,
 ) -> None:
     """What attention saves: MLA's parts, q/k norms, q/k/v after RoPE, scores (eager) or the kernel's
     output and logsumexp, and the output projection's input."""
@@ -585,7 +624,7 @@ def _mlp_acts(
     c: Ctx,
     mlp: list[Linear],
     moe: bool,
-    held: bool,
+    held: HeldInputs,
 ) -> None:
     """What the MLP saves past its input: the experts' (MoE), or the hidden activations and the down
     projection's input."""

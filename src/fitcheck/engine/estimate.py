@@ -352,7 +352,7 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
         logits_fwd=_c("logits_loss", lg.forward, lg.rule),
         logits_bwd=_c("logits_loss", lg.backward, lg.rule + ", at the loss backward"),
         held=_held_logits(setup, regime, shape.logit_rows, shape.logit_width, ctx.gamma),
-        **_kept_4bit_inputs(spec, setup, regime, T),
+        **_kept_quant_inputs(spec, setup, regime, T),
         casts_fwd=casts_fwd,
         casts_bwd=casts_bwd,
         casts_layer=casts_layer,
@@ -378,26 +378,31 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
     )
 
 
-def _kept_4bit_inputs(spec: ModelSpec, setup: LlmSetup, regime: Regime, tokens: int) -> dict[str, Component]:
-    """bitsandbytes < 0.43.2's kept 4-bit matmul inputs where they outlive the layer's own backward (the
-    ``kept_*`` fields of `Saved`).
+#: What keeps its inputs, by `act.HeldInputs`, in the components' rules.
+_QUANT_KIND = {"": "", "cast": "4-bit < 0.43.2", "as-is": "LLM.int8"}
 
-    ``MatMul4Bit`` keeps its input as ``ctx.tensors``, which the backward's ``release_variables`` does not
+
+def _kept_quant_inputs(spec: ModelSpec, setup: LlmSetup, regime: Regime, tokens: int) -> dict[str, Component]:
+    """Quantized matmuls' kept inputs where they outlive the layer's own backward (the ``kept_*`` fields of
+    `Saved`): bitsandbytes < 0.43.2's 4-bit ``MatMul4Bit`` and every release's LLM.int8 ``MatMul8bitLt``.
+
+    Each keeps its input as ``ctx.tensors``, which the backward's ``release_variables`` does not
     free (it frees ``save_for_backward`` tensors only): each layer's inputs stay until the graph itself
-    dies (`act.graph_keeps_4bit_inputs`). So late in backward the other layers' are alive, at its end every
+    dies (`act.graph_keeps_quant_inputs`). So late in backward the other layers' are alive, at its end every
     layer's; a loop that holds the step's output (`act.loop_keeps_graph`: litgpt's ``logits``) keeps them
     through the optimizer step and into the next step's forward, beside that step's own (counted at the
     step's length: a varying-length run's previous step may be shorter; none before a longest-first run's
     first, longest step). Reentrant checkpointing leaves no node behind, so nothing is counted there."""
     a = spec.arch
     layers = a.num_layers - (a.moe_layers if a.is_moe else 0)
-    per = act.kept_4bit_input_bytes(a, setup, regime) if act.graph_keeps_4bit_inputs(setup) else 0.0
+    per = act.kept_quant_input_bytes(a, setup, regime) if act.graph_keeps_quant_inputs(setup) else 0.0
     kept = tokens * layers * per
     looped = kept if act.loop_keeps_graph(setup) else 0.0
     # the run's longest step runs first (--lengths longest-first): no earlier step's graph is held then
     prev = 0.0 if setup.lengths == "longest-first" else looped
-    name = "kept_4bit_inputs"
-    base = "bitsandbytes < 0.43.2: every layer's 4-bit matmul inputs, kept by the graph's nodes (ctx.tensors)"
+    name = "kept_quant_inputs"
+    kind = _QUANT_KIND[act.held_inputs(setup)]
+    base = f"bitsandbytes {kind}: every layer's matmul inputs, kept by the graph (ctx.tensors)"
     others = kept * (layers - 1) / layers if layers else 0.0
     return {
         "kept_late": _c(name, others, base + ", the other layers' late in backward"),
@@ -459,9 +464,11 @@ def _stored(
         ckpt_rule = "one layer input per layer (non-reentrant checkpoint)" + where
         saved: tuple[Component, ...] = (_c("checkpoints", ckpt, ckpt_rule), final_norm, head_in)
         held = T * (L - moe_n) * act.held_4bit_input_bytes(a, setup, regime)
+        kind = act.held_inputs(setup)
         if held:
-            held_rule = "bitsandbytes < 0.43.2: every layer's 4-bit matmul inputs (non-reentrant checkpoints)"
-            saved = (*saved, _c("held_4bit_inputs", held, held_rule))
+            held_rule = f"bitsandbytes {_QUANT_KIND[kind]}: every layer's matmul inputs (non-reentrant ckpt)"
+            name = "held_int8_inputs" if kind == "as-is" else "held_4bit_inputs"
+            saved = (*saved, _c(name, held, held_rule))
     else:
         all_layers = T * ((L - moe_n) * per_layer_tok + moe_n * sparse.total(s))
         scores = T * s * L * dense.scores

@@ -15,7 +15,7 @@ SPEC = api.resolve("llama-2-7b")
 
 
 def _kept(est: Estimate, phase: str) -> int:
-    return sum(c.bytes for c in est.phase(phase).components if c.name == "kept_4bit_inputs")
+    return sum(c.bytes for c in est.phase(phase).components if c.name == "kept_quant_inputs")
 
 
 def test_pytorch_frees_saved_tensors_not_context_attributes() -> None:
@@ -61,8 +61,8 @@ def test_litgpt_loop_holds_the_previous_steps_inputs_in_forward() -> None:
         method="qlora", trainer="litgpt", bnb_keeps_input=True, batch_size=2, seq_len=512, grad_accum=4
     )
     est = estimate(SPEC, setup)
-    per = act.kept_4bit_input_bytes(SPEC.arch, setup, est.regime)
-    assert per > 0 and act.graph_keeps_4bit_inputs(setup) and act.loop_keeps_graph(setup)
+    per = act.kept_quant_input_bytes(SPEC.arch, setup, est.regime)
+    assert per > 0 and act.graph_keeps_quant_inputs(setup) and act.loop_keeps_graph(setup)
     whole = 2 * 512 * SPEC.arch.num_layers * per
     assert _kept(est, "forward") == pytest.approx(whole, rel=1e-9)  # the previous step's, every layer
     assert _kept(est, "optimizer_step") == pytest.approx(whole, rel=1e-9)  # this step's, loop still holds it
@@ -94,5 +94,23 @@ def test_hf_trainer_graph_dies_with_its_step() -> None:
     backward only, never into the optimizer step or the next forward."""
     setup = LlmSetup(method="qlora", trainer="hf", bnb_keeps_input=True, seq_len=512)
     est = estimate(SPEC, setup)
-    assert act.graph_keeps_4bit_inputs(setup) and not act.loop_keeps_graph(setup)
+    assert act.graph_keeps_quant_inputs(setup) and not act.loop_keeps_graph(setup)
     assert _kept(est, "forward") == 0 and _kept(est, "optimizer_step") == 0
+
+
+def test_llm_int8_keeps_the_input_itself_in_every_release() -> None:
+    """LoRA on an LLM.int8 base: MatMul8bitLt keeps its (uncast) input in every bitsandbytes release, so
+    non-reentrant checkpointing (today's transformers default when unsaid) keeps every layer's, once per
+    shared input in the input's own dtype; reentrant keeps none."""
+    base = {"method": "lora", "base_quant": "int8", "grad_ckpt": True, "seq_len": 1024}
+    setup = LlmSetup(**base)  # type: ignore[arg-type]
+    assert act.held_inputs(setup) == "as-is" and act.every_layer_holds_4bit_inputs(setup)
+    est = estimate(SPEC, setup)
+    held = sum(c.bytes for c in est.phase("forward").components if c.name == "held_int8_inputs")
+    a = SPEC.arch
+    per = act.kept_quant_input_bytes(a, setup, est.regime)
+    x = act.context(setup, est.regime).norm_out  # q/k/v (and gate/up) read the norm's output
+    assert per >= x * (2 * a.hidden_size) and held == pytest.approx(1024 * a.num_layers * per, rel=1e-9)
+    reentrant = estimate(SPEC, LlmSetup(**base, ckpt_reentrant=True))  # type: ignore[arg-type]
+    assert not any(c.name == "held_int8_inputs" for p in reentrant.phases for c in p.components)
+    assert reentrant.device_bytes < est.device_bytes
