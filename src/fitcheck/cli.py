@@ -376,7 +376,8 @@ CkptReentrantO = Annotated[
     bool | None,
     typer.Option(
         "--ckpt-reentrant/--no-ckpt-reentrant",
-        help="--grad-ckpt with use_reentrant=True / False; changes the estimate with --bnb-keeps-input and "
+        help="--grad-ckpt with use_reentrant=True / False; changes the estimate with --bnb-keeps-input or "
+        "--base-quant int8 and "
         "under FSDP1 LoRA (frozen units keep recomputed layers) [default: the trainer's own; reentrant with "
         "--bnb-keeps-input, else not]",
         show_default=False,
