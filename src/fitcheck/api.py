@@ -249,6 +249,12 @@ def target(
     from fitcheck.hardware.budget import resolve_target
 
     t = resolve_target(on, headroom, probe_env)
+    if gpus is not None and gpus > 1 and t.gpus > 1 and gpus != t.gpus:
+        # neither may silently win: 8xh100-80gb with --gpus 2 would judge 8 ranks, 2x with --gpus 3 three
+        raise OptionError(
+            f"--gpus {gpus} and --on {t.id} ({t.gpus} GPUs) disagree: give the GPU count once "
+            "(in --on, or with --gpus beside a one-GPU target)"
+        )
     if gpus is not None and gpus > 1 and t.gpus == 1:
         t = t.model_copy(update={"gpus": gpus})
     return t
