@@ -122,7 +122,8 @@ def _resolve_one(text: str, spec: str, probe_env: ProbeEnv | None) -> Target:
             + f" (write {text}GB if you mean it; {TARGET_HELP})"
         )
     if _SIZE_RE.match(text) or MEM_EXPONENT_RE.match(text):
-        return plain_cuda_target(_size(text, spec))
+        typed = spec.strip()
+        return plain_cuda_target(_size(text, spec), typed if typed.lower() == text else text)
     if _SIZE_PREFIX_RE.match(text):
         raise InputError(
             f"'{spec}' is not a target: did you mean {spec.strip().split('-')[0]}-unified? {TARGET_HELP}"
@@ -294,8 +295,11 @@ def _positive(amount: int, what: str) -> int:
     return amount
 
 
-def plain_cuda_target(memory_bytes: int) -> Target:
-    """``24GB``: a CUDA GPU of that size (binary units), minus a consumer card's typical idle use."""
+def plain_cuda_target(memory_bytes: int, typed: str | None = None) -> Target:
+    """``24GB``: a CUDA GPU of that size (binary units), minus a consumer card's typical idle use.
+
+    ``typed``: the size as the user wrote it, which an error quotes (``24MiB``, not ``0.0234375GB``).
+    """
     label = f"{memory_bytes / GIB:g}"
     lines = _usable_line(
         (
@@ -317,7 +321,7 @@ def plain_cuda_target(memory_bytes: int) -> Target:
         name=f"CUDA GPU with {label} GiB",
         backend="cuda",
         memory_bytes=memory_bytes,
-        usable_bytes=_positive(lines[-1].bytes, f"{label}GB"),
+        usable_bytes=_positive(lines[-1].bytes, typed or f"{label}GB"),
         headroom_bytes=0,
         budget_lines=lines,
         context_bytes=DEFAULT_CONTEXT_MIB["cuda"] * MIB,
