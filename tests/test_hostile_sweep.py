@@ -4,7 +4,13 @@
   named "2xh100-sxm5-80gb": two GPU counts that disagree were settled silently by the larger
   (`fitcheck.api.target`); a trainer file's count against ``--on NxGPU`` likewise;
 - ``--on 24MiB`` said "'0.0234375GB' leaves no usable memory": the error quotes the size as typed
-  (`fitcheck.hardware.budget.plain_cuda_target`).
+  (`fitcheck.hardware.budget.plain_cuda_target`);
+- a trainer key that names something, given as a number, list or mapping (``optim: 5``, axolotl
+  ``optimizer: 5``, kohya ``optimizer_type = 5`` / ``mixed_precision = 5``, accelerate ``mixed_precision: 5``
+  or an unquoted ``no``, ``attn_implementation: [1]``, torchtune ``dtype: 5``, mlx ``optimizer: 5``) was
+  dropped without a word and the default sized in its place, listed as "not set here"
+  (`fitcheck.readers.base.as_word`); kohya's unknown ``mixed_precision`` word and torchtune's unknown
+  ``dtype`` are noted.
 """
 
 from __future__ import annotations
@@ -55,3 +61,72 @@ def test_a_size_too_small_to_use_is_quoted_as_typed(on: str, named: str) -> None
     rc, out, err = invoke(argv)
     hold_contract("estimate", argv, rc, out, err)
     assert rc == 2 and named in err and "no usable memory" in err, err
+
+
+# --- trainer keys that name something ------------------------------------------------------------------
+
+LLAMA = "base_model: meta-llama/Llama-3.1-8B\nadapter: lora\n"
+KOHYA = "".join(
+    (
+        'pretrained_model_name_or_path = "stabilityai/stable-diffusion-xl-base-1.0"\n',
+        'network_module = "networks.lora"\n',
+    )
+)
+ACCEL = "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 2\n"
+WORDS = {
+    "axolotl-optimizer.yaml": (LLAMA + "optimizer: 5\n", "optimizer must be a name"),
+    "axolotl-attn.yaml": (LLAMA + "attn_implementation: [1]\n", "attn_implementation must be a name"),
+    "trl-optim.yaml": ("model_name_or_path: 7B\nuse_peft: true\noptim: 5\n", "optim must be a name"),
+    "trl-attn.yaml": (
+        "model_name_or_path: 7B\nuse_peft: true\nattn_implementation: 5\n",
+        "attn_implementation",
+    ),
+    "lf-optim.yaml": (
+        "model_name_or_path: 7B\nstage: sft\nfinetuning_type: lora\noptim: {a: 1}\n",
+        "optim must",
+    ),
+    "kohya-optimizer.toml": (KOHYA + "optimizer_type = 5\n", "optimizer_type must be a name"),
+    "kohya-mp.toml": (KOHYA + "mixed_precision = 5\n", "mixed_precision must be a name"),
+    "accelerate-mp.yaml": (ACCEL + "mixed_precision: 5\n", "mixed_precision must be a name"),
+    "accelerate-no.yaml": (ACCEL + "mixed_precision: no\n", "quote the word"),
+    "mlx-optimizer.yaml": ("model: 7B\nfine_tune_type: lora\noptimizer: 5\n", "optimizer must be a name"),
+    "torchtune-dtype.yaml": (
+        "model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\nbatch_size: 1\ndtype: 5\n",
+        "dtype must be a name",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WORDS))
+def test_a_name_key_of_another_type_is_one_clear_line(name: str, tmp_path: Path) -> None:
+    text, words = WORDS[name]
+    cfg = tmp_path / name
+    cfg.write_text(text)
+    model = [] if name.startswith("kohya") else ["7B"]
+    argv = ["estimate", *model, "--from", str(cfg), "--on", "none"]
+    rc, out, err = invoke(argv)
+    hold_contract("estimate", argv, rc, out, err)
+    assert rc == 2 and words in err, err
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "note"),
+    [
+        (
+            "kohya-fp8.toml",
+            KOHYA + 'mixed_precision = "fp8"\n',
+            "mixed_precision 'fp8' has no fitcheck model",
+        ),
+        (
+            "tt-dtype.yaml",
+            "model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\nbatch_size: 1\ndtype: int3\n",
+            "dtype 'int3' is not a dtype",
+        ),
+    ],
+)
+def test_an_unknown_precision_word_is_noted(name: str, text: str, note: str, tmp_path: Path) -> None:
+    cfg = tmp_path / name
+    cfg.write_text(text)
+    model = [] if name.startswith("kohya") else ["7B"]
+    rc, _, err = invoke(["estimate", *model, "--from", str(cfg), "--on", "none"])
+    assert rc == 0 and note in err, err

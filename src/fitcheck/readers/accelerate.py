@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from fitcheck.errors import InputError
 from fitcheck.facts.deepspeed import ZERO_DEFAULTS
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_int
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_int, as_word
 from fitcheck.readers.deepspeed import STAGES
 
 FORMAT = "accelerate"
@@ -56,8 +56,8 @@ def read(data: Doc, path: str, ds: ReadResult | None = None) -> ReadResult:
         r.set("gpus", per_node, "num_processes")
     if nodes and nodes > 1:
         r.set("nodes", nodes, "num_machines")
-    mp = k.get("mixed_precision")
-    if isinstance(mp, str):
+    mp = as_word(k.get("mixed_precision"), "mixed_precision", p)
+    if mp is not None:
         r.set("precision", PRECISION.get(mp), "mixed_precision")
         if mp == "fp8":  # TransformerEngine / torchao / MS-AMP recipes (utils/dataclasses.py FP8RecipeKwargs)
             raise InputError(f"--from {p}: mixed_precision fp8: FP8 training is not modelled by fitcheck")

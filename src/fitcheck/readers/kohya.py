@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from fitcheck.readers import names
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int, as_word
 
 FORMAT = "kohya"
 FORMAT_GUI = "kohya_ss"
@@ -137,9 +137,11 @@ def _common(r: Reading, k: Keys) -> None:
         as_bool(k.get("gradient_checkpointing"), "gradient_checkpointing", p),
         "gradient_checkpointing",
     )
-    mp = k.get("mixed_precision")
-    if isinstance(mp, str):
+    mp = as_word(k.get("mixed_precision"), "mixed_precision", p)
+    if mp is not None:
         r.set("precision", {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}.get(mp), "mixed_precision")
+        if mp not in ("no", "fp16", "bf16"):
+            r.note(f"mixed_precision {_short(mp)} has no fitcheck model (no, fp16, bf16); fp32 is assumed")
     for key in ("full_bf16", "full_fp16"):
         if as_bool(k.get(key), key, p):
             r.set(key, True, key)
@@ -207,9 +209,10 @@ def _attention(r: Reading, k: Keys) -> None:
 
 def _optimizer(r: Reading, k: Keys) -> None:
     p = r.path
-    opt = k.get("optimizer_type", k.get("optimizer"))
-    if isinstance(opt, str):
-        key = "optimizer_type" if k.has("optimizer_type") else "optimizer"
+    key = "optimizer_type" if k.has("optimizer_type") else "optimizer"
+    k.touch("optimizer_type", "optimizer")
+    opt = as_word(k.get(key), key, p)
+    if opt is not None:
         r.set("optimizer", names.optimizer(names.KOHYA_OPTIM, opt, key, r.notes), key)
     elif as_bool(k.get("use_8bit_adam"), "use_8bit_adam", p):
         r.set("optimizer", "adamw8bit", "use_8bit_adam")

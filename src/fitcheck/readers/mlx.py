@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from fitcheck.readers import names
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int, as_word
 
 FORMAT = "mlx"
 TRAINER = "mlx"
@@ -51,8 +51,8 @@ def read(data: Doc, path: str, quantized_bits: int | None = None) -> ReadResult:
     )
     r.set("seq_len", as_int(k.get("max_seq_length"), "max_seq_length", path), "max_seq_length")
     r.set("grad_ckpt", as_bool(k.get("grad_checkpoint"), "grad_checkpoint", path), "grad_checkpoint")
-    optim = k.get("optimizer")
-    if isinstance(optim, str):
+    optim = as_word(k.get("optimizer"), "optimizer", path)
+    if optim is not None:
         r.set("optimizer", names.optimizer(names.MLX_OPTIM, optim.lower(), "optimizer", r.notes), "optimizer")
     k.touch("optimizer_config")
     _layers(r, k, kind == "full")
