@@ -10,7 +10,12 @@
   or an unquoted ``no``, ``attn_implementation: [1]``, torchtune ``dtype: 5``, mlx ``optimizer: 5``) was
   dropped without a word and the default sized in its place, listed as "not set here"
   (`fitcheck.readers.base.as_word`); kohya's unknown ``mixed_precision`` word and torchtune's unknown
-  ``dtype`` are noted.
+  ``dtype`` are noted;
+- accelerate ``distributed_type: MEGATRON_LM`` (tensor / pipeline parallel), ``XLA`` or any unknown word was
+  read as 8-GPU DDP without a word, and an unquoted ``distributed_type: NO`` (YAML's false, which the launcher
+  runs as one process) as ``num_processes`` GPUs; the unposable types are refused, an unknown word is one
+  error line, the other devices' data parallel types are read as DDP with a note, false is NO
+  (`fitcheck.readers.accelerate.read`).
 """
 
 from __future__ import annotations
@@ -130,3 +135,32 @@ def test_an_unknown_precision_word_is_noted(name: str, text: str, note: str, tmp
     model = [] if name.startswith("kohya") else ["7B"]
     rc, _, err = invoke(["estimate", *model, "--from", str(cfg), "--on", "none"])
     assert rc == 0 and note in err, err
+
+
+# --- accelerate distributed_type -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "rc", "words"),
+    [
+        ("MEGATRON_LM", 2, "Megatron-LM"),
+        ("XLA", 2, "XLA"),
+        ("MODEL_PARALLEL", 2, "model parallelism"),
+        ("nonsense", 2, "is not one of accelerate's"),
+        ("[1]", 2, "distributed_type must be a name"),
+        ("MULTI_NPU", 0, "read as DDP"),
+        ("NO", 0, "accelerate launches one process"),
+        ("'NO'", 0, "accelerate launches one process"),
+    ],
+)
+def test_accelerate_distributed_types_are_read_or_refused(
+    kind: str, rc: int, words: str, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "accelerate.yaml"
+    cfg.write_text(f"compute_environment: LOCAL_MACHINE\ndistributed_type: {kind}\nnum_processes: 8\n")
+    argv = ["estimate", "7B", "--from", str(cfg), "--on", "none", "--format", "json"]
+    got, out, err = invoke(argv)
+    hold_contract("estimate", argv, got, out, err)
+    assert got == rc and words in err, err
+    if kind in ("NO", "'NO'"):
+        assert '"gpus": 1' in out
