@@ -15,7 +15,14 @@
   read as 8-GPU DDP without a word, and an unquoted ``distributed_type: NO`` (YAML's false, which the launcher
   runs as one process) as ``num_processes`` GPUs; the unposable types are refused, an unknown word is one
   error line, the other devices' data parallel types are read as DDP with a note, false is NO
-  (`fitcheck.readers.accelerate.read`).
+  (`fitcheck.readers.accelerate.read`);
+- a config.json's optional counts and probabilities (``type_vocab_size``, ``max_position_embeddings``,
+  ``n_positions``, ``num_decoder_layers``, ``relative_attention_num_buckets``, ``num_labels``, the dropout
+  keys, the MoE layer steps, ...) went through bare ``int()`` / ``float()``: 2.5 was truncated to 2, 10**12
+  positions or labels or 10**9 decoder layers sized an absurd model with exit 0, and "x" or -2 was an error
+  that named an internal field (``misc_params``, ``resid_dropout``, ``num_layers``) or none at all; each is
+  now a whole number in range (or a probability from 0 to under 1), refused naming its own key
+  (`fitcheck.sources.hf_config._opt_int`, `_opt_prob`).
 """
 
 from __future__ import annotations
@@ -164,3 +171,50 @@ def test_accelerate_distributed_types_are_read_or_refused(
     assert got == rc and words in err, err
     if kind in ("NO", "'NO'"):
         assert '"gpus": 1' in out
+
+
+# --- config.json optional fields -----------------------------------------------------------------------
+
+BERT = {"model_type": "bert", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "vocab_size": 100}  # fmt: skip
+T5 = {"model_type": "t5", "d_model": 64, "d_ff": 128, "num_layers": 2, "num_heads": 4, "d_kv": 16,
+      "vocab_size": 100}  # fmt: skip
+GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100}
+
+
+@pytest.mark.parametrize(
+    ("base", "key", "value", "task"),
+    [
+        (BERT, "type_vocab_size", 2.5, "classification"),
+        (BERT, "type_vocab_size", -2, "classification"),
+        (BERT, "type_vocab_size", "x", "classification"),
+        (BERT, "max_position_embeddings", 10**12, "classification"),
+        (BERT, "num_labels", 10**12, "classification"),
+        (BERT, "hidden_dropout_prob", 7, "classification"),
+        (BERT, "attention_probs_dropout_prob", "x", "classification"),
+        (T5, "num_decoder_layers", 10**9, "seq2seq"),
+        (T5, "num_decoder_layers", 2.7, "seq2seq"),
+        (T5, "relative_attention_num_buckets", -5, "seq2seq"),
+        (GPT2, "n_positions", 10**13, None),
+        (GPT2, "attn_pdrop", [0.1], None),
+    ],
+)
+def test_an_optional_config_field_out_of_range_names_its_key(
+    base: dict[str, object], key: str, value: object, task: str | None, tmp_path: Path
+) -> None:
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({**base, key: value}))
+    argv = ["estimate", str(tmp_path), "--on", "none", *(["--task", task] if task else [])]
+    rc, out, err = invoke(argv)
+    hold_contract("estimate", argv, rc, out, err)
+    assert rc == 2 and f"config.json: {key} must be" in err, err
+
+
+def test_optional_config_fields_in_range_still_read(tmp_path: Path) -> None:
+    import json
+
+    cfg = {**BERT, "type_vocab_size": 2.0, "max_position_embeddings": 512, "hidden_dropout_prob": 0}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    rc, _, err = invoke(["estimate", str(tmp_path), "--on", "none", "--task", "classification"])
+    assert rc == 0, err
