@@ -22,7 +22,10 @@
   positions or labels or 10**9 decoder layers sized an absurd model with exit 0, and "x" or -2 was an error
   that named an internal field (``misc_params``, ``resid_dropout``, ``num_layers``) or none at all; each is
   now a whole number in range (or a probability from 0 to under 1), refused naming its own key
-  (`fitcheck.sources.hf_config._opt_int`, `_opt_prob`).
+  (`fitcheck.sources.hf_config._opt_int`, `_opt_prob`);
+- ``plan --dataset-tokens 1e400`` (or ``1e308T``) was an internal error (OverflowError: round() of
+  infinity), and the count had no upper bound where ``--epochs`` has one; it is now at most 1000T tokens,
+  on the command line and in the library (`fitcheck.commands.plan.parse_tokens`, `fitcheck.units`).
 """
 
 from __future__ import annotations
@@ -218,3 +221,22 @@ def test_optional_config_fields_in_range_still_read(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     rc, _, err = invoke(["estimate", str(tmp_path), "--on", "none", "--task", "classification"])
     assert rc == 0, err
+
+
+# --- dataset tokens ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tokens", ["1e400", "1e308T", "1001T", "99999999999999999999"])
+def test_a_dataset_past_any_corpus_is_one_clear_line(tokens: str) -> None:
+    argv = ["plan", "7B", "--on", "24GB", "--dataset-tokens", tokens, "--format", "json"]
+    rc, out, err = invoke(argv)
+    hold_contract("plan", argv, rc, out, err)
+    assert rc == 2 and "--dataset-tokens" in err and "too large" in err, err
+
+
+def test_the_library_bounds_dataset_tokens_too() -> None:
+    from fitcheck import api
+    from fitcheck.errors import InputError
+
+    with pytest.raises(InputError, match="dataset-tokens"):
+        api.plan("7B", on="24GB", dataset_tokens=10**16)

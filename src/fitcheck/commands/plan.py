@@ -44,7 +44,12 @@ def parse_tokens(text: str) -> int:
     m = _COUNT_RE.match(text)
     if not m:
         raise InputError(f"--dataset-tokens '{text}' is not a count: use e.g. 250M, 1.5B or 2000000")
-    value = round(float(m.group(1)) * _SCALE[m.group(2).upper()])
+    from fitcheck.units import MAX_DATASET_TOKENS
+
+    number = float(m.group(1)) * _SCALE[m.group(2).upper()]
+    if not number <= MAX_DATASET_TOKENS:  # also inf (1e400): round() of it raised OverflowError
+        raise InputError(f"--dataset-tokens '{text}' is too large: up to 1000T tokens (10^15)")
+    value = round(number)
     if value < 1:
         raise InputError(f"--dataset-tokens '{text}' must be at least 1 token")
     return value
