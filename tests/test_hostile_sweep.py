@@ -25,7 +25,12 @@
   (`fitcheck.sources.hf_config._opt_int`, `_opt_prob`);
 - ``plan --dataset-tokens 1e400`` (or ``1e308T``) was an internal error (OverflowError: round() of
   infinity), and the count had no upper bound where ``--epochs`` has one; it is now at most 1000T tokens,
-  on the command line and in the library (`fitcheck.commands.plan.parse_tokens`, `fitcheck.units`).
+  on the command line and in the library (`fitcheck.commands.plan.parse_tokens`, `fitcheck.units`);
+- ``--on auto`` with ``CUDA_VISIBLE_DEVICES`` set to ``""``, ``-1``, an ordinal no GPU has (``5``) or a
+  repeated one (``0,0``), which leave a training process no GPU, sized every GPU of the machine;
+  ``0,-1,1`` and ``0,5,1``, which CUDA cuts after ``0``, sized two. The variable is read as CUDA reads
+  it (as torch mirrors it): no GPU visible sizes this machine's RAM with a note, or is one clear line
+  when the RAM cannot be read (`fitcheck.hardware.budget.visible_ordinals`, `target_from_detection`).
 """
 
 from __future__ import annotations
@@ -240,3 +245,34 @@ def test_the_library_bounds_dataset_tokens_too() -> None:
 
     with pytest.raises(InputError, match="dataset-tokens"):
         api.plan("7B", on="24GB", dataset_tokens=10**16)
+
+
+# --- CUDA_VISIBLE_DEVICES ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cvd", "gpus"), [("1", 1), ("1,0", 2), ("0,-1,1", 1), ("0,5,1", 1), ("1gpu", 1), ("GPU-x", 2)]
+)
+def test_cuda_visible_devices_is_read_as_cuda_reads_it(cvd: str, gpus: int) -> None:
+    from fitcheck import api
+    from hw_replay import env_from_fixture
+
+    t = api.target("auto", probe_env=env_from_fixture("rtx4090_x2", environ={"CUDA_VISIBLE_DEVICES": cvd}))
+    assert t is not None and t.backend == "cuda" and t.gpus == gpus
+
+
+@pytest.mark.parametrize("cvd", ["", "-1", "5", "0,0"])
+def test_cuda_visible_devices_that_hides_every_gpu_sizes_no_gpu(cvd: str) -> None:
+    import dataclasses
+
+    from fitcheck import api
+    from fitcheck.errors import InputError
+    from hw_replay import env_from_fixture, load_fixture
+
+    env = env_from_fixture("rtx4090_x2", environ={"CUDA_VISIBLE_DEVICES": cvd})
+    with pytest.raises(InputError, match="CUDA_VISIBLE_DEVICES"):
+        api.target("auto", probe_env=env)
+    ram = load_fixture("container_cgroup").get("files") or {}
+    t = api.target("auto", probe_env=dataclasses.replace(env, read=lambda path: ram.get(path)))
+    assert t is not None and t.backend == "cpu"
+    assert any("CUDA_VISIBLE_DEVICES" in n and "RAM" in n for n in t.notes)
