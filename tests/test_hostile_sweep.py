@@ -30,7 +30,10 @@
   repeated one (``0,0``), which leave a training process no GPU, sized every GPU of the machine;
   ``0,-1,1`` and ``0,5,1``, which CUDA cuts after ``0``, sized two. The variable is read as CUDA reads
   it (as torch mirrors it): no GPU visible sizes this machine's RAM with a note, or is one clear line
-  when the RAM cannot be read (`fitcheck.hardware.budget.visible_ordinals`, `target_from_detection`).
+  when the RAM cannot be read (`fitcheck.hardware.budget.visible_ordinals`, `target_from_detection`);
+- ``check ... --offload all --host-memory 1MB`` (or a node whose RAM cannot hold the offloaded states) exited
+  0, "fits", with ``target.host_verdict: does_not_fit`` in its document, while ``plan`` judges the same node
+  ``does_not_fit``; ``check`` exits 1 with one stderr line (`fitcheck.commands.check`).
 """
 
 from __future__ import annotations
@@ -276,3 +279,15 @@ def test_cuda_visible_devices_that_hides_every_gpu_sizes_no_gpu(cvd: str) -> Non
     t = api.target("auto", probe_env=dataclasses.replace(env, read=lambda path: ram.get(path)))
     assert t is not None and t.backend == "cpu"
     assert any("CUDA_VISIBLE_DEVICES" in n and "RAM" in n for n in t.notes)
+
+
+# --- check and the node's RAM --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ram", "rc"), [("1MB", 1), ("64GB", 0)])
+def test_check_fails_when_the_node_cannot_hold_the_offload(ram: str, rc: int) -> None:
+    argv = ["check", "7B", "--on", "2x4090", "--strategy", "zero3", "--offload", "all", "--host-memory", ram]
+    got, out, err = invoke([*argv, "--format", "json"])
+    hold_contract("check", [*argv, "--format", "json"], got, out, err)
+    assert got == rc, err
+    assert ("CPU RAM" in err) == (rc == 1)
