@@ -33,7 +33,11 @@
   when the RAM cannot be read (`fitcheck.hardware.budget.visible_ordinals`, `target_from_detection`);
 - ``check ... --offload all --host-memory 1MB`` (or a node whose RAM cannot hold the offloaded states) exited
   0, "fits", with ``target.host_verdict: does_not_fit`` in its document, while ``plan`` judges the same node
-  ``does_not_fit``; ``check`` exits 1 with one stderr line (`fitcheck.commands.check`).
+  ``does_not_fit``; ``check`` exits 1 with one stderr line (`fitcheck.commands.check`);
+- kohya ``network_args = ["conv_dim=abc"]`` or ``conv_dim=-4`` (which sd-scripts' ``int()`` refuses) were
+  read as conv LoRA without a word, ``conv_dim=0`` (no conv LoRA in sd-scripts) sized conv adapters, and a
+  conv_dim other than network_dim was sized at network_dim silently; refused, read as none, and noted
+  (`fitcheck.readers.kohya._conv_dim`).
 """
 
 from __future__ import annotations
@@ -291,3 +295,29 @@ def test_check_fails_when_the_node_cannot_hold_the_offload(ram: str, rc: int) ->
     hold_contract("check", [*argv, "--format", "json"], got, out, err)
     assert got == rc, err
     assert ("CPU RAM" in err) == (rc == 1)
+
+
+# --- kohya conv_dim ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "rc", "targets", "words"),
+    [
+        ('["conv_dim=abc"]', 2, None, "conv_dim must be a whole number"),
+        ('["conv_dim=-4"]', 2, None, "conv_dim must be a whole number"),
+        ('["conv_dim=0"]', 0, "all-linear", "adds no LoRA to the 3x3 convolutions"),
+        ('["conv_dim=8", "conv_alpha=1"]', 0, "conv", "sized at network_dim 16"),
+        ('["conv_dim=16"]', 0, "conv", ""),
+    ],
+)
+def test_kohya_conv_dim_is_read_as_sd_scripts_reads_it(
+    args: str, rc: int, targets: str | None, words: str, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "kohya.toml"
+    cfg.write_text(KOHYA + f"network_dim = 16\nnetwork_args = {args}\n")
+    argv = ["estimate", "--from", str(cfg), "--on", "none", "--format", "json"]
+    got, out, err = invoke(argv)
+    hold_contract("estimate", argv, got, out, err)
+    assert got == rc and words in err, err
+    if targets is not None:
+        assert f'"lora_targets": "{targets}"' in out

@@ -117,11 +117,34 @@ def _network(r: Reading, k: Keys) -> None:
     r.set("lora_alpha", as_float(k.get("network_alpha"), "network_alpha", p), "network_alpha")
     r.set("lora_dropout", as_float(k.get("network_dropout"), "network_dropout", p), "network_dropout")
     args = names.modules(k.get("network_args"), "network_args", p)
-    if any(a.replace(" ", "").startswith("conv_dim=") for a in args):
-        r.set("lora_targets", "conv", "network_args")
+    conv = [a.split("=", 1)[1].strip() for a in args if a.replace(" ", "").startswith("conv_dim=")]
+    if conv:
+        _conv_dim(r, conv[-1])
     unet_only = as_bool(k.get("network_train_unet_only"), "network_train_unet_only", p)
     if unet_only is not None:
         r.set("train_text_encoder", not unet_only, "network_train_unet_only")
+
+
+def _conv_dim(r: Reading, text: str) -> None:
+    """``network_args conv_dim=N`` (networks/lora.py create_network: ``int(conv_dim)``): N > 0 adds LoRA to
+    the 3x3 convolutions, sized at the network's rank; 0 adds none (create_modules skips a module of rank
+    0); text or a negative N would fail in sd-scripts and is refused."""
+    dim = as_int(text, "network_args conv_dim", r.path)
+    if dim is None or dim < 0:
+        from fitcheck.errors import InputError
+
+        raise InputError(
+            f"{r.path}: network_args conv_dim must be a whole number, 0 or more (got {text!r:.40})"
+        )
+    if dim == 0:
+        r.note("network_args conv_dim=0: sd-scripts adds no LoRA to the 3x3 convolutions")
+        return
+    r.set("lora_targets", "conv", "network_args")
+    rank = r.values.get("lora_rank")
+    if rank is not None and rank != dim:
+        r.note(
+            f"network_args conv_dim={dim}: the 3x3 convolutions are sized at network_dim {rank} (an estimate)"
+        )
 
 
 def _common(r: Reading, k: Keys) -> None:
