@@ -37,7 +37,10 @@
 - kohya ``network_args = ["conv_dim=abc"]`` or ``conv_dim=-4`` (which sd-scripts' ``int()`` refuses) were
   read as conv LoRA without a word, ``conv_dim=0`` (no conv LoRA in sd-scripts) sized conv adapters, and a
   conv_dim other than network_dim was sized at network_dim silently; refused, read as none, and noted
-  (`fitcheck.readers.kohya._conv_dim`).
+  (`fitcheck.readers.kohya._conv_dim`);
+- ``--format markdown`` wrote names from the user's files into table cells unescaped: a model folder called
+  ``a|b`` gave ``matrix`` (and every list document) an extra column; cells escape ``|``
+  (`fitcheck.render.md_cell`), as ``hw``'s tables already did.
 """
 
 from __future__ import annotations
@@ -321,3 +324,24 @@ def test_kohya_conv_dim_is_read_as_sd_scripts_reads_it(
     assert got == rc and words in err, err
     if targets is not None:
         assert f'"lora_targets": "{targets}"' in out
+
+
+# --- markdown cells ------------------------------------------------------------------------------------
+
+
+def test_a_pipe_in_a_name_stays_in_its_markdown_cell(tmp_path: Path) -> None:
+    import json
+
+    folder = tmp_path / "a|b"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA_CONFIG))
+    argv = ["matrix", "--on", "24GB", "--models", str(folder), "--format", "markdown"]
+    rc, out, err = invoke(argv)
+    hold_contract("matrix", argv, rc, out, err)
+    header, _, row = out.splitlines()[:3]
+    assert rc == 0 and "a\\|b" in row
+    assert row.replace("\\|", "").count("|") == header.count("|")
+
+
+LLAMA_CONFIG = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000}  # fmt: skip
