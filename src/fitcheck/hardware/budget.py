@@ -87,6 +87,8 @@ def resolve_target(spec: str, headroom: str | None = None, probe_env: ProbeEnv |
         raise InputError(f"--on is empty: {TARGET_HELP}")
     count_match = _COUNT_RE.match(text)
     if count_match and catalog.find_entry(text) is None:
+        if not 1 <= int(count_match.group(1)) <= MAX_GPUS:  # before the device: 0x1GB is a count error
+            raise InputError(f"'{spec}': the device count must be between 1 and {MAX_GPUS}")
         base = _resolve_one(count_match.group(2).strip(), spec, probe_env)
         target = _times(base, int(count_match.group(1)), spec)
     else:
