@@ -41,7 +41,9 @@
   (`fitcheck.readers.kohya._conv_dim`);
 - ``--format markdown`` wrote names from the user's files into table cells unescaped: a model folder called
   ``a|b`` gave ``matrix`` (and every list document) an extra column; cells escape ``|``
-  (`fitcheck.render.md_cell`), as ``hw``'s tables already did.
+  (`fitcheck.render.md_cell`), as ``hw``'s tables already did;
+- mlx-lm ``num_layers: 0`` or ``-5`` was noted as "mlx-lm adapts only the last 0 (-5) blocks"; mlx-lm slices
+  ``model.layers[-max(num_layers, 0):]``, every block, as for -1 (`fitcheck.readers.mlx._layers`).
 """
 
 from __future__ import annotations
@@ -355,3 +357,15 @@ def test_a_pipe_in_a_name_stays_in_its_markdown_cell(tmp_path: Path) -> None:
 
 LLAMA_CONFIG = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
                 "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000}  # fmt: skip
+
+
+# --- mlx-lm num_layers ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("layers", "noted"), [(0, False), (-5, False), (-1, False), (4, True)])
+def test_mlx_num_layers_of_zero_or_less_is_every_block(layers: int, noted: bool, tmp_path: Path) -> None:
+    cfg = tmp_path / "mlx.yaml"
+    cfg.write_text(f"model: 7B\nfine_tune_type: lora\nnum_layers: {layers}\n")
+    rc, _, err = invoke(["estimate", "7B", "--from", str(cfg), "--on", "apple-m3-max-36gb"])
+    assert rc == 0, err
+    assert ("adapts only the last" in err) == noted, err

@@ -65,11 +65,12 @@ DEFAULT_LAYERS = 16
 
 def _layers(r: Reading, k: Keys, full: bool) -> None:
     """``num_layers``: LoRA adapts, and full fine-tuning unfreezes (lora.py: ``model.layers[-num_layers:]``),
-    only the last blocks; fitcheck sizes every block trained, an upper bound, said so. -1 is every block."""
+    only the last blocks; fitcheck sizes every block trained, an upper bound, said so. 0 or less is every
+    block (``model.layers[-max(num_layers, 0):]``: -0 slices from the start), as -1 is documented to be."""
     layers = as_int(k.get("num_layers"), "num_layers", r.path)
     given = layers is not None
     layers = DEFAULT_LAYERS if layers is None else layers
-    if layers == -1:
+    if layers <= 0:
         return
     what = "unfreezes" if full else "adapts"
     where = "num_layers" if given else "num_layers unset (mlx-lm's default)"
