@@ -43,7 +43,9 @@
   ``a|b`` gave ``matrix`` (and every list document) an extra column; cells escape ``|``
   (`fitcheck.render.md_cell`), as ``hw``'s tables already did;
 - mlx-lm ``num_layers: 0`` or ``-5`` was noted as "mlx-lm adapts only the last 0 (-5) blocks"; mlx-lm slices
-  ``model.layers[-max(num_layers, 0):]``, every block, as for -1 (`fitcheck.readers.mlx._layers`).
+  ``model.layers[-max(num_layers, 0):]``, every block, as for -1 (`fitcheck.readers.mlx._layers`);
+- ``plan --emit - --format json`` printed the JSON document and the emitted file on stdout (not one JSON
+  document); refused as ``-o - --format json`` already was (`fitcheck.commands.plan`).
 """
 
 from __future__ import annotations
@@ -369,3 +371,25 @@ def test_mlx_num_layers_of_zero_or_less_is_every_block(layers: int, noted: bool,
     rc, _, err = invoke(["estimate", "7B", "--from", str(cfg), "--on", "apple-m3-max-36gb"])
     assert rc == 0, err
     assert ("adapts only the last" in err) == noted, err
+
+
+# --- plan --emit - -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml", "markdown"])
+def test_emit_to_stdout_with_a_document_format_is_refused(fmt: str) -> None:
+    argv = [
+        "plan",
+        "llama-3.1-8b",
+        "--on",
+        "24GB",
+        "--emit",
+        "-",
+        "--emit-format",
+        "hf.yaml",
+        "--format",
+        fmt,
+    ]
+    rc, out, err = invoke(argv)
+    hold_contract("plan", argv, rc, out, err)
+    assert rc == 2 and "--emit - puts the emitted file on stdout" in err, err

@@ -388,8 +388,9 @@ def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, fr
     if per_process is not None:
         kw["effective_batch"] = per_process * _ranks(kw, tgt)
     kw["canonical"] = _canonical(kw)
-    if out.output_dir == "-" and out.fmt != "table":
-        raise OptionError(f"-o - puts the emitted file on stdout; it cannot also carry --format {out.fmt}")
+    if (out.output_dir == "-" or "-" in out.emit) and out.fmt != "table":
+        how = "-o -" if out.output_dir == "-" else "--emit -"
+        raise OptionError(f"{how} puts the emitted file on stdout; it cannot also carry --format {out.fmt}")
     result, files = run_plan(model, spec, kw, out, tgt)
     _check_destinations(files, out.force, out.chart)
     _write(files, out.force)  # files first: a reader leaving early never stops them being written
