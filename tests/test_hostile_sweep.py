@@ -45,7 +45,10 @@
 - mlx-lm ``num_layers: 0`` or ``-5`` was noted as "mlx-lm adapts only the last 0 (-5) blocks"; mlx-lm slices
   ``model.layers[-max(num_layers, 0):]``, every block, as for -1 (`fitcheck.readers.mlx._layers`);
 - ``plan --emit - --format json`` printed the JSON document and the emitted file on stdout (not one JSON
-  document); refused as ``-o - --format json`` already was (`fitcheck.commands.plan`).
+  document); refused as ``-o - --format json`` already was (`fitcheck.commands.plan`);
+- an error quoting a value whole made one stderr "line" of any length (``--lora-targets``, ``--on``,
+  ``--headroom``, ``--train-modules``, ``--dataset-tokens`` or ``--from`` of 200,000 characters: a 200 KB
+  line); every error line is cut in its middle past 1,000 characters (`fitcheck.terminal.error_line`).
 """
 
 from __future__ import annotations
@@ -393,3 +396,24 @@ def test_emit_to_stdout_with_a_document_format_is_refused(fmt: str) -> None:
     rc, out, err = invoke(argv)
     hold_contract("plan", argv, rc, out, err)
     assert rc == 2 and "--emit - puts the emitted file on stdout" in err, err
+
+
+# --- error line length ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["estimate", "7B", "--on", "none", "--lora-targets", "a" * 200_000],
+        ["estimate", "7B", "--on", "a" * 200_000],
+        ["estimate", "7B", "--on", "24GB", "--headroom", "a" * 200_000],
+        ["estimate", "7B", "--on", "none", "--train-modules", "a" * 200_000],
+        ["plan", "7B", "--on", "24GB", "--dataset-tokens", "a" * 200_000],
+        ["estimate", "7B", "--from", "a" * 200_000],
+    ],
+    ids=["lora-targets", "on", "headroom", "train-modules", "dataset-tokens", "from"],
+)
+def test_an_error_quoting_a_huge_value_stays_one_bounded_line(argv: list[str]) -> None:
+    rc, out, err = invoke(argv)
+    hold_contract(argv[0], argv, rc, out, err)
+    assert rc == 2 and len(err) < 1100 and "characters cut" in err, len(err)
