@@ -71,15 +71,23 @@ def register(app: typer.Typer) -> None:
         doc = c.with_origin(render.estimate_doc(est), est, prov, given)
         c.print_doc(fmt, doc, lambda: render.estimate_table(est, spec, verbose))
         c.print_chart_link(fmt, chart)
-        if est.target.host_verdict == "does_not_fit":  # planner.loop.fit_verdict: never fits, never tight
-            from fitcheck.units import fmt_gib
-
-            need, have = fmt_gib(est.host_bytes or 0), fmt_gib(est.target.host_budget_bytes or 0)
-            sys.stderr.write(
-                f"fitcheck: does not fit: the node's CPU RAM cannot hold what the run keeps there ({need} "
-                f"needed, {have} there; --host-memory sets it)\n"
-            )
+        if _host_short(est):
             return 1
         if est.target.verdict == "tight":
             c.warn_tight(render.verdict_words(est.target.model_dump()), strict)
         return c.verdict_exit(est.target.verdict, strict)
+
+
+def _host_short(est: Any) -> bool:
+    """Whether the node's CPU RAM cannot hold what the run keeps there (``target.host_verdict``), said in
+    one stderr line: ``plan`` judges such a node ``does_not_fit`` (planner.loop.fit_verdict), never tight."""
+    if est.target.host_verdict != "does_not_fit":
+        return False
+    from fitcheck.units import fmt_gib
+
+    need, have = fmt_gib(est.host_bytes or 0), fmt_gib(est.target.host_budget_bytes or 0)
+    sys.stderr.write(
+        f"fitcheck: does not fit: the node's CPU RAM cannot hold what the run keeps there ({need} "
+        f"needed, {have} there; --host-memory sets it)\n"
+    )
+    return True

@@ -75,18 +75,7 @@ def read(data: Doc, path: str, ds: ReadResult | None = None) -> ReadResult:
     k = Keys(data)
     r = Reading(FORMAT, TRAINER, k, path)
     p = path
-    raw = k.get("distributed_type")
-    # an unquoted NO is YAML's false, which the launcher matches to no distributed type: one process
-    kind = "NO" if raw is False else (as_word(raw, "distributed_type", p) or "NO").upper()
-    if kind in UNPOSED_TYPES:
-        raise InputError(
-            f"--from {p}: distributed_type {kind}: {UNPOSED_TYPES[kind]} is not modelled by fitcheck"
-        )
-    if kind not in KNOWN_TYPES:
-        raise InputError(
-            f"--from {p}: distributed_type {k.get('distributed_type')!r:.60} is not one of accelerate's "
-            f"({', '.join(KNOWN_TYPES)})"
-        )
+    kind = _distributed_type(k, p)
     procs = as_int(k.get("num_processes"), "num_processes", p)
     nodes = as_int(k.get("num_machines"), "num_machines", p)
     procs = _process_count(r, procs)
@@ -137,6 +126,23 @@ def read(data: Doc, path: str, ds: ReadResult | None = None) -> ReadResult:
         "main_process_port",
     )
     return r.result()
+
+
+def _distributed_type(k: Keys, p: str) -> str:
+    """``distributed_type`` as accelerate reads it, upper case; the types fitcheck cannot pose refused."""
+    raw = k.get("distributed_type")
+    # an unquoted NO is YAML's false, which the launcher matches to no distributed type: one process
+    kind = "NO" if raw is False else (as_word(raw, "distributed_type", p) or "NO").upper()
+    if kind in UNPOSED_TYPES:
+        raise InputError(
+            f"--from {p}: distributed_type {kind}: {UNPOSED_TYPES[kind]} is not modelled by fitcheck"
+        )
+    if kind not in KNOWN_TYPES:
+        raise InputError(
+            f"--from {p}: distributed_type {k.get('distributed_type')!r:.60} is not one of accelerate's "
+            f"({', '.join(KNOWN_TYPES)})"
+        )
+    return kind
 
 
 def _process_count(r: Reading, procs: int | None) -> int | None:
