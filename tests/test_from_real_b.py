@@ -68,8 +68,9 @@ CASES: dict[str, tuple[str | None, str]] = {
     "kohya_ss/locon-adamw8bit-toml.json": ("sd15", H100),
     "kohya_ss/locon-prodigy.json": ("sd15", H100),
     # accelerate
-    "accelerate/config_yaml_templates/deepspeed.yaml": ("llama-3.1-8b", H100X8),
-    "accelerate/multi_node.yaml": ("llama-3.1-8b", H100X8),
+    # the target's GPU count is the file's: two counts that disagree are refused (test_hostile_sweep)
+    "accelerate/config_yaml_templates/deepspeed.yaml": ("llama-3.1-8b", "2xh100-80gb"),
+    "accelerate/multi_node.yaml": ("llama-3.1-8b", "4xh100-80gb"),  # 8 processes over 2 machines
     "accelerate/fp8.yaml": ("llama-3.1-8b", H100X8),
     "accelerate/cp.yaml": ("llama-3.1-8b", H100X8),
     "accelerate/latest_fsdp.yaml": ("llama-3.1-8b", H100),

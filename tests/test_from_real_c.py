@@ -64,7 +64,7 @@ CASES: dict[str, tuple[str | None, str]] = {
     "accelerate/trl-alst_ulysses_4gpu.yaml": ("llama-3.1-8b", H100X8),
     "accelerate/trl-multi_gpu.yaml": ("llama-3.1-8b", H100X8),
     # TRL's CLI page @f2cd5771: keys trl hands to accelerate launch, a GRPO config
-    "trl/clis-sft-num_processes.yaml": (None, H100X8),
+    "trl/clis-sft-num_processes.yaml": (None, "4xh100-80gb"),  # num_processes: 4
     "trl/clis-sft-accelerate_config.yaml": (None, H100X8),
     "trl/clis-grpo.yaml": (None, H100X8),
     # torchtune @bd2a0fc7

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from typing_extensions import TypedDict, Unpack  # pydantic validates only this TypedDict on 3.11
 
 from fitcheck.errors import InputError, OptionError
+from fitcheck.units import MAX_DATASET_TOKENS
 from fitcheck.vocab import (
     Attention,
     BaseQuant,
@@ -137,7 +138,7 @@ class PlanOptions(_Common, total=False):
     effective_batch: Annotated[int, Field(ge=1, le=1_048_576)] | None
     min_seq_len: Annotated[int, Field(ge=1, le=10_000_000)] | None
     min_resolution: Annotated[int, Field(ge=64, le=8192)] | None
-    dataset_tokens: Annotated[int, Field(ge=1)] | None
+    dataset_tokens: Annotated[int, Field(ge=1, le=MAX_DATASET_TOKENS)] | None
     epochs: Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False)] | None
     strategy: Strategy | None
     offload: Offload | None
@@ -249,6 +250,12 @@ def target(
     from fitcheck.hardware.budget import resolve_target
 
     t = resolve_target(on, headroom, probe_env)
+    if gpus is not None and gpus > 1 and t.gpus > 1 and gpus != t.gpus:
+        # neither may silently win: 8xh100-80gb with --gpus 2 would judge 8 ranks, 2x with --gpus 3 three
+        raise OptionError(
+            f"--gpus {gpus} and --on {t.id} ({t.gpus} GPUs) disagree: give the GPU count once "
+            "(in --on, or with --gpus beside a one-GPU target)"
+        )
     if gpus is not None and gpus > 1 and t.gpus == 1:
         t = t.model_copy(update={"gpus": gpus})
     return t

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from fitcheck.errors import ExitCode, FitcheckError
-from fitcheck.terminal import printable
+from fitcheck.terminal import error_line, printable
 
 app = typer.Typer(
     name="fitcheck",
@@ -878,7 +878,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             code = _run(args, debug)
         except OutputError as exc:
-            sys.stderr.write(f"fitcheck: error: {printable(str(exc))}\n")
+            sys.stderr.write(f"fitcheck: error: {error_line(str(exc))}\n")
             return int(ExitCode.TROUBLE)
         return finish(guard, code)
 
@@ -888,7 +888,7 @@ def _trouble(message: str, debug: bool) -> int:
         import traceback
 
         traceback.print_exc()
-    sys.stderr.write(printable(message) + "\n")
+    sys.stderr.write(error_line(message) + "\n")
     return int(ExitCode.TROUBLE)
 
 
@@ -904,7 +904,7 @@ def _run(args: list[str], debug: bool) -> int:
             import traceback
 
             traceback.print_exc()
-        sys.stderr.write(f"fitcheck: error: {printable(str(exc))}\n")
+        sys.stderr.write(f"fitcheck: error: {error_line(str(exc))}\n")
         return int(exc.exit_code)
     except Exit as exc:
         return int(exc.exit_code)

@@ -94,8 +94,8 @@ def finish(guard: GuardedStdout, code: int) -> int:
     try:
         guard.flush()
     except OutputError as exc:
-        from fitcheck.terminal import printable
+        from fitcheck.terminal import error_line
 
-        sys.stderr.write(f"fitcheck: error: {printable(str(exc))}\n")
+        sys.stderr.write(f"fitcheck: error: {error_line(str(exc))}\n")
         return int(ExitCode.TROUBLE)
     return code

@@ -36,6 +36,12 @@ def dump(data: Any, fmt: str) -> str:
     raise ValueError(fmt)
 
 
+def md_cell(value: object) -> str:
+    """A Markdown table cell: shown inert (`printable`), its ``|`` escaped so a name from the user's files
+    (a folder called ``a|b``) cannot add a column."""
+    return printable(str(value)).replace("|", "\\|")
+
+
 def to_markdown(data: Any) -> str:
     """Markdown for PR comments: the estimate's peak-phase table, or a list of rows."""
     if isinstance(data, list):
@@ -43,7 +49,7 @@ def to_markdown(data: Any) -> str:
             return "(none)\n"
         keys = list(data[0])
         lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-        lines += ["| " + " | ".join(printable(str(r.get(k, ""))) for k in keys) + " |" for r in data]
+        lines += ["| " + " | ".join(md_cell(r.get(k, "")) for k in keys) + " |" for r in data]
         return "\n".join(lines) + "\n"
     if "phases" in data:
         data = printable_tree(data)  # names from the user's files: shown as data, never as layout
@@ -61,7 +67,7 @@ def to_markdown(data: Any) -> str:
         ]
         for c in peak["components"]:
             share = 100 * c["bytes"] / max(1, peak["total_bytes"])
-            out.append(f"| {c['name']} | {_g(c['bytes'])} | {share:.1f}% | {c['rule']} |")
+            out.append(f"| {md_cell(c['name'])} | {_g(c['bytes'])} | {share:.1f}% | {md_cell(c['rule'])} |")
         out += [
             f"| **peak allocated ({data['peak_phase']})** | **{_g(data['peak_allocated_bytes'])}** | | |",
             f"| allocator reserve | {_g(data['allocator_reserve_bytes'])} | | |",
@@ -967,12 +973,14 @@ def plan_markdown(plan: Any) -> str:
         "| choice | reason | rule |",
         "|---|---|---|",
     ]
-    out += [printable(f"| {r.choice} | {r.text} | {r.rule} |") for r in plan.reasons]
+    out += [f"| {md_cell(r.choice)} | {md_cell(r.text)} | {md_cell(r.rule)} |" for r in plan.reasons]
     out += ["", f"| runner-up | GiB | {unit} | why not |", "|---|---:|---:|---|"]
     for r in plan.runners_up:
         x = r.candidate
         speed = _speed(x).split(" ")[0]
-        out.append(f"| {_setup_line(x.setup)} | {_g(x.device_bytes)} | {speed} | {r.reason} |")
+        out.append(
+            f"| {md_cell(_setup_line(x.setup))} | {_g(x.device_bytes)} | {speed} | {md_cell(r.reason)} |"
+        )
     return "\n".join(printable(line) for line in out) + "\n"
 
 

@@ -51,6 +51,21 @@ def printable(text: str) -> str:
     return "".join(_escaped(ch) if is_unsafe(ch) else ch for ch in text)
 
 
+#: The longest error line fitcheck writes: a value quoted whole (``--lora-targets`` of 200,000 characters)
+#: would make one "line" of any length.
+MAX_ERROR_CHARS = 1000
+
+
+def error_line(text: str) -> str:
+    """A message as its one stderr line: `printable`, and past `MAX_ERROR_CHARS` its middle cut (the head
+    names the problem, the tail usually says what to do)."""
+    line = printable(text)
+    if len(line) <= MAX_ERROR_CHARS:
+        return line
+    head, tail = MAX_ERROR_CHARS * 2 // 3, MAX_ERROR_CHARS // 4
+    return f"{line[:head]}... ({len(line) - head - tail:,} characters cut) ...{line[-tail:]}"
+
+
 def printable_lines(text: str) -> str:
     """Like `printable`, but the line breaks of a block fitcheck laid out itself are kept."""
     return "\n".join(printable(line) for line in text.split("\n"))

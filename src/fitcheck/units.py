@@ -23,6 +23,9 @@ GB = 10**9
 MAX_PARAMS = 10**13
 #: Smallest: a model below this has no sensible decoder shape.
 MIN_PARAMS = 10**5
+#: Largest dataset a plan takes (``--dataset-tokens``): 1,000T tokens, some 30 times the largest
+#: pre-training corpora; past it a typo (and past float range an overflow), not a dataset.
+MAX_DATASET_TOKENS = 10**15
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)

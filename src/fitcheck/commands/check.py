@@ -1,7 +1,9 @@
 """``fitcheck check MODEL --on HW``: the fit question for scripts and CI.
 
 Exit 0 when the run fits, 0 with a warning on stderr when it is ``tight`` (the estimate fits, the
-upper edge of its band does not; 1 with ``--strict``), 1 when it does not fit, 2 for trouble.
+upper edge of its band does not; 1 with ``--strict``), 1 when it does not fit, or when the node's
+CPU RAM cannot hold what it needs there (``target.host_verdict``: offload, loading), as ``plan`` judges a
+node; 2 for trouble.
 ``--on`` is required: a CI runner without a GPU would otherwise be sized against its own RAM; ``--on
 none`` is trouble (exit 2), since ``check`` exists to give a verdict.
 ``--format json`` prints the same document as ``estimate``.
@@ -9,6 +11,7 @@ none`` is trouble (exit 2), since ``check`` exists to give a verdict.
 No ``from __future__ import annotations``: typer must see the option types as objects.
 """
 
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -68,6 +71,23 @@ def register(app: typer.Typer) -> None:
         doc = c.with_origin(render.estimate_doc(est), est, prov, given)
         c.print_doc(fmt, doc, lambda: render.estimate_table(est, spec, verbose))
         c.print_chart_link(fmt, chart)
+        if _host_short(est):
+            return 1
         if est.target.verdict == "tight":
             c.warn_tight(render.verdict_words(est.target.model_dump()), strict)
         return c.verdict_exit(est.target.verdict, strict)
+
+
+def _host_short(est: Any) -> bool:
+    """Whether the node's CPU RAM cannot hold what the run keeps there (``target.host_verdict``), said in
+    one stderr line: ``plan`` judges such a node ``does_not_fit`` (planner.loop.fit_verdict), never tight."""
+    if est.target.host_verdict != "does_not_fit":
+        return False
+    from fitcheck.units import fmt_gib
+
+    need, have = fmt_gib(est.host_bytes or 0), fmt_gib(est.target.host_budget_bytes or 0)
+    sys.stderr.write(
+        f"fitcheck: does not fit: the node's CPU RAM cannot hold what the run keeps there ({need} "
+        f"needed, {have} there; --host-memory sets it)\n"
+    )
+    return True

@@ -44,7 +44,12 @@ def parse_tokens(text: str) -> int:
     m = _COUNT_RE.match(text)
     if not m:
         raise InputError(f"--dataset-tokens '{text}' is not a count: use e.g. 250M, 1.5B or 2000000")
-    value = round(float(m.group(1)) * _SCALE[m.group(2).upper()])
+    from fitcheck.units import MAX_DATASET_TOKENS
+
+    number = float(m.group(1)) * _SCALE[m.group(2).upper()]
+    if not number <= MAX_DATASET_TOKENS:  # also inf (1e400): round() of it raised OverflowError
+        raise InputError(f"--dataset-tokens '{text}' is too large: up to 1000T tokens (10^15)")
+    value = round(number)
     if value < 1:
         raise InputError(f"--dataset-tokens '{text}' must be at least 1 token")
     return value
@@ -383,8 +388,9 @@ def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, fr
     if per_process is not None:
         kw["effective_batch"] = per_process * _ranks(kw, tgt)
     kw["canonical"] = _canonical(kw)
-    if out.output_dir == "-" and out.fmt != "table":
-        raise OptionError(f"-o - puts the emitted file on stdout; it cannot also carry --format {out.fmt}")
+    if (out.output_dir == "-" or "-" in out.emit) and out.fmt != "table":
+        how = "-o -" if out.output_dir == "-" else "--emit -"
+        raise OptionError(f"{how} puts the emitted file on stdout; it cannot also carry --format {out.fmt}")
     result, files = run_plan(model, spec, kw, out, tgt)
     _check_destinations(files, out.force, out.chart)
     _write(files, out.force)  # files first: a reader leaving early never stops them being written

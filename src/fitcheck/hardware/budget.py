@@ -19,6 +19,7 @@ from fitcheck.hardware.catalog import HardwareEntry
 from fitcheck.hardware.detected import AppleFacts, CpuMemory, Detection, GpuDevice
 from fitcheck.hardware.env import ProbeEnv
 from fitcheck.models import Backend, BudgetLine, Target
+from fitcheck.terminal import clipped
 from fitcheck.units import GIB, MEM_EXPONENT_RE, MIB, SizeRangeError, fmt_gib, parse_memory
 
 #: Default headroom: none. The estimate's band (engine/band.py) now carries what the old default (5 % of
@@ -86,6 +87,8 @@ def resolve_target(spec: str, headroom: str | None = None, probe_env: ProbeEnv |
         raise InputError(f"--on is empty: {TARGET_HELP}")
     count_match = _COUNT_RE.match(text)
     if count_match and catalog.find_entry(text) is None:
+        if not 1 <= int(count_match.group(1)) <= MAX_GPUS:  # before the device: 0x1GB is a count error
+            raise InputError(f"'{spec}': the device count must be between 1 and {MAX_GPUS}")
         base = _resolve_one(count_match.group(2).strip(), spec, probe_env)
         target = _times(base, int(count_match.group(1)), spec)
     else:
@@ -122,7 +125,8 @@ def _resolve_one(text: str, spec: str, probe_env: ProbeEnv | None) -> Target:
             + f" (write {text}GB if you mean it; {TARGET_HELP})"
         )
     if _SIZE_RE.match(text) or MEM_EXPONENT_RE.match(text):
-        return plain_cuda_target(_size(text, spec))
+        typed = spec.strip()
+        return plain_cuda_target(_size(text, spec), typed if typed.lower() == text else text)
     if _SIZE_PREFIX_RE.match(text):
         raise InputError(
             f"'{spec}' is not a target: did you mean {spec.strip().split('-')[0]}-unified? {TARGET_HELP}"
@@ -294,8 +298,11 @@ def _positive(amount: int, what: str) -> int:
     return amount
 
 
-def plain_cuda_target(memory_bytes: int) -> Target:
-    """``24GB``: a CUDA GPU of that size (binary units), minus a consumer card's typical idle use."""
+def plain_cuda_target(memory_bytes: int, typed: str | None = None) -> Target:
+    """``24GB``: a CUDA GPU of that size (binary units), minus a consumer card's typical idle use.
+
+    ``typed``: the size as the user wrote it, which an error quotes (``24MiB``, not ``0.0234375GB``).
+    """
     label = f"{memory_bytes / GIB:g}"
     lines = _usable_line(
         (
@@ -317,7 +324,7 @@ def plain_cuda_target(memory_bytes: int) -> Target:
         name=f"CUDA GPU with {label} GiB",
         backend="cuda",
         memory_bytes=memory_bytes,
-        usable_bytes=_positive(lines[-1].bytes, f"{label}GB"),
+        usable_bytes=_positive(lines[-1].bytes, typed or f"{label}GB"),
         headroom_bytes=0,
         budget_lines=lines,
         context_bytes=DEFAULT_CONTEXT_MIB["cuda"] * MIB,
@@ -420,13 +427,22 @@ def _need_cpu(mem: CpuMemory | None) -> CpuMemory:
 
 def target_from_detection(det: Detection, environ: dict[str, str] | None = None) -> Target:
     """The target `auto` resolves to: the detected GPU(s), the Mac, or system RAM."""
-    if det.gpus:
-        target = gpu_target(det.gpus, det.backend, environ or {})
+    environ = environ or {}
+    if det.gpus and visible(det.gpus, environ):
+        target = gpu_target(det.gpus, det.backend, environ)
         ram = det.cpu.total_bytes if det.cpu is not None else None
         return target.model_copy(update={"host_memory_bytes": ram})
     if det.apple is not None:
         return apple_target(det.apple)
-    return cpu_target(_need_cpu(det.cpu))
+    if not det.gpus:
+        return cpu_target(_need_cpu(det.cpu))
+    # every GPU hidden: a training process here would see none
+    raw = clipped(repr(environ.get("CUDA_VISIBLE_DEVICES")), 40)
+    hidden = f"CUDA_VISIBLE_DEVICES={raw} leaves none of the {len(det.gpus)} GPU(s) visible"
+    if det.cpu is None:
+        raise InputError(f"{hidden}, and this machine's memory could not be read; give --on, e.g. 24GB")
+    cpu = cpu_target(det.cpu)
+    return cpu.model_copy(update={"notes": (*cpu.notes, f"{hidden}: sized against this machine's RAM")})
 
 
 def apple_target(facts: AppleFacts) -> Target:
@@ -443,13 +459,39 @@ def apple_target(facts: AppleFacts) -> Target:
     )
 
 
+def visible_ordinals(raw: str) -> list[int] | None:
+    """The device ordinals CUDA reads from ``CUDA_VISIBLE_DEVICES`` (as ``torch.cuda._parse_visible_devices``
+    mirrors it, torch 2.13): each entry read like ``strtoul`` (``1gpu`` is 1), an entry that is negative or
+    no number ends the list (``""`` and ``-1`` hide every GPU), a repeated ordinal empties it. None for UUIDs
+    (``GPU-...``, ``MIG-...``), which this reading does not resolve."""
+    if raw.startswith(("GPU-", "MIG-")):
+        return None
+    out: list[int] = []
+    for elem in raw.split(","):
+        digits = re.match(r"[+-]?[0-9]+", elem.strip(), re.ASCII)
+        x = int(digits.group()) if digits else -1
+        if x in out:
+            return []
+        if x < 0:
+            break
+        out.append(x)
+    return out
+
+
 def visible(gpus: Sequence[GpuDevice], environ: dict[str, str]) -> list[GpuDevice]:
-    """GPUs selected by CUDA_VISIBLE_DEVICES when it lists indices (UUIDs and MIG ids: all kept)."""
+    """GPUs selected by CUDA_VISIBLE_DEVICES, in its order (UUIDs and MIG ids: all kept). An ordinal no GPU
+    has ends the list, as CUDA trims it; GPUs torch found are already the visible ones, renumbered from 0."""
     raw = environ.get("CUDA_VISIBLE_DEVICES")
-    if raw is None or not re.fullmatch(r"\s*[0-9]+(\s*,\s*[0-9]+)*\s*", raw):
+    wanted = None if raw is None else visible_ordinals(raw)
+    if wanted is None or any(g.method.startswith("torch") for g in gpus):
         return list(gpus)
-    wanted = [int(x) for x in raw.split(",")]
-    return [g for i in wanted for g in gpus if g.index == i]
+    by_index = {g.index: g for g in gpus}
+    out: list[GpuDevice] = []
+    for i in wanted:
+        if i not in by_index:
+            break
+        out.append(by_index[i])
+    return out
 
 
 def gpu_target(gpus: Sequence[GpuDevice], backend: Backend, environ: dict[str, str]) -> Target:

@@ -29,7 +29,7 @@ from fitcheck.models import (
     Target,
     VerdictName,
 )
-from fitcheck.units import GIB
+from fitcheck.units import GIB, MAX_DATASET_TOKENS
 from fitcheck.vocab import MethodChoice
 
 #: Default effective batch (examples per optimizer step, all GPUs): micro-batches of 1-16 with
@@ -93,7 +93,7 @@ class PlanRequest(Frozen):
     precision: Precision | None = None
     strategy: Strategy | None = Field(default=None, description="None: searched when there are several GPUs")
     offload: Offload | None = Field(default=None, description="None: searched (none first)")
-    dataset_tokens: int | None = Field(default=None, ge=1)
+    dataset_tokens: int | None = Field(default=None, ge=1, le=MAX_DATASET_TOKENS)
     epochs: float | None = Field(default=None, gt=0)
 
     @property

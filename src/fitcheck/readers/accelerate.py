@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from fitcheck.errors import InputError
 from fitcheck.facts.deepspeed import ZERO_DEFAULTS
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_int
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_int, as_word
 from fitcheck.readers.deepspeed import STAGES
 
 FORMAT = "accelerate"
@@ -38,6 +38,36 @@ SHARDING = {
     "4": "fsdp-hybrid",
 }
 PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}
+#: accelerate's ``DistributedType`` values that launch data-parallel processes on another device than an
+#: NVIDIA/AMD GPU (utils/dataclasses.py, 1.16.0): read as DDP, with a note.
+OTHER_DEVICE_DP = frozenset(
+    {
+        "MULTI_CPU",
+        "MULTI_NPU",
+        "MULTI_MLU",
+        "MULTI_SDAA",
+        "MULTI_MUSA",
+        "MULTI_XPU",
+        "MULTI_HPU",
+        "MULTI_NEURON",
+    }
+)
+#: ``DistributedType`` values whose runs fitcheck cannot pose, and why.
+UNPOSED_TYPES = {
+    "MEGATRON_LM": "Megatron-LM tensor / pipeline parallelism",
+    "XLA": "TPU training through XLA",
+    "MODEL_PARALLEL": "SageMaker model parallelism",
+}
+#: SageMaker's ``DATA_PARALLEL`` (compute_environment AMAZON_SAGEMAKER; SageMakerDistributedType) is DDP.
+KNOWN_TYPES = (
+    "NO",
+    "MULTI_GPU",
+    "DATA_PARALLEL",
+    "DEEPSPEED",
+    "FSDP",
+    *sorted(OTHER_DEVICE_DP),
+    *UNPOSED_TYPES,
+)
 
 
 def read(data: Doc, path: str, ds: ReadResult | None = None) -> ReadResult:
@@ -45,7 +75,7 @@ def read(data: Doc, path: str, ds: ReadResult | None = None) -> ReadResult:
     k = Keys(data)
     r = Reading(FORMAT, TRAINER, k, path)
     p = path
-    kind = str(k.get("distributed_type", "NO")).upper()
+    kind = _distributed_type(k, p)
     procs = as_int(k.get("num_processes"), "num_processes", p)
     nodes = as_int(k.get("num_machines"), "num_machines", p)
     procs = _process_count(r, procs)
@@ -56,15 +86,21 @@ def read(data: Doc, path: str, ds: ReadResult | None = None) -> ReadResult:
         r.set("gpus", per_node, "num_processes")
     if nodes and nodes > 1:
         r.set("nodes", nodes, "num_machines")
-    mp = k.get("mixed_precision")
-    if isinstance(mp, str):
+    mp = as_word(k.get("mixed_precision"), "mixed_precision", p)
+    if mp is not None:
         r.set("precision", PRECISION.get(mp), "mixed_precision")
         if mp == "fp8":  # TransformerEngine / torchao / MS-AMP recipes (utils/dataclasses.py FP8RecipeKwargs)
             raise InputError(f"--from {p}: mixed_precision fp8: FP8 training is not modelled by fitcheck")
         if mp not in PRECISION:
             r.note(f"mixed_precision {mp!r} has no fitcheck model")
-    if kind == "MULTI_GPU":
+    if kind in ("MULTI_GPU", "DATA_PARALLEL"):
         r.set("strategy", "ddp", "distributed_type")
+    elif kind in OTHER_DEVICE_DP:
+        r.set("strategy", "ddp", "distributed_type")
+        r.note(
+            f"distributed_type {kind}: data parallel on {kind.removeprefix('MULTI_').lower()} devices, read "
+            "as DDP; judge it against that device's memory with --on (a size, e.g. 64GB)"
+        )
     elif kind == "DEEPSPEED":
         _deepspeed(r, k, ds is not None)
     elif kind == "FSDP":
@@ -90,6 +126,23 @@ def read(data: Doc, path: str, ds: ReadResult | None = None) -> ReadResult:
         "main_process_port",
     )
     return r.result()
+
+
+def _distributed_type(k: Keys, p: str) -> str:
+    """``distributed_type`` as accelerate reads it, upper case; the types fitcheck cannot pose refused."""
+    raw = k.get("distributed_type")
+    # an unquoted NO is YAML's false, which the launcher matches to no distributed type: one process
+    kind = "NO" if raw is False else (as_word(raw, "distributed_type", p) or "NO").upper()
+    if kind in UNPOSED_TYPES:
+        raise InputError(
+            f"--from {p}: distributed_type {kind}: {UNPOSED_TYPES[kind]} is not modelled by fitcheck"
+        )
+    if kind not in KNOWN_TYPES:
+        raise InputError(
+            f"--from {p}: distributed_type {k.get('distributed_type')!r:.60} is not one of accelerate's "
+            f"({', '.join(KNOWN_TYPES)})"
+        )
+    return kind
 
 
 def _process_count(r: Reading, procs: int | None) -> int | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from fitcheck.errors import InputError
 from fitcheck.readers import names
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int, as_word
 from fitcheck.readers.base import unpacked_note as note_unpacked
 from fitcheck.readers.hfargs import distributed, use_reentrant
 from fitcheck.readers.unposed import refuse
@@ -61,8 +61,8 @@ def read(data: Doc, path: str) -> ReadResult:
         r.set("grad_accum", accum, "gradient_accumulation_steps")
     _checkpointing(r, k)
     _precision(r, k)
-    optim = k.get("optimizer")
-    if isinstance(optim, str):
+    optim = as_word(k.get("optimizer"), "optimizer", path)
+    if optim is not None:
         r.set("optimizer", names.optimizer(names.HF_OPTIM, optim, "optimizer", r.notes), "optimizer")
         r.set("optimizer_impl", names.HF_OPTIM_IMPL.get(optim), "optimizer")
     _attention(r, k)
@@ -215,8 +215,8 @@ def _precision(r: Reading, k: Keys) -> None:
 
 
 def _attention(r: Reading, k: Keys) -> None:
-    impl = k.get("attn_implementation")
-    if isinstance(impl, str):
+    impl = as_word(k.get("attn_implementation"), "attn_implementation", r.path)
+    if impl is not None:
         found = names.hf_attn(impl)
         r.set("attn", found, "attn_implementation")
         if found is None:

@@ -232,6 +232,20 @@ def as_float(value: object, key: str, path: str) -> float | None:
     return number
 
 
+def as_word(value: object, key: str, path: str) -> str | None:
+    """A setting that names something (an optimizer, a dtype, a kernel): text, or unset. A number, a list or a
+    mapping is refused here rather than read as unset, which would size the default in its place without a
+    word."""
+    if value is None or isinstance(value, str):
+        return value
+    hint = (
+        " (YAML reads an unquoted no, yes, off or on as a boolean: quote the word)"
+        if isinstance(value, bool)
+        else ""
+    )
+    raise InputError(f"{path}: {key} must be a name (got {_short(value)}){hint}")
+
+
 def as_bool(value: object, key: str, path: str) -> bool | None:
     """A flag; YAML/TOML/JSON booleans, and the strings a hand-written file may carry."""
     if value is None or value == "auto":

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from fitcheck.errors import FitcheckError, InputError
 from fitcheck.readers import names
-from fitcheck.readers.base import Keys, Reading, _short, as_bool, as_int
+from fitcheck.readers.base import Keys, Reading, _short, as_bool, as_int, as_word
 
 #: transformers ``fsdp`` option words -> fitcheck strategy (FSDP's ShardingStrategy names).
 FSDP_WORDS = {"full_shard": "fsdp", "shard_grad_op": "fsdp-grad-op", "hybrid_shard": "fsdp-hybrid"}
@@ -50,8 +50,8 @@ def training_args(r: Reading, k: Keys) -> None:
         r.set("precision", "bf16", "bf16")
     elif fp16:
         r.set("precision", "fp16", "fp16")
-    optim = k.get("optim")
-    if isinstance(optim, str):
+    optim = as_word(k.get("optim"), "optim", p)
+    if optim is not None:
         r.set("optimizer", names.optimizer(names.HF_OPTIM, optim, "optim", r.notes), "optim")
         r.set("optimizer_impl", names.HF_OPTIM_IMPL.get(optim), "optim")
     # torch_compile: Trainer hands accelerate a TorchDynamoPlugin, which compiles the whole prepared model

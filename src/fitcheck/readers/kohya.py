@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from fitcheck.readers import names
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int, as_word
 
 FORMAT = "kohya"
 FORMAT_GUI = "kohya_ss"
@@ -117,11 +117,34 @@ def _network(r: Reading, k: Keys) -> None:
     r.set("lora_alpha", as_float(k.get("network_alpha"), "network_alpha", p), "network_alpha")
     r.set("lora_dropout", as_float(k.get("network_dropout"), "network_dropout", p), "network_dropout")
     args = names.modules(k.get("network_args"), "network_args", p)
-    if any(a.replace(" ", "").startswith("conv_dim=") for a in args):
-        r.set("lora_targets", "conv", "network_args")
+    conv = [a.split("=", 1)[1].strip() for a in args if a.replace(" ", "").startswith("conv_dim=")]
+    if conv:
+        _conv_dim(r, conv[-1])
     unet_only = as_bool(k.get("network_train_unet_only"), "network_train_unet_only", p)
     if unet_only is not None:
         r.set("train_text_encoder", not unet_only, "network_train_unet_only")
+
+
+def _conv_dim(r: Reading, text: str) -> None:
+    """``network_args conv_dim=N`` (networks/lora.py create_network: ``int(conv_dim)``): N > 0 adds LoRA to
+    the 3x3 convolutions, sized at the network's rank; 0 adds none (create_modules skips a module of rank
+    0); text or a negative N would fail in sd-scripts and is refused."""
+    dim = as_int(text, "network_args conv_dim", r.path)
+    if dim is None or dim < 0:
+        from fitcheck.errors import InputError
+
+        raise InputError(
+            f"{r.path}: network_args conv_dim must be a whole number, 0 or more (got {text!r:.40})"
+        )
+    if dim == 0:
+        r.note("network_args conv_dim=0: sd-scripts adds no LoRA to the 3x3 convolutions")
+        return
+    r.set("lora_targets", "conv", "network_args")
+    rank = r.values.get("lora_rank")
+    if rank is not None and rank != dim:
+        r.note(
+            f"network_args conv_dim={dim}: the 3x3 convolutions are sized at network_dim {rank} (an estimate)"
+        )
 
 
 def _common(r: Reading, k: Keys) -> None:
@@ -137,9 +160,11 @@ def _common(r: Reading, k: Keys) -> None:
         as_bool(k.get("gradient_checkpointing"), "gradient_checkpointing", p),
         "gradient_checkpointing",
     )
-    mp = k.get("mixed_precision")
-    if isinstance(mp, str):
+    mp = as_word(k.get("mixed_precision"), "mixed_precision", p)
+    if mp is not None:
         r.set("precision", {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}.get(mp), "mixed_precision")
+        if mp not in ("no", "fp16", "bf16"):
+            r.note(f"mixed_precision {_short(mp)} has no fitcheck model (no, fp16, bf16); fp32 is assumed")
     for key in ("full_bf16", "full_fp16"):
         if as_bool(k.get(key), key, p):
             r.set(key, True, key)
@@ -207,9 +232,10 @@ def _attention(r: Reading, k: Keys) -> None:
 
 def _optimizer(r: Reading, k: Keys) -> None:
     p = r.path
-    opt = k.get("optimizer_type", k.get("optimizer"))
-    if isinstance(opt, str):
-        key = "optimizer_type" if k.has("optimizer_type") else "optimizer"
+    key = "optimizer_type" if k.has("optimizer_type") else "optimizer"
+    k.touch("optimizer_type", "optimizer")
+    opt = as_word(k.get(key), key, p)
+    if opt is not None:
         r.set("optimizer", names.optimizer(names.KOHYA_OPTIM, opt, key, r.notes), key)
     elif as_bool(k.get("use_8bit_adam"), "use_8bit_adam", p):
         r.set("optimizer", "adamw8bit", "use_8bit_adam")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from fitcheck.readers import names
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int, as_word
 
 FORMAT = "mlx"
 TRAINER = "mlx"
@@ -51,8 +51,8 @@ def read(data: Doc, path: str, quantized_bits: int | None = None) -> ReadResult:
     )
     r.set("seq_len", as_int(k.get("max_seq_length"), "max_seq_length", path), "max_seq_length")
     r.set("grad_ckpt", as_bool(k.get("grad_checkpoint"), "grad_checkpoint", path), "grad_checkpoint")
-    optim = k.get("optimizer")
-    if isinstance(optim, str):
+    optim = as_word(k.get("optimizer"), "optimizer", path)
+    if optim is not None:
         r.set("optimizer", names.optimizer(names.MLX_OPTIM, optim.lower(), "optimizer", r.notes), "optimizer")
     k.touch("optimizer_config")
     _layers(r, k, kind == "full")
@@ -65,11 +65,12 @@ DEFAULT_LAYERS = 16
 
 def _layers(r: Reading, k: Keys, full: bool) -> None:
     """``num_layers``: LoRA adapts, and full fine-tuning unfreezes (lora.py: ``model.layers[-num_layers:]``),
-    only the last blocks; fitcheck sizes every block trained, an upper bound, said so. -1 is every block."""
+    only the last blocks; fitcheck sizes every block trained, an upper bound, said so. 0 or less is every
+    block (``model.layers[-max(num_layers, 0):]``: -0 slices from the start), as -1 is documented to be."""
     layers = as_int(k.get("num_layers"), "num_layers", r.path)
     given = layers is not None
     layers = DEFAULT_LAYERS if layers is None else layers
-    if layers == -1:
+    if layers <= 0:
         return
     what = "unfreezes" if full else "adapts"
     where = "num_layers" if given else "num_layers unset (mlx-lm's default)"

@@ -30,7 +30,7 @@ import re
 
 from fitcheck.errors import InputError
 from fitcheck.readers import names
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int, as_word
 
 FORMAT = "torchtune"
 TRAINER = "torchtune"
@@ -147,9 +147,11 @@ def read(data: Doc, path: str, recipe: str | None = None) -> ReadResult:
         r.set("offload_activations", True, "enable_activation_offloading")
     # the recipes read ``cfg.compile`` and compile each layer and the loss (training/_compile.py @30b8519e)
     r.set("compile", as_bool(k.get("compile"), "compile", path), "compile")
-    dtype = k.get("dtype")
-    if isinstance(dtype, str):
+    dtype = as_word(k.get("dtype"), "dtype", path)
+    if dtype is not None:
         r.set("precision", names.DTYPES.get(dtype), "dtype")
+        if dtype not in names.DTYPES:
+            r.note(f"dtype {_short(dtype)} is not a dtype fitcheck knows")
     _optimizer(r, k)
     loss = k.sub("loss")
     if loss is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from fitcheck.errors import InputError
 from fitcheck.readers import names
 from fitcheck.readers.accelerate import plugin_defaults
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int, as_word
 from fitcheck.readers.base import unpacked_note as note_unpacked
 from fitcheck.readers.hfargs import training_args
 from fitcheck.readers.unposed import refuse
@@ -37,8 +37,8 @@ def read(data: Doc, path: str) -> ReadResult:
         if k.has(key):
             r.set("seq_len", as_int(k.get(key), key, path), key)
     _peft(r, k)
-    attn = k.get("attn_implementation")
-    if isinstance(attn, str):
+    attn = as_word(k.get("attn_implementation"), "attn_implementation", path)
+    if attn is not None:
         found = names.hf_attn(attn)
         r.set("attn", found, "attn_implementation")
         if found is None:

@@ -155,13 +155,48 @@ def _opt(cfg: Config, key: str, default: Any) -> Any:
     return default if value is None else value
 
 
+#: The largest value an optional count or size of a config.json may take (the widest of `SIZE_BOUNDS`).
+OPT_BOUND = 67_108_864
+#: Optional counts that may be -1 (DeBERTa's "unset" position spans, ERNIE's "to the last layer").
+MINUS_ONE_OK = frozenset({"position_buckets", "max_relative_positions", "moe_layer_end_index"})
+
+
+def _opt_int(cfg: Config, key: str, default: int, lo: int = 0, hi: int = OPT_BOUND) -> int:
+    """An optional whole-number field: the default when absent, else a whole number from ``lo`` to ``hi``
+    (-1 too for `MINUS_ONE_OK`), refused naming its key: ``int()`` would truncate 2.5, raise without the
+    key for "x" or a list, and let 10**12 through (a model of absurd size)."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if whole and (lo <= value <= hi or (value == -1 and key in MINUS_ONE_OK)):
+        return int(value)
+    raise ModelSourceError(
+        f"config.json: {key} must be a whole number from {lo:,} to {hi:,} (got {clipped(repr(value))})"
+    )
+
+
+def _opt_prob(cfg: Config, key: str, default: float) -> float:
+    """An optional dropout probability: the default when absent, else a number from 0 to under 1."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1:
+        return float(value)
+    raise ModelSourceError(
+        f"config.json: {key} must be a probability from 0 to under 1 (got {clipped(repr(value))})"
+    )
+
+
 # ---------------------------------------------------------------------------------------------------
 # Features: derived fields that need arithmetic. Each takes the (defaults-merged) config and the fields
 # built so far, and returns the fields it sets.
 
 
 def _moe_layers(cfg: Config, n_layers: int) -> int:
-    step = int(_opt(cfg, "decoder_sparse_step", 1))
+    step = _opt_int(cfg, "decoder_sparse_step", 1)
     dense_only = set(_opt(cfg, "mlp_only_layers", []))
     return sum(1 for i in range(n_layers) if i not in dense_only and step > 0 and (i + 1) % step == 0)
 
@@ -185,14 +220,14 @@ def _qwen_moe(cfg: Config, d: Fields) -> Fields:
         "num_experts": int(_need(cfg, "num_experts", "num_local_experts")),
         "experts_per_token": int(_need(cfg, "num_experts_per_tok")),
         "moe_intermediate_size": int(_need(cfg, "moe_intermediate_size")),
-        "shared_expert_intermediate_size": int(_opt(cfg, "shared_expert_intermediate_size", 0)),
+        "shared_expert_intermediate_size": _opt_int(cfg, "shared_expert_intermediate_size", 0),
         "shared_expert_gate": bool(_opt(cfg, "shared_expert_intermediate_size", 0)),
         "moe_layers": _moe_layers(cfg, d["num_layers"]),
     }
 
 
 def _granite_shared(cfg: Config, d: Fields) -> Fields:
-    return {"shared_expert_intermediate_size": int(_opt(cfg, "shared_intermediate_size", 0))}
+    return {"shared_expert_intermediate_size": _opt_int(cfg, "shared_intermediate_size", 0)}
 
 
 def _deepseek(cfg: Config, d: Fields) -> Fields:
@@ -200,7 +235,7 @@ def _deepseek(cfg: Config, d: Fields) -> Fields:
     ``moe_layer_freq``-th layer, with ``n_shared_experts`` always-on experts (no gate)."""
     nope, rope = int(_need(cfg, "qk_nope_head_dim")), int(_need(cfg, "qk_rope_head_dim"))
     n = d["num_layers"]
-    first, freq = int(_opt(cfg, "first_k_dense_replace", 0)), int(_opt(cfg, "moe_layer_freq", 1))
+    first, freq = _opt_int(cfg, "first_k_dense_replace", 0), _opt_int(cfg, "moe_layer_freq", 1)
     moe = sum(1 for i in range(first, n) if i % freq == 0) if cfg.get("n_routed_experts") else 0
     width = int(_need(cfg, "moe_intermediate_size"))
     return {
@@ -211,10 +246,10 @@ def _deepseek(cfg: Config, d: Fields) -> Fields:
         "v_head_dim": int(_need(cfg, "v_head_dim")),
         "head_dim": nope + rope,
         "num_kv_heads": d["num_heads"],
-        "num_experts": int(_opt(cfg, "n_routed_experts", 0)),
-        "experts_per_token": int(_opt(cfg, "num_experts_per_tok", 0)) if moe else 0,
+        "num_experts": _opt_int(cfg, "n_routed_experts", 0),
+        "experts_per_token": _opt_int(cfg, "num_experts_per_tok", 0) if moe else 0,
         "moe_intermediate_size": width,
-        "shared_expert_intermediate_size": width * int(_opt(cfg, "n_shared_experts", 0)),
+        "shared_expert_intermediate_size": width * _opt_int(cfg, "n_shared_experts", 0),
         "moe_layers": moe,
     }
 
@@ -224,13 +259,13 @@ def _llama4_text(cfg: Config, d: Fields) -> Fields:
     one shared expert of the expert width; dense layers use ``intermediate_size_mlp``."""
     n = d["num_layers"]
     listed = cfg.get("moe_layers")
-    step = int(_opt(cfg, "interleave_moe_layer_step", 1))
+    step = _opt_int(cfg, "interleave_moe_layer_step", 1)
     moe = len(listed) if isinstance(listed, list) else sum(1 for i in range(n) if (i + 1) % step == 0)
     width = int(_need(cfg, "intermediate_size"))
     return {
-        "intermediate_size": int(_opt(cfg, "intermediate_size_mlp", width)),
+        "intermediate_size": _opt_int(cfg, "intermediate_size_mlp", width),
         "num_experts": int(_need(cfg, "num_local_experts")),
-        "experts_per_token": int(_opt(cfg, "num_experts_per_tok", 1)),
+        "experts_per_token": _opt_int(cfg, "num_experts_per_tok", 1),
         "moe_intermediate_size": width,
         "shared_expert_intermediate_size": width,
         "moe_layers": moe,
@@ -240,7 +275,7 @@ def _llama4_text(cfg: Config, d: Fields) -> Fields:
 def _falcon(cfg: Config, d: Fields) -> Fields:
     """Falcon: kv heads from ``new_decoder_architecture`` / ``multi_query``; one or two input norms."""
     new = bool(_opt(cfg, "new_decoder_architecture", False))
-    kv = int(_opt(cfg, "num_kv_heads", d["num_heads"])) if new else 1
+    kv = _opt_int(cfg, "num_kv_heads", d["num_heads"]) if new else 1
     if not new and not bool(_opt(cfg, "multi_query", True)):
         kv = d["num_heads"]
     parallel = bool(_opt(cfg, "parallel_attn", True)) or new
@@ -250,7 +285,7 @@ def _falcon(cfg: Config, d: Fields) -> Fields:
         "num_kv_heads": kv,
         "parallel_block": parallel,
         "norms_per_layer": (2 if n_ln == 2 else 1) if parallel else 2,
-        "intermediate_size": int(_opt(cfg, "ffn_hidden_size", 4 * d["hidden_size"])),
+        "intermediate_size": _opt_int(cfg, "ffn_hidden_size", 4 * d["hidden_size"]),
         "qkv_bias": bias,
         "o_bias": bias,
         "mlp_bias": bias,
@@ -300,14 +335,14 @@ def _mpt(cfg: Config, d: Fields) -> Fields:
 
 def _opt_model(cfg: Config, d: Fields) -> Fields:
     """OPT: learned positions with an offset of 2 rows; the final norm only with pre-norm layers."""
-    wep = int(_opt(cfg, "word_embed_proj_dim", d["hidden_size"]))
+    wep = _opt_int(cfg, "word_embed_proj_dim", d["hidden_size"])
     if wep != d["hidden_size"]:
         raise ModelSourceError(
             "OPT with word_embed_proj_dim != hidden_size (opt-350m) is not modelled; other OPT sizes are"
         )
     bias = bool(_opt(cfg, "enable_bias", True))
     return {
-        "learned_positions": int(_opt(cfg, "max_position_embeddings", 2048)) + 2,
+        "learned_positions": _opt_int(cfg, "max_position_embeddings", 2048) + 2,
         "final_norm": bool(_opt(cfg, "do_layer_norm_before", True))
         and not bool(_opt(cfg, "_remove_final_layer_norm", False)),
         "norm_weight": bool(_opt(cfg, "layer_norm_elementwise_affine", True)),
@@ -315,24 +350,24 @@ def _opt_model(cfg: Config, d: Fields) -> Fields:
         "qkv_bias": bias,
         "o_bias": bias,
         "mlp_bias": bias,
-        "resid_dropout": float(_opt(cfg, "dropout", 0.1)),
+        "resid_dropout": _opt_prob(cfg, "dropout", 0.1),
     }
 
 
 def _gpt2(cfg: Config, d: Fields) -> Fields:
     return {
-        "learned_positions": int(_opt(cfg, "n_positions", 1024)),
+        "learned_positions": _opt_int(cfg, "n_positions", 1024),
         # GPT2Config defaults: 0.1 each (configuration_gpt2.py); HF trains with them on.
-        "attn_dropout": float(_opt(cfg, "attn_pdrop", 0.1)),
-        "resid_dropout": float(_opt(cfg, "resid_pdrop", 0.1)),
-        "embd_dropout": float(_opt(cfg, "embd_pdrop", 0.1)),
+        "attn_dropout": _opt_prob(cfg, "attn_pdrop", 0.1),
+        "resid_dropout": _opt_prob(cfg, "resid_pdrop", 0.1),
+        "embd_dropout": _opt_prob(cfg, "embd_pdrop", 0.1),
     }
 
 
 def _chatglm(cfg: Config, d: Fields) -> Fields:
     mq = bool(_opt(cfg, "multi_query_attention", False))
     return {
-        "num_kv_heads": int(_opt(cfg, "multi_query_group_num", 1)) if mq else d["num_heads"],
+        "num_kv_heads": _opt_int(cfg, "multi_query_group_num", 1) if mq else d["num_heads"],
         "norm": "rms" if bool(_opt(cfg, "rmsnorm", True)) else "layer",
         "final_norm": bool(_opt(cfg, "post_layer_norm", True)),
     }
@@ -342,11 +377,11 @@ def _encoder(cfg: Config, d: Fields) -> Fields:
     """BERT / RoBERTa: learned positions, token types, post-norm layers, a pooler before the labels."""
     h = d["hidden_size"]
     return {
-        "learned_positions": int(_opt(cfg, "max_position_embeddings", 512)),
-        "misc_params": int(_opt(cfg, "type_vocab_size", 2)) * h,
-        "attn_dropout": float(_opt(cfg, "attention_probs_dropout_prob", 0.1)),
-        "resid_dropout": float(_opt(cfg, "hidden_dropout_prob", 0.1)),
-        "num_labels": int(_opt(cfg, "num_labels", len(cfg.get("id2label") or {}) or 2)),
+        "learned_positions": _opt_int(cfg, "max_position_embeddings", 512),
+        "misc_params": _opt_int(cfg, "type_vocab_size", 2) * h,
+        "attn_dropout": _opt_prob(cfg, "attention_probs_dropout_prob", 0.1),
+        "resid_dropout": _opt_prob(cfg, "hidden_dropout_prob", 0.1),
+        "num_labels": _opt_int(cfg, "num_labels", len(cfg.get("id2label") or {}) or 2),
     }
 
 
@@ -355,14 +390,14 @@ def _deberta_v2(cfg: Config, d: Fields) -> Fields:
     absolute positions, token types and a projection when ``embedding_size`` differs."""
     h = d["hidden_size"]
     out = _encoder(cfg, d)
-    maxpos = int(_opt(cfg, "max_position_embeddings", 512))
+    maxpos = _opt_int(cfg, "max_position_embeddings", 512)
     out["learned_positions"] = maxpos if bool(_opt(cfg, "position_biased_input", True)) else 0
-    misc = int(_opt(cfg, "type_vocab_size", 0)) * h
-    if int(_opt(cfg, "embedding_size", h)) != h:
+    misc = _opt_int(cfg, "type_vocab_size", 0) * h
+    if _opt_int(cfg, "embedding_size", h) != h:
         raise ModelSourceError("DeBERTa with embedding_size != hidden_size is not modelled")
     if bool(_opt(cfg, "relative_attention", False)):
-        buckets = int(_opt(cfg, "position_buckets", -1))
-        rel = int(_opt(cfg, "max_relative_positions", -1))
+        buckets = _opt_int(cfg, "position_buckets", -1)
+        rel = _opt_int(cfg, "max_relative_positions", -1)
         size = buckets if buckets > 0 else (rel if rel >= 1 else maxpos)
         misc += 2 * size * h
         if "layer_norm" in [x.strip() for x in str(_opt(cfg, "norm_rel_ebd", "none")).lower().split("|")]:
@@ -374,11 +409,11 @@ def _deberta_v2(cfg: Config, d: Fields) -> Fields:
             misc += d["num_layers"] * sum(h * h + h for t in ("c2p", "p2c") if t in pos)
         out["rel_terms"] = sum(1 for t in ("c2p", "p2c") if t in pos)
         out["rel_span"] = size  # DisentangledSelfAttention.pos_ebd_size (the gathered 2 x span columns)
-    kernel = int(_opt(cfg, "conv_kernel_size", 0))
+    kernel = _opt_int(cfg, "conv_kernel_size", 0)
     if kernel:
         # ConvLayer (modeling_deberta_v2.py): Conv1d(h, h, kernel, groups) with bias, then a LayerNorm,
         # applied once, to the first layer's output (deberta-v2-xlarge / xxlarge: kernel 3)
-        groups = int(_opt(cfg, "conv_groups", 1))
+        groups = _opt_int(cfg, "conv_groups", 1)
         if groups < 1 or h % groups:
             raise ModelSourceError(f"config.json: conv_groups must divide hidden_size (got {groups})")
         misc += h * (h // groups) * kernel + h + 2 * h
@@ -390,20 +425,19 @@ def _deberta_v2(cfg: Config, d: Fields) -> Fields:
 def _t5(cfg: Config, d: Fields) -> Fields:
     """T5: relative position bias in the first layer of each stack; gated-gelu in v1.1 / Flan."""
     heads = d["num_heads"]
-    dec = cfg.get("num_decoder_layers")
     proj = str(_opt(cfg, "feed_forward_proj", "relu"))
     return {
         "encoder_layers": d["num_layers"],
-        "num_layers": int(dec) if dec else d["num_layers"],
-        "misc_params": 2 * int(_opt(cfg, "relative_attention_num_buckets", 32)) * heads,
+        "num_layers": _opt_int(cfg, "num_decoder_layers", d["num_layers"], 1, SIZE_BOUNDS["num_layers"]),
+        "misc_params": 2 * _opt_int(cfg, "relative_attention_num_buckets", 32) * heads,
         "mlp": "gated" if proj.startswith("gated-") else "plain",
         # T5Config: "gated-gelu" runs dense_act_fn "gelu_new" (transformers' Python tanh GELU), kept for
         # backward compatibility with T5 v1.1 / Flan-T5 / mT5 checkpoints (configuration_t5.py)
         "activation": "gelu_new" if proj == "gated-gelu" else proj.removeprefix("gated-"),
-        "resid_dropout": float(_opt(cfg, "dropout_rate", 0.1)),
-        "attn_dropout": float(_opt(cfg, "dropout_rate", 0.1)),
+        "resid_dropout": _opt_prob(cfg, "dropout_rate", 0.1),
+        "attn_dropout": _opt_prob(cfg, "dropout_rate", 0.1),
         # T5DenseActDense / T5DenseGatedActDense: wi -> act (x wi_1) -> dropout -> wo
-        "mlp_dropout": float(_opt(cfg, "dropout_rate", 0.1)),
+        "mlp_dropout": _opt_prob(cfg, "dropout_rate", 0.1),
     }
 
 
@@ -432,8 +466,8 @@ def _first_k_dense(cfg: Config, d: Fields) -> Fields:
         "num_experts": int(_need(cfg, "n_routed_experts")),
         "experts_per_token": int(_need(cfg, "num_experts_per_tok")),
         "moe_intermediate_size": width,
-        "shared_expert_intermediate_size": width * int(_opt(cfg, "n_shared_experts", 0)),
-        "moe_layers": max(0, n - int(_opt(cfg, "first_k_dense_replace", 0))),
+        "shared_expert_intermediate_size": width * _opt_int(cfg, "n_shared_experts", 0),
+        "moe_layers": max(0, n - _opt_int(cfg, "first_k_dense_replace", 0)),
     }
 
 
@@ -443,8 +477,8 @@ def _ernie_moe(cfg: Config, d: Fields) -> Fields:
     MLP ``moe_num_shared_experts x moe_intermediate_size`` wide, no gate; each router keeps a frozen
     ``e_score_correction_bias`` parameter of ``moe_num_experts`` values (counted in ``misc_params``)."""
     n = d["num_layers"]
-    start, end = int(_opt(cfg, "moe_layer_start_index", 1)), int(_opt(cfg, "moe_layer_end_index", -1))
-    step, end = int(_opt(cfg, "moe_layer_interval", 1)), n - 1 if end == -1 else end
+    start, end = _opt_int(cfg, "moe_layer_start_index", 1), _opt_int(cfg, "moe_layer_end_index", -1)
+    step, end = _opt_int(cfg, "moe_layer_interval", 1), n - 1 if end == -1 else end
     moe = sum(1 for i in range(n) if step > 0 and (i + 1) % step == 0 and start <= i <= end)
     experts, width = (
         int(_need(cfg, "moe_num_experts", "num_experts")),
@@ -454,7 +488,7 @@ def _ernie_moe(cfg: Config, d: Fields) -> Fields:
         "num_experts": experts,
         "experts_per_token": int(_need(cfg, "moe_k", "num_experts_per_tok")),
         "moe_intermediate_size": width,
-        "shared_expert_intermediate_size": width * int(_opt(cfg, "moe_num_shared_experts", 0)),
+        "shared_expert_intermediate_size": width * _opt_int(cfg, "moe_num_shared_experts", 0),
         "moe_layers": moe,
         "misc_params": moe * experts,
     }
@@ -496,7 +530,7 @@ def _xielu_params(cfg: Config, d: Fields) -> Fields:
 def _seed_oss(cfg: Config, d: Fields) -> Fields:
     """Seed-OSS: dropout on both residual branches (``residual_dropout``, 0.1 by default; on in
     training)."""
-    return {"resid_dropout": float(_opt(cfg, "residual_dropout", 0.1))}
+    return {"resid_dropout": _opt_prob(cfg, "residual_dropout", 0.1)}
 
 
 def _gemma2_caps(cfg: Config, d: Fields) -> Fields:
@@ -921,7 +955,7 @@ def _fields(cfg: Config, fam: Family, model_type: str) -> Fields:
         "vocab_size": int(_need(cfg, *KEYS["vocab_size"])),
         "activation": str(_first(cfg, KEYS["activation"]) or "silu"),
         "sliding_window": cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None,
-        "attn_dropout": float(_opt(cfg, "attention_dropout", 0.0)),
+        "attn_dropout": _opt_prob(cfg, "attention_dropout", 0.0),
     }
     inter = _first(cfg, KEYS["intermediate_size"])
     if inter is not None:
