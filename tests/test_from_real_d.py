@@ -321,3 +321,18 @@ def test_a_json_object_under_another_suffix_is_read_as_json(
 def test_a_json_file_that_is_not_json_still_says_so(tmp_path: Path) -> None:
     with pytest.raises(FitcheckError, match="not valid JSON"):
         _read(tmp_path, '{"zero_optimization": {"stage": 2}', "ds.conf")
+
+
+@pytest.mark.parametrize(
+    ("value", "offload", "note"),
+    [("unsloth", True, True), ("offload", True, False), ("true", False, False), ("false", False, False)],
+)
+def test_axolotl_unsloth_checkpointing_is_offload(
+    tmp_path: Path, value: str, offload: bool, note: bool
+) -> None:
+    """axolotl 2024-04 .. 2025-05 took ``gradient_checkpointing: unsloth`` for the CPU-offloading wrapper
+    ``offload`` names today (utils/models.py ``in ["unsloth", "offload"]``); it was refused as no flag."""
+    r = _read(tmp_path, f"base_model: x\nadapter: lora\ngradient_checkpointing: {value}\n")
+    assert r.values["grad_ckpt"] is (value != "false")
+    assert r.values.get("offload_activations", False) is offload
+    assert any("earlier name for offload" in n for n in r.notes) is note

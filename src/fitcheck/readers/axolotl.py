@@ -8,10 +8,10 @@ fitcheck's ``linear-modules``, `fitcheck.vocab.LINEAR_MODULES`), joined by ``lor
 (a string is a regex: peft ``re.fullmatch``, `names.regex_targets`) and ``lora_target_parameters`` (3-D
 expert parameters); ``lora_modules_to_save`` are trained in full; ``sequence_len``, ``micro_batch_size``,
 ``gradient_accumulation_steps`` (or ``batch_size`` / ``micro_batch_size``, normalize_config);
-``gradient_checkpointing: true|offload``; ``bf16: true|auto`` / ``fp16``, and the legacy ``float16`` /
-``bfloat16`` load dtype (``resolve_dtype``); ``optimizer`` is a transformers optim name; attention is
-``attn_implementation`` (>= 0.17) or the legacy booleans ``flash_attention``, ``sdp_attention``,
-``xformers_attention``, ``eager_attention`` (axolotl maps them to it); the Liger plugin's
+``gradient_checkpointing: true|offload`` (``unsloth``, its 2024 name); ``bf16: true|auto`` / ``fp16``, and
+the legacy ``float16`` / ``bfloat16`` load dtype (``resolve_dtype``); ``optimizer`` is a transformers optim
+name; attention is ``attn_implementation`` (>= 0.17) or the legacy booleans ``flash_attention``,
+``sdp_attention``, ``xformers_attention``, ``eager_attention`` (axolotl maps them to it); the Liger plugin's
 ``liger_fused_linear_cross_entropy`` and the Cut Cross Entropy plugin's ``cut_cross_entropy`` (on by
 default once the plugin is loaded) replace the loss; ``deepspeed`` names a DeepSpeed JSON; ``fsdp_config``
 FSDP. What fitcheck cannot pose is refused (`fitcheck.readers.unposed`).
@@ -174,9 +174,16 @@ def _targets(r: Reading, k: Keys) -> str | None:
 
 def _checkpointing(r: Reading, k: Keys) -> None:
     value = k.get("gradient_checkpointing")
-    if value in ("offload", "offload_disk"):
+    if value in ("offload", "offload_disk", "unsloth"):
         r.set("grad_ckpt", True, "gradient_checkpointing")
         r.set("offload_activations", True, "gradient_checkpointing")
+        if value == "unsloth":
+            # axolotl 6319da1f (2024-04) added it; until c0a0c753 (2025-05) "unsloth" and "offload" set the
+            # same CPU-offloading checkpoint wrapper (utils/models.py: ``in ["unsloth", "offload"]``)
+            r.note(
+                "gradient_checkpointing: unsloth: axolotl's earlier name for offload (checkpoints kept on "
+                "the CPU), read as such; axolotl releases since May 2025 reject it (write offload)"
+            )
     elif value is not None:
         r.set("grad_ckpt", as_bool(value, "gradient_checkpointing", r.path), "gradient_checkpointing")
     # normalize_config sets {"use_reentrant": True} when checkpointing and the key is unset (SFT without
