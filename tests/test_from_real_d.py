@@ -46,6 +46,7 @@ CASES: dict[str, tuple[str | None, str]] = {
     "axolotl/openllama-3b-qlora-2023.yml": ("llama-3.2-3b", RTX4090),
     "axolotl/llama-2-lora-2023.yml": ("llama-2-7b", H100),
     "axolotl/mistral-config-2023.yml": (None, H100),
+    "axolotl/openllama-3b-qlora-2023-07.yml": ("llama-3.2-3b", RTX4090),  # @b1f4f7a3: max_packed_sequence_len
     # modal-labs/llm-finetuning @9e977043: axolotl configs outside axolotl
     "axolotl/modal-llama-3.yml": ("llama-3-8b", H100),
     "axolotl/modal-mixtral.yml": (None, H100X8),
@@ -116,6 +117,7 @@ READS: dict[str, dict[str, object]] = {
     "axolotl/mistral-lora-mps-2024.yml": {"attn": "sdpa", "method": "lora", "grad_accum": 8},
     "axolotl/falcon-7b-qlora-2024.yml": {"attn": "xformers", "optimizer": "paged-adamw", "lora_rank": 64},
     "axolotl/openllama-3b-qlora-2023.yml": {"precision": "fp16", "method": "qlora"},
+    "axolotl/openllama-3b-qlora-2023-07.yml": {"seq_len": 2048, "batch_size": 4, "attn": "xformers"},
     "axolotl/llama-2-lora-2023.yml": {"base_quant": "int8", "method": "lora", "seq_len": 4096},
     "axolotl/modal-llama-3.yml": {"base_quant": "int8", "train_modules": "embed_tokens,lm_head"},
     # deepspeed: /workspace/axolotl/deepspeed_configs/zero2.json (absent): read as axolotl ships it
@@ -185,6 +187,7 @@ READS: dict[str, dict[str, object]] = {
 
 #: file -> words one of its stderr notes must carry (a value read but not modelled, said so).
 NOTES: dict[str, str] = {
+    "axolotl/openllama-3b-qlora-2023-07.yml": "max_packed_sequence_len: examples packed into rows of 2048",
     "axolotl/modal-mixtral.yml": "deepspeed: /workspace/axolotl/deepspeed_configs/zero2.json is not here",
     "axolotl/llama-2-qlora-fsdp-2024.yml": "fsdp_version unset: axolotl pins FSDP1",
     "llamafactory/llama3_full_sft_ds3-2024.yaml": "read as the trainer ships it",
@@ -336,3 +339,16 @@ def test_axolotl_unsloth_checkpointing_is_offload(
     assert r.values["grad_ckpt"] is (value != "false")
     assert r.values.get("offload_activations", False) is offload
     assert any("earlier name for offload" in n for n in r.notes) is note
+
+
+@pytest.mark.parametrize(
+    ("packed", "seq_len", "key"), [(1024, 1024, "max_packed_sequence_len"), (4096, 2048, "sequence_len")]
+)
+def test_axolotl_2023_packing_length(tmp_path: Path, packed: int, seq_len: int, key: str) -> None:
+    """axolotl's 2023 ``max_packed_sequence_len`` packs rows of min(it, sequence_len) tokens (utils/data.py
+    @b1f4f7a3); it was "not understood" and the micro-batch was said to be padded, not packed."""
+    text = f"base_model: x\nsequence_len: 2048\nmax_packed_sequence_len: {packed}\nmicro_batch_size: 4\n"
+    r = _read(tmp_path, text)
+    assert (r.values["seq_len"], r.keys["seq_len"]) == (seq_len, key)
+    assert "max_packed_sequence_len" not in r.unused
+    assert not any("padded to its longest" in n for n in r.notes), r.notes

@@ -67,7 +67,10 @@ def read(data: Doc, path: str) -> ReadResult:
         r.set("optimizer_impl", names.HF_OPTIM_IMPL.get(optim), "optimizer")
     _attention(r, k)
     _loss(r, k)
-    if as_bool(k.get("sample_packing"), "sample_packing", path):
+    packed = as_int(k.get("max_packed_sequence_len"), "max_packed_sequence_len", path)
+    if packed is not None:
+        _packed_len(r, packed)
+    elif as_bool(k.get("sample_packing"), "sample_packing", path):
         r.note("sample_packing: rows are filled to sequence_len tokens, as the estimate already assumes")
     else:
         note_unpacked(r, "sample_packing")
@@ -170,6 +173,21 @@ def _targets(r: Reading, k: Keys) -> str | None:
     ]
     named = names.targets(mods)
     return ",".join(x for x in (named, *params) if x) or None
+
+
+def _packed_len(r: Reading, packed: int) -> None:
+    """``max_packed_sequence_len``: axolotl's 2023 packing, before ``sample_packing``
+    (src/axolotl/utils/data.py @b1f4f7a3: ``ConstantLengthDataset(seq_length=min(max_packed_sequence_len,
+    sequence_len))`` concatenates the examples and cuts rows of exactly that length). Releases since refuse
+    the key (utils/schemas/deprecated.py @067b021c: "no longer supported"); the file is read as its run."""
+    seq = r.values.get("seq_len")
+    if not isinstance(seq, int) or packed < seq:
+        r.set("seq_len", packed, "max_packed_sequence_len")
+    shown = r.values.get("seq_len")
+    r.note(
+        f"max_packed_sequence_len: examples packed into rows of {shown} tokens (axolotl's 2023 packing), as "
+        "the estimate assumes; axolotl releases since refuse the key (sample_packing replaced it)"
+    )
 
 
 def _checkpointing(r: Reading, k: Keys) -> None:
