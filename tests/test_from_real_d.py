@@ -352,3 +352,43 @@ def test_axolotl_2023_packing_length(tmp_path: Path, packed: int, seq_len: int, 
     assert (r.values["seq_len"], r.keys["seq_len"]) == (seq_len, key)
     assert "max_packed_sequence_len" not in r.unused
     assert not any("padded to its longest" in n for n in r.notes), r.notes
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        # TRL ModelConfig.bnb_4bit_quant_storage (trl/trainer/utils.py get_quantization_config)
+        (
+            "model_name_or_path: x\nuse_peft: true\nload_in_4bit: true\nbnb_4bit_quant_storage: bfloat16\n",
+            "bf16",
+        ),
+        (
+            "model_name_or_path: x\nuse_peft: true\nload_in_4bit: true\nbnb_4bit_quant_storage: float32\n",
+            "fp32",
+        ),
+        (
+            "model_name_or_path: x\nuse_peft: true\nload_in_4bit: true\nbnb_4bit_quant_storage: uint8\n",
+            "uint8",
+        ),
+        ("model_name_or_path: x\nuse_peft: true\nload_in_4bit: true\n", None),
+        # axolotl: bnb_config_kwargs updates its BitsAndBytesConfig (loaders/model.py @067b021c)
+        (
+            "base_model: x\nadapter: qlora\nload_in_4bit: true\n"
+            "bnb_config_kwargs:\n  bnb_4bit_quant_storage: float32\n",
+            "fp32",
+        ),
+    ],
+)
+def test_qlora_quant_storage_is_read(tmp_path: Path, text: str, want: str | None) -> None:
+    """The 4-bit storage dtype decides whether FSDP / ZeRO-3 shard the packed weights; it was "not
+    understood" in both formats."""
+    r = _read(tmp_path, text)
+    assert r.values["method"] == "qlora" and r.values.get("quant_storage") == want
+    assert not any("quant_storage" in u for u in r.unused), r.unused
+
+
+def test_unknown_quant_storage_is_noted(tmp_path: Path) -> None:
+    r = _read(
+        tmp_path, "model_name_or_path: x\nuse_peft: true\nload_in_4bit: true\nbnb_4bit_quant_storage: int4\n"
+    )
+    assert "quant_storage" not in r.values and any("not a storage dtype" in n for n in r.notes)

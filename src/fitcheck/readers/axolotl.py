@@ -140,6 +140,9 @@ def _method(r: Reading, k: Keys) -> None:
             as_bool(bnb.get("bnb_4bit_use_double_quant"), "bnb_4bit_use_double_quant", p),
             "bnb_config_kwargs.bnb_4bit_use_double_quant",
         )
+        # loaders/model.py @067b021c: bnb_config.update(cfg.bnb_config_kwargs) over its bf16 storage default
+        key = "bnb_config_kwargs.bnb_4bit_quant_storage"
+        names.read_quant_storage(r, bnb.get("bnb_4bit_quant_storage"), key)
 
 
 #: Characters that make a string ``lora_target_modules`` a pattern rather than a list of names.
