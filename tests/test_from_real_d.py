@@ -392,3 +392,38 @@ def test_unknown_quant_storage_is_noted(tmp_path: Path) -> None:
         tmp_path, "model_name_or_path: x\nuse_peft: true\nload_in_4bit: true\nbnb_4bit_quant_storage: int4\n"
     )
     assert "quant_storage" not in r.values and any("not a storage dtype" in n for n in r.notes)
+
+
+_HF = "model_name_or_path: x\nper_device_train_batch_size: 1\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        # transformers TrainingArguments._process_fsdp_args: fsdp_config version, activation_checkpointing,
+        # cpu_offload, reshard_after_forward (the fsdp_ prefix stripped)
+        (
+            "fsdp: full_shard auto_wrap\nfsdp_config:\n  fsdp_version: 1\n  activation_checkpointing: true\n",
+            {"strategy": "fsdp", "fsdp_version": 1, "grad_ckpt": True},
+        ),
+        ("fsdp: full_shard\nfsdp_config:\n  cpu_offload: true\n", {"strategy": "fsdp", "offload": "all"}),
+        ("fsdp: true\nfsdp_config:\n  reshard_after_forward: false\n", {"strategy": "fsdp-grad-op"}),
+        # transformers 5.x's form (the string and list forms are deprecated): it was refused as no list
+        ("fsdp: true\n", {"strategy": "fsdp", "offload": None}),
+        ('fsdp: "true"\n', {"strategy": "fsdp"}),
+        ("fsdp: false\nfsdp_config:\n  cpu_offload: true\n", {"strategy": None, "offload": None}),
+        # without fsdp the Trainer ignores fsdp_config
+        ("fsdp_config:\n  activation_checkpointing: true\n", {"strategy": None, "grad_ckpt": None}),
+    ],
+)
+def test_hf_fsdp_config_is_read(tmp_path: Path, text: str, want: dict[str, object]) -> None:
+    """A TRL / HF ``fsdp_config`` mapping was listed whole as "not understood"."""
+    r = _read(tmp_path, _HF + text)
+    for field, value in want.items():
+        assert r.values.get(field) == value, (field, r.values)
+
+
+def test_hf_fsdp_config_file_is_noted(tmp_path: Path) -> None:
+    r = _read(tmp_path, _HF + "fsdp: full_shard\nfsdp_config: fsdp.json\n")
+    assert any("fsdp_config: 'fsdp.json' is a separate JSON file" in n for n in r.notes), r.notes
+    assert "fsdp_config" not in r.unused

@@ -23,7 +23,7 @@ from fitcheck.errors import InputError
 from fitcheck.readers import names
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
 from fitcheck.readers.base import unpacked_note as note_unpacked
-from fitcheck.readers.hfargs import distributed, use_reentrant
+from fitcheck.readers.hfargs import distributed, fsdp_get, use_reentrant
 from fitcheck.readers.unposed import refuse
 from fitcheck.vocab import LINEAR_MODULES
 
@@ -83,7 +83,7 @@ def read(data: Doc, path: str) -> ReadResult:
         )
     _load_quant(r, k)
     _peft_init(r, k)
-    distributed(r, k)
+    distributed(r, k, fsdp_config=False)
     _fsdp(r, k)
     _mesh(r, k)
     return r.result()
@@ -336,12 +336,9 @@ def _mesh(r: Reading, k: Keys) -> None:
 
 
 def _fsdp_get(cfg: Keys, name: str) -> object:
-    """An ``fsdp_config`` entry with or without the ``fsdp_`` prefix: transformers strips it
-    (``TrainingArguments.__post_init__``: ``self.fsdp_config[k[5:]] = self.fsdp_config.pop(k)``), and
-    axolotl hands ``fsdp_config`` to it unchanged (src/axolotl/core/builders/base.py)."""
-    value = cfg.get(name)
-    prefixed = cfg.get(f"fsdp_{name}")
-    return value if value is not None else prefixed
+    """An ``fsdp_config`` entry with or without the ``fsdp_`` prefix (`hfargs.fsdp_get`): axolotl hands
+    ``fsdp_config`` to TrainingArguments unchanged (src/axolotl/core/builders/base.py)."""
+    return fsdp_get(cfg, name)
 
 
 def _fsdp(r: Reading, k: Keys) -> None:
