@@ -9,9 +9,11 @@ Run as rounds b and c are (tests/test_from_real_c.py): ``fitcheck check [MODEL] 
 reads to is compared with its golden in tests/golden/from_real_d/ (``FITCHECK_UPDATE_GOLDEN=1 pytest
 tests/test_from_real_d.py`` rewrites them after a deliberate change; read the diff). The facts each file
 is in the set for are written out by hand (``READS``, ``NOTES``, ``REFUSED``), each checked against the
-trainer's own code (cited in the readers). Three were wrong before this round: torchtune's
-``torch.nn.CrossEntropyLoss`` was sized as the chunked loss, open-instruct's ``use_qlora`` read as full
-fine-tuning, and a DeepSpeed JSON named ``.conf`` was not recognised.
+trainer's own code (cited in the readers). What was wrong before this round (docs/from.md, "round d"):
+torchtune's ``torch.nn.CrossEntropyLoss`` was sized as the chunked loss, open-instruct's ``use_qlora`` read as
+full fine-tuning, a DeepSpeed JSON named ``.conf`` was not recognised; the rule tests below also hold
+axolotl's ``max_packed_sequence_len`` and ``gradient_checkpointing: unsloth``, ``bnb_4bit_quant_storage``, and
+HF's ``fsdp: true`` with ``fsdp_config``.
 """
 
 from __future__ import annotations
