@@ -429,3 +429,25 @@ def test_hf_fsdp_config_file_is_noted(tmp_path: Path) -> None:
     r = _read(tmp_path, _HF + "fsdp: full_shard\nfsdp_config: fsdp.json\n")
     assert any("fsdp_config: 'fsdp.json' is a separate JSON file" in n for n in r.notes), r.notes
     assert "fsdp_config" not in r.unused
+
+
+def test_file_quant_storage_gives_way_to_a_command_line_method(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--method lora`` over a QLoRA file: its bnb_4bit_quant_storage no longer applies (it was an error)."""
+    import json
+
+    from fitcheck.cli import main
+
+    path = tmp_path / "q.yaml"
+    path.write_text(
+        "model_name_or_path: x\nuse_peft: true\nload_in_4bit: true\nbnb_4bit_quant_storage: bfloat16\n"
+    )
+    args = ["estimate", "llama-3.1-8b", "--from", str(path), "--on", "8xh100-80gb", "--format", "json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["setup"]["quant_storage"] == "bf16"
+    assert main([*args, "--method", "lora"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (
+        doc["setup"]["quant_storage"] is None and doc["setup_origin"]["quant_storage"] == "fitcheck default"
+    )
