@@ -161,20 +161,7 @@ def read(data: Doc, path: str, recipe: str | None = None) -> ReadResult:
     if isinstance(dtype, str):
         r.set("precision", names.DTYPES.get(dtype), "dtype")
     _optimizer(r, k)
-    loss = k.sub("loss")
-    if loss is not None:
-        comp = str(loss.get("_component_", "")).rsplit(".", 1)[-1]
-        r.set("loss", LOSSES.get(comp), "loss._component_")
-        if comp == "CrossEntropyLoss":
-            r.note(
-                "loss._component_ CrossEntropyLoss: the model returns its whole logits in fp32 (no output "
-                "chunks) and cross-entropy runs over them: sized as the unchunked loss (--loss standard)"
-            )
-        elif comp and comp not in LOSSES:
-            r.note(
-                f"loss._component_ {_short(comp)} has no fitcheck model; sized as the recipes' chunked "
-                "cross-entropy (give --loss for another)"
-            )
+    _loss(r, k)
     _sharded_layers(r, k.get("custom_sharded_layers"))
     if as_bool(k.get("memory_efficient_fsdp_wrap"), "memory_efficient_fsdp_wrap", path):
         # torchtune 0.2's FSDP1 recipe wrapped the embedding and output in their own units with it
@@ -187,6 +174,25 @@ def read(data: Doc, path: str, recipe: str | None = None) -> ReadResult:
     if ds is not None and as_bool(ds.get("packed"), "dataset.packed", path):
         r.note("dataset.packed: rows are filled to max_seq_len tokens, as the estimate already assumes")
     return r.result()
+
+
+def _loss(r: Reading, k: Keys) -> None:
+    """``loss._component_`` -> the loss kernel (`LOSSES`); another component is noted."""
+    loss = k.sub("loss")
+    if loss is None:
+        return
+    comp = str(loss.get("_component_", "")).rsplit(".", 1)[-1]
+    r.set("loss", LOSSES.get(comp), "loss._component_")
+    if comp == "CrossEntropyLoss":
+        r.note(
+            "loss._component_ CrossEntropyLoss: the model returns its whole logits in fp32 (no output "
+            "chunks) and cross-entropy runs over them: sized as the unchunked loss (--loss standard)"
+        )
+    elif comp and comp not in LOSSES:
+        r.note(
+            f"loss._component_ {_short(comp)} has no fitcheck model; sized as the recipes' chunked "
+            "cross-entropy (give --loss for another)"
+        )
 
 
 #: The recipes that read ``ac_mode`` / ``ac_option`` (``cfg.get("ac_mode", None)``; pytorch/torchtune
