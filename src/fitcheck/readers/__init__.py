@@ -57,8 +57,16 @@ def read_config(path: str, fmt: str | None = None) -> ReadResult:
     if wanted is not None:
         syntax = FORMATS[wanted][2] if syntax_of(path) == "yaml" and Path(path).suffix == "" else syntax
     text = read_text(path)
+    if wanted is None and syntax == "yaml" and Path(path).suffix.lower() not in YAML_SUFFIXES:
+        # a JSON object under another name (allenai/open-instruct keeps its DeepSpeed configs as
+        # configs/ds_configs/*.conf): detected as the JSON it is, not as YAML no YAML rule matches
+        syntax = "json" if text.lstrip().startswith("{") else syntax
     data, duplicates = parse_noting(text, syntax, path)
     return _noting_duplicates(_read_parsed(data, text, syntax, wanted, path), duplicates)
+
+
+#: Suffixes that say YAML; a file named otherwise that opens with ``{`` is read as JSON.
+YAML_SUFFIXES = (".yaml", ".yml")
 
 
 def _read_parsed(data: Doc, text: str, syntax: str, wanted: str | None, path: str) -> ReadResult:

@@ -8,10 +8,10 @@ fitcheck's ``linear-modules``, `fitcheck.vocab.LINEAR_MODULES`), joined by ``lor
 (a string is a regex: peft ``re.fullmatch``, `names.regex_targets`) and ``lora_target_parameters`` (3-D
 expert parameters); ``lora_modules_to_save`` are trained in full; ``sequence_len``, ``micro_batch_size``,
 ``gradient_accumulation_steps`` (or ``batch_size`` / ``micro_batch_size``, normalize_config);
-``gradient_checkpointing: true|offload``; ``bf16: true|auto`` / ``fp16``, and the legacy ``float16`` /
-``bfloat16`` load dtype (``resolve_dtype``); ``optimizer`` is a transformers optim name; attention is
-``attn_implementation`` (>= 0.17) or the legacy booleans ``flash_attention``, ``sdp_attention``,
-``xformers_attention``, ``eager_attention`` (axolotl maps them to it); the Liger plugin's
+``gradient_checkpointing: true|offload`` (``unsloth``, its 2024 name); ``bf16: true|auto`` / ``fp16``, and
+the legacy ``float16`` / ``bfloat16`` load dtype (``resolve_dtype``); ``optimizer`` is a transformers optim
+name; attention is ``attn_implementation`` (>= 0.17) or the legacy booleans ``flash_attention``,
+``sdp_attention``, ``xformers_attention``, ``eager_attention`` (axolotl maps them to it); the Liger plugin's
 ``liger_fused_linear_cross_entropy`` and the Cut Cross Entropy plugin's ``cut_cross_entropy`` (on by
 default once the plugin is loaded) replace the loss; ``deepspeed`` names a DeepSpeed JSON; ``fsdp_config``
 FSDP. What fitcheck cannot pose is refused (`fitcheck.readers.unposed`).
@@ -23,7 +23,7 @@ from fitcheck.errors import InputError
 from fitcheck.readers import names
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int, as_word
 from fitcheck.readers.base import unpacked_note as note_unpacked
-from fitcheck.readers.hfargs import distributed, use_reentrant
+from fitcheck.readers.hfargs import distributed, fsdp_get, use_reentrant
 from fitcheck.readers.unposed import refuse
 from fitcheck.vocab import LINEAR_MODULES
 
@@ -67,7 +67,10 @@ def read(data: Doc, path: str) -> ReadResult:
         r.set("optimizer_impl", names.HF_OPTIM_IMPL.get(optim), "optimizer")
     _attention(r, k)
     _loss(r, k)
-    if as_bool(k.get("sample_packing"), "sample_packing", path):
+    packed = as_int(k.get("max_packed_sequence_len"), "max_packed_sequence_len", path)
+    if packed is not None:
+        _packed_len(r, packed)
+    elif as_bool(k.get("sample_packing"), "sample_packing", path):
         r.note("sample_packing: rows are filled to sequence_len tokens, as the estimate already assumes")
     else:
         note_unpacked(r, "sample_packing", as_bool(k.get("group_by_length"), "group_by_length", path) is True)
@@ -80,7 +83,7 @@ def read(data: Doc, path: str) -> ReadResult:
         )
     _load_quant(r, k)
     _peft_init(r, k)
-    distributed(r, k)
+    distributed(r, k, fsdp_config=False)
     _fsdp(r, k)
     _mesh(r, k)
     return r.result()
@@ -137,6 +140,9 @@ def _method(r: Reading, k: Keys) -> None:
             as_bool(bnb.get("bnb_4bit_use_double_quant"), "bnb_4bit_use_double_quant", p),
             "bnb_config_kwargs.bnb_4bit_use_double_quant",
         )
+        # loaders/model.py @067b021c: bnb_config.update(cfg.bnb_config_kwargs) over its bf16 storage default
+        key = "bnb_config_kwargs.bnb_4bit_quant_storage"
+        names.read_quant_storage(r, bnb.get("bnb_4bit_quant_storage"), key)
 
 
 #: Characters that make a string ``lora_target_modules`` a pattern rather than a list of names.
@@ -172,11 +178,33 @@ def _targets(r: Reading, k: Keys) -> str | None:
     return ",".join(x for x in (named, *params) if x) or None
 
 
+def _packed_len(r: Reading, packed: int) -> None:
+    """``max_packed_sequence_len``: axolotl's 2023 packing, before ``sample_packing``
+    (src/axolotl/utils/data.py @b1f4f7a3: ``ConstantLengthDataset(seq_length=min(max_packed_sequence_len,
+    sequence_len))`` concatenates the examples and cuts rows of exactly that length). Releases since refuse
+    the key (utils/schemas/deprecated.py @067b021c: "no longer supported"); the file is read as its run."""
+    seq = r.values.get("seq_len")
+    if not isinstance(seq, int) or packed < seq:
+        r.set("seq_len", packed, "max_packed_sequence_len")
+    shown = r.values.get("seq_len")
+    r.note(
+        f"max_packed_sequence_len: examples packed into rows of {shown} tokens (axolotl's 2023 packing), as "
+        "the estimate assumes; axolotl releases since refuse the key (sample_packing replaced it)"
+    )
+
+
 def _checkpointing(r: Reading, k: Keys) -> None:
     value = k.get("gradient_checkpointing")
-    if value in ("offload", "offload_disk"):
+    if value in ("offload", "offload_disk", "unsloth"):
         r.set("grad_ckpt", True, "gradient_checkpointing")
         r.set("offload_activations", True, "gradient_checkpointing")
+        if value == "unsloth":
+            # axolotl 6319da1f (2024-04) added it; until c0a0c753 (2025-05) "unsloth" and "offload" set the
+            # same CPU-offloading checkpoint wrapper (utils/models.py: ``in ["unsloth", "offload"]``)
+            r.note(
+                "gradient_checkpointing: unsloth: axolotl's earlier name for offload (checkpoints kept on "
+                "the CPU), read as such; axolotl releases since May 2025 reject it (write offload)"
+            )
     elif value is not None:
         r.set("grad_ckpt", as_bool(value, "gradient_checkpointing", r.path), "gradient_checkpointing")
     # normalize_config sets {"use_reentrant": True} when checkpointing and the key is unset (SFT without
@@ -308,12 +336,9 @@ def _mesh(r: Reading, k: Keys) -> None:
 
 
 def _fsdp_get(cfg: Keys, name: str) -> object:
-    """An ``fsdp_config`` entry with or without the ``fsdp_`` prefix: transformers strips it
-    (``TrainingArguments.__post_init__``: ``self.fsdp_config[k[5:]] = self.fsdp_config.pop(k)``), and
-    axolotl hands ``fsdp_config`` to it unchanged (src/axolotl/core/builders/base.py)."""
-    value = cfg.get(name)
-    prefixed = cfg.get(f"fsdp_{name}")
-    return value if value is not None else prefixed
+    """An ``fsdp_config`` entry with or without the ``fsdp_`` prefix (`hfargs.fsdp_get`): axolotl hands
+    ``fsdp_config`` to TrainingArguments unchanged (src/axolotl/core/builders/base.py)."""
+    return fsdp_get(cfg, name)
 
 
 def _fsdp(r: Reading, k: Keys) -> None:

@@ -87,10 +87,18 @@ def use_reentrant(r: Reading, k: Keys, key: str) -> None:
     r.set("ckpt_reentrant", as_bool(sub.get("use_reentrant"), name, r.path), name)
 
 
-def distributed(r: Reading, k: Keys) -> None:
-    """``fsdp`` words and ``deepspeed`` (a path: read it with its own ``--from``)."""
+def distributed(r: Reading, k: Keys, fsdp_config: bool = True) -> None:
+    """``fsdp`` words and ``deepspeed`` (a path: read it with its own ``--from``); ``fsdp_config`` too unless
+    the reader reads it its own way (axolotl)."""
     fsdp = k.get("fsdp")
-    words = [] if fsdp is None or fsdp is False else names.modules(fsdp, "fsdp", r.path)
+    if isinstance(fsdp, str) and fsdp.strip().lower() in ("true", "false"):
+        fsdp = fsdp.strip().lower() == "true"  # HfArgumentParser reads a bool-looking string as the bool
+    if fsdp is True:
+        # transformers 5.x: ``fsdp=True`` with everything in ``fsdp_config`` (the string and list forms are
+        # deprecated, "removed in v5.20"; TrainingArguments._apply_legacy_fsdp_to_config): full sharding,
+        # reshard_after_forward True, unless fsdp_config says otherwise
+        r.set("strategy", "fsdp", "fsdp")
+    words = [] if fsdp is None or isinstance(fsdp, bool) else names.modules(fsdp, "fsdp", r.path)
     words = [w for part in words for w in part.split()]  # "full_shard auto_wrap", as transformers splits it
     for word in words:
         if word in FSDP_WORDS:
@@ -101,6 +109,8 @@ def distributed(r: Reading, k: Keys) -> None:
             )
         if word == "offload":
             r.set("offload", "all", "fsdp")
+    if fsdp_config and (fsdp is True or words):
+        _fsdp_config(r, k)
     ds = k.get("deepspeed")
     if isinstance(ds, str) and ds:
         r.note(f"deepspeed: {ds} is a separate file; its ZeRO stage and offload are read with --from {ds}")
@@ -108,3 +118,37 @@ def distributed(r: Reading, k: Keys) -> None:
         r.note("deepspeed: an inline DeepSpeed config; write it to a .json file to read it with --from")
     elif ds not in (None, "", False):
         raise InputError(f"{r.path}: deepspeed must be the path of a DeepSpeed JSON file (got {_short(ds)})")
+
+
+def fsdp_get(cfg: Keys, name: str) -> object:
+    """An ``fsdp_config`` entry with or without the ``fsdp_`` prefix: transformers strips it
+    (``TrainingArguments``: ``self.fsdp_config[k[5:]] = self.fsdp_config.pop(k)``)."""
+    value = cfg.get(name)
+    prefixed = cfg.get(f"fsdp_{name}")
+    return value if value is not None else prefixed
+
+
+def _fsdp_config(r: Reading, k: Keys) -> None:
+    """``fsdp_config`` under ``fsdp`` (TrainingArguments ``_process_fsdp_args``, transformers 5.x):
+    ``version`` (FSDP1 / FSDP2), ``activation_checkpointing`` (the FSDP plugin checkpoints every wrapped
+    layer), ``cpu_offload`` (what the ``offload`` word sets) and ``reshard_after_forward`` (false: parameters
+    stay gathered between forward and backward, ``shard_grad_op``). A JSON file path is noted, not opened."""
+    p = r.path
+    raw = k.data.get("fsdp_config")
+    if isinstance(raw, str) and raw:
+        k.touch("fsdp_config")
+        r.note(f"fsdp_config: {_short(raw)} is a separate JSON file; its settings are not read")
+        return
+    cfg = k.sub("fsdp_config")
+    if cfg is None:
+        return
+    version = as_int(fsdp_get(cfg, "version"), "fsdp_config.version", p)
+    if version is not None:
+        r.set("fsdp_version", version, "fsdp_config.version")
+    if as_bool(fsdp_get(cfg, "activation_checkpointing"), "fsdp_config.activation_checkpointing", p):
+        r.set("grad_ckpt", True, "fsdp_config.activation_checkpointing")
+    if as_bool(fsdp_get(cfg, "cpu_offload"), "fsdp_config.cpu_offload", p):
+        r.set("offload", "all", "fsdp_config.cpu_offload")
+    reshard = fsdp_get(cfg, "reshard_after_forward")
+    if reshard is False or (isinstance(reshard, str) and reshard.lower() in ("false", "shard_grad_op")):
+        r.set("strategy", "fsdp-grad-op", "fsdp_config.reshard_after_forward")

@@ -83,6 +83,9 @@ def resolve(
     if values.get("method") != "qlora" and origin.get("double_quant") == TRAINER_DEFAULT:
         del values["double_quant"]  # only QLoRA quantizes the base: no default worth reporting
         origin["double_quant"] = FITCHECK_DEFAULT
+    if origin.get("quant_storage") == FILE and values.get("method") != "qlora":
+        del values["quant_storage"]  # the file's 4-bit storage, for a method the command line replaced
+        origin["quant_storage"] = FITCHECK_DEFAULT
     if origin.get("optimizer_impl") == FILE and values.get("optimizer", "adamw") != "adamw":
         del values["optimizer_impl"]  # the file's AdamW step, for an optimizer the command line replaced
         origin["optimizer_impl"] = FITCHECK_DEFAULT

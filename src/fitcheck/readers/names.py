@@ -69,6 +69,8 @@ DTYPES: dict[str, str] = {
     "float": "fp32",
     "torch.float32": "fp32",
 }
+#: ``bnb_4bit_quant_storage`` values (torch dtype names, as BitsAndBytesConfig takes them) -> fitcheck's.
+QUANT_STORAGE: dict[str, str] = {**DTYPES, "uint8": "uint8", "torch.uint8": "uint8"}
 
 #: transformers ``attn_implementation`` (and axolotl's) -> fitcheck attention kernel.
 HF_ATTN: dict[str, str] = {
@@ -198,3 +200,15 @@ def _layer_hit(rx: re.Pattern[str], i: int, parents: tuple[str, ...], leaf: str)
     return any(
         rx.fullmatch(f"{pre}layers.{i}.{parent}.{leaf}") for pre in REGEX_PREFIXES for parent in parents
     )
+
+
+def read_quant_storage(r: Reading, value: object, key: str) -> None:
+    """A QLoRA ``bnb_4bit_quant_storage`` -> ``quant_storage`` (the dtype the packed 4-bit weights are stored
+    in: FSDP / ZeRO-3 shard them only in the compute dtype); another value is noted, not read."""
+    if value is None:
+        return
+    found = QUANT_STORAGE.get(value) if isinstance(value, str) else None
+    if found is None:
+        r.note(f"{key} {_short(value)} is not a storage dtype fitcheck knows; not read")
+        return
+    r.set("quant_storage", found, key)

@@ -9,7 +9,8 @@ output_proj), ``apply_lora_to_mlp`` (w1, w2, w3), ``apply_lora_to_output`` (the 
 ``tokenizer.max_seq_len``; ``batch_size``; ``gradient_accumulation_steps``;
 ``enable_activation_checkpointing`` / ``enable_activation_offloading``; ``dtype``;
 ``optimizer._component_``; ``optimizer_in_bwd`` (full fine-tuning); ``loss._component_`` (chunked or linear
-cross-entropy); ``compile`` (torch.compile on each layer and the loss); ``fsdp_cpu_offload`` and
+cross-entropy; ``torch.nn.CrossEntropyLoss`` on the whole fp32 logits); ``compile`` (torch.compile on each
+layer and the loss); ``fsdp_cpu_offload`` and
 ``custom_sharded_layers`` (``['tok_embeddings', 'output']``: ``--fsdp-embedding-units``) in the
 distributed recipes.
 
@@ -57,8 +58,17 @@ BUILDER_PRESETS = {"mistral_7b": "mistral-7b-v0.1", "phi3_mini": "phi-3-mini", "
 MULTIMODAL = ("llama3_2_vision", "llama4")
 #: ``<family>_<size>[_base|_instruct]`` after the builder's module name (``qwen3.qwen3_0_6b_instruct``).
 _SIZE = re.compile(r"^(?P<size>\d+(?:_\d+)?[bm])(?:_base|_instruct)?$")
-#: Loss components whose logits memory differs from the plain cross-entropy (torchtune/modules/loss).
-LOSSES = {"CEWithChunkedOutputLoss": "chunked", "LinearCrossEntropyLoss": "chunked"}
+#: Loss components -> fitcheck's loss kernel (torchtune/modules/loss). ``torch.nn.CrossEntropyLoss`` (every
+#: 2024 config, e.g. llama2/7B_qlora_single_device.yaml @c51bafc7) leaves the model unchunked: the recipes
+#: call ``set_num_output_chunks`` only for ``CEWithChunkedOutputLoss``, so the decoder returns the whole
+#: ``self.output(h).float()`` (modules/transformer.py ``unembed`` @bd2a0fc7, ``forward`` @c51bafc7) and
+#: cross-entropy runs over those fp32 logits: the lm_head output, its fp32 copy and the fp32 log-softmax,
+#: fitcheck's ``standard`` hump, not the chunked one the recipes default to.
+LOSSES = {
+    "CEWithChunkedOutputLoss": "chunked",
+    "LinearCrossEntropyLoss": "chunked",
+    "CrossEntropyLoss": "standard",
+}
 
 
 #: Keys only a recipe fitcheck cannot pose reads -> that recipe (pytorch/torchtune recipes/ @bd2a0fc7).
@@ -153,10 +163,7 @@ def read(data: Doc, path: str, recipe: str | None = None) -> ReadResult:
         if dtype not in names.DTYPES:
             r.note(f"dtype {_short(dtype)} is not a dtype fitcheck knows")
     _optimizer(r, k)
-    loss = k.sub("loss")
-    if loss is not None:
-        comp = str(loss.get("_component_", "")).rsplit(".", 1)[-1]
-        r.set("loss", LOSSES.get(comp), "loss._component_")
+    _loss(r, k)
     _sharded_layers(r, k.get("custom_sharded_layers"))
     if as_bool(k.get("memory_efficient_fsdp_wrap"), "memory_efficient_fsdp_wrap", path):
         # torchtune 0.2's FSDP1 recipe wrapped the embedding and output in their own units with it
@@ -169,6 +176,25 @@ def read(data: Doc, path: str, recipe: str | None = None) -> ReadResult:
     if ds is not None and as_bool(ds.get("packed"), "dataset.packed", path):
         r.note("dataset.packed: rows are filled to max_seq_len tokens, as the estimate already assumes")
     return r.result()
+
+
+def _loss(r: Reading, k: Keys) -> None:
+    """``loss._component_`` -> the loss kernel (`LOSSES`); another component is noted."""
+    loss = k.sub("loss")
+    if loss is None:
+        return
+    comp = str(loss.get("_component_", "")).rsplit(".", 1)[-1]
+    r.set("loss", LOSSES.get(comp), "loss._component_")
+    if comp == "CrossEntropyLoss":
+        r.note(
+            "loss._component_ CrossEntropyLoss: the model returns its whole logits in fp32 (no output "
+            "chunks) and cross-entropy runs over them: sized as the unchunked loss (--loss standard)"
+        )
+    elif comp and comp not in LOSSES:
+        r.note(
+            f"loss._component_ {_short(comp)} has no fitcheck model; sized as the recipes' chunked "
+            "cross-entropy (give --loss for another)"
+        )
 
 
 #: The recipes that read ``ac_mode`` / ``ac_option`` (``cfg.get("ac_mode", None)``; pytorch/torchtune

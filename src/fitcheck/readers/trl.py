@@ -84,12 +84,27 @@ def _precision(r: Reading, k: Keys) -> None:
             r.set("autocast", False, "bf16")
 
 
+#: Adapter switches of other HF-style trainers whose configs this reader picks up (``model_name_or_path``,
+#: ``per_device_train_batch_size``, ``max_seq_length``) but TRL does not read: allenai/open-instruct
+#: ``open_instruct/finetune.py`` FlatArguments ``use_lora`` / ``use_qlora`` (LoraConfig(r=lora_rank) on
+#: q/k/v/o/gate/up/down, a 4-bit NF4 base under use_qlora; its own accelerate loop) @e6c3044a. Without
+#: ``use_peft`` the file would read as full fine-tuning: refused, naming the key (most specific first).
+FOREIGN_ADAPTER = (("use_qlora", "qlora"), ("use_lora", "lora"))
+
+
 def _peft(r: Reading, k: Keys) -> None:
     p = r.path
     peft = as_bool(k.get("use_peft"), "use_peft", p)
     four = as_bool(k.get("load_in_4bit"), "load_in_4bit", p)
     eight = as_bool(k.get("load_in_8bit"), "load_in_8bit", p)
     lora_keys = ("lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save")
+    for key, method in FOREIGN_ADAPTER:
+        if not peft and as_bool(k.data.get(key), key, p):
+            raise InputError(
+                f"{p}: {key}: true is no TRL key (open-instruct's finetune.py switches {method} adapters on "
+                "with it; TRL's is use_peft), so this file would read as full fine-tuning: give MODEL and "
+                f"the setup as flags (--method {method} --lora-rank N ...)"
+            )
     if not peft:
         r.set("method", "full", "use_peft")
         k.touch(*lora_keys, "use_dora", "bnb_4bit_quant_type", "use_bnb_nested_quant")
@@ -125,6 +140,15 @@ def _peft(r: Reading, k: Keys) -> None:
             as_bool(k.get("use_bnb_nested_quant"), "use_bnb_nested_quant", p),
             "use_bnb_nested_quant",
         )
+        _quant_storage(r, k)
+
+
+def _quant_storage(r: Reading, k: Keys) -> None:
+    """``bnb_4bit_quant_storage`` (ModelConfig; trl/trainer/utils.py get_quantization_config passes it to
+    BitsAndBytesConfig): the dtype the packed 4-bit weights are stored in, which decides whether FSDP /
+    ZeRO-3 can shard them (`fitcheck.engine.distributed`; unset, fitcheck takes the compute dtype when the
+    strategy shards)."""
+    names.read_quant_storage(r, k.get("bnb_4bit_quant_storage"), "bnb_4bit_quant_storage")
 
 
 #: ``device_map`` values that split the layers over every visible GPU in one process with the balanced
