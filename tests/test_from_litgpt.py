@@ -135,6 +135,14 @@ def test_detection_takes_litgpt_files_and_no_other() -> None:
         assert detect(doc, syntax_of(str(path))) != "litgpt", path
 
 
+def test_a_pretrain_config_is_refused(tmp_path: Path) -> None:
+    """config_hub/pretrain/tinyllama.yaml @26857050, its keys that matter here."""
+    path = tmp_path / "tinyllama.yaml"
+    path.write_text("model_name: tiny-llama-1.1b\nprecision: bf16-mixed\ntrain:\n  micro_batch_size: 4\n")
+    with pytest.raises(FitcheckError, match="a litgpt pretrain config"):
+        read_config(str(path))
+
+
 def _read(tmp_path: Path, text: str) -> object:
     path = tmp_path / "run.yaml"
     path.write_text("checkpoint_dir: checkpoints/meta-llama/Llama-2-7b-hf\n" + text)

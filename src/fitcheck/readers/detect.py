@@ -72,11 +72,12 @@ LITGPT_KEYS = (
 
 def _litgpt(d: Doc) -> bool:
     """litgpt: a top-level ``checkpoint_dir`` with its ``train`` block (``micro_batch_size`` /
-    ``global_batch_size``) or one of its ``setup`` arguments."""
-    if "checkpoint_dir" not in d:
-        return False
+    ``global_batch_size``) or one of its ``setup`` arguments; or ``litgpt pretrain``'s ``train`` block beside
+    its ``model_name`` / ``initial_checkpoint_dir`` (pretrain.py ``setup``), which the reader refuses."""
     train = d.get("train")
     batch = isinstance(train, dict) and any(k in train for k in ("micro_batch_size", "global_batch_size"))
+    if "checkpoint_dir" not in d:  # litgpt pretrain's setup (model_name, initial_checkpoint_dir): refused
+        return batch and any(k in d for k in ("model_name", "initial_checkpoint_dir"))
     return batch or any(k in d for k in LITGPT_KEYS)
 
 

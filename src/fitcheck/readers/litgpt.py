@@ -98,6 +98,13 @@ def read(data: Doc, path: str) -> ReadResult:
 
 def _refuse(data: Doc, path: str) -> None:
     """What litgpt would not run, or fitcheck cannot pose: one line naming the key."""
+    if "checkpoint_dir" not in data and ("model_name" in data or "initial_checkpoint_dir" in data):
+        key = "model_name" if "model_name" in data else "initial_checkpoint_dir"
+        raise InputError(
+            f"{path}: {key} and no checkpoint_dir: a litgpt pretrain config (litgpt/pretrain.py setup: "
+            "its own strategy, optimizer and data pipeline); the litgpt reader reads finetune_lora / "
+            "finetune_full configs: give MODEL and the setup as flags"
+        )
     out_dir = str(data.get("out_dir") or "")
     lora = any(key in data for key in LORA_KEYS)
     if not lora and "adapter" in out_dir.lower():
