@@ -59,16 +59,18 @@ LORA_KEYS = ("lora_r", "lora_alpha", "lora_dropout", *LORA_FLAGS)
 #: ``setup(train=TrainArgs(global_batch_size=16, micro_batch_size=1, ...))`` in finetune/lora.py, full.py
 #: and adapter.py @26857050 (and @00af8b0d): a ``train`` block leaves the rest at these.
 GLOBAL_BATCH, MICRO_BATCH = 16, 1
-#: ``quantize`` -> (method, double quantization) for the 4-bit modes (lightning ``BitsandbytesPrecision``
+#: ``quantize`` -> double quantization, for the 4-bit modes (lightning ``BitsandbytesPrecision``
 #: modes nf4, nf4-dq, fp4, fp4-dq: ``quantize[4:]`` in finetune/lora.py).
 QUANT_4BIT: dict[str, bool] = {"bnb.nf4": False, "bnb.nf4-dq": True, "bnb.fp4": False, "bnb.fp4-dq": True}
 #: Lightning precision names -> fitcheck precision for the ``-true`` ones (no autocast: the regime litgpt
 #: runs, engine/regimes.py ``_litgpt``).
 TRUE_PRECISION = {"bf16-true": "bf16", "16-true": "fp16", "32-true": "fp32", "32": "fp32"}
-#: Lightning's mixed precisions (lightning fabric ``_PRECISION_INPUT``; the legacy ``16`` / ``bf16`` are
-#: ``16-mixed`` / ``bf16-mixed``): fp32 weights under autocast.
+#: Lightning's mixed precisions: fp32 weights under autocast. The legacy ``16`` / ``bf16`` (and ``32``) are
+#: Lightning Fabric's aliases of ``16-mixed`` / ``bf16-mixed`` (``32-true``), as Fabric converts them; litgpt
+#: hands ``precision`` to ``L.Fabric`` unchanged (finetune/lora.py, full.py).
 MIXED_PRECISION = ("bf16-mixed", "16-mixed", "bf16", "16")
-#: Keys only litgpt's LongLoRA branch read (config_hub/finetune/*/longlora.yaml @3c15ed14).
+#: Keys only litgpt's LongLoRA branch read (finetune/lora.py ``setup(longlora_n_groups=...,
+#: longlora_context_length=..., longlora_trainable_params=...)`` @3c15ed14, 2024-04, not on main).
 LONGLORA = ("longlora_n_groups", "longlora_context_length", "longlora_trainable_params")
 #: ``TrainArgs`` fields finetune/lora.py and full.py ``validate_args`` refuse ("doesn't support the ...
 #: argument") @26857050 and @00af8b0d: such a run does not start.
