@@ -178,6 +178,26 @@ EXPECTED: dict[str, tuple[str, str, str | None, dict[str, object]]] = {
         {"gpus": 2, "precision": "bf16", "strategy": "fsdp", "fsdp_version": 1},  # unset: accelerate's FSDP1
     ),
     "accelerate/deepspeed.yaml": ("accelerate", "hf", None, {"gpus": 2}),
+    # litgpt config hub @26857050 (more in tests/test_from_litgpt.py)
+    "litgpt/llama-3.1-8b-qlora.yaml": (
+        "litgpt",
+        "litgpt",
+        "meta-llama/Meta-Llama-3.1-8B",  # checkpoint_dir checkpoints/meta-llama/Meta-Llama-3.1-8B
+        {
+            "method": "qlora",  # quantize: bnb.nf4 with lora_* keys
+            "double_quant": False,  # nf4, not nf4-dq
+            "lora_rank": 32,
+            "lora_alpha": 16.0,
+            "lora_dropout": 0.05,
+            "lora_targets": "q_proj,v_proj",  # lora_query + lora_value
+            "gpus": 1,
+            "batch_size": 2,
+            "grad_accum": 4,  # global_batch_size 8 // 1 device // micro_batch_size 2
+            "seq_len": 512,
+            "precision": "bf16",  # bf16-true
+            "optimizer": "paged-adamw",  # instantiate_bnb_optimizer: bitsandbytes PagedAdamW
+        },
+    ),
 }
 
 

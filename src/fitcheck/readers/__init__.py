@@ -28,9 +28,16 @@ FORMATS: dict[str, tuple[str, str, str]] = {
     "kohya_ss": ("fitcheck.readers.kohya", "read_gui", "json"),
     "deepspeed": ("fitcheck.readers.deepspeed", "read", "json"),
     "accelerate": ("fitcheck.readers.accelerate", "read", "yaml"),
+    "litgpt": ("fitcheck.readers.litgpt", "read", "yaml"),
 }
 #: Other names users type for a format (fitcheck's own emitter names among them).
-ALIASES = {"hf": "trl", "llama-factory": "llamafactory", "mlx-lm": "mlx", "ds": "deepspeed"}
+ALIASES = {
+    "hf": "trl",
+    "llama-factory": "llamafactory",
+    "mlx-lm": "mlx",
+    "ds": "deepspeed",
+    "lit-gpt": "litgpt",
+}
 
 
 def format_name(name: str) -> str:

@@ -48,6 +48,10 @@ _LMF = (
 )
 _MLX = "mlx-lm mlx_lm/lora.py CONFIG_DEFAULTS @d78bf58e (tests/data/trainer_keys/mlx_lm_lora_keys.txt)"
 _TT = "pytorch/torchtune recipes/full_finetune_single_device.py, lora_finetune_single_device.py @bd2a0fc7"
+_LIT = (
+    "Lightning-AI/litgpt litgpt/finetune/lora.py, full.py setup() @26857050 (the same at @00af8b0d; "
+    "tests/data/from/litgpt/README.md)"
+)
 _KOHYA = "kohya-ss/sd-scripts library/train_util.py add_training_arguments, add_optimizer_arguments @48d368f"
 
 TABLE: dict[str, tuple[Default, ...]] = {
@@ -167,6 +171,18 @@ TABLE: dict[str, tuple[Default, ...]] = {
         ),
         Default(
             "lora_targets", "all-linear", "file", f"lora_parameters.keys unset: every linear layer: {_MLX}"
+        ),
+    ),
+    "litgpt": (
+        Default("batch_size", 1, "file", f"train=TrainArgs(micro_batch_size=1, ...): {_LIT}"),
+        Default("lora_rank", 8, "file", f"lora_r defaults to 8: {_LIT}"),
+        Default("lora_alpha", 16.0, "file", f"lora_alpha defaults to 16: {_LIT}"),
+        Default("lora_dropout", 0.05, "file", f"lora_dropout defaults to 0.05: {_LIT}"),
+        Default(
+            "lora_targets",
+            "q_proj,v_proj",
+            "file",
+            f"lora_query and lora_value default to true, lora_key/projection/mlp/head to false: {_LIT}",
         ),
     ),
     "kohya": (

@@ -55,6 +55,32 @@ def _accelerate(d: Doc) -> bool:
     return "num_processes" in d and "model_name_or_path" not in d
 
 
+#: litgpt ``setup`` arguments (finetune/lora.py, full.py @26857050) beside ``checkpoint_dir``; ``train`` is
+#: litgpt's ``TrainArgs`` block (torchtune's ``checkpoint_dir`` sits inside ``checkpointer``, and torchtune
+#: files are matched first by their ``_component_`` nodes).
+LITGPT_KEYS = (
+    "lora_r",
+    "lora_query",
+    "lora_value",
+    "quantize",
+    "precision",
+    "devices",
+    "num_nodes",
+    "out_dir",
+)
+
+
+def _litgpt(d: Doc) -> bool:
+    """litgpt: a top-level ``checkpoint_dir`` with its ``train`` block (``micro_batch_size`` /
+    ``global_batch_size``) or one of its ``setup`` arguments; or ``litgpt pretrain``'s ``train`` block beside
+    its ``model_name`` / ``initial_checkpoint_dir`` (pretrain.py ``setup``), which the reader refuses."""
+    train = d.get("train")
+    batch = isinstance(train, dict) and any(k in train for k in ("micro_batch_size", "global_batch_size"))
+    if "checkpoint_dir" not in d:  # litgpt pretrain's setup (model_name, initial_checkpoint_dir): refused
+        return batch and any(k in d for k in ("model_name", "initial_checkpoint_dir"))
+    return batch or any(k in d for k in LITGPT_KEYS)
+
+
 #: (syntax, keys that only that layout has, the line that refuses it): configs of a trainer layout no
 #: reader reads, told apart before the rules so they are not read as another trainer's. LLaMA-Factory v1
 #: (``llamafactory/v1/config/*.py`` @ff6d4d12: ``model``, ``peft_config``, ``dist_config`` plugin blocks)
@@ -96,6 +122,7 @@ RULES: tuple[tuple[str, str, Callable[[Doc], bool]], ...] = (
     ("yaml", "axolotl", _any("base_model", "micro_batch_size", "sequence_len", "adapter")),
     ("yaml", "accelerate", _accelerate),
     ("yaml", "torchtune", _component),
+    ("yaml", "litgpt", _litgpt),
     ("yaml", "mlx", _mlx),
     (
         "yaml",

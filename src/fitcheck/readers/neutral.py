@@ -74,6 +74,10 @@ NEUTRAL: frozenset[str] = frozenset(
         # metric logger and peak-memory logging; the tokenizer's vocabulary files)
         "epochs", "shuffle", "checkpointer", "metric_logger", "log_every_n_steps", "log_peak_memory_stats",
         "save_adapter_weights_only", "merges_file", "merges_path", "vocab_path", "dataset_val",
+        # litgpt (finetune/*.py setup, args.py TrainArgs / EvalArgs @26857050): where it saves and logs, the
+        # schedule, the optimizer's hyperparameters (optimizer.init_args.*)
+        "out_dir", "logger_name", "access_token", "save_interval", "log_interval", "min_lr", "max_time",
+        "resume", "lr", "betas", "eps",
         # FSDP bookkeeping that changes neither shards nor prefetch
         "state_dict_type", "final_state_dict_type", "auto_wrap_policy", "transformer_layer_cls_to_wrap",
         "sync_module_states", "use_orig_params", "cpu_ram_efficient_loading",
@@ -99,8 +103,10 @@ NEUTRAL_PREFIXES: tuple[str, ...] = (
 
 
 #: Tables whose every entry is data selection (torchtune's ``dataset:`` / ``dataset_val:`` builders; the
-#: ``packed`` entry, which does change the step, is read by the torchtune reader and never reaches here).
-NEUTRAL_TABLES: frozenset[str] = frozenset({"dataset", "dataset_val"})
+#: ``packed`` entry, which does change the step, is read by the torchtune reader and never reaches here),
+#: or litgpt's data module (``data.class_path`` / ``data.init_args``), evaluation schedule (``eval``:
+#: ``EvalArgs``) and logger settings (``log``: ``LogArgs``).
+NEUTRAL_TABLES: frozenset[str] = frozenset({"dataset", "dataset_val", "data", "eval", "log"})
 
 
 def is_neutral(key: str) -> bool:
