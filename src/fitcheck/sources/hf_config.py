@@ -191,6 +191,22 @@ def _qwen_moe(cfg: Config, d: Fields) -> Fields:
     }
 
 
+def _minicpm_moe(cfg: Config, d: Fields) -> Fields:
+    """MiniCPM-MoE (openbmb/MiniCPM-MoE-8x2B, remote code ``MiniCPMMoE``): with ``num_experts`` > 0 every
+    layer's MLP is ``num_experts`` MLPs of the dense width ``intermediate_size`` and a bias-free router
+    ``h x num_experts`` (vLLM models/minicpm.py reads the same keys: ``num_experts`` 0 or absent means the
+    dense ``MiniCPMMLP``). Left out, MiniCPM-MoE-8x2B sized as its 2.7B dense sibling instead of 13.9B."""
+    experts = int(_opt(cfg, "num_experts", 0))
+    if experts <= 0:
+        return {}
+    return {
+        "num_experts": experts,
+        "experts_per_token": int(_need(cfg, "num_experts_per_tok")),
+        "moe_intermediate_size": d["intermediate_size"],
+        "moe_layers": d["num_layers"],
+    }
+
+
 def _granite_shared(cfg: Config, d: Fields) -> Fields:
     return {"shared_expert_intermediate_size": int(_opt(cfg, "shared_intermediate_size", 0))}
 
@@ -595,7 +611,7 @@ FAMILIES: dict[str, Family] = {
         features=(_qwen,),
         source="remote",
     ),
-    "minicpm": Family(flags={**_TIE_T, **_ATTN_BIAS}, source="remote"),
+    "minicpm": Family(flags={**_TIE_T, **_ATTN_BIAS}, features=(_minicpm_moe,), source="remote"),
     "qwen2": Family(fixed={"qkv_bias": True}, flags=_TIE),
     "qwen3": Family(fixed={"qk_norm": True}, flags=_LLAMA_FLAGS),
     "glm": Family(
@@ -871,20 +887,28 @@ def inferred_model_type(cfg: Config) -> tuple[str, str] | None:
     """The ``model_type`` of a config.json that names none, and where it was read: (type, source).
 
     transformers itself reads a remote-code repo's type from the class its ``auto_map`` names
-    (``AutoConfig``: ``configuration_minicpm.MiniCPMConfig`` defines ``model_type = "minicpm"``); by
-    transformers' file-naming convention the module is ``configuration_<model_type>``. Failing that, the
-    first ``architectures`` class less its head suffix (``MiniCPMForCausalLM``). Accepted only when it
-    names a type fitcheck reads (compared without case or punctuation), else None.
+    (``AutoConfig``: ``configuration_minicpm.MiniCPMConfig`` defines ``model_type = "minicpm"``), so that
+    class decides: its name less ``Config``, else (a bare module path) the module's ``configuration_<type>``.
+    A module file can hold another generation's class (MiniCPM3-4B's ``configuration_minicpm.MiniCPM3Config``
+    is latent attention, not MiniCPM's), so an ``auto_map`` class fitcheck does not read is not read as its
+    module's type. Without an ``auto_map``: the first ``architectures`` class less its head suffix
+    (``MiniCPMForCausalLM``). Accepted only when it names a type fitcheck reads (compared without case or
+    punctuation), else None.
     """
     known = {compact(t): t for t in (*FAMILIES, *TYPE_ALIASES)}
     candidates: list[tuple[str, str]] = []
     auto_map = cfg.get("auto_map")
     if isinstance(auto_map, Mapping) and isinstance(auto_map.get("AutoConfig"), str):
-        module = auto_map["AutoConfig"].split("--")[-1].split(".")[0]
-        if module.startswith("configuration_"):
-            candidates.append((module.removeprefix("configuration_"), f"auto_map's {module}"))
+        ref = auto_map["AutoConfig"].split("--")[-1]
+        module, _, cls = ref.rpartition(".")
+        if cls.endswith("Config") and len(cls) > len("Config"):
+            candidates.append((cls.removesuffix("Config"), f"auto_map's {ref}"))
+        elif ref.startswith("configuration_") and "." not in ref:
+            candidates.append((ref.removeprefix("configuration_"), f"auto_map's {ref}"))
+        elif module.startswith("configuration_"):
+            candidates.append((module.removeprefix("configuration_"), f"auto_map's {ref}"))
     archs = cfg.get("architectures")
-    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+    if not candidates and isinstance(archs, list) and archs and isinstance(archs[0], str):
         cls = archs[0]
         for suffix in _CLASS_SUFFIXES:
             if cls.endswith(suffix) and len(cls) > len(suffix):
@@ -1040,8 +1064,13 @@ def arch_from_hf_config(cfg: Config) -> DecoderArch:
     raw_type = cfg.get("model_type")
     if not isinstance(raw_type, str) or not raw_type:
         shown = clipped(repr(raw_type))
+        auto_map = cfg.get("auto_map")
+        named = auto_map.get("AutoConfig") if isinstance(auto_map, Mapping) else None
+        archs = cfg.get("architectures")
+        named = named or (archs[0] if isinstance(archs, list) and archs else None)
+        hint = f" (its classes name {clipped(str(named), 60)}, not a type fitcheck reads)" if named else ""
         raise ModelSourceError(
-            f"config.json: model_type must name the architecture as a string (got {shown}); "
+            f"config.json: model_type must name the architecture as a string (got {shown}){hint}; "
             "`fitcheck models` and docs/cli.md list the supported types"
         )
     check_sizes(cfg)
