@@ -170,3 +170,53 @@ def test_transformers_own_warnings_stay_off_stderr() -> None:
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and proc.stdout == "" and len(lines) == 1, proc.stderr[-1500:]
     assert "qwen2_5_omni" in lines[0]
+
+
+#: cli99/llm-analysis llm_analysis/model_configs/upstage_Llama-2-70b-instruct-v2.json @ d841e40a: that tool's
+#: own format (``hidden_dim``, ``ffn_embed_dim``), not a Hub config, under model_type llama. transformers
+#: builds LlamaConfig's default width from it, and so does fitcheck (14.1B for a 70B model), now saying so.
+LLM_ANALYSIS_70B: dict[str, Any] = {
+    "name": "upstage_Llama-2-70b-instruct-v2", "num_layers": 80, "n_head": 64, "hidden_dim": 8192,
+    "vocab_size": 32000, "max_seq_len": 4096, "num_key_value_heads": 8, "ffn_embed_dim": 28672,
+    "model_type": "llama", "mlp_gated_linear_units": True,
+}  # fmt: skip
+
+
+def test_a_shape_left_to_class_defaults_is_named() -> None:
+    from fitcheck.sources.resolve import spec_from_config
+
+    spec = spec_from_config(dict(LLM_ANALYSIS_70B), id="x", name="x", source="test")
+    assert spec.arch.hidden_size == 4096  # LlamaConfig's default, as transformers builds it
+    notes = [n for n in spec.notes if "states no" in n]
+    assert len(notes) == 1 and "hidden_size 4,096" in notes[0] and "intermediate_size 11,008" in notes[0]
+    # a Hub config that states its shape, and a multimodal wrapper whose text_config relies on its
+    # class (llava-1.5's), are not flagged
+    for repo in ("allenai/OLMo-2-1124-7B", "llava-hf/llava-1.5-7b-hf"):
+        assert not [n for n in spec_from_path(_folder(repo)).notes if "states no" in n]
+
+
+def test_a_model_without_embedding_accessors_reads_as_tied() -> None:
+    """PP-FormulaNet's ``get_input_embeddings`` raises NotImplementedError in transformers 5.24: the
+    fallback's tie check must not let it through as a traceback."""
+    from fitcheck.sources.meta_fallback import _ties_its_head
+
+    class NoAccessors:
+        def get_output_embeddings(self) -> None:
+            return None
+
+        def get_input_embeddings(self) -> None:
+            raise NotImplementedError("not auto-handled")
+
+    assert _ties_its_head(NoAccessors()) is True
+
+
+def test_a_type_the_generic_shape_overcounts_is_refused() -> None:
+    """HRM's default config: transformers counts 1,447,822,848 parameters and the generic decoder shape
+    its keys give counts more (3.29B was reported, beside a warning that claimed transformers' count)."""
+    tf = pytest.importorskip("transformers")
+    from fitcheck.errors import ModelSourceError
+    from fitcheck.sources.resolve import spec_from_config
+
+    cfg = {**tf.AutoConfig.for_model("hrm_text").to_dict(), "model_type": "hrm_text"}
+    with pytest.raises(ModelSourceError, match="fewer than the generic decoder shape"):
+        spec_from_config(cfg, id="x", name="x", source="test")

@@ -920,6 +920,37 @@ def inferred_model_type(cfg: Config) -> tuple[str, str] | None:
     return None
 
 
+#: The shape keys whose silent class default would size another model: the width, depth, heads, MLP width
+#: and vocabulary (`defaulted_shape`).
+SHAPE_FIELDS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size")
+
+
+def defaulted_shape(cfg: Config) -> list[str]:
+    """The shape keys a natively read text model's config leaves to its configuration class's defaults, as
+    ``key value`` (``hidden_size 4,096``). A file ``save_pretrained`` wrote may leave out what equals the
+    defaults (``to_diff_dict``) and transformers builds the same model from it, but a file that gives its
+    shape under names fitcheck does not read (``hidden_dim``, ``ffn_embed_dim``: a tool's own format, not a
+    Hub config) or one level down (a ``text_config`` under a text-only type) silently sizes the class's
+    default model. Multimodal wrappers are left out: their published ``text_config`` often states only what
+    differs from its class (llava-1.5's names its type alone)."""
+    raw_type = cfg.get("model_type")
+    if not isinstance(raw_type, str):
+        return []
+    model_type = TYPE_ALIASES.get(raw_type, raw_type)
+    if model_type in MULTIMODAL or model_type not in FAMILIES:
+        return []
+    defaults = class_defaults().get(model_type, {})
+    out = []
+    for field_name in SHAPE_FIELDS:
+        keys = KEYS[field_name]
+        if any(cfg.get(k) is not None for k in keys):
+            continue
+        used = next((k for k in keys if defaults.get(k) is not None), None)
+        if used is not None:
+            out.append(f"{used} {defaults[used]:,}")
+    return out
+
+
 def supported_types() -> list[str]:
     """Every ``model_type`` fitcheck reads natively."""
     return sorted({*FAMILIES, *MULTIMODAL, *TYPE_ALIASES})

@@ -121,11 +121,20 @@ def _meta_facts(cfg: Mapping[str, Any]) -> tuple[int, bool]:
             f"model_type '{cfg['model_type']}' interleaves attention with layers that are not attention "
             f"({', '.join(mixers)}); fitcheck models transformer layers only, so it cannot estimate it yet"
         )
-    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    inp = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    return sum(p.numel() for p in model.parameters()), _ties_its_head(model)
+
+
+def _ties_its_head(model: Any) -> bool:
+    """Whether the built model's output head is its input embedding (or it has no head). A model whose
+    accessors are not implemented (PP-FormulaNet: ``get_input_embeddings`` raises NotImplementedError)
+    reads as tied: the generic shape then counts no separate head, and `misc_params` carries the rest."""
+    try:
+        out = model.get_output_embeddings()
+        inp = model.get_input_embeddings()
+    except Exception:  # transformers' own accessors, whatever a subclass raises
+        return True
     head = getattr(out, "weight", None)
-    tied = head is None or (inp is not None and head is getattr(inp, "weight", None))
-    return sum(p.numel() for p in model.parameters()), tied
+    return head is None or (inp is not None and head is getattr(inp, "weight", None))
 
 
 #: Where a multimodal or encoder-decoder wrapper keeps its language model's keys (transformers
