@@ -44,6 +44,9 @@ FIGURES: dict[str, tuple[float, float]] = {
     "Qwen/Qwen2.5-VL-3B-Instruct": (3.75e9, 0.005e9),
     "openbmb/MiniCPM4-8B": (8e9, 0.5e9),
     "Qwen/Qwen1.5-4B-Chat": (3.95e9, 0.005e9),
+    # mllama, sized on the meta device: its image-text-to-text class, with the vision tower and projector
+    # (9.78B before: transformers' AutoModelForCausalLM builds the text model alone for mllama)
+    "meta-llama/Llama-3.2-11B-Vision-Instruct": (10.7e9, 0.05e9),
 }
 
 #: Remote-code or wrapper models the tests hold to a hand count (transformers cannot build them here).
@@ -80,7 +83,11 @@ def test_every_stored_config_is_tested() -> None:
 
 @pytest.mark.parametrize("repo", sorted(FIGURES))
 def test_count_within_the_published_figure(repo: str) -> None:
-    if repo in ("WizardLMTeam/WizardCoder-15B-V1.0", "bigcode/gpt_bigcode-santacoder"):
+    if repo in (
+        "WizardLMTeam/WizardCoder-15B-V1.0",
+        "bigcode/gpt_bigcode-santacoder",
+        "meta-llama/Llama-3.2-11B-Vision-Instruct",
+    ):
         pytest.importorskip("transformers")  # sized by the meta-device fallback
     figure, tolerance = FIGURES[repo]
     assert abs(_ours(repo) - figure) <= tolerance
@@ -95,7 +102,7 @@ def _transformers_count(cfg: dict[str, Any]) -> int:
     torch = pytest.importorskip("torch")
     tf = pytest.importorskip("transformers")
     config = tf.AutoConfig.for_model(cfg["model_type"], **{k: v for k, v in cfg.items() if k != "model_type"})
-    vision = cfg["model_type"] in ("llava", "qwen2_5_vl", "qwen3_vl")
+    vision = cfg["model_type"] in ("llava", "qwen2_5_vl", "qwen3_vl", "mllama")
     auto = tf.AutoModelForImageTextToText if vision else tf.AutoModelForCausalLM
     with torch.device("meta"):
         model = auto.from_config(config)

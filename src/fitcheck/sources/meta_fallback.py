@@ -76,8 +76,15 @@ def _build_quietly(tf: Any, torch: Any, model_type: str, kw: dict[str, Any]) -> 
         raise ModelSourceError(
             f"transformers cannot read this {model_type} config: {_first_line(exc)}"
         ) from None
+    # a config with a vision tower builds its image-text-to-text class first: transformers maps some such
+    # types' causal LM to the text model alone (mllama -> MllamaForCausalLM, without the tower and projector
+    # the checkpoint holds: Llama-3.2-11B-Vision sized 9.78B against its 10.67B)
+    order: tuple[str, ...] = _AUTO_CLASSES
+    if isinstance(kw.get("vision_config"), Mapping):
+        vlm = "AutoModelForImageTextToText"
+        order = (vlm, *(n for n in _AUTO_CLASSES if n != vlm))
     with torch.device("meta"):
-        for name in _AUTO_CLASSES:
+        for name in order:
             try:
                 return getattr(tf, name).from_config(config)
             except (ValueError, KeyError):
