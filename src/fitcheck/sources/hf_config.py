@@ -226,6 +226,22 @@ def _qwen_moe(cfg: Config, d: Fields) -> Fields:
     }
 
 
+def _minicpm_moe(cfg: Config, d: Fields) -> Fields:
+    """MiniCPM-MoE (openbmb/MiniCPM-MoE-8x2B, remote code ``MiniCPMMoE``): with ``num_experts`` > 0 every
+    layer's MLP is ``num_experts`` MLPs of the dense width ``intermediate_size`` and a bias-free router
+    ``h x num_experts`` (vLLM models/minicpm.py reads the same keys: ``num_experts`` 0 or absent means the
+    dense ``MiniCPMMLP``). Left out, MiniCPM-MoE-8x2B sized as its 2.7B dense sibling instead of 13.9B."""
+    experts = int(_opt(cfg, "num_experts", 0))
+    if experts <= 0:
+        return {}
+    return {
+        "num_experts": experts,
+        "experts_per_token": int(_need(cfg, "num_experts_per_tok")),
+        "moe_intermediate_size": d["intermediate_size"],
+        "moe_layers": d["num_layers"],
+    }
+
+
 def _granite_shared(cfg: Config, d: Fields) -> Fields:
     return {"shared_expert_intermediate_size": _opt_int(cfg, "shared_intermediate_size", 0)}
 
@@ -629,7 +645,7 @@ FAMILIES: dict[str, Family] = {
         features=(_qwen,),
         source="remote",
     ),
-    "minicpm": Family(flags={**_TIE_T, **_ATTN_BIAS}, source="remote"),
+    "minicpm": Family(flags={**_TIE_T, **_ATTN_BIAS}, features=(_minicpm_moe,), source="remote"),
     "qwen2": Family(fixed={"qkv_bias": True}, flags=_TIE),
     "qwen3": Family(fixed={"qk_norm": True}, flags=_LLAMA_FLAGS),
     "glm": Family(
@@ -905,20 +921,28 @@ def inferred_model_type(cfg: Config) -> tuple[str, str] | None:
     """The ``model_type`` of a config.json that names none, and where it was read: (type, source).
 
     transformers itself reads a remote-code repo's type from the class its ``auto_map`` names
-    (``AutoConfig``: ``configuration_minicpm.MiniCPMConfig`` defines ``model_type = "minicpm"``); by
-    transformers' file-naming convention the module is ``configuration_<model_type>``. Failing that, the
-    first ``architectures`` class less its head suffix (``MiniCPMForCausalLM``). Accepted only when it
-    names a type fitcheck reads (compared without case or punctuation), else None.
+    (``AutoConfig``: ``configuration_minicpm.MiniCPMConfig`` defines ``model_type = "minicpm"``), so that
+    class decides: its name less ``Config``, else (a bare module path) the module's ``configuration_<type>``.
+    A module file can hold another generation's class (MiniCPM3-4B's ``configuration_minicpm.MiniCPM3Config``
+    is latent attention, not MiniCPM's), so an ``auto_map`` class fitcheck does not read is not read as its
+    module's type. Without an ``auto_map``: the first ``architectures`` class less its head suffix
+    (``MiniCPMForCausalLM``). Accepted only when it names a type fitcheck reads (compared without case or
+    punctuation), else None.
     """
     known = {compact(t): t for t in (*FAMILIES, *TYPE_ALIASES)}
     candidates: list[tuple[str, str]] = []
     auto_map = cfg.get("auto_map")
     if isinstance(auto_map, Mapping) and isinstance(auto_map.get("AutoConfig"), str):
-        module = auto_map["AutoConfig"].split("--")[-1].split(".")[0]
-        if module.startswith("configuration_"):
-            candidates.append((module.removeprefix("configuration_"), f"auto_map's {module}"))
+        ref = auto_map["AutoConfig"].split("--")[-1]
+        module, _, cls = ref.rpartition(".")
+        if cls.endswith("Config") and len(cls) > len("Config"):
+            candidates.append((cls.removesuffix("Config"), f"auto_map's {ref}"))
+        elif ref.startswith("configuration_") and "." not in ref:
+            candidates.append((ref.removeprefix("configuration_"), f"auto_map's {ref}"))
+        elif module.startswith("configuration_"):
+            candidates.append((module.removeprefix("configuration_"), f"auto_map's {ref}"))
     archs = cfg.get("architectures")
-    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+    if not candidates and isinstance(archs, list) and archs and isinstance(archs[0], str):
         cls = archs[0]
         for suffix in _CLASS_SUFFIXES:
             if cls.endswith(suffix) and len(cls) > len(suffix):
@@ -928,6 +952,37 @@ def inferred_model_type(cfg: Config) -> tuple[str, str] | None:
         if compact(name) in known:
             return known[compact(name)], where
     return None
+
+
+#: The shape keys whose silent class default would size another model: the width, depth, heads, MLP width
+#: and vocabulary (`defaulted_shape`).
+SHAPE_FIELDS = ("hidden_size", "num_layers", "num_heads", "intermediate_size", "vocab_size")
+
+
+def defaulted_shape(cfg: Config) -> list[str]:
+    """The shape keys a natively read text model's config leaves to its configuration class's defaults, as
+    ``key value`` (``hidden_size 4,096``). A file ``save_pretrained`` wrote may leave out what equals the
+    defaults (``to_diff_dict``) and transformers builds the same model from it, but a file that gives its
+    shape under names fitcheck does not read (``hidden_dim``, ``ffn_embed_dim``: a tool's own format, not a
+    Hub config) or one level down (a ``text_config`` under a text-only type) silently sizes the class's
+    default model. Multimodal wrappers are left out: their published ``text_config`` often states only what
+    differs from its class (llava-1.5's names its type alone)."""
+    raw_type = cfg.get("model_type")
+    if not isinstance(raw_type, str):
+        return []
+    model_type = TYPE_ALIASES.get(raw_type, raw_type)
+    if model_type in MULTIMODAL or model_type not in FAMILIES:
+        return []
+    defaults = class_defaults().get(model_type, {})
+    out = []
+    for field_name in SHAPE_FIELDS:
+        keys = KEYS[field_name]
+        if any(cfg.get(k) is not None for k in keys):
+            continue
+        used = next((k for k in keys if defaults.get(k) is not None), None)
+        if used is not None:
+            out.append(f"{used} {defaults[used]:,}")
+    return out
 
 
 def supported_types() -> list[str]:
@@ -1074,8 +1129,13 @@ def arch_from_hf_config(cfg: Config) -> DecoderArch:
     raw_type = cfg.get("model_type")
     if not isinstance(raw_type, str) or not raw_type:
         shown = clipped(repr(raw_type))
+        auto_map = cfg.get("auto_map")
+        named = auto_map.get("AutoConfig") if isinstance(auto_map, Mapping) else None
+        archs = cfg.get("architectures")
+        named = named or (archs[0] if isinstance(archs, list) and archs else None)
+        hint = f" (its classes name {clipped(str(named), 60)}, not a type fitcheck reads)" if named else ""
         raise ModelSourceError(
-            f"config.json: model_type must name the architecture as a string (got {shown}); "
+            f"config.json: model_type must name the architecture as a string (got {shown}){hint}; "
             "`fitcheck models` and docs/cli.md list the supported types"
         )
     check_sizes(cfg)

@@ -11,7 +11,8 @@ built (no ``trust_remote_code``: fitcheck never runs a repository's code).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from fitcheck.engine.params import count_params
@@ -35,8 +36,11 @@ _NON_ATTENTION = re.compile(
 
 
 def _first_line(exc: BaseException) -> str:
-    """The first sentence of an exception's message, clipped: one line a person reads."""
-    return clipped((str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0], 160)
+    """The first sentence of an exception's message on one line, clipped: one line a person reads. A
+    message whose first line only introduces the next ("Validation error for field 'x':", transformers'
+    strict dataclass check) keeps that next line."""
+    text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
+    return clipped((text or type(exc).__name__).split(". ")[0], 240)
 
 
 def _build_on_meta(cfg: Mapping[str, Any]) -> Any:
@@ -46,14 +50,41 @@ def _build_on_meta(cfg: Mapping[str, Any]) -> Any:
 
     model_type = str(cfg["model_type"])
     kw = {k: v for k, v in cfg.items() if k != "model_type"}
+    with _quiet_transformers():
+        return _build_quietly(tf, torch, model_type, kw)
+
+
+@contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' own logger held at errors while it reads and builds: its configuration classes warn
+    on stderr about keys they do not check (Qwen2.5-Omni's token ids "must be within the vocabulary", seven
+    lines), and fitcheck's stderr carries its own warnings and one error line only."""
+    from transformers.utils import logging as tf_logging
+
+    level = tf_logging.get_verbosity()
+    tf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        tf_logging.set_verbosity(level)
+
+
+def _build_quietly(tf: Any, torch: Any, model_type: str, kw: dict[str, Any]) -> Any:
     try:
         config = tf.AutoConfig.for_model(model_type, **kw)
     except Exception as exc:  # transformers' own validation, whatever it raises
         raise ModelSourceError(
             f"transformers cannot read this {model_type} config: {_first_line(exc)}"
         ) from None
+    # a config with a vision tower builds its image-text-to-text class first: transformers maps some such
+    # types' causal LM to the text model alone (mllama -> MllamaForCausalLM, without the tower and projector
+    # the checkpoint holds: Llama-3.2-11B-Vision sized 9.78B against its 10.67B)
+    order: tuple[str, ...] = _AUTO_CLASSES
+    if isinstance(kw.get("vision_config"), Mapping):
+        vlm = "AutoModelForImageTextToText"
+        order = (vlm, *(n for n in _AUTO_CLASSES if n != vlm))
     with torch.device("meta"):
-        for name in _AUTO_CLASSES:
+        for name in order:
             try:
                 return getattr(tf, name).from_config(config)
             except (ValueError, KeyError):
@@ -83,6 +114,13 @@ def meta_parameter_count(cfg: Mapping[str, Any]) -> int:
     Raises:
         ModelSourceError: transformers cannot build it, or it interleaves attention with other mixers.
     """
+    return _meta_facts(cfg)[0]
+
+
+def _meta_facts(cfg: Mapping[str, Any]) -> tuple[int, bool]:
+    """The built model's parameter count and whether its output head is the input embedding (tied, or
+    no head): what the config's keys cannot say for a type without a table row (GPT-BigCode ties by its
+    class default, which a config leaves out)."""
     model = _build_on_meta(cfg)
     mixers = non_attention_mixers(model)
     if mixers:
@@ -90,7 +128,20 @@ def meta_parameter_count(cfg: Mapping[str, Any]) -> int:
             f"model_type '{cfg['model_type']}' interleaves attention with layers that are not attention "
             f"({', '.join(mixers)}); fitcheck models transformer layers only, so it cannot estimate it yet"
         )
-    return sum(p.numel() for p in model.parameters())
+    return sum(p.numel() for p in model.parameters()), _ties_its_head(model)
+
+
+def _ties_its_head(model: Any) -> bool:
+    """Whether the built model's output head is its input embedding (or it has no head). A model whose
+    accessors are not implemented (PP-FormulaNet: ``get_input_embeddings`` raises NotImplementedError)
+    reads as tied: the generic shape then counts no separate head, and `misc_params` carries the rest."""
+    try:
+        out = model.get_output_embeddings()
+        inp = model.get_input_embeddings()
+    except Exception:  # transformers' own accessors, whatever a subclass raises
+        return True
+    head = getattr(out, "weight", None)
+    return head is None or (inp is not None and head is getattr(inp, "weight", None))
 
 
 #: Where a multimodal or encoder-decoder wrapper keeps its language model's keys (transformers
@@ -152,10 +203,15 @@ def shape_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _closest(base: DecoderArch, exact: int) -> DecoderArch:
-    """Of the generic variants (gated or plain MLP, RMS or LayerNorm, with or without biases), the one
-    whose count is closest below the exact total (else the smallest overcount)."""
+    """Of the generic variants (gated or plain MLP, RMS or LayerNorm, with or without biases; the key/value
+    heads the config states, or one, as a multi-query model's ``multi_query`` flag gives them to
+    GPT-BigCode and Falcon, whose configs name no ``num_key_value_heads``), the one whose count is closest
+    below the exact total (else the smallest overcount)."""
     variants = [
-        base.model_copy(update={"mlp": mlp, "norm": norm, "qkv_bias": b, "o_bias": b, "mlp_bias": b})
+        base.model_copy(
+            update={"mlp": mlp, "norm": norm, "qkv_bias": b, "o_bias": b, "mlp_bias": b, "num_kv_heads": kv}
+        )
+        for kv in dict.fromkeys((base.num_kv_heads, 1))
         for mlp in ("gated", "plain")
         for norm in ("rms", "layer")
         for b in (False, True)
@@ -183,11 +239,11 @@ def arch_from_meta(cfg: Mapping[str, Any], why: UnsupportedTypeError) -> tuple[D
     model_type = str(cfg.get("model_type"))
     if model_type not in CONFIG_MAPPING_NAMES:
         raise UnsupportedTypeError(why.model_type, transformers.__version__) from None
-    exact = meta_parameter_count(cfg)
+    exact, tied = _meta_facts(cfg)
     try:
         shape = shape_config(cfg)
         fields = _fields(shape, FAMILIES["llama"], model_type)
-        arch = DecoderArch(**fields)
+        arch = DecoderArch(**{**fields, "tie_embeddings": tied})
     except (ModelSourceError, ValueError, TypeError) as exc:
         raise ModelSourceError(
             f"model_type '{model_type}': transformers counts {exact:,} parameters but its config lacks the "
@@ -201,8 +257,11 @@ def arch_from_meta(cfg: Mapping[str, Any], why: UnsupportedTypeError) -> tuple[D
         f"follow the generic decoder rule ({arch.mlp} MLP, {arch.norm} norm, MLP width "
         f"{arch.intermediate_size:,} from {shape.get('_mlp_width_from', 'intermediate_size')})"
     )
-    if exact >= generic:
-        arch = arch.model_copy(update={"misc_params": exact - generic})
-    else:
-        note += f"; the generic shape counts {generic - exact:,} more parameters than the model has"
-    return arch, (note,)
+    if exact < generic:
+        # the total would not be the model's: an estimate on it is wrong by construction, so refuse
+        raise ModelSourceError(
+            f"model_type '{model_type}' is not modelled natively and transformers counts {exact:,} "
+            f"parameters, fewer than the generic decoder shape its config gives ({generic:,}), so fitcheck "
+            "cannot estimate it yet"
+        )
+    return arch.model_copy(update={"misc_params": exact - generic}), (note,)

@@ -14,7 +14,12 @@ from fitcheck.errors import InputError, ModelSourceError, NotFoundError, suggest
 from fitcheck.fileio import could_be_path, user_path
 from fitcheck.models import ModelSpec, TensorGroup
 from fitcheck.presets import load_preset, preset_ids
-from fitcheck.sources.hf_config import UnsupportedTypeError, arch_from_hf_config, inferred_model_type
+from fitcheck.sources.hf_config import (
+    UnsupportedTypeError,
+    arch_from_hf_config,
+    defaulted_shape,
+    inferred_model_type,
+)
 from fitcheck.sources.prequant import PreQuant, note, read_prequant, unpacked
 from fitcheck.sources.safetensors_header import read_all
 from fitcheck.units import looks_like_size
@@ -217,6 +222,13 @@ def spec_from_config(
         warnings = (*warnings, f"config.json names no model_type: read as '{found[0]}' from {found[1]}")
     try:
         arch = arch_from_hf_config(cfg)
+        if defaulted := defaulted_shape(cfg):
+            warnings = (
+                *warnings,
+                f"config.json states no {', '.join(d.split()[0] for d in defaulted)}: the configuration "
+                f"class's defaults are used ({', '.join(defaulted)}), as transformers would; check that the "
+                "file is the model's Hub config",
+            )
     except UnsupportedTypeError as exc:
         from fitcheck.sources.meta_fallback import arch_from_meta
 
