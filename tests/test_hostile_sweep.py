@@ -417,3 +417,10 @@ def test_an_error_quoting_a_huge_value_stays_one_bounded_line(argv: list[str]) -
     rc, out, err = invoke(argv)
     hold_contract(argv[0], argv, rc, out, err)
     assert rc == 2 and len(err) < 1100 and "characters cut" in err, len(err)
+
+
+@pytest.mark.parametrize("headroom", ["1e1%", "1E1%", "0x10%", "%", "1_0%"])
+def test_headroom_percentage_is_a_plain_decimal(headroom: str) -> None:
+    """--headroom 1e1% was read as 10% while memory sizes with an exponent are refused: one rule."""
+    rc, _out, err = invoke(["check", "llama-3.2-1b", "--on", "rtx-4090", "--headroom", headroom])
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "--headroom" in err

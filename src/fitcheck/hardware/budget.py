@@ -179,10 +179,9 @@ def parse_headroom(text: str | None, usable_bytes: int) -> tuple[int, str]:
         return DEFAULT_HEADROOM_BYTES, why
     raw = text.strip().lower()
     if raw.endswith("%"):
-        try:
-            pct = float(raw[:-1])
-        except ValueError:
-            pct = -1.0
+        # a plain decimal, as memory sizes are (an exponent, nan or inf is refused, as in `parse_memory`)
+        number = raw[:-1].strip()
+        pct = float(number) if re.fullmatch(r"[0-9]+(\.[0-9]*)?|\.[0-9]+", number) else -1.0
         if not 0 <= pct < 100:
             raise InputError(f"--headroom '{text}': a percentage must be from 0% to under 100%, e.g. 10%")
         return round(usable_bytes * pct / 100), f"{pct:g} % of usable memory"
