@@ -424,3 +424,16 @@ def test_headroom_percentage_is_a_plain_decimal(headroom: str) -> None:
     """--headroom 1e1% was read as 10% while memory sizes with an exponent are refused: one rule."""
     rc, _out, err = invoke(["check", "llama-3.2-1b", "--on", "rtx-4090", "--headroom", headroom])
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "--headroom" in err
+
+
+def test_a_files_value_asks_about_model_only_when_it_names_the_models_parts(tmp_path: Path) -> None:
+    """An error about a value the --from file set names the file; only a model-shaped value (LoRA targets,
+    length, ...) asks whether MODEL is the file's model: a GPU count does not depend on it."""
+    acc = tmp_path / "accelerate.yaml"
+    acc.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 4\n")
+    rc, _out, err = invoke(["check", "llama-3.1-8b", "--from", str(acc), "--on", "2x4090"])
+    assert rc == 2 and f"(the value comes from {acc})" in err and "is MODEL" not in err
+    ax = tmp_path / "axolotl.yaml"
+    ax.write_text("base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nlora_target_modules: [c_attn]\n")
+    rc, _out, err = invoke(["estimate", "--from", str(ax)])
+    assert rc == 2 and "is MODEL the file's model?" in err and len(err.strip().splitlines()) == 1

@@ -576,6 +576,13 @@ def plain(**kw: Any) -> dict[str, Any]:
     return {k: (v.value if isinstance(v, Enum) else v) for k, v in kw.items()}
 
 
+#: Setup fields whose valid values depend on the model (its module names, depth, context, heads): an error
+#: about one the ``--from`` file set asks whether MODEL is the file's model.
+MODEL_SHAPED_FIELDS = frozenset(
+    {"lora_targets", "train_modules", "lora_head", "seq_len", "task", "num_labels", "prefix_tokens", "attn"}
+)
+
+
 class FromFile:
     """What ``--from`` (and ``--trainer``) decided: the model, the merged setup values, provenance."""
 
@@ -598,9 +605,12 @@ class FromFile:
         m = re.match(r"--(?:no-)?([a-z0-9-]+)", str(exc))
         if self.path is None or not isinstance(exc, OptionError) or m is None:
             return exc
-        if self.origin.get(m.group(1).replace("-", "_")) != "file":
+        field = m.group(1).replace("-", "_")
+        if self.origin.get(field) != "file":
             return exc
-        return OptionError(f"{exc} (the value comes from {self.path}: is MODEL the file's model?)")
+        # a value that names the model's parts may be right for the file's model and not for MODEL
+        ask = ": is MODEL the file's model?" if field in MODEL_SHAPED_FIELDS else ""
+        return OptionError(f"{exc} (the value comes from {self.path}{ask})")
 
     def say(self) -> None:
         """The report on stderr, once the run was sized (an error stays one line)."""
