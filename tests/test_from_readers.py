@@ -563,3 +563,18 @@ def test_a_command_line_optimizer_drops_the_files_adamw_step(tmp_path: Path) -> 
     assert kept.values["optimizer_impl"] == "foreach"
     replaced = resolve({"optimizer": "lion"}, ("optimizer",), read, fields)
     assert "optimizer_impl" not in replaced.values and replaced.values["optimizer"] == "lion"
+
+
+def test_training_arguments_json_is_trl_not_deepspeed(tmp_path: Path) -> None:
+    """A TrainingArguments / SFTConfig JSON (HfArgumentParser.parse_json_file) carries bf16 as DeepSpeed's
+    JSON does, but names a model or a per-device batch, which DeepSpeed's never does."""
+    cfg = tmp_path / "args.json"
+    cfg.write_text(
+        '{"model_name_or_path": "meta-llama/Llama-3.1-8B", "per_device_train_batch_size": 2, '
+        '"gradient_accumulation_steps": 4, "bf16": true, "gradient_checkpointing": true, "use_peft": true}'
+    )
+    got = read_config(str(cfg))
+    assert got.format == "trl" and got.values["batch_size"] == 2 and got.values["grad_accum"] == 4
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"bf16": {"enabled": true}, "zero_optimization": {"stage": 2}}')
+    assert read_config(str(ds)).format == "deepspeed"

@@ -107,6 +107,9 @@ def unread(data: Doc, syntax: str) -> str | None:
 RULES: tuple[tuple[str, str, Callable[[Doc], bool]], ...] = (
     ("toml", "kohya", _kohya_table),
     ("json", "kohya_ss", _any("LoRA_type", "max_resolution", "network_dim", "sdxl")),
+    # HF TrainingArguments / TRL SFTConfig as JSON (HfArgumentParser.parse_json_file): before DeepSpeed,
+    # whose JSON shares bf16 / fp16 but never names a model or a per-device batch
+    ("json", "trl", _any("model_name_or_path", "per_device_train_batch_size", "use_peft")),
     (
         "json",
         "deepspeed",
