@@ -119,6 +119,21 @@ def test_verdict_and_plan_ignore_releasable_cache() -> None:
     assert p_varying.estimate is not None and p_varying.estimate.cache_history is not None
 
 
+def test_the_planner_sizes_the_padded_step_without_the_rungs() -> None:
+    """plan's cost model skips the history's rungs (releasable cache) but keeps what a padded batch's step
+    holds (SDPA's mask copies): the device bytes estimate reports, not the fixed-length step's."""
+    from fitcheck.hardware.budget import resolve_target
+    from fitcheck.planner.search import device_bytes_fn
+
+    setup = LlmSetup(method="lora", seq_len=2048, batch_size=4, attn="sdpa", trainer="hf", lengths="varying")
+    est = estimate(SPEC, setup)
+    fixed = estimate(SPEC, setup.model_copy(update={"lengths": "fixed"}))
+    assert est.device_bytes > fixed.device_bytes  # the padded batch's mask copies
+    need = device_bytes_fn(SPEC, resolve_target("a100-sxm4-80gb", None))(setup)
+    on_target = estimate(SPEC, setup, resolve_target("a100-sxm4-80gb", None).context_bytes or None)
+    assert need.device_bytes == on_target.device_bytes
+
+
 def test_json_carries_lengths_and_history_only_when_varying(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["estimate", "qwen2.5-0.5b", "--seq-len", "4096", "--grad-ckpt", "--on", "a100-sxm4-80gb"]
     assert main([*args, "--format", "json"]) == 0

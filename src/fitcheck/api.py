@@ -577,7 +577,7 @@ def estimate_setup(
 
         def again(s: ModelSpec, st: LlmSetup) -> Estimate:
             # suggestions and notes compare device bytes, which the allocator history is not in
-            return estimate_llm(s, st.model_copy(update={"lengths": "fixed"}), ctx)
+            return estimate_llm(s, st, ctx, history=False)
 
         if setup.distributed:
             est = est.model_copy(update={"warnings": (*est.warnings, *order_notes(spec, setup, est, again))})

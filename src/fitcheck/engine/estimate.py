@@ -676,13 +676,17 @@ def step_phases(
     return forward, backward, step
 
 
-def estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None = None) -> Estimate:
+def estimate(
+    spec: ModelSpec, setup: LlmSetup, target_context: int | None = None, history: bool = True
+) -> Estimate:
     """Estimate the memory of one training step of ``spec`` under ``setup``; under ``lengths: varying``
     with the allocator's history over the run's shorter steps beside it, and under DeepSpeed ZeRO with the
     segments its optimizer step cuts beside the activations' cached blocks (`engine/cache_history.py`).
+    ``history`` False skips that releasable cache (outside ``device_bytes`` and the band): what the planner
+    and the suggestions compare, without the rungs' estimates, and with the step's padded batch kept.
     """
     est = _step_estimate(spec, setup, target_context)
-    if setup.backend not in ALLOCATOR_BACKENDS:
+    if not history or setup.backend not in ALLOCATOR_BACKENDS:
         return est  # the history is the CUDA caching allocator's (facts/allocator.py)
     from fitcheck.engine import cache_history as ch
 

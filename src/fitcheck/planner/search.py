@@ -169,8 +169,8 @@ def device_bytes_fn(spec: ModelSpec, target: Target) -> MemoryFn:
 
     def need(setup: LlmSetup) -> Memory:
         # the allocator's history over varying lengths is releasable cache, outside device_bytes and the band
-        # (engine/cache_history.py): the search sizes the fixed-length step and skips its rungs
-        est = estimate(spec, setup.model_copy(update={"lengths": "fixed"}), ctx)
+        # (engine/cache_history.py): the search skips its rungs (a padded batch's step stays padded)
+        est = estimate(spec, setup, ctx, history=False)
         return memory_of(est)
 
     return need
