@@ -419,6 +419,12 @@ class LlmSetup(SetupBase):
         "group_by_length), so no later step cuts segments for a new maximum",
     )
 
+    @property
+    def padded_batches(self) -> bool:
+        """Whether a micro-batch holds several examples padded to its longest (``lengths`` not ``fixed``):
+        the batch carries a padding mask (SDPA's per-layer mask copies, T5's per-batch position bias)."""
+        return self.lengths != "fixed" and self.batch_size > 1
+
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
         """The dump, ``lengths``, ``quant_skip`` and ``quant_group`` left out at their defaults so a setup's

@@ -12,11 +12,14 @@ No ``from __future__ import annotations``: typer must see the option types as ob
 """
 
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fitcheck.errors import FitcheckError
+
+if TYPE_CHECKING:
+    from fitcheck.models import Estimate
 
 
 def register(app: typer.Typer) -> None:
@@ -78,14 +81,15 @@ def register(app: typer.Typer) -> None:
         return c.verdict_exit(est.target.verdict, strict)
 
 
-def _host_short(est: Any) -> bool:
+def _host_short(est: "Estimate") -> bool:
     """Whether the node's CPU RAM cannot hold what the run keeps there (``target.host_verdict``), said in
     one stderr line: ``plan`` judges such a node ``does_not_fit`` (planner.loop.fit_verdict), never tight."""
-    if est.target.host_verdict != "does_not_fit":
+    target = est.target
+    if target is None or target.host_verdict != "does_not_fit":
         return False
     from fitcheck.units import fmt_gib
 
-    need, have = fmt_gib(est.host_bytes or 0), fmt_gib(est.target.host_budget_bytes or 0)
+    need, have = fmt_gib(est.host_bytes or 0), fmt_gib(target.host_budget_bytes or 0)
     sys.stderr.write(
         f"fitcheck: does not fit: the node's CPU RAM cannot hold what the run keeps there ({need} "
         f"needed, {have} there; --host-memory sets it)\n"

@@ -25,6 +25,7 @@ from fitcheck.errors import InputError, OptionError
 if TYPE_CHECKING:
     from fitcheck.models import Target
 from fitcheck.terminal import printable
+from fitcheck.units import MAX_DATASET_TOKENS
 
 _COUNT_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
@@ -44,11 +45,10 @@ def parse_tokens(text: str) -> int:
     m = _COUNT_RE.match(text)
     if not m:
         raise InputError(f"--dataset-tokens '{text}' is not a count: use e.g. 250M, 1.5B or 2000000")
-    from fitcheck.units import MAX_DATASET_TOKENS
-
     number = float(m.group(1)) * _SCALE[m.group(2).upper()]
     if not number <= MAX_DATASET_TOKENS:  # also inf (1e400): round() of it raised OverflowError
-        raise InputError(f"--dataset-tokens '{text}' is too large: up to 1000T tokens (10^15)")
+        cap = f"{MAX_DATASET_TOKENS // _SCALE['T']:,}T"
+        raise InputError(f"--dataset-tokens '{text}' is too large: up to {cap} tokens")
     value = round(number)
     if value < 1:
         raise InputError(f"--dataset-tokens '{text}' must be at least 1 token")

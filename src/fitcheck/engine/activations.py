@@ -90,12 +90,6 @@ EXPANDED_KV_TRAINERS = ("litgpt",)
 #: ``self.weight.to(torch.float32) * hidden_states``; Cohere 2 reuses it), not ``F.layer_norm``: `_norm`'s
 #: family ``layer_py``. Traced (bench/arch_trace.py): 2.4% (LoRA) and 3.4% (full) under before.
 PY_LAYERNORM_TYPES = ("cohere", "cohere2")
-#: bitsandbytes before 0.43.2 keeps the input of every 4-bit matmul: ``MatMul4Bit.forward`` stored
-#: ``ctx.tensors = (A, B)`` whenever the input needs a gradient, although backward uses only B ("fix QLoRA
-#: mem bug: delete useless buffered activation", #1270, commit 9e753741, bitsandbytes/autograd/_functions.py).
-#: No trainer's current release pins one: litgpt pinned ==0.41.0 (pyproject.toml @01fe959c) and ==0.42.0
-#: (@00af8b0d) until 2024-12-28 (d2ed13c3: >=0.44.0 on Linux and Windows), so ``bnb_keeps_input`` is said
-#: of the run (the published records of those litgpt releases say it), never assumed.
 #: Trainers whose loop keeps the step's output (so its autograd graph) until the next forward returns
 #: (litgpt finetune/lora.py, full.py ``fit`` @00af8b0: ``logits = model(input_ids, ...)`` and ``loss`` are
 #: rebound each iteration, not deleted).
@@ -119,7 +113,12 @@ def fused_qkv_storage(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
 
 def holds_4bit_inputs(setup: LlmSetup) -> bool:
     """Whether every 4-bit projection keeps its input alive until backward: QLoRA on a bitsandbytes older
-    than 0.43.2 (``bnb_keeps_input``; no current release of a trainer pins one)."""
+    than 0.43.2 (``bnb_keeps_input``), whose ``MatMul4Bit.forward`` stored ``ctx.tensors = (A, B)`` whenever
+    the input needs a gradient, although backward uses only B ("fix QLoRA mem bug: delete useless buffered
+    activation", #1270, commit 9e753741, bitsandbytes/autograd/_functions.py). No trainer's current release
+    pins one: litgpt pinned ==0.41.0 (pyproject.toml @01fe959c) and ==0.42.0 (@00af8b0d) until 2024-12-28
+    (d2ed13c3: >=0.44.0 on Linux and Windows), so it is said of the run (the published records of those
+    litgpt releases say it), never assumed."""
     return setup.method == "qlora" and setup.bnb_keeps_input is True
 
 
@@ -170,7 +169,7 @@ def every_layer_holds_4bit_inputs(setup: LlmSetup) -> bool:
 
 
 def held_4bit_input_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> float:
-    """Bytes per token per layer of the 4-bit matmuls' kept inputs saved through the forward beside every
+    """Bytes per token per layer of the quantized matmuls' kept inputs saved through the forward beside every
     layer's checkpoint (`every_layer_holds_4bit_inputs`; `kept_quant_input_bytes` says which)."""
     if not every_layer_holds_4bit_inputs(setup):
         return 0.0
@@ -178,7 +177,7 @@ def held_4bit_input_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> fl
 
 
 def graph_keeps_quant_inputs(setup: LlmSetup) -> bool:
-    """Whether the step's autograd graph still holds every layer's kept 4-bit inputs after its backward.
+    """Whether the step's autograd graph still holds every layer's kept matmul inputs after its backward.
 
     ``ctx.tensors`` is a plain attribute of the ``MatMul4Bit`` node: the backward's ``release_variables``
     frees only ``save_for_backward`` tensors, so the inputs stay with the node for as long as anything
@@ -199,7 +198,7 @@ def loop_keeps_graph(setup: LlmSetup) -> bool:
 
 
 def kept_quant_input_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> float:
-    """Bytes per token per layer of the inputs every 4-bit matmul of a layer keeps (`holds_4bit_inputs`).
+    """Bytes per token per layer of the inputs every quantized matmul of a layer keeps (`held_inputs`).
 
     ``Linear4bit.forward`` runs ``x.to(compute_dtype)`` and the matmul keeps that tensor: one copy per
     projection when its input is in another dtype (the fp32 stream of a k-bit-prepared model: q, k and v
@@ -386,7 +385,7 @@ def position_bias_mask_bytes(a: DecoderArch, setup: LlmSetup, c: Ctx) -> float:
     to the compute dtype under autocast. Per token: ``heads x`` that, divided by the batch when no
     padding mask broadcasts it over the batch."""
     per = c.rho + (c.gamma if c.autocast and c.rho != c.gamma else 0)
-    padded = setup.lengths != "fixed" and setup.batch_size > 1
+    padded = setup.padded_batches
     return a.num_heads * per / (1 if padded else setup.batch_size)
 
 
@@ -582,7 +581,7 @@ def sdpa_mask_copy_bytes(a: DecoderArch, setup: LlmSetup, gamma: int) -> float:
     if sdpa_position_bias(a, setup):
         return 0.0  # the padding mask is folded into the position-bias mask (`position_bias_mask_bytes`)
     p = prefix.tokens(setup)
-    if not p and not (setup.lengths != "fixed" and setup.batch_size > 1):
+    if not p and not setup.padded_batches:
         return 0.0
     kv = setup.seq_len + p
     return float(gamma * -(-kv // MEM_EFF_MASK_ALIGN) * MEM_EFF_MASK_ALIGN)

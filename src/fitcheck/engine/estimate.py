@@ -302,9 +302,9 @@ class Saved:
     mask: Component  # eager attention's causal mask, alive from the forward to the first layer's backward
     head_grads: Component  # the output layer's gradient once the loss backward made it
     held: Component  # the model's output logits when the loop keeps them (--keep-logits)
-    # bitsandbytes < 0.43.2's kept 4-bit matmul inputs that outlive the layer's backward (the graph's nodes
-    # keep them): the other layers' late in backward, every layer's at its end, through the optimizer step
-    # and, the previous step's, through the next forward while the loop holds the graph
+    # the quantized matmuls' kept inputs (`act.held_inputs`) that outlive the layer's backward (the graph's
+    # nodes keep them): the other layers' late in backward, every layer's at its end, through the optimizer
+    # step and, the previous step's, through the next forward while the loop holds the graph
     kept_late: Component
     kept_end: Component
     kept_step: Component
@@ -464,8 +464,8 @@ def _stored(
         ckpt_rule = "one layer input per layer (non-reentrant checkpoint)" + where
         saved: tuple[Component, ...] = (_c("checkpoints", ckpt, ckpt_rule), final_norm, head_in)
         held = T * (L - moe_n) * act.held_4bit_input_bytes(a, setup, regime)
-        kind = act.held_inputs(setup)
         if held:
+            kind = act.held_inputs(setup)
             held_rule = f"bitsandbytes {_QUANT_KIND[kind]}: every layer's matmul inputs (non-reentrant ckpt)"
             name = "held_int8_inputs" if kind == "as-is" else "held_4bit_inputs"
             saved = (*saved, _c(name, held, held_rule))
@@ -634,8 +634,8 @@ def step_phases(
     ]
     fwd_layer = [*persistent, grads_fwd, sv.inputs, sv.mask, sv.casts_fwd, sv.kept_prev, *sv.layer.forward]
     # inside the last MoE layer's experts: its merged copies beside what the earlier layers hold
-    fwd_experts = [*held, sv.casts_fwd, sv.merged_fwd if sv.merged_fwd.bytes else sv.merged_inside, sv.mask]
-    fwd_experts.append(sv.kept_prev)
+    merged_in = sv.merged_fwd if sv.merged_fwd.bytes else sv.merged_inside
+    fwd_experts = [*held, sv.casts_fwd, merged_in, sv.mask, sv.kept_prev]
     candidates_fwd = [fwd_main]
     if sv.layer.forward:
         candidates_fwd.append(fwd_layer)

@@ -112,7 +112,7 @@ def encoder_stack_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, shape: 
     eager = act.uses_eager_scores(a, setup)
     per_target: float = 4 * h + act.normed_bytes(a, c) * h + c.gamma * (2 * q_w + q_w) + 4 * a.num_heads
     per_target += a.num_heads * (4 + c.gamma) * src if eager else 0
-    if act.sdpa_position_bias(a, setup) and setup.lengths != "fixed" and setup.batch_size > 1:
+    if act.sdpa_position_bias(a, setup) and setup.padded_batches:
         # cross-attention's zero bias is made once (1 x heads x t x s); a padded source makes it a
         # per-layer b x heads x t x s mask (`position_bias_mask_bytes`)
         per_target += act.position_bias_mask_bytes(a, setup, c) * src

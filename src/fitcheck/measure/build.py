@@ -199,7 +199,7 @@ def build_model(hf_config: Mapping[str, Any], setup: LlmSetup, regime: Regime) -
         # memory does not depend on which experts the (random) router picks.
         kwargs["experts_implementation"] = "grouped_mm"
         notes.append("MoE experts run transformers' grouped_mm path: memory is independent of routing")
-    if setup.lengths != "fixed" and setup.batch_size > 1 and setup.attn == "sdpa":
+    if setup.padded_batches and setup.attn == "sdpa":
         notes.append(
             "the traced batch is unpadded (fake tensors cannot take transformers' mask.all() test), so SDPA "
             "gets no explicit mask: the estimate's attention_mask_copies (a padded batch's) are not traced"

@@ -73,7 +73,7 @@ def read(data: Doc, path: str) -> ReadResult:
     elif as_bool(k.get("sample_packing"), "sample_packing", path):
         r.note("sample_packing: rows are filled to sequence_len tokens, as the estimate already assumes")
     else:
-        note_unpacked(r, "sample_packing", as_bool(k.get("group_by_length"), "group_by_length", path) is True)
+        note_unpacked(r, "sample_packing")
     k.touch("pad_to_sequence_len")
     if as_bool(k.get("quantize_moe_experts"), "quantize_moe_experts", path):
         # schemas/config.py: "Quantize MoE expert weights on load" (with load_in_4bit / load_in_8bit)
@@ -335,29 +335,25 @@ def _mesh(r: Reading, k: Keys) -> None:
         )
 
 
-def _fsdp_get(cfg: Keys, name: str) -> object:
-    """An ``fsdp_config`` entry with or without the ``fsdp_`` prefix (`hfargs.fsdp_get`): axolotl hands
-    ``fsdp_config`` to TrainingArguments unchanged (src/axolotl/core/builders/base.py)."""
-    return fsdp_get(cfg, name)
-
-
 def _fsdp(r: Reading, k: Keys) -> None:
+    # entries with or without the fsdp_ prefix (`hfargs.fsdp_get`): axolotl hands fsdp_config to
+    # TrainingArguments unchanged (src/axolotl/core/builders/base.py)
     cfg = k.sub("fsdp_config")
     version = as_int(k.get("fsdp_version"), "fsdp_version", r.path)
     if cfg is None:
         return
-    version = version or as_int(_fsdp_get(cfg, "version"), "fsdp_version", r.path)
-    strategy = _fsdp_get(cfg, "sharding_strategy")
-    reshard = _fsdp_get(cfg, "reshard_after_forward")
+    version = version or as_int(fsdp_get(cfg, "version"), "fsdp_version", r.path)
+    strategy = fsdp_get(cfg, "sharding_strategy")
+    reshard = fsdp_get(cfg, "reshard_after_forward")
     if strategy == "SHARD_GRAD_OP" or reshard is False:
         r.set("strategy", "fsdp-grad-op", "fsdp_config")
     elif strategy == "HYBRID_SHARD":
         r.set("strategy", "fsdp-hybrid", "fsdp_config")
     elif "strategy" not in r.values:
         r.set("strategy", "fsdp", "fsdp_config")
-    if as_bool(_fsdp_get(cfg, "offload_params"), "offload_params", r.path):
+    if as_bool(fsdp_get(cfg, "offload_params"), "offload_params", r.path):
         r.set("offload", "all", "fsdp_config.offload_params")
-    if as_bool(_fsdp_get(cfg, "activation_checkpointing"), "activation_checkpointing", r.path):
+    if as_bool(fsdp_get(cfg, "activation_checkpointing"), "activation_checkpointing", r.path):
         r.set("grad_ckpt", True, "fsdp_config.activation_checkpointing")
     if version is not None:
         r.set("fsdp_version", version, "fsdp_version")

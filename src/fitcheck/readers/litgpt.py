@@ -93,7 +93,7 @@ def read(data: Doc, path: str) -> ReadResult:
     for table in ("data", "eval", "log"):  # listed entry by entry (readers/neutral.py NEUTRAL_TABLES)
         k.sub(table)
     unpacked_note(
-        r, "sequence packing (litgpt pads each micro-batch: litgpt/data/base.py get_sft_collate_fn)"
+        r, "sequence packing (litgpt pads each micro-batch: litgpt/data/base.py get_sft_collate_fn)", False
     )
     return r.result()
 

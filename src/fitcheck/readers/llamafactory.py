@@ -77,7 +77,7 @@ def read(data: Doc, path: str) -> ReadResult:
         if flag:
             r.note(f"{key}: rows are filled to cutoff_len tokens, as the estimate already assumes")
     if not packed:
-        note_unpacked(r, "packing", as_bool(k.get("group_by_length"), "group_by_length", path) is True)
+        note_unpacked(r, "packing")
     _images(r, k)
     return r.result()
 

@@ -53,8 +53,7 @@ def read(data: Doc, path: str) -> ReadResult:
             packed = True
             r.note(f"{key}: rows are filled to the sequence length, as the estimate already assumes")
     if not packed:
-        grouped = as_bool(k.get("group_by_length"), "group_by_length", path) is True
-        note_unpacked(r, "packing or padding_free", grouped)
+        note_unpacked(r, "packing or padding_free")
     return r.result()
 
 
@@ -140,15 +139,8 @@ def _peft(r: Reading, k: Keys) -> None:
             as_bool(k.get("use_bnb_nested_quant"), "use_bnb_nested_quant", p),
             "use_bnb_nested_quant",
         )
-        _quant_storage(r, k)
-
-
-def _quant_storage(r: Reading, k: Keys) -> None:
-    """``bnb_4bit_quant_storage`` (ModelConfig; trl/trainer/utils.py get_quantization_config passes it to
-    BitsAndBytesConfig): the dtype the packed 4-bit weights are stored in, which decides whether FSDP /
-    ZeRO-3 can shard them (`fitcheck.engine.distributed`; unset, fitcheck takes the compute dtype when the
-    strategy shards)."""
-    names.read_quant_storage(r, k.get("bnb_4bit_quant_storage"), "bnb_4bit_quant_storage")
+        # ModelConfig; trl/trainer/utils.py get_quantization_config passes it to BitsAndBytesConfig
+        names.read_quant_storage(r, k.get("bnb_4bit_quant_storage"), "bnb_4bit_quant_storage")
 
 
 #: ``device_map`` values that split the layers over every visible GPU in one process with the balanced

@@ -155,19 +155,19 @@ def _opt(cfg: Config, key: str, default: Any) -> Any:
     return default if value is None else value
 
 
-#: The largest value an optional count or size of a config.json may take (the widest of `SIZE_BOUNDS`).
-OPT_BOUND = 67_108_864
 #: Optional counts that may be -1 (DeBERTa's "unset" position spans, ERNIE's "to the last layer").
 MINUS_ONE_OK = frozenset({"position_buckets", "max_relative_positions", "moe_layer_end_index"})
 
 
-def _opt_int(cfg: Config, key: str, default: int, lo: int = 0, hi: int = OPT_BOUND) -> int:
+def _opt_int(cfg: Config, key: str, default: int, lo: int = 0, hi: int | None = None) -> int:
     """An optional whole-number field: the default when absent, else a whole number from ``lo`` to ``hi``
-    (-1 too for `MINUS_ONE_OK`), refused naming its key: ``int()`` would truncate 2.5, raise without the
-    key for "x" or a list, and let 10**12 through (a model of absurd size)."""
+    (by default the widest of `SIZE_BOUNDS`; -1 too for `MINUS_ONE_OK`), refused naming its key: ``int()``
+    would truncate 2.5, raise without the key for "x" or a list, and let 10**12 through (a model of absurd
+    size)."""
     value = cfg.get(key)
     if value is None:
         return default
+    hi = max(SIZE_BOUNDS.values()) if hi is None else hi
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     whole = isinstance(value, int) and not isinstance(value, bool)
@@ -231,7 +231,7 @@ def _minicpm_moe(cfg: Config, d: Fields) -> Fields:
     layer's MLP is ``num_experts`` MLPs of the dense width ``intermediate_size`` and a bias-free router
     ``h x num_experts`` (vLLM models/minicpm.py reads the same keys: ``num_experts`` 0 or absent means the
     dense ``MiniCPMMLP``). Left out, MiniCPM-MoE-8x2B sized as its 2.7B dense sibling instead of 13.9B."""
-    experts = int(_opt(cfg, "num_experts", 0))
+    experts = _opt_int(cfg, "num_experts", 0)
     if experts <= 0:
         return {}
     return {
