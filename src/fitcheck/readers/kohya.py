@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import math
 
+from fitcheck.errors import InputError
 from fitcheck.readers import names
+from fitcheck.readers.accelerate import PRECISION
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int, as_word
 
 FORMAT = "kohya"
@@ -96,8 +98,6 @@ def refuse_controlnet(data: Doc, path: str) -> None:
     ``controlnet_model_name_or_path`` without a ``network_module`` is ControlNet training
     (train_control_net.py, sdxl_train_control_net.py, flux_train_control_net.py: a trained copy of the
     U-Net's encoder). Read as full fine-tuning, either would size another run."""
-    from fitcheck.errors import InputError
-
     flat = _flatten(data)
     if flat.get("cond_emb_dim") is not None:
         raise InputError(
@@ -131,8 +131,6 @@ def _conv_dim(r: Reading, text: str) -> None:
     0); text or a negative N would fail in sd-scripts and is refused."""
     dim = as_int(text, "network_args conv_dim", r.path)
     if dim is None or dim < 0:
-        from fitcheck.errors import InputError
-
         raise InputError(
             f"{r.path}: network_args conv_dim must be a whole number, 0 or more (got {text!r:.40})"
         )
@@ -162,8 +160,9 @@ def _common(r: Reading, k: Keys) -> None:
     )
     mp = as_word(k.get("mixed_precision"), "mixed_precision", p)
     if mp is not None:
-        r.set("precision", {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}.get(mp), "mixed_precision")
-        if mp not in ("no", "fp16", "bf16"):
+        # sd-scripts hands mixed_precision to accelerate's Accelerator: its words (`accelerate.PRECISION`)
+        r.set("precision", PRECISION.get(mp), "mixed_precision")
+        if mp not in PRECISION:
             r.note(f"mixed_precision {_short(mp)} has no fitcheck model (no, fp16, bf16); fp32 is assumed")
     for key in ("full_bf16", "full_fp16"):
         if as_bool(k.get(key), key, p):
@@ -252,8 +251,6 @@ def _resolution(value: object, key: str, r: Reading) -> int | None:
     sides = [as_int(str(v).strip(), key, r.path) for v in parts]
     whole = [s for s in sides if s is not None and s > 0]
     if len(whole) != len(sides) or not 1 <= len(whole) <= 2:
-        from fitcheck.errors import InputError
-
         raise InputError(f"--from {r.path}: {key} must be a size in pixels, W or W,H (got {value!r})")
     w, h = whole[0], whole[-1]
     if w != h:
@@ -338,8 +335,6 @@ def gui_refusal(data: Doc, path: str) -> str | None:
 
 def read_gui(data: Doc, path: str, dataset: Doc | None = None) -> ReadResult:
     """Read a kohya_ss GUI preset (JSON); ``dataset`` is the ``dataset_config`` file it names, if found."""
-    from fitcheck.errors import InputError
-
     why = gui_refusal(data, path)
     if why is not None:
         raise InputError(why)
