@@ -167,6 +167,20 @@ def test_longest_first_is_the_padded_step_without_a_ladder(seq_len: int, method:
     assert first.device_bytes >= fixed.device_bytes
 
 
+def test_longest_first_holds_no_previous_micro_batch_output() -> None:
+    """A loop that keeps its output (--keep-logits) with accumulation holds the previous micro-batch's
+    logits into the next forward; a longest-first run's longest micro-batch is its first, with none held,
+    while a varying or fixed run's peak forward may follow one."""
+
+    def held_in_forward(lengths: str) -> int:
+        kw = {"batch_size": 4, "attn": "sdpa", "keep_logits": True, "grad_accum": 4}
+        est = estimate(SPEC, _setup(2048, "lora", lengths=lengths, **kw))
+        return sum(c.bytes for c in est.phase("forward").components if c.name == "held_logits")
+
+    assert held_in_forward("varying") > 0 and held_in_forward("fixed") > 0
+    assert held_in_forward("longest-first") == 0
+
+
 def test_longest_first_in_json_and_cli(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["estimate", "qwen2.5-0.5b", "--seq-len", "2048", "--batch-size", "4", "--on", "a100-sxm4-80gb"]
     assert main([*args, "--lengths", "longest-first", "--format", "json"]) == 0

@@ -318,6 +318,7 @@ def saved_for(sv: Saved, s: Share, lay: Layout, setup: LlmSetup, out_bytes: int)
         late=_layer_wide(sv.late, s),
         mask=_layer_wide(sv.mask, s),
         held=sv.held if s.first else _scaled(sv.held, 0.0, s.gpu, "held on the input GPU"),
+        held_prev=sv.held_prev if s.first else _scaled(sv.held_prev, 0.0, s.gpu, "held on the input GPU"),
         layer=layer,
     )
 

@@ -302,6 +302,9 @@ class Saved:
     mask: Component  # eager attention's causal mask, alive from the forward to the first layer's backward
     head_grads: Component  # the output layer's gradient once the loss backward made it
     held: Component  # the model's output logits when the loop keeps them (--keep-logits)
+    # the previous micro-batch's output, held into this forward with accumulation (none before a
+    # longest-first run's first, longest micro-batch)
+    held_prev: Component
     # the quantized matmuls' kept inputs (`act.held_inputs`) that outlive the layer's backward (the graph's
     # nodes keep them): the other layers' late in backward, every layer's at its end, through the optimizer
     # step and, the previous step's, through the next forward while the loop holds the graph
@@ -346,12 +349,14 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
     head = states.head_grad_bytes(a, setup, regime) if not accum else 0
     casts_fwd, casts_bwd, casts_layer = _casts(spec, setup, regime)
     merged_fwd, merged_layer, merged_grad, merged_inside = _merged_experts(spec, setup, regime)
+    held = _held_logits(setup, regime, shape.logit_rows, shape.logit_width, ctx.gamma)
     return Saved(
         inputs=_c("inputs", 16 * T, "input_ids + labels, int64"),
         saved=saved,
         logits_fwd=_c("logits_loss", lg.forward, lg.rule),
         logits_bwd=_c("logits_loss", lg.backward, lg.rule + ", at the loss backward"),
-        held=_held_logits(setup, regime, shape.logit_rows, shape.logit_width, ctx.gamma),
+        held=held,
+        held_prev=held if setup.lengths != "longest-first" else _c("held_logits", 0, ""),
         **_kept_quant_inputs(spec, setup, regime, T),
         casts_fwd=casts_fwd,
         casts_bwd=casts_bwd,
@@ -620,7 +625,7 @@ def step_phases(
     grads_fwd = grads if accumulating or grads_kept else _c("gradients", 0, "")
     held = [*persistent, grads_fwd, sv.inputs, *sv.saved]
     # with accumulation a loop's previous output lives until this forward returns and rebinds it
-    prev_out = sv.held if accumulating else _c("held_logits", 0, "")
+    prev_out = sv.held_prev if accumulating else _c("held_logits", 0, "")
     fwd_main = [
         *held,
         prev_out,
