@@ -78,12 +78,13 @@ EXPECTED: dict[str, tuple[str, dict[str, object]]] = {
         | {"batch_size": 2, "grad_accum": 4, "precision": "fp32"},
     ),
     # devices auto over num_nodes 2: FSDP2 (ModelParallelStrategy) with every Block checkpointed; bf16-mixed
-    # sized as 32-true; the accumulation needs the GPU count (noted)
+    # is --master-weights (fp32 weights under autocast); the accumulation needs the GPU count (noted)
     "gemma3-27b-it-lora.yaml": (
         "/projects/data/teams/tts_team/agri_training/checkpoints/google/gemma-3-27b-it/google/gemma-3-27b-it/",
         {"method": "lora", "lora_rank": 16, "lora_alpha": 16.0, "lora_dropout": 0.1, "lora_targets": _HEAD}
         | {"nodes": 2, "strategy": "fsdp", "fsdp_version": 2, "grad_ckpt": True, "batch_size": 4}
-        | {"seq_len": 512, "precision": "fp32", "optimizer": "adamw", "optimizer_impl": "foreach"},
+        | {"seq_len": 512, "precision": "bf16", "master_weights": True, "optimizer": "adamw"}
+        | {"optimizer_impl": "foreach"},
     ),
 }
 
@@ -109,7 +110,7 @@ def test_every_file_here_has_a_readme_row() -> None:
 
 def test_notes_say_what_is_inferred() -> None:
     notes = " ".join(read_config(str(LIT / "gemma3-27b-it-lora.yaml")).notes)
-    assert "bf16-mixed" in notes and "sized as 32-true" in notes
+    assert "bf16-mixed" in notes and "fp32 weights, gradients and AdamW states under autocast" in notes
     assert "FSDP2" in notes and "give --grad-accum" in notes
     hub = read_config(str(LIT / "llama-3.1-8b-qlora.yaml")).notes
     assert any("download folder of the Hub model meta-llama/Meta-Llama-3.1-8B" in n for n in hub)
@@ -210,7 +211,8 @@ def test_silent_keys_take_litgpt_defaults(tmp_path: Path) -> None:
         "batch_size": 1,
     }.items():
         assert (merged.values[field], merged.origin[field]) == (value, TRAINER_DEFAULT), field
-    assert merged.values["precision"] == "fp32"  # unset: bf16-mixed, sized as 32-true (noted)
+    # unset: bf16-mixed, fp32 weights under autocast (noted)
+    assert (merged.values["precision"], merged.values["master_weights"]) == ("bf16", True)
 
 
 def test_hub_ids_and_from_format(tmp_path: Path) -> None:
@@ -270,3 +272,24 @@ def test_the_file_estimates_as_the_published_record_is_posed(
         [*common, "--trainer", "litgpt", "--seq-len", "512", "--gpus", "1", *flags.split()], capsys
     )
     assert from_file == by_hand
+
+
+@pytest.mark.parametrize(
+    ("precision", "dtype", "master"),
+    [
+        ("bf16-mixed", "bf16", True),
+        ("16-mixed", "fp16", True),
+        ("bf16", "bf16", True),
+        ("16", "fp16", True),
+        ("bf16-true", "bf16", None),
+        ("32-true", "fp32", None),
+    ],
+)
+def test_mixed_precisions_are_fp32_weights_under_autocast(
+    tmp_path: Path, precision: str, dtype: str, master: bool | None
+) -> None:
+    """Lightning's mixed precisions (and their legacy aliases) keep the module fp32 under autocast in the
+    compute dtype: --master-weights with --trainer litgpt; the -true ones are the model in that dtype."""
+    got = _read(tmp_path, f"lora_r: 8\nprecision: {precision}\n")
+    assert got.values["precision"] == dtype  # type: ignore[attr-defined]
+    assert got.values.get("master_weights") is master  # type: ignore[attr-defined]

@@ -60,3 +60,47 @@ def test_mlx_regime(spec) -> None:  # type: ignore[no-untyped-def]
     est = estimate(spec, LlmSetup(method="full", trainer="mlx"))
     n = est.params.trainable
     assert _component(est, "optimizer_step", "optimizer_states") == 2 * 2 * n  # AdamW m, v in bf16
+
+
+def test_litgpt_mixed_is_an_fp32_model_under_autocast(spec) -> None:  # type: ignore[no-untyped-def]
+    """litgpt bf16-mixed (--master-weights): Fabric's MixedPrecision keeps the module fp32 and runs the
+    forward under autocast, so the weights, grads and AdamW states are fp32 and autocast's bf16 casts of
+    the trained weights are saved; bf16-true keeps everything bf16 with no casts."""
+    true = LlmSetup(method="full", trainer="litgpt")
+    mixed = true.model_copy(update={"master_weights": True})
+    est_true, est_mixed = estimate(spec, true), estimate(spec, mixed)
+    n = est_mixed.params.trainable
+    assert _component(est_true, "optimizer_step", "weights") == 2 * n
+    assert _component(est_mixed, "optimizer_step", "weights") == 4 * n
+    assert _component(est_mixed, "optimizer_step", "gradients") == 4 * n
+    assert _component(est_mixed, "optimizer_step", "optimizer_states") == 8 * n
+    assert regime_for(mixed).autocast and not regime_for(true).autocast
+    assert _component(est_mixed, "forward", "autocast_weight_copies") > 0
+    assert all(
+        c.name != "autocast_weight_copies" or not c.bytes for c in est_true.phase("forward").components
+    )
+
+
+def test_litgpt_fsdp_shards_follow_fabrics_precision(spec) -> None:  # type: ignore[no-untyped-def]
+    """Fabric's FSDPPrecision builds the module in bf16 for bf16-true (module_init_context), in fp32 for
+    bf16-mixed (gathered in bf16 under autocast): litgpt's trainable shards are 2 or 4 bytes per element,
+    where the HF Trainer's accelerate upcasts them to fp32 whenever its mixed precision is on."""
+    from fitcheck.engine.distributed import shard_bytes
+
+    true = LlmSetup(method="full", trainer="litgpt", gpus=2, strategy="fsdp")
+    assert shard_bytes(true) == 2
+    assert shard_bytes(true.model_copy(update={"master_weights": True})) == 4
+    assert shard_bytes(true.model_copy(update={"trainer": "hf"})) == 4
+    assert regime_for(true.model_copy(update={"master_weights": True})).weight_dtype != "fp32"
+
+
+@pytest.mark.parametrize(
+    ("trainer", "method", "words"),
+    [("torchtune", "full", "trains the model in the dtype it loads"), ("litgpt", "qlora", "mixed precision")],
+)
+def test_master_weights_refused_where_the_trainer_has_none(trainer: str, method: str, words: str) -> None:
+    from fitcheck import api
+    from fitcheck.errors import FitcheckError
+
+    with pytest.raises(FitcheckError, match=words):
+        api.estimate("llama-3.2-1b", method=method, trainer=trainer, master_weights=True)

@@ -328,6 +328,7 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
     values = {k: v for k, v in options.items() if v is not None and k in model.model_fields}
     if kind == "llm":
         refuse_autocast(values)
+        refuse_master_weights(values)
         refuse_optimizer_impl(values)
         refuse_kbit_prep(values)
         refuse_kbit_path(values)
@@ -429,6 +430,30 @@ def refuse_autocast(values: Mapping[str, object]) -> None:
         )
     if autocast is True and values.get("precision") == "fp32":
         raise OptionError("--autocast: --precision fp32 has no lower-precision dtype to autocast to")
+
+
+#: Trainers whose code fixes the weights' dtype, so ``--master-weights`` would change nothing: torchtune's
+#: recipes and mlx-lm train the model in the dtype it was loaded in (engine/regimes.py ``_torchtune``,
+#: ``_mlx``).
+NO_MASTER_TRAINERS = ("torchtune", "mlx")
+
+
+def refuse_master_weights(values: Mapping[str, object]) -> None:
+    """``--master-weights`` against the trainer: an error where the trainer has no such mode, and for litgpt
+    QLoRA, which litgpt refuses ("Quantization and mixed precision is not supported", finetune/lora.py)."""
+    if not values.get("master_weights"):
+        return
+    trainer = str(values.get("trainer") or "generic")
+    if trainer in NO_MASTER_TRAINERS:
+        raise OptionError(
+            f"--master-weights: {trainer} trains the model in the dtype it loads (no fp32 master copy); "
+            "drop it"
+        )
+    if trainer == "litgpt" and values.get("method") == "qlora":
+        raise OptionError(
+            "--master-weights: litgpt's mixed precision with quantize raises 'Quantization and mixed "
+            "precision is not supported' (finetune/lora.py); use bf16-true (drop --master-weights)"
+        )
 
 
 def refuse_kbit_prep(values: Mapping[str, object]) -> None:

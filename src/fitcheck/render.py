@@ -400,7 +400,8 @@ def assumptions(s: Any) -> str:
     dora = method_suffix(s) if s.kind == "llm" else ""
     return (
         f"assumes: {s.method}{dora} · trainer {s.trainer} · batch {s.batch_size} x {shape} · "
-        f"{s.precision} · {s.optimizer} · attn {s.attn} · checkpointing {'on' if s.grad_ckpt else 'off'}"
+        f"{s.precision}{' + fp32 master weights' if getattr(s, 'master_weights', False) else ''} · "
+        f"{s.optimizer} · attn {s.attn} · checkpointing {'on' if s.grad_ckpt else 'off'}"
         + (" · gradients kept between steps" if getattr(s, "keep_grads", False) else "")
     )
 

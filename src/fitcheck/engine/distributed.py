@@ -543,8 +543,12 @@ def shard_bytes(setup: LlmSetup) -> int:
     """Bytes per element of FSDP's trainable shards (the master copy): accelerate upcasts them to fp32
     when its mixed precision is on (the switch that also turns autocast on); torchtune, and a run
     without autocast (a plain ``FullyShardedDataParallel`` over a 16-bit model, FSDP's own
-    ``MixedPrecision`` at most), keep the load dtype (docs/distributed.md#fsdp-shards)."""
+    ``MixedPrecision`` at most), keep the load dtype; litgpt's ``-true`` precisions build the model in the
+    compute dtype (Fabric ``FSDPPrecision.module_init_context``), its ``-mixed`` ones (``--master-weights``)
+    in fp32 (docs/distributed.md#fsdp-shards)."""
     cb = 4 if setup.precision == "fp32" else 2
+    if setup.trainer == "litgpt":  # Fabric's FSDPPrecision: -true inits the module in its dtype, -mixed fp32
+        return 4 if setup.master_weights else cb
     return cb if setup.trainer == "torchtune" or setup.autocast is False else 4
 
 

@@ -66,6 +66,13 @@ SRC_LITGPT = (
     "no activation checkpointing on one device; lightning 2.4.0 _FabricModule.forward casts the logits "
     "to fp32 (precision.convert_output)"
 )
+SRC_LITGPT_MIXED = (
+    "lightning fabric plugins/precision/amp.py MixedPrecision (bf16-mixed / 16-mixed): forward_context "
+    "torch.autocast(dtype=bfloat16 / float16), no module conversion (fp32 weights), convert_output to the "
+    "default dtype (fp32); plugins/precision/fsdp.py FSDPPrecision: bf16-mixed / 16-mixed init the module in "
+    "fp32 and gather in param_dtype bfloat16 / float16 under autocast (lightning @7f0c3436); litgpt "
+    "utils.py get_default_supported_precision(training=True) -> bf16-mixed"
+)
 SRC_UNSLOTH = (
     "Unsloth FastLanguageModel on the HF/TRL Trainer: bitsandbytes 4-bit base, peft adapters, "
     "use_gradient_checkpointing='unsloth' offloads each checkpoint to the CPU "
@@ -559,33 +566,52 @@ def _mlx(setup: LlmSetup) -> Regime:
 def _litgpt(setup: LlmSetup) -> Regime:
     """litgpt: bf16-true (no autocast, everything in the compute dtype), Fabric's fp32 logits, chunked
     head (adapter scripts) and loss; QLoRA quantizes every Linear including lm_head and trains with
-    bitsandbytes' 32-bit PagedAdamW."""
+    bitsandbytes' 32-bit PagedAdamW. ``--master-weights`` is litgpt's ``bf16-mixed`` / ``16-mixed``
+    (`litgpt_mixed`): an fp32 model under autocast."""
     c = _compute(setup)
     qlora = setup.method == "qlora"
     full = setup.method == "full"
+    mixed = litgpt_mixed(setup)
+    w: Dtype = "fp32" if mixed else c
+    head = ("; cross-entropy in 128-row chunks" if full else "; lm_head and loss in 128-position chunks") + (
+        "; every Linear (lm_head too) 4-bit, PagedAdamW with fp32 states" if qlora else "; AdamW (foreach)"
+    )
+    if mixed:
+        words = (
+            f"litgpt {c}-mixed: fp32 weights, adapters, grads and AdamW states, forward under autocast {c}"
+        )
+    elif setup.master_weights and c != "fp32":
+        words = f"litgpt {c}-mixed under FSDP: fp32 shards, units gathered in {c}, autocast {c}"
+    else:
+        words = f"litgpt {c}-true: weights, adapters, grads in {c}, no autocast"
     return Regime(
         name="litgpt",
-        description=f"litgpt {c}-true: weights, adapters, grads in {c}, no autocast; logits cast to fp32 "
-        "by Fabric"
-        + (", cross-entropy in 128-row chunks" if full else ", lm_head and loss in 128-position chunks")
-        + (
-            "; every Linear (lm_head too) 4-bit, PagedAdamW with fp32 states"
-            if qlora
-            else "; AdamW (foreach)"
-        ),
-        weight_dtype=c,
-        trainable_dtype=c,
-        adapter_dtype=c,
-        grad_dtype=c,
+        description=words + "; logits cast to fp32 by Fabric" + head,
+        weight_dtype=w,
+        trainable_dtype=w,
+        adapter_dtype=w,
+        grad_dtype=w,
         optimizer_state_dtype="fp32" if qlora else "param",
         master_weights=False,
-        autocast=False,
+        autocast=setup.master_weights and c != "fp32",
         logits_fp32=True,
         kbit_upcast=False,
         fused_optimizer=qlora,
         loss_kernel="litgpt_full" if full else "litgpt",
         quantized_lm_head=qlora,
-        source=SRC_LITGPT,
+        source=SRC_LITGPT + ("; " + SRC_LITGPT_MIXED if setup.master_weights else ""),
+    )
+
+
+def litgpt_mixed(setup: LlmSetup) -> bool:
+    """litgpt's ``bf16-mixed`` / ``16-mixed`` as the model holds it (`SRC_LITGPT_MIXED`): fp32 weights under
+    autocast on one device or DDP; under FSDP the shards are fp32 and each unit is gathered in the compute
+    dtype (Fabric ``FSDPPrecision``'s ``param_dtype``), so the model the forward runs is 16-bit."""
+    return (
+        setup.trainer == "litgpt"
+        and setup.master_weights
+        and setup.precision != "fp32"
+        and setup.strategy not in FRAMEWORK_MASTER_STRATEGIES
     )
 
 

@@ -17,7 +17,8 @@ read the same): ``litgpt/finetune/lora.py`` and ``full.py`` ``setup(...)`` argum
   ``lora_projection`` / ``lora_mlp`` / ``lora_head`` -> ``--lora-targets`` (`targets`).
 - ``train.micro_batch_size``; ``train.global_batch_size`` -> accumulation ``global // (devices x num_nodes)
   // micro`` (``TrainArgs.gradient_accumulation_iters``); ``train.max_seq_length``.
-- ``precision``: ``bf16-true`` / ``16-true`` / ``32-true``; the mixed ones are sized as ``32-true`` (noted).
+- ``precision``: ``bf16-true`` / ``16-true`` / ``32-true``; ``bf16-mixed`` / ``16-mixed`` (and unset) are
+  ``--master-weights`` (fp32 weights under autocast).
 - ``optimizer`` (a name or ``class_path``); with ``quantize: bnb.*`` litgpt builds bitsandbytes' PagedAdamW.
 - ``devices`` x ``num_nodes`` > 1: FSDP with every Block checkpointed (`_devices`).
 """
@@ -316,10 +317,9 @@ def _train(r: Reading, train: Keys | None, world: int | None) -> None:
 def _precision(r: Reading, k: Keys, method: str) -> None:
     """``precision``: the ``-true`` ones are the litgpt regime (no autocast); unset is
     ``get_default_supported_precision(training=True)``: ``bf16-mixed`` (``16-mixed`` without bf16), utils.py
-    @26857050. Mixed precision keeps fp32 weights under autocast, which the litgpt regime does not pose: it is
-    sized as ``32-true`` (weights, gradients and AdamW states as the run holds them; activations an upper
-    bound). With ``quantize`` litgpt takes only the three ``-true`` names (``Quantization and mixed precision
-    is not supported``, finetune/lora.py)."""
+    @26857050. Mixed precision keeps fp32 weights under autocast: ``--master-weights`` under ``--trainer
+    litgpt`` (engine/regimes.py ``litgpt_mixed``). With ``quantize`` litgpt takes only the three ``-true``
+    names (``Quantization and mixed precision is not supported``, finetune/lora.py)."""
     p = r.path
     value = k.get("precision")
     name = "bf16-mixed" if value is None else str(value)
@@ -336,12 +336,12 @@ def _precision(r: Reading, k: Keys, method: str) -> None:
             f"{p}: precision {_short(value)} has no fitcheck model under litgpt "
             "(bf16-true, 16-true, 32-true, bf16-mixed, 16-mixed)"
         )
-    r.set("precision", "fp32", "precision" if value is not None else "precision (unset: litgpt's bf16-mixed)")
+    key = "precision" if value is not None else "precision (unset: litgpt's bf16-mixed)"
+    r.set("precision", "fp16" if name.startswith("16") else "bf16", key)
+    r.set("master_weights", True, key)
     r.note(
         f"precision {name}{' (unset: litgpt picks it on a GPU with bf16)' if value is None else ''}: "
-        "fp32 weights under autocast, which fitcheck's litgpt regime does not pose; sized as 32-true "
-        "(weights, gradients and AdamW states as held; activations in fp32, an upper bound); "
-        "give --precision bf16 for bf16-true"
+        "fp32 weights, gradients and AdamW states under autocast (--master-weights with --trainer litgpt)"
     )
 
 
