@@ -404,3 +404,21 @@ def test_measure_replaces_the_llamafactory_token_by_class_name() -> None:
 
     assert _with_linear_modules(["llamafactory-all"], Tiny(), "mixtral") == ["q_proj"]
     assert _with_linear_modules(["linear-modules"], Tiny(), "mixtral") == ["q_proj", "router"]
+
+
+def test_awq_vl_default_targets_are_the_language_models_names(tmp_path: Path) -> None:
+    """On an AWQ Qwen2-VL the default all-linear cannot stand (peft reaches no WQLinear) and neither can
+    linear-modules (the merger's leaf names also name vision blocks): the default names the language
+    model's projections, with no error about a --lora-targets the user never gave."""
+    import json
+
+    from fitcheck import api
+
+    cfg = {**MM_CASES["qwen2_vl"], "model_type": "qwen2_vl", "torch_dtype": "float16"}
+    cfg["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    est = api.estimate(str(tmp_path), method="lora")
+    a = _arch("qwen2_vl", MM_CASES["qwen2_vl"])
+    assert est.setup.lora_targets == ",".join(lora.linear_module_names(a))
+    with pytest.raises(OptionError, match="merger's linears"):
+        api.estimate(str(tmp_path), method="lora", lora_targets="linear-modules")

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from fitcheck.diffusion.spec import DiffusionSpec
     from fitcheck.hardware.env import ProbeEnv
     from fitcheck.hardware.report import HwCatalog, HwReport
-    from fitcheck.models import DiffusionSetup, Estimate, LlmSetup, ModelInfo, ModelSpec, Target
+    from fitcheck.models import DecoderArch, DiffusionSetup, Estimate, LlmSetup, ModelInfo, ModelSpec, Target
     from fitcheck.planner.models import DevicePerf, Plan
 
     Spec = ModelSpec | DiffusionSpec
@@ -348,8 +348,8 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
         from fitcheck.sources.prequant import apply
 
         stored = spec.hf_config if isinstance(spec, ModelSpec) else None
-        moe = isinstance(spec, ModelSpec) and spec.arch.is_moe
-        return validated(LlmSetup, peft_all_linear(apply(spec.name, stored, values), defaulted, moe))
+        arch = spec.arch if isinstance(spec, ModelSpec) else None
+        return validated(LlmSetup, peft_all_linear(apply(spec.name, stored, values), defaulted, arch))
     return validated(DiffusionSetup, values)
 
 
@@ -363,23 +363,33 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
 PEFT_UNREACHED_BASES = frozenset({"gptq", "gptq-int8", "awq"})
 
 
-def peft_all_linear(values: dict[str, object], defaulted: bool, moe: bool) -> dict[str, object]:
+def peft_all_linear(
+    values: dict[str, object], defaulted: bool, arch: DecoderArch | None
+) -> dict[str, object]:
     """LoRA targets on a GPTQ / AWQ base (`PEFT_UNREACHED_BASES`): fitcheck's default all-linear becomes
     ``linear-modules`` (every projection by its name, the list a user or axolotl's ``lora_target_linear``
-    gives peft, which its dispatchers then wrap); an ``all-linear`` asked for is refused, since peft would
-    adapt none of the quantized projections ("Target modules set() not found" on a model with no other
-    linear layer)."""
+    gives peft, which its dispatchers then wrap), or, where that list cannot run (a vision tower whose
+    modules share its leaf names, `fitcheck.engine.lora.validate_targets`), the language model's projections
+    by name; an ``all-linear`` asked for is refused, since peft would adapt none of the quantized
+    projections ("Target modules set() not found" on a model with no other linear layer)."""
     base = values.get("base_quant")
     if values.get("lora_targets") != "all-linear" or values.get("method", "lora") != "lora":
         return values
     if base not in PEFT_UNREACHED_BASES:
         return values
     if defaulted:
+        from fitcheck.engine.lora import linear_module_names, validate_targets
         from fitcheck.vocab import LINEAR_MODULES
 
         # an MoE keeps session 8's model of its default (per-expert modules and the router's parameter,
         # docs/methodology.md "MoE experts on a GPTQ / AWQ base"): its named form is not derived yet
-        return values if moe else {**values, "lora_targets": LINEAR_MODULES}
+        if arch is None or arch.is_moe:
+            return values
+        try:
+            validate_targets(arch, LINEAR_MODULES)
+        except OptionError:
+            return {**values, "lora_targets": ",".join(linear_module_names(arch))}
+        return {**values, "lora_targets": LINEAR_MODULES}
     raise OptionError(
         f"--lora-targets all-linear on the {base} base adapts none of its quantized projections: peft's "
         "all-linear takes torch.nn.Linear and Conv1D layers only, and GPTQ / AWQ layers are not "
