@@ -78,6 +78,23 @@ def test_fsdp_shards_and_grad_op_keeps_layers(spec7b: ModelSpec) -> None:
     assert off.device_bytes < full.device_bytes and "param_shards" not in parts(off)
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_litgpt_fsdp_shards_keep_the_load_dtype(spec7b: ModelSpec, version: int) -> None:
+    """Lightning Fabric's FSDPStrategy builds litgpt's model under FSDPPrecision.module_init_context (bf16
+    for bf16-true) and shards it as built: no accelerate upcast, so shards, their gradients and AdamW's
+    states are bf16 (lightning 2.4.0 plugins/precision/fsdp.py; docs/distributed.md#fsdp-shards)."""
+    n = 8
+    lit = est(spec7b, strategy="fsdp", trainer="litgpt", fsdp_version=version)
+    hf = est(spec7b, strategy="fsdp", trainer="hf", fsdp_version=version)
+    p = lit.params.total
+    assert parts(lit)["param_shards"] == pytest.approx(2 * p / n, rel=1e-6)
+    assert parts(lit)["gradient_shards"] == pytest.approx(2 * p / n, rel=1e-6)
+    assert parts(lit)["optimizer_states"] == pytest.approx(4 * p / n, rel=1e-6)
+    assert parts(hf)["param_shards"] == pytest.approx(4 * p / n, rel=1e-6)
+    fp32 = est(spec7b, strategy="fsdp", trainer="litgpt", fsdp_version=version, precision="fp32")
+    assert parts(fp32)["param_shards"] == pytest.approx(4 * p / n, rel=1e-6)  # 32-true: fp32 as built
+
+
 def test_hybrid_shards_within_a_node(spec7b: ModelSpec) -> None:
     e = est(spec7b, strategy="fsdp-hybrid", nodes=2)
     assert e.distributed is not None and e.distributed.shard_group == 8 and e.world_size == 16
@@ -186,7 +203,8 @@ def test_diffusion_across_gpus_is_data_parallel(capsys: pytest.CaptureFixture[st
 
 def test_fsdp1_no_sync_holds_every_units_unsharded_grads(spec7b: ModelSpec) -> None:
     """lit-gpt accumulates under FSDP1's no_sync(): each rank keeps every layer unit's whole unsharded
-    gradient (frozen weights of the unit included under use_orig_params=True) in every phase; FSDP2
+    gradient (frozen weights of the unit included under use_orig_params=True) through forward and backward;
+    the last micro-batch reduce-scatters and frees them, so the optimizer step holds gradient shards; FSDP2
     (not lit-gpt's) and one micro-batch keep gradient shards (docs/distributed.md#fsdp-no-sync)."""
     kw: dict[str, object] = {"method": "lora", "lora_targets": "q_proj,v_proj", "gpus": 2, "strategy": "fsdp"}
     held = est(spec7b, trainer="litgpt", fsdp_version=1, grad_accum=32, **kw)
@@ -197,10 +215,12 @@ def test_fsdp1_no_sync_holds_every_units_unsharded_grads(spec7b: ModelSpec) -> N
     )
     lora = held.params.adapter // a.num_layers
     expected = a.num_layers * (per_layer + lora) * 2  # bf16: the layers, not the root's embeddings/lm_head
-    for phase in ("forward", "backward", "optimizer_step"):
+    for phase in ("forward", "backward"):
         got = parts(held, phase)
         assert got["no_sync_grads"] == expected, phase
         assert "gradient_shards" not in got
+    step = parts(held)  # litgpt's shards keep bf16: the adapters' gradient, halved over 2 ranks
+    assert "no_sync_grads" not in step and step["gradient_shards"] == held.params.adapter * 2 // 2
     for other in (
         est(spec7b, trainer="litgpt", fsdp_version=2, grad_accum=32, **kw),
         est(spec7b, trainer="litgpt", fsdp_version=1, grad_accum=1, **kw),
@@ -208,7 +228,7 @@ def test_fsdp1_no_sync_holds_every_units_unsharded_grads(spec7b: ModelSpec) -> N
         assert "no_sync_grads" not in parts(other)
         assert held.device_bytes - other.device_bytes > 0.9 * expected
     full = est(spec7b, trainer="litgpt", fsdp_version=1, grad_accum=4, method="full", gpus=2, strategy="fsdp")
-    assert parts(full)["no_sync_grads"] == full.params.total * 2  # the root trains too: the whole model
+    assert parts(full, "forward")["no_sync_grads"] == full.params.total * 2  # the root trains: all of it
 
 
 def test_hf_trainer_fsdp_accumulates_unsharded_grads(spec7b: ModelSpec) -> None:
@@ -221,10 +241,13 @@ def test_hf_trainer_fsdp_accumulates_unsharded_grads(spec7b: ModelSpec) -> None:
     kw: dict[str, object] = {"trainer": "hf", "gpus": 8, "strategy": "fsdp"}
     for version in (1, 2):
         lora = est(spec7b, method="lora", grad_accum=4, fsdp_version=version, **kw)
-        for phase in ("forward", "backward", "optimizer_step"):
+        for phase in ("forward", "backward"):
             got = parts(lora, phase)
             assert got["no_sync_grads"] == lora.params.adapter * 2, (version, phase)  # bf16, frozen excluded
             assert "gradient_shards" not in got
+        # the last micro-batch reduce-scatters the accumulated gradients and drops them (FSDP2:
+        # FSDPParamGroup.post_backward, torch 2.13.0): the optimizer step holds the shards
+        assert "no_sync_grads" not in parts(lora) and "gradient_shards" in parts(lora), version
         full = est(spec7b, method="full", grad_accum=4, fsdp_version=version, **kw)
         assert parts(full, "forward")["no_sync_grads"] == full.params.total * 2
         off = est(spec7b, method="full", grad_accum=4, fsdp_version=version, offload="all", **kw)
@@ -448,3 +471,25 @@ def test_fsdp1_frozen_units_keep_recomputed_layers_until_backward_ends(spec7b: M
         est(spec7b, fsdp_version=1, method="lora", **kw),  # unset: today's HF default is non-reentrant
     ):
         assert all("frozen_unit_graphs" not in parts(other, p.name) for p in other.phases)
+
+
+def test_fsdp1_end_of_backward_holds_the_root_gradient_twice() -> None:
+    """FSDP1's flat parameter: autograd holds each view's gradient until the root unit's last one (the
+    embedding's) arrives, then concatenates them into the flat gradient, at the end of backward: the
+    root's parameters and twice its gradient beside every accumulated gradient (traced:
+    bench/fsdp1_root_grads_trace.py; docs/distributed.md#fsdp-units). FSDP2 has no flat parameter; LoRA's
+    root does not train."""
+    spec = resolve_model("google/gemma-2b")  # a 256k vocabulary: the root outweighs a layer tenfold
+    kw: dict[str, object] = {"gpus": 4, "strategy": "fsdp", "trainer": "litgpt", "grad_accum": 4}
+    kw["seq_len"] = 256
+    e = est(spec, batch_size=1, fsdp_version=1, **kw)
+    got = parts(e, "backward")
+    assert got["unit_grads"] == 2 * got["root_params"]  # the root trains whole: a gradient per parameter
+    assert "logits_loss" not in got and "checkpoints" not in got  # after every layer's backward
+    assert got["no_sync_grads"] == e.params.total * 2
+    fsdp2 = est(spec, batch_size=1, fsdp_version=2, **kw)
+    lora = est(spec, batch_size=1, method="lora", fsdp_version=1, **kw)
+    for other in (fsdp2, lora):
+        assert all("concatenation" not in c.rule for c in other.phase("backward").components)
+    hump = est(spec, batch_size=1, fsdp_version=1, **{**kw, "seq_len": 4096})  # the logits outweigh it
+    assert "logits_loss" in parts(hump, "backward")

@@ -310,6 +310,8 @@ class Plan:
     bwd_start: list[Component] | None = None  # backward at its start (loss hump), when it differs
     trained: list[Component] | None = None  # every phase from the first backward on (not at load)
     load: list[Component] | None = None  # the load phase's GPU lines, when not the persistent ones
+    bwd_end: list[Component] | None = None  # backward at its end, when that moment can be the larger
+    step_grads: list[Component] | None = None  # gradients at the optimizer step, when not ``grads``
 
 
 def _c(name: str, value: float, rule: str, anchor: str) -> Component:
@@ -533,23 +535,58 @@ def _fsdp(setup: LlmSetup, est: Estimate, sh: Shares, n: int, facts: StrategyFac
         return Plan(always, [], [], [trans], grads, host, [])
     fwd, bwd, start = _fsdp_units(setup, sh, facts)
     held = _no_sync_grads(setup, sh)
+    # the last micro-batch reduce-scatters the accumulated gradients and frees them: the step sees shards
+    step_grads = grads if held is not None else None
     if held is not None:
         grads = [held]
     kept = _offload_grad_shards(setup, est, sh, n)
-    return Plan(always, fwd, bwd, [trans], grads, host, start, [kept] if kept is not None else None)
+    trained = [kept] if kept is not None else None
+    end = _flat_root_grads(setup, sh)
+    return Plan(always, fwd, bwd, [trans], grads, host, start, trained, bwd_end=end, step_grads=step_grads)
+
+
+def _flat_root_grads(setup: LlmSetup, sh: Shares) -> list[Component] | None:
+    """FSDP1 at the end of backward, when the root unit trains: its unsharded parameters and its gradient
+    twice. FSDP1 exposes a unit's parameters as views of one flat parameter (``torch.split`` of it,
+    ``FlatParamHandle._get_unflat_views_unaligned`` / ``_aligned``, torch/distributed/fsdp/_flat_param.py
+    L1876-1930 at 2.13.0), so autograd holds each view's gradient until the last of the unit's parameters
+    has one, then concatenates them into the flat gradient (the backward of ``split``), both alive while it
+    does. For the root (embeddings, lm_head, final norm) the lm_head's gradient comes first and the
+    embedding's last, so that moment is the end of backward, after every layer's activations are gone;
+    under ``no_sync()`` the new flat gradient then adds into the accumulated one in place, and
+    ``_reduce_grad`` (_runtime_utils.py L831-847) drops the unsharded one once it is reduced. Traced on CPU
+    (bench/fsdp1_root_grads_trace.py): an accumulating micro-batch peaks at the accumulated gradients, the
+    root's parameters and twice its gradient (docs/distributed.md#fsdp-units)."""
+    if setup.fsdp_version != 1 or not sh.root_trainable:
+        return None
+    cb = sh.compute_b
+    root = _c("root_params", sh.root_params * cb, "root unit: unsharded to the end of backward", "fsdp-units")
+    rule = (
+        "end of backward: the root unit's gradient twice, each parameter's view gradient and their "
+        "concatenation into FSDP1's flat gradient"
+    )
+    return [root, _c("unit_grads", 2 * sh.root_trainable * cb, rule, "fsdp-units")]
+
+
+#: Trainers whose FSDP wraps a model built in the compute dtype and never upcasts its shards: torchtune
+#: (loads bf16), and litgpt, whose Lightning Fabric ``FSDPStrategy`` builds the model under
+#: ``FSDPPrecision.module_init_context`` (``mixed_precision_config.param_dtype``: bf16 for ``bf16-true``)
+#: and wraps it in ``FullyShardedDataParallel`` as it is (lightning 2.4.0 src/lightning/fabric/plugins/
+#: precision/fsdp.py L77-108, strategies/fsdp.py ``module_init_context`` L343-352, ``setup_module``
+#: L286-318; the ``init_context`` of 71aed751, lit-gpt 8641822's pin, the same).
+LOAD_DTYPE_SHARD_TRAINERS = ("torchtune", "litgpt")
 
 
 def shard_bytes(setup: LlmSetup) -> int:
     """Bytes per element of FSDP's trainable shards (the master copy): accelerate upcasts them to fp32
-    when its mixed precision is on (the switch that also turns autocast on); torchtune, and a run
-    without autocast (a plain ``FullyShardedDataParallel`` over a 16-bit model, FSDP's own
-    ``MixedPrecision`` at most), keep the load dtype; litgpt's ``-true`` precisions build the model in the
-    compute dtype (Fabric ``FSDPPrecision.module_init_context``), its ``-mixed`` ones (``--master-weights``)
-    in fp32 (docs/distributed.md#fsdp-shards)."""
+    when its mixed precision is on (the switch that also turns autocast on); torchtune and litgpt
+    (`LOAD_DTYPE_SHARD_TRAINERS`), and a run without autocast (a plain ``FullyShardedDataParallel`` over a
+    16-bit model, FSDP's own ``MixedPrecision`` at most), keep the load dtype; litgpt's ``-mixed``
+    precisions (``--master-weights``) build the model in fp32 (docs/distributed.md#fsdp-shards)."""
     cb = 4 if setup.precision == "fp32" else 2
-    if setup.trainer == "litgpt":  # Fabric's FSDPPrecision: -true inits the module in its dtype, -mixed fp32
-        return 4 if setup.master_weights else cb
-    return cb if setup.trainer == "torchtune" or setup.autocast is False else 4
+    if setup.trainer == "litgpt" and setup.master_weights:  # Fabric's FSDPPrecision: -mixed inits in fp32
+        return 4
+    return cb if setup.trainer in LOAD_DTYPE_SHARD_TRAINERS or setup.autocast is False else 4
 
 
 def _offload_grad_shards(setup: LlmSetup, est: Estimate, sh: Shares, n: int) -> Component | None:
@@ -800,6 +837,8 @@ def _phases(est: Estimate, plan: Plan, extra: list[Component]) -> tuple[Phase, .
             and (p.name == "optimizer_step" or (p.name == "backward" and not start) or accum)
             else []
         )
+        if p.name == "optimizer_step" and plan.step_grads is not None:
+            grads = plan.step_grads
         # loading holds this rank's persistent share and the load transient, no step buffers
         own = plan.bwd_start if start and plan.bwd_start is not None else by.get(p.name, [])
         trained = plan.trained if plan.trained is not None and p.name != "load" else []
@@ -807,7 +846,13 @@ def _phases(est: Estimate, plan: Plan, extra: list[Component]) -> tuple[Phase, .
             # the strategy's own loading peak, after the single-GPU load (which held less)
             out.append(phase(p.name, [*plan.load, *extra]))
             continue
-        out.append(phase(p.name, [*plan.always, *grads, *trained, *own, *rest, *extra]))
+        here = phase(p.name, [*plan.always, *grads, *trained, *own, *rest, *extra])
+        if p.name == "backward" and plan.bwd_end is not None:
+            # the end of backward: every gradient there, no activation but the inputs
+            inputs = [c for c in rest if c.name == "inputs"]
+            end = phase(p.name, [*plan.always, *plan.grads, *trained, *plan.bwd_end, *inputs, *extra])
+            here = end if end.total_bytes > here.total_bytes else here
+        out.append(here)
     return tuple(out)
 
 
