@@ -39,13 +39,7 @@ KNOWN_UNDER: dict[str, str] = {
     r.key: r.under_reason for _, recs in pub.corpus().values() for r in recs if r.under_reason
 }
 #: Sources whose median |error| is above 10% today.
-KNOWN_SOURCE: dict[str, str] = {
-    "peft-readme-memory": "12.3% median of eight records: the mt0-xxl rows posed at the encoder's 512-token "
-    "truncation cap (the tweets' padded lengths could not be read: mT5's vocabulary) are 115% and 276% over "
-    "(known_gap); the T0_3B rows, posed at the 56 tokens read off the data, -2.8% (LoRA), +18% (full) and 8% "
-    "under (the two ZeRO-3-offload rows since session ds077 counted the prefetcher's fill); bloomz-7b1 LoRA "
-    "+4.2%, its ZeRO-3-offload row 16% under (its under_reason)",
-}
+KNOWN_SOURCE: dict[str, str] = {}  # none since session ds077 (PEFT README 5.4%, ChatGLM3 demo 8.3%)
 
 
 @cache
