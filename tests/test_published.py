@@ -39,17 +39,7 @@ KNOWN_UNDER: dict[str, str] = {
     r.key: r.under_reason for _, recs in pub.corpus().values() for r in recs if r.under_reason
 }
 #: Sources whose median |error| is above 10% today.
-KNOWN_SOURCE: dict[str, str] = {
-    "thudm-chatglm3-finetune": "15.3% median of three records: LoRA on one GPU +0.8%, the ZeRO-3 full "
-    "fine-tuning on 4 GPUs 15.3% under (its under_reason), P-Tuning v2 57% over (posed at its 769-token cap)",
-    "peft-readme-memory": "169.7% median of eight records: the six T0_3B / mt0-xxl rows posed at the "
-    "encoder's 512-token truncation cap (the tweets' padded lengths are not printed) are 79-306% "
-    "over; posed at 48-128 tokens (not stated) the single-GPU LoRA rows are -6% to +22%, "
-    "full fine-tuning 18% over and the ZeRO-3 CPU-offload rows 51% under to 6% over, as "
-    "bloomz-7b1's ZeRO-3-offload row is at its stated 64 tokens (its under_reason); "
-    "the six seq2seq rows name the unstated length in known_gap; bloomz-7b1 LoRA without "
-    "DeepSpeed +4.2%",
-}
+KNOWN_SOURCE: dict[str, str] = {}  # none since session ds077 (PEFT README 5.4%, ChatGLM3 demo 8.3%)
 
 
 @cache

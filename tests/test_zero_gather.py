@@ -1,6 +1,6 @@
-"""ZeRO-3's gathered parameters: none on one rank unless its parameters are offloaded, and the last layers
-kept from forward to backward by
-``stage3_max_reuse_distance`` (docs/distributed.md#zero3-gather; DeepSpeed v0.12.3 @6ea44d02)."""
+"""ZeRO-3's gathered parameters: none on one rank unless its parameters are offloaded, the last layers
+kept from forward to backward by ``stage3_max_reuse_distance`` (DeepSpeed v0.12.3 @6ea44d02), and the
+prefetcher's fill to ``stage3_max_live_parameters`` (v0.7.7 to edaa7221); docs/distributed.md#zero3-gather."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from fitcheck.engine.distributed import Shares, reuse_kept_layers
+from fitcheck.engine.distributed import Shares, gather_window, reuse_kept_layers
 from fitcheck.engine.estimate import estimate
 from fitcheck.facts.deepspeed import ZERO_DEFAULTS
 from fitcheck.models import Estimate, LlmSetup, ModelSpec
@@ -94,16 +94,36 @@ def test_tied_head_counts_the_embedding() -> None:
     assert reuse_kept_layers(sh, True, 100 + 301) == 1
 
 
-def test_estimate_adds_the_kept_layers_to_the_gathered_line() -> None:
+def test_the_window_adds_the_kept_layers() -> None:
     """Llama-2-7B (layer 202M, untied head 131M) with DeepSpeed's default distance 1e9: one layer kept
-    with and without checkpointing (the second-last is 4 L + 2 H = 1.07e9 away)."""
-    e = run(resolve_model("llama-2-7b"), gpus=4)
+    with and without checkpointing (the second-last is 4 L + 2 H = 1.07e9 away), beside the largest module
+    and the HF "auto" prefetch bucket."""
     sh_layer = 4096 * 4096 * 4 + 3 * 4096 * 11008 + 2 * 4096
     head = 32000 * 4096
     prefetch = int(0.9 * 4096 * 4096)
     assert ZERO_DEFAULTS["stage3_max_reuse_distance"] == 1_000_000_000
-    assert comp(e, "gathered_params", "forward") == 2 * (max(sh_layer, head) + prefetch + sh_layer)
+    sh = dataclasses.replace(shares_of(sh_layer, head), head_params=head)
+    z = {**ZERO_DEFAULTS, "stage3_prefetch_bucket_size": prefetch}
+    for ckpt in (True, False):
+        assert gather_window(sh, ckpt, z) == (max(sh_layer, head) + prefetch + sh_layer, 1)
+
+
+def test_the_prefetcher_fills_max_live_parameters() -> None:
+    """Once the trace is recorded every module call prefetches up to ``min(max_live - n_available,
+    prefetch_bucket)`` elements (partitioned_param_coordinator.py @v0.7.7 L319-349, edaa7221 L452-457), so
+    Llama-2-7B on 4 GPUs holds ``stage3_max_live_parameters`` gathered, plus one parameter fetched past it
+    (the 131M lm_head bounds it), more than one fetch's window with its kept layer."""
+    e = run(resolve_model("llama-2-7b"), gpus=4)
+    head = 32000 * 4096
+    assert comp(e, "gathered_params", "forward") == 2 * (ZERO_DEFAULTS["stage3_max_live_parameters"] + head)
+    assert comp(e, "gathered_params", "backward") == comp(e, "gathered_params", "forward")
     rule = next(c.rule for c in e.phase("forward").components if c.name == "gathered_params")
-    assert "1 last layer(s) kept to backward" in rule
-    no_ckpt = run(resolve_model("llama-2-7b"), gpus=4, grad_ckpt=False)
-    assert comp(no_ckpt, "gathered_params", "forward") == comp(e, "gathered_params", "forward")
+    assert "stage3_max_live_parameters" in rule
+
+
+def test_a_model_under_max_live_parameters_is_gathered_whole() -> None:
+    """The recorded queue holds only the partitioned parameters: a 0.5B model under the 1e9 cap ends up
+    gathered whole (its partitions on each of 2 GPUs are half of it)."""
+    e = run(resolve_model("qwen2.5-0.5b"), gpus=2)
+    parts = comp(e, "param_partitions", "forward")
+    assert comp(e, "gathered_params", "forward") == pytest.approx(2 * parts, abs=2)

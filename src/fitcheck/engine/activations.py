@@ -142,6 +142,26 @@ def held_inputs(setup: LlmSetup) -> HeldInputs:
     return "as-is" if int8_holds_inputs(setup) else ""
 
 
+def zero3_linear_keeps_inputs(setup: LlmSetup) -> bool:
+    """Whether every projection keeps its input until backward because DeepSpeed ZeRO-3 replaced
+    ``F.linear``: LoRA on a dense base under ``--strategy zero3``.
+
+    ``zero.Init`` (transformers' ``from_pretrained`` under ZeRO-3; ``Init(module=...)`` too since #8189,
+    617061d6, 2026-07-31: partition_parameters.py @edaa7221 L1077-1078) sets ``torch.nn.functional.linear =
+    zero3_linear_wrap`` when ``mem_efficient_linear`` is on, its default (zero config
+    ``memory_efficient_linear`` True), and never puts it back ("This will persist unless manually reset":
+    @v0.7.7 L399-404, @v0.12.3 L496-501, @edaa7221 L406-413). ``LinearFunctionForZeroStage3`` saves its
+    input whether or not a gradient needs it (runtime/zero/linear.py: ``ctx.save_for_backward(input,
+    ...)`` @v0.7.7, ``(input, weight, bias)`` @v0.12.3 and @edaa7221), where torch's own linear keeps a
+    frozen weight's input only if another op does. So a LoRA step's frozen projections keep their inputs,
+    each shared input once: the run's ``held`` inputs ``as-is`` (`_linear_inputs`), saved with
+    ``save_for_backward`` (checkpointing drops them like any saved tensor). A CPU step of a T5 v1.1 LoRA
+    model run with DeepSpeed's wrapper keeps ``(d + inner + d + d_ff)`` x 4 B more per encoder token and
+    layer, as counted (tests/test_zero3_linear.py). Full fine-tuning saves every input anyway;
+    bitsandbytes' 4-bit and 8-bit layers do not call ``F.linear``; docs/distributed.md#zero3-linear."""
+    return setup.strategy == "zero3" and setup.method == "lora" and setup.base_quant == "none"
+
+
 def _kept_through_checkpoint(setup: LlmSetup) -> bool:
     """Whether non-reentrant checkpointing runs (only its saved-tensor hooks drop what a layer saved):
     ``ckpt_reentrant`` False, or for LLM.int8 left unsaid too, today's transformers' default (5.24
@@ -418,7 +438,7 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
     shared_input = a.parallel_block and a.norms_per_layer == 1
     # a parallel block with one norm (GPT-J, Phi, Cohere): attention and MLP read the same tensor
     fused = setup.trainer in FUSED_QKV_DROPOUT_TRAINERS and not shared_input
-    held = held_inputs(setup)
+    held = held_inputs(setup) or ("as-is" if zero3_linear_keeps_inputs(setup) else "")
     normed = normed_bytes(a, c)
     acts.add(
         "qkv_inputs", _linear_inputs(c, setup, a, qkv + (up if shared_input else []), normed, fused, held)
@@ -914,8 +934,8 @@ def head_input_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> float:
     c = context(setup, regime)
     h = a.hidden_size
     out = 0.0
-    if "lm_head" in trained_modules(setup):
-        out += c.gamma * h
+    if "lm_head" in trained_modules(setup) or zero3_linear_keeps_inputs(setup):
+        out += c.gamma * h  # a trained copy's input, or the frozen head's under ZeRO-3's F.linear
     if "lm_head" in head_targets(setup.lora_targets):
         x = c.gamma if c.autocast else c.adapter
         out += (0 if setup.lora_fa else x * h) + x * setup.lora_rank  # a frozen lora_A saves no input

@@ -493,16 +493,62 @@ def _zero_grads(
         # parameters offloaded, NoGatherHandle's ``.to(device)`` copies each fetched module to the GPU
         # like a gather (zero3-gather)
         return always, [], [], grads
-    largest = max(sh.unit_params, sh.head_params)  # fetched whole, even beyond max_live_parameters
-    live = max(
-        largest, min(int(z["stage3_max_live_parameters"]), largest + int(z["stage3_prefetch_bucket_size"]))
-    )
-    kept = reuse_kept_layers(sh, setup.grad_ckpt, int(z["stage3_max_reuse_distance"]))
+    window, kept = gather_window(sh, setup.grad_ckpt, z)
     rule = "largest gathered module + stage3_prefetch_bucket_size, capped by max_live_parameters"
     if kept:
         rule += f", + {kept} last layer(s) kept to backward (stage3_max_reuse_distance)"
-    gathered = _c("gathered_params", (live + kept * sh.unit_params) * cb, rule, "zero3-gather")
+    window *= cb
+    fill = prefetch_fill_bytes(setup, sh, z)
+    if fill > window:
+        rule = (
+            f"the prefetcher keeps stage3_max_live_parameters ({int(z['stage3_max_live_parameters']):,}) "
+            "gathered, + one fetch beyond it (the largest single parameter), at most the partitioned model"
+        )
+    gathered = _c("gathered_params", max(window, fill), rule, "zero3-gather")
     return always, [gathered], [gathered], grads
+
+
+def gather_window(sh: Shares, grad_ckpt: bool, z: dict[str, int | float | bool]) -> tuple[int, int]:
+    """(elements, layers kept): the largest module fetched (whole, even beyond max_live_parameters) with
+    ``stage3_prefetch_bucket_size`` prefetched, capped by ``stage3_max_live_parameters``, and the last
+    layers the reuse distance keeps to backward (`reuse_kept_layers`). What one fetch and its prefetch
+    hold; the prefetcher's fill (`prefetch_fill_bytes`) is the larger once the trace is recorded unless
+    the kept layers alone pass the cap."""
+    largest = max(sh.unit_params, sh.head_params)
+    live = max(
+        largest, min(int(z["stage3_max_live_parameters"]), largest + int(z["stage3_prefetch_bucket_size"]))
+    )
+    kept = reuse_kept_layers(sh, grad_ckpt, int(z["stage3_max_reuse_distance"]))
+    return live + kept * sh.unit_params, kept
+
+
+def partitioned_bytes(setup: LlmSetup, sh: Shares) -> int:
+    """Bytes of one whole replica that ZeRO-3 partitions (what `param_partitions` deals out, before 1/N):
+    every parameter in the compute dtype or its 4-bit storage, less the persistent ones and the 4-bit
+    weights or quantization constants kept whole on every rank."""
+    persist = sh.persistent_params * sh.compute_b
+    replicated_q = sh.quant_bytes if setup.method == "qlora" and _storage(setup) != setup.precision else 0
+    replicated_q = replicated_q or sh.quant_consts
+    return max(0, sh.trainable * sh.compute_b + sh.frozen_bytes - persist - replicated_q)
+
+
+def prefetch_fill_bytes(setup: LlmSetup, sh: Shares, z: dict[str, int | float | bool]) -> int:
+    """The gathered parameters ZeRO-3's prefetcher holds once the trace is recorded.
+
+    ``PartitionedParameterCoordinator.fetch_sub_module`` runs for every module the hooks see, parameter-less
+    containers and dropouts included, and after fetching the module's own parameters pops the recorded
+    parameter queue until it has started gathers of ``min(max_live_parameters - n_available_params,
+    prefetch_bucket_size)`` elements (partitioned_param_coordinator.py @v0.7.7 L319-349, @v0.12.3
+    L347-379, unchanged at edaa7221 L452-457). ``n_available_params`` grows with each gather and falls
+    only when a module's parameters are released (L395, L420), so a bucket per module call outruns the
+    layers' use (a decoder layer runs some 15-25 module calls) and the gathered total rises to
+    ``stage3_max_live_parameters``; the loop's last parameter, or a module fetched with nothing prefetched,
+    may cross it by one parameter (bounded here by the largest, the embedding or lm_head). The layers kept
+    to backward by the reuse distance are within that count. An emulation of the v0.7.7 coordinator on
+    T0_3B + LoRA (session ds077) held 1.02e9-1.06e9 elements through forward and backward.
+    The queue holds only the partitioned parameters, so a model smaller than the cap is gathered whole."""
+    cap = int(z["stage3_max_live_parameters"]) + sh.head_params
+    return min(partitioned_bytes(setup, sh), cap * sh.compute_b)
 
 
 def reuse_kept_layers(sh: Shares, grad_ckpt: bool, max_reuse: int) -> int:

@@ -462,7 +462,7 @@ def _stored(
     head_in = _c(
         "head_inputs",
         T * act.head_input_bytes(a, setup, regime),
-        "inputs saved by a trained or LoRA-wrapped lm_head",
+        "inputs saved by a trained or LoRA-wrapped lm_head (any lm_head under ZeRO-3's F.linear, LoRA)",
     )
     if setup.grad_ckpt:
         ckpt = T * L * act.context(setup, regime).rho * a.hidden_size * on_device
