@@ -49,6 +49,10 @@ KNOWN_SOURCE: dict[str, str] = {
     "bloomz-7b1's ZeRO-3-offload row is at its stated 64 tokens (its under_reason); "
     "the six seq2seq rows name the unstated length in known_gap; bloomz-7b1 LoRA without "
     "DeepSpeed +4.2%",
+    "mlx-train-perf-qwen3-8b": "29.6% median of six MLX records, all over (+21.9% to +30.9%): fitcheck's mlx "
+    "regime sizes mlx_lm.convert's 4-bit embedding and lm_head at bf16 (+1.67 GiB; without it the "
+    "1,024-4,096-token records are +2.5% to +7.7%), and the 8,192-token records keep +24% from the loss and "
+    "attention backward sized by torch's rules (each record's known_gap)",
 }
 
 
