@@ -125,7 +125,9 @@ _UNMODELLED = {
     "offload": "offloading of parameters / optimizer states on one GPU is not modelled",
 }
 #: QLoRA 4-bit formats the sources name, as the regime's ``nf4_format`` (engine/nf4.py).
-_NF4_FORMATS = {"torchao-nf4": "torchao", "bnb-nf4": "bitsandbytes"}
+#: ``mlx-affine-4bit``: mlx_lm.convert's default (4-bit affine, group 64, a 16-bit scale and bias per group,
+#: mlx-lm utils.py quantize_model @v0.31.3), the mlx regime's own format.
+_NF4_FORMATS = {"torchao-nf4": "torchao", "bnb-nf4": "bitsandbytes", "mlx-affine-4bit": "mlx"}
 #: Quantized bases the sources name, as fitcheck's ``--base-quant`` (None: no fitcheck format stores it).
 _BASE_QUANT = {
     "gptq-int4": "gptq",
@@ -432,11 +434,6 @@ def _nf4_note(s: dict[str, Any], setup: Any) -> list[str]:
     named = s.get("quant_backend")
     if setup.method != "qlora" or not named:
         return []
-    if named == "mlx-affine-4bit" and not setup.double_quant:
-        # mlx_lm.convert's default: 4-bit affine, group 64, a 16-bit scale and bias per group (mlx-lm
-        # utils.py quantize_model @v0.31.3): 0.5625 B/weight, bitsandbytes' NF4 bytes without double
-        # quantization
-        return ["MLX 4-bit affine (group 64, 16-bit scale and bias) sized as NF4 without double quantization"]
     fmt = _NF4_FORMATS.get(str(named))
     if fmt is None:
         return [f"{named} is not a modelled 4-bit format: posed as {regime_for(setup).nf4_format}"]

@@ -40,10 +40,10 @@ KNOWN_UNDER: dict[str, str] = {
 }
 #: Sources whose median |error| is above 10% today.
 KNOWN_SOURCE: dict[str, str] = {
-    "mlx-train-perf-qwen3-8b": "29.6% median of six MLX records, all over (+21.9% to +30.9%): fitcheck's mlx "
-    "regime sizes mlx_lm.convert's 4-bit embedding and lm_head at bf16 (+1.67 GiB; without it the "
-    "1,024-4,096-token records are +2.5% to +7.7%), and the 8,192-token records keep +24% from the loss and "
-    "attention backward sized by torch's rules (each record's known_gap)",
+    "mlx-train-perf-qwen3-8b": "15.8% median of six MLX records, all over: +2.5% to +7.7% at 1,024-4,096 "
+    "tokens, about +24% at 7,936-8,192, where the mlx regime sizes the loss and the attention backward by "
+    "torch's rules (fp32), an upper bound: MLX's own dtypes counted op by op put every record 11-22% under "
+    "(the file's header)",
 }
 
 

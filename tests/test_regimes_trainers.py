@@ -104,3 +104,22 @@ def test_master_weights_refused_where_the_trainer_has_none(trainer: str, method:
 
     with pytest.raises(FitcheckError, match=words):
         api.estimate("llama-3.2-1b", method=method, trainer=trainer, master_weights=True)
+
+
+def test_mlx_qlora_stores_embedding_and_head_in_affine_4bit(spec) -> None:  # type: ignore[no-untyped-def]
+    """mlx_lm.convert quantizes every Linear, the lm_head and the embedding (group 64, a 16-bit scale and
+    bias per group: 0.5625 B/param), and MLX's quantized matmul dequantizes no weight whole."""
+    from fitcheck.engine import nf4
+    from fitcheck.engine.params import inventory
+
+    setup = LlmSetup(method="qlora", trainer="mlx", double_quant=False)
+    est = estimate(spec, setup)
+    c = counts(spec.arch, setup)
+    inv = inventory(spec.arch)
+    n = c.quantized + inv.embedding + inv.lm_head
+    assert _component(est, "optimizer_step", "weights_4bit") == n // 2 + 4 * -(-n // nf4.MLX_GROUP)
+    assert all(x.bytes == 0 for p in est.phases for x in p.components if x.name == "dequant_transient")
+    assert regime_for(setup).nf4_format == "mlx"
+    # LoRA on a 16-bit model and the other trainers' QLoRA keep their layouts
+    assert regime_for(LlmSetup(method="lora", trainer="mlx")).nf4_format == "bitsandbytes"
+    assert regime_for(LlmSetup(method="qlora", trainer="hf")).nf4_format == "bitsandbytes"

@@ -543,8 +543,10 @@ class Regime(Frozen):
     loss_kernel: str = Field(default="standard", description="cross-entropy kernel (engine/loss.py KERNELS)")
     offload_checkpoints: bool = Field(default=False, description="checkpointed layer inputs kept on the CPU")
     quantized_lm_head: bool = Field(default=False, description="QLoRA quantizes the output layer too")
-    nf4_format: Literal["bitsandbytes", "torchao"] = Field(
-        default="bitsandbytes", description="QLoRA's 4-bit base: bitsandbytes Params4bit or torchao NF4Tensor"
+    quantized_embedding: bool = Field(default=False, description="QLoRA quantizes the input embedding too")
+    nf4_format: Literal["bitsandbytes", "torchao", "mlx"] = Field(
+        default="bitsandbytes",
+        description="QLoRA's 4-bit base: bitsandbytes Params4bit, torchao NF4Tensor or MLX affine 4-bit",
     )
     source: str
 

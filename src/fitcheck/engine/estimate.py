@@ -195,6 +195,20 @@ def _frozen_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime, lin: Linear) 
     return lin.d_in * lin.d_out * DTYPE_BYTES[regime.weight_dtype]
 
 
+def _four_bit_rule(regime: Regime, setup: LlmSetup, n: int) -> str:
+    """The 4-bit base's line: how many parameters, in which format (`fitcheck.engine.nf4`)."""
+    if regime.nf4_format == "mlx":
+        return f"{n:,} params in MLX affine 4-bit: 0.5 B + a 16-bit scale and bias per 64 (embedding too)"
+    kind = (
+        " (torchao NF4Tensor: int8 scalers, always double-quantized)"
+        if regime.nf4_format == "torchao"
+        else " (double-quantized)"
+        if setup.double_quant
+        else " (fp32)"
+    )
+    return f"{n:,} params in NF4: 0.5 B + 64-block absmax{kind}"
+
+
 def _state_bytes(regime: Regime, param_dtype: str) -> float:
     """Bytes per element of one optimizer state (fp32, or the parameter's dtype)."""
     return DTYPE_BYTES["fp32" if regime.optimizer_state_dtype == "fp32" else param_dtype]
@@ -214,15 +228,9 @@ def model_states(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> dict[str, 
             + (f", group {setup.quant_group})" if setup.quant_group != quant.GROUP else ")"),
             "module_copies": f"{c.module_copies:,} params: trained copies of {setup.train_modules} "
             f"(peft modules_to_save) x {states.copy_dtype(regime)}",
-            "weights_4bit": f"{c.quantized + head:,} params in NF4: 0.5 B + 64-block absmax"
-            + (
-                " (torchao NF4Tensor: int8 scalers, always double-quantized)"
-                if regime.nf4_format == "torchao"
-                else " (double-quantized)"
-                if setup.double_quant
-                else " (fp32)"
-            ),
-            "weights_unquantized": f"{c.base - c.quantized - head:,} params (embeddings, norms"
+            "weights_4bit": _four_bit_rule(regime, setup, c.quantized + head),
+            "weights_unquantized": f"{c.base - c.quantized - head:,} params ("
+            + ("norms" if regime.quantized_embedding else "embeddings, norms")
             + ("" if head else ", lm_head")
             + (", the fused MoE experts bitsandbytes leaves" if quant.experts_unquantized(a, setup) else "")
             + (", the checkpoint's unquantized projections)" if setup.quant_skip else ")")
@@ -508,6 +516,8 @@ def _dequant(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:
         if fmt == "torchao" and setup.compile and not compiled.untraced(spec.arch, setup, regime):
             dq = compiled.nf4_dequant_bytes(n, gamma)
             rule = "torchao NF4 dequantized by one fused kernel in a compiled layer (traced)"
+        elif fmt == "mlx":
+            rule = "MLX quantized_matmul: no weight dequantized whole"
         elif fmt == "torchao":
             dq = nf4.dequant_bytes(fmt, n, gamma)
             rule = (
@@ -526,7 +536,7 @@ def _head_dequant(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component
     dequantize_4bit(B)``, bitsandbytes autograd/_functions.py @0.42.0) right after the loss backward,
     while every layer's activations are still saved."""
     dq = 0
-    if setup.method == "qlora" and regime.quantized_lm_head:
+    if setup.method == "qlora" and regime.quantized_lm_head and regime.nf4_format != "mlx":
         per = litgpt.dequant_bytes_per_weight(setup, act.context(setup, regime).gamma)
         dq = spec.arch.vocab_size * spec.arch.hidden_size * per
     return _c("dequant_transient", dq, "the 4-bit lm_head dequantized by its backward")

@@ -18,6 +18,12 @@ torchao      ``NF4Tensor`` (torchao/dtypes/nf4tensor.py @v0.5.0, the torchao of 
              dtype, then ``torch.stack`` into the full weight, all alive at the stack.
              ``LinearNF4`` saves the NF4 weight (not the dequantized one) for backward and
              dequantizes again there (``grad_output @ weight.to(grad_output.dtype)``).
+mlx          MLX's affine 4-bit (``mx.quantize``, what ``mlx_lm.convert -q`` writes: group 64, mlx-lm
+             utils.py ``quantize_model`` @v0.31.3): packed uint32 words (eight weights each), a scale and a
+             bias per 64 weights in the model's dtype. ``nn.QuantizedLinear`` runs ``mx.quantized_matmul``,
+             whose gradient with respect to its input is another quantized matmul (mlx primitives.cpp
+             ``QuantizedMatmul::vjp``): no weight is ever dequantized whole; ``QuantizedEmbedding``
+             dequantizes only the rows it gathers.
 ===========  ==========================================================================================
 """
 
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-Nf4Format = Literal["bitsandbytes", "torchao"]
+Nf4Format = Literal["bitsandbytes", "torchao", "mlx"]
 
 #: Weights per absmax block (both libraries) and blocks per second-level block (double quantization).
 NF4_BLOCK = 64
@@ -38,6 +44,8 @@ TORCHAO_INDEX_BYTES = 2 * 8 // 2
 #: torchao ``convert_to_norm_float_weight`` finds the nearest code value ``CHUNK_SIZE = 1024**2`` weights
 #: at a time (since torchao 0.2, pytorch/ao#196): ``(value - nf4).abs()`` holds two (chunk, 16) tensors.
 TORCHAO_CHUNK = 1024**2
+#: MLX affine quantization's group size, ``mlx_lm.convert``'s default (``q_group_size`` 64).
+MLX_GROUP = 64
 TORCHAO_CODES = 16
 
 
@@ -47,6 +55,8 @@ def stored_bytes(fmt: Nf4Format, numel: int, tensors: int, double_quant: bool, d
     packed = numel // 2
     blocks = -(-numel // NF4_BLOCK)
     scaler_blocks = -(-blocks // DQ_BLOCK)
+    if fmt == "mlx":
+        return packed + 2 * dtype_bytes * -(-numel // MLX_GROUP)  # a scale and a bias per group
     if fmt == "torchao":
         per_tensor = (TORCHAO_CODES + 1) * dtype_bytes  # the nf4 table and scaler_mean
         return packed + blocks + dtype_bytes * scaler_blocks + tensors * per_tensor
@@ -58,7 +68,10 @@ def stored_bytes(fmt: Nf4Format, numel: int, tensors: int, double_quant: bool, d
 def dequant_bytes(fmt: Nf4Format, numel: int, compute_bytes: int) -> int:
     """Bytes alive while one weight of ``numel`` elements is dequantized for its matmul (forward or
     backward): bitsandbytes writes the weight once; torchao holds the int64 indices, the two looked-up
-    halves, the two scaled halves and the stacked weight together (``get_original_weight``)."""
+    halves, the two scaled halves and the stacked weight together (``get_original_weight``); MLX's
+    quantized matmul dequantizes nothing whole."""
+    if fmt == "mlx":
+        return 0
     if fmt == "torchao":
         return numel * (TORCHAO_INDEX_BYTES + 3 * compute_bytes)
     return numel * compute_bytes
@@ -72,6 +85,8 @@ def quantize_bytes(fmt: Nf4Format, numel: int, dtype_bytes: int) -> int | None:
     per weight) through the chunk loop, whose two (chunk, 16) tensors come on top; the packing
     (``quantized_blocks[::2] << 4 | quantized_blocks[1::2]``) then adds half a byte twice.
     """
+    if fmt == "mlx":
+        return 0  # mlx-lm loads a converted model's packed arrays as they are stored
     if fmt != "torchao":
         return None
     held = numel * (2 * dtype_bytes + 1)

@@ -559,6 +559,11 @@ def _mlx(setup: LlmSetup) -> Regime:
         logits_fp32=False,
         kbit_upcast=False,
         fused_optimizer=False,
+        # mlx_lm.convert quantizes every module with to_quantized whose input width the group divides:
+        # each Linear, lm_head and the embedding (mlx-lm utils.py quantize_model @v0.31.3)
+        quantized_lm_head=setup.method == "qlora",
+        quantized_embedding=setup.method == "qlora",
+        nf4_format="mlx" if setup.method == "qlora" else "bitsandbytes",
         source=SRC_MLX,
     )
 

@@ -251,9 +251,15 @@ def _foreach20_groups(own: int, theirs: int, one_group: bool) -> int:
 
 
 def quantized_head_params(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
-    """Output-layer parameters stored in 4 bits: litgpt's BitsandbytesPrecision replaces every nn.Linear,
-    the output layer included (``Regime.quantized_lm_head``)."""
-    return inventory(a).lm_head if regime.quantized_lm_head and setup.method == "qlora" else 0
+    """Output-layer (and embedding) parameters stored in 4 bits: litgpt's BitsandbytesPrecision replaces
+    every nn.Linear, the output layer included (``Regime.quantized_lm_head``); mlx-lm's converted models
+    store the embedding in 4 bits too (``Regime.quantized_embedding``)."""
+    if setup.method != "qlora":
+        return 0
+    inv = inventory(a)
+    return (inv.lm_head if regime.quantized_lm_head else 0) + (
+        inv.embedding if regime.quantized_embedding else 0
+    )
 
 
 def castback_params(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
