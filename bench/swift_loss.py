@@ -51,7 +51,8 @@ Part 5 replays part 4's ``delete`` runs through the whole step of the table's Ll
 models (Yi-6B-Chat, OpenBuddy-Zephyr-7B: their config.json under tests/data/published/configs/, traced by
 transformers' llama and mistral classes with flash attention) and prints the run's reserved high-water mark
 beside the record's measured figure, at 2048, 4096 and 8192 tokens. The lengths are part 4's, in Qwen tokens
-(the only statistics the source states); each model's own tokenizer is not applied.
+(the only statistics the source states); each model's own tokenizer is not applied (``--length-scale`` draws
+them that many times longer).
 
 Part 6 does the same for Yi-34B-Chat at 8192 tokens on two GPUs by device_map: one trace of the step, each
 allocation put on the GPU that holds the module that made it (weights by their order), and each GPU's share
@@ -476,9 +477,9 @@ OTHER_SHAPES = (
 )
 
 
-def part5(max_lengths: list[int], orders: int) -> None:
-    """Part 4's ``delete`` runs (lengths drawn from the stated spread, in Qwen tokens) replayed through the
-    whole step of each other shape, printed beside the record's measured figure."""
+def part5(max_lengths: list[int], orders: int, scale: float = 1.0) -> None:
+    """Part 4's ``delete`` runs (lengths drawn from the stated spread, in Qwen tokens, times ``scale``)
+    replayed through the whole step of each other shape, printed beside the record's measured figure."""
     import json
     from pathlib import Path
 
@@ -487,7 +488,7 @@ def part5(max_lengths: list[int], orders: int) -> None:
     root = Path(__file__).resolve().parent.parent / "tests/data/published"
     _, records = published.load_source(root / "ms-swift.yaml")
     measured = {r.id: r.measured_bytes / GIB for r in records}
-    pool = dataset_lengths(random.Random(0))
+    pool = [round(n * scale) for n in dataset_lengths(random.Random(0))]
     print("\nPart 5: part 4's delete runs through the whole step of the table's other shapes (LoRA q/k/v r8,")
     print(f"checkpointing, flash): reserved high-water mark, GiB, over {orders} draws of the run")
     head = ("record", "at max_length", "run: least", "median", "most", "measured")
@@ -619,13 +620,14 @@ def main() -> None:
     parser.add_argument("--lengths", action="store_true", help="part 4: runs of varying length (minutes)")
     parser.add_argument("--orders", type=int, default=5, help="parts 4-5: draws of each run")
     parser.add_argument("--shapes", action="store_true", help="part 5: other shapes (minutes)")
+    parser.add_argument("--length-scale", type=float, default=1.0, help="part 5: lengths times this")
     parser.add_argument("--device-map", action="store_true", help="part 6: Yi-34B over two GPUs (minutes)")
     args = parser.parse_args()
     if args.device_map:
         part6(args.orders)
         return
     if args.shapes:
-        part5([2048, 4096, 8192], args.orders)
+        part5([2048, 4096, 8192], args.orders, args.length_scale)
         return
     if args.lengths:
         part4([512, 1024, 2048, 4096, 8192], args.orders)
