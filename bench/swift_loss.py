@@ -28,6 +28,8 @@ lengths vary up to ``max_length`` in a few orders.
     PYTHONPATH=src python bench/swift_loss.py            # parts 1-2, ~10 s, no GPU
     PYTHONPATH=src python bench/swift_loss.py --whole    # and part 3, ~1 min
     PYTHONPATH=src python bench/swift_loss.py --lengths  # part 4 alone, ~20 min
+    PYTHONPATH=src:bench python bench/swift_loss.py --shapes  # part 5 alone, ~10 min
+    PYTHONPATH=src python bench/swift_loss.py --device-map  # part 6 alone, ~5 min
 
 Part 2 models the loss region alone. Part 3 traces the whole step (``fitcheck.measure.trace``) of a
 model of Qwen-1.8B-Chat's shape posed as qwen2 (the nearest architecture transformers carries; its
@@ -44,6 +46,17 @@ longer ones cut to max_length, so most steps run at max_length up to 2048 tokens
 ``delete`` (the 2024-01-02 table, whose script no longer passes truncation_left: longer examples dropped, so
 steps run at every length up to max_length). It prints how far the run's reserved high-water mark lies
 above that of a run at max_length, over a few draws.
+
+Part 5 replays part 4's ``delete`` runs through the whole step of the table's Llama- and Mistral-shaped
+models (Yi-6B-Chat, OpenBuddy-Zephyr-7B: their config.json under tests/data/published/configs/, traced by
+transformers' llama and mistral classes with flash attention) and prints the run's reserved high-water mark
+beside the record's measured figure, at 2048, 4096 and 8192 tokens. The lengths are part 4's, in Qwen tokens
+(the only statistics the source states); each model's own tokenizer is not applied (``--length-scale`` draws
+them that many times longer).
+
+Part 6 does the same for Yi-34B-Chat at 8192 tokens on two GPUs by device_map: one trace of the step, each
+allocation put on the GPU that holds the module that made it (weights by their order), and each GPU's share
+replayed through its own allocator model. Not modelled: the hidden states' copy across the GPU boundary.
 """
 
 from __future__ import annotations
@@ -52,6 +65,7 @@ import argparse
 import bisect
 import math
 import random
+import re
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -287,8 +301,9 @@ QWEN_1_8B = {
 }  # fmt: skip
 
 
-def whole_step_events(seq: int) -> tuple[list[int], list[Event]]:
-    """Trace two whole-model steps (fake tensors); return what is alive as step 2 starts, and its events."""
+def whole_step_events(seq: int, config: dict[str, object] | None = None) -> tuple[list[int], list[Event]]:
+    """Trace two whole-model steps (fake tensors) of ``config`` (Qwen-1.8B's shape unless given); return what
+    is alive as step 2 starts, and its events."""
     import fitcheck.measure.tracker as tracker_mod
     from fitcheck.measure.trace import trace_step
     from fitcheck.models import LlmSetup
@@ -307,7 +322,7 @@ def whole_step_events(seq: int) -> tuple[list[int], list[Event]]:
     original = tracker_mod.Tracker
     tracker_mod.Tracker = Recording  # type: ignore[misc]
     try:
-        trace_step(QWEN_1_8B, setup, steps=2)
+        trace_step(QWEN_1_8B if config is None else config, setup, steps=2)
     finally:
         tracker_mod.Tracker = original  # type: ignore[misc]
     tracker = made[-1]
@@ -401,9 +416,9 @@ class StepModel:
     order: list[tuple[str, int]]
 
     @classmethod
-    def traced(cls, lo: int, hi: int) -> StepModel:
-        base, ev_hi = whole_step_events(hi)
-        _, ev_lo = whole_step_events(lo)
+    def traced(cls, lo: int, hi: int, config: dict[str, object] | None = None) -> StepModel:
+        base, ev_hi = whole_step_events(hi, config)
+        _, ev_lo = whole_step_events(lo, config)
         index: dict[int, int] = {}
         sizes: list[tuple[float, float]] = []
         for (kind, rid, n_hi), (kind_lo, _, n_lo) in zip(ev_hi, ev_lo, strict=True):
@@ -452,14 +467,168 @@ def part4(max_lengths: list[int], orders: int) -> None:
             )
 
 
+# --- part 5: part 4's runs for the other shapes of the max-length table -----------------------------------
+
+#: (record id prefix, config.json under tests/data/published/configs/): the table's Llama- and Mistral-shaped
+#: models, traced by transformers' own llama / mistral classes at their config's shape.
+OTHER_SHAPES = (
+    ("yi-6b-chat-lora", "01-ai/Yi-6B-Chat"),
+    ("openbuddy-zephyr-7b-chat-lora", "OpenBuddy/openbuddy-zephyr-7b-v14.1"),
+)
+
+
+def part5(max_lengths: list[int], orders: int, scale: float = 1.0) -> None:
+    """Part 4's ``delete`` runs (lengths drawn from the stated spread, in Qwen tokens, times ``scale``)
+    replayed through the whole step of each other shape, printed beside the record's measured figure."""
+    import json
+    from pathlib import Path
+
+    import published
+
+    root = Path(__file__).resolve().parent.parent / "tests/data/published"
+    _, records = published.load_source(root / "ms-swift.yaml")
+    measured = {r.id: r.measured_bytes / GIB for r in records}
+    pool = [round(n * scale) for n in dataset_lengths(random.Random(0))]
+    print("\nPart 5: part 4's delete runs through the whole step of the table's other shapes (LoRA q/k/v r8,")
+    print(f"checkpointing, flash): reserved high-water mark, GiB, over {orders} draws of the run")
+    head = ("record", "at max_length", "run: least", "median", "most", "measured")
+    print("{:<40} {:>13} {:>10} {:>7} {:>7} {:>9}".format(*head))
+    for prefix, config_dir in OTHER_SHAPES:
+        config = json.loads((root / "configs" / config_dir / "config.json").read_text())
+        model = StepModel.traced(256, 2048, config)
+        for max_length in max_lengths:
+            fixed = model.replay([max_length] * 20).peak_reserved / GIB
+            runs = [
+                model.replay(run_lengths(pool, max_length, "delete", random.Random(seed))).peak_reserved / GIB
+                for seed in range(orders)
+            ]
+            rid = f"{prefix}-s{max_length}"
+            least, median, most = min(runs), statistics.median(runs), max(runs)
+            print(
+                f"{rid:<40} {fixed:>13.2f} {least:>10.2f} {median:>7.2f} {most:>7.2f}"
+                f" {measured.get(rid, float('nan')):>9.2f}"
+            )
+
+
+# --- part 6: Yi-34B-Chat at 8192 tokens split over two GPUs by device_map -------------------------------
+
+#: fitcheck's device-map split of Yi-34B-Chat over two A100s (its devmap estimate: embed_tokens and layers
+#: 0-29 on GPU 0; layers 30-59, norm and lm_head on GPU 1), as accelerate's balanced map places whole layers.
+YI_34B_SPLIT = 30
+#: frozen / trainable parameters per Llama layer, in named_parameters order (q/k/v/o, gate/up/down and the two
+#: RMSNorm weights; LoRA A and B on q, k and v).
+LAYER_FROZEN, LAYER_LORA = 9, 6
+
+
+def _gpu_of(module: str) -> int:
+    found = re.search(r"layers\.(\d+)", module)
+    if found:
+        return int(int(found.group(1)) >= YI_34B_SPLIT)
+    return 0 if "embed_tokens" in module else 1  # the final norm, lm_head, the loss and their backward
+
+
+def split_step_events(seq: int, config: dict[str, object]) -> dict[int, tuple[list[int], list[Event]]]:
+    """``whole_step_events`` with each allocation put on the GPU its module is mapped to: activations by the
+    module that made them, weights by their order (the embedding and the first layers on GPU 0)."""
+    import fitcheck.measure.tracker as tracker_mod
+    from fitcheck.measure.trace import trace_step
+    from fitcheck.models import LlmSetup
+
+    made: list[Tracker] = []
+
+    @dataclass
+    class Recording(Tracker):
+        def __post_init__(self) -> None:
+            made.append(self)
+
+    setup = LlmSetup(
+        method="lora", lora_rank=8, lora_targets="q_proj,k_proj,v_proj", seq_len=seq, batch_size=1,
+        precision="bf16", optimizer="adamw", grad_ckpt=True, attn="flash", trainer="hf",
+    )  # fmt: skip
+    original = tracker_mod.Tracker
+    tracker_mod.Tracker = Recording  # type: ignore[misc]
+    try:
+        trace_step(config, setup, steps=2)
+    finally:
+        tracker_mod.Tracker = original  # type: ignore[misc]
+    tracker = made[-1]
+    step2 = [w for w in tracker.windows if w.step == max(x.step for x in tracker.windows)]
+    start, end = step2[0].start_seq, step2[-1].end_seq
+    out: dict[int, tuple[list[int], list[tuple[int, Event]]]] = {0: ([], []), 1: ([], [])}
+    seen = {"parameters_frozen": 0, "parameters_trainable": 0}
+    on_gpu0 = {
+        "parameters_frozen": 1 + LAYER_FROZEN * YI_34B_SPLIT,
+        "parameters_trainable": LAYER_LORA * YI_34B_SPLIT,
+    }
+    for rec in tracker.log:
+        if rec.alloc_seq <= start and (rec.free_seq is None or rec.free_seq > start):
+            if rec.category in seen:
+                gpu = int(seen[rec.category] >= on_gpu0[rec.category])
+                seen[rec.category] += 1
+            else:
+                gpu = 1 if rec.module else 0  # the batch on GPU 0; optimizer states (LoRA-sized) on GPU 1
+            out[gpu][0].append(rec.nbytes)
+        elif start < rec.alloc_seq <= end:
+            timed = out[_gpu_of(rec.module)][1]
+            timed.append((rec.alloc_seq, ("a", rec.alloc_seq, rec.nbytes)))
+            free = rec.free_seq if rec.free_seq is not None and rec.free_seq <= end else end + 1
+            timed.append((free, ("f", rec.alloc_seq, rec.nbytes)))
+    return {gpu: (base, [e for _, e in sorted(timed)]) for gpu, (base, timed) in out.items()}
+
+
+def part6(orders: int) -> None:
+    """Part 4's 8192-token ``delete`` runs through each GPU's share of Yi-34B-Chat's step."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "tests/data/published"
+    config = json.loads((root / "configs/01-ai/Yi-34B/config.json").read_text())
+    hi, lo = split_step_events(2048, config), split_step_events(256, config)
+    pool = dataset_lengths(random.Random(0))
+    print(
+        "\nPart 6: Yi-34B-Chat LoRA at 8192 tokens over two GPUs by device_map (layers 0-29 | 30-59, head),"
+    )
+    print(f"each GPU's share of the step replayed over {orders} delete runs: reserved high-water mark, GiB")
+    measured = (47.01, 65.03)  # the record's per_gpu (yi-34b-chat-lora-s8192-2gpu)
+    for gpu in (0, 1):
+        index: dict[int, int] = {}
+        sizes: list[tuple[float, float]] = []
+        for (kind, rid, n_hi), (kind_lo, _, n_lo) in zip(hi[gpu][1], lo[gpu][1], strict=True):
+            assert kind == kind_lo, "the step's op sequence depends on the length"
+            if kind == "a":
+                index[rid] = len(sizes)
+                slope = (n_hi - n_lo) / (2048 - 256)
+                sizes.append((n_hi - slope * 2048, slope))
+        model = StepModel(hi[gpu][0], sizes, [(kind, index[rid]) for kind, rid, _ in hi[gpu][1]])
+        fixed = model.replay([8192] * 20).peak_reserved / GIB
+        runs = [
+            model.replay(run_lengths(pool, 8192, "delete", random.Random(seed))).peak_reserved / GIB
+            for seed in range(orders)
+        ]
+        median = statistics.median(runs)
+        print(
+            f"GPU {gpu}: weights and states {sum(hi[gpu][0]) / GIB:.2f}, at 8192 tokens {fixed:.2f}, runs"
+            f" {min(runs):.2f}-{max(runs):.2f} (median {median:.2f}), measured {measured[gpu]:.2f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--whole", action="store_true", help="also trace and replay the whole step (minutes)")
     parser.add_argument("--lengths", action="store_true", help="part 4: runs of varying length (minutes)")
-    parser.add_argument("--orders", type=int, default=5, help="part 4: draws of each run")
+    parser.add_argument("--orders", type=int, default=5, help="parts 4-5: draws of each run")
+    parser.add_argument("--shapes", action="store_true", help="part 5: other shapes (minutes)")
+    parser.add_argument("--length-scale", type=float, default=1.0, help="part 5: lengths times this")
+    parser.add_argument("--device-map", action="store_true", help="part 6: Yi-34B over two GPUs (minutes)")
     args = parser.parse_args()
+    if args.device_map:
+        part6(args.orders)
+        return
+    if args.shapes:
+        part5([2048, 4096, 8192], args.orders, args.length_scale)
+        return
     if args.lengths:
         part4([512, 1024, 2048, 4096, 8192], args.orders)
         return

@@ -72,3 +72,13 @@ def test_varying_lengths_keep_more_reserved_than_one_length() -> None:
     rising = model.replay([512, 1024, 1536, 2048]).peak_reserved
     assert model.replay([2048, 512, 1024, 1536]).peak_reserved == fixed  # longest first: all reused
     assert rising > 1.5 * fixed
+
+
+def test_device_map_split_puts_each_allocation_on_its_modules_gpu() -> None:
+    # part 6: embed_tokens and layers 0-29 on GPU 0; layers 30-59, the norm, lm_head and the loss on GPU 1
+    assert sl._gpu_of("base_model.model.model.embed_tokens") == 0
+    assert sl._gpu_of("MmBackward0 base_model.model.model.layers.29.mlp.down_proj") == 0
+    assert sl._gpu_of("base_model.model.model.layers.30.self_attn") == 1
+    assert sl._gpu_of("base_model.model.model.norm") == 1
+    assert sl._gpu_of("base_model.model.lm_head") == 1
+    assert sl._gpu_of("NllLossBackward0") == 1
