@@ -23,7 +23,7 @@ batch 8 x 56 encoder and 5 decoder tokens (tests/data/published/peft-readme-memo
 
     PYTHONPATH=src python bench/zero3_prefetch_emulation.py [--max-live 1e9] [--prefetch 5e7]
 
-Result (session ds077): the second step holds 1.02e9-1.06e9 elements gathered in forward and backward
+Result (session 15): the second step holds 1.02e9-1.06e9 elements gathered in forward and backward
 (3.8-4.0 GiB), where one fetch's window with the kept layers is 0.51e9 (engine/distributed.py
 ``gather_window``, ``prefetch_fill_bytes``).
 """

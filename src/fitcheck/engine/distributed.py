@@ -545,7 +545,7 @@ def prefetch_fill_bytes(setup: LlmSetup, sh: Shares, z: dict[str, int | float | 
     ``stage3_max_live_parameters``; the loop's last parameter, or a module fetched with nothing prefetched,
     may cross it by one parameter (bounded here by the largest, the embedding or lm_head). The layers kept
     to backward by the reuse distance are within that count. An emulation of the v0.7.7 coordinator on
-    T0_3B + LoRA (session ds077) held 1.02e9-1.06e9 elements through forward and backward.
+    T0_3B + LoRA (session 15) held 1.02e9-1.06e9 elements through forward and backward.
     The queue holds only the partitioned parameters, so a model smaller than the cap is gathered whole."""
     cap = int(z["stage3_max_live_parameters"]) + sh.head_params
     return min(partitioned_bytes(setup, sh), cap * sh.compute_b)
