@@ -301,9 +301,9 @@ QWEN_1_8B = {
 }  # fmt: skip
 
 
-def whole_step_events(seq: int, config: dict[str, object] | None = None) -> tuple[list[int], list[Event]]:
-    """Trace two whole-model steps (fake tensors) of ``config`` (Qwen-1.8B's shape unless given); return what
-    is alive as step 2 starts, and its events."""
+def _traced_step2(seq: int, config: dict[str, object]) -> tuple[Tracker, int, int]:
+    """Two whole-model steps of ``config`` traced on fake tensors (LoRA q/k/v r8, checkpointing, flash): the
+    tracker and the sequence numbers where step 2 starts and ends."""
     import fitcheck.measure.tracker as tracker_mod
     from fitcheck.measure.trace import trace_step
     from fitcheck.models import LlmSetup
@@ -322,12 +322,18 @@ def whole_step_events(seq: int, config: dict[str, object] | None = None) -> tupl
     original = tracker_mod.Tracker
     tracker_mod.Tracker = Recording  # type: ignore[misc]
     try:
-        trace_step(QWEN_1_8B if config is None else config, setup, steps=2)
+        trace_step(config, setup, steps=2)
     finally:
         tracker_mod.Tracker = original  # type: ignore[misc]
     tracker = made[-1]
     step2 = [w for w in tracker.windows if w.step == max(x.step for x in tracker.windows)]
-    start, end = step2[0].start_seq, step2[-1].end_seq
+    return tracker, step2[0].start_seq, step2[-1].end_seq
+
+
+def whole_step_events(seq: int, config: dict[str, object] | None = None) -> tuple[list[int], list[Event]]:
+    """Trace two whole-model steps (fake tensors) of ``config`` (Qwen-1.8B's shape unless given); return what
+    is alive as step 2 starts, and its events."""
+    tracker, start, end = _traced_step2(seq, QWEN_1_8B if config is None else config)
     base = [
         r.nbytes for r in tracker.log if r.alloc_seq <= start and (r.free_seq is None or r.free_seq > start)
     ]
@@ -530,30 +536,7 @@ def _gpu_of(module: str) -> int:
 def split_step_events(seq: int, config: dict[str, object]) -> dict[int, tuple[list[int], list[Event]]]:
     """``whole_step_events`` with each allocation put on the GPU its module is mapped to: activations by the
     module that made them, weights by their order (the embedding and the first layers on GPU 0)."""
-    import fitcheck.measure.tracker as tracker_mod
-    from fitcheck.measure.trace import trace_step
-    from fitcheck.models import LlmSetup
-
-    made: list[Tracker] = []
-
-    @dataclass
-    class Recording(Tracker):
-        def __post_init__(self) -> None:
-            made.append(self)
-
-    setup = LlmSetup(
-        method="lora", lora_rank=8, lora_targets="q_proj,k_proj,v_proj", seq_len=seq, batch_size=1,
-        precision="bf16", optimizer="adamw", grad_ckpt=True, attn="flash", trainer="hf",
-    )  # fmt: skip
-    original = tracker_mod.Tracker
-    tracker_mod.Tracker = Recording  # type: ignore[misc]
-    try:
-        trace_step(config, setup, steps=2)
-    finally:
-        tracker_mod.Tracker = original  # type: ignore[misc]
-    tracker = made[-1]
-    step2 = [w for w in tracker.windows if w.step == max(x.step for x in tracker.windows)]
-    start, end = step2[0].start_seq, step2[-1].end_seq
+    tracker, start, end = _traced_step2(seq, config)
     out: dict[int, tuple[list[int], list[tuple[int, Event]]]] = {0: ([], []), 1: ([], [])}
     seen = {"parameters_frozen": 0, "parameters_trainable": 0}
     on_gpu0 = {
