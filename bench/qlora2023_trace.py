@@ -29,6 +29,8 @@ Then peft LoRA on the seven projections (fp32 adapters), the trace of `fitcheck.
 alive as it starts) N times through bench/swift_loss.py's model of PyTorch's CUDA caching allocator and
 prints the reserved high-water mark beside the engine's reserved figure: what fragmentation of this stack's
 blocks (reentrant recompute of every layer, eager scores, fp32 stream) adds above the allocated peak.
+``--replay 1 --whole-run`` replays every allocation from the trace's start instead (the model's build and
+both steps, in order), for the history before the step.
 ``--shape 7b`` traces LLaMA-7B's shape (tests/data/published/google-vertex-openllama-finetune.yaml: hidden
 4096, MLP 11008, 32 heads, vocabulary 32000), about 10-30 s a trace at 32 layers.
 """
@@ -189,11 +191,12 @@ def trace(hf_config: dict[str, Any], setup: Any, reentrant: bool, holds: bool) -
 
 
 def step_events(
-    hf_config: dict[str, Any], setup: Any, reentrant: bool, holds: bool
+    hf_config: dict[str, Any], setup: Any, reentrant: bool, holds: bool, whole: bool = False
 ) -> tuple[Any, list[int], list[tuple[str, int, int]]]:
     """`trace` keeping its tracker: (the trace, bytes alive as the last step starts, that step's
     allocations and frees in order as bench/swift_loss.py ``Event`` tuples; a block still alive at the
-    step's end is freed there, as the next step would find it)."""
+    step's end is freed there, as the next step would find it). ``whole``: every allocation and free
+    the tracker saw from its start instead (the model's build and both steps), nothing alive before."""
     from dataclasses import dataclass
 
     import fitcheck.measure.tracker as tracker_mod
@@ -214,6 +217,8 @@ def step_events(
     log = made[-1]
     last = [w for w in log.windows if w.step == max(x.step for x in log.windows)]
     start, end = last[0].start_seq, last[-1].end_seq
+    if whole:
+        start = min(r.alloc_seq for r in log.log) - 1
     base = [r.nbytes for r in log.log if r.alloc_seq <= start and (r.free_seq is None or r.free_seq > start)]
     timed: list[tuple[int, tuple[str, int, int]]] = []
     for rec in log.log:
@@ -283,6 +288,9 @@ def main() -> None:
     ap.add_argument("--top", action="store_true", help="print the largest tensors at each peak")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="small", help="the traced LLaMA's shape")
     ap.add_argument("--replay", type=int, default=0, metavar="N", help="replay N steps through an allocator")
+    ap.add_argument(
+        "--whole-run", action="store_true", help="with --replay 1: replay the whole trace (build, both steps)"
+    )
     args = ap.parse_args()
     if args.replay:
         _replays(args)
@@ -323,7 +331,9 @@ def _replays(args: argparse.Namespace) -> None:
     """Traced peak allocated, replayed reserved and the engine's reserved, each grid point (decimal GB)."""
     gb = 1e9
     for layers, b, cfg, setup in _grid(args):
-        _, base, events = step_events(cfg, setup, reentrant=not args.non_reentrant, holds=not args.bnb_fixed)
+        _, base, events = step_events(
+            cfg, setup, reentrant=not args.non_reentrant, holds=not args.bnb_fixed, whole=args.whole_run
+        )
         alloc = replay(base, events, args.replay)
         est_alloc, est_reserved = engine_reserved(cfg, setup)
         print(
