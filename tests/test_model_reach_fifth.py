@@ -291,6 +291,27 @@ def test_meta_fallback_mlp_width_when_the_config_states_none() -> None:
     assert shape_config({**moe, "attention_heads": 4, "ffn_dim": 80})["intermediate_size"] == 80
 
 
+def test_a_json_integer_is_read_as_the_float_its_field_types() -> None:
+    """DBRX's published config states ``ffn_config.moe_normalize_expert_weights: 1``, which transformers
+    5.24's strict check refuses against ``float | None``; JSON has one number type, so the fallback reads it
+    as 1.0 (a small DBRX of the published key set, counted as transformers counts it). A wrong type that is
+    not an integer for a float still stands as one error line."""
+    from fitcheck.errors import ModelSourceError
+
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    ffn = {"ffn_hidden_size": 96, "moe_num_experts": 4, "moe_top_k": 2, "moe_normalize_expert_weights": 1}
+    cfg = {
+        "model_type": "dbrx", "d_model": 64, "n_heads": 4, "n_layers": 2, "vocab_size": 256,
+        "max_seq_len": 128, "attn_config": {"kv_n_heads": 2, "rope_theta": 500000}, "ffn_config": ffn,
+    }  # fmt: skip
+    spec = _meta_spec(cfg)
+    mended = {**cfg, "ffn_config": {**ffn, "moe_normalize_expert_weights": 1.0}}
+    assert count_params(spec.arch) == _transformers_count(mended)
+    with pytest.raises(ModelSourceError, match="transformers cannot read this dbrx config"):
+        _meta_spec({**cfg, "ffn_config": {**ffn, "moe_normalize_expert_weights": "one"}})
+
+
 def test_a_config_transformers_cannot_build_is_one_error_line(tmp_path: Path) -> None:
     """Chameleon's modeling code needs its vocabulary_map; a config leaving it null fails inside
     transformers, which fitcheck reports in one line (exit 2), not as an internal error."""

@@ -10,6 +10,7 @@ built (no ``trust_remote_code``: fitcheck never runs a repository's code).
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -69,13 +70,44 @@ def _quiet_transformers() -> Iterator[None]:
         tf_logging.set_verbosity(level)
 
 
+#: transformers' strict config check on a JSON integer where its dataclass types a float (DBRX's published
+#: ``ffn_config.moe_normalize_expert_weights: 1`` against ``float | None`` in transformers 5.24): JSON has
+#: one number type, so the value is read as the float it stands for and the config read again.
+_INT_FOR_FLOAT = re.compile(r"Field '(\w+)' with value (-?\d+) doesn't match any type in \(<class 'float'>")
+#: At most this many such fields are mended before the error stands.
+MAX_FLOAT_MENDS = 8
+
+
+def _as_float(kw: Any, field: str) -> bool:
+    """Turn every integer value of ``field`` in ``kw`` (nested configs included) into a float; whether one
+    changed."""
+    changed = False
+    if isinstance(kw, dict):
+        for key, value in kw.items():
+            if key == field and isinstance(value, int) and not isinstance(value, bool):
+                kw[key] = float(value)
+                changed = True
+            else:
+                changed = _as_float(value, field) or changed
+    return changed
+
+
+def _read_config(tf: Any, model_type: str, kw: dict[str, Any]) -> Any:
+    """transformers' config for ``kw``, an integer read as the float its field types (`_INT_FOR_FLOAT`)."""
+    for _ in range(MAX_FLOAT_MENDS + 1):
+        try:
+            return tf.AutoConfig.for_model(model_type, **kw)
+        except Exception as exc:  # transformers' own validation, whatever it raises
+            found = _INT_FOR_FLOAT.search(str(exc))
+            if found is None or not _as_float(kw, found.group(1)):
+                raise ModelSourceError(
+                    f"transformers cannot read this {model_type} config: {_first_line(exc)}"
+                ) from None
+    raise ModelSourceError(f"transformers cannot read this {model_type} config: too many integer floats")
+
+
 def _build_quietly(tf: Any, torch: Any, model_type: str, kw: dict[str, Any]) -> Any:
-    try:
-        config = tf.AutoConfig.for_model(model_type, **kw)
-    except Exception as exc:  # transformers' own validation, whatever it raises
-        raise ModelSourceError(
-            f"transformers cannot read this {model_type} config: {_first_line(exc)}"
-        ) from None
+    config = _read_config(tf, model_type, copy.deepcopy(kw))
     # a config with a vision tower builds its image-text-to-text class first: transformers maps some such
     # types' causal LM to the text model alone (mllama -> MllamaForCausalLM, without the tower and projector
     # the checkpoint holds: Llama-3.2-11B-Vision sized 9.78B against its 10.67B)
