@@ -308,6 +308,9 @@ def test_a_json_integer_is_read_as_the_float_its_field_types() -> None:
     spec = _meta_spec(cfg)
     mended = {**cfg, "ffn_config": {**ffn, "moe_normalize_expert_weights": 1.0}}
     assert count_params(spec.arch) == _transformers_count(mended)
+    # its nested ffn_config / attn_config give the active experts' width (96 x 2) and the key/value heads
+    assert spec.arch.intermediate_size == 192 and "active experts" in spec.notes[0]
+    assert spec.arch.num_kv_heads in (2, 1)
     with pytest.raises(ModelSourceError, match="transformers cannot read this dbrx config"):
         _meta_spec({**cfg, "ffn_config": {**ffn, "moe_normalize_expert_weights": "one"}})
 

@@ -47,6 +47,10 @@ FIGURES: dict[str, tuple[float, float]] = {
     # mllama, sized on the meta device: its image-text-to-text class, with the vision tower and projector
     # (9.78B before: transformers' AutoModelForCausalLM builds the text model alone for mllama)
     "meta-llama/Llama-3.2-11B-Vision-Instruct": (10.7e9, 0.05e9),
+    # DBRX, sized on the meta device: its published ffn_config's moe_normalize_expert_weights: 1 (an integer
+    # where transformers 5.24 types a float) is read as 1.0 (refused in one line before); "132B total
+    # parameters" (Databricks' model card)
+    "mlx-community/dbrx-instruct-4bit": (132e9, 0.5e9),
 }
 
 #: Remote-code or wrapper models the tests hold to a hand count (transformers cannot build them here).
@@ -62,9 +66,6 @@ REFUSED: dict[str, tuple[str, ...]] = {
     "openbmb/MiniCPM3-4B": ("model_type", "MiniCPM3Config"),
     # no class transformers builds; transformers' own config warnings (7 lines) used to precede the error
     "Qwen/Qwen2.5-Omni-7B": ("qwen2_5_omni",),
-    # transformers 5.24 refuses the published ffn_config (moe_normalize_expert_weights: 1, an int): the
-    # line names the field and why, where it used to stop at "Validation error for field '...':"
-    "mlx-community/dbrx-instruct-4bit": ("moe_normalize_expert_weights", "float"),
 }
 
 
@@ -87,6 +88,7 @@ def test_count_within_the_published_figure(repo: str) -> None:
         "WizardLMTeam/WizardCoder-15B-V1.0",
         "bigcode/gpt_bigcode-santacoder",
         "meta-llama/Llama-3.2-11B-Vision-Instruct",
+        "mlx-community/dbrx-instruct-4bit",
     ):
         pytest.importorskip("transformers")  # sized by the meta-device fallback
     figure, tolerance = FIGURES[repo]
@@ -111,8 +113,18 @@ def _transformers_count(cfg: dict[str, Any]) -> int:
 
 #: The transformers types among them, each held to the model transformers builds from the same file.
 TRANSFORMERS_TYPES = sorted(
-    r for r in FIGURES if json.loads((_folder(r) / "config.json").read_text())["model_type"] != "minicpm"
+    r
+    for r in FIGURES
+    if json.loads((_folder(r) / "config.json").read_text())["model_type"] not in ("minicpm", "dbrx")
 )
+
+
+def test_dbrx_is_transformers_count_with_its_integer_read_as_a_float() -> None:
+    """transformers refuses DBRX's published file as it stands (an integer where it types a float), so it
+    is held to transformers' count of the same file with that value as 1.0."""
+    cfg = json.loads((_folder("mlx-community/dbrx-instruct-4bit") / "config.json").read_text())
+    cfg["ffn_config"]["moe_normalize_expert_weights"] = 1.0
+    assert _ours("mlx-community/dbrx-instruct-4bit") == _transformers_count(cfg) == 131_596_523_520
 
 
 @pytest.mark.parametrize("repo", TRANSFORMERS_TYPES)

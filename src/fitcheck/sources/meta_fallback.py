@@ -190,6 +190,13 @@ def _flat_width(value: Any) -> Any:
 
 #: Aliases the generic shape also reads: XGLM's ``attention_heads`` and ``ffn_dim``.
 _MORE_KEYS = {"num_heads": ("attention_heads",), "intermediate_size": ("ffn_dim",)}
+#: Shape keys a config nests in per-block sub-configs, under the names the generic shape reads: DBRX's
+#: ``ffn_config`` (each expert's width, experts per token) and ``attn_config`` (key/value heads), as
+#: transformers' DbrxFFNConfig / DbrxAttentionConfig name them (configuration_dbrx.py).
+_BLOCK_KEYS = {
+    "ffn_config": {"ffn_hidden_size": "moe_intermediate_size", "moe_top_k": "num_experts_per_tok"},
+    "attn_config": {"kv_n_heads": "num_key_value_heads"},
+}
 
 
 def _has_shape(cfg: Mapping[str, Any]) -> bool:
@@ -225,6 +232,16 @@ def shape_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
             if isinstance(inner, Mapping) and _has_shape(inner):
                 top = {**inner, "model_type": cfg.get("model_type")}
                 break
+    for block, names in _BLOCK_KEYS.items():
+        inner = top.get(block)
+        if isinstance(inner, Mapping):
+            top.update(
+                {
+                    ours: inner[theirs]
+                    for theirs, ours in names.items()
+                    if top.get(ours) is None and theirs in inner
+                }
+            )
     for key in _MORE_KEYS["num_heads"]:
         if top.get(key) is not None and not any(top.get(k) is not None for k in KEYS["num_heads"]):
             top["num_attention_heads"] = top[key]
