@@ -18,6 +18,15 @@ the record as bench/published.py poses it.
 
     PYTHONPATH=src python bench/ult_qlora_replay.py                       # the eight rows below, ~3 min
     PYTHONPATH=src python bench/ult_qlora_replay.py phi-3-mini-qlora-a100
+    PYTHONPATH=src python bench/ult_qlora_replay.py --stack               # with the runs' stack, ~4 min
+
+``--stack`` adds what the runs' own stack does beyond that and transformers 5 does not: the dataset's
+padded ``src_attention_mask`` (src/data_collection/qa_dataset.py ``_pad``/``get_mask``, kept under
+``--gpu_test``) and transformers 4.49's SDPA mask from it, one ``b x 1 x s x s`` tensor in the residual
+dtype shared by every layer, built with 4.49's ops (`mask_449`); 4.49's ``sdpa_attention_forward``
+``.contiguous()`` on query, key and value; bitsandbytes 0.45.0's dequantization (fp32 absmax, the weight in
+the quant_state's fp32, then its compute-dtype copy, in forward and backward: `MatMul4Bit045`); peft 0.14
+``Linear4bit``'s ``result.clone()`` (`Linear4bit045`).
 """
 
 from __future__ import annotations
@@ -115,12 +124,127 @@ _MODELS = ("phi-3-mini", "llama-3.1-8b", "llama-2-13b", "gemma-7b")
 ROWS = [f"{m}-{k}-a100" for m in _MODELS for k in ("qlora", "lora")]
 
 
+class MatMul4Bit045(torch.autograd.Function):
+    """bitsandbytes 0.45.0 ``MatMul4Bit`` as far as memory goes: ``F.dequantize_4bit(B, quant_state)``
+    makes the double-quantized absmax in fp32 (``dequantize_blockwise``, one scale per 64 weights), then
+    the weight in the quant_state's dtype (fp32: the rows load every tensor in fp32 before quantizing),
+    and ``.to(A.dtype)`` copies it to the compute dtype; forward and backward alike; the input is not kept
+    (``ctx.tensors = (None, B)``; bitsandbytes autograd/_functions.py @0.45.0)."""
+
+    @staticmethod
+    def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+        out = nn.functional.linear(a, MatMul4Bit045.weight(b, shape, a.dtype))
+        ctx.shape, ctx.b = shape, b
+        return out
+
+    @staticmethod
+    def weight(b: torch.Tensor, shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
+        absmax = b.new_empty((shape[0] * shape[1] // 64,), dtype=torch.float32)
+        full = b.new_empty(shape, dtype=torch.float32)
+        del absmax
+        return full.to(dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
+        return torch.matmul(grad, MatMul4Bit045.weight(ctx.b, ctx.shape, grad.dtype)), None, None
+
+
+class Linear4bit045(q.EmulatedLinear4bit):
+    """``bnb.nn.Linear4bit.forward`` @0.45.0 (input cast to the compute dtype, output cast back) with
+    peft 0.14's ``Linear4bit.forward`` ``result = result.clone()`` after the base layer (peft
+    tuners/lora/bnb.py @v0.14.0: peft wraps this layer in its plain ``Linear`` here, which has no clone,
+    so the base layer makes it: the pre-clone output dies as it returns, as in peft)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        inp_dtype = x.dtype
+        x = x.to(self.compute_dtype)
+        out = MatMul4Bit045.apply(x, self.weight, (self.out_features, self.in_features))
+        return out.to(inp_dtype).clone()
+
+
+#: What ``--stack`` adds to the emulation (module docstring).
+STACK = {"on": False}
+
+
 def _quantize(model: nn.Module) -> None:
+    cls = Linear4bit045 if STACK["on"] else q.EmulatedLinear4bit
     for module in list(model.model.layers.modules()):
         for name, child in list(module.named_children()):
             if type(child) is nn.Linear:
-                emulated = q.EmulatedLinear4bit(child.in_features, child.out_features, torch.bfloat16)
+                emulated = cls(child.in_features, child.out_features, torch.bfloat16)
                 setattr(module, name, emulated)
+
+
+def mask_449(
+    config: Any, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, **_: Any
+) -> torch.Tensor:
+    """transformers 4.49's 4-D mask for SDPA from a padded 2-D ``attention_mask`` (Phi3Model and
+    LlamaModel ``_update_causal_mask``, ``_prepare_4d_causal_attention_mask_with_cache_position``, then
+    ``AttentionMaskConverter._unmask_unattended`` on CUDA): the same ops in the same order, in the
+    residual stream's dtype (fp32 for the QLoRA rows). A batch with padding takes this path (the
+    ``torch.all(attention_mask == 1)`` test fails), so the mask is one ``b x 1 x s x s`` tensor shared by
+    every layer."""
+    min_dtype = torch.finfo(inputs_embeds.dtype).min
+    causal = _prepare_449(config, inputs_embeds, attention_mask, min_dtype)
+    return causal.mul(~torch.all(causal == min_dtype, dim=-1, keepdim=True))
+
+
+def _prepare_449(
+    config: Any, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, min_dtype: float
+) -> torch.Tensor:
+    """4.49's ``_prepare_4d_causal_attention_mask_with_cache_position`` (its locals die as it returns)."""
+    dtype, dev = inputs_embeds.dtype, inputs_embeds.device
+    b, s = inputs_embeds.shape[:2]
+    cache_position = torch.arange(s, device=dev)
+    causal = torch.full((s, s), fill_value=min_dtype, dtype=dtype, device=dev)
+    diagonal = torch.arange(s, device=dev) > cache_position.reshape(-1, 1)
+    window = getattr(config, "sliding_window", None)
+    if window is not None:
+        diagonal.bitwise_or_(torch.arange(s, device=dev) <= (cache_position.reshape(-1, 1) - window))
+    causal *= diagonal
+    causal = causal[None, None, :, :].expand(b, 1, -1, -1)
+    causal = causal.clone()
+    padding = causal[:, :, :, :s] + attention_mask[:, None, None, :].to(dev)
+    padding = padding == 0
+    causal[:, :, :, :s] = causal[:, :, :, :s].masked_fill(padding, min_dtype)
+    return causal
+
+
+def _sdpa_449(
+    module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args: Any, **kw: Any
+) -> Any:
+    """transformers 4.49 ``sdpa_attention_forward`` makes ``query``, ``key`` and ``value`` contiguous
+    (Phi-3's value is a view of the fused qkv output: its own copy, saved by the kernel)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(
+        module, query.contiguous(), key.contiguous(), value.contiguous(), *args, **kw
+    )
+
+
+def stack_patches(model_type: str) -> Any:
+    """Install the 4.49 mask and SDPA behaviour; returns an undo function."""
+    import importlib
+
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    mod = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    saved = {
+        n: getattr(mod, n)
+        for n in ("create_causal_mask", "create_sliding_window_causal_mask")
+        if hasattr(mod, n)
+    }
+    for n in saved:
+        setattr(mod, n, mask_449)
+    sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = _sdpa_449
+
+    def undo() -> None:
+        for n, f in saved.items():
+            setattr(mod, n, f)
+        ALL_ATTENTION_FUNCTIONS["sdpa"] = sdpa
+
+    return undo
 
 
 def build(hf_config: dict[str, Any], targets: list[str], quantized: bool) -> Any:
@@ -150,7 +274,8 @@ def build(hf_config: dict[str, Any], targets: list[str], quantized: bool) -> Any
 
 def trainer_loss(model: Any, ids: torch.Tensor, labels: torch.Tensor, held: Any = None) -> torch.Tensor:
     """src/models/phi3.py (and llama3.py, llama2.py) ``forward``: CE on the sliced logits, output deleted."""
-    out = model(input_ids=ids)
+    # --stack: the dataset's padded src_attention_mask (qa_dataset.py get_mask/_pad; --gpu_test keeps it)
+    out = model(input_ids=ids, attention_mask=torch.ones_like(ids)) if STACK["on"] else model(input_ids=ids)
     logits = out.logits
     flat = logits[:, :-1, :].reshape(-1, logits.size(-1))
     loss = nn.CrossEntropyLoss()(flat, labels[:, 1:].reshape(-1))
@@ -171,7 +296,11 @@ def row(record_id: str) -> str:
     q.EmulatedLinear4bit.holds_input = False
     q.build_emulated = lambda c, s, r, reentrant: build(c, targets, quantized)
     step_mod.model_loss = trainer_loss  # type: ignore[assignment]
-    traced, base, events = q.step_events(hf_config, setup, reentrant=True, holds=False)
+    undo = stack_patches(hf_config["model_type"]) if STACK["on"] else (lambda: None)
+    try:
+        traced, base, events = q.step_events(hf_config, setup, reentrant=True, holds=False)
+    finally:
+        undo()
     alloc = q.replay(base, events, 2)
     score = pub.score(rec)
     est, meas = score.estimate, rec.measured_bytes
@@ -185,6 +314,9 @@ def row(record_id: str) -> str:
 
 
 def main(argv: list[str]) -> int:
+    if "--stack" in argv:
+        STACK["on"] = True
+        argv = [a for a in argv if a != "--stack"]
     for record_id in argv or ROWS:
         print(row(record_id), flush=True)
     return 0
