@@ -20,11 +20,6 @@ S: dict[str, Any] = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_h
                      "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 256}  # fmt: skip
 GPT: dict[str, Any] = {"n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 256}
 MOE = {"num_experts_per_tok": 2}
-DBRX: dict[str, Any] = {
-    "d_model": 64, "n_heads": 4, "n_layers": 2, "vocab_size": 256, "max_seq_len": 128,
-    "attn_config": {"kv_n_heads": 2, "clip_qkv": 8, "rope_theta": 10000},
-    "ffn_config": {"ffn_hidden_size": 96, "moe_num_experts": 4, "moe_top_k": 2},
-}  # fmt: skip
 ENC = {**S, "num_key_value_heads": None, "max_position_embeddings": 40}
 
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -37,7 +32,6 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "gemma3_text": ("causal", {**S, "head_dim": 16}),
     "phi3": ("causal", S),
     "mixtral": ("causal", {**S, "num_local_experts": 4, **MOE}),
-    "dbrx": ("causal", DBRX),
     "qwen2_moe": (
         "causal",
         {

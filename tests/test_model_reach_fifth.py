@@ -292,32 +292,27 @@ def test_meta_fallback_mlp_width_when_the_config_states_none() -> None:
 
 
 def test_a_json_integer_is_read_as_the_float_its_field_types() -> None:
-    """transformers 5.24's strict config check refuses a JSON integer where its dataclass types a float
-    (DBRX's published ``ffn_config.moe_normalize_expert_weights: 1`` against ``float | None``); JSON has one
-    number type, so the meta-device fallback reads it as the float. A wrong type that is not an integer for
-    a float still stands as one error line."""
+    """DBRX's published config states ``ffn_config.moe_normalize_expert_weights: 1``, which transformers
+    5.24's strict check refuses against ``float | None``; JSON has one number type, so the fallback reads it
+    as 1.0 (a small DBRX of the published key set, counted as transformers counts it). A wrong type that is
+    not an integer for a float still stands as one error line."""
     from fitcheck.errors import ModelSourceError
-    from fitcheck.sources.meta_fallback import _read_config
 
     pytest.importorskip("torch")
-    tf = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     ffn = {"ffn_hidden_size": 96, "moe_num_experts": 4, "moe_top_k": 2, "moe_normalize_expert_weights": 1}
-    kw = {"d_model": 64, "n_heads": 4, "n_layers": 2, "ffn_config": ffn}
-    config = _read_config(tf, "dbrx", kw)
-    assert config.ffn_config.moe_normalize_expert_weights == 1.0
+    cfg = {
+        "model_type": "dbrx", "d_model": 64, "n_heads": 4, "n_layers": 2, "vocab_size": 256,
+        "max_seq_len": 128, "attn_config": {"kv_n_heads": 2, "rope_theta": 500000}, "ffn_config": ffn,
+    }  # fmt: skip
+    spec = _meta_spec(cfg)
+    mended = {**cfg, "ffn_config": {**ffn, "moe_normalize_expert_weights": 1.0}}
+    assert count_params(spec.arch) == _transformers_count(mended)
+    # its nested ffn_config / attn_config give the active experts' width (96 x 2) and the key/value heads
+    assert spec.arch.intermediate_size == 192 and "active experts" in spec.notes[0]
+    assert spec.arch.num_kv_heads in (2, 1)
     with pytest.raises(ModelSourceError, match="transformers cannot read this dbrx config"):
-        _read_config(tf, "dbrx", {**kw, "ffn_config": {**ffn, "moe_normalize_expert_weights": "one"}})
-
-
-def test_meta_fallback_reads_nested_block_configs() -> None:
-    """A config that nests its shape in per-block sub-configs (DBRX's ``ffn_config`` / ``attn_config``)
-    gives the generic shape the active experts' width and the key/value heads."""
-    from fitcheck.sources.meta_fallback import shape_config
-
-    cfg = {"d_model": 64, "n_heads": 4, "n_layers": 2, "attn_config": {"kv_n_heads": 2}}
-    cfg["ffn_config"] = {"ffn_hidden_size": 96, "moe_top_k": 2}
-    top = shape_config(cfg)
-    assert (top["intermediate_size"], top["num_key_value_heads"]) == (192, 2)
+        _meta_spec({**cfg, "ffn_config": {**ffn, "moe_normalize_expert_weights": "one"}})
 
 
 def test_a_config_transformers_cannot_build_is_one_error_line(tmp_path: Path) -> None:

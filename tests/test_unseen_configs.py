@@ -47,8 +47,8 @@ FIGURES: dict[str, tuple[float, float]] = {
     # mllama, sized on the meta device: its image-text-to-text class, with the vision tower and projector
     # (9.78B before: transformers' AutoModelForCausalLM builds the text model alone for mllama)
     "meta-llama/Llama-3.2-11B-Vision-Instruct": (10.7e9, 0.05e9),
-    # DBRX, read natively since session 15 (refused in one line before: transformers 5.24's config check
-    # rejects its published moe_normalize_expert_weights: 1, an integer where it types a float); "132B total
+    # DBRX, sized on the meta device: its published ffn_config's moe_normalize_expert_weights: 1 (an integer
+    # where transformers 5.24 types a float) is read as 1.0 (refused in one line before); "132B total
     # parameters" (Databricks' model card)
     "mlx-community/dbrx-instruct-4bit": (132e9, 0.5e9),
 }
@@ -88,6 +88,7 @@ def test_count_within_the_published_figure(repo: str) -> None:
         "WizardLMTeam/WizardCoder-15B-V1.0",
         "bigcode/gpt_bigcode-santacoder",
         "meta-llama/Llama-3.2-11B-Vision-Instruct",
+        "mlx-community/dbrx-instruct-4bit",
     ):
         pytest.importorskip("transformers")  # sized by the meta-device fallback
     figure, tolerance = FIGURES[repo]

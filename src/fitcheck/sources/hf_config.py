@@ -349,34 +349,6 @@ def _mpt(cfg: Config, d: Fields) -> Fields:
     }
 
 
-def _dbrx(cfg: Config, d: Fields) -> Fields:
-    """DBRX (transformers configuration_dbrx.py / modeling_dbrx.py 5.24): the key/value heads in
-    ``attn_config`` (``DbrxAttentionConfig``: ``kv_n_heads`` 1 by default), the experts in ``ffn_config``
-    (``DbrxFFNConfig``: ``moe_num_experts`` 4, ``moe_top_k`` 1, each a GLU of ``ffn_hidden_size`` 3584, by
-    default) on every layer, routed by a bias-free linear; LayerNorms without bias; one fused ``Wqkv``."""
-    attn = _nested(cfg, "attn_config")
-    ffn = _nested(cfg, "ffn_config")
-    width = int(ffn.get("ffn_hidden_size") or 3584)
-    return {
-        "num_kv_heads": int(attn.get("kv_n_heads") or 1),
-        "num_experts": int(ffn.get("moe_num_experts") or 4),
-        "experts_per_token": int(ffn.get("moe_top_k") or 1),
-        "moe_intermediate_size": width,
-        "intermediate_size": width,
-        "moe_layers": d["num_layers"],
-        "attn_dropout": float(attn.get("attn_pdrop") or 0.0),
-    }
-
-
-def _nested(cfg: Config, key: str) -> Mapping[str, Any]:
-    """A nested sub-config (DBRX's ``attn_config`` / ``ffn_config``), empty when absent; refused when not a
-    mapping."""
-    inner = cfg.get(key) or {}
-    if not isinstance(inner, Mapping):
-        raise ModelSourceError(f"config.json: {key} must be an object, got {type(inner).__name__}")
-    return inner
-
-
 def _opt_model(cfg: Config, d: Fields) -> Fields:
     """OPT: learned positions with an offset of 2 rows; the final norm only with pre-norm layers."""
     wep = _opt_int(cfg, "word_embed_proj_dim", d["hidden_size"])
@@ -818,11 +790,6 @@ FAMILIES: dict[str, Family] = {
         defaults={"d_model": 2048, "n_heads": 16, "n_layers": 24, "vocab_size": 50368, "activation": "gelu"},
     ),
     # Mixture-of-experts decoders
-    "dbrx": Family(
-        fixed={**_LAYER, "fused_qkv": True, "norm_bias": False},
-        flags=_TIE,
-        features=(_dbrx,),
-    ),
     "mixtral": Family(
         defaults={"num_local_experts": 8, "num_experts_per_tok": 2},
         flags=_LLAMA_FLAGS,
