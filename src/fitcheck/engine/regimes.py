@@ -406,9 +406,20 @@ FRAMEWORK_MASTER_STRATEGIES: tuple[Strategy, ...] = (
 )  # fmt: skip
 
 
+def fp32_module_under_autocast(setup: LlmSetup) -> bool:
+    """``--master-weights`` as the module holds it: an fp32 model under autocast in the compute dtype (the
+    HF Trainer's AMP, litgpt's ``-mixed`` precisions), unless the strategy's framework keeps the fp32
+    master apart from the module it runs (`FRAMEWORK_MASTER_STRATEGIES`)."""
+    return (
+        setup.master_weights
+        and setup.precision != "fp32"
+        and setup.strategy not in FRAMEWORK_MASTER_STRATEGIES
+    )
+
+
 def _hf_trainer(setup: LlmSetup) -> Regime:
     c = _compute(setup)
-    amp = c == "fp32" or (setup.master_weights and setup.strategy not in FRAMEWORK_MASTER_STRATEGIES)
+    amp = c == "fp32" or fp32_module_under_autocast(setup)
     weights: Dtype = "fp32" if amp else c
     # peft's prepare_model_for_kbit_training on a k-bit base (is_loaded_in_4bit / is_loaded_in_8bit)
     kbit = kbit_base(setup)
@@ -572,11 +583,14 @@ def _litgpt(setup: LlmSetup) -> Regime:
     """litgpt: bf16-true (no autocast, everything in the compute dtype), Fabric's fp32 logits, chunked
     head (adapter scripts) and loss; QLoRA quantizes every Linear including lm_head and trains with
     bitsandbytes' 32-bit PagedAdamW. ``--master-weights`` is litgpt's ``bf16-mixed`` / ``16-mixed``
-    (`litgpt_mixed`): an fp32 model under autocast."""
+    (`SRC_LITGPT_MIXED`): an fp32 model under autocast on one device or DDP (`fp32_module_under_autocast`);
+    under FSDP the shards are fp32 and each unit is gathered in the compute dtype (Fabric
+    ``FSDPPrecision``'s ``param_dtype``), so the model the forward runs is 16-bit."""
     c = _compute(setup)
     qlora = setup.method == "qlora"
     full = setup.method == "full"
-    mixed = litgpt_mixed(setup)
+    autocast = setup.master_weights and c != "fp32"
+    mixed = fp32_module_under_autocast(setup)
     w: Dtype = "fp32" if mixed else c
     head = ("; cross-entropy in 128-row chunks" if full else "; lm_head and loss in 128-position chunks") + (
         "; every Linear (lm_head too) 4-bit, PagedAdamW with fp32 states" if qlora else "; AdamW (foreach)"
@@ -585,7 +599,7 @@ def _litgpt(setup: LlmSetup) -> Regime:
         words = (
             f"litgpt {c}-mixed: fp32 weights, adapters, grads and AdamW states, forward under autocast {c}"
         )
-    elif setup.master_weights and c != "fp32":
+    elif autocast:
         words = f"litgpt {c}-mixed under FSDP: fp32 shards, units gathered in {c}, autocast {c}"
     else:
         words = f"litgpt {c}-true: weights, adapters, grads in {c}, no autocast"
@@ -598,25 +612,13 @@ def _litgpt(setup: LlmSetup) -> Regime:
         grad_dtype=w,
         optimizer_state_dtype="fp32" if qlora else "param",
         master_weights=False,
-        autocast=setup.master_weights and c != "fp32",
+        autocast=autocast,
         logits_fp32=True,
         kbit_upcast=False,
         fused_optimizer=qlora,
         loss_kernel="litgpt_full" if full else "litgpt",
         quantized_lm_head=qlora,
         source=SRC_LITGPT + ("; " + SRC_LITGPT_MIXED if setup.master_weights else ""),
-    )
-
-
-def litgpt_mixed(setup: LlmSetup) -> bool:
-    """litgpt's ``bf16-mixed`` / ``16-mixed`` as the model holds it (`SRC_LITGPT_MIXED`): fp32 weights under
-    autocast on one device or DDP; under FSDP the shards are fp32 and each unit is gathered in the compute
-    dtype (Fabric ``FSDPPrecision``'s ``param_dtype``), so the model the forward runs is 16-bit."""
-    return (
-        setup.trainer == "litgpt"
-        and setup.master_weights
-        and setup.precision != "fp32"
-        and setup.strategy not in FRAMEWORK_MASTER_STRATEGIES
     )
 
 

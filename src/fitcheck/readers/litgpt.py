@@ -318,7 +318,7 @@ def _precision(r: Reading, k: Keys, method: str) -> None:
     """``precision``: the ``-true`` ones are the litgpt regime (no autocast); unset is
     ``get_default_supported_precision(training=True)``: ``bf16-mixed`` (``16-mixed`` without bf16), utils.py
     @26857050. Mixed precision keeps fp32 weights under autocast: ``--master-weights`` under ``--trainer
-    litgpt`` (engine/regimes.py ``litgpt_mixed``). With ``quantize`` litgpt takes only the three ``-true``
+    litgpt`` (engine/regimes.py ``_litgpt``). With ``quantize`` litgpt takes only the three ``-true``
     names (``Quantization and mixed precision is not supported``, finetune/lora.py)."""
     p = r.path
     value = k.get("precision")
