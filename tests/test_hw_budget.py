@@ -312,3 +312,22 @@ def test_unified_sizes_property(size_gib: int) -> None:
     t = resolve_target(f"{size_gib}GB-unified")
     assert t.usable_bytes == size_gib * GIB * 3 // 4
     assert_consistent(t)
+
+
+def test_mlx_run_gets_mlx_notes_not_pytorch_mps_ones() -> None:
+    """`--trainer mlx` on a Mac: PyTorch's MPS watermark / SDPA notes do not apply to MLX (its own memory
+    limit does), and the estimate's warnings speak of MLX's unfused training attention, not bitsandbytes."""
+    from fitcheck import api
+
+    torch_run = api.estimate("qwen3-8b", method="qlora", seq_len=2048, grad_ckpt=True, on="m1-max-32gb")
+    mlx_run = api.estimate(
+        "qwen3-8b", method="qlora", trainer="mlx", seq_len=2048, grad_ckpt=True, on="m1-max-32gb"
+    )
+    assert torch_run.target is not None and mlx_run.target is not None
+    torch_notes, mlx_notes = " ".join(torch_run.target.notes), " ".join(mlx_run.target.notes)
+    assert "PYTORCH_MPS_HIGH_WATERMARK_RATIO" in torch_notes and "mx.set_memory_limit" not in torch_notes
+    assert "PYTORCH_MPS" not in mlx_notes and "O(s^2)" not in mlx_notes and "mx.set_memory_limit" in mlx_notes
+    assert "recommendedMaxWorkingSetSize" in mlx_notes  # the Mac's own facts stay
+    mlx_warn = " ".join(mlx_run.warnings)
+    assert "bitsandbytes" not in mlx_warn and "MLX: mx.fast.scaled_dot_product_attention" in mlx_warn
+    assert "bitsandbytes 4-bit weights work on MPS" in " ".join(torch_run.warnings)

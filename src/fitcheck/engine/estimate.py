@@ -1095,14 +1095,17 @@ def _setup_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
             "litgpt runs its own model code (litgpt/model.py): what it saves beyond transformers' layout is "
             "modelled from that code, but litgpt's published QLoRA peaks still sit up to 15% above this"
         )
-    if setup.method == "qlora" and setup.backend == "mps":
+    if setup.method == "qlora" and setup.backend == "mps" and setup.trainer != "mlx":
         w.append(
             "bitsandbytes 4-bit weights work on MPS only in recent releases; MLX with a 4-bit model "
             "is the native path on Apple silicon (--trainer mlx)"
         )
     if setup.backend == "mps" and setup.attn != "eager":
         w.append(
-            "MPS: SDPA has no memory-efficient backward, so attention keeps b x heads x s^2 scores per "
+            "MLX: mx.fast.scaled_dot_product_attention runs unfused whenever gradients are traced on "
+            "Metal (mlx 0.32 use_fallback), so attention keeps b x heads x s^2 scores in training (counted)"
+            if setup.trainer == "mlx"
+            else "MPS: SDPA has no memory-efficient backward, so attention keeps b x heads x s^2 scores per "
             "layer in training (counted in attention_scores)"
         )
     if spec.arch.attn_logit_softcapping and setup.attn in ("sdpa", "xformers") and setup.backend != "mps":

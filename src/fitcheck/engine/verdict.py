@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from fitcheck.hardware.budget import trainer_notes
 from fitcheck.models import DecoderArch, DiffusionSetup, Estimate, LlmSetup, Suggestion, Target, Verdict
 from fitcheck.units import gib
 from fitcheck.vocab import VerdictName
@@ -296,6 +297,7 @@ def verdict(
             suggestions += [both] if both is not None else []
     paged = paged_bytes(est)
     note: str | None = paged_note(est, target.budget_bytes)
+    trainer = est.setup.trainer if isinstance(est.setup, LlmSetup) else None
     return Verdict(
         hardware=target.id,
         backend=target.backend,
@@ -310,7 +312,7 @@ def verdict(
         budget_lines=target.budget_lines,
         detected=target.detected,
         suggestions=tuple(suggestions),
-        notes=(*target.notes, *([note] if note else [])),
+        notes=(*trainer_notes(target.notes, trainer), *([note] if note else [])),
         paged_bytes=paged,
         paged_host_bytes=spill_bytes(est.device_bytes, paged, target.budget_bytes),
     )

@@ -44,6 +44,24 @@ APPLE_NOTES = (
     "attention under MPS keeps O(s^2) fp32 score tensors in training (SDPA has no memory-efficient "
     "backward on MPS), so long sequences cost far more than on CUDA flash/SDPA kernels",
 )
+#: What stands for `APPLE_NOTES` when the run is MLX's (``--trainer mlx``), not PyTorch's MPS backend
+#: (mlx v0.32.0: python/src/memory.cpp ``set_memory_limit``'s docstring, mlx/backend/metal/allocator.cpp
+#: ``block_limit_``, mlx/transforms.cpp ``eval_impl``; mlx-lm v0.31.3 tuner/trainer.py ``train`` line 229).
+#: MLX's unfused training attention is the estimate's warning (engine/estimate.py `_setup_warnings`).
+MLX_NOTES = (
+    "MLX's memory limit (mx.set_memory_limit; default 1.5 x recommendedMaxWorkingSetSize, at most 95% of "
+    "RAM) is a guideline: past it evaluation waits for queued GPU work before going on, and an allocation "
+    "fails only when RAM and swap are exhausted, so a run past the working set pages (slowly) rather than "
+    "stops; mlx-lm's train() raises the wired limit to the working set",
+)
+
+
+def trainer_notes(notes: tuple[str, ...], trainer: str | None) -> tuple[str, ...]:
+    """A Mac's notes for the run's trainer: MLX's own in place of PyTorch MPS's (`APPLE_NOTES`)."""
+    if trainer != "mlx" or not any(n in APPLE_NOTES for n in notes):
+        return notes
+    return (*(n for n in notes if n not in APPLE_NOTES), *MLX_NOTES)
+
 
 #: Idle use (total - free at idle, MiB) when a card's own figure is unknown. Datacenter: the
 #: largest headless driver reservation observed (H200, 613 MiB incl. rounding); consumer and
