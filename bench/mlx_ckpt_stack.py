@@ -3,9 +3,10 @@
 What it runs: x (1, s, d) bf16 through N blocks `x + sdpa(x Wq, x Wk, x Wv, causal) Wo` (bf16 weights,
 `mx.fast.scaled_dot_product_attention`, which runs unfused under grad tracing: mlx/fast.cpp @v0.32.0),
 each wrapped in `mx.checkpoint` (as mlx_lm.tuner.trainer.grad_checkpoint wraps a decoder layer) or not
-(`--no-ckpt`), then `mx.eval(mx.grad(loss)(weights, x))`, optionally under `mx.compile` (`--compile`):
-no model, no quantization, so it runs in seconds. Prints the marginal peak (`mx.get_peak_memory()` minus
-active memory before) in bytes and in U = heads * s^2 * 2 B.
+(`--no-ckpt`), optionally followed by a bf16 output layer and `nn.losses.cross_entropy` as mlx_lm's
+default_loss (`--vocab V`); then `mx.eval(mx.grad(loss)(weights, x))`, optionally under `mx.compile`
+(`--compile`): no model, no quantization, so it runs in seconds. Prints the marginal peak
+(`mx.get_peak_memory()` minus active memory before) in bytes and in U = heads * s^2 * 2 B.
 
 Why: `mx.checkpoint`'s VJP recomputes from `depends(primals, outputs)` (mlx/transforms.cpp @v0.32.0
 `checkpoint`), not from the cotangent, and eval_impl orders the tape breadth-first with a width limit
@@ -32,12 +33,14 @@ def main() -> None:
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--blocks", type=int, default=2)
+    ap.add_argument("--vocab", type=int, default=0, help="> 0: a bf16 output layer and cross_entropy")
     ap.add_argument("--limit", default="0", help="bytes for mx.set_memory_limit, or 'default'")
     ap.add_argument("--no-ckpt", action="store_true")
     ap.add_argument("--compile", action="store_true", help="mx.compile the gradient function")
     a = ap.parse_args()
 
     import mlx.core as mx
+    import mlx.nn as nn
 
     s, h, dh, d = a.seq_len, a.heads, a.head_dim, a.hidden
     mx.random.seed(0)
@@ -47,7 +50,9 @@ def main() -> None:
         return (mx.random.normal(shape) * 0.05).astype(mx.bfloat16)
 
     weights = [[w((d, h * dh)), w((d, h * dh)), w((d, h * dh)), w((h * dh, d))] for _ in range(a.blocks)]
-    mx.eval(x, weights)
+    head = w((d, a.vocab)) if a.vocab else None
+    targets = mx.random.randint(0, max(a.vocab, 1), (1, s))
+    mx.eval(x, weights, head, targets) if head is not None else mx.eval(x, weights)
 
     def block(wb, x):
         q, k, v = [(x @ m).reshape(1, s, h, dh).transpose(0, 2, 1, 3) for m in wb[:3]]
@@ -57,7 +62,10 @@ def main() -> None:
     def loss(weights, x):
         for wb in weights:
             x = block(wb, x) if a.no_ckpt else mx.checkpoint(block)(wb, x)
-        return x.astype(mx.float32).sum()
+        if head is None:
+            return x.astype(mx.float32).sum()
+        ce = nn.losses.cross_entropy(x @ head, targets)  # as mlx_lm default_loss: on bf16 logits
+        return ce.astype(mx.float32).sum() / s
 
     grad = mx.compile(mx.grad(loss)) if a.compile else mx.grad(loss)
     if a.limit != "default":
@@ -75,6 +83,8 @@ def main() -> None:
         "head_dim": dh,
         "hidden": d,
         "blocks": a.blocks,
+        "vocab": a.vocab,
+        "logits_bf16": s * a.vocab * 2,
         "limit": a.limit,
         "ckpt": not a.no_ckpt,
         "compile": a.compile,
