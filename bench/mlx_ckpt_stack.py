@@ -25,17 +25,14 @@ import json
 import math
 import os
 
+from mlx_cpu_step import shape_args  # bench/ is the script's directory (not a package)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seq-len", type=int, default=1024)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--head-dim", type=int, default=64)
-    ap.add_argument("--hidden", type=int, default=256)
+    shape_args(ap, "0")
     ap.add_argument("--blocks", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=0, help="> 0: a bf16 output layer and cross_entropy")
-    ap.add_argument("--limit", default="0", help="bytes for mx.set_memory_limit, or 'default'")
-    ap.add_argument("--no-ckpt", action="store_true")
     ap.add_argument("--compile", action="store_true", help="mx.compile the gradient function")
     a = ap.parse_args()
 

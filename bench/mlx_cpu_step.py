@@ -143,21 +143,24 @@ def run(a: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def shape_args(ap: argparse.ArgumentParser, limit: str) -> None:
+    """The options every MLX probe here shares: the attention shape, the memory limit, checkpointing."""
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--limit", default=limit, help="bytes for mx.set_memory_limit, or 'default'")
+    ap.add_argument("--no-ckpt", action="store_true", help="no gradient checkpointing")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    shape_args(ap, "default")
+    ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--intermediate", type=int, default=768)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=512)
     ap.add_argument("--steps", type=int, default=2)
-    ap.add_argument("--limit", default="default", help="bytes for mx.set_memory_limit, or 'default'")
-    ap.add_argument(
-        "--no-ckpt", action="store_true", help="skip grad_checkpoint (not mlx-train-perf's setting)"
-    )
     ap.add_argument("--config-dir", type=Path, default=None, help="write config.json here and exit")
     a = ap.parse_args()
     if a.config_dir is not None:
