@@ -25,7 +25,7 @@ import json
 import math
 import os
 
-from mlx_cpu_step import shape_args  # bench/ is the script's directory (not a package)
+from mlx_cpu_step import open_window, shape_args  # bench/ is the script's directory (not a package)
 
 
 def main() -> None:
@@ -65,12 +65,7 @@ def main() -> None:
         return ce.astype(mx.float32).sum() / s
 
     grad = mx.compile(mx.grad(loss)) if a.compile else mx.grad(loss)
-    if a.limit != "default":
-        mx.set_memory_limit(int(a.limit))
-    mx.synchronize()
-    mx.clear_cache()
-    before = mx.get_active_memory()
-    mx.reset_peak_memory()
+    before = open_window(mx, a.limit)
     mx.eval(grad(weights, x))
     peak = mx.get_peak_memory()
     u = h * s * s * 2

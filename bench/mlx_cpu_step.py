@@ -36,6 +36,7 @@ import os
 import time
 from functools import partial
 from pathlib import Path
+from types import ModuleType
 
 
 def hf_config(a: argparse.Namespace) -> dict[str, object]:
@@ -102,12 +103,7 @@ def run(a: argparse.Namespace) -> dict[str, object]:
     batch = mx.random.randint(0, a.vocab, (1, s + 1))
     lengths = mx.array([[0, s + 1]])
     mx.eval(batch, lengths)
-    if a.limit != "default":
-        mx.set_memory_limit(int(a.limit))
-    mx.synchronize()
-    mx.clear_cache()
-    before = mx.get_active_memory()
-    mx.reset_peak_memory()
+    before = open_window(mx, a.limit)
     t0 = time.time()
     peaks = []
     for _ in range(a.steps):
@@ -151,6 +147,18 @@ def shape_args(ap: argparse.ArgumentParser, limit: str) -> None:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--limit", default=limit, help="bytes for mx.set_memory_limit, or 'default'")
     ap.add_argument("--no-ckpt", action="store_true", help="no gradient checkpointing")
+
+
+def open_window(mx: ModuleType, limit: str) -> int:
+    """Set the memory limit (`limit` bytes, or MLX's default), empty the cache, reset the peak counter and
+    return the active bytes the window starts from (the benchmark's ``active_before``)."""
+    if limit != "default":
+        mx.set_memory_limit(int(limit))
+    mx.synchronize()
+    mx.clear_cache()
+    before = int(mx.get_active_memory())
+    mx.reset_peak_memory()
+    return before
 
 
 def main() -> None:
