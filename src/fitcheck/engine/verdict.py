@@ -297,7 +297,7 @@ def verdict(
             suggestions += [both] if both is not None else []
     paged = paged_bytes(est)
     note: str | None = paged_note(est, target.budget_bytes)
-    trainer = est.setup.trainer if isinstance(est.setup, LlmSetup) else None
+    trainer: str | None = est.setup.trainer if isinstance(est.setup, LlmSetup) else None
     return Verdict(
         hardware=target.id,
         backend=target.backend,
