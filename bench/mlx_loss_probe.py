@@ -20,6 +20,8 @@ the pieces of mlx-lm 0.31.3's LoRA step (bench/mlx_cpu_step.py) switched on one 
   N layers, LoRA rank 8 everywhere, the first layer checkpointed; `--heads --kv-heads --head-dim
   --intermediate`), so `--qwen-layers 2 --loss default --vag --compile` is that script's step, and
   `--loss-first` can be added to it;
+- `--grad-only` (without `--vag`): `mx.grad`, so the loss value is not an output and the forward
+  LogSumExp / take_along_axis are not evaluated at all;
 - `--loss-first`: `mx.eval` the loss value before the gradient (same graph, two evals), so the forward
   LogSumExp and take_along_axis have run, and let go of the logits, before any backward op runs.
 Marginal = peak - active before (bench/mlx_cpu_step.py `open_window`); `--limit 0` makes MLX's eval wait
@@ -98,6 +100,7 @@ def main() -> None:
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--intermediate", type=int, default=768)
+    ap.add_argument("--grad-only", action="store_true", help="mx.grad, not the loss value (no --vag)")
     ap.add_argument("--loss-first", action="store_true", help="eval the loss value, then the gradient")
     ap.add_argument(
         "--ce",
@@ -200,6 +203,8 @@ def main() -> None:
         param = getattr(model, name)
 
         def outputs():
+            if a.grad_only:
+                return [mx.grad(of_param)(param)]
             return mx.value_and_grad(of_param)(param)
 
     first_marginal = None
@@ -229,6 +234,7 @@ def main() -> None:
         "marginal": peak - before,
         "LG": lg,
         "marginal_over_LG": round((peak - before) / lg, 4),
+        "grad_only": a.grad_only,
         "loss_first": a.loss_first,
         "loss_eval_marginal_over_LG": None if first_marginal is None else round(first_marginal / lg, 4),
         "MLX_BFS_MAX_WIDTH": os.environ.get("MLX_BFS_MAX_WIDTH"),
