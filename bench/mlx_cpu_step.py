@@ -58,18 +58,20 @@ def hf_config(a: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def run(a: argparse.Namespace) -> dict[str, object]:
+def qwen_lora_model(a: argparse.Namespace, layers: int, checkpoint: bool = True):  # an mlx_lm Model
+    """A random Qwen3 of the given shape as mlx-train-perf's stock arm trains it: 4-bit (group 64, as
+    mlx_lm.convert), floating params cast to bf16, frozen, LoRA rank 8 (scale 20) on every block linear, and
+    `grad_checkpoint(model.layers[0])` (every layer checkpointed) unless `checkpoint` is false."""
     import mlx.core as mx
     import mlx.nn as nn
-    import mlx.optimizers as optim
     from mlx_lm.models import qwen3
-    from mlx_lm.tuner.trainer import default_loss, grad_checkpoint
+    from mlx_lm.tuner.trainer import grad_checkpoint
     from mlx_lm.tuner.utils import linear_to_lora_layers
 
     args = qwen3.ModelArgs(
         model_type="qwen3",
         hidden_size=a.hidden,
-        num_hidden_layers=a.layers,
+        num_hidden_layers=layers,
         intermediate_size=a.intermediate,
         num_attention_heads=a.heads,
         rms_norm_eps=1e-6,
@@ -86,8 +88,18 @@ def run(a: argparse.Namespace) -> dict[str, object]:
     model.set_dtype(mx.bfloat16)
     model.freeze()
     linear_to_lora_layers(model, -1, {"rank": 8, "dropout": 0.0, "scale": 20.0})
-    if not a.no_ckpt:
+    if checkpoint:
         grad_checkpoint(model.layers[0])
+    return model
+
+
+def run(a: argparse.Namespace) -> dict[str, object]:
+    import mlx.core as mx
+    import mlx.nn as nn
+    import mlx.optimizers as optim
+    from mlx_lm.tuner.trainer import default_loss
+
+    model = qwen_lora_model(a, a.layers, checkpoint=not a.no_ckpt)
     mx.eval(model.parameters())
     opt = optim.Adam(learning_rate=1e-5)
     loss_value_and_grad = nn.value_and_grad(model, default_loss)

@@ -42,40 +42,7 @@ import json
 import os
 from functools import partial
 
-from mlx_cpu_step import open_window  # bench/ is the script's directory (not a package)
-
-
-def qwen_lora_model(a: argparse.Namespace):
-    """The model of bench/mlx_cpu_step.py `run`: random Qwen3, 4-bit, bf16, frozen, LoRA rank 8 on every
-    layer, `grad_checkpoint(model.layers[0])`."""
-    import mlx.core as mx
-    import mlx.nn as nn
-    from mlx_lm.models import qwen3
-    from mlx_lm.tuner.trainer import grad_checkpoint
-    from mlx_lm.tuner.utils import linear_to_lora_layers
-
-    args = qwen3.ModelArgs(
-        model_type="qwen3",
-        hidden_size=a.hidden,
-        num_hidden_layers=a.qwen_layers,
-        intermediate_size=a.intermediate,
-        num_attention_heads=a.heads,
-        rms_norm_eps=1e-6,
-        vocab_size=a.vocab,
-        num_key_value_heads=a.kv_heads,
-        max_position_embeddings=32768,
-        rope_theta=1e6,
-        head_dim=a.head_dim,
-        tie_word_embeddings=False,
-    )
-    mx.random.seed(0)
-    model = qwen3.Model(args)
-    nn.quantize(model, group_size=64, bits=4)
-    model.set_dtype(mx.bfloat16)
-    model.freeze()
-    linear_to_lora_layers(model, -1, {"rank": 8, "dropout": 0.0, "scale": 20.0})
-    grad_checkpoint(model.layers[0])
-    return model
+from mlx_cpu_step import open_window, qwen_lora_model  # bench/ is the script's directory (not a package)
 
 
 def main() -> None:
@@ -134,7 +101,7 @@ def main() -> None:
             return self.lm_head(h)
 
     if a.qwen_layers:
-        model = qwen_lora_model(a)
+        model = qwen_lora_model(a, a.qwen_layers)
     else:
         model = Probe()
         if a.head == "q4":
