@@ -93,24 +93,32 @@ def qwen_lora_model(a: argparse.Namespace, layers: int, checkpoint: bool = True)
     return model
 
 
-def run(a: argparse.Namespace) -> dict[str, object]:
+def compiled_step(model, vag):
+    """mlx-lm 0.31.3 `train()`'s step: the value and gradient of the loss and an Adam update, compiled with
+    the model's, the optimizer's and the random state as inputs and outputs; returns (step, state)."""
     import mlx.core as mx
-    import mlx.nn as nn
     import mlx.optimizers as optim
-    from mlx_lm.tuner.trainer import default_loss
 
-    model = qwen_lora_model(a, a.layers, checkpoint=not a.no_ckpt)
-    mx.eval(model.parameters())
     opt = optim.Adam(learning_rate=1e-5)
-    loss_value_and_grad = nn.value_and_grad(model, default_loss)
     state = [model.state, opt.state, mx.random.state]
 
     @partial(mx.compile, inputs=state, outputs=state)
     def step(batch, lengths):
-        (lvalue, toks), grad = loss_value_and_grad(model, batch, lengths)
+        (lvalue, toks), grad = vag(model, batch, lengths)
         opt.update(model, grad)
         return lvalue, toks
 
+    return step, state
+
+
+def run(a: argparse.Namespace) -> dict[str, object]:
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx_lm.tuner.trainer import default_loss
+
+    model = qwen_lora_model(a, a.layers, checkpoint=not a.no_ckpt)
+    mx.eval(model.parameters())
+    step, state = compiled_step(model, nn.value_and_grad(model, default_loss))
     s = a.seq_len
     batch = mx.random.randint(0, a.vocab, (1, s + 1))
     lengths = mx.array([[0, s + 1]])

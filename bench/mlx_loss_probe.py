@@ -40,9 +40,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from functools import partial
 
-from mlx_cpu_step import open_window, qwen_lora_model  # bench/ is the script's directory (not a package)
+from mlx_cpu_step import (  # bench/ is the script's directory (not a package)
+    compiled_step,
+    open_window,
+    qwen_lora_model,
+)
 
 
 def main() -> None:
@@ -81,7 +84,6 @@ def main() -> None:
 
     import mlx.core as mx
     import mlx.nn as nn
-    import mlx.optimizers as optim
     from mlx_lm.tuner.trainer import default_loss
 
     s, d, v = a.seq_len, a.hidden, a.vocab
@@ -143,14 +145,7 @@ def main() -> None:
         vag = nn.value_and_grad(model, loss_fn)
 
         if a.compile:
-            opt = optim.Adam(learning_rate=1e-5)
-            state = [model.state, opt.state, mx.random.state]
-
-            @partial(mx.compile, inputs=state, outputs=state)
-            def step(batch, lengths):
-                (lvalue, toks), grad = vag(model, batch, lengths)
-                opt.update(model, grad)
-                return lvalue, toks
+            step, state = compiled_step(model, vag)
 
             def outputs():
                 return [*step(batch, lengths), state]
