@@ -44,8 +44,8 @@ KNOWN_SOURCE: dict[str, str] = {
     "tokens, about +24% at 7,936-8,192, where the mlx regime sizes the loss and the attention backward by "
     "torch's rules (fp32), an upper bound: MLX's own dtypes counted op by op put every record 11-22% under "
     "(the file's header); session 16 measured MLX's own evaluation on its CPU backend "
-    "(bench/mlx_cpu_step.py): about 3 U of attention and 3.3-3.8 LG of loss where the torch rules count 6 "
-    "each, plus 0-1.2 U from MLX's evaluation order, not yet an engine rule",
+    "(bench/mlx_cpu_step.py, mlx_loss_probe.py): about 3 U of attention and 3 LG of loss where the torch "
+    "rules count 6 each, plus 0-1.2 U from MLX's evaluation order, not yet an engine rule",
 }
 
 
