@@ -28,12 +28,12 @@ import math
 import subprocess
 import sys
 
+from mlx_cpu_step import open_window  # bench/ is the script's directory (not a package)
+
 
 def measure(n: int, heads: int, kv_heads: int, head_dim: int, limit: str) -> dict[str, object]:
     import mlx.core as mx
 
-    if limit != "default":
-        mx.set_memory_limit(int(limit))
     mx.random.seed(0)
     q = mx.random.normal((1, heads, n, head_dim)).astype(mx.bfloat16)
     k = mx.random.normal((1, kv_heads, n, head_dim)).astype(mx.bfloat16)
@@ -53,20 +53,14 @@ def measure(n: int, heads: int, kv_heads: int, head_dim: int, limit: str) -> dic
     val, grads = vag(q, k, v)
     mx.eval(val, *grads)
     del val, grads
-    mx.synchronize()
-    mx.clear_cache()
 
-    before_fwd = mx.get_active_memory()
-    mx.reset_peak_memory()
+    before_fwd = open_window(mx, limit)
     o = attn(q, k, v)
     mx.eval(o)
     fwd_peak = mx.get_peak_memory()
     del o
-    mx.synchronize()
-    mx.clear_cache()
 
-    before = mx.get_active_memory()
-    mx.reset_peak_memory()
+    before = open_window(mx, limit)
     val, grads = vag(q, k, v)
     mx.eval(val, *grads)
     peak = mx.get_peak_memory()

@@ -290,3 +290,43 @@ def test_readme_names_every_trainer() -> None:
     assert listed, "README's --trainer list moved: update this test"
     named = set(listed.group(1).split("|")) | {"kohya"}  # kohya: named beside it, for diffusion models
     assert named == {t.value for t in TrainerOpt}
+
+
+#: What the MLX probes' ``active_before`` already holds (the marginal is measured above it).
+RESIDENT = ("weights_4bit", "weights_unquantized", "adapters")
+
+
+def test_mlx_proxy_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) -> None:
+    """The MLX CPU-proxy figures docs/methodology.md quotes are tests/data/mlx_cpu/runs.jsonl's lines, and the
+    mlx regime's figure beside the larger-hidden run is what fitcheck estimates for that shape today."""
+    import argparse
+
+    from bench_helpers import bench_module
+    from fitcheck import api
+
+    text = " ".join((DOCS / "methodology.md").read_text(encoding="utf-8").split())
+    runs = [json.loads(line) for line in (ROOT / "tests/data/mlx_cpu/runs.jsonl").read_text().splitlines()]
+    sdpa = [r for r in runs if r["script"] == "bench/mlx_sdpa_op.py"]
+    for limit, words in (("0", "at limit 0"), ("default", "at the default")):
+        ratios = [r["fwdbwd_marginal_over_U"] for r in sdpa if r["limit"] == limit]
+        assert f"{min(ratios):.2f}-{max(ratios):.2f} U {words}" in text
+    step = bench_module("mlx_cpu_step")
+    keys = ("seq_len", "heads", "kv_heads", "head_dim", "hidden", "intermediate", "layers", "vocab")
+    for layers in (1, 2, 4):
+        shape = {"seq_len": 1024, "hidden": 1024, "layers": layers, "vocab": 2048, "limit": "0"}
+        (run,) = [r for r in runs if all(r.get(k) == v for k, v in shape.items())]
+        assert f"{run['marginal']:,} B" in text, layers
+        config = step.hf_config(argparse.Namespace(**{k: run[k] for k in keys}))
+        folder = tmp_path / str(layers)
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        est = api.estimate(
+            str(folder), method="qlora", trainer="mlx", precision="bf16", lora_rank=8, seq_len=1024,
+            batch_size=1, grad_ckpt=True, on="m1-max-32gb",
+        )  # fmt: skip
+        peak = next(p for p in est.phases if p.name == est.peak_phase)
+        resident = sum(c.bytes for c in peak.components if c.name in RESIDENT)
+        ours = est.peak_allocated_bytes - resident
+        assert f"{ours:,} B ({(ours - run['marginal']) / run['marginal']:+.0%})" in text, layers
+        if layers == 2:
+            assert f"MLX holds {run['marginal']:,} B of marginal ({run['marginal_over_U']:.2f} U)" in text

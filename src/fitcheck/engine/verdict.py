@@ -312,7 +312,7 @@ def verdict(
         budget_lines=target.budget_lines,
         detected=target.detected,
         suggestions=tuple(suggestions),
-        notes=(*trainer_notes(target.notes, trainer), *([note] if note else [])),
+        notes=(*trainer_notes(target, trainer), *([note] if note else [])),
         paged_bytes=paged,
         paged_host_bytes=spill_bytes(est.device_bytes, paged, target.budget_bytes),
     )

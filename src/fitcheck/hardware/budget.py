@@ -56,9 +56,11 @@ MLX_NOTES = (
 )
 
 
-def trainer_notes(notes: tuple[str, ...], trainer: str | None) -> tuple[str, ...]:
-    """A Mac's notes for the run's trainer: MLX's own in place of PyTorch MPS's (`APPLE_NOTES`)."""
-    if trainer != "mlx" or not any(n in APPLE_NOTES for n in notes):
+def trainer_notes(target: Target, trainer: str | None) -> tuple[str, ...]:
+    """The target's notes for the run's trainer: on a Mac, MLX's own in place of PyTorch MPS's
+    (`APPLE_NOTES`)."""
+    notes = target.notes
+    if trainer != "mlx" or target.backend != "mps":
         return notes
     return (*(n for n in notes if n not in APPLE_NOTES), *MLX_NOTES)
 
