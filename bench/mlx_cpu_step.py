@@ -16,6 +16,10 @@ steps, then marginal = `mx.get_peak_memory() - active_before` (bytes). `--limit`
 (mlx/transforms.cpp eval_impl @v0.32.0), "default" leaves MLX's default. One JSON line is printed with the
 shape, U = heads * seq^2 * 2 B (one bf16 score tensor) and the logits size seq * vocab * 2 B.
 The MLX_BFS_MAX_WIDTH environment variable (MLX's tape width, default 20) is recorded.
+`--no-quant` leaves the weights unquantized and `--dtype float32` casts the model to fp32 instead of bf16
+(both recorded): unquantized bf16 runs far faster on the CPU backend and holds the 4-bit step's marginal to
+32 B at 1 and 2 layers, but its graph differs (at 4 layers 181,815,384 B against 169,232,504), so it is a
+proxy of the proxy; fp32 drops the adapters' casts and is another graph again.
 `--config-dir DIR` also writes an HF-style Qwen3 config.json of the same shape there (for
 `fitcheck estimate DIR --method qlora --trainer mlx ...`) and exits without running MLX.
 
@@ -84,8 +88,9 @@ def qwen_lora_model(a: argparse.Namespace, layers: int, checkpoint: bool = True)
     )
     mx.random.seed(0)
     model = qwen3.Model(args)
-    nn.quantize(model, group_size=64, bits=4)
-    model.set_dtype(mx.bfloat16)
+    if not getattr(a, "no_quant", False):
+        nn.quantize(model, group_size=64, bits=4)
+    model.set_dtype(getattr(mx, getattr(a, "dtype", "bfloat16")))
     model.freeze()
     linear_to_lora_layers(model, -1, {"rank": 8, "dropout": 0.0, "scale": 20.0})
     if checkpoint:
@@ -145,6 +150,8 @@ def run(a: argparse.Namespace) -> dict[str, object]:
         "vocab": a.vocab,
         "limit": a.limit,
         "grad_ckpt": not a.no_ckpt,
+        "dtype": a.dtype,
+        "quantized": not a.no_quant,
         "steps": a.steps,
         "active_before": before,
         "peak": peak,
@@ -189,6 +196,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=512)
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="model.set_dtype")
+    ap.add_argument("--no-quant", action="store_true", help="leave the weights unquantized (a fast proxy)")
     ap.add_argument("--config-dir", type=Path, default=None, help="write config.json here and exit")
     a = ap.parse_args()
     if a.config_dir is not None:

@@ -294,39 +294,66 @@ def test_readme_names_every_trainer() -> None:
 
 #: What the MLX probes' ``active_before`` already holds (the marginal is measured above it).
 RESIDENT = ("weights_4bit", "weights_unquantized", "adapters")
+#: The fields of a bench/mlx_cpu_step.py run that its config.json is written from.
+SHAPE_KEYS = ("seq_len", "heads", "kv_heads", "head_dim", "hidden", "intermediate", "layers", "vocab")
 
 
-def test_mlx_proxy_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) -> None:
-    """The MLX CPU-proxy figures docs/methodology.md quotes are tests/data/mlx_cpu/runs.jsonl's lines, and the
-    mlx regime's figure beside the larger-hidden run is what fitcheck estimates for that shape today."""
+def _mlx_regime_marginal(folder: Path, run: dict[str, Any]) -> int:
+    """fitcheck's mlx regime at a probe's shape (bench/mlx_cpu_step.py's config.json of it), less the resident
+    weights and adapters: the side of the probe's marginal that fitcheck estimates (the same with 4-bit
+    weights or without: the regime dequantizes nothing)."""
     import argparse
 
     from bench_helpers import bench_module
     from fitcheck import api
 
+    config = bench_module("mlx_cpu_step").hf_config(argparse.Namespace(**{k: run[k] for k in SHAPE_KEYS}))
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    est = api.estimate(
+        str(folder), method="qlora", trainer="mlx", precision="bf16", lora_rank=8, seq_len=run["seq_len"],
+        batch_size=1, grad_ckpt=True, on="m1-max-32gb",
+    )  # fmt: skip
+    peak = next(p for p in est.phases if p.name == est.peak_phase)
+    return est.peak_allocated_bytes - sum(c.bytes for c in peak.components if c.name in RESIDENT)
+
+
+def test_mlx_proxy_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) -> None:
+    """The MLX CPU-proxy figures docs/methodology.md quotes are tests/data/mlx_cpu/runs.jsonl's lines, and the
+    mlx regime's figures beside them are what fitcheck estimates for those shapes today."""
     text = " ".join((DOCS / "methodology.md").read_text(encoding="utf-8").split())
     runs = [json.loads(line) for line in (ROOT / "tests/data/mlx_cpu/runs.jsonl").read_text().splitlines()]
     sdpa = [r for r in runs if r["script"] == "bench/mlx_sdpa_op.py"]
     for limit, words in (("0", "at limit 0"), ("default", "at the default")):
         ratios = [r["fwdbwd_marginal_over_U"] for r in sdpa if r["limit"] == limit]
         assert f"{min(ratios):.2f}-{max(ratios):.2f} U {words}" in text
-    step = bench_module("mlx_cpu_step")
-    keys = ("seq_len", "heads", "kv_heads", "head_dim", "hidden", "intermediate", "layers", "vocab")
+    step_runs = [r for r in runs if r["script"] == "bench/mlx_cpu_step.py" and r["hidden"] == 1024]
+    # session 16's 4-bit bf16 runs (session 17's unquantized and fp32 ones carry dtype and quantized)
+    four_bit = {r["layers"]: r for r in step_runs if "quantized" not in r}
     for layers in (1, 2, 4):
-        shape = {"seq_len": 1024, "hidden": 1024, "layers": layers, "vocab": 2048, "limit": "0"}
-        (run,) = [r for r in runs if all(r.get(k) == v for k, v in shape.items())]
+        run = four_bit[layers]
         assert f"{run['marginal']:,} B" in text, layers
-        config = step.hf_config(argparse.Namespace(**{k: run[k] for k in keys}))
-        folder = tmp_path / str(layers)
-        folder.mkdir()
-        (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-        est = api.estimate(
-            str(folder), method="qlora", trainer="mlx", precision="bf16", lora_rank=8, seq_len=1024,
-            batch_size=1, grad_ckpt=True, on="m1-max-32gb",
-        )  # fmt: skip
-        peak = next(p for p in est.phases if p.name == est.peak_phase)
-        resident = sum(c.bytes for c in peak.components if c.name in RESIDENT)
-        ours = est.peak_allocated_bytes - resident
+        ours = _mlx_regime_marginal(tmp_path / str(layers), run)
         assert f"{ours:,} B ({(ours - run['marginal']) / run['marginal']:+.0%})" in text, layers
-        if layers == 2:
-            assert f"MLX holds {run['marginal']:,} B of marginal ({run['marginal_over_U']:.2f} U)" in text
+    two = four_bit[2]
+    assert f"MLX holds {two['marginal']:,} B of marginal ({two['marginal_over_U']:.2f} U)" in text
+    # session 17: the layer sweep unquantized in bf16 to 36 layers, and the 16-layer step in depth-first order
+    bf16 = [r for r in step_runs if r.get("quantized") is False and r.get("dtype") == "bfloat16"]
+    sweep = {(r["layers"], r["MLX_BFS_MAX_WIDTH"]): r for r in bf16 if r["seq_len"] == 1024}
+    depths = [sweep[(n, None)]["marginal"] for n in (1, 2, 4, 8, 16, 36)]
+    assert " / ".join(f"{m:,}" for m in depths) + " B" in text
+    wide, narrow = sweep[(16, None)]["marginal"], sweep[(16, "1")]["marginal"]
+    assert f"holds {narrow:,} B, {(wide - narrow) / 1e6:.1f} MB less" in text
+    regime = {n: _mlx_regime_marginal(tmp_path / f"sweep{n}", sweep[(n, None)]) for n in (16, 36)}
+    for ours in regime.values():
+        assert f"{ours:,} B" in text
+    # the 16 layers at 2,048 tokens, and what each side grows by between the two lengths (a U + b per token)
+    (long,) = [r for r in bf16 if r["seq_len"] == 2048]
+    ours_long = _mlx_regime_marginal(tmp_path / "long", long)
+    assert f"{long['marginal']:,} B against the regime's {ours_long:,} B" in text
+    assert f"({(ours_long - long['marginal']) / long['marginal']:+.0%})" in text
+    quarter = long["U"] // 4  # U at 1,024 tokens
+    for short, grown in ((wide, long["marginal"]), (regime[16], ours_long)):
+        per_u = (grown - 2 * short) / (long["U"] - 2 * quarter)
+        per_token = (short - per_u * quarter) / 1024
+        assert f"{per_u:.2f} U and {per_token / 1000:.0f} KB a token" in text
