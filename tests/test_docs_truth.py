@@ -327,9 +327,9 @@ def test_mlx_proxy_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) 
     for limit, words in (("0", "at limit 0"), ("default", "at the default")):
         ratios = [r["fwdbwd_marginal_over_U"] for r in sdpa if r["limit"] == limit]
         assert f"{min(ratios):.2f}-{max(ratios):.2f} U {words}" in text
-    step_runs = [r for r in runs if r["script"] == "bench/mlx_cpu_step.py" and r["hidden"] == 1024]
-    # session 16's 4-bit bf16 runs (session 17's unquantized and fp32 ones carry dtype and quantized)
-    four_bit = {r["layers"]: r for r in step_runs if "quantized" not in r}
+    step_runs = [r for r in runs if r["script"] == "bench/mlx_cpu_step.py"]
+    # session 16's 4-bit bf16 runs at hidden 1,024 (session 17's unquantized and fp32 ones carry `quantized`)
+    four_bit = {r["layers"]: r for r in step_runs if "quantized" not in r and r["hidden"] == 1024}
     for layers in (1, 2, 4):
         run = four_bit[layers]
         assert f"{run['marginal']:,} B" in text, layers
@@ -337,23 +337,45 @@ def test_mlx_proxy_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) 
         assert f"{ours:,} B ({(ours - run['marginal']) / run['marginal']:+.0%})" in text, layers
     two = four_bit[2]
     assert f"MLX holds {two['marginal']:,} B of marginal ({two['marginal_over_U']:.2f} U)" in text
-    # session 17: the layer sweep unquantized in bf16 to 36 layers, and the 16-layer step in depth-first order
+    # session 17: unquantized bf16 sweeps over depth (to 36 layers) and length at hidden 1,024 and 512, the
+    # 16-layer step in depth-first order, and a larger vocabulary
     bf16 = [r for r in step_runs if r.get("quantized") is False and r.get("dtype") == "bfloat16"]
-    sweep = {(r["layers"], r["MLX_BFS_MAX_WIDTH"]): r for r in bf16 if r["seq_len"] == 1024}
-    depths = [sweep[(n, None)]["marginal"] for n in (1, 2, 4, 8, 16, 36)]
+
+    def one(
+        hidden: int, layers: int, seq_len: int = 1024, vocab: int = 2048, width: str | None = None
+    ) -> Any:
+        (r,) = [
+            r
+            for r in bf16
+            if (r["hidden"], r["layers"], r["seq_len"], r["vocab"], r["MLX_BFS_MAX_WIDTH"])
+            == (hidden, layers, seq_len, vocab, width)
+        ]
+        return r
+
+    depths = [one(1024, n)["marginal"] for n in (1, 2, 4, 8, 16, 36)]
     assert " / ".join(f"{m:,}" for m in depths) + " B" in text
-    wide, narrow = sweep[(16, None)]["marginal"], sweep[(16, "1")]["marginal"]
+    assert (
+        " / ".join(f"{one(512, n)['marginal']:,}" for n in (1, 16, 36)) + " B at 1 / 16 / 36 layers" in text
+    )
+    for hidden, ckpt in ((1024, 2 * 2**20), (512, 2**20)):
+        shallow, deep = one(hidden, 1)["marginal"], one(hidden, 36)["marginal"]
+        assert abs(deep - one(hidden, 16)["marginal"] - 20 * ckpt) <= 1024  # "the checkpoint a layer"
+        assert f"{(deep - 36 * ckpt - shallow + ckpt) / 1e6:.1f} MB" in text, hidden
+    wide, narrow = one(1024, 16)["marginal"], one(1024, 16, width="1")["marginal"]
     assert f"holds {narrow:,} B, {(wide - narrow) / 1e6:.1f} MB less" in text
-    regime = {n: _mlx_regime_marginal(tmp_path / f"sweep{n}", sweep[(n, None)]) for n in (16, 36)}
-    for ours in regime.values():
-        assert f"{ours:,} B" in text
-    # the 16 layers at 2,048 tokens, and what each side grows by between the two lengths (a U + b per token)
-    (long,) = [r for r in bf16 if r["seq_len"] == 2048]
-    ours_long = _mlx_regime_marginal(tmp_path / "long", long)
-    assert f"{long['marginal']:,} B against the regime's {ours_long:,} B" in text
-    assert f"({(ours_long - long['marginal']) / long['marginal']:+.0%})" in text
-    quarter = long["U"] // 4  # U at 1,024 tokens
-    for short, grown in ((wide, long["marginal"]), (regime[16], ours_long)):
-        per_u = (grown - 2 * short) / (long["U"] - 2 * quarter)
-        per_token = (short - per_u * quarter) / 1024
-        assert f"{per_u:.2f} U and {per_token / 1000:.0f} KB a token" in text
+    for n in (16, 36):
+        assert f"{_mlx_regime_marginal(tmp_path / f'sweep{n}', one(1024, n)):,} B" in text
+    big = one(1024, 16, vocab=32768)
+    grown_by = big["marginal"] - wide
+    assert f"adds {grown_by:,} B ({grown_by / big['logits_bf16']:.2f} LG) to MLX's {wide:,} B" in text
+    # 16 layers at 2,048 tokens, and what each side grows by between the two lengths (a U + b per token)
+    for hidden in (1024, 512):
+        short, long = one(hidden, 16), one(hidden, 16, seq_len=2048)
+        ours_short = _mlx_regime_marginal(tmp_path / f"short{hidden}", short)
+        ours_long = _mlx_regime_marginal(tmp_path / f"long{hidden}", long)
+        assert f"{long['marginal']:,} B" in text and f"{ours_long:,} B" in text, hidden
+        assert f"({(ours_long - long['marginal']) / long['marginal']:+.0%})" in text, hidden
+        for a, b in ((short["marginal"], long["marginal"]), (ours_short, ours_long)):
+            per_u = (b - 2 * a) / (long["U"] - 2 * short["U"])
+            per_token = (a - per_u * short["U"]) / 1024
+            assert f"{per_u:.2f} U and {per_token / 1000:.0f} KB a token" in text, hidden
