@@ -365,6 +365,15 @@ def test_mlx_proxy_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) 
     assert f"holds {narrow:,} B, {(wide - narrow) / 1e6:.1f} MB less" in text
     for n in (16, 36):
         assert f"{_mlx_regime_marginal(tmp_path / f'sweep{n}', one(1024, n)):,} B" in text
+    under = [
+        1 - _mlx_regime_marginal(tmp_path / f"under{h}-{n}", one(h, n)) / one(h, n)["marginal"]
+        for h in (512, 1024)
+        for n in (16, 36)
+    ]
+    for doc in (ROOT / "README.md", DOCS / "status.md"):  # their summary of the deep probes
+        assert f"{min(under):.0%}-{max(under):.0%} under MLX".replace("%-", "-") in doc.read_text(
+            encoding="utf-8"
+        )
     big = one(1024, 16, vocab=32768)
     grown_by = big["marginal"] - wide
     assert f"adds {grown_by:,} B ({grown_by / big['logits_bf16']:.2f} LG) to MLX's {wide:,} B" in text
