@@ -318,6 +318,68 @@ def _mlx_regime_marginal(folder: Path, run: dict[str, Any]) -> int:
     return est.peak_allocated_bytes - sum(c.bytes for c in peak.components if c.name in RESIDENT)
 
 
+def _solve3(rows: list[list[float]], ys: list[int]) -> tuple[float, float, float]:
+    """The exact solution of three linear equations (Gaussian elimination)."""
+    m = [[*r, float(y)] for r, y in zip(rows, ys, strict=True)]
+    for i in range(3):
+        for j in range(i + 1, 3):
+            f = m[j][i] / m[i][i]
+            m[j] = [x - f * y for x, y in zip(m[j], m[i], strict=True)]
+    out = [0.0, 0.0, 0.0]
+    for i in (2, 1, 0):
+        out[i] = (m[i][3] - sum(m[i][k] * out[k] for k in range(i + 1, 3))) / m[i][i]
+    return out[0], out[1], out[2]
+
+
+def _mlx_setup(model: str, seq_len: int) -> tuple[Any, Any]:
+    """The spec and setup fitcheck poses for an mlx-lm QLoRA step of ``model`` (the records' settings)."""
+    from fitcheck import api
+
+    est = api.estimate(
+        model, method="qlora", trainer="mlx", precision="bf16", lora_rank=8, seq_len=seq_len, batch_size=1,
+        grad_ckpt=True, on="m1-max-32gb",
+    )  # fmt: skip
+    return api.resolve(model), est
+
+
+def _layer_tokens(spec: Any, setup: Any, seq_len: int) -> int:
+    """One layer's activations a token as the mlx regime counts them, its scores aside."""
+    from fitcheck.engine import activations as act
+    from fitcheck.engine.regimes import regime_for
+
+    acts = act.layer_activations(spec.arch, setup, regime_for(setup))
+    return round(acts.total(seq_len) - acts.scores * seq_len)
+
+
+def _mlx_layer_bytes_per_token(folder: Path, run: dict[str, Any]) -> int:
+    import argparse
+
+    from bench_helpers import bench_module
+
+    config = bench_module("mlx_cpu_step").hf_config(argparse.Namespace(**{k: run[k] for k in SHAPE_KEYS}))
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    spec, est = _mlx_setup(str(folder), run["seq_len"])
+    return _layer_tokens(spec, est.setup, run["seq_len"])
+
+
+def _mlx_hand_count_error(seq_len: int, layers: float, per_u: float) -> float:
+    """The methodology's hand count of an MLX rule from the deep probes at Qwen3-8B against the paper's
+    marginal records (the scorer adds the 4.29 GiB resident): the regime's checkpoints, ``layers`` of its
+    layer activations a token, ``per_u`` U, the 1 LG of logits the loss keeps, the adapters and their Adam
+    states."""
+    spec, est = _mlx_setup("qwen3-8b", seq_len)
+    lines = {c.name: c.bytes for p in est.phases for c in p.components}
+    a = spec.arch
+    u = a.num_heads * seq_len**2 * 2
+    hand = (
+        lines["checkpoints"] + layers * _layer_tokens(spec, est.setup, seq_len) * seq_len + per_u * u
+        + seq_len * a.vocab_size * 2 + lines["optimizer_states"] + lines["adapters"]
+    )  # fmt: skip
+    measured = {1024: 2.12, 2048: 3.75, 4096: 7.48, 8192: 21.39}[seq_len]  # mlx-train-perf-qwen3-8b.yaml
+    return (hand / 2**30 + 4.29) / (measured + 4.29) - 1
+
+
 def test_mlx_proxy_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) -> None:
     """The MLX CPU-proxy figures docs/methodology.md quotes are tests/data/mlx_cpu/runs.jsonl's lines, and the
     mlx regime's figures beside them are what fitcheck estimates for those shapes today."""
@@ -388,3 +450,28 @@ def test_mlx_proxy_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) 
             per_u = (b - 2 * a) / (long["U"] - 2 * short["U"])
             per_token = (a - per_u * short["U"]) / 1024
             assert f"{per_u:.2f} U and {per_token / 1000:.0f} KB a token" in text, hidden
+    # three lengths fix c + a per token + b U; a less the checkpoints in the regime's layers; a hand count
+    ratios, per_u = {}, []
+    for hidden in (512, 1024):
+        rows = [one(hidden, 16, seq_len=n) for n in (512, 1024, 2048)]
+        c, a, b = _solve3([[1.0, r["seq_len"], r["U"]] for r in rows], [r["marginal"] for r in rows])
+        assert f"hidden {hidden:,} c = {c / 1e6:.1f} MB, a = {a / 1e3:.1f} KB, b = {b:.2f} U" in text
+        layer = _mlx_layer_bytes_per_token(tmp_path / f"layer{hidden}", rows[1])
+        ratios[hidden] = ((a - 16 * hidden * 2) / layer, layer)
+        per_u.append(b)
+    (r512, l512), (r1024, l1024) = ratios[512], ratios[1024]
+    assert f"a is {r512:.2f} and {r1024:.2f} times" in text and f"{l512:,} and {l1024:,} B a token" in text
+    layers = (r512 + r1024) / 2
+    assert f"{layers:.2f} layers of its" in text and f"{max(per_u):.2f} U (the larger)" in text
+    spec, est = _mlx_setup("qwen3-8b", 1024)
+    assert f"{layers:.2f} layers of its {_layer_tokens(spec, est.setup, 1024):,} B a token" in text
+    errors = [_mlx_hand_count_error(n, layers, max(per_u)) for n in (1024, 2048, 4096, 8192)]
+    assert " / ".join(f"{e:+.1%}" for e in errors[:3]) + " at 1,024 / 2,048 / 4,096 tokens" in text
+    assert f"{errors[3]:+.1%} at 8,192" in text
+    small = {
+        (r["seq_len"], r["limit"]): r["marginal"]
+        for r in step_runs
+        if r["hidden"] == 256 and r["steps"] == 2 and r["layers"] == 2 and r["vocab"] == 512
+    }
+    more = [small[(n, "default")] / small[(n, "0")] - 1 for n in (2048, 4096)]
+    assert f"held {min(more):.0%}-{max(more):.0%} more".replace("%-", "-") in text
