@@ -404,13 +404,18 @@ def test_mlx_proxy_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) 
     bf16 = [r for r in step_runs if r.get("quantized") is False and r.get("dtype") == "bfloat16"]
 
     def one(
-        hidden: int, layers: int, seq_len: int = 1024, vocab: int = 2048, width: str | None = None
+        hidden: int,
+        layers: int,
+        seq_len: int = 1024,
+        vocab: int = 2048,
+        width: str | None = None,
+        limit: str = "0",
     ) -> Any:
         (r,) = [
             r
             for r in bf16
-            if (r["hidden"], r["layers"], r["seq_len"], r["vocab"], r["MLX_BFS_MAX_WIDTH"])
-            == (hidden, layers, seq_len, vocab, width)
+            if (r["hidden"], r["layers"], r["seq_len"], r["vocab"], r["MLX_BFS_MAX_WIDTH"], r["limit"])
+            == (hidden, layers, seq_len, vocab, width, limit)
         ]
         return r
 
@@ -468,6 +473,18 @@ def test_mlx_proxy_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) 
     errors = [_mlx_hand_count_error(n, layers, max(per_u)) for n in (1024, 2048, 4096, 8192)]
     assert " / ".join(f"{e:+.1%}" for e in errors[:3]) + " at 1,024 / 2,048 / 4,096 tokens" in text
     assert f"{errors[3]:+.1%} at 8,192" in text
+    # the same at MLX's default limit (the CPU backend's queue)
+    queued = [one(1024, 16, seq_len=n, limit="default") for n in (512, 1024, 2048)]
+    assert " / ".join(f"{r['marginal']:,}" for r in queued) + " B at 512 / 1,024 / 2,048 tokens" in text
+    extra = [q["marginal"] / one(1024, 16, seq_len=q["seq_len"])["marginal"] - 1 for q in queued]
+    assert " / ".join(f"{e:.0%}" for e in extra) + " more than at limit 0" in text
+    c, a, b = _solve3([[1.0, r["seq_len"], r["U"]] for r in queued], [r["marginal"] for r in queued])
+    assert f"c = {c / 1e6:.1f} MB, a = {a / 1e3:.1f} KB, b = {b:.2f} U" in text
+    deep = (a - 16 * 1024 * 2) / ratios[1024][1]
+    assert f"{deep:.2f} layers beyond the checkpoints" in text
+    errors = [_mlx_hand_count_error(n, deep, b) for n in (1024, 2048, 4096, 8192)]
+    tokens = " at 1,024 / 2,048 / 4,096 tokens and "
+    assert " / ".join(f"{e:+.1%}" for e in errors[:3]) + tokens + f"{errors[3]:+.1%}" in text
     small = {
         (r["seq_len"], r["limit"]): r["marginal"]
         for r in step_runs

@@ -46,7 +46,8 @@ KNOWN_SOURCE: dict[str, str] = {
     "(the file's header); session 16 measured MLX's own evaluation on its CPU backend "
     "(bench/mlx_cpu_step.py, mlx_loss_probe.py): about 3 U of attention and 3 LG of loss where the torch "
     "rules count 6 each, plus 0-1.2 U from MLX's evaluation order; session 17's deep probes (16-36 layers) "
-    "give a rule that leaves the records 7.5-23.5% under at limit 0, so not yet an engine rule",
+    "give a rule that leaves the records 7.5-23.5% under at limit 0 and -7.1% to +4.0% at MLX's default "
+    "limit (the CPU backend's queue, not Metal's): the recipe for the next rule, not yet an engine rule",
 }
 
 
