@@ -296,24 +296,41 @@ def test_readme_names_every_trainer() -> None:
 RESIDENT = ("weights_4bit", "weights_unquantized", "adapters")
 #: The fields of a bench/mlx_cpu_step.py run that its config.json is written from.
 SHAPE_KEYS = ("seq_len", "heads", "kv_heads", "head_dim", "hidden", "intermediate", "layers", "vocab")
+MLX_RUNS = ROOT / "tests/data/mlx_cpu/runs.jsonl"
 
 
-def _mlx_regime_marginal(folder: Path, run: dict[str, Any]) -> int:
-    """fitcheck's mlx regime at a probe's shape (bench/mlx_cpu_step.py's config.json of it), less the resident
-    weights and adapters: the side of the probe's marginal that fitcheck estimates (the same with 4-bit
-    weights or without: the regime dequantizes nothing)."""
+def _mlx_runs() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in MLX_RUNS.read_text(encoding="utf-8").splitlines()]
+
+
+def _mlx_setup(model: str, seq_len: int) -> tuple[Any, Any]:
+    """The spec and estimate fitcheck makes for an mlx-lm QLoRA step of ``model`` (the records' settings)."""
+    from fitcheck import api
+
+    est = api.estimate(
+        model, method="qlora", trainer="mlx", precision="bf16", lora_rank=8, seq_len=seq_len, batch_size=1,
+        grad_ckpt=True, on="m1-max-32gb",
+    )  # fmt: skip
+    return api.resolve(model), est
+
+
+def _probe_model(folder: Path, run: dict[str, Any]) -> str:
+    """A folder holding bench/mlx_cpu_step.py's config.json of a probe's shape, for fitcheck to read."""
     import argparse
 
     from bench_helpers import bench_module
-    from fitcheck import api
 
     config = bench_module("mlx_cpu_step").hf_config(argparse.Namespace(**{k: run[k] for k in SHAPE_KEYS}))
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    est = api.estimate(
-        str(folder), method="qlora", trainer="mlx", precision="bf16", lora_rank=8, seq_len=run["seq_len"],
-        batch_size=1, grad_ckpt=True, on="m1-max-32gb",
-    )  # fmt: skip
+    return str(folder)
+
+
+def _mlx_regime_marginal(folder: Path, run: dict[str, Any]) -> int:
+    """fitcheck's mlx regime at a probe's shape, less the resident weights and adapters: the side of the
+    probe's marginal that fitcheck estimates (the same with 4-bit weights or without: the regime dequantizes
+    nothing)."""
+    _, est = _mlx_setup(_probe_model(folder, run), run["seq_len"])
     peak = next(p for p in est.phases if p.name == est.peak_phase)
     return est.peak_allocated_bytes - sum(c.bytes for c in peak.components if c.name in RESIDENT)
 
@@ -331,17 +348,6 @@ def _solve3(rows: list[list[float]], ys: list[int]) -> tuple[float, float, float
     return out[0], out[1], out[2]
 
 
-def _mlx_setup(model: str, seq_len: int) -> tuple[Any, Any]:
-    """The spec and setup fitcheck poses for an mlx-lm QLoRA step of ``model`` (the records' settings)."""
-    from fitcheck import api
-
-    est = api.estimate(
-        model, method="qlora", trainer="mlx", precision="bf16", lora_rank=8, seq_len=seq_len, batch_size=1,
-        grad_ckpt=True, on="m1-max-32gb",
-    )  # fmt: skip
-    return api.resolve(model), est
-
-
 def _layer_tokens(spec: Any, setup: Any, seq_len: int) -> int:
     """One layer's activations a token as the mlx regime counts them, its scores aside."""
     from fitcheck.engine import activations as act
@@ -352,22 +358,35 @@ def _layer_tokens(spec: Any, setup: Any, seq_len: int) -> int:
 
 
 def _mlx_layer_bytes_per_token(folder: Path, run: dict[str, Any]) -> int:
-    import argparse
+    spec, est = _mlx_setup(_probe_model(folder, run), run["seq_len"])
+    return _layer_tokens(spec, est.setup, run["seq_len"])
+
+
+def _paper_marginals() -> dict[int, tuple[int, int]]:
+    """mlx-train-perf-qwen3-8b.yaml's marginal records (the paper's section 1): tokens -> (the marginal peak,
+    the resident state it was measured above), bytes."""
+    import yaml
 
     from bench_helpers import bench_module
 
-    config = bench_module("mlx_cpu_step").hf_config(argparse.Namespace(**{k: run[k] for k in SHAPE_KEYS}))
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    spec, est = _mlx_setup(str(folder), run["seq_len"])
-    return _layer_tokens(spec, est.setup, run["seq_len"])
+    pub = bench_module("published")
+    data = yaml.safe_load((pub.DATA / "mlx-train-perf-qwen3-8b.yaml").read_text(encoding="utf-8"))
+
+    def size(figure: dict[str, Any]) -> int:
+        return int(pub.measured_bytes(float(figure["value"]), figure["unit"], "peak"))
+
+    return {
+        r["setup"]["seq_len"]: (size(r["measured"]), size(r["measured_above"]))
+        for r in data["records"]
+        if "measured_above" in r
+    }
 
 
 def _mlx_hand_count_error(seq_len: int, layers: float, per_u: float) -> float:
     """The methodology's hand count of an MLX rule from the deep probes at Qwen3-8B against the paper's
-    marginal records (the scorer adds the 4.29 GiB resident): the regime's checkpoints, ``layers`` of its
-    layer activations a token, ``per_u`` U, the 1 LG of logits the loss keeps, the adapters and their Adam
-    states."""
+    marginal record at ``seq_len`` (both above the record's resident state): the regime's checkpoints,
+    ``layers`` of its layer activations a token, ``per_u`` U, the 1 LG of logits the loss keeps, the adapters
+    and their Adam states."""
     spec, est = _mlx_setup("qwen3-8b", seq_len)
     lines = {c.name: c.bytes for p in est.phases for c in p.components}
     a = spec.arch
@@ -376,15 +395,15 @@ def _mlx_hand_count_error(seq_len: int, layers: float, per_u: float) -> float:
         lines["checkpoints"] + layers * _layer_tokens(spec, est.setup, seq_len) * seq_len + per_u * u
         + seq_len * a.vocab_size * 2 + lines["optimizer_states"] + lines["adapters"]
     )  # fmt: skip
-    measured = {1024: 2.12, 2048: 3.75, 4096: 7.48, 8192: 21.39}[seq_len]  # mlx-train-perf-qwen3-8b.yaml
-    return (hand / 2**30 + 4.29) / (measured + 4.29) - 1
+    marginal, resident = _paper_marginals()[seq_len]
+    return (hand + resident) / (marginal + resident) - 1
 
 
 def test_mlx_proxy_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) -> None:
     """The MLX CPU-proxy figures docs/methodology.md quotes are tests/data/mlx_cpu/runs.jsonl's lines, and the
     mlx regime's figures beside them are what fitcheck estimates for those shapes today."""
     text = " ".join((DOCS / "methodology.md").read_text(encoding="utf-8").split())
-    runs = [json.loads(line) for line in (ROOT / "tests/data/mlx_cpu/runs.jsonl").read_text().splitlines()]
+    runs = _mlx_runs()
     sdpa = [r for r in runs if r["script"] == "bench/mlx_sdpa_op.py"]
     for limit, words in (("0", "at limit 0"), ("default", "at the default")):
         ratios = [r["fwdbwd_marginal_over_U"] for r in sdpa if r["limit"] == limit]
@@ -399,7 +418,14 @@ def test_mlx_proxy_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) 
         assert f"{ours:,} B ({(ours - run['marginal']) / run['marginal']:+.0%})" in text, layers
     two = four_bit[2]
     assert f"MLX holds {two['marginal']:,} B of marginal ({two['marginal_over_U']:.2f} U)" in text
-    # session 17: unquantized bf16 sweeps over depth (to 36 layers) and length at hidden 1,024 and 512, the
+
+
+def test_mlx_deep_probe_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) -> None:
+    """Session 17's deep MLX probes (16-36 layers, two widths, three lengths, both memory limits) as
+    docs/methodology.md, README.md and docs/status.md quote them, with fitcheck's side and the hand counts."""
+    text = " ".join((DOCS / "methodology.md").read_text(encoding="utf-8").split())
+    step_runs = [r for r in _mlx_runs() if r["script"] == "bench/mlx_cpu_step.py"]
+    # unquantized bf16 sweeps over depth (to 36 layers) and length at hidden 1,024 and 512, the
     # 16-layer step in depth-first order, and a larger vocabulary
     bf16 = [r for r in step_runs if r.get("quantized") is False and r.get("dtype") == "bfloat16"]
 
@@ -424,7 +450,8 @@ def test_mlx_proxy_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) 
     assert (
         " / ".join(f"{one(512, n)['marginal']:,}" for n in (1, 16, 36)) + " B at 1 / 16 / 36 layers" in text
     )
-    for hidden, ckpt in ((1024, 2 * 2**20), (512, 2**20)):
+    for hidden in (1024, 512):
+        ckpt = 1024 * hidden * 2  # one layer's checkpoint: 1,024 tokens x hidden, bf16
         shallow, deep = one(hidden, 1)["marginal"], one(hidden, 36)["marginal"]
         assert abs(deep - one(hidden, 16)["marginal"] - 20 * ckpt) <= 1024  # "the checkpoint a layer"
         assert f"{(deep - 36 * ckpt - shallow + ckpt) / 1e6:.1f} MB" in text, hidden
@@ -462,7 +489,7 @@ def test_mlx_proxy_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) 
         c, a, b = _solve3([[1.0, r["seq_len"], r["U"]] for r in rows], [r["marginal"] for r in rows])
         assert f"hidden {hidden:,} c = {c / 1e6:.1f} MB, a = {a / 1e3:.1f} KB, b = {b:.2f} U" in text
         layer = _mlx_layer_bytes_per_token(tmp_path / f"layer{hidden}", rows[1])
-        ratios[hidden] = ((a - 16 * hidden * 2) / layer, layer)
+        ratios[hidden] = ((a - 16 * hidden * 2) / layer, layer)  # less 16 checkpoints a token
         per_u.append(b)
     (r512, l512), (r1024, l1024) = ratios[512], ratios[1024]
     assert f"a is {r512:.2f} and {r1024:.2f} times" in text and f"{l512:,} and {l1024:,} B a token" in text
