@@ -360,32 +360,61 @@ class Choice:
     cover: float
     rule: Rule
     misses: int
+    #: every candidate at every level, as the choice saw them (`assess`)
+    trials: Mapping[tuple[float, str], Trial]
 
 
-def choose(rows: Sequence[Row], states: float) -> Choice:
-    """The candidate rule, and the in-sample level it is fitted at, that keep the promise held out.
+@dataclass(frozen=True)
+class Trial:
+    """One candidate at one fit level: its held-out misses, whether it is stable (`stability` within
+    STABILITY_BOUND on both edges) and its width (`mean_high` of its whole-corpus band)."""
+
+    misses: int
+    steady: bool
+    width: float
+
+
+def assess(rows: Sequence[Row], states: float) -> dict[tuple[float, str], Trial]:
+    """Every candidate at every fit level, each derived once per source left out."""
+    out = {}
+    for cover in FIT_COVERAGES:
+        for name, rule in CANDIDATES:
+            loo = leave_one_out(rows, states, at(rule, cover))
+            misses = sum(h.above for h in held_out(loo).values())
+            steady = max(m.share for m in stability(loo).values()) <= STABILITY_BOUND
+            out[(cover, name)] = Trial(misses, steady, mean_high(rows, loo.full))
+    return out
+
+
+def choose(
+    rows: Sequence[Row], states: float, trials: dict[tuple[float, str], Trial] | None = None
+) -> Choice:
+    """The candidate rule, and the in-sample level it is fitted at, that keep the promise held out and
+    are stable.
 
     For each level of FIT_COVERAGES in turn (lowest first: the narrowest band that can keep it), each
     candidate's band is derived without each source and that source's records counted above its high
-    edge; at the first level where the fewest such misses is at most ``1 - COVERAGE`` of the records in
-    the derivation, the candidate with the fewest is chosen (the narrowest, `mean_high` of its
-    whole-corpus band, among equals, then the earlier in CANDIDATES). If no level keeps the promise, the
-    fewest misses over every level (narrowest among equals). Chosen again whenever the corpus changes,
-    so the rule and its level are the evidence's, not a session's."""
+    edge; a candidate is eligible when those misses are at most ``1 - COVERAGE`` of the records in the
+    derivation and leaving any one source out moves neither edge of any record by more than
+    STABILITY_BOUND of its estimate (no source decides the band). At the first level with an eligible
+    candidate, the eligible one with the fewest misses is chosen (the narrowest, `mean_high` of its
+    whole-corpus band, among equals, then the earlier in CANDIDATES). If no level has one, the fewest
+    misses over every level (narrowest among equals). Chosen again whenever the corpus changes, so the
+    rule and its level are the evidence's, not a session's. ``trials``: `assess` of these rows, when made
+    already."""
     allowed = (1 - COVERAGE) * sum(1 for r in rows if not r.known_gap) + 1e-9
-    best: tuple[int, float, float, int] | None = None
+    table = assess(rows, states) if trials is None else trials
+    order = {name: i for i, (name, _) in enumerate(CANDIDATES)}
+
+    def key(k: tuple[float, str]) -> tuple[int, float, float, int]:
+        return (table[k].misses, table[k].width, k[0], order[k[1]])
+
     for cover in FIT_COVERAGES:
-        keyed = []
-        for i, (_, rule) in enumerate(CANDIDATES):
-            fitted = at(rule, cover)
-            keyed.append(
-                (held_out_misses(rows, states, fitted), mean_high(rows, fitted(rows, states)), cover, i)
-            )
-        top = min(keyed)
-        if top[0] <= allowed:
-            best = top
+        ok = [k for k in table if k[0] == cover and table[k].misses <= allowed and table[k].steady]
+        if ok:
+            best = min(ok, key=key)
             break
-        best = top if best is None else min(best, top)
-    assert best is not None
-    misses, _, cover, i = best
-    return Choice(CANDIDATES[i][0], cover, at(CANDIDATES[i][1], cover), misses)
+    else:
+        best = min(table, key=key)
+    cover, name = best
+    return Choice(name, cover, at(dict(CANDIDATES)[name], cover), table[best].misses, table)

@@ -583,23 +583,36 @@ def calibration_spread() -> float:
 
 def band_rows(scored: dict[str, list[Score]]) -> list[bd.Row]:
     """Every scored record as the band derivation sees it (estimated once; leaving a source out
-    re-derives from these rows without estimating again).
+    re-derives from these rows without estimating again), and after them the published diffusion records
+    (bench/published_diffusion.py): the diffusion estimator's band is this one, so it is derived from its
+    records too, each diffusion source one more source to hold out.
 
     A record whose figure carries the allocator's history over varying lengths (``est.cache_history``)
     measured a reading, not the run's need that the band brackets (the history is releasable cache, outside
     ``device_bytes``): it sits with the known gaps, out of the derivation."""
     return [
-        bd.Row(
-            source=s.record.source,
-            key=s.record.key,
-            known_gap=bool(s.record.known_gap) or _with_history(s),
-            measured=s.record.measured_bytes,
-            estimate=s.estimate_bytes,
-            kinds=_kinds_in_figure(s),
-        )
-        for sid in sorted(scored)
-        for s in scored[sid]
+        *(
+            bd.Row(
+                source=s.record.source,
+                key=s.record.key,
+                known_gap=bool(s.record.known_gap) or _with_history(s),
+                measured=s.record.measured_bytes,
+                estimate=s.estimate_bytes,
+                kinds=_kinds_in_figure(s),
+            )
+            for sid in sorted(scored)
+            for s in scored[sid]
+        ),
+        *_diffusion_rows(),
     ]
+
+
+@functools.cache
+def _diffusion_rows() -> tuple[bd.Row, ...]:
+    """The published diffusion records as band rows (bench/published_diffusion.py ``band_rows``)."""
+    import published_diffusion
+
+    return tuple(published_diffusion.band_rows())
 
 
 @functools.cache
@@ -782,13 +795,16 @@ def render_band(scored: dict[str, list[Score]]) -> list[str]:
         "states, gradients) from the traced calibration grid, whose largest disagreement with the engine,",
         "rounded up to 0.5%, bounds them both ways (their counts are exact); then, for each edge separately",
         "and over the records in the derivation (those naming no known gap and whose figure carries no",
-        "allocator history: the history is releasable cache, outside the need the band brackets), the",
+        "allocator history: the history is releasable cache, outside the need the band brackets; with",
+        "them the published diffusion records of docs/diffusion.md, whose estimator shares this band), the",
         "published terms by one of four candidate rules (`bd.CANDIDATES`), fitted at one of the",
         "in-sample levels " + ", ".join(f"{100 * c:g}%" for c in bd.FIT_COVERAGES),
         "(`bd.FIT_COVERAGES`): at the",
         "lowest level where some rule's band, derived without each source in turn, leaves at most",
-        f"{1 - bd.COVERAGE:.0%} of the held-out records above its high edge (the promise), the rule that",
-        "leaves the fewest (the narrowest among equals; the rules table below). A band fitted to exactly",
+        f"{1 - bd.COVERAGE:.0%} of the held-out records above its high edge (the promise) and is stable",
+        "(leaving any one source out moves neither edge of any record by more than",
+        f"{100 * bd.STABILITY_BOUND:.0f}% of its estimate), the rule among those that leaves the fewest",
+        "(the narrowest among equals; the rules table below). A band fitted to exactly",
         f"{bd.COVERAGE:.0%} of the records it saw covers fewer of those it did not see, so the level is the",
         "held-out evidence's, as a conformal bound inflates its quantile.",
         f"Chosen on this corpus: **{chosen_rule(scored).name},",

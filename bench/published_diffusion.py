@@ -95,7 +95,8 @@ def records() -> list[Record]:
     return out
 
 
-def score(rec: Record) -> Score:
+def _pose(rec: Record) -> Any:
+    """fitcheck's estimate of the record's run, posed as the module doc says."""
     from fitcheck import api
 
     spec = api.resolve(rec.model)
@@ -105,15 +106,50 @@ def score(rec: Record) -> Score:
         spec = spec.model_copy(update={"text_tokens": int(rec.setup["text_tokens"])})
     opts = {k: rec.setup[k] for k in SETUP_KEYS if k in rec.setup}
     on = rec.gpu if rec.gpu and rec.gpu != "unknown" else None
-    est = api.estimate(spec, on=on, **opts)
+    return api.estimate(spec, on=on, **opts)
+
+
+def _unseen(rec: Record, est: Any) -> int:
+    """Bytes of the device figure the record's counter does not see (reserve and context, for
+    ``max_memory_allocated``)."""
+    return est.device_bytes - est.peak_allocated_bytes if rec.metric == ALLOCATED else 0
+
+
+def score(rec: Record) -> Score:
+    est = _pose(rec)
     band = est.band
     low, high = (band.low_bytes, band.high_bytes) if band else (est.device_bytes, est.device_bytes)
-    figure = est.device_bytes
-    if rec.metric == ALLOCATED:
-        figure = est.peak_allocated_bytes
-        low, high = low - (est.device_bytes - figure), high - (est.device_bytes - figure)
+    cut = _unseen(rec, est)
+    figure = est.device_bytes - cut
     err = (figure - rec.measured_bytes) / rec.measured_bytes
-    return Score(rec, figure, low, high, err)
+    return Score(rec, figure, low - cut, high - cut, err)
+
+
+def band_rows() -> list[Any]:
+    """Every record as the band's derivation sees it (bench/band_derive.py ``Row``): the bytes of each band
+    kind inside the figure it is compared with. The diffusion records are derived from with the LLM corpus'
+    (bench/published.py ``band_rows``), so the band the diffusion estimator shares answers for them."""
+    import band_derive as bd
+
+    from fitcheck.engine.band import kind_bytes
+
+    out = []
+    for rec in records():
+        est = _pose(rec)
+        kinds = kind_bytes(est.phase(est.peak_phase), est.allocator_reserve_bytes, est.context_bytes)
+        cut = _unseen(rec, est)
+        kinds["transient"] -= cut
+        out.append(
+            bd.Row(
+                source=rec.source,
+                key=f"{rec.source}/{rec.id}",
+                known_gap=bool(rec.known_gap),
+                measured=round(rec.measured_bytes),
+                estimate=est.device_bytes - cut,
+                kinds=kinds,
+            )
+        )
+    return out
 
 
 def table(scores: list[Score]) -> str:

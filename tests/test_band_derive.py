@@ -198,22 +198,43 @@ def _spread_corpus(shift: float) -> list[Any]:
 
 @pytest.mark.parametrize("shift", [0.0, 0.15, 0.6])
 def test_choose_takes_the_lowest_level_that_keeps_the_held_out_promise(shift: float) -> None:
-    """`choose`: at the level it picks, its rule has the fewest held-out misses; when that is within the
-    promise (1 - COVERAGE of the records), every lower level broke it for every candidate; when no level
-    keeps it, no level and candidate misses fewer."""
+    """`choose`: a candidate is eligible when its held-out misses are within the promise (1 - COVERAGE of
+    the records) and leaving any source out moves neither edge by more than STABILITY_BOUND; at the level it
+    picks, its rule has the fewest misses among the eligible, and no lower level had an eligible one; when no
+    level has one, no level and candidate misses fewer."""
     rows = _spread_corpus(shift)
     c = bd.choose(rows, STATES)
     allowed = (1 - bd.COVERAGE) * len(rows) + 1e-9
-    table = {
-        (cov, n): bd.held_out_misses(rows, STATES, bd.at(r, cov))
-        for cov in bd.FIT_COVERAGES
-        for n, r in bd.CANDIDATES
-    }
-    assert table[(c.cover, c.name)] == c.misses == min(m for (cov, _), m in table.items() if cov == c.cover)
-    if c.misses <= allowed:
-        assert all(m > allowed for (cov, _), m in table.items() if cov < c.cover)
+    table = {}
+    for cov in bd.FIT_COVERAGES:
+        for n, r in bd.CANDIDATES:
+            loo = bd.leave_one_out(rows, STATES, bd.at(r, cov))
+            steady = max(m.share for m in bd.stability(loo).values()) <= bd.STABILITY_BOUND
+            table[(cov, n)] = (bd.held_out_misses(rows, STATES, bd.at(r, cov)), steady)
+    assert {k: (v.misses, v.steady) for k, v in c.trials.items()} == table
+    ok = {k: m for k, (m, steady) in table.items() if m <= allowed and steady}
+    if ok:
+        assert all(cov >= c.cover for cov, _ in ok)
+        assert c.misses == ok[(c.cover, c.name)] == min(m for (cov, _), m in ok.items() if cov == c.cover)
     else:
-        assert c.misses == min(table.values())
+        assert c.misses == min(m for m, _ in table.values())
+
+
+def test_an_unstable_rule_is_not_chosen() -> None:
+    """A rule that keeps the promise with the fewest misses but that one source moves by more than
+    STABILITY_BOUND is passed over for a stable one at the same level, and a level with no stable rule
+    within the promise for a higher one."""
+    rows = _spread_corpus(0.0)  # 40 records: the promise allows 4 held-out misses
+    names = [n for n, _ in bd.CANDIDATES]
+    trials = {(cov, n): bd.Trial(9, True, 0.1) for cov in bd.FIT_COVERAGES for n in names}
+    trials[(0.9, names[0])] = bd.Trial(1, False, 0.1)  # fewest misses, unstable
+    trials[(0.9, names[1])] = bd.Trial(3, True, 0.2)  # eligible
+    c = bd.choose(rows, STATES, trials)
+    assert (c.cover, c.name, c.misses) == (0.9, names[1], 3)
+    trials[(0.9, names[1])] = bd.Trial(3, False, 0.2)  # no stable rule within the promise at 90%
+    trials[(0.95, names[2])] = bd.Trial(4, True, 0.3)
+    c = bd.choose(rows, STATES, trials)
+    assert (c.cover, c.name) == (0.95, names[2])
 
 
 def test_a_source_far_above_the_others_raises_the_fit_level() -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import mlx_helpers as mh
 from fitcheck.cli import app, main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -292,76 +293,6 @@ def test_readme_names_every_trainer() -> None:
     assert named == {t.value for t in TrainerOpt}
 
 
-#: What the MLX probes' ``active_before`` already holds (the marginal is measured above it).
-RESIDENT = ("weights_4bit", "weights_unquantized", "adapters")
-#: The fields of a bench/mlx_cpu_step.py run that its config.json is written from.
-SHAPE_KEYS = ("seq_len", "heads", "kv_heads", "head_dim", "hidden", "intermediate", "layers", "vocab")
-MLX_RUNS = ROOT / "tests/data/mlx_cpu/runs.jsonl"
-
-
-def _mlx_runs() -> list[dict[str, Any]]:
-    return [json.loads(line) for line in MLX_RUNS.read_text(encoding="utf-8").splitlines()]
-
-
-def _mlx_setup(model: str, seq_len: int) -> tuple[Any, Any]:
-    """The spec and estimate fitcheck makes for an mlx-lm QLoRA step of ``model`` (the records' settings)."""
-    from fitcheck import api
-
-    est = api.estimate(
-        model, method="qlora", trainer="mlx", precision="bf16", lora_rank=8, seq_len=seq_len, batch_size=1,
-        grad_ckpt=True, on="m1-max-32gb",
-    )  # fmt: skip
-    return api.resolve(model), est
-
-
-def _probe_model(folder: Path, run: dict[str, Any]) -> str:
-    """A folder holding bench/mlx_cpu_step.py's config.json of a probe's shape, for fitcheck to read."""
-    import argparse
-
-    from bench_helpers import bench_module
-
-    config = bench_module("mlx_cpu_step").hf_config(argparse.Namespace(**{k: run[k] for k in SHAPE_KEYS}))
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    return str(folder)
-
-
-def _mlx_regime_marginal(folder: Path, run: dict[str, Any]) -> int:
-    """fitcheck's mlx regime at a probe's shape, less the resident weights and adapters: the side of the
-    probe's marginal that fitcheck estimates (the same with 4-bit weights or without: the regime dequantizes
-    nothing)."""
-    _, est = _mlx_setup(_probe_model(folder, run), run["seq_len"])
-    peak = next(p for p in est.phases if p.name == est.peak_phase)
-    return est.peak_allocated_bytes - sum(c.bytes for c in peak.components if c.name in RESIDENT)
-
-
-def _solve3(rows: list[list[float]], ys: list[int]) -> tuple[float, float, float]:
-    """The exact solution of three linear equations (Gaussian elimination)."""
-    m = [[*r, float(y)] for r, y in zip(rows, ys, strict=True)]
-    for i in range(3):
-        for j in range(i + 1, 3):
-            f = m[j][i] / m[i][i]
-            m[j] = [x - f * y for x, y in zip(m[j], m[i], strict=True)]
-    out = [0.0, 0.0, 0.0]
-    for i in (2, 1, 0):
-        out[i] = (m[i][3] - sum(m[i][k] * out[k] for k in range(i + 1, 3))) / m[i][i]
-    return out[0], out[1], out[2]
-
-
-def _layer_tokens(spec: Any, setup: Any, seq_len: int) -> int:
-    """One layer's activations a token as the mlx regime counts them, its scores aside."""
-    from fitcheck.engine import activations as act
-    from fitcheck.engine.regimes import regime_for
-
-    acts = act.layer_activations(spec.arch, setup, regime_for(setup))
-    return round(acts.total(seq_len) - acts.scores * seq_len)
-
-
-def _mlx_layer_bytes_per_token(folder: Path, run: dict[str, Any]) -> int:
-    spec, est = _mlx_setup(_probe_model(folder, run), run["seq_len"])
-    return _layer_tokens(spec, est.setup, run["seq_len"])
-
-
 def _paper_marginals() -> dict[int, tuple[int, int]]:
     """mlx-train-perf-qwen3-8b.yaml's marginal records (the paper's section 1): tokens -> (the marginal peak,
     the resident state it was measured above), bytes."""
@@ -387,12 +318,12 @@ def _mlx_hand_count_error(seq_len: int, layers: float, per_u: float) -> float:
     marginal record at ``seq_len`` (both above the record's resident state): the regime's checkpoints,
     ``layers`` of its layer activations a token, ``per_u`` U, the 1 LG of logits the loss keeps, the adapters
     and their Adam states."""
-    spec, est = _mlx_setup("qwen3-8b", seq_len)
+    spec, est = mh.mlx_setup("qwen3-8b", seq_len)
     lines = {c.name: c.bytes for p in est.phases for c in p.components}
     a = spec.arch
     u = a.num_heads * seq_len**2 * 2
     hand = (
-        lines["checkpoints"] + layers * _layer_tokens(spec, est.setup, seq_len) * seq_len + per_u * u
+        lines["checkpoints"] + layers * mh.layer_tokens(spec, est.setup, seq_len) * seq_len + per_u * u
         + seq_len * a.vocab_size * 2 + lines["optimizer_states"] + lines["adapters"]
     )  # fmt: skip
     marginal, resident = _paper_marginals()[seq_len]
@@ -403,7 +334,7 @@ def test_mlx_proxy_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) 
     """The MLX CPU-proxy figures docs/methodology.md quotes are tests/data/mlx_cpu/runs.jsonl's lines, and the
     mlx regime's figures beside them are what fitcheck estimates for those shapes today."""
     text = " ".join((DOCS / "methodology.md").read_text(encoding="utf-8").split())
-    runs = _mlx_runs()
+    runs = mh.runs()
     sdpa = [r for r in runs if r["script"] == "bench/mlx_sdpa_op.py"]
     for limit, words in (("0", "at limit 0"), ("default", "at the default")):
         ratios = [r["fwdbwd_marginal_over_U"] for r in sdpa if r["limit"] == limit]
@@ -414,7 +345,7 @@ def test_mlx_proxy_figures_in_methodology_are_the_recorded_runs(tmp_path: Path) 
     for layers in (1, 2, 4):
         run = four_bit[layers]
         assert f"{run['marginal']:,} B" in text, layers
-        ours = _mlx_regime_marginal(tmp_path / str(layers), run)
+        ours = mh.regime_marginal(tmp_path / str(layers), run, torch_rules=True)
         assert f"{ours:,} B ({(ours - run['marginal']) / run['marginal']:+.0%})" in text, layers
     two = four_bit[2]
     assert f"MLX holds {two['marginal']:,} B of marginal ({two['marginal_over_U']:.2f} U)" in text
@@ -424,7 +355,7 @@ def test_mlx_deep_probe_figures_in_methodology_are_the_recorded_runs(tmp_path: P
     """Session 17's deep MLX probes (16-36 layers, two widths, three lengths, both memory limits) as
     docs/methodology.md, README.md and docs/status.md quote them, with fitcheck's side and the hand counts."""
     text = " ".join((DOCS / "methodology.md").read_text(encoding="utf-8").split())
-    step_runs = [r for r in _mlx_runs() if r["script"] == "bench/mlx_cpu_step.py"]
+    step_runs = [r for r in mh.runs() if r["script"] == "bench/mlx_cpu_step.py"]
     # unquantized bf16 sweeps over depth (to 36 layers) and length at hidden 1,024 and 512, the
     # 16-layer step in depth-first order, and a larger vocabulary
     bf16 = [r for r in step_runs if r.get("quantized") is False and r.get("dtype") == "bfloat16"]
@@ -458,9 +389,10 @@ def test_mlx_deep_probe_figures_in_methodology_are_the_recorded_runs(tmp_path: P
     wide, narrow = one(1024, 16)["marginal"], one(1024, 16, width="1")["marginal"]
     assert f"holds {narrow:,} B, {(wide - narrow) / 1e6:.1f} MB less" in text
     for n in (16, 36):
-        assert f"{_mlx_regime_marginal(tmp_path / f'sweep{n}', one(1024, n)):,} B" in text
+        assert f"{mh.regime_marginal(tmp_path / f'sweep{n}', one(1024, n), torch_rules=True):,} B" in text
     under = [
-        1 - _mlx_regime_marginal(tmp_path / f"under{h}-{n}", one(h, n)) / one(h, n)["marginal"]
+        1
+        - mh.regime_marginal(tmp_path / f"under{h}-{n}", one(h, n), torch_rules=True) / one(h, n)["marginal"]
         for h in (512, 1024)
         for n in (16, 36)
     ]
@@ -474,8 +406,8 @@ def test_mlx_deep_probe_figures_in_methodology_are_the_recorded_runs(tmp_path: P
     # 16 layers at 2,048 tokens, and what each side grows by between the two lengths (a U + b per token)
     for hidden in (1024, 512):
         short, long = one(hidden, 16), one(hidden, 16, seq_len=2048)
-        ours_short = _mlx_regime_marginal(tmp_path / f"short{hidden}", short)
-        ours_long = _mlx_regime_marginal(tmp_path / f"long{hidden}", long)
+        ours_short = mh.regime_marginal(tmp_path / f"short{hidden}", short, torch_rules=True)
+        ours_long = mh.regime_marginal(tmp_path / f"long{hidden}", long, torch_rules=True)
         assert f"{long['marginal']:,} B" in text and f"{ours_long:,} B" in text, hidden
         assert f"({(ours_long - long['marginal']) / long['marginal']:+.0%})" in text, hidden
         for a, b in ((short["marginal"], long["marginal"]), (ours_short, ours_long)):
@@ -486,17 +418,17 @@ def test_mlx_deep_probe_figures_in_methodology_are_the_recorded_runs(tmp_path: P
     ratios, per_u = {}, []
     for hidden in (512, 1024):
         rows = [one(hidden, 16, seq_len=n) for n in (512, 1024, 2048)]
-        c, a, b = _solve3([[1.0, r["seq_len"], r["U"]] for r in rows], [r["marginal"] for r in rows])
+        c, a, b = mh.solve3([[1.0, r["seq_len"], r["U"]] for r in rows], [r["marginal"] for r in rows])
         assert f"hidden {hidden:,} c = {c / 1e6:.1f} MB, a = {a / 1e3:.1f} KB, b = {b:.2f} U" in text
-        layer = _mlx_layer_bytes_per_token(tmp_path / f"layer{hidden}", rows[1])
+        layer = mh.layer_bytes_per_token(tmp_path / f"layer{hidden}", rows[1])
         ratios[hidden] = ((a - 16 * hidden * 2) / layer, layer)  # less 16 checkpoints a token
         per_u.append(b)
     (r512, l512), (r1024, l1024) = ratios[512], ratios[1024]
     assert f"a is {r512:.2f} and {r1024:.2f} times" in text and f"{l512:,} and {l1024:,} B a token" in text
     layers = (r512 + r1024) / 2
     assert f"{layers:.2f} layers of its" in text and f"{max(per_u):.2f} U (the larger)" in text
-    spec, est = _mlx_setup("qwen3-8b", 1024)
-    assert f"{layers:.2f} layers of its {_layer_tokens(spec, est.setup, 1024):,} B a token" in text
+    spec, est = mh.mlx_setup("qwen3-8b", 1024)
+    assert f"{layers:.2f} layers of its {mh.layer_tokens(spec, est.setup, 1024):,} B a token" in text
     errors = [_mlx_hand_count_error(n, layers, max(per_u)) for n in (1024, 2048, 4096, 8192)]
     assert " / ".join(f"{e:+.1%}" for e in errors[:3]) + " at 1,024 / 2,048 / 4,096 tokens" in text
     assert f"{errors[3]:+.1%} at 8,192" in text
@@ -505,7 +437,7 @@ def test_mlx_deep_probe_figures_in_methodology_are_the_recorded_runs(tmp_path: P
     assert " / ".join(f"{r['marginal']:,}" for r in queued) + " B at 512 / 1,024 / 2,048 tokens" in text
     extra = [q["marginal"] / one(1024, 16, seq_len=q["seq_len"])["marginal"] - 1 for q in queued]
     assert " / ".join(f"{e:.0%}" for e in extra) + " more than at limit 0" in text
-    c, a, b = _solve3([[1.0, r["seq_len"], r["U"]] for r in queued], [r["marginal"] for r in queued])
+    c, a, b = mh.solve3([[1.0, r["seq_len"], r["U"]] for r in queued], [r["marginal"] for r in queued])
     assert f"c = {c / 1e6:.1f} MB, a = {a / 1e3:.1f} KB, b = {b:.2f} U" in text
     deep = (a - 16 * 1024 * 2) / ratios[1024][1]
     assert f"{deep:.2f} layers beyond the checkpoints" in text

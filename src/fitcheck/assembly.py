@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 
 from fitcheck.engine.band import band
 from fitcheck.engine.overhead import context_bytes, reserve_bytes
-from fitcheck.models import AnySetup, Component, DiffusionSetup, Estimate, ParamCounts, Phase, Regime, Thumb
+from fitcheck.models import AnySetup, Component, Estimate, ParamCounts, Phase, Regime, Thumb
 from fitcheck.vocab import PhaseName
 
 
@@ -70,7 +70,7 @@ def assemble(
         context_bytes=context,
         device_bytes=peak.total_bytes + reserve + context,
         thumb=thumb,
-        band=band(peak, reserve, context, borrowed=isinstance(setup, DiffusionSetup)),
+        band=band(peak, reserve, context),
         warnings=warnings,
     )
 

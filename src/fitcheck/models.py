@@ -548,6 +548,11 @@ class Regime(Frozen):
         default="bitsandbytes",
         description="QLoRA's 4-bit base: bitsandbytes Params4bit, torchao NF4Tensor or MLX affine 4-bit",
     )
+    evaluation: Literal["torch", "mlx"] = Field(
+        default="torch",
+        description="what evaluates the step: torch's autograd (one op after another), or MLX's lazy graph, "
+        "whose own order holds more of a checkpointed backward at once (facts/mlx.py)",
+    )
     source: str
 
 

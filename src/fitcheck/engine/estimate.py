@@ -34,6 +34,7 @@ from fitcheck.engine.params import Linear, inventory, layer_kinds, layer_linears
 from fitcheck.engine.regimes import kbit_base, kbit_path, kbit_prep, model_as_trained, regime_for
 from fitcheck.engine.thumb import thumb
 from fitcheck.errors import OptionError
+from fitcheck.facts import mlx
 from fitcheck.facts.allocator import BACKENDS as ALLOCATOR_BACKENDS
 from fitcheck.facts.dtypes import BYTES as DTYPE_BYTES
 from fitcheck.facts.optimizers import BITSANDBYTES
@@ -562,6 +563,9 @@ def _held_logits(setup: LlmSetup, regime: Regime, rows: int, width: int, gamma: 
     """The output logits a loop keeps alive (``out = model(**batch); out.loss.backward();
     optimizer.step()``) through backward and the step; HF Trainer's ``training_step`` keeps only the
     loss (``compute_loss`` returns ``outputs`` only when asked), so they die with the forward there."""
+    if loss.kernel_for(setup, regime) in loss.LOSS_HOLDS_LOGITS:
+        held = loss.output_logits_bytes(setup, regime, rows, width, gamma)
+        return _c("held_logits", held, "the model's output logits, kept alive by the loss value (MLX)")
     held = loss.output_logits_bytes(setup, regime, rows, width, gamma) if setup.keep_logits else 0
     return _c("held_logits", held, "the model's output logits, held by the loop until after the step")
 
@@ -806,6 +810,8 @@ def _layer_peaks(
     pairs = setup.batch_size * s * s  # query-key pairs of the batch, per head
     ctx = act.context(setup, regime)
     held = [c for c in saved if c.name != "final_norm"]
+    if setup.grad_ckpt and regime.evaluation == "mlx" and ep.backward:
+        return _mlx_layer_peaks(spec, setup, regime, held, one_layer)
     layer_bwd = T * act.attention_part(dense) + pairs * ep.backward if ep.backward else 0.0
     if setup.grad_ckpt:
         q_w = a.num_heads * a.head_dim
@@ -840,6 +846,38 @@ def _layer_peaks(
         "eager: the last layer's softmax backward (its MLP already freed)",
     )
     return LayerPeaks([*held, fwd] if fwd.bytes else [], [*held, bwd] if bwd.bytes else [], layer_bwd)
+
+
+def _mlx_layer_peaks(
+    spec: ModelSpec, setup: LlmSetup, regime: Regime, held: list[Component], one_layer: float
+) -> LayerPeaks:
+    """Inside the last layer of mlx-lm's checkpointed step as MLX's own evaluation holds it (`facts.mlx`):
+    in the forward, the unsaved attention's q, k, v and ``FORWARD_SCORE_TENSORS`` U of scores beside the
+    checkpoints; in the backward, ``LAYERS_HELD`` layers' activations a token (its scores aside: the layers
+    MLX's evaluation order has in flight) and ``SCORE_TENSORS`` U, at least one layer as the regime counts it.
+    U: one score tensor, b x heads x s^2 in the compute dtype. Measured under checkpointing only; without it
+    the torch rules stay (an upper side)."""
+    a = spec.arch
+    dense = act.layer_activations(a, setup, regime, moe=False)
+    T, s = setup.tokens, setup.seq_len
+    ctx = act.context(setup, regime)
+    u = setup.batch_size * s * s * a.num_heads * ctx.gamma
+    qkv = T * ctx.gamma * 3 * a.num_heads * a.head_dim
+    fwd = _c(
+        "attention_transient",
+        mlx.FORWARD_SCORE_TENSORS * u + qkv,
+        f"MLX: q, k, v and {mlx.FORWARD_SCORE_TENSORS:g} score tensors in a checkpointed forward",
+    )
+    in_flight = mlx.LAYERS_HELD * T * (dense.total(s) - s * dense.scores) + mlx.SCORE_TENSORS * u
+    layer_bwd = max(one_layer, in_flight)
+    bwd = _c(
+        "layer_recompute",
+        layer_bwd,
+        f"MLX's evaluation order: {mlx.LAYERS_HELD:g} layers' activations and {mlx.SCORE_TENSORS:g} score "
+        "tensors in flight while every checkpoint is held",
+    )
+    fwd, bwd = _with_lora_transient(spec, setup, regime, fwd, bwd)
+    return LayerPeaks([*held, fwd], [*held, bwd], layer_bwd)
 
 
 def _encoder_working_set(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Component:

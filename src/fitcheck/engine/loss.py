@@ -16,6 +16,7 @@ seq2seq      T5's own loss: ``CrossEntropyLoss`` on the unshifted logits as they
 unsloth      Unsloth's fused, chunked loss ("Chunk & Fuse"): one slice of tokens' logits at a time
 liger        Liger ``LigerFusedLinearCrossEntropyLoss``: logits of one token chunk at a time
 cce          Apple ``linear_cross_entropy`` (Cut Cross-Entropy): no logits in global memory
+mlx          mlx-lm's ``default_loss`` (``nn.losses.cross_entropy`` on the logits as they come), MLX's graph
 ===========  ======================================================================================
 """
 
@@ -273,6 +274,24 @@ def _cce(d: Dims) -> Hump:
     )
 
 
+def _mlx(d: Dims) -> Hump:
+    """mlx-lm's ``default_loss``: ``nn.losses.cross_entropy`` on the model-dtype logits (``logsumexp`` less
+    the gathered target logit; no upcast, python/mlx/nn/losses.py @v0.32.0), evaluated as MLX's lazy graph.
+    Measured on MLX's CPU backend built up from a bare head (bench/mlx_loss_probe.py): the loss holds exactly
+    3 logit-sized tensors at its backward, the logits, the backward softmax of ``LogSumExp::vjp`` and the
+    ``GatherAxis::vjp`` scatter (mlx/primitives.cpp). The logits are the loss value's: mlx-lm's
+    ``nn.value_and_grad`` returns it, so its forward ``LogSumExp`` / ``GatherAxis`` nodes sit near the tape's
+    outputs and run last, and the logits live through the backward (``output_logits_bytes``, ``held_logits``);
+    the hump itself is the logits at the forward's end and the two gradients at the backward's."""
+    tv = d.tokens * d.vocab
+    return Hump(
+        forward=tv * (d.gamma + d.cap),
+        backward=tv * (2 * d.gamma + d.cap),
+        saved=tv * (d.gamma + d.cap),
+        rule="MLX cross-entropy on the logits' dtype: softmax and scatter gradients beside the held logits",
+    )
+
+
 KERNELS: dict[str, Callable[[Dims], Hump]] = {
     "standard": _standard,
     "hf_legacy": _hf_legacy,
@@ -285,11 +304,12 @@ KERNELS: dict[str, Callable[[Dims], Hump]] = {
     "unsloth": _unsloth,
     "liger": _liger,
     "cce": _cce,
+    "mlx": _mlx,
 }
 
 
 #: Kernels that run Gemma 2's final soft-cap as separate ops, keeping its tanh output (compute dtype).
-SOFTCAP_OUTSIDE = ("standard", "hf_legacy", "hf_4.46", "chunked", "plain", "seq2seq")
+SOFTCAP_OUTSIDE = ("standard", "hf_legacy", "hf_4.46", "chunked", "plain", "seq2seq", "mlx")
 
 
 def kernel_for(setup: LlmSetup, regime: Regime, a: DecoderArch | None = None) -> str:
@@ -341,7 +361,10 @@ def hump(
 
 #: Kernels whose model output carries the whole batch's logits (``CausalLMOutput.logits``; litgpt's list
 #: of chunks); Unsloth, Liger and CCE return none in training.
-MATERIALIZED_LOGITS = ("standard", "hf_legacy", "hf_4.46", "chunked", "litgpt", "plain", "seq2seq")
+MATERIALIZED_LOGITS = ("standard", "hf_legacy", "hf_4.46", "chunked", "litgpt", "plain", "seq2seq", "mlx")
+#: Kernels whose loss value keeps the model's logits alive through the backward, whatever the loop does
+#: with the output (MLX's graph: `_mlx`).
+LOSS_HOLDS_LOGITS = ("mlx",)
 #: Kernels whose returned logits are fp32 whatever the lm_head made (transformers <= 4.45 ``.float()``).
 FP32_OUTPUT_LOGITS = ("hf_legacy",)
 

@@ -575,6 +575,9 @@ def _mlx(setup: LlmSetup) -> Regime:
         quantized_lm_head=setup.method == "qlora",
         quantized_embedding=setup.method == "qlora",
         nf4_format="mlx" if setup.method == "qlora" else "bitsandbytes",
+        # nn.losses.cross_entropy on the logits as they come (engine/loss.py `_mlx`)
+        loss_kernel="mlx",
+        evaluation="mlx",
         source=SRC_MLX,
     )
 
