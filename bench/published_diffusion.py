@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from band_derive import Row
 from published import UNITS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,12 +126,10 @@ def score(rec: Record) -> Score:
     return Score(rec, figure, low - cut, high - cut, err)
 
 
-def band_rows() -> list[Any]:
+def band_rows() -> list[Row]:
     """Every record as the band's derivation sees it (bench/band_derive.py ``Row``): the bytes of each band
     kind inside the figure it is compared with. The diffusion records are derived from with the LLM corpus'
     (bench/published.py ``band_rows``), so the band the diffusion estimator shares answers for them."""
-    import band_derive as bd
-
     from fitcheck.engine.band import kind_bytes
 
     out = []
@@ -140,7 +139,7 @@ def band_rows() -> list[Any]:
         cut = _unseen(rec, est)
         kinds["transient"] -= cut
         out.append(
-            bd.Row(
+            Row(
                 source=rec.source,
                 key=f"{rec.source}/{rec.id}",
                 known_gap=bool(rec.known_gap),

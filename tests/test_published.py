@@ -164,6 +164,17 @@ def test_band_holds_on_sources_it_was_not_fitted_to() -> None:
 #: (sequential fractions at 90%): 17.3% / 8.8%; session 7 (fixed term first): 26.1% / 8.1%.
 
 
+def test_diffusion_records_are_in_the_derivation() -> None:
+    """The diffusion estimator shares the band, so its published records are rows of its derivation (each
+    diffusion source one more source held out), after every LLM record."""
+    import published_diffusion
+
+    rows = pub.band_rows(_scored()[0])
+    diffusion = {f"{r.source}/{r.id}" for r in published_diffusion.records()}
+    assert diffusion and diffusion <= {r.key for r in rows}
+    assert {r.source for r in rows if r.key in diffusion} <= set(pub.band_evidence(_scored()[0]).without)
+
+
 def test_band_is_stable_leaving_one_source_out() -> None:
     """No source decides the band: leaving any one out moves neither edge of any scored record by more
     than STABILITY_BOUND of its estimate (docs/methodology.md, "The band", argues the bound)."""

@@ -48,3 +48,16 @@ def test_docs_section_is_generated(scores: list[pub.Score]) -> None:
     assert pub.section(scores) in pub.DOC.read_text(encoding="utf-8"), (
         "docs/diffusion.md is stale: PYTHONPATH=src python bench/published_diffusion.py --write"
     )
+
+
+def test_band_rows_are_the_scores(scores: list[pub.Score]) -> None:
+    """The rows the band is derived from (bench/published.py ``band_rows`` takes them beside the LLM
+    records) are the scored records: the same figure and measurement, the same gap, and the estimate's
+    kinds summing to the figure compared (the reserve and context out where the source read allocated)."""
+    rows = {r.key: r for r in pub.band_rows()}
+    assert len(rows) == len(scores)
+    for s in scores:
+        row = rows[f"{s.record.source}/{s.record.id}"]
+        assert row.estimate == s.device_bytes and row.measured == round(s.record.measured_bytes)
+        assert row.known_gap == bool(s.record.known_gap)
+        assert sum(row.kinds.values()) == row.estimate, s.record.id
