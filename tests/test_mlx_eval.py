@@ -70,3 +70,19 @@ def test_estimate_not_far_over_the_deep_probes(tmp_path: Path) -> None:
         if r["layers"] >= 16 and r["limit"] == "0" and r["MLX_BFS_MAX_WIDTH"] is None:
             ours = mh.regime_marginal(tmp_path / str(i), r)
             assert ours / r["marginal"] - 1 <= 0.40, (r["hidden"], r["layers"], r["seq_len"], r["vocab"])
+
+
+def test_logits_the_loss_keeps_do_not_outlive_their_step() -> None:
+    """MLX's loss value keeps the logits through its own backward (``held_logits``), but the step's graph is
+    evaluated before the next micro-batch: with accumulation they are not in the next forward, unless the
+    loop itself holds its output (``--keep-logits``)."""
+    from fitcheck import api
+
+    def held(phase: str, **kw: Any) -> int:
+        est = api.estimate("qwen3-8b", method="qlora", trainer="mlx", seq_len=1024, grad_ckpt=True, **kw)
+        return sum(c.bytes for c in est.phase(phase).components if c.name == "held_logits")
+
+    logits = 1024 * 151936 * 2  # tokens x Qwen3's vocabulary x bf16
+    assert held("backward") == logits
+    assert held("forward", grad_accum=4) == 0
+    assert held("forward", grad_accum=4, keep_logits=True) == logits

@@ -365,7 +365,7 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
         logits_fwd=_c("logits_loss", lg.forward, lg.rule),
         logits_bwd=_c("logits_loss", lg.backward, lg.rule + ", at the loss backward"),
         held=held,
-        held_prev=held if setup.lengths != "longest-first" else _c("held_logits", 0, ""),
+        held_prev=_held_prev(setup, regime, held),
         **_kept_quant_inputs(spec, setup, regime, T),
         casts_fwd=casts_fwd,
         casts_bwd=casts_bwd,
@@ -568,6 +568,16 @@ def _held_logits(setup: LlmSetup, regime: Regime, rows: int, width: int, gamma: 
         return _c("held_logits", held, "the model's output logits, kept alive by the loss value (MLX)")
     held = loss.output_logits_bytes(setup, regime, rows, width, gamma) if setup.keep_logits else 0
     return _c("held_logits", held, "the model's output logits, held by the loop until after the step")
+
+
+def _held_prev(setup: LlmSetup, regime: Regime, held: Component) -> Component:
+    """The previous micro-batch's logits, alive into this forward under accumulation: the loop's own held
+    output (``--keep-logits``), none before a longest-first run's first, longest micro-batch. Logits kept
+    only by the loss value (MLX's graph) go when that step's graph is evaluated."""
+    graph_only = loss.kernel_for(setup, regime) in loss.LOSS_HOLDS_LOGITS and not setup.keep_logits
+    if setup.lengths == "longest-first" or graph_only:
+        return _c("held_logits", 0, "")
+    return held
 
 
 def _merged_experts(
