@@ -562,8 +562,10 @@ def _casts(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[Component,
 def _held_logits(setup: LlmSetup, regime: Regime, rows: int, width: int, gamma: int) -> Component:
     """The output logits a loop keeps alive (``out = model(**batch); out.loss.backward();
     optimizer.step()``) through backward and the step; HF Trainer's ``training_step`` keeps only the
-    loss (``compute_loss`` returns ``outputs`` only when asked), so they die with the forward there."""
-    if loss.kernel_for(setup, regime) in loss.LOSS_HOLDS_LOGITS:
+    loss (``compute_loss`` returns ``outputs`` only when asked), so they die with the forward there. A loss
+    that keeps them itself (MLX's graph: `loss.loss_holds_logits`) keeps them through backward whatever the
+    loop does."""
+    if loss.loss_holds_logits(setup, regime):
         held = loss.output_logits_bytes(setup, regime, rows, width, gamma)
         return _c("held_logits", held, "the model's output logits, kept alive by the loss value (MLX)")
     held = loss.output_logits_bytes(setup, regime, rows, width, gamma) if setup.keep_logits else 0
@@ -574,7 +576,7 @@ def _held_prev(setup: LlmSetup, regime: Regime, held: Component) -> Component:
     """The previous micro-batch's logits, alive into this forward under accumulation: the loop's own held
     output (``--keep-logits``), none before a longest-first run's first, longest micro-batch. Logits kept
     only by the loss value (MLX's graph) go when that step's graph is evaluated."""
-    graph_only = loss.kernel_for(setup, regime) in loss.LOSS_HOLDS_LOGITS and not setup.keep_logits
+    graph_only = loss.loss_holds_logits(setup, regime) and not setup.keep_logits
     if setup.lengths == "longest-first" or graph_only:
         return _c("held_logits", 0, "")
     return held

@@ -365,6 +365,13 @@ MATERIALIZED_LOGITS = ("standard", "hf_legacy", "hf_4.46", "chunked", "litgpt", 
 #: Kernels whose loss value keeps the model's logits alive through the backward, whatever the loop does
 #: with the output (MLX's graph: `_mlx`).
 LOSS_HOLDS_LOGITS = ("mlx",)
+
+
+def loss_holds_logits(setup: LlmSetup, regime: Regime) -> bool:
+    """Whether the setup's loss keeps the model's logits alive through the backward (`LOSS_HOLDS_LOGITS`)."""
+    return kernel_for(setup, regime) in LOSS_HOLDS_LOGITS
+
+
 #: Kernels whose returned logits are fp32 whatever the lm_head made (transformers <= 4.45 ``.float()``).
 FP32_OUTPUT_LOGITS = ("hf_legacy",)
 

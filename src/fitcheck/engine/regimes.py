@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import re
 
+from fitcheck.facts import mlx
 from fitcheck.models import Dtype, KbitPath, LlmSetup, ModelSpec, Regime
 from fitcheck.vocab import Strategy
 
@@ -578,7 +579,7 @@ def _mlx(setup: LlmSetup) -> Regime:
         # nn.losses.cross_entropy on the logits as they come (engine/loss.py `_mlx`)
         loss_kernel="mlx",
         evaluation="mlx",
-        source=SRC_MLX,
+        source=SRC_MLX + "; MLX's evaluation: " + mlx.SOURCE,
     )
 
 
