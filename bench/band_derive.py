@@ -387,7 +387,7 @@ def assess(rows: Sequence[Row], states: float) -> dict[tuple[float, str], Trial]
 
 
 def choose(
-    rows: Sequence[Row], states: float, trials: dict[tuple[float, str], Trial] | None = None
+    rows: Sequence[Row], states: float, trials: Mapping[tuple[float, str], Trial] | None = None
 ) -> Choice:
     """The candidate rule, and the in-sample level it is fitted at, that keep the promise held out and
     are stable.

@@ -28,13 +28,16 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from band_derive import Row
 from published import UNITS
+
+if TYPE_CHECKING:
+    from fitcheck.models import Estimate
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "published" / "diffusion"
@@ -96,7 +99,7 @@ def records() -> list[Record]:
     return out
 
 
-def _pose(rec: Record) -> Any:
+def _pose(rec: Record) -> Estimate:
     """fitcheck's estimate of the record's run, posed as the module doc says."""
     from fitcheck import api
 
@@ -110,7 +113,7 @@ def _pose(rec: Record) -> Any:
     return api.estimate(spec, on=on, **opts)
 
 
-def _unseen(rec: Record, est: Any) -> int:
+def _unseen(rec: Record, est: Estimate) -> int:
     """Bytes of the device figure the record's counter does not see (reserve and context, for
     ``max_memory_allocated``)."""
     return est.device_bytes - est.peak_allocated_bytes if rec.metric == ALLOCATED else 0
