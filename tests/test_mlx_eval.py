@@ -86,3 +86,13 @@ def test_logits_the_loss_keeps_do_not_outlive_their_step() -> None:
     assert held("backward") == logits
     assert held("forward", grad_accum=4) == 0
     assert held("forward", grad_accum=4, keep_logits=True) == logits
+
+
+def test_loss_kernels_are_not_mlx_lms(capsys: pytest.CaptureFixture[str]) -> None:
+    """--loss names PyTorch kernels; under --trainer mlx it is one clear line and exit 2."""
+    from fitcheck.cli import main
+
+    args = ["--trainer", "mlx", "--loss", "liger", "--on", "m1-max-32gb"]
+    rc = main(["estimate", "qwen3-8b", "--method", "qlora", *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and "mlx-lm computes its own loss" in err and len(err.strip().splitlines()) == 1

@@ -92,6 +92,11 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
             "--base-quant is for the HF-Trainer family"
         )
     _check_in_backward(setup)
+    if setup.trainer == "mlx" and setup.loss is not None:
+        raise OptionError(
+            f"--loss {setup.loss} names a PyTorch cross-entropy kernel; mlx-lm computes its own loss in MLX "
+            "(nn.losses.cross_entropy on the model-dtype logits), which --trainer mlx counts: drop --loss"
+        )
     if setup.dora and setup.method == "full":
         raise OptionError("--dora applies to LoRA and QLoRA, not --method full")
     if setup.lora_fa and (setup.method == "full" or setup.dora):
