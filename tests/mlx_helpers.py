@@ -28,13 +28,13 @@ def step_runs() -> list[dict[str, Any]]:
     return [r for r in runs() if r["script"] == "bench/mlx_cpu_step.py"]
 
 
-def mlx_setup(model: str, seq_len: int, dtype: str = "bf16") -> tuple[Any, Any]:
+def mlx_setup(model: str, seq_len: int, dtype: str = "bf16", grad_ckpt: bool = True) -> tuple[Any, Any]:
     """The spec and estimate fitcheck makes for an mlx-lm QLoRA step of ``model`` (the records' settings)."""
     from fitcheck import api
 
     est = api.estimate(
         model, method="qlora", trainer="mlx", precision=dtype, lora_rank=8, seq_len=seq_len, batch_size=1,
-        grad_ckpt=True, on="m1-max-32gb",
+        grad_ckpt=grad_ckpt, on="m1-max-32gb",
     )  # fmt: skip
     return api.resolve(model), est
 
@@ -69,29 +69,32 @@ def regime_marginal(folder: Path, run: dict[str, Any], torch_rules: bool = False
     dtype = "fp32" if run.get("dtype") == "float32" else "bf16"
     if torch_rules:
         with _torch_rules():
-            _, est = mlx_setup(model, run["seq_len"], dtype)
+            _, est = mlx_setup(model, run["seq_len"], dtype, run["grad_ckpt"])
     else:
-        _, est = mlx_setup(model, run["seq_len"], dtype)
+        _, est = mlx_setup(model, run["seq_len"], dtype, run["grad_ckpt"])
     peak = next(p for p in est.phases if p.name == est.peak_phase)
     return est.peak_allocated_bytes - sum(c.bytes for c in peak.components if c.name in RESIDENT)
 
 
-def solve3(rows: list[list[float]], ys: list[int]) -> tuple[float, float, float]:
-    """The exact solution of three linear equations (Gaussian elimination)."""
+def solve(rows: list[list[float]], ys: list[int]) -> list[float]:
+    """The exact solution of n linear equations in n unknowns (Gaussian elimination, no pivoting: the
+    probes' systems are well conditioned)."""
+    n = len(rows)
     m = [[*r, float(y)] for r, y in zip(rows, ys, strict=True)]
-    for i in range(3):
-        for j in range(i + 1, 3):
+    for i in range(n):
+        for j in range(i + 1, n):
             f = m[j][i] / m[i][i]
             m[j] = [x - f * y for x, y in zip(m[j], m[i], strict=True)]
-    out = [0.0, 0.0, 0.0]
-    for i in (2, 1, 0):
-        out[i] = (m[i][3] - sum(m[i][k] * out[k] for k in range(i + 1, 3))) / m[i][i]
-    return out[0], out[1], out[2]
+    out = [0.0] * n
+    for i in reversed(range(n)):
+        out[i] = (m[i][n] - sum(m[i][k] * out[k] for k in range(i + 1, n))) / m[i][i]
+    return out
 
 
 def fit(rows: list[dict[str, Any]]) -> tuple[float, float, float]:
     """(c, a, b): three runs' marginal as c + a per token + b U."""
-    return solve3([[1.0, r["seq_len"], r["U"]] for r in rows], [r["marginal"] for r in rows])
+    c, a, b = solve([[1.0, r["seq_len"], r["U"]] for r in rows], [r["marginal"] for r in rows])
+    return c, a, b
 
 
 def layer_tokens(spec: Any, setup: Any, seq_len: int) -> int:

@@ -19,6 +19,7 @@ def _deep(limit: str) -> list[dict[str, Any]]:
         r
         for r in mh.step_runs()
         if r.get("quantized") is False
+        and r["grad_ckpt"]
         and r.get("dtype") == "bfloat16"
         and (r["hidden"], r["layers"], r["vocab"], r["MLX_BFS_MAX_WIDTH"]) == (1024, 16, 2048, None)
         and r["limit"] == limit
@@ -45,6 +46,35 @@ def test_estimate_meets_the_probes_it_was_read_from(tmp_path: Path) -> None:
     for r in _deep("default"):
         ours = mh.regime_marginal(tmp_path / str(r["seq_len"]), r)
         assert 0 <= ours / r["marginal"] - 1 <= 0.02, (r["seq_len"], ours, r["marginal"])
+
+
+def _no_ckpt(limit: str = "default") -> list[dict[str, Any]]:
+    """The step without checkpointing (mlx-lm's default) at hidden 1,024: 4 and 16 layers, 1,024 and 2,048
+    tokens."""
+    return [r for r in mh.step_runs() if not r["grad_ckpt"] and r["limit"] == limit]
+
+
+def test_no_ckpt_facts_are_the_fit(tmp_path: Path) -> None:
+    """Four probes fix c + L x (a per token + p U) + b U exactly: p and b are facts/mlx.py's, and a is at most
+    the regime's layer activations a token (which the rule counts whole: the upper side)."""
+    rows = _no_ckpt()
+    assert sorted((r["layers"], r["seq_len"]) for r in rows) == [(4, 1024), (4, 2048), (16, 1024), (16, 2048)]
+    eqs = [[1.0, r["layers"] * r["seq_len"], r["layers"] * r["U"], r["U"]] for r in rows]
+    _, a, p, b = mh.solve(eqs, [r["marginal"] for r in rows])
+    assert round(p, 2) == mlx.SAVED_SCORE_TENSORS
+    assert round(b, 2) == mlx.BACKWARD_SCORE_TENSORS
+    layer = mh.layer_bytes_per_token(tmp_path / "layer", rows[0])
+    assert 0.8 * layer < a <= layer, (a, layer)
+
+
+def test_estimate_meets_the_no_ckpt_probes(tmp_path: Path) -> None:
+    """Without checkpointing the estimate is 0-10% over MLX at its default limit (the layers' activations
+    counted whole) and over it at limit 0; torch's rules were 21-66% over."""
+    for i, r in enumerate(_no_ckpt()):
+        ours = mh.regime_marginal(tmp_path / str(i), r)
+        assert 0 <= ours / r["marginal"] - 1 <= 0.10, (r["layers"], r["seq_len"], ours, r["marginal"])
+    for i, r in enumerate(_no_ckpt("0")):
+        assert mh.regime_marginal(tmp_path / f"z{i}", r) >= r["marginal"]
 
 
 def _wide_probes() -> list[dict[str, Any]]:
@@ -96,3 +126,36 @@ def test_loss_kernels_are_not_mlx_lms(capsys: pytest.CaptureFixture[str]) -> Non
     rc = main(["estimate", "qwen3-8b", "--method", "qlora", *args])
     err = capsys.readouterr().err
     assert rc == 2 and "mlx-lm computes its own loss" in err and len(err.strip().splitlines()) == 1
+
+
+def test_no_ckpt_figures_in_methodology_are_the_runs(tmp_path: Path) -> None:
+    """docs/methodology.md's no-checkpointing figures ("NF4 formats") are these runs and today's estimates."""
+    from fitcheck import api
+
+    text = " ".join((mh.ROOT / "docs" / "methodology.md").read_text(encoding="utf-8").split())
+    rows = sorted(_no_ckpt(), key=lambda r: (r["seq_len"], r["layers"]))
+    assert " / ".join(f"{r['marginal']:,}" for r in rows) + " B" in text
+    _, a, p, b = mh.solve(
+        [[1.0, r["layers"] * r["seq_len"], r["layers"] * r["U"], r["U"]] for r in rows],
+        [r["marginal"] for r in rows],
+    )
+    layer = mh.layer_bytes_per_token(tmp_path / "layer", rows[0])
+    assert f"a = {a / 1e3:.1f} KB ({a / layer:.2f} of the regime's {layer:,} B" in text
+    assert f"p = {p:.2f} U" in text and f"b = {b:.2f} U" in text
+    ours = [mh.regime_marginal(tmp_path / f"o{i}", r) / r["marginal"] - 1 for i, r in enumerate(rows)]
+    torch = [
+        mh.regime_marginal(tmp_path / f"t{i}", r, torch_rules=True) / r["marginal"] - 1
+        for i, r in enumerate(rows)
+    ]
+    assert f"{min(ours):.0%}-{max(ours):.0%} over at the default limit".replace("%-", "-") in text
+    assert f"were {min(torch):.0%}-{max(torch):.0%} over".replace("%-", "-") in text
+    (zero,) = _no_ckpt("0")
+    assert f"{mh.regime_marginal(tmp_path / 'z', zero) / zero['marginal'] - 1:.0%} over at limit 0" in text
+
+    def qwen(**kw: Any) -> float:
+        est = api.estimate("qwen3-8b", method="qlora", trainer="mlx", seq_len=2048, on="m1-max-32gb", **kw)
+        return est.device_bytes / 2**30
+
+    with mh._torch_rules():
+        before = qwen()
+    assert f"that is {qwen():.1f} GiB where the torch rules said {before:.1f}" in text

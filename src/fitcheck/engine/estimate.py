@@ -499,9 +499,13 @@ def _stored(
             if act.sdpa_position_bias(a, setup)
             else "eager: fp32 softmax + compute-dtype copy, b*heads*s^2 per layer"
         )
+        kept = scores
+        if regime.evaluation == "mlx" and scores:
+            kept = L * mlx.SAVED_SCORE_TENSORS * _score_tensor(a, setup, regime)
+            scores_rule = f"MLX: {mlx.SAVED_SCORE_TENSORS:g} score tensors per layer kept for the backward"
         saved = (
             _c("activations", (all_layers - scores - masks) * on_device, per_tok),
-            _c("attention_scores", scores * on_device, scores_rule),
+            _c("attention_scores", kept * on_device, scores_rule),
             _c("attention_mask_copies", masks * on_device, MASK_COPIES_RULE),
             final_norm,
             head_in,
@@ -827,7 +831,7 @@ def _layer_peaks(
     pairs = setup.batch_size * s * s  # query-key pairs of the batch, per head
     ctx = act.context(setup, regime)
     held = [c for c in saved if c.name != "final_norm"]
-    if setup.grad_ckpt and regime.evaluation == "mlx" and ep.backward:
+    if regime.evaluation == "mlx" and ep.backward:
         return _mlx_layer_peaks(spec, setup, regime, held, one_layer)
     layer_bwd = T * act.attention_part(dense) + pairs * ep.backward if ep.backward else 0.0
     if setup.grad_ckpt:
@@ -865,26 +869,44 @@ def _layer_peaks(
     return LayerPeaks([*held, fwd] if fwd.bytes else [], [*held, bwd] if bwd.bytes else [], layer_bwd)
 
 
+def _score_tensor(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
+    """U: one score tensor of the batch, b x heads x s^2 in the compute dtype (`facts.mlx`)."""
+    return setup.batch_size * setup.seq_len**2 * a.num_heads * act.context(setup, regime).gamma
+
+
 def _mlx_layer_peaks(
     spec: ModelSpec, setup: LlmSetup, regime: Regime, held: list[Component], one_layer: float
 ) -> LayerPeaks:
-    """Inside the last layer of mlx-lm's checkpointed step as MLX's own evaluation holds it (`facts.mlx`):
-    in the forward, the unsaved attention's q, k, v and ``FORWARD_SCORE_TENSORS`` U of scores beside the
-    checkpoints; in the backward, ``LAYERS_HELD`` layers' activations a token (its scores aside: the layers
-    MLX's evaluation order has in flight) and ``SCORE_TENSORS`` U, at least one layer as the regime counts it.
-    U: one score tensor, b x heads x s^2 in the compute dtype. Measured under checkpointing only; without it
-    the torch rules stay (an upper side)."""
+    """Inside the last layer of mlx-lm's step as MLX's own evaluation holds it (`facts.mlx`), beside what
+    every layer keeps (its checkpoint, or its activations and ``SAVED_SCORE_TENSORS`` U). Checkpointed: in
+    the forward, the unsaved attention's q, k, v and ``FORWARD_SCORE_TENSORS`` U; in the backward,
+    ``LAYERS_HELD`` layers' activations a token (scores aside: the layers MLX's evaluation order has in
+    flight) and ``SCORE_TENSORS`` U, at least one layer as the regime counts it. Without checkpointing: in
+    the forward ``FORWARD_SCORE_TENSORS`` U beyond the saved ones, in the backward
+    ``BACKWARD_SCORE_TENSORS`` U. U: one score tensor (`_score_tensor`)."""
     a = spec.arch
+    T = setup.tokens
+    u = _score_tensor(a, setup, regime)
+    if not setup.grad_ckpt:
+        fwd = _c(
+            "attention_transient",
+            max(0.0, mlx.FORWARD_SCORE_TENSORS - mlx.SAVED_SCORE_TENSORS) * u,
+            f"MLX: the last layer's attention forward, {mlx.FORWARD_SCORE_TENSORS:g} score tensors",
+        )
+        bwd = _c(
+            "attention_transient",
+            mlx.BACKWARD_SCORE_TENSORS * u,
+            f"MLX's attention backward: {mlx.BACKWARD_SCORE_TENSORS:g} score tensors in flight",
+        )
+        return LayerPeaks([*held, fwd], [*held, bwd], one_layer)
     dense = act.layer_activations(a, setup, regime, moe=False)
-    T, s = setup.tokens, setup.seq_len
-    ctx = act.context(setup, regime)
-    u = setup.batch_size * s * s * a.num_heads * ctx.gamma
-    qkv = T * ctx.gamma * 3 * a.num_heads * a.head_dim
+    qkv = T * act.context(setup, regime).gamma * 3 * a.num_heads * a.head_dim
     fwd = _c(
         "attention_transient",
         mlx.FORWARD_SCORE_TENSORS * u + qkv,
         f"MLX: q, k, v and {mlx.FORWARD_SCORE_TENSORS:g} score tensors in a checkpointed forward",
     )
+    s = setup.seq_len
     in_flight = mlx.LAYERS_HELD * T * (dense.total(s) - s * dense.scores) + mlx.SCORE_TENSORS * u
     layer_bwd = max(one_layer, in_flight)
     bwd = _c(

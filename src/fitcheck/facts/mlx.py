@@ -1,4 +1,4 @@
-"""What MLX's own evaluation of mlx-lm's compiled, checkpointed LoRA step holds beyond the saved tensors.
+"""What MLX's own evaluation of mlx-lm's compiled LoRA step holds beyond the saved tensors.
 
 MLX evaluates the whole step (``nn.value_and_grad`` and the optimizer update, ``mx.compile``'d) as one lazy
 graph in its own order, so torch's autograd rules (fp32 softmax and log-softmax, one layer's activations
@@ -18,6 +18,15 @@ re-derives each figure from those lines (docs/methodology.md, "NF4 formats", the
 * ``FORWARD_SCORE_TENSORS``: bench/mlx_sdpa_op.py, the isolated causal SDPA's forward peak over its inputs
   at the default limit, the largest of 1,024 / 2,048 / 4,096 tokens: what a checkpointed (unsaved) forward
   holds of the attention beside its q, k and v.
+
+Without checkpointing (mlx-lm's default: ``--grad-checkpoint`` off), bench/mlx_cpu_step.py ``--no-ckpt`` at 4
+and 16 layers and 1,024 and 2,048 tokens (the same shape, the default limit) fix the step's marginal as
+c + L x (a per token + p U) + b U exactly: ``a`` is 0.88 of one layer's activations as the mlx regime counts
+them (its scores aside; counted whole, the upper side), and
+
+* ``SAVED_SCORE_TENSORS``: ``p``, what each layer keeps of its attention for the backward, in U: about one
+  score tensor (the softmax output the vjp needs), where torch's eager rule keeps three;
+* ``BACKWARD_SCORE_TENSORS``: ``b``, the attention backward's moment beside every layer's saved tensors.
 """
 
 from __future__ import annotations
@@ -25,7 +34,10 @@ from __future__ import annotations
 LAYERS_HELD = 2.95
 SCORE_TENSORS = 1.96
 FORWARD_SCORE_TENSORS = 1.31
+SAVED_SCORE_TENSORS = 0.92
+BACKWARD_SCORE_TENSORS = 4.46
 SOURCE = (
-    "MLX's CPU backend at its default memory limit (mlx 0.32.0, mlx-lm 0.31.3): bench/mlx_cpu_step.py and "
-    "bench/mlx_sdpa_op.py, tests/data/mlx_cpu/runs.jsonl (docs/methodology.md, NF4 formats)"
+    "MLX's CPU backend at its default memory limit (mlx 0.32.0, mlx-lm 0.31.3): bench/mlx_cpu_step.py "
+    "(with and without checkpointing) and bench/mlx_sdpa_op.py, tests/data/mlx_cpu/runs.jsonl "
+    "(docs/methodology.md, NF4 formats)"
 )
