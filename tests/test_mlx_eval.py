@@ -48,10 +48,10 @@ def test_estimate_meets_the_probes_it_was_read_from(tmp_path: Path) -> None:
         assert 0 <= ours / r["marginal"] - 1 <= 0.02, (r["seq_len"], ours, r["marginal"])
 
 
-def _no_ckpt(limit: str = "default") -> list[dict[str, Any]]:
-    """The step without checkpointing (mlx-lm's default) at hidden 1,024: 4 and 16 layers, 1,024 and 2,048
-    tokens."""
-    return [r for r in mh.step_runs() if not r["grad_ckpt"] and r["limit"] == limit]
+def _no_ckpt(limit: str = "default", hidden: int = 1024) -> list[dict[str, Any]]:
+    """The step without checkpointing (mlx-lm's default) at hidden 1,024 (4 and 16 layers, 1,024 and 2,048
+    tokens: the fit) or at hidden 512 (8 layers, 4 heads: held out, run after the rule was written)."""
+    return [r for r in mh.step_runs() if not r["grad_ckpt"] and r["limit"] == limit and r["hidden"] == hidden]
 
 
 def test_no_ckpt_facts_are_the_fit(tmp_path: Path) -> None:
@@ -75,6 +75,11 @@ def test_estimate_meets_the_no_ckpt_probes(tmp_path: Path) -> None:
         assert 0 <= ours / r["marginal"] - 1 <= 0.10, (r["layers"], r["seq_len"], ours, r["marginal"])
     for i, r in enumerate(_no_ckpt("0")):
         assert mh.regime_marginal(tmp_path / f"z{i}", r) >= r["marginal"]
+    held_out = _no_ckpt(hidden=512)
+    assert len(held_out) == 2
+    for i, r in enumerate(held_out):
+        ours = mh.regime_marginal(tmp_path / f"h{i}", r)
+        assert 0 <= ours / r["marginal"] - 1 <= 0.10, (r["layers"], r["seq_len"], ours, r["marginal"])
 
 
 def _wide_probes() -> list[dict[str, Any]]:
@@ -151,6 +156,9 @@ def test_no_ckpt_figures_in_methodology_are_the_runs(tmp_path: Path) -> None:
     assert f"were {min(torch):.0%}-{max(torch):.0%} over".replace("%-", "-") in text
     (zero,) = _no_ckpt("0")
     assert f"{mh.regime_marginal(tmp_path / 'z', zero) / zero['marginal'] - 1:.0%} over at limit 0" in text
+    held = sorted(_no_ckpt(hidden=512), key=lambda r: r["seq_len"])
+    errs = [mh.regime_marginal(tmp_path / f"h{i}", r) / r["marginal"] - 1 for i, r in enumerate(held)]
+    assert " / ".join(f"{e:+.1%}" for e in errs) + " (held out)" in text
 
     def qwen(**kw: Any) -> float:
         est = api.estimate("qwen3-8b", method="qlora", trainer="mlx", seq_len=2048, on="m1-max-32gb", **kw)

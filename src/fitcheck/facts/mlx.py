@@ -27,6 +27,9 @@ them (its scores aside; counted whole, the upper side), and
 * ``SAVED_SCORE_TENSORS``: ``p``, what each layer keeps of its attention for the backward, in U: about one
   score tensor (the softmax output the vjp needs), where torch's eager rule keeps three;
 * ``BACKWARD_SCORE_TENSORS``: ``b``, the attention backward's moment beside every layer's saved tensors.
+
+Counted that way the estimate is 2-9% over those four probes and +2.2-2.4% over two run after the fit at
+another shape (hidden 512, 4 heads, 8 layers: held out).
 """
 
 from __future__ import annotations
