@@ -92,11 +92,7 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
             "--base-quant is for the HF-Trainer family"
         )
     _check_in_backward(setup)
-    if setup.trainer == "mlx" and setup.loss is not None:
-        raise OptionError(
-            f"--loss {setup.loss} names a PyTorch cross-entropy kernel; mlx-lm computes its own loss in MLX "
-            "(nn.losses.cross_entropy on the model-dtype logits), which --trainer mlx counts: drop --loss"
-        )
+    _check_mlx_loss(setup)
     if setup.dora and setup.method == "full":
         raise OptionError("--dora applies to LoRA and QLoRA, not --method full")
     if setup.lora_fa and (setup.method == "full" or setup.dora):
@@ -109,6 +105,15 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
         raise OptionError(
             f"--optimizer {setup.optimizer} needs bitsandbytes CUDA kernels; on Apple silicon use "
             "adamw, adafactor or lion"
+        )
+
+
+def _check_mlx_loss(setup: LlmSetup) -> None:
+    """``--loss`` names PyTorch kernels; mlx-lm's own loss is what the mlx regime counts (engine/loss.py)."""
+    if setup.trainer == "mlx" and setup.loss is not None:
+        raise OptionError(
+            f"--loss {setup.loss} names a PyTorch cross-entropy kernel; mlx-lm computes its own loss in MLX "
+            "(nn.losses.cross_entropy on the model-dtype logits), which --trainer mlx counts: drop --loss"
         )
 
 
