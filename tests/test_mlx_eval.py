@@ -13,39 +13,53 @@ import mlx_helpers as mh
 from fitcheck.facts import mlx
 
 
-def _deep(limit: str) -> list[dict[str, Any]]:
-    """The 16-layer bf16 step at hidden 1,024 (vocabulary 2,048) at 512 / 1,024 / 2,048 tokens."""
+def _deep(limit: str, hidden: int = 1024) -> list[dict[str, Any]]:
+    """The 16-layer bf16 checkpointed step (vocabulary 2,048) at 512 / 1,024 / 2,048 tokens, at hidden 1,024
+    (8 heads, 2 KV heads) or 512 (4 heads, one KV head)."""
     rows = [
         r
         for r in mh.step_runs()
         if r.get("quantized") is False
         and r["grad_ckpt"]
         and r.get("dtype") == "bfloat16"
-        and (r["hidden"], r["layers"], r["vocab"], r["MLX_BFS_MAX_WIDTH"]) == (1024, 16, 2048, None)
+        and (r["hidden"], r["layers"], r["vocab"], r["MLX_BFS_MAX_WIDTH"]) == (hidden, 16, 2048, None)
         and r["limit"] == limit
     ]
     return sorted(rows, key=lambda r: r["seq_len"])
 
 
 def test_facts_are_the_default_limit_fit(tmp_path: Path) -> None:
-    rows = _deep("default")
-    assert [r["seq_len"] for r in rows] == [512, 1024, 2048]
-    _, a, b = mh.fit(rows)
-    layer = mh.layer_bytes_per_token(tmp_path / "layer", rows[1])
-    checkpoints = 16 * rows[0]["hidden"] * 2  # 16 bf16 checkpoints a token
-    assert round((a - checkpoints) / layer, 2) == mlx.LAYERS_HELD
-    assert round(b, 2) == mlx.SCORE_TENSORS
+    """At each width three lengths fix c + a per token + b U; facts/mlx.py holds the larger of the two widths'
+    layers held (a less the 16 checkpoints, in the regime's layer activations) and of their b."""
+    layers, per_u = [], []
+    for hidden in (1024, 512):
+        rows = _deep("default", hidden)
+        assert [r["seq_len"] for r in rows] == [512, 1024, 2048]
+        _, a, b = mh.fit(rows)
+        layer = mh.layer_bytes_per_token(tmp_path / f"layer{hidden}", rows[1])
+        layers.append((a - 16 * hidden * 2) / layer)  # less 16 bf16 checkpoints a token
+        per_u.append(b)
+    assert round(max(layers), 2) == mlx.LAYERS_HELD
+    assert round(max(per_u), 2) == mlx.SCORE_TENSORS
+    text = " ".join((mh.ROOT / "docs" / "methodology.md").read_text(encoding="utf-8").split())
+    narrow = _deep("default", 512)
+    assert " / ".join(f"{r['marginal']:,}" for r in narrow) + " B" in text
+    assert (
+        f"fix {layers[1]:.2f} layers and {per_u[1]:.2f} U (hidden 1,024: {layers[0]:.2f} and {per_u[0]:.2f}"
+        in text
+    )
     sdpa = [r for r in mh.runs() if r["script"] == "bench/mlx_sdpa_op.py" and r["limit"] == "default"]
     assert len(sdpa) == 3
     assert round(max(r["fwd_peak_marginal"] / r["U"] for r in sdpa), 2) == mlx.FORWARD_SCORE_TENSORS
 
 
 def test_estimate_meets_the_probes_it_was_read_from(tmp_path: Path) -> None:
-    """At the three default-limit probes the rule was fitted to, the estimate lies 0-2% over MLX's marginal
-    (the loss's logits and rounding to two digits are the difference, not a refit)."""
-    for r in _deep("default"):
-        ours = mh.regime_marginal(tmp_path / str(r["seq_len"]), r)
-        assert 0 <= ours / r["marginal"] - 1 <= 0.02, (r["seq_len"], ours, r["marginal"])
+    """At the six default-limit probes the rule was read from, the estimate lies 0-8% over MLX's marginal
+    (5.4-6.9% today: each width's own coefficients are at most the larger ones the rule takes)."""
+    for hidden in (1024, 512):
+        for r in _deep("default", hidden):
+            ours = mh.regime_marginal(tmp_path / f"{hidden}-{r['seq_len']}", r)
+            assert 0 <= ours / r["marginal"] - 1 <= 0.08, (hidden, r["seq_len"], ours, r["marginal"])
 
 
 def _no_ckpt(limit: str = "default", hidden: int = 1024) -> list[dict[str, Any]]:
@@ -99,12 +113,12 @@ def test_estimate_never_under_a_wide_probe(tmp_path: Path, i: int) -> None:
 
 
 def test_estimate_not_far_over_the_deep_probes(tmp_path: Path) -> None:
-    """At 16 layers and more (where MLX's in-flight term has saturated) the estimate is at most 40% over what
+    """At 16 layers and more (where MLX's in-flight term has saturated) the estimate is at most 50% over what
     MLX held at limit 0, which waits after every op (the rule is read at the default limit, the queue)."""
     for i, r in enumerate(_wide_probes()):
         if r["layers"] >= 16 and r["limit"] == "0" and r["MLX_BFS_MAX_WIDTH"] is None:
             ours = mh.regime_marginal(tmp_path / str(i), r)
-            assert ours / r["marginal"] - 1 <= 0.40, (r["hidden"], r["layers"], r["seq_len"], r["vocab"])
+            assert ours / r["marginal"] - 1 <= 0.50, (r["hidden"], r["layers"], r["seq_len"], r["vocab"])
 
 
 def test_logits_the_loss_keeps_do_not_outlive_their_step() -> None:
