@@ -73,6 +73,7 @@ class Score:
     low_bytes: int
     high_bytes: int
     error: float  # (device - measured) / measured
+    kinds: dict[str, int]  # bytes of each band kind inside the figure compared (engine/band.py kind_bytes)
 
 
 def records() -> list[Record]:
@@ -120,38 +121,34 @@ def _unseen(rec: Record, est: Estimate) -> int:
 
 
 def score(rec: Record) -> Score:
+    from fitcheck.engine.band import kind_bytes
+
     est = _pose(rec)
     band = est.band
     low, high = (band.low_bytes, band.high_bytes) if band else (est.device_bytes, est.device_bytes)
     cut = _unseen(rec, est)
     figure = est.device_bytes - cut
     err = (figure - rec.measured_bytes) / rec.measured_bytes
-    return Score(rec, figure, low - cut, high - cut, err)
+    kinds = kind_bytes(est.phase(est.peak_phase), est.allocator_reserve_bytes, est.context_bytes)
+    kinds["transient"] -= cut
+    return Score(rec, figure, low - cut, high - cut, err, kinds)
 
 
-def band_rows() -> list[Row]:
-    """Every record as the band's derivation sees it (bench/band_derive.py ``Row``): the bytes of each band
-    kind inside the figure it is compared with. The diffusion records are derived from with the LLM corpus'
-    (bench/published.py ``band_rows``), so the band the diffusion estimator shares answers for them."""
-    from fitcheck.engine.band import kind_bytes
-
-    out = []
-    for rec in records():
-        est = _pose(rec)
-        kinds = kind_bytes(est.phase(est.peak_phase), est.allocator_reserve_bytes, est.context_bytes)
-        cut = _unseen(rec, est)
-        kinds["transient"] -= cut
-        out.append(
-            Row(
-                source=rec.source,
-                key=f"{rec.source}/{rec.id}",
-                known_gap=bool(rec.known_gap),
-                measured=round(rec.measured_bytes),
-                estimate=est.device_bytes - cut,
-                kinds=kinds,
-            )
+def band_rows(scores: list[Score] | None = None) -> list[Row]:
+    """Every record as the band's derivation sees it (bench/band_derive.py ``Row``), from its score (scored
+    here when not given). The diffusion records are derived from with the LLM corpus' (bench/published.py
+    ``band_rows``), so the band the diffusion estimator shares answers for them."""
+    return [
+        Row(
+            source=s.record.source,
+            key=f"{s.record.source}/{s.record.id}",
+            known_gap=bool(s.record.known_gap),
+            measured=round(s.record.measured_bytes),
+            estimate=s.device_bytes,
+            kinds=s.kinds,
         )
-    return out
+        for s in (scores if scores is not None else [score(r) for r in records()])
+    ]
 
 
 def table(scores: list[Score]) -> str:

@@ -4,6 +4,7 @@ tests that hold the MLX rule to them (test_mlx_eval.py) and the docs' figures to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ def probe_model(folder: Path, run: dict[str, Any]) -> str:
     return str(folder)
 
 
-def _torch_rules() -> Any:
+def with_torch_rules() -> Any:
     """The mlx regime as it was before its own rule (sessions 16-17's figures): torch's loss and attention."""
     from fitcheck.engine import regimes
 
@@ -67,10 +68,7 @@ def regime_marginal(folder: Path, run: dict[str, Any], torch_rules: bool = False
     nothing). ``torch_rules``: as the regime sized it before MLX's own rule (the docs' historical figures)."""
     model = probe_model(folder, run)
     dtype = "fp32" if run.get("dtype") == "float32" else "bf16"
-    if torch_rules:
-        with _torch_rules():
-            _, est = mlx_setup(model, run["seq_len"], dtype, run["grad_ckpt"])
-    else:
+    with with_torch_rules() if torch_rules else contextlib.nullcontext():
         _, est = mlx_setup(model, run["seq_len"], dtype, run["grad_ckpt"])
     peak = next(p for p in est.phases if p.name == est.peak_phase)
     return est.peak_allocated_bytes - sum(c.bytes for c in peak.components if c.name in RESIDENT)

@@ -68,13 +68,18 @@ def _no_ckpt(limit: str = "default", hidden: int = 1024) -> list[dict[str, Any]]
     return [r for r in mh.step_runs() if not r["grad_ckpt"] and r["limit"] == limit and r["hidden"] == hidden]
 
 
+def _no_ckpt_fit(rows: list[dict[str, Any]]) -> list[float]:
+    """(c, a, p, b): four runs' marginal as c + L x (a per token + p U) + b U."""
+    eqs = [[1.0, r["layers"] * r["seq_len"], r["layers"] * r["U"], r["U"]] for r in rows]
+    return mh.solve(eqs, [r["marginal"] for r in rows])
+
+
 def test_no_ckpt_facts_are_the_fit(tmp_path: Path) -> None:
     """Four probes fix c + L x (a per token + p U) + b U exactly: p and b are facts/mlx.py's, and a is at most
     the regime's layer activations a token (which the rule counts whole: the upper side)."""
     rows = _no_ckpt()
     assert sorted((r["layers"], r["seq_len"]) for r in rows) == [(4, 1024), (4, 2048), (16, 1024), (16, 2048)]
-    eqs = [[1.0, r["layers"] * r["seq_len"], r["layers"] * r["U"], r["U"]] for r in rows]
-    _, a, p, b = mh.solve(eqs, [r["marginal"] for r in rows])
+    _, a, p, b = _no_ckpt_fit(rows)
     assert round(p, 2) == mlx.SAVED_SCORE_TENSORS
     assert round(b, 2) == mlx.BACKWARD_SCORE_TENSORS
     layer = mh.layer_bytes_per_token(tmp_path / "layer", rows[0])
@@ -154,10 +159,7 @@ def test_no_ckpt_figures_in_methodology_are_the_runs(tmp_path: Path) -> None:
     text = " ".join((mh.ROOT / "docs" / "methodology.md").read_text(encoding="utf-8").split())
     rows = sorted(_no_ckpt(), key=lambda r: (r["seq_len"], r["layers"]))
     assert " / ".join(f"{r['marginal']:,}" for r in rows) + " B" in text
-    _, a, p, b = mh.solve(
-        [[1.0, r["layers"] * r["seq_len"], r["layers"] * r["U"], r["U"]] for r in rows],
-        [r["marginal"] for r in rows],
-    )
+    _, a, p, b = _no_ckpt_fit(rows)
     layer = mh.layer_bytes_per_token(tmp_path / "layer", rows[0])
     assert f"a = {a / 1e3:.1f} KB ({a / layer:.2f} of the regime's {layer:,} B" in text
     assert f"p = {p:.2f} U" in text and f"b = {b:.2f} U" in text
@@ -178,6 +180,6 @@ def test_no_ckpt_figures_in_methodology_are_the_runs(tmp_path: Path) -> None:
         est = api.estimate("qwen3-8b", method="qlora", trainer="mlx", seq_len=2048, on="m1-max-32gb", **kw)
         return est.device_bytes / 2**30
 
-    with mh._torch_rules():
+    with mh.with_torch_rules():
         before = qwen()
     assert f"that is {qwen():.1f} GiB where the torch rules said {before:.1f}" in text

@@ -54,7 +54,7 @@ def test_band_rows_are_the_scores(scores: list[pub.Score]) -> None:
     """The rows the band is derived from (bench/published.py ``band_rows`` takes them beside the LLM
     records) are the scored records: the same figure and measurement, the same gap, and the estimate's
     kinds summing to the figure compared (the reserve and context out where the source read allocated)."""
-    rows = {r.key: r for r in pub.band_rows()}
+    rows = {r.key: r for r in pub.band_rows(scores)}
     assert len(rows) == len(scores)
     for s in scores:
         row = rows[f"{s.record.source}/{s.record.id}"]

@@ -834,14 +834,12 @@ def _layer_peaks(
     dense = act.layer_activations(a, setup, regime, moe=False)
     T, s = setup.tokens, setup.seq_len
     pairs = setup.batch_size * s * s  # query-key pairs of the batch, per head
-    ctx = act.context(setup, regime)
     held = [c for c in saved if c.name != "final_norm"]
     if regime.evaluation == "mlx" and ep.backward:
         return _mlx_layer_peaks(spec, setup, regime, held, one_layer)
     layer_bwd = T * act.attention_part(dense) + pairs * ep.backward if ep.backward else 0.0
     if setup.grad_ckpt:
-        q_w = a.num_heads * a.head_dim
-        qkv = T * ctx.gamma * 3 * q_w  # q, k and v (repeated to every head) of the unsaved forward
+        qkv = _unsaved_qkv(a, setup, regime)
         fwd = _c(
             "attention_transient",
             pairs * ep.forward_transient + qkv if ep.forward_transient else 0,
@@ -872,6 +870,11 @@ def _layer_peaks(
         "eager: the last layer's softmax backward (its MLP already freed)",
     )
     return LayerPeaks([*held, fwd] if fwd.bytes else [], [*held, bwd] if bwd.bytes else [], layer_bwd)
+
+
+def _unsaved_qkv(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
+    """q, k and v (repeated to every head) alive in a checkpointed, unsaved forward of one layer."""
+    return setup.tokens * act.context(setup, regime).gamma * 3 * a.num_heads * a.head_dim
 
 
 def _score_tensor(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
@@ -905,10 +908,9 @@ def _mlx_layer_peaks(
         )
         return LayerPeaks([*held, fwd], [*held, bwd], one_layer)
     dense = act.layer_activations(a, setup, regime, moe=False)
-    qkv = T * act.context(setup, regime).gamma * 3 * a.num_heads * a.head_dim
     fwd = _c(
         "attention_transient",
-        mlx.FORWARD_SCORE_TENSORS * u + qkv,
+        mlx.FORWARD_SCORE_TENSORS * u + _unsaved_qkv(a, setup, regime),
         f"MLX: q, k, v and {mlx.FORWARD_SCORE_TENSORS:g} score tensors in a checkpointed forward",
     )
     s = setup.seq_len
