@@ -890,7 +890,8 @@ def _mlx_layer_peaks(
     the forward, the unsaved attention's q, k, v and ``FORWARD_SCORE_TENSORS`` U; in the backward,
     ``LAYERS_HELD`` layers' activations a token (scores aside: the layers MLX's evaluation order has in
     flight) and ``SCORE_TENSORS`` U, at least one layer as the regime counts it. Without checkpointing: in
-    the forward ``FORWARD_SCORE_TENSORS`` U beyond the saved ones, in the backward
+    the forward ``FORWARD_SCORE_TENSORS`` U less the saved ones (taken from the checkpointed forward, not
+    measured without checkpointing: the forward was never the probes' peak), in the backward
     ``BACKWARD_SCORE_TENSORS`` U. U: one score tensor (`_score_tensor`)."""
     a = spec.arch
     T = setup.tokens
