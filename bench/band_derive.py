@@ -367,11 +367,13 @@ class Choice:
 @dataclass(frozen=True)
 class Trial:
     """One candidate at one fit level: its held-out misses, whether it is stable (`stability` within
-    STABILITY_BOUND on both edges) and its width (`mean_high` of its whole-corpus band)."""
+    STABILITY_BOUND on both edges), its width (`mean_high` of its whole-corpus band) and its largest edge
+    move (`stability`, the larger edge's share)."""
 
     misses: int
     steady: bool
     width: float
+    move: float = 0.0
 
 
 def assess(rows: Sequence[Row], states: float) -> dict[tuple[float, str], Trial]:
@@ -381,8 +383,8 @@ def assess(rows: Sequence[Row], states: float) -> dict[tuple[float, str], Trial]
         for name, rule in CANDIDATES:
             loo = leave_one_out(rows, states, at(rule, cover))
             misses = sum(h.above for h in held_out(loo).values())
-            steady = max(m.share for m in stability(loo).values()) <= STABILITY_BOUND
-            out[(cover, name)] = Trial(misses, steady, mean_high(rows, loo.full))
+            move = max(m.share for m in stability(loo).values())
+            out[(cover, name)] = Trial(misses, move <= STABILITY_BOUND, mean_high(rows, loo.full), move)
     return out
 
 
@@ -398,8 +400,11 @@ def choose(
     derivation and leaving any one source out moves neither edge of any record by more than
     STABILITY_BOUND of its estimate (no source decides the band). At the first level with an eligible
     candidate, the eligible one with the fewest misses is chosen (the narrowest, `mean_high` of its
-    whole-corpus band, among equals, then the earlier in CANDIDATES). If no level has one, the fewest
-    misses over every level (narrowest among equals). Chosen again whenever the corpus changes, so the
+    whole-corpus band, among equals, then the earlier in CANDIDATES). If no level has one, the promise is
+    kept before the stability: among the candidates, at any level, that keep the promise, the one whose
+    largest edge move is smallest (fewer misses, then narrower, among equals), reported with its move
+    (docs/methodology.md, "The band"); if none keeps it, the fewest misses over every level (narrowest
+    among equals). Chosen again whenever the corpus changes, so the
     rule and its level are the evidence's, not a session's. ``trials``: `assess` of these rows, when made
     already."""
     allowed = (1 - COVERAGE) * sum(1 for r in rows if not r.known_gap) + 1e-9
@@ -415,6 +420,7 @@ def choose(
             best = min(ok, key=key)
             break
     else:
-        best = min(table, key=key)
+        kept = [k for k in table if table[k].misses <= allowed]
+        best = min(kept, key=lambda k: (table[k].move, *key(k))) if kept else min(table, key=key)
     cover, name = best
     return Choice(name, cover, at(dict(CANDIDATES)[name], cover), table[best].misses, table)

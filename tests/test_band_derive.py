@@ -201,7 +201,8 @@ def test_choose_takes_the_lowest_level_that_keeps_the_held_out_promise(shift: fl
     """`choose`: a candidate is eligible when its held-out misses are within the promise (1 - COVERAGE of
     the records) and leaving any source out moves neither edge by more than STABILITY_BOUND; at the level it
     picks, its rule has the fewest misses among the eligible, and no lower level had an eligible one; when no
-    level has one, no level and candidate misses fewer."""
+    level has one, it keeps the promise and moves least among those that keep it (no level and candidate
+    misses fewer when none keeps it)."""
     rows = _spread_corpus(shift)
     c = bd.choose(rows, STATES)
     allowed = (1 - bd.COVERAGE) * len(rows) + 1e-9
@@ -209,15 +210,19 @@ def test_choose_takes_the_lowest_level_that_keeps_the_held_out_promise(shift: fl
     for cov in bd.FIT_COVERAGES:
         for n, r in bd.CANDIDATES:
             loo = bd.leave_one_out(rows, STATES, bd.at(r, cov))
-            steady = max(m.share for m in bd.stability(loo).values()) <= bd.STABILITY_BOUND
-            table[(cov, n)] = (bd.held_out_misses(rows, STATES, bd.at(r, cov)), steady)
-    assert {k: (v.misses, v.steady) for k, v in c.trials.items()} == table
-    ok = {k: m for k, (m, steady) in table.items() if m <= allowed and steady}
+            move = max(m.share for m in bd.stability(loo).values())
+            misses = bd.held_out_misses(rows, STATES, bd.at(r, cov))
+            table[(cov, n)] = (misses, move <= bd.STABILITY_BOUND, move)
+    assert {k: (v.misses, v.steady, v.move) for k, v in c.trials.items()} == table
+    ok = {k: m for k, (m, steady, _) in table.items() if m <= allowed and steady}
+    kept = {k: mv for k, (m, _, mv) in table.items() if m <= allowed}
     if ok:
         assert all(cov >= c.cover for cov, _ in ok)
         assert c.misses == ok[(c.cover, c.name)] == min(m for (cov, _), m in ok.items() if cov == c.cover)
+    elif kept:
+        assert kept[(c.cover, c.name)] == min(kept.values())
     else:
-        assert c.misses == min(m for m, _ in table.values())
+        assert c.misses == min(m for m, _, _ in table.values())
 
 
 def test_an_unstable_rule_is_not_chosen() -> None:
@@ -235,6 +240,25 @@ def test_an_unstable_rule_is_not_chosen() -> None:
     trials[(0.95, names[2])] = bd.Trial(4, True, 0.3)
     c = bd.choose(rows, STATES, trials)
     assert (c.cover, c.name) == (0.95, names[2])
+
+
+def test_without_a_stable_rule_the_promise_comes_first() -> None:
+    """No candidate at any level both keeps the promise and is stable: the one that keeps the promise and
+    moves least is chosen, not the one with the fewest misses (which a wide, unstable fit at the highest
+    level would win); with none keeping the promise, the fewest misses."""
+    rows = _spread_corpus(0.0)  # 40 records: the promise allows 4 held-out misses
+    names = [n for n, _ in bd.CANDIDATES]
+    trials = {(cov, n): bd.Trial(9, False, 0.1, 0.5) for cov in bd.FIT_COVERAGES for n in names}
+    trials[(0.975, names[0])] = bd.Trial(0, False, 0.6, 0.4)  # fewest misses, wide, moves most of these
+    trials[(0.9, names[1])] = bd.Trial(4, False, 0.1, 0.08)  # within the promise, moves 8%
+    trials[(0.95, names[2])] = bd.Trial(3, False, 0.2, 0.06)  # within the promise, moves least
+    c = bd.choose(rows, STATES, trials)
+    assert (c.cover, c.name, c.misses) == (0.95, names[2], 3)
+    for k in ((0.9, names[1]), (0.95, names[2])):
+        trials[k] = bd.Trial(6, False, 0.1, 0.01)  # none within the promise now
+    trials[(0.975, names[0])] = bd.Trial(5, False, 0.6, 0.4)
+    c = bd.choose(rows, STATES, trials)
+    assert (c.cover, c.name, c.misses) == (0.975, names[0], 5)
 
 
 def test_a_source_far_above_the_others_raises_the_fit_level() -> None:

@@ -43,6 +43,7 @@ def assemble(
     target_context: int | None,
     thumb: Thumb | None = None,
     warnings: tuple[str, ...] = (),
+    stranded_bytes: int = 0,
 ) -> Estimate:
     """The estimate from its phases.
 
@@ -51,9 +52,12 @@ def assemble(
             holds beyond them is short-lived and fragments the caching allocator.
         live_tensors: tensors alive at the peak (each loses about 1 MiB to the allocator's rounding).
         target_context: the target GPU's context bytes, when one is known.
+        stranded_bytes: how far the reading at the loss, with the checkpointed forward's layer blocks
+            cached beside it, stands above the allocated peak (engine/overhead.py `stranded_layer_blocks`).
     """
     peak = max(phases, key=lambda p: p.total_bytes)
-    reserve = reserve_bytes(setup.backend, live_tensors, max(0, peak.total_bytes - steady_bytes))
+    transient = max(0, peak.total_bytes - steady_bytes)
+    reserve = reserve_bytes(setup.backend, live_tensors, transient, stranded_bytes)
     context = context_bytes(setup.backend, target_context)
     return Estimate(
         model=model,
@@ -75,9 +79,12 @@ def assemble(
     )
 
 
-def reassemble(est: Estimate, phases: Sequence[Phase], steady_bytes: int, live_tensors: int) -> Estimate:
+def reassemble(
+    est: Estimate, phases: Sequence[Phase], steady_bytes: int, live_tensors: int, stranded_bytes: int = 0
+) -> Estimate:
     """``est`` with other phases (one GPU's share of a multi-GPU run), through the same assembly: peak,
-    reserve, context, device bytes and band are recomputed; model, setup, regime and notes are kept."""
+    reserve, context, device bytes and band are recomputed; model, setup, regime and notes are kept.
+    ``stranded_bytes``: the reserve's floor at the loss on this GPU (`assemble`)."""
     return assemble(
         model=est.model,
         model_name=est.model_name,
@@ -91,4 +98,5 @@ def reassemble(est: Estimate, phases: Sequence[Phase], steady_bytes: int, live_t
         target_context=est.context_bytes,
         thumb=est.thumb,
         warnings=est.warnings,
+        stranded_bytes=stranded_bytes,
     )

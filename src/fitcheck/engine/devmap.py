@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from fitcheck.assembly import phase, reassemble
 from fitcheck.engine import devmap_place as dp
-from fitcheck.engine.estimate import STEADY, Saved, step_phases
+from fitcheck.engine.estimate import STEADY, Saved, step_phases, stranded_margin
 from fitcheck.engine.params import inventory, layer_kinds, norm_params
 from fitcheck.errors import OptionError
 from fitcheck.facts.dtypes import nbytes
@@ -320,6 +320,8 @@ def saved_for(sv: Saved, s: Share, lay: Layout, setup: LlmSetup, out_bytes: int)
         held=sv.held if s.first else _scaled(sv.held, 0.0, s.gpu, "held on the input GPU"),
         held_prev=sv.held_prev if s.first else _scaled(sv.held_prev, 0.0, s.gpu, "held on the input GPU"),
         layer=layer,
+        # the layer blocks cached beside the loss: on the GPU that runs the loss, when it runs layers
+        stranded=sv.stranded if s.head and s.runs_layers else 0.0,
     )
 
 
@@ -331,6 +333,17 @@ def gpu_phases(
     sv_g = saved_for(sv, s, lay, setup, out_bytes)
     load_g = phase("load", [_state(c, s) if c.name in ms else _layer_wide(c, s) for c in load.components])
     return (load_g, *step_phases(ms_g, sv_g, setup.grad_accum > 1, setup.optimizer_in_bwd))
+
+
+def gpu_stranded(
+    ms: dict[str, Component], sv: Saved, setup: LlmSetup, lay: Layout, s: Share, out: int
+) -> int:
+    """One GPU's reserve floor at the loss (engine/estimate.py `stranded_margin`) over its own peak."""
+    ms_g = {k: _state(c, s) for k, c in ms.items()}
+    sv_g = saved_for(sv, s, lay, setup, out)
+    phases = step_phases(ms_g, sv_g, setup.grad_accum > 1, setup.optimizer_in_bwd)
+    peak = max(p.total_bytes for p in phases)
+    return stranded_margin(ms_g, sv_g, setup.grad_accum > 1, False, peak)
 
 
 def split(
@@ -352,7 +365,8 @@ def split(
         phases = gpu_phases(ms, sv, setup, lay, s, out_bytes, est.phase("load"))
         steady = sum(_state(ms[k], s).bytes for k in STEADY if k in ms)
         # tensors alive on this GPU: its layers' share (the allocator rounds each up)
-        per.append((reassemble(est, phases, steady, max(1, round(tensors * s.layers))), s))
+        stranded = gpu_stranded(ms, sv, setup, lay, s, out_bytes)
+        per.append((reassemble(est, phases, steady, max(1, round(tensors * s.layers)), stranded), s))
     k = max(range(len(per)), key=lambda i: per[i][0].device_bytes)
     return _result(setup, lay, per, per[k][0], k)
 

@@ -903,15 +903,15 @@ def _phases(est: Estimate, plan: Plan, extra: list[Component]) -> tuple[Phase, .
 
 
 def _reassemble(
-    est: Estimate, phases: tuple[Phase, ...], steady: int, tensors: int, **extra: object
+    est: Estimate, phases: tuple[Phase, ...], steady: int, tensors: int, stranded: int = 0, **extra: object
 ) -> Estimate:
     """The per-GPU estimate through the one assembly (peak, reserve, context, device), then the
     multi-GPU fields."""
-    out = reassemble(est, phases, steady, tensors)
+    out = reassemble(est, phases, steady, tensors, stranded)
     return out.model_copy(update=extra)
 
 
-def distribute(spec: ModelSpec, setup: LlmSetup, est: Estimate, tensors: int) -> Estimate:
+def distribute(spec: ModelSpec, setup: LlmSetup, est: Estimate, tensors: int, stranded: int = 0) -> Estimate:
     """Turn the single-GPU estimate into the per-GPU one of ``setup``'s strategy, with host memory.
 
     Args:
@@ -919,6 +919,9 @@ def distribute(spec: ModelSpec, setup: LlmSetup, est: Estimate, tensors: int) ->
         setup: the run, with its strategy, offload, GPUs per node and nodes.
         est: the single-GPU estimate of the same setup (activations, states of one replica).
         tensors: live tensors per rank, for the allocator reserve (engine/overhead.py).
+        stranded: the single-GPU step's reserve floor at the loss (engine/estimate.py `stranded_margin`),
+            kept on every rank: a rank runs the whole step and shards the states it holds at the loss
+            and at its peak alike.
     """
     check(setup)
     s = setup.effective_strategy
@@ -963,6 +966,7 @@ def distribute(spec: ModelSpec, setup: LlmSetup, est: Estimate, tensors: int) ->
         phases,
         persistent,
         tensors,
+        stranded,
         world_size=setup.world_size,
         distributed=dist,
         host_phases=(load, train),

@@ -29,7 +29,7 @@ from fitcheck.engine.lora import (
     validate_targets,
     validate_train_modules,
 )
-from fitcheck.engine.overhead import SMALL_REQUEST
+from fitcheck.engine.overhead import SMALL_REQUEST, stranded_layer_blocks
 from fitcheck.engine.params import Linear, inventory, layer_kinds, layer_linears
 from fitcheck.engine.regimes import kbit_base, kbit_path, kbit_prep, model_as_trained, regime_for
 from fitcheck.engine.thumb import thumb
@@ -337,6 +337,9 @@ class Saved:
     # and the bytes of the encoder layers' gradients, not made yet then
     encoder_saved: Component | None = None
     encoder_grads: float = 0.0
+    # the checkpointed forward's layer blocks the caching allocator keeps cached beside the loss's larger
+    # tensors (`stranded_layer_blocks`), bytes; 0 where the rule does not hold
+    stranded: float = 0.0
 
 
 def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved:
@@ -399,6 +402,20 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
         ),
         encoder_saved=_encoder_saved(spec, setup, regime, shape),
         encoder_grads=_encoder_grads(spec, setup, regime),
+        stranded=_stranded(spec, setup, regime, dense, sparse),
+    )
+
+
+def _stranded(
+    spec: ModelSpec, setup: LlmSetup, regime: Regime, dense: act.LayerActs, sparse: act.LayerActs
+) -> float:
+    """The checkpointed forward's layer blocks cached beside the loss (`stranded_layer_blocks`): one
+    layer's activations as counted here, eager scores aside, against the output layer's rows x width."""
+    shape = tasks.task_shape(spec.arch, setup)
+    parts = max(sum(dense.parts.values()), sum(sparse.parts.values()))
+    kernel = loss.kernel_for(setup, regime, spec.arch)
+    return stranded_layer_blocks(
+        spec.arch, setup, kernel, shape.tokens * parts, shape.logit_rows * shape.logit_width
     )
 
 
@@ -647,6 +664,33 @@ def load_phase(spec: ModelSpec, setup: LlmSetup, regime: Regime, ms: dict[str, C
     return phase("load", [*weights, transient])
 
 
+def loss_moments(
+    ms: dict[str, Component], sv: Saved, accumulating: bool, grads_kept: bool = False
+) -> tuple[list[Component], list[Component], list[Component]]:
+    """What is alive at the loss: the forward's end, the backward's start, the output layer's backward."""
+    persistent = [ms[k] for k in PERSISTENT if k in ms]
+    grads_fwd = ms["gradients"] if accumulating or grads_kept else _c("gradients", 0, "")
+    held = [*persistent, grads_fwd, sv.inputs, *sv.saved]
+    # with accumulation a loop's previous output lives until this forward returns and rebinds it
+    prev_out = sv.held_prev if accumulating else _c("held_logits", 0, "")
+    fwd_main = [*held, prev_out, sv.kept_prev, sv.casts_fwd, sv.merged_fwd, sv.logits_fwd, sv.dequant]
+    fwd_main += [sv.mask, sv.prefix_cache]
+    bwd_start = [*held, sv.held, sv.casts_bwd, sv.merged_fwd, sv.logits_bwd, sv.mask]
+    bwd_head = [*held, sv.held, sv.casts_bwd, sv.merged_fwd, sv.logits_head, sv.mask, sv.head_dequant]
+    return fwd_main, bwd_start, bwd_head
+
+
+def stranded_margin(
+    ms: dict[str, Component], sv: Saved, accumulating: bool, grads_kept: bool, peak_bytes: int
+) -> int:
+    """How far the reading at the loss (what is alive there plus the layer blocks cached beside it,
+    `stranded_layer_blocks`) stands above the allocated peak; 0 when it does not."""
+    if not sv.stranded:
+        return 0
+    at_loss = max(sum(c.bytes for c in m) for m in loss_moments(ms, sv, accumulating, grads_kept))
+    return max(0, round(at_loss + sv.stranded) - peak_bytes)
+
+
 def step_phases(
     ms: dict[str, Component],
     sv: Saved,
@@ -664,19 +708,7 @@ def step_phases(
     grads = ms["gradients"]
     grads_fwd = grads if accumulating or grads_kept else _c("gradients", 0, "")
     held = [*persistent, grads_fwd, sv.inputs, *sv.saved]
-    # with accumulation a loop's previous output lives until this forward returns and rebinds it
-    prev_out = sv.held_prev if accumulating else _c("held_logits", 0, "")
-    fwd_main = [
-        *held,
-        prev_out,
-        sv.kept_prev,
-        sv.casts_fwd,
-        sv.merged_fwd,
-        sv.logits_fwd,
-        sv.dequant,
-        sv.mask,
-        sv.prefix_cache,
-    ]
+    fwd_main, bwd_start, bwd_head = loss_moments(ms, sv, accumulating, grads_kept)
     fwd_layer = [*persistent, grads_fwd, sv.inputs, sv.mask, sv.casts_fwd, sv.kept_prev, *sv.layer.forward]
     # inside the last MoE layer's experts: its merged copies beside what the earlier layers hold
     merged_in = sv.merged_fwd if sv.merged_fwd.bytes else sv.merged_inside
@@ -687,8 +719,6 @@ def step_phases(
     if sv.merged_inside.bytes:
         candidates_fwd.append(fwd_experts)
     forward = max((phase("forward", c) for c in candidates_fwd), key=lambda p: p.total_bytes)
-    bwd_start = [*held, sv.held, sv.casts_bwd, sv.merged_fwd, sv.logits_bwd, sv.mask]
-    bwd_head = [*held, sv.held, sv.casts_bwd, sv.merged_fwd, sv.logits_head, sv.mask, sv.head_dequant]
     bwd_late = [*persistent, grads, sv.inputs, sv.held, sv.late, sv.mask, sv.dequant, sv.casts_layer]
     bwd_late += [sv.merged_layer, sv.merged_grad, sv.kept_late]
     bwd_end = [*persistent, grads, sv.inputs, sv.held, sv.tied, sv.kept_end]
@@ -784,6 +814,9 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
         embedding=inv.embedding,
         lm_head=inv.lm_head,
     )
+    stranded = stranded_margin(
+        ms, sv, setup.grad_accum > 1, setup.keep_grads, max(p.total_bytes for p in phases)
+    )
     est = assemble(
         model=spec.id,
         model_name=spec.name,
@@ -795,6 +828,7 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
         steady_bytes=sum(ms[k].bytes for k in STEADY if k in ms),
         live_tensors=tensors,
         target_context=target_context,
+        stranded_bytes=stranded,
         thumb=thumb(c.base, setup),
         warnings=_warnings(spec, setup, c.base),
     )
@@ -808,7 +842,7 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
     if setup.distributed:
         from fitcheck.engine.distributed import distribute
 
-        est = distribute(spec, setup, est, tensors)
+        est = distribute(spec, setup, est, tensors, stranded)
     return est
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fitcheck.facts import allocator
 from fitcheck.facts.context import DEFAULT_CONTEXT_MIB
+from fitcheck.models import DecoderArch, LlmSetup
 from fitcheck.units import MIB
 
 # Context per process when the GPU is not in the catalog (the catalog holds one per generation):
@@ -25,6 +26,54 @@ SMALL_REQUEST = allocator.SMALL_SIZE
 FRAGMENTATION = 0.15
 
 
+#: Loss kernels whose tensors are whole-batch logits (engine/loss.py): each is larger than any block a
+#: decoder layer cuts when the vocabulary is at least as wide as the layer's widest tensor
+#: (`stranded_layer_blocks`). The chunked kernels' tensors are one chunk's and fit the cached blocks.
+WHOLE_LOGITS_KERNELS = ("standard", "hf_legacy", "hf_4.46", "plain", "seq2seq", "litgpt_full")
+STRANDED_RULE = (
+    "under checkpointing the forward's layer blocks stay cached beside the loss's larger logits tensors "
+    "(the caching allocator's best fit): the reserve is at least the reading at the loss"
+)
+
+
+def stranded_layer_blocks(
+    a: DecoderArch, setup: LlmSetup, kernel: str, layer_bytes: float, logit_elements: int
+) -> float:
+    """Bytes of the checkpointed forward's layer blocks the caching allocator holds free but unusable at
+    the loss (``layer_bytes``: one layer's activations as the engine counts them, the proxy for the
+    blocks a layer's unsaved forward cuts; eager attention's scores are left out, being blocks as large
+    as the logits' and able to serve them), 0 where the rule does not hold.
+
+    Under checkpointing each layer's forward runs without saving (reentrant: ``torch.no_grad``), so its
+    intermediates are freed as it goes and the next layer reuses their blocks; at the loss those blocks
+    are all free. The caching allocator serves a request from the smallest cached free block at least as
+    large, cuts a new segment otherwise, and merges free blocks only within a segment
+    (c10/cuda/CUDACachingAllocator.cpp at 001074d, ``get_free_block`` / ``alloc_block`` /
+    ``try_merge_blocks``): the loss's whole-batch logits (``logit_elements``, the output layer's rows x
+    width, each tensor at least the compute dtype) are larger than every layer block when they hold at
+    least as many elements as the layer's widest tensor, tokens x (the fused gate/up projection's
+    ``2 x intermediate``, the attention's heads x head_dim, the hidden size), so they cut segments of their
+    own and the layer blocks stay reserved beside them; a classification head's rows x labels fit any
+    cached block. Without checkpointing the layer's tensors are saved, alive at the loss, and nothing is
+    stranded. Replayed through an allocator model on an emulated trace (bench/ult_qlora_replay.py):
+    Phi-3-mini QLoRA at 2 x 8192 tokens keeps 4.6 GiB of free layer blocks beside its fp32 logits; this
+    proxy counts 4.3 (docs/methodology.md, "Layer blocks beside the loss")."""
+    if (
+        not setup.grad_ckpt
+        or setup.backend not in allocator.BACKENDS
+        or kernel not in WHOLE_LOGITS_KERNELS
+        or logit_elements < setup.tokens * widest_layer_tensor(a)
+    ):
+        return 0.0
+    return layer_bytes
+
+
+def widest_layer_tensor(a: DecoderArch) -> int:
+    """Elements per token of a decoder layer's widest tensor: a fused gate/up output (``2 x intermediate``),
+    the attention's projected queries (heads x head_dim) or the hidden state."""
+    return max(2 * (a.intermediate_size or 0), a.num_heads * a.head_dim, a.hidden_size)
+
+
 def context_bytes(backend: str, target_context: int | None = None) -> int:
     """Memory the runtime holds outside PyTorch's allocator (CUDA/ROCm context)."""
     if target_context is not None:
@@ -32,8 +81,10 @@ def context_bytes(backend: str, target_context: int | None = None) -> int:
     return DEFAULT_CONTEXT_MIB[backend] * MIB
 
 
-def reserve_bytes(backend: str, live_tensors: int, transient_bytes: int) -> int:
-    """What the caching allocator holds beyond the allocated peak."""
+def reserve_bytes(backend: str, live_tensors: int, transient_bytes: int, stranded: int = 0) -> int:
+    """What the caching allocator holds beyond the allocated peak: the rounding of the live tensors and
+    the larger of the fragmentation share of the short-lived bytes and ``stranded``, how far the reading
+    at the loss with the layer blocks cached beside it stands above the peak (`stranded_layer_blocks`)."""
     if backend not in allocator.BACKENDS:
         return 0
-    return live_tensors * ROUNDING_PER_TENSOR + int(FRAGMENTATION * transient_bytes)
+    return live_tensors * ROUNDING_PER_TENSOR + max(int(FRAGMENTATION * transient_bytes), stranded)
