@@ -16,6 +16,10 @@ The rule (`derive`), for each edge (up: the measurement above the estimate; down
    estimate, with the fixed term and the transient fraction taken off: the smallest fraction, in 1%
    steps, that covers ``COVERAGE`` of them (zero when the earlier terms already do, or when there are none);
 
+The one-fraction rules (`derive_one_fraction`, `derive_one_fraction_by_record`; fewer kinds, argued in
+session 19 when the 4-bit fraction came to rest on one source) give the transient and the 4-bit bytes one
+fraction, the smallest covering ``COVERAGE`` of the records that hold either.
+
 ``states`` is fixed beforehand (the traced calibration grid). Coverage is weighted by source: each
 record weighs 1/n, n its source's records in that step, so every source is one voice however many rows
 it printed. `derive_joint` is the rule it replaced (both kinds fitted together over every record),
@@ -220,6 +224,35 @@ def derive_joint(rows: Sequence[Row], states: float, cover: float = COVERAGE) ->
     return _spread(*(_joint_edge(clean, side, states, cover) for side in SIDES), states)
 
 
+def _one_fraction_edge(
+    rows: Sequence[Row], side: str, states: float, weigh: Weigh, cover: float = COVERAGE
+) -> tuple[float, float, float]:
+    """(f, f, 0) of one edge: one fraction for the transient and the 4-bit bytes together, the smallest
+    (1% steps) covering ``cover`` of the rows that hold either (a ZeRO-3 run peaking with neither says
+    nothing about it)."""
+    held = [r for r in rows if r.kinds["transient"] + r.kinds["quantized"]]
+    need = [r.excess(side, states) / (r.kinds["transient"] + r.kinds["quantized"]) for r in held]
+    f = _ceil_pct(weighted_quantile(need, weigh(held), cover))
+    return f, f, 0.0
+
+
+def derive_one_fraction(rows: Sequence[Row], states: float, cover: float = COVERAGE) -> Spread:
+    """Fewer kinds: one fraction for the transient and the 4-bit bytes, each source one voice (session
+    19, when the 4-bit fraction came to rest on one source: docs/methodology.md, "The band")."""
+    clean = [r for r in rows if not r.known_gap]
+    return _spread(
+        *(_one_fraction_edge(clean, side, states, source_weights, cover) for side in SIDES), states
+    )
+
+
+def derive_one_fraction_by_record(rows: Sequence[Row], states: float, cover: float = COVERAGE) -> Spread:
+    """The one-fraction rule with every record one vote."""
+    clean = [r for r in rows if not r.known_gap]
+    return _spread(
+        *(_one_fraction_edge(clean, side, states, record_weights, cover) for side in SIDES), states
+    )
+
+
 def edges(row: Row, spread: Spread) -> tuple[float, float]:
     """(low, high) of the band around the row's estimate (the fixed term, when the spread has one, once)."""
     fixed = spread.get("fixed", (0.0, 0.0))
@@ -344,6 +377,8 @@ CANDIDATES: tuple[tuple[str, FitRule], ...] = (
     ("sequential fractions only, each source one voice", derive_fractions_only),
     ("fixed bytes, then sequential, each record one vote", derive_by_record),
     ("joint, each record one vote", derive_joint),
+    ("one fraction for transient and 4-bit bytes, each source one voice", derive_one_fraction),
+    ("one fraction for transient and 4-bit bytes, each record one vote", derive_one_fraction_by_record),
 )
 
 

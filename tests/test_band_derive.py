@@ -103,6 +103,31 @@ def test_each_edge_covers_the_weighted_share_and_no_less_would(
             assert _weighted_cover(plain, less) < bd.COVERAGE - 1e-9
 
 
+@settings(max_examples=60, deadline=None)
+@given(_rows, st.sampled_from(["source", "record"]))
+def test_one_fraction_covers_the_share_of_both_kinds_and_no_less_would(
+    xs: list[tuple[str, int, int, int, float]], vote: str
+) -> None:
+    """Fewer kinds (session 19): the transient and the 4-bit bytes share one fraction, the smallest in 1%
+    steps whose edge lies beyond the fit level's share of the records (by source or by record)."""
+    rows = _make(xs)
+    rule = bd.derive_one_fraction if vote == "source" else bd.derive_one_fraction_by_record
+    sp = rule(rows, STATES)
+    weights = bd.source_weights(rows) if vote == "source" else bd.record_weights(rows)
+
+    def cover(f: float, side: str) -> float:
+        held = [r.kinds["transient"] + r.kinds["quantized"] for r in rows]
+        hit = [r.excess(side, STATES) <= f * h + 1e-6 for r, h in zip(rows, held, strict=True)]
+        return sum(w for w, h in zip(weights, hit, strict=True) if h) / sum(weights)
+
+    for i, side in enumerate(("down", "up")):
+        f = sp["transient"][i]
+        assert sp["quantized"][i] == f and sp["fixed"][i] == 0
+        assert cover(f, side) >= bd.COVERAGE - 1e-9
+        if f > 0:
+            assert cover(f - 0.01, side) < bd.COVERAGE - 1e-9
+
+
 def test_a_constant_shortfall_goes_to_the_fixed_term_not_the_fraction() -> None:
     """Sources whose runs all measured the estimate plus the same 1 GiB, at short and long sequences: the
     fixed term takes the 1 GiB and the transient fraction needs nothing beyond it; without the fixed term

