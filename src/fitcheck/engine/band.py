@@ -55,13 +55,12 @@ rule now chosen only if it is also stable, no source moving an edge by more than
 transient -15% / +32%, 4-bit -5% / +11% (20 of 395 held out above the high edge). Session 19's (the
 checkpointed forward's layer blocks cached beside the loss, engine/overhead.py `stranded_layer_blocks`:
 universal-llm-trainer's rows, whose shortfall was the 4-bit edge's evidence beside Google Vertex's, move
-to -12.5% to +10.7%) leaves no rule at any level both within the promise and stable (Vertex's QLoRA rows
-alone decided the 4-bit edge): the four rules of session 18 leave no level with a rule both within the
-promise and stable (the nearest, the sequential fractions, each source one voice, at 95%: 30 held out
-above, 3.8% / 5.1%). Argued again with fewer kinds (a 4-bit fraction one source decides is not worth its
-kind), the one-fraction rules join the candidates, and the choice is one fraction for the transient and
-4-bit bytes, every record one vote, at 92.5%: -12% / +21% (31 of 395 held out above the high edge; leaving a
-source out moves an edge by 2.0% / 2.0% at most).
+to -12.5% to +10.7%) leaves none of session 18's four rules at any level both within the promise and
+stable (Vertex's QLoRA rows alone decided the 4-bit edge; the nearest, the sequential fractions, each
+source one voice, at 95%: 30 held out above, 3.8% / 5.1%). Argued again with fewer kinds (a 4-bit
+fraction one source decides is not worth its kind), the one-fraction rules join the candidates, and the
+choice is one fraction for the transient and 4-bit bytes, every record one vote, at 92.5%: -12% / +21% (31
+of 395 held out above the high edge; leaving a source out moves an edge by 2.0% / 2.0% at most).
 `bench/published.py` derives them (docs/methodology.md and docs/accuracy.md,
 "The band", with the held-out evidence); tests/test_published.py checks this table against the
 derivation.

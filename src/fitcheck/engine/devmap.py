@@ -336,14 +336,12 @@ def gpu_phases(
 
 
 def gpu_stranded(
-    ms: dict[str, Component], sv: Saved, setup: LlmSetup, lay: Layout, s: Share, out: int
+    ms: dict[str, Component], sv: Saved, setup: LlmSetup, lay: Layout, s: Share, out: int, peak: int
 ) -> int:
-    """One GPU's reserve floor at the loss (engine/estimate.py `stranded_margin`) over its own peak."""
+    """One GPU's reserve floor at the loss (engine/estimate.py `stranded_margin`) over its own allocated
+    ``peak``."""
     ms_g = {k: _state(c, s) for k, c in ms.items()}
-    sv_g = saved_for(sv, s, lay, setup, out)
-    phases = step_phases(ms_g, sv_g, setup.grad_accum > 1, setup.optimizer_in_bwd)
-    peak = max(p.total_bytes for p in phases)
-    return stranded_margin(ms_g, sv_g, setup.grad_accum > 1, False, peak)
+    return stranded_margin(ms_g, saved_for(sv, s, lay, setup, out), setup.grad_accum > 1, False, peak)
 
 
 def split(
@@ -365,7 +363,7 @@ def split(
         phases = gpu_phases(ms, sv, setup, lay, s, out_bytes, est.phase("load"))
         steady = sum(_state(ms[k], s).bytes for k in STEADY if k in ms)
         # tensors alive on this GPU: its layers' share (the allocator rounds each up)
-        stranded = gpu_stranded(ms, sv, setup, lay, s, out_bytes)
+        stranded = gpu_stranded(ms, sv, setup, lay, s, out_bytes, max(p.total_bytes for p in phases))
         per.append((reassemble(est, phases, steady, max(1, round(tensors * s.layers)), stranded), s))
     k = max(range(len(per)), key=lambda i: per[i][0].device_bytes)
     return _result(setup, lay, per, per[k][0], k)
