@@ -899,7 +899,7 @@ def _stability_words(scored: dict[str, list[Score]]) -> str:
     if chosen.trials[(chosen.cover, chosen.name)].steady:
         return ""
     return (
-        ": no candidate at any level is both within the promise and within it, so the choice is the one "
+        ": no candidate at any level keeps both the promise and the bound, so the choice is the one "
         "within the promise that moves least, past the bound"
     )
 
