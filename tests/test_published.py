@@ -318,3 +318,16 @@ def test_multi_gpu_records_are_posed_per_gpu() -> None:
         assert d.offload == pub._OFFLOAD[str(s.record.setup.get("offload", "none"))]
     peft = [s for s in multi if s.record.source == "multigpu_peft"]
     assert len(peft) == 3 and all(s.estimate.regime.kbit_upcast is False for s in peft)
+
+
+def test_the_stability_sentence_says_when_the_choice_fell_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/accuracy.md's stability sentence adds the fallback's words only when the chosen rule is past
+    the bound (`bd.choose` found no candidate keeping both the promise and the bound)."""
+    chosen = pub.chosen_rule(_scored()[0])
+    steady = chosen.trials[(chosen.cover, chosen.name)].steady
+    assert (pub._stability_words(_scored()[0]) == "") == steady
+    key = (chosen.cover, chosen.name)
+    unsteady = {**chosen.trials, key: pub.bd.Trial(chosen.misses, False, 0.1, 0.06)}
+    fell_back = pub.bd.Choice(chosen.name, chosen.cover, chosen.rule, chosen.misses, unsteady)
+    monkeypatch.setattr(pub, "chosen_rule", lambda _scored: fell_back)
+    assert "moves least, past the bound" in pub._stability_words(_scored()[0])
