@@ -406,9 +406,13 @@ class Trial:
     move (`stability`, the larger edge's share)."""
 
     misses: int
-    steady: bool
     width: float
-    move: float = 0.0
+    move: float
+
+    @property
+    def steady(self) -> bool:
+        """Leaving any one source out moves neither edge by more than STABILITY_BOUND."""
+        return self.move <= STABILITY_BOUND
 
 
 def assess(rows: Sequence[Row], states: float) -> dict[tuple[float, str], Trial]:
@@ -419,7 +423,7 @@ def assess(rows: Sequence[Row], states: float) -> dict[tuple[float, str], Trial]
             loo = leave_one_out(rows, states, at(rule, cover))
             misses = sum(h.above for h in held_out(loo).values())
             move = max(m.share for m in stability(loo).values())
-            out[(cover, name)] = Trial(misses, move <= STABILITY_BOUND, mean_high(rows, loo.full), move)
+            out[(cover, name)] = Trial(misses, mean_high(rows, loo.full), move)
     return out
 
 

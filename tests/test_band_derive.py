@@ -256,13 +256,13 @@ def test_an_unstable_rule_is_not_chosen() -> None:
     within the promise for a higher one."""
     rows = _spread_corpus(0.0)  # 40 records: the promise allows 4 held-out misses
     names = [n for n, _ in bd.CANDIDATES]
-    trials = {(cov, n): bd.Trial(9, True, 0.1) for cov in bd.FIT_COVERAGES for n in names}
-    trials[(0.9, names[0])] = bd.Trial(1, False, 0.1)  # fewest misses, unstable
-    trials[(0.9, names[1])] = bd.Trial(3, True, 0.2)  # eligible
+    trials = {(cov, n): bd.Trial(9, 0.1, 0.0) for cov in bd.FIT_COVERAGES for n in names}
+    trials[(0.9, names[0])] = bd.Trial(1, 0.1, 0.5)  # fewest misses, unstable
+    trials[(0.9, names[1])] = bd.Trial(3, 0.2, 0.0)  # eligible
     c = bd.choose(rows, STATES, trials)
     assert (c.cover, c.name, c.misses) == (0.9, names[1], 3)
-    trials[(0.9, names[1])] = bd.Trial(3, False, 0.2)  # no stable rule within the promise at 90%
-    trials[(0.95, names[2])] = bd.Trial(4, True, 0.3)
+    trials[(0.9, names[1])] = bd.Trial(3, 0.2, 0.5)  # no stable rule within the promise at 90%
+    trials[(0.95, names[2])] = bd.Trial(4, 0.3, 0.0)
     c = bd.choose(rows, STATES, trials)
     assert (c.cover, c.name) == (0.95, names[2])
 
@@ -273,15 +273,15 @@ def test_without_a_stable_rule_the_promise_comes_first() -> None:
     level would win); with none keeping the promise, the fewest misses."""
     rows = _spread_corpus(0.0)  # 40 records: the promise allows 4 held-out misses
     names = [n for n, _ in bd.CANDIDATES]
-    trials = {(cov, n): bd.Trial(9, False, 0.1, 0.5) for cov in bd.FIT_COVERAGES for n in names}
-    trials[(0.975, names[0])] = bd.Trial(0, False, 0.6, 0.4)  # fewest misses, wide, moves most of these
-    trials[(0.9, names[1])] = bd.Trial(4, False, 0.1, 0.08)  # within the promise, moves 8%
-    trials[(0.95, names[2])] = bd.Trial(3, False, 0.2, 0.06)  # within the promise, moves least
+    trials = {(cov, n): bd.Trial(9, 0.1, 0.5) for cov in bd.FIT_COVERAGES for n in names}
+    trials[(0.975, names[0])] = bd.Trial(0, 0.6, 0.4)  # fewest misses, wide, moves most of these
+    trials[(0.9, names[1])] = bd.Trial(4, 0.1, 0.08)  # within the promise, moves 8%
+    trials[(0.95, names[2])] = bd.Trial(3, 0.2, 0.06)  # within the promise, moves least
     c = bd.choose(rows, STATES, trials)
     assert (c.cover, c.name, c.misses) == (0.95, names[2], 3)
     for k in ((0.9, names[1]), (0.95, names[2])):
-        trials[k] = bd.Trial(6, False, 0.1, 0.01)  # none within the promise now
-    trials[(0.975, names[0])] = bd.Trial(5, False, 0.6, 0.4)
+        trials[k] = bd.Trial(6, 0.1, 0.01)  # none within the promise now
+    trials[(0.975, names[0])] = bd.Trial(5, 0.6, 0.4)
     c = bd.choose(rows, STATES, trials)
     assert (c.cover, c.name, c.misses) == (0.975, names[0], 5)
 

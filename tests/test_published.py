@@ -211,7 +211,7 @@ def test_band_rule_is_the_one_the_held_out_records_choose() -> None:
     has such a candidate, the rule keeps the promise and moves least (`test_band_is_stable_...`)."""
     rows, states = pub.band_rows(_scored()[0]), pub.states_spread()
     clean = sum(1 for r in rows if not r.known_gap)
-    allowed = (1 - pub.bd.COVERAGE) * clean + 1e-9
+    allowed = _allowed()
     chosen = pub.chosen_rule(_scored()[0])
     trials = chosen.trials
     # the trial of the chosen rule is what its own leave-one-out gives
@@ -327,7 +327,7 @@ def test_the_stability_sentence_says_when_the_choice_fell_back(monkeypatch: pyte
     steady = chosen.trials[(chosen.cover, chosen.name)].steady
     assert (pub._stability_words(_scored()[0]) == "") == steady
     key = (chosen.cover, chosen.name)
-    unsteady = {**chosen.trials, key: pub.bd.Trial(chosen.misses, False, 0.1, 0.06)}
+    unsteady = {**chosen.trials, key: pub.bd.Trial(chosen.misses, 0.1, 0.06)}
     fell_back = pub.bd.Choice(chosen.name, chosen.cover, chosen.rule, chosen.misses, unsteady)
     monkeypatch.setattr(pub, "chosen_rule", lambda _scored: fell_back)
     assert "moves least, past the bound" in pub._stability_words(_scored()[0])

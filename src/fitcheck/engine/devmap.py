@@ -329,19 +329,20 @@ def gpu_phases(
     ms: dict[str, Component], sv: Saved, setup: LlmSetup, lay: Layout, s: Share, out_bytes: int, load: Phase
 ) -> tuple[Phase, ...]:
     """One GPU's phases: its share of loading and the engine's moments on its own lines."""
+    return gpu_step(ms, sv, setup, lay, s, out_bytes, load)[0]
+
+
+def gpu_step(
+    ms: dict[str, Component], sv: Saved, setup: LlmSetup, lay: Layout, s: Share, out_bytes: int, load: Phase
+) -> tuple[tuple[Phase, ...], int]:
+    """One GPU's phases (`gpu_phases`) and its reserve floor at the loss over its own allocated peak
+    (engine/estimate.py `stranded_margin`), from the same per-GPU lines."""
     ms_g = {k: _state(c, s) for k, c in ms.items()}
     sv_g = saved_for(sv, s, lay, setup, out_bytes)
     load_g = phase("load", [_state(c, s) if c.name in ms else _layer_wide(c, s) for c in load.components])
-    return (load_g, *step_phases(ms_g, sv_g, setup.grad_accum > 1, setup.optimizer_in_bwd))
-
-
-def gpu_stranded(
-    ms: dict[str, Component], sv: Saved, setup: LlmSetup, lay: Layout, s: Share, out: int, peak: int
-) -> int:
-    """One GPU's reserve floor at the loss (engine/estimate.py `stranded_margin`) over its own allocated
-    ``peak``."""
-    ms_g = {k: _state(c, s) for k, c in ms.items()}
-    return stranded_margin(ms_g, saved_for(sv, s, lay, setup, out), setup.grad_accum > 1, False, peak)
+    phases = (load_g, *step_phases(ms_g, sv_g, setup.grad_accum > 1, setup.optimizer_in_bwd))
+    peak = max(p.total_bytes for p in phases)
+    return phases, stranded_margin(ms_g, sv_g, setup.grad_accum > 1, False, peak)
 
 
 def split(
@@ -360,10 +361,9 @@ def split(
     lay = layout(spec, setup)
     per: list[tuple[Estimate, Share]] = []
     for s in shares(lay, spec, setup):
-        phases = gpu_phases(ms, sv, setup, lay, s, out_bytes, est.phase("load"))
+        phases, stranded = gpu_step(ms, sv, setup, lay, s, out_bytes, est.phase("load"))
         steady = sum(_state(ms[k], s).bytes for k in STEADY if k in ms)
         # tensors alive on this GPU: its layers' share (the allocator rounds each up)
-        stranded = gpu_stranded(ms, sv, setup, lay, s, out_bytes, max(p.total_bytes for p in phases))
         per.append((reassemble(est, phases, steady, max(1, round(tensors * s.layers)), stranded), s))
     k = max(range(len(per)), key=lambda i: per[i][0].device_bytes)
     return _result(setup, lay, per, per[k][0], k)

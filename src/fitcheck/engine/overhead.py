@@ -27,13 +27,9 @@ FRAGMENTATION = 0.15
 
 
 #: Loss kernels whose tensors are whole-batch logits (engine/loss.py): each is larger than any block a
-#: decoder layer cuts when the vocabulary is at least as wide as the layer's widest tensor
-#: (`stranded_layer_blocks`). The chunked kernels' tensors are one chunk's and fit the cached blocks.
+#: decoder layer cuts when the output layer's rows x width are at least the tokens x the layer's widest
+#: tensor (`stranded_layer_blocks`). The chunked kernels' tensors are one chunk's and fit the cached blocks.
 WHOLE_LOGITS_KERNELS = ("standard", "hf_legacy", "hf_4.46", "plain", "seq2seq", "litgpt_full")
-STRANDED_RULE = (
-    "under checkpointing the forward's layer blocks stay cached beside the loss's larger logits tensors "
-    "(the caching allocator's best fit): the reserve is at least the reading at the loss"
-)
 
 
 def stranded_layer_blocks(
