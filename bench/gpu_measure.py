@@ -38,7 +38,119 @@ GRID: list[tuple[str, dict[str, Any]]] = [
     ("qwen2.5-7b", dict(method="lora", trainer="hf", batch_size=1, seq_len=2048, grad_ckpt=True)),
     ("llama-3.1-8b", dict(method="lora", trainer="hf", batch_size=1, seq_len=2048, grad_ckpt=True)),
     ("llama-3.1-8b", dict(method="full", trainer="hf", batch_size=1, seq_len=1024, grad_ckpt=True)),
+    # layer blocks beside the loss (docs/methodology.md): checkpointed, long rows, logits wider than a layer
+    ("llama-3.1-8b", dict(method="lora", trainer="hf", batch_size=4, seq_len=4096, grad_ckpt=True)),
+    # QLoRA (bitsandbytes from the wheel the run carries): ULT's Phi-3 shape, Vertex's OpenLLaMA-7B shape
+    # on today's stack, an 8B at a common setting with and without peft's k-bit preparation
+    ("phi-3-mini", dict(method="qlora", trainer="hf", kbit_path="peft", batch_size=2, seq_len=8192,
+                        grad_ckpt=True, lora_rank=8)),
+    ("llama-2-7b", dict(method="qlora", trainer="hf", kbit_path="peft", double_quant=False, batch_size=16,
+                        seq_len=512, grad_ckpt=True, attn="eager")),
+    ("llama-3.1-8b", dict(method="qlora", trainer="hf", kbit_path="peft", batch_size=1, seq_len=2048,
+                          grad_ckpt=True)),
+    ("llama-3.1-8b", dict(method="qlora", trainer="hf", kbit_path="trl", batch_size=4, seq_len=2048,
+                          grad_ckpt=True)),
+    ("llama-2-13b", dict(method="qlora", trainer="hf", kbit_path="peft", batch_size=2, seq_len=8192,
+                         grad_ckpt=True, lora_rank=8)),
 ]
+
+#: Posed after GRID's first run had fitted the reserve line (docs/methodology.md, "Real-GPU measurements"):
+#: other models, batches and lengths, to check that line out of sample (`--grid holdout`).
+HOLDOUT: list[tuple[str, dict[str, Any]]] = [
+    ("qwen2.5-1.5b", dict(method="lora", trainer="hf", batch_size=4, seq_len=2048, grad_ckpt=True)),
+    ("qwen2.5-0.5b", dict(method="full", trainer="hf", batch_size=8, seq_len=1024, grad_ckpt=True)),
+    ("qwen2.5-3b", dict(method="lora", trainer="hf", batch_size=8, seq_len=1024)),
+    ("llama-3.2-3b", dict(method="full", trainer="hf", batch_size=2, seq_len=2048, grad_ckpt=True)),
+    ("gemma-2-2b", dict(method="qlora", trainer="hf", kbit_path="peft", batch_size=4, seq_len=2048,
+                        grad_ckpt=True, attn="eager")),
+    ("mistral-7b-v0.1", dict(method="qlora", trainer="hf", kbit_path="peft", batch_size=2, seq_len=4096,
+                             grad_ckpt=True)),
+    ("phi-3-mini", dict(method="lora", trainer="hf", batch_size=2, seq_len=8192, grad_ckpt=True, lora_rank=8)),
+    ("llama-2-7b", dict(method="qlora", trainer="hf", kbit_path="peft", double_quant=False, batch_size=32,
+                        seq_len=512, grad_ckpt=True, attn="eager")),
+    ("gemma-2-9b", dict(method="qlora", trainer="hf", kbit_path="trl", batch_size=1, seq_len=4096,
+                        grad_ckpt=True, attn="eager")),
+    ("llama-3.1-8b", dict(method="lora", trainer="hf", batch_size=2, seq_len=8192, grad_ckpt=True, lora_rank=8)),
+]
+GRIDS = {"fit": GRID, "holdout": HOLDOUT}
+
+
+def context_probe() -> list[dict[str, Any]]:
+    """NVML's used memory and torch's reserved bytes after each library first touches the GPU: what the
+    process holds outside the caching allocator (the engine's context line), step by step."""
+    import torch
+
+    steps: list[dict[str, Any]] = []
+
+    def mark(what: str) -> None:
+        torch.cuda.synchronize()
+        steps.append({"after": what, "nvidia_smi_used_mib": smi_used_mib(),
+                      "torch_reserved_bytes": int(torch.cuda.memory_reserved())})  # fmt: skip
+
+    torch.cuda.init()
+    torch.empty(1, device="cuda")
+    mark("torch.cuda.init and a first tensor")
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    (a @ a).sum().item()
+    mark("a bf16 matmul (cuBLAS / cuBLASLt)")
+    q = torch.randn(2, 32, 2048, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+    mark("SDPA forward and backward (flash)")
+    try:
+        import bitsandbytes as bnb
+
+        lin = bnb.nn.Linear4bit(4096, 4096, compute_dtype=torch.bfloat16, quant_type="nf4").cuda()
+        lin(a[:16]).sum().item()
+        mark("a bitsandbytes NF4 matmul")
+        del lin
+    except ImportError:
+        pass
+    del a, q
+    torch.cuda.empty_cache()
+    mark("tensors freed, cache emptied")
+    return steps
+
+
+class SmiPeak:
+    """The GPU's used memory as NVML reports it (nvidia-smi's figure), polled every 5 ms in a thread:
+    its peak over a setup is what a source that read nvidia-smi during the run would print."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread: Any = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._handle: Any = pynvml.nvmlDeviceGetHandleByIndex(0)
+            self._read = lambda: int(pynvml.nvmlDeviceGetMemoryInfo(self._handle).used)
+        except Exception:  # no NVML (a CPU smoke test): no reading
+            self._read = None
+
+    def __enter__(self) -> SmiPeak:
+        import threading
+
+        if self._read is not None:
+            self._stop.clear()
+            self.peak = self._read()
+            self._thread = threading.Thread(target=self._poll, daemon=True)
+            self._thread.start()
+        return self
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, self._read())
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def value(self) -> int | None:
+        return self.peak if self._read is not None else None
 
 
 def smi_used_mib() -> int | None:
@@ -83,9 +195,17 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--budget-s", type=float, default=200.0, help="stop starting new setups after this")
     ap.add_argument("--quick", action="store_true", help="first two setups, short sequences (smoke test)")
+    ap.add_argument("--only", default="", help="comma-separated grid indices to run (default: all)")
+    ap.add_argument("--grid", choices=sorted(GRIDS), default="fit")
     args = ap.parse_args()
-    grid = [(m, {**s, "seq_len": 128}) for m, s in GRID[:2]] if args.quick else GRID
+    chosen = GRIDS[args.grid]
+    grid = [(m, {**s, "seq_len": 128}) for m, s in chosen[:2]] if args.quick else chosen
+    if args.only:
+        grid = [chosen[int(i)] for i in args.only.split(",")]
     doc: dict[str, Any] = {"environment": environment(), "command": " ".join(sys.argv), "records": []}
+    doc["environment"]["nvidia_smi_used_mib_before"] = smi_used_mib()
+    if args.device == "cuda":
+        doc["context_probe"] = context_probe()
     out = Path(args.out)
     started = time.perf_counter()
     for model, kw in grid:
@@ -96,12 +216,20 @@ def main() -> None:
         setup = LlmSetup(**{**kw, "backend": "cuda" if args.device == "cuda" else "cpu"})
         rec: dict[str, Any] = {"model": model, "setup": setup.model_dump(mode="json")}
         try:
-            meas = real_step(spec.hf_config or {}, setup, device=args.device, steps=3)
+            with SmiPeak() as smi:
+                meas = real_step(spec.hf_config or {}, setup, device=args.device, steps=3)
             est = estimate(spec, setup)
             rec["measured"] = meas.model_dump(mode="json")
-            rec["nvidia_smi_used_mib"] = smi_used_mib()
+            rec["nvml_used_peak_bytes"] = smi.value()
+            rec["nvidia_smi_used_mib_after"] = smi_used_mib()
+            if args.device == "cuda":
+                import torch
+
+                rec["torch_reserved_after_bytes"] = int(torch.cuda.memory_reserved())
+                rec["torch_allocated_after_bytes"] = int(torch.cuda.memory_allocated())
             keys = ("peak_allocated_bytes", "peak_reserved_bytes", "device_bytes", "peak_phase")
             rec["estimate"] = {k: getattr(est, k) for k in keys}
+            rec["estimate"]["band"] = est.band.model_dump(mode="json") if est.band else None
         except Exception as exc:  # record the failure (OOM included) and go on
             rec["error"] = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         doc["records"].append(rec)

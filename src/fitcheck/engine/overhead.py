@@ -83,4 +83,4 @@ def reserve_bytes(backend: str, live_tensors: int, transient_bytes: int, strande
     at the loss with the layer blocks cached beside it stands above the peak (`stranded_layer_blocks`)."""
     if backend not in allocator.BACKENDS:
         return 0
-    return live_tensors * ROUNDING_PER_TENSOR + max(int(FRAGMENTATION * transient_bytes), stranded)
+    return live_tensors * ROUNDING_PER_TENSOR + int(FRAGMENTATION * transient_bytes) + stranded

@@ -178,15 +178,19 @@ def run_task(hf_config: Mapping[str, Any], setup: LlmSetup, config: Any) -> tupl
     return task, labels
 
 
-def build_model(hf_config: Mapping[str, Any], setup: LlmSetup, regime: Regime) -> Built:
+def build_model(
+    hf_config: Mapping[str, Any], setup: LlmSetup, regime: Regime, *, quantize: bool = False
+) -> Built:
     """Instantiate the model with random weights in the regime's dtype, then apply checkpointing and LoRA.
 
-    Call it under FakeTensorMode to trace, under ``torch.device(...)`` for a real run.
+    Call it under FakeTensorMode to trace, under ``torch.device(...)`` for a real run. ``quantize``
+    (a real CUDA run only): QLoRA's base becomes bitsandbytes 4-bit layers (`quantize_4bit`).
     """
-    if setup.method == "qlora":
+    if setup.method == "qlora" and not quantize:
         raise OptionError(
-            "QLoRA cannot be measured yet: bitsandbytes' Params4bit cannot wrap a fake tensor (checked with "
-            "bitsandbytes 0.50.2), so 4-bit layers do not trace; measure --method lora for the same adapters"
+            "QLoRA is measured on a CUDA device only (measure --device cuda, with bitsandbytes): "
+            "bitsandbytes' Params4bit cannot wrap a fake tensor (checked with bitsandbytes 0.50.2), so 4-bit "
+            "layers do not trace; measure --method lora for the same adapters"
         )
     config = hf_config_object(hf_config)
     notes: list[str] = []
@@ -206,10 +210,12 @@ def build_model(hf_config: Mapping[str, Any], setup: LlmSetup, regime: Regime) -
         )
     task, labels = run_task(hf_config, setup, config)
     model = transformers_call(str(config.model_type), lambda: _from_config(config, kwargs, notes, task))
+    if setup.method == "qlora":
+        quantize_4bit(model, setup, regime, notes)
     model.train()
     if setup.grad_ckpt:
         enable_checkpointing(model)
-    if setup.method in ("lora",):
+    if setup.method in ("lora", "qlora"):
         model = apply_lora(model, setup, regime, config.model_type, task)
     elif setup.method == "prefix-tuning":
         model = apply_prefix(model, setup)
@@ -217,6 +223,45 @@ def build_model(hf_config: Mapping[str, Any], setup: LlmSetup, regime: Regime) -
         for p in model.parameters():
             p.requires_grad_(True)
     return Built(model=model, model_type=str(config.model_type), notes=notes, task=task, num_labels=labels)
+
+
+def quantize_4bit(model: Any, setup: LlmSetup, regime: Regime, notes: list[str]) -> None:
+    """QLoRA's base as ``from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit=True))``
+    leaves it: every ``nn.Linear`` but the output head becomes bitsandbytes' ``Linear4bit`` (NF4, double
+    quantization per ``setup.double_quant``, compute dtype the load dtype, uint8 storage), then peft's
+    ``prepare_model_for_kbit_training`` when the regime runs it (non-4-bit parameters to fp32).
+
+    The random weights are quantized on the device, and the allocator's cache is emptied afterwards, so
+    the load-time copies are not in the step's reserved figure (a real load streams its shards).
+    """
+    import bitsandbytes as bnb
+
+    head = model.get_output_embeddings()
+    compute = DTYPES[regime.weight_dtype]
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is not torch.nn.Linear or child is head:
+                continue
+            layer = bnb.nn.Linear4bit(
+                child.in_features, child.out_features, bias=child.bias is not None, compute_dtype=compute,
+                compress_statistics=setup.double_quant, quant_type="nf4", device="meta",
+            )  # fmt: skip
+            layer.weight = bnb.nn.Params4bit(
+                child.weight.data, requires_grad=False, compress_statistics=setup.double_quant, quant_type="nf4"
+            ).to(child.weight.device)
+            if child.bias is not None:
+                layer.bias = child.bias
+            setattr(parent, name, layer)
+    model.is_loaded_in_4bit = True  # what peft reads to place its bitsandbytes LoRA layers
+    if regime.kbit_upcast:
+        from peft import prepare_model_for_kbit_training
+
+        prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    torch.cuda.empty_cache()
+    notes.append(
+        f"QLoRA base: random weights quantized to NF4 by bitsandbytes {bnb.__version__} on the device"
+        + ("; prepare_model_for_kbit_training ran" if regime.kbit_upcast else "")
+    )
 
 
 def enable_checkpointing(model: Any) -> None:

@@ -160,7 +160,7 @@ def _run(
 
     torch.manual_seed(0)
     with torch.device(device):
-        built = build_model(hf_config, setup, regime)
+        built = build_model(hf_config, setup, regime, quantize=device == "cuda")
     model = built.model
     params = trainable_parameters(model)
     optimizer = make_optimizer(params, setup, regime)
