@@ -1,16 +1,21 @@
 """Real peaks on a GPU for a grid of random-weight models -> tests/data/measured/<gpu>.yaml.
 
 For a session that has a GPU lent (the `device` tool): it runs each setup with
-`fitcheck.measure.real.real_step` (torch's own max_memory_allocated / max_memory_reserved per phase),
-reads nvidia-smi's process total, and writes each record as soon as it finishes, with the driver, CUDA
-and torch versions, so a run cut short still leaves data. No weights are downloaded: models are built
-from their configs with random weights. Run it on the GPU machine:
+`fitcheck.measure.real.real_step` (torch's own max_memory_allocated / max_memory_reserved per phase;
+QLoRA through bitsandbytes NF4 layers built on the device), polls NVML's used memory during each run,
+probes what the process holds outside the caching allocator, and writes each record as soon as it
+finishes, with the driver, CUDA and torch versions, so a run cut short still leaves data. No weights are
+downloaded: models are built from their configs with random weights. Run it on the GPU machine:
 
-    python bench/gpu_measure.py --out $OUT/measured.yaml --budget-s 200
+    python bench/gpu_measure.py --out $OUT/measured.yaml --budget-s 200              # the fit grid
+    python bench/gpu_measure.py --grid holdout --out $OUT/holdout.yaml --budget-s 200
 
-then commit the file as tests/data/measured/<gpu>.yaml. Smoke test on a CPU: `--device cpu --quick`.
-Nothing in the test suite needs a GPU; these records are used to fit and check the reserve and context
-model (docs/accuracy.md), and they are never typed in by hand.
+Session 20 ran it on an H200 whose image has torch, transformers and peft but neither pydantic nor
+bitsandbytes: those (and the transformers / peft releases the tracers are checked on) travelled as wheels in
+a git-excluded `.whl/` folder named in the run's `carry` (/work/.library/device/README.md). Commit each file
+as tests/data/measured/<gpu>[-holdout].yaml, name its card in bench/measured.py `CARDS`, and run
+`python bench/measured.py` (docs/accuracy.md, tests/test_measured_gpu.py). Smoke test on a CPU:
+`--device cpu --quick`. Nothing in the test suite needs a GPU; these records are never typed in by hand.
 """
 
 from __future__ import annotations
@@ -25,52 +30,52 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+
+def _hf(method: str, batch: int, seq: int, **kw: Any) -> dict[str, Any]:
+    """One setup of the HF Trainer's regime (the grids' rows): method, micro-batch, sequence length."""
+    return {"method": method, "trainer": "hf", "batch_size": batch, "seq_len": seq, **kw}
+
+
+CKPT: dict[str, Any] = {"grad_ckpt": True}
+PEFT_PREP: dict[str, Any] = {"kbit_path": "peft", "grad_ckpt": True}
+
 #: (preset, setup) pairs, smallest first so a time budget still covers several families.
 GRID: list[tuple[str, dict[str, Any]]] = [
-    ("smollm2-135m", dict(method="full", trainer="hf", batch_size=4, seq_len=1024)),
-    ("smollm2-360m", dict(method="lora", trainer="hf", batch_size=4, seq_len=1024)),
-    ("qwen2.5-0.5b", dict(method="full", trainer="hf", batch_size=2, seq_len=2048)),
-    ("qwen2.5-0.5b", dict(method="lora", trainer="hf", batch_size=2, seq_len=2048, attn="eager")),
-    ("llama-3.2-1b", dict(method="lora", trainer="hf", batch_size=2, seq_len=2048, grad_ckpt=True)),
-    ("llama-3.2-1b", dict(method="full", trainer="torchtune", batch_size=1, seq_len=2048)),
-    ("gemma-2-2b", dict(method="lora", trainer="hf", batch_size=1, seq_len=2048, attn="eager")),
-    ("llama-3.2-3b", dict(method="lora", trainer="hf", batch_size=1, seq_len=4096, grad_ckpt=True)),
-    ("qwen2.5-7b", dict(method="lora", trainer="hf", batch_size=1, seq_len=2048, grad_ckpt=True)),
-    ("llama-3.1-8b", dict(method="lora", trainer="hf", batch_size=1, seq_len=2048, grad_ckpt=True)),
-    ("llama-3.1-8b", dict(method="full", trainer="hf", batch_size=1, seq_len=1024, grad_ckpt=True)),
+    ("smollm2-135m", _hf("full", 4, 1024)),
+    ("smollm2-360m", _hf("lora", 4, 1024)),
+    ("qwen2.5-0.5b", _hf("full", 2, 2048)),
+    ("qwen2.5-0.5b", _hf("lora", 2, 2048, attn="eager")),
+    ("llama-3.2-1b", _hf("lora", 2, 2048, **CKPT)),
+    ("llama-3.2-1b", {**_hf("full", 1, 2048), "trainer": "torchtune"}),
+    ("gemma-2-2b", _hf("lora", 1, 2048, attn="eager")),
+    ("llama-3.2-3b", _hf("lora", 1, 4096, **CKPT)),
+    ("qwen2.5-7b", _hf("lora", 1, 2048, **CKPT)),
+    ("llama-3.1-8b", _hf("lora", 1, 2048, **CKPT)),
+    ("llama-3.1-8b", _hf("full", 1, 1024, **CKPT)),
     # layer blocks beside the loss (docs/methodology.md): checkpointed, long rows, logits wider than a layer
-    ("llama-3.1-8b", dict(method="lora", trainer="hf", batch_size=4, seq_len=4096, grad_ckpt=True)),
+    ("llama-3.1-8b", _hf("lora", 4, 4096, **CKPT)),
     # QLoRA (bitsandbytes from the wheel the run carries): ULT's Phi-3 shape, Vertex's OpenLLaMA-7B shape
     # on today's stack, an 8B at a common setting with and without peft's k-bit preparation
-    ("phi-3-mini", dict(method="qlora", trainer="hf", kbit_path="peft", batch_size=2, seq_len=8192,
-                        grad_ckpt=True, lora_rank=8)),
-    ("llama-2-7b", dict(method="qlora", trainer="hf", kbit_path="peft", double_quant=False, batch_size=16,
-                        seq_len=512, grad_ckpt=True, attn="eager")),
-    ("llama-3.1-8b", dict(method="qlora", trainer="hf", kbit_path="peft", batch_size=1, seq_len=2048,
-                          grad_ckpt=True)),
-    ("llama-3.1-8b", dict(method="qlora", trainer="hf", kbit_path="trl", batch_size=4, seq_len=2048,
-                          grad_ckpt=True)),
-    ("llama-2-13b", dict(method="qlora", trainer="hf", kbit_path="peft", batch_size=2, seq_len=8192,
-                         grad_ckpt=True, lora_rank=8)),
+    ("phi-3-mini", _hf("qlora", 2, 8192, lora_rank=8, **PEFT_PREP)),
+    ("llama-2-7b", _hf("qlora", 16, 512, double_quant=False, attn="eager", **PEFT_PREP)),
+    ("llama-3.1-8b", _hf("qlora", 1, 2048, **PEFT_PREP)),
+    ("llama-3.1-8b", _hf("qlora", 4, 2048, kbit_path="trl", **CKPT)),
+    ("llama-2-13b", _hf("qlora", 2, 8192, lora_rank=8, **PEFT_PREP)),
 ]
 
-#: Posed after GRID's first run had fitted the reserve line (docs/methodology.md, "Real-GPU measurements"):
+#: Posed after GRID's first run had fitted the reserve line (docs/methodology.md, "Real-GPU runs"):
 #: other models, batches and lengths, to check that line out of sample (`--grid holdout`).
 HOLDOUT: list[tuple[str, dict[str, Any]]] = [
-    ("qwen2.5-1.5b", dict(method="lora", trainer="hf", batch_size=4, seq_len=2048, grad_ckpt=True)),
-    ("qwen2.5-0.5b", dict(method="full", trainer="hf", batch_size=8, seq_len=1024, grad_ckpt=True)),
-    ("qwen2.5-3b", dict(method="lora", trainer="hf", batch_size=8, seq_len=1024)),
-    ("llama-3.2-3b", dict(method="full", trainer="hf", batch_size=2, seq_len=2048, grad_ckpt=True)),
-    ("gemma-2-2b", dict(method="qlora", trainer="hf", kbit_path="peft", batch_size=4, seq_len=2048,
-                        grad_ckpt=True, attn="eager")),
-    ("mistral-7b-v0.1", dict(method="qlora", trainer="hf", kbit_path="peft", batch_size=2, seq_len=4096,
-                             grad_ckpt=True)),
-    ("phi-3-mini", dict(method="lora", trainer="hf", batch_size=2, seq_len=8192, grad_ckpt=True, lora_rank=8)),
-    ("llama-2-7b", dict(method="qlora", trainer="hf", kbit_path="peft", double_quant=False, batch_size=32,
-                        seq_len=512, grad_ckpt=True, attn="eager")),
-    ("gemma-2-9b", dict(method="qlora", trainer="hf", kbit_path="trl", batch_size=1, seq_len=4096,
-                        grad_ckpt=True, attn="eager")),
-    ("llama-3.1-8b", dict(method="lora", trainer="hf", batch_size=2, seq_len=8192, grad_ckpt=True, lora_rank=8)),
+    ("qwen2.5-1.5b", _hf("lora", 4, 2048, **CKPT)),
+    ("qwen2.5-0.5b", _hf("full", 8, 1024, **CKPT)),
+    ("qwen2.5-3b", _hf("lora", 8, 1024)),
+    ("llama-3.2-3b", _hf("full", 2, 2048, **CKPT)),
+    ("gemma-2-2b", _hf("qlora", 4, 2048, attn="eager", **PEFT_PREP)),
+    ("mistral-7b-v0.1", _hf("qlora", 2, 4096, **PEFT_PREP)),
+    ("phi-3-mini", _hf("lora", 2, 8192, lora_rank=8, **CKPT)),
+    ("llama-2-7b", _hf("qlora", 32, 512, double_quant=False, attn="eager", **PEFT_PREP)),
+    ("gemma-2-9b", _hf("qlora", 1, 4096, kbit_path="trl", attn="eager", **CKPT)),
+    ("llama-3.1-8b", _hf("lora", 2, 8192, lora_rank=8, **CKPT)),
 ]
 GRIDS = {"fit": GRID, "holdout": HOLDOUT}
 

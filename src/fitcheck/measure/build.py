@@ -247,7 +247,10 @@ def quantize_4bit(model: Any, setup: LlmSetup, regime: Regime, notes: list[str])
                 compress_statistics=setup.double_quant, quant_type="nf4", device="meta",
             )  # fmt: skip
             layer.weight = bnb.nn.Params4bit(
-                child.weight.data, requires_grad=False, compress_statistics=setup.double_quant, quant_type="nf4"
+                child.weight.data,
+                requires_grad=False,
+                compress_statistics=setup.double_quant,
+                quant_type="nf4",
             ).to(child.weight.device)
             if child.bias is not None:
                 layer.bias = child.bias

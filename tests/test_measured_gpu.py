@@ -1,0 +1,110 @@
+"""The engine held to this project's own real-GPU runs (tests/data/measured/*.yaml, bench/gpu_measure.py).
+
+The runs are re-estimated by bench/measured.py, whose generated section of docs/accuracy.md these tests
+also keep fresh. No GPU is needed here: the files are what a lent GPU measured, committed as written.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import measured  # noqa: E402
+
+#: Rows whose reserved figure the engine is more than 10% under, each with what is known of why.
+RESERVED_UNDER = {
+    ("h200-holdout", "llama-3.2-3b", "full"): (
+        "full fine-tuning under checkpointing: the allocated peak is right (-0.3%) but the allocator "
+        "reserves 5.6 GiB beyond it; the layer-blocks rule is zero here (the peak is backward's end with "
+        "every gradient live, above the loss's moment) and the other full-FT rows scatter both ways (-6% to "
+        "+11%): how gradients allocated during backward fragment the cache is not modelled"
+    ),
+    ("h200-holdout", "gemma-2-9b", "qlora"): (
+        "eager attention under checkpointing at 4,096 tokens (-11.2%, allocated -0.5%): the layer-blocks "
+        "rule leaves eager scores out (taken as able to serve the logits); Gemma 2's 16 heads x 4,096 keys "
+        "are smaller than its 256,000-wide logits, so they may be stranded too. Counting them (tried in "
+        "session 20) brings this row to -3.9% but Llama-2-7B QLoRA b16 / b32 x 512 (eager) from +0.3% to "
+        "+5-6% and 7 more published records over by 15%: not adopted on one row"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def files() -> dict[str, list[measured.Row]]:
+    return measured.load_all()
+
+
+def _rows(files: dict[str, list[measured.Row]]) -> list[measured.Row]:
+    return [r for rows in files.values() for r in rows]
+
+
+def _key(r: measured.Row) -> tuple[str, str, str]:
+    return (r.file, r.model, str(r.setup["method"]))
+
+
+def test_files_are_what_a_gpu_wrote(files: dict[str, list[measured.Row]]) -> None:
+    import yaml
+
+    assert set(files) == {"h200", "h200-holdout"}
+    for path in measured.DATA.glob("*.yaml"):
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        env = doc["environment"]
+        assert env["gpu"] == "NVIDIA H200" and env["torch"].startswith("2.") and env["driver"]
+        assert doc["command"].startswith("bench/gpu_measure.py")
+        assert all("error" not in r for r in doc["records"]), path.name
+    assert len(_rows(files)) == 27
+
+
+def test_allocated_peaks_within_3_percent(files: dict[str, list[measured.Row]]) -> None:
+    """The engine's allocated peak against torch's max_memory_allocated, every row (QLoRA included)."""
+    off = [(r.model, r.setup["method"], f"{r.allocated_error:+.1%}") for r in _rows(files)]
+    assert all(abs(r.allocated_error) <= 0.03 for r in _rows(files)), off
+
+
+def test_reserved_median_within_5_percent_per_file(files: dict[str, list[measured.Row]]) -> None:
+    for name, rows in files.items():
+        errors = [r.reserved_error for r in rows]
+        assert statistics.median(abs(e) for e in errors) <= 0.05, name
+        assert abs(statistics.median(errors)) <= 0.03, name  # no lean either way
+
+
+def test_reserved_never_more_than_10_percent_under_unless_named(files: dict[str, list[measured.Row]]) -> None:
+    under = {_key(r) for r in _rows(files) if r.reserved_error < -0.10}
+    assert under == set(RESERVED_UNDER)
+
+
+def test_nvml_step_peak_inside_the_band_unless_named(files: dict[str, list[measured.Row]]) -> None:
+    """What nvidia-smi showed at the step's peak is at or below the band's high edge (the verdict's figure),
+    on the card's catalog context; the rows above it are the named reserved shortfalls."""
+    read = [r for r in _rows(files) if r.outside_allocator is not None and r.nvml is not None]
+    assert len(read) >= 20
+    above = {_key(r) for r in read if r.nvml is not None and r.nvml > r.est_high}
+    assert above <= set(RESERVED_UNDER)
+
+
+def test_accuracy_doc_section_is_fresh(files: dict[str, list[measured.Row]]) -> None:
+    doc = measured.DOC.read_text(encoding="utf-8")
+    assert measured.splice(doc, measured.render(files)) == doc, (
+        "docs/accuracy.md stale: python bench/measured.py"
+    )
+
+
+def test_the_grids_are_the_recorded_setups() -> None:
+    """bench/gpu_measure.py's grids, row for row, are what the files recorded (a rerun measures the same)."""
+    import gpu_measure
+    import yaml
+
+    from fitcheck.models import LlmSetup
+
+    for grid, stem in ((gpu_measure.GRID, "h200"), (gpu_measure.HOLDOUT, "h200-holdout")):
+        records = yaml.safe_load((measured.DATA / f"{stem}.yaml").read_text(encoding="utf-8"))["records"]
+        assert len(records) == len(grid)
+        for (model, kw), rec in zip(grid, records, strict=True):
+            assert rec["model"] == model
+            assert LlmSetup(**{**kw, "backend": "cuda"}).model_dump(mode="json") == rec["setup"]
