@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fitcheck.errors import FitcheckError, InputError, NotFoundError
+from fitcheck.facts.context import HOPPER_CONTEXT_MIB
 from fitcheck.hardware import catalog
 from fitcheck.hardware.budget import resolve_target
 from fitcheck.hardware.env import ProbeEnv
@@ -179,7 +180,7 @@ def test_auto_h100_is_free_memory_exactly() -> None:
     assert lines(t)["driver_reserved"] == -478 * MIB  # reports 479; 1 MiB is nvidia-smi's rounding
     assert lines(t)["other_processes"] == 0
     assert t.usable_bytes == 81081 * MIB
-    assert t.context_bytes == 400 * MIB
+    assert t.context_bytes == HOPPER_CONTEXT_MIB * MIB  # the Hopper line measured on an H200
     assert_consistent(t)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from fitcheck.errors import NotFoundError
+from fitcheck.facts.context import HOPPER_CONTEXT_MIB
 from fitcheck.hardware import catalog
 from fitcheck.hardware.catalog import HardwareEntry, normalise_name
 from fitcheck.presets import load_preset, preset_ids, presets_root
@@ -17,7 +18,8 @@ GIB = 1 << 30
 IDS = preset_ids("hardware")
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "hardware.md"
 _REF_RE = re.compile(
-    r"^(https?://\S+|derived: .+|convention: .+|rule: .+|public code index: .+|[\w.-]+/[\w.-]+@\w+:\S+)"
+    r"^(https?://\S+|derived: .+|convention: .+|rule: .+|measured: tests/data/measured/.+|"
+    r"public code index: .+|[\w.-]+/[\w.-]+@\w+:\S+)"
 )
 
 
@@ -45,8 +47,11 @@ def test_entry_validates(preset_id: str) -> None:
         assert tflops is None or 1 <= tflops <= 5_000
     if entry.fp32_tflops and entry.bf16_tensor_tflops_dense:
         assert entry.bf16_tensor_tflops_dense >= entry.fp32_tflops  # tensor cores never slower than FP32
+    if entry.backend == "cuda" and str(entry.compute_capability).startswith("9."):
+        assert entry.context_mib == HOPPER_CONTEXT_MIB  # measured on this project's H200 (test below)
+    elif entry.backend == "cuda":
+        assert 300 <= entry.context_mib <= 600  # the generation's bare CUDA context, ~0.3-0.6 GiB
     if entry.backend == "cuda":
-        assert 300 <= entry.context_mib <= 600  # the generation's CUDA context, ~0.3-0.6 GiB
         assert entry.bf16_supported == (float(entry.compute_capability or 0) >= 8.0)
     # every figure names its source, and every source reads as a reference
     for field in catalog.SOURCED_FIELDS:
@@ -217,3 +222,19 @@ def test_every_field_is_documented() -> None:
     text = DOCS.read_text(encoding="utf-8")
     for field in HardwareEntry.model_fields:
         assert f"`{field}`" in text, f"docs/hardware.md does not describe {field}"
+
+
+def test_hopper_context_is_the_measured_one() -> None:
+    """The Hopper context line is what this project's H200 runs read beyond torch's reserved peak: the
+    median of NVML's used memory minus ``max_memory_reserved`` over their setups (bench/measured.py)."""
+    import statistics
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import measured
+
+    beyond = [
+        r.outside_allocator for rows in measured.load_all().values() for r in rows if r.outside_allocator
+    ]
+    assert len(beyond) >= 20
+    assert round(statistics.median(beyond) / 2**20) == HOPPER_CONTEXT_MIB

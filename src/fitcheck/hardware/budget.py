@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 
 from fitcheck.errors import FitcheckError, InputError, suggest
-from fitcheck.facts.context import DEFAULT_CONTEXT_MIB
+from fitcheck.facts.context import DEFAULT_CONTEXT_MIB, HOPPER_CONTEXT_MIB
 from fitcheck.hardware import catalog
 from fitcheck.hardware.catalog import HardwareEntry
 from fitcheck.hardware.detected import AppleFacts, CpuMemory, Detection, GpuDevice
@@ -577,6 +577,8 @@ def _device_target(device: GpuDevice, backend: Backend, count: int, notes: list[
 def _generation_context(device: GpuDevice, backend: str) -> int:
     if backend == "cuda" and device.compute_capability and float(device.compute_capability) >= 10:
         return 555  # Blackwell: bare context measured at 555 MiB (github.com/ggml-org/llama.cpp/pull/23604)
+    if backend == "cuda" and device.compute_capability and int(float(device.compute_capability)) == 9:
+        return HOPPER_CONTEXT_MIB  # measured at a training step's peak on an H200 (facts/context.py)
     return DEFAULT_CONTEXT_MIB[backend]
 
 
