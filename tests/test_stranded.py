@@ -83,13 +83,8 @@ def test_reserve_is_at_least_the_loss_with_the_layer_blocks_beside_it() -> None:
     margin = round(at_loss + blocks) - est.peak_allocated_bytes
     assert margin > 0
     assert est.peak_reserved_bytes >= at_loss + blocks
-    # the flat share alone would have been below it: the margin decides this reserve
-    transient = est.peak_allocated_bytes - sum(
-        c.bytes
-        for c in est.phase(est.peak_phase).components
-        if c.name in ("weights_4bit", "weights_unquantized")
-    )
-    assert 0 <= est.allocator_reserve_bytes - margin < overhead.FRAGMENTATION * transient
+    # the margin comes on top of the flat share and the rounding (session 20's real-GPU runs)
+    assert est.allocator_reserve_bytes == _flat_reserve(setup) + margin
 
 
 def test_the_proxy_against_the_allocator_replay() -> None:
@@ -136,11 +131,13 @@ def test_a_vocabulary_narrower_than_the_layer_strands_nothing() -> None:
     transient=st.integers(0, 2**40),
     stranded=st.integers(0, 2**40),
 )
-def test_the_margin_only_raises_the_reserve(tensors: int, transient: int, stranded: int) -> None:
-    """The reserve is the rounding plus the larger of the flat share and the margin."""
+def test_the_margin_adds_to_the_reserve(tensors: int, transient: int, stranded: int) -> None:
+    """The reserve is the rounding plus the flat share plus the margin: the layer blocks beside the loss
+    come on top of the short-lived bytes' fragmentation (the H200 runs, docs/methodology.md)."""
     flat = overhead.reserve_bytes("cuda", tensors, transient)
     got = overhead.reserve_bytes("cuda", tensors, transient, stranded)
-    assert got == flat + max(0, stranded - int(overhead.FRAGMENTATION * transient))
+    assert got == flat + stranded
+    assert flat == tensors * overhead.ROUNDING_PER_TENSOR + int(overhead.FRAGMENTATION * transient)
     assert overhead.reserve_bytes("mps", tensors, transient, stranded) == 0
 
 
@@ -163,7 +160,8 @@ def test_the_reserve_holds_the_loss_and_the_layer_blocks(
     assert (blocks > 0) == ckpt  # Qwen2.5's 151,936-entry vocabulary is wider than any layer tensor
     assert est.peak_reserved_bytes >= round(at_loss + blocks)
     margin = max(0, round(at_loss + blocks) - est.peak_allocated_bytes)
-    assert est.allocator_reserve_bytes == _flat_reserve(setup, spec) + max(0, margin - _frag(est))
+    assert est.allocator_reserve_bytes == _flat_reserve(setup, spec) + margin
+    assert est.allocator_reserve_bytes >= _frag(est) + margin
 
 
 def test_a_device_map_counts_it_on_the_gpu_that_runs_the_loss() -> None:
