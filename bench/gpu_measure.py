@@ -77,7 +77,20 @@ HOLDOUT: list[tuple[str, dict[str, Any]]] = [
     ("gemma-2-9b", _hf("qlora", 1, 4096, kbit_path="trl", attn="eager", **CKPT)),
     ("llama-3.1-8b", _hf("lora", 2, 8192, lora_rank=8, **CKPT)),
 ]
-GRIDS = {"fit": GRID, "holdout": HOLDOUT}
+#: Full fine-tuning, posed in session 20 after the holdout left its full-FT row 15% under the reserved
+#: figure (the gradients of step 1 fill the loss's cached blocks; bench/gpu_segments.py): sizes, lengths,
+#: with and without checkpointing, to see how that fragmentation scales before modelling it.
+FULL: list[tuple[str, dict[str, Any]]] = [
+    ("llama-3.2-1b", _hf("full", 4, 2048, **CKPT)),
+    ("qwen2.5-1.5b", _hf("full", 2, 2048, **CKPT)),
+    ("gemma-2-2b", _hf("full", 1, 2048, attn="eager", **CKPT)),
+    ("llama-3.2-3b", _hf("full", 1, 1024)),
+    ("llama-3.2-3b", _hf("full", 4, 2048, **CKPT)),
+    ("qwen2.5-3b", _hf("full", 1, 4096, **CKPT)),
+    ("smollm2-360m", _hf("full", 8, 2048, **CKPT)),
+    ("mistral-7b-v0.1", _hf("full", 1, 2048, **CKPT)),
+]
+GRIDS = {"fit": GRID, "holdout": HOLDOUT, "full": FULL}
 
 
 def context_probe() -> list[dict[str, Any]]:
