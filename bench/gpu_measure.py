@@ -90,7 +90,19 @@ FULL: list[tuple[str, dict[str, Any]]] = [
     ("smollm2-360m", _hf("full", 8, 2048, **CKPT)),
     ("mistral-7b-v0.1", _hf("full", 1, 2048, **CKPT)),
 ]
-GRIDS = {"fit": GRID, "holdout": HOLDOUT, "full": FULL}
+#: Posed with engine/overhead.py `regrown_loss_blocks` (fitted on FULL and the full rows above), before it
+#: runs: other sizes, lengths and batches of full fine-tuning, to check that rule out of sample.
+FULL_HOLDOUT: list[tuple[str, dict[str, Any]]] = [
+    ("qwen2.5-1.5b", _hf("full", 4, 1024, **CKPT)),
+    ("llama-3.2-1b", _hf("full", 2, 4096, **CKPT)),
+    ("gemma-2-2b", _hf("full", 2, 1024, attn="eager", **CKPT)),
+    ("qwen2.5-0.5b", _hf("full", 4, 2048)),
+    ("smollm2-1.7b", _hf("full", 4, 2048, **CKPT)),
+    ("llama-3.2-3b", _hf("full", 1, 4096, **CKPT)),
+    ("qwen2.5-7b", _hf("full", 1, 1024, **CKPT)),
+    ("qwen2.5-3b", _hf("full", 2, 2048, **CKPT)),
+]
+GRIDS = {"fit": GRID, "holdout": HOLDOUT, "full": FULL, "full-holdout": FULL_HOLDOUT}
 
 
 def context_probe() -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from fitcheck.engine.lora import (
     validate_targets,
     validate_train_modules,
 )
-from fitcheck.engine.overhead import SMALL_REQUEST, stranded_layer_blocks
+from fitcheck.engine.overhead import SMALL_REQUEST, regrown_loss_blocks, stranded_layer_blocks
 from fitcheck.engine.params import Linear, inventory, layer_kinds, layer_linears
 from fitcheck.engine.regimes import kbit_base, kbit_path, kbit_prep, model_as_trained, regime_for
 from fitcheck.engine.thumb import thumb
@@ -817,6 +817,9 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
     stranded = stranded_margin(
         ms, sv, setup.grad_accum > 1, setup.keep_grads, max(p.total_bytes for p in phases)
     )
+    logits = max(sv.logits_fwd.bytes, sv.logits_bwd.bytes, sv.logits_head.bytes)
+    kernel = loss.kernel_for(setup, regime, spec.arch)
+    regrown = round(regrown_loss_blocks(setup, kernel, ms["gradients"].bytes, logits))
     est = assemble(
         model=spec.id,
         model_name=spec.name,
@@ -828,7 +831,7 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
         steady_bytes=sum(ms[k].bytes for k in STEADY if k in ms),
         live_tensors=tensors,
         target_context=target_context,
-        stranded_bytes=stranded,
+        stranded_bytes=stranded + regrown,
         thumb=thumb(c.base, setup),
         warnings=_warnings(spec, setup, c.base),
     )

@@ -64,6 +64,31 @@ def stranded_layer_blocks(
     return layer_bytes
 
 
+def regrown_loss_blocks(setup: LlmSetup, kernel: str, gradient_bytes: float, logits_bytes: float) -> float:
+    """Bytes of segments a step's loss cuts anew because the step before filled its cached blocks with
+    gradients: the smaller of the trainable gradients and the loss's logits tensors (``logits_bytes``, the
+    largest loss moment's), 0 where the rule does not hold.
+
+    Read off the allocator's history on an H200 (bench/gpu_segments.py, Llama 3.2 3B full fine-tuning,
+    session 20): step 1's whole-logits loss cuts segments of its own; backward's gradients, made after the
+    loss has freed them, are served from those blocks (best fit, c10/cuda/CUDACachingAllocator.cpp
+    ``get_free_block``), so the optimizer's states cut new segments, and the next step's loss finds its
+    blocks split and cuts as many again. Bounded by the gradients (LoRA's are a few MiB: nothing) and by
+    the logits (a narrow vocabulary: little). Not on several ranks or a device map (their gradients are
+    bucketed, sharded or split; not measured), with ``keep_grads`` (the gradients never leave their
+    blocks) or an optimizer step inside backward (each gradient freed as it is made)."""
+    if (
+        setup.backend not in allocator.BACKENDS
+        or kernel not in WHOLE_LOGITS_KERNELS
+        or setup.keep_grads
+        or setup.optimizer_in_bwd
+        or setup.distributed
+        or setup.strategy == "device-map"
+    ):
+        return 0.0
+    return min(gradient_bytes, logits_bytes)
+
+
 def widest_layer_tensor(a: DecoderArch) -> int:
     """Elements per token of a decoder layer's widest tensor: a fused gate/up output (``2 x intermediate``),
     the attention's projected queries (heads x head_dim) or the hidden state."""
