@@ -33,7 +33,9 @@ from dataclasses import dataclass
 
 from fitcheck.assembly import phase, reassemble
 from fitcheck.engine import devmap_place as dp
-from fitcheck.engine.estimate import STEADY, Saved, step_phases, stranded_margin
+from fitcheck.engine import loss
+from fitcheck.engine.estimate import STEADY, Saved, loss_logits, step_phases, stranded_margin
+from fitcheck.engine.overhead import regrown_loss_blocks
 from fitcheck.engine.params import inventory, layer_kinds, norm_params
 from fitcheck.errors import OptionError
 from fitcheck.facts.dtypes import nbytes
@@ -333,16 +335,27 @@ def gpu_phases(
 
 
 def gpu_step(
-    ms: dict[str, Component], sv: Saved, setup: LlmSetup, lay: Layout, s: Share, out_bytes: int, load: Phase
+    ms: dict[str, Component],
+    sv: Saved,
+    setup: LlmSetup,
+    lay: Layout,
+    s: Share,
+    out_bytes: int,
+    load: Phase,
+    kernel: str = "",
 ) -> tuple[tuple[Phase, ...], int]:
-    """One GPU's phases (`gpu_phases`) and its reserve floor at the loss over its own allocated peak
-    (engine/estimate.py `stranded_margin`), from the same per-GPU lines."""
+    """One GPU's phases (`gpu_phases`) and its reserve beyond the flat share, from the same per-GPU lines:
+    its margin at the loss over its own allocated peak (engine/estimate.py `stranded_margin`) and, on the
+    GPU that runs the loss, the loss's blocks its gradients fill (`regrown_loss_blocks`, ``kernel`` the
+    loss kernel; none when not given)."""
     ms_g = {k: _state(c, s) for k, c in ms.items()}
     sv_g = saved_for(sv, s, lay, setup, out_bytes)
     load_g = phase("load", [_state(c, s) if c.name in ms else _layer_wide(c, s) for c in load.components])
     phases = (load_g, *step_phases(ms_g, sv_g, setup.grad_accum > 1, setup.optimizer_in_bwd))
     peak = max(p.total_bytes for p in phases)
-    return phases, stranded_margin(ms_g, sv_g, setup.grad_accum > 1, False, peak)
+    grads = ms_g["gradients"].bytes
+    regrown = regrown_loss_blocks(setup, kernel, grads, loss_logits(sv_g), out_bytes) if kernel else 0
+    return phases, stranded_margin(ms_g, sv_g, setup.grad_accum > 1, False, peak) + round(regrown)
 
 
 def split(
@@ -359,9 +372,10 @@ def split(
     every GPU's placement and peak in ``distributed.per_gpu``."""
     check(spec, setup)
     lay = layout(spec, setup)
+    kernel = loss.kernel_for(setup, regime, spec.arch)
     per: list[tuple[Estimate, Share]] = []
     for s in shares(lay, spec, setup):
-        phases, stranded = gpu_step(ms, sv, setup, lay, s, out_bytes, est.phase("load"))
+        phases, stranded = gpu_step(ms, sv, setup, lay, s, out_bytes, est.phase("load"), kernel)
         steady = sum(_state(ms[k], s).bytes for k in STEADY if k in ms)
         # tensors alive on this GPU: its layers' share (the allocator rounds each up)
         per.append((reassemble(est, phases, steady, max(1, round(tensors * s.layers)), stranded), s))

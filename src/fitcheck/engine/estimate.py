@@ -680,6 +680,11 @@ def loss_moments(
     return fwd_main, bwd_start, bwd_head
 
 
+def loss_logits(sv: Saved) -> float:
+    """The loss's logits tensors at their largest moment (forward's end, backward's start, the head's)."""
+    return max(sv.logits_fwd.bytes, sv.logits_bwd.bytes, sv.logits_head.bytes)
+
+
 def stranded_margin(
     ms: dict[str, Component], sv: Saved, accumulating: bool, grads_kept: bool, peak_bytes: int
 ) -> int:
@@ -817,9 +822,11 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
     stranded = stranded_margin(
         ms, sv, setup.grad_accum > 1, setup.keep_grads, max(p.total_bytes for p in phases)
     )
-    logits = max(sv.logits_fwd.bytes, sv.logits_bwd.bytes, sv.logits_head.bytes)
+    shape = tasks.task_shape(spec.arch, setup)
+    gamma = act.context(setup, regime).gamma
+    out = loss.output_logits_bytes(setup, regime, shape.logit_rows, shape.logit_width, gamma)
     kernel = loss.kernel_for(setup, regime, spec.arch)
-    regrown = round(regrown_loss_blocks(setup, kernel, ms["gradients"].bytes, logits))
+    regrown = round(regrown_loss_blocks(setup, kernel, ms["gradients"].bytes, loss_logits(sv), out))
     est = assemble(
         model=spec.id,
         model_name=spec.name,
@@ -838,9 +845,6 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
     if setup.strategy == "device-map":
         from fitcheck.engine import devmap
 
-        shape = tasks.task_shape(spec.arch, setup)
-        gamma = act.context(setup, regime).gamma
-        out = loss.output_logits_bytes(setup, regime, shape.logit_rows, shape.logit_width, gamma)
         return devmap.split(spec, setup, regime, ms, sv, est, tensors, out)
     if setup.distributed:
         from fitcheck.engine.distributed import distribute

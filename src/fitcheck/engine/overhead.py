@@ -64,26 +64,32 @@ def stranded_layer_blocks(
     return layer_bytes
 
 
-def regrown_loss_blocks(setup: LlmSetup, kernel: str, gradient_bytes: float, logits_bytes: float) -> float:
+def regrown_loss_blocks(
+    setup: LlmSetup, kernel: str, gradient_bytes: float, logits_bytes: float, output_bytes: float
+) -> float:
     """Bytes of segments a step's loss cuts anew because the step before filled its cached blocks with
     gradients: the smaller of the trainable gradients and the loss's logits tensors (``logits_bytes``, the
-    largest loss moment's), 0 where the rule does not hold.
+    largest loss moment's), 0 where the rule does not hold, and 0 when the gradients are smaller than the
+    model's output logits (``output_bytes``), the smallest of the loss's blocks: there the H200 rows are
+    not short (Qwen2.5 0.5B, SmolLM2 135M / 360M full fine-tuning: the flat share already stands above
+    what the allocator held), nor are Sebastian Raschka's GPT-2 pre-training rows of the published corpus.
 
     Read off the allocator's history on an H200 (bench/gpu_segments.py, Llama 3.2 3B full fine-tuning,
     session 20): step 1's whole-logits loss cuts segments of its own; backward's gradients, made after the
     loss has freed them, are served from those blocks (best fit, c10/cuda/CUDACachingAllocator.cpp
     ``get_free_block``), so the optimizer's states cut new segments, and the next step's loss finds its
     blocks split and cuts as many again. Bounded by the gradients (LoRA's are a few MiB: nothing) and by
-    the logits (a narrow vocabulary: little). Not on several ranks or a device map (their gradients are
-    bucketed, sharded or split; not measured), with ``keep_grads`` (the gradients never leave their
-    blocks) or an optimizer step inside backward (each gradient freed as it is made)."""
+    the logits (a narrow vocabulary: little). Not on several ranks (their gradients are bucketed or
+    sharded; not measured), with ``keep_grads`` (the gradients never leave their
+    blocks) or an optimizer step inside backward (each gradient freed as it is made). A device map (one
+    process) counts it on the GPU that runs the loss, with that GPU's gradients."""
     if (
         setup.backend not in allocator.BACKENDS
         or kernel not in WHOLE_LOGITS_KERNELS
         or setup.keep_grads
         or setup.optimizer_in_bwd
-        or setup.distributed
-        or setup.strategy == "device-map"
+        or (setup.distributed and setup.strategy != "device-map")
+        or gradient_bytes < output_bytes
     ):
         return 0.0
     return min(gradient_bytes, logits_bytes)
