@@ -136,9 +136,9 @@ def render(files: dict[str, list[Row]]) -> str:
         "Each setup run for three steps on the GPU with random weights (`fitcheck.measure.real`), the peaks "
         "read from torch's caching-allocator counters and NVML; the estimate is today's engine on the card's "
         "catalog entry. `fit`: the grid the reserve line was refit on; `holdout`: posed and committed "
-        "before it ran; `full`: full fine-tuning, posed after the holdout and before its own run, whose "
-        'reserved gap is not modelled yet (docs/methodology.md, "Real-GPU runs"). Errors are '
-        "(estimate - measured) / measured.",
+        "before it ran; `full`: full fine-tuning, posed before its run, on which the loss's regrown blocks "
+        "were fitted; `full-holdout`: posed with that rule before it ran (docs/methodology.md, "
+        '"Real-GPU runs"). Errors are (estimate - measured) / measured.',
         "",
     ]
     for name, rows in files.items():
