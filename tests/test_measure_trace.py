@@ -314,3 +314,17 @@ def test_prefix_tuning_trace_matches_the_engine() -> None:
         assert ours == pytest.approx(p.peak_bytes, rel=0.03), p.name
         if p.name != "optimizer_step":
             assert (ours - growth) / p.peak_bytes - 1 < -0.10, p.name
+
+
+def test_qlora_without_bitsandbytes_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real QLoRA build without bitsandbytes installed says so (an OptionError, exit 2), no traceback."""
+    import sys
+
+    from fitcheck.engine.regimes import regime_for
+    from fitcheck.errors import OptionError
+    from fitcheck.measure.build import quantize_4bit
+
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # import fails as when it is not installed
+    setup = small(method="qlora")
+    with pytest.raises(OptionError, match="needs bitsandbytes"):
+        quantize_4bit(object(), setup, regime_for(setup), [])

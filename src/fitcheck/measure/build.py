@@ -233,8 +233,14 @@ def quantize_4bit(model: Any, setup: LlmSetup, regime: Regime, notes: list[str])
 
     The random weights are quantized on the device, and the allocator's cache is emptied afterwards, so
     the load-time copies are not in the step's reserved figure (a real load streams its shards).
+
+    Raises:
+        OptionError: bitsandbytes is not installed.
     """
-    import bitsandbytes as bnb
+    try:
+        import bitsandbytes as bnb
+    except ImportError:
+        raise OptionError("--method qlora on a GPU needs bitsandbytes: pip install bitsandbytes") from None
 
     head = model.get_output_embeddings()
     compute = DTYPES[regime.weight_dtype]
