@@ -102,7 +102,20 @@ FULL_HOLDOUT: list[tuple[str, dict[str, Any]]] = [
     ("qwen2.5-7b", _hf("full", 1, 1024, **CKPT)),
     ("qwen2.5-3b", _hf("full", 2, 2048, **CKPT)),
 ]
-GRIDS = {"fit": GRID, "holdout": HOLDOUT, "full": FULL, "full-holdout": FULL_HOLDOUT}
+#: Posed after `regrown_loss_blocks` took its output-logits condition (after FULL_HOLDOUT ran), before it
+#: runs: setups on both sides of the condition (the gradients just above or below the output logits),
+#: full fine-tuning and LoRA at high rank and short length, where the adapters' gradients cross it.
+BOUNDARY: list[tuple[str, dict[str, Any]]] = [
+    ("smollm2-135m", _hf("full", 8, 1024)),
+    ("qwen2.5-0.5b", _hf("full", 1, 1024)),
+    ("smollm2-360m", _hf("full", 2, 1024)),
+    ("llama-3.2-1b", _hf("full", 8, 1024, **CKPT)),
+    ("qwen2.5-1.5b", _hf("full", 8, 2048, **CKPT)),
+    ("llama-3.2-1b", _hf("lora", 1, 512, lora_rank=128, **CKPT)),
+    ("qwen2.5-3b", _hf("lora", 1, 256, lora_rank=64, **CKPT)),
+    ("gemma-2-2b", _hf("full", 4, 2048, attn="eager", **CKPT)),
+]
+GRIDS = {"fit": GRID, "holdout": HOLDOUT, "full": FULL, "full-holdout": FULL_HOLDOUT, "boundary": BOUNDARY}
 
 
 def context_probe() -> list[dict[str, Any]]:
