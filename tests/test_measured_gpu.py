@@ -30,11 +30,6 @@ RESERVED_UNDER = {
     ),
 }
 
-#: Rows whose NVML step peak is above the band's high edge, beside the reserved shortfalls above (none since
-#: session 20's band; torchtune's Llama 3.2 1B full fine-tuning, reserved -6.2%, was 0.02 GiB above the
-#: -16% / +9% band tried there).
-NVML_ABOVE: dict[tuple[str, str, str], str] = {}
-
 
 @pytest.fixture(scope="module")
 def files() -> dict[str, list[measured.Row]]:
@@ -106,11 +101,11 @@ def test_full_fine_tuning_rule_out_of_sample(files: dict[str, list[measured.Row]
 
 def test_nvml_step_peak_inside_the_band_unless_named(files: dict[str, list[measured.Row]]) -> None:
     """What nvidia-smi showed at the step's peak is at or below the band's high edge (the verdict's figure),
-    on the card's catalog context; the rows above it are named (RESERVED_UNDER, NVML_ABOVE)."""
+    on the card's catalog context; a row above it must be a named reserved shortfall."""
     read = [r for r in _rows(files) if r.outside_allocator is not None and r.nvml is not None]
     assert len(read) >= 20
     above = {_key(r) for r in read if r.nvml is not None and r.nvml > r.est_high}
-    assert above <= set(RESERVED_UNDER) | set(NVML_ABOVE)
+    assert above <= set(RESERVED_UNDER)
 
 
 def test_accuracy_doc_section_is_fresh(files: dict[str, list[measured.Row]]) -> None:

@@ -34,8 +34,7 @@ from dataclasses import dataclass
 from fitcheck.assembly import phase, reassemble
 from fitcheck.engine import devmap_place as dp
 from fitcheck.engine import loss
-from fitcheck.engine.estimate import STEADY, Saved, loss_logits, step_phases, stranded_margin
-from fitcheck.engine.overhead import regrown_loss_blocks
+from fitcheck.engine.estimate import STEADY, Saved, loss_margins, step_phases
 from fitcheck.engine.params import inventory, layer_kinds, norm_params
 from fitcheck.errors import OptionError
 from fitcheck.facts.dtypes import nbytes
@@ -346,16 +345,14 @@ def gpu_step(
 ) -> tuple[tuple[Phase, ...], int]:
     """One GPU's phases (`gpu_phases`) and its reserve beyond the flat share, from the same per-GPU lines:
     its margin at the loss over its own allocated peak (engine/estimate.py `stranded_margin`) and, on the
-    GPU that runs the loss, the loss's blocks its gradients fill (`regrown_loss_blocks`, ``kernel`` the
-    loss kernel; none when not given)."""
+    GPU that runs the loss, the loss's blocks its gradients fill (`regrown_loss_blocks`; ``kernel`` the loss
+    kernel, none counted without one: `gpu_phases` wants the phases only)."""
     ms_g = {k: _state(c, s) for k, c in ms.items()}
     sv_g = saved_for(sv, s, lay, setup, out_bytes)
     load_g = phase("load", [_state(c, s) if c.name in ms else _layer_wide(c, s) for c in load.components])
     phases = (load_g, *step_phases(ms_g, sv_g, setup.grad_accum > 1, setup.optimizer_in_bwd))
     peak = max(p.total_bytes for p in phases)
-    grads = ms_g["gradients"].bytes
-    regrown = regrown_loss_blocks(setup, kernel, grads, loss_logits(sv_g), out_bytes) if kernel else 0
-    return phases, stranded_margin(ms_g, sv_g, setup.grad_accum > 1, False, peak) + round(regrown)
+    return phases, sum(loss_margins(ms_g, sv_g, setup, kernel, out_bytes, peak, False))
 
 
 def split(

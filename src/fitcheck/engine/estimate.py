@@ -680,9 +680,20 @@ def loss_moments(
     return fwd_main, bwd_start, bwd_head
 
 
-def loss_logits(sv: Saved) -> float:
+def _loss_logits(sv: Saved) -> float:
     """The loss's logits tensors at their largest moment (forward's end, backward's start, the head's)."""
     return max(sv.logits_fwd.bytes, sv.logits_bwd.bytes, sv.logits_head.bytes)
+
+
+def loss_margins(
+    ms: dict[str, Component], sv: Saved, setup: LlmSetup, kernel: str, out_bytes: int, peak_bytes: int,
+    grads_kept: bool,
+) -> tuple[int, int]:  # fmt: skip
+    """The reserve beyond the flat share that the loss decides, from one GPU's lines: (`stranded_margin`,
+    the loss's blocks its gradients regrow, engine/overhead.py `regrown_loss_blocks`)."""
+    stranded = stranded_margin(ms, sv, setup.grad_accum > 1, grads_kept, peak_bytes)
+    regrown = regrown_loss_blocks(setup, kernel, ms["gradients"].bytes, _loss_logits(sv), out_bytes)
+    return stranded, round(regrown)
 
 
 def stranded_margin(
@@ -819,14 +830,12 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
         embedding=inv.embedding,
         lm_head=inv.lm_head,
     )
-    stranded = stranded_margin(
-        ms, sv, setup.grad_accum > 1, setup.keep_grads, max(p.total_bytes for p in phases)
-    )
     shape = tasks.task_shape(spec.arch, setup)
     gamma = act.context(setup, regime).gamma
     out = loss.output_logits_bytes(setup, regime, shape.logit_rows, shape.logit_width, gamma)
     kernel = loss.kernel_for(setup, regime, spec.arch)
-    regrown = round(regrown_loss_blocks(setup, kernel, ms["gradients"].bytes, loss_logits(sv), out))
+    peak = max(p.total_bytes for p in phases)
+    stranded, regrown = loss_margins(ms, sv, setup, kernel, out, peak, setup.keep_grads)
     est = assemble(
         model=spec.id,
         model_name=spec.name,

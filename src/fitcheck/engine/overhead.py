@@ -82,7 +82,9 @@ def regrown_loss_blocks(
     the logits (a narrow vocabulary: little). Not on several ranks (their gradients are bucketed or
     sharded; not measured), with ``keep_grads`` (the gradients never leave their
     blocks) or an optimizer step inside backward (each gradient freed as it is made). A device map (one
-    process) counts it on the GPU that runs the loss, with that GPU's gradients."""
+    process) counts it on the GPU that runs the loss, with that GPU's gradients. The output-logits
+    condition came after the full fine-tuning holdout ran, and the boundary grid run after it finds it
+    wanting (tests/data/measured/h200-boundary.yaml; docs/methodology.md, "Real-GPU runs")."""
     if (
         setup.backend not in allocator.BACKENDS
         or kernel not in WHOLE_LOGITS_KERNELS
