@@ -115,7 +115,33 @@ BOUNDARY: list[tuple[str, dict[str, Any]]] = [
     ("qwen2.5-3b", _hf("lora", 1, 256, lora_rank=64, **CKPT)),
     ("gemma-2-2b", _hf("full", 4, 2048, attn="eager", **CKPT)),
 ]
-GRIDS = {"fit": GRID, "holdout": HOLDOUT, "full": FULL, "full-holdout": FULL_HOLDOUT, "boundary": BOUNDARY}
+#: Posed in session 21 with `regrown_loss_blocks`' layer-tensor condition (a decoder layer's largest gradient
+#: of at least 10 MiB, engine/states.py `largest_layer_grad_bytes`), before it runs: rows on both sides of
+#: 10 MiB, several where the earlier output-logits condition and this one disagree (fp32 weights double a
+#: layer's gradient; Gemma 3 1B's 262,144-wide logits outgrow its gradients), and SmolLM2 1.7B again (the
+#: one earlier row the rule over-counts). The layer gradient and the rule's prediction, per row:
+#: SmolLM2 360M fp32 9.4 MiB none; Qwen3 0.6B 6.0 MiB none; Qwen2.5 0.5B fp32 16.6 MiB, GPT-2 medium fp32
+#: 16.0 MiB, TinyLlama 1.1B 22.0 MiB, Gemma 3 1B 15.2 MiB, Qwen3 1.7B 24.0 MiB, SmolLM2 1.7B 32.0 MiB:
+#: regrown (1.1-3.2 GiB each, the logits or the gradients, whichever is smaller).
+THRESHOLD: list[tuple[str, dict[str, Any]]] = [
+    ("smollm2-360m", _hf("full", 2, 1024, precision="fp32")),
+    ("qwen3-0.6b", _hf("full", 2, 1024)),
+    ("qwen2.5-0.5b", _hf("full", 2, 1024, precision="fp32")),
+    ("qwen2.5-0.5b", _hf("full", 4, 2048, precision="fp32", **CKPT)),
+    ("gpt2-medium", _hf("full", 4, 1024, precision="fp32")),
+    ("tinyllama-1.1b", _hf("full", 4, 2048, **CKPT)),
+    ("gemma-3-1b", _hf("full", 2, 2048, **CKPT)),
+    ("qwen3-1.7b", _hf("full", 4, 1024, **CKPT)),
+    ("smollm2-1.7b", _hf("full", 2, 1024, **CKPT)),
+]
+GRIDS = {
+    "fit": GRID,
+    "holdout": HOLDOUT,
+    "full": FULL,
+    "full-holdout": FULL_HOLDOUT,
+    "boundary": BOUNDARY,
+    "threshold": THRESHOLD,
+}
 
 
 def context_probe() -> list[dict[str, Any]]:

@@ -686,13 +686,14 @@ def _loss_logits(sv: Saved) -> float:
 
 
 def loss_margins(
-    ms: dict[str, Component], sv: Saved, setup: LlmSetup, kernel: str, out_bytes: int, peak_bytes: int,
+    ms: dict[str, Component], sv: Saved, setup: LlmSetup, kernel: str, layer_grad: int, peak_bytes: int,
     grads_kept: bool,
 ) -> tuple[int, int]:  # fmt: skip
     """The reserve beyond the flat share that the loss decides, from one GPU's lines: (`stranded_margin`,
-    the loss's blocks its gradients regrow, engine/overhead.py `regrown_loss_blocks`)."""
+    the loss's blocks its gradients regrow, engine/overhead.py `regrown_loss_blocks`; ``layer_grad``: a
+    decoder layer's largest gradient tensor, states.py `largest_layer_grad_bytes`)."""
     stranded = stranded_margin(ms, sv, setup.grad_accum > 1, grads_kept, peak_bytes)
-    regrown = regrown_loss_blocks(setup, kernel, ms["gradients"].bytes, _loss_logits(sv), out_bytes)
+    regrown = regrown_loss_blocks(setup, kernel, ms["gradients"].bytes, _loss_logits(sv), layer_grad)
     return stranded, round(regrown)
 
 
@@ -830,12 +831,10 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
         embedding=inv.embedding,
         lm_head=inv.lm_head,
     )
-    shape = tasks.task_shape(spec.arch, setup)
-    gamma = act.context(setup, regime).gamma
-    out = loss.output_logits_bytes(setup, regime, shape.logit_rows, shape.logit_width, gamma)
     kernel = loss.kernel_for(setup, regime, spec.arch)
     peak = max(p.total_bytes for p in phases)
-    stranded, regrown = loss_margins(ms, sv, setup, kernel, out, peak, setup.keep_grads)
+    layer_grad = states.largest_layer_grad_bytes(spec.arch, setup, regime)
+    stranded, regrown = loss_margins(ms, sv, setup, kernel, layer_grad, peak, setup.keep_grads)
     est = assemble(
         model=spec.id,
         model_name=spec.name,
@@ -854,7 +853,10 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
     if setup.strategy == "device-map":
         from fitcheck.engine import devmap
 
-        return devmap.split(spec, setup, regime, ms, sv, est, tensors, out)
+        shape = tasks.task_shape(spec.arch, setup)
+        gamma = act.context(setup, regime).gamma
+        out = loss.output_logits_bytes(setup, regime, shape.logit_rows, shape.logit_width, gamma)
+        return devmap.split(spec, setup, regime, ms, sv, est, tensors, out, layer_grad)
     if setup.distributed:
         from fitcheck.engine.distributed import distribute
 

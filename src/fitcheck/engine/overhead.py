@@ -65,33 +65,38 @@ def stranded_layer_blocks(
 
 
 def regrown_loss_blocks(
-    setup: LlmSetup, kernel: str, gradient_bytes: float, logits_bytes: float, output_bytes: float
+    setup: LlmSetup, kernel: str, gradient_bytes: float, logits_bytes: float, layer_grad_bytes: int
 ) -> float:
     """Bytes of segments a step's loss cuts anew because the step before filled its cached blocks with
     gradients: the smaller of the trainable gradients and the loss's logits tensors (``logits_bytes``, the
-    largest loss moment's), 0 where the rule does not hold, and 0 when the gradients are smaller than the
-    model's output logits (``output_bytes``), the smallest of the loss's blocks: there the H200 rows are
-    not short (Qwen2.5 0.5B, SmolLM2 135M / 360M full fine-tuning: the flat share already stands above
-    what the allocator held), nor are Sebastian Raschka's GPT-2 pre-training rows of the published corpus.
+    largest loss moment's), 0 where the rule does not hold, and 0 when a decoder layer's largest gradient
+    tensor (``layer_grad_bytes``) is under the allocator's ``kMinLargeAlloc`` (10 MiB).
 
     Read off the allocator's history on an H200 (bench/gpu_segments.py, Llama 3.2 3B full fine-tuning,
     session 20): step 1's whole-logits loss cuts segments of its own; backward's gradients, made after the
     loss has freed them, are served from those blocks (best fit, c10/cuda/CUDACachingAllocator.cpp
     ``get_free_block``), so the optimizer's states cut new segments, and the next step's loss finds its
-    blocks split and cuts as many again. Bounded by the gradients (LoRA's are a few MiB: nothing) and by
-    the logits (a narrow vocabulary: little). Not on several ranks (their gradients are bucketed or
-    sharded; not measured), with ``keep_grads`` (the gradients never leave their
-    blocks) or an optimizer step inside backward (each gradient freed as it is made). A device map (one
-    process) counts it on the GPU that runs the loss, with that GPU's gradients. The output-logits
-    condition came after the full fine-tuning holdout ran, and the boundary grid run after it finds it
-    wanting (tests/data/measured/h200-boundary.yaml; docs/methodology.md, "Real-GPU runs")."""
+    blocks split and cuts as many again. Bounded by the gradients and by the logits (a narrow vocabulary:
+    little). Not on several ranks (their gradients are bucketed or sharded; not measured), with
+    ``keep_grads`` (the gradients never leave their blocks) or an optimizer step inside backward (each
+    gradient freed as it is made). A device map (one process) counts it on the GPU that runs the loss, with
+    that GPU's gradients.
+
+    The layer-tensor condition (session 21) replaced "the gradients are at least the output logits", which
+    the boundary grid found wanting: on every H200 row so far the loss's blocks regrow where a layer's
+    largest gradient is 27-136 MB (Llama 3.2 1B / 3B, Gemma 2 2B, Qwen2.5 1.5B-7B, Mistral 7B, SmolLM2
+    1.7B in part) and not where it is 1.8-8.7 MB (Qwen2.5 0.5B, SmolLM2 135M / 360M, LoRA factors; and
+    Sebastian Raschka's GPT-2 pre-training rows of the published corpus, 4.7 MB). The split is what the
+    rows show; placing it at ``kMinLargeAlloc`` (the largest request that shares a 20 MiB segment with
+    others) is a conjecture about why, which the threshold grid (bench/gpu_measure.py ``--grid threshold``)
+    was posed to test (docs/methodology.md, "Real-GPU runs")."""
     if (
         setup.backend not in allocator.BACKENDS
         or kernel not in WHOLE_LOGITS_KERNELS
         or setup.keep_grads
         or setup.optimizer_in_bwd
         or (setup.distributed and setup.strategy != "device-map")
-        or gradient_bytes < output_bytes
+        or layer_grad_bytes < allocator.MIN_LARGE_ALLOC
     ):
         return 0.0
     return min(gradient_bytes, logits_bytes)

@@ -116,22 +116,7 @@ def trainable_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[int, int, in
 
         return prefix.shapes(a, setup)
     if setup.method != "full":
-        out: list[tuple[int, int, int]] = []
-        from fitcheck.engine.lora import targeted, wrapped
-
-        for kind in layer_kinds(a):
-            n_layers = kind.count
-            for lin in kind.linears(a):
-                if targeted(a, setup.lora_targets, lin):
-                    n, r, d_in, d_out = wrapped(a, setup, lin)
-                    # one module's factors per expert and projection
-                    if is_fused_expert(lin) and expert_modules(a, setup):
-                        k = n_layers * n
-                    else:  # peft stores an expert parameter's factors as single tensors of rank r*E
-                        k, r = n_layers, r * n
-                    out += [(d_out, r, k)] if setup.lora_fa else [(r, d_in, k), (d_out, r, k)]
-                    if setup.dora:
-                        out.append((d_out, 1, k))
+        out = layer_tensors(a, setup)
         r, h, v = setup.lora_rank, a.hidden_size, a.vocab_size
         for d_in, d_out, k in tower_targets(a, setup.lora_targets):
             out += [(d_out, r, k)] if setup.lora_fa else [(r, d_in, k), (d_out, r, k)]
@@ -149,16 +134,51 @@ def trainable_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[int, int, in
     out += head_shapes(a)
     if a.learned_positions:
         out.append((a.learned_positions, h, 1))
-    for kind in layer_kinds(a):
-        for lin in kind.linears(a):
-            out.append((lin.d_out, lin.d_in, kind.count * lin.copies))
-            if lin.bias:
-                out.append((lin.d_out, 1, kind.count * lin.copies))
+    out += layer_tensors(a, setup)
     # norms, q/k norms and the small tables (token types, relative positions) as one vector group
     out.append((inv.norms, 1, 1))
     if inv.extra:
         out.append((inv.extra, 1, 1))  # a vision tower trained with the rest: one flat group
     return out
+
+
+def layer_tensors(a: DecoderArch, setup: LlmSetup) -> list[tuple[int, int, int]]:
+    """(rows, cols, how many) of the decoder layers' trainable tensors: every projection (and bias) in full
+    fine-tuning, the targeted projections' adapter factors otherwise (`trainable_shapes`' layer part)."""
+    out: list[tuple[int, int, int]] = []
+    if setup.method == "full":
+        for kind in layer_kinds(a):
+            for lin in kind.linears(a):
+                out.append((lin.d_out, lin.d_in, kind.count * lin.copies))
+                if lin.bias:
+                    out.append((lin.d_out, 1, kind.count * lin.copies))
+        return out
+    from fitcheck.engine.lora import targeted, wrapped
+
+    for kind in layer_kinds(a):
+        n_layers = kind.count
+        for lin in kind.linears(a):
+            if targeted(a, setup.lora_targets, lin):
+                n, r, d_in, d_out = wrapped(a, setup, lin)
+                # one module's factors per expert and projection
+                if is_fused_expert(lin) and expert_modules(a, setup):
+                    k = n_layers * n
+                else:  # peft stores an expert parameter's factors as single tensors of rank r*E
+                    k, r = n_layers, r * n
+                out += [(d_out, r, k)] if setup.lora_fa else [(r, d_in, k), (d_out, r, k)]
+                if setup.dora:
+                    out.append((d_out, 1, k))
+    return out
+
+
+def largest_layer_grad_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
+    """Bytes of the largest gradient tensor a decoder layer's backward makes (0 when no layer tensor
+    trains: prefix tuning). A fused expert parameter counts as one expert's slice."""
+    if setup.method == "prefix-tuning":
+        return 0
+    return max((rows * cols for rows, cols, _ in layer_tensors(a, setup)), default=0) * int(
+        BYTES[regime.grad_dtype]
+    )
 
 
 def tensor_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[Shape, int]]:
