@@ -2,7 +2,8 @@
 
 Runs `bench/gpu_measure.py`'s grid entries with torch's allocator history on
 (``torch.cuda.memory._record_memory_history``), then lists every ``segment_alloc`` (a cudaMalloc) and
-``segment_free`` with its size, the phase and step it fell in, and the innermost frames of the fitcheck /
+``segment_free`` with its size and address (with ``--big-mib`` every tensor of at least that size too), the
+phase and step it fell in, and the innermost frames of the fitcheck /
 transformers / peft / torch code that asked for it, plus the reserved and allocated bytes at each cut.
 It reads the history in-process (``torch.cuda.memory._snapshot()``, a dict) and writes plain YAML: no
 pickle is written or read. Run it on the GPU machine:
@@ -37,7 +38,7 @@ def _frames(event: dict[str, Any]) -> list[str]:
     return out
 
 
-def segments(model: str, kw: dict[str, Any]) -> dict[str, Any]:
+def segments(model: str, kw: dict[str, Any], big_mib: float = 0.0) -> dict[str, Any]:
     import torch
 
     from fitcheck.measure.real import real_step
@@ -64,8 +65,9 @@ def segments(model: str, kw: dict[str, Any]) -> dict[str, Any]:
             allocated += size
         elif act == "free_completed":
             allocated -= size
-        if act in ("segment_alloc", "segment_free"):
-            cuts.append({"i": i, "action": act, "mib": round(size / 2**20, 1),
+        big = big_mib and act in ("alloc", "free_completed") and size >= big_mib * 2**20
+        if act in ("segment_alloc", "segment_free") or big:
+            cuts.append({"i": i, "action": act, "mib": round(size / 2**20, 1), "addr": int(ev["addr"]),
                          "reserved_gib": round(reserved / 2**30, 3),
                          "allocated_gib": round(allocated / 2**30, 3), "frames": _frames(ev)})  # fmt: skip
     return {
@@ -86,13 +88,14 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--grid", choices=sorted(gpu_measure.GRIDS), default="holdout")
     ap.add_argument("--only", required=True, help="comma-separated grid indices")
+    ap.add_argument("--big-mib", type=float, default=0.0, help="also list tensors of at least this size")
     args = ap.parse_args()
     grid = gpu_measure.GRIDS[args.grid]
     docs = []
     for i in args.only.split(","):
         model, kw = grid[int(i)]
         try:
-            docs.append(segments(model, kw))
+            docs.append(segments(model, kw, args.big_mib))
         except Exception as exc:  # record it and go on
             docs.append({"model": model, "setup": kw, "error": f"{exc.__class__.__name__}: {exc}"[:300]})
         Path(args.out).write_text(yaml.safe_dump(docs, sort_keys=False))

@@ -85,6 +85,8 @@ FUSED_QKV_DROPOUT_TRAINERS = ("litgpt",)
 #: ``k.reshape(B, -1, T, hs)``, "training: flash attention requires it", litgpt/model.py @00af8b0d), so the
 #: kernel saves full-width K and V as eager attention does.
 EXPANDED_KV_TRAINERS = ("litgpt",)
+#: transformers' ``use_gqa_in_sdpa``: the largest head dim it hands SDPA unexpanded K/V with.
+SDPA_GQA_MAX_HEAD_DIM = 256
 #: Types whose LayerNorm is Python in fp32 (transformers 5.24 models/cohere/modeling_cohere.py
 #: ``CohereLayerNorm.forward``: ``hidden_states.to(torch.float32)``, two separate ``hidden_states - mean``,
 #: ``self.weight.to(torch.float32) * hidden_states``; Cohere 2 reuses it), not ``F.layer_norm``: `_norm`'s
@@ -390,6 +392,41 @@ def uses_eager_scores(a: DecoderArch, setup: LlmSetup) -> bool:
     return (bool(a.attn_logit_softcapping) or a.attn_sinks) and setup.attn in ("sdpa", "xformers")
 
 
+def sdpa_math(a: DecoderArch, setup: LlmSetup, regime: Regime) -> bool:
+    """Whether SDPA runs its math kernel, which keeps b x heads x s^2 probabilities as eager attention
+    does (and the K/V expanded to every head): fp32 attention inputs on a grouped-query model.
+
+    transformers 5.24 hands SDPA the unexpanded K/V with ``enable_gqa=True`` when no mask is passed
+    (integrations/sdpa_attention.py ``use_gqa_in_sdpa``: no mask, equal head dims up to 256; else
+    ``repeat_kv``). PyTorch's flash kernel takes fp16/bf16 only (sdp_utils.cpp ``check_dtypes_low_precision``)
+    and its CUDA memory-efficient kernel refused grouped K/V heads until pytorch/pytorch#191085 (2026-07;
+    ROCm's still does), so fp32 falls to ``_scaled_dot_product_attention_math``: the softmax output (fp32
+    here: the saved probabilities, as eager's) and the ``repeat_interleave``'d K/V the matmuls save.
+    Measured on an H200 (torch 2.11, tests/data/measured/h200-threshold.yaml): SmolLM2 360M and Qwen2.5
+    0.5B full fine-tuning in fp32 allocated 28% and 17% above the O(s) count, one layer's b x heads x s^2
+    fp32 per layer. A torch release with #191085 keeps O(s): there the count is over (the safe side).
+    Only trainers that run transformers' attention, on CUDA / ROCm (MPS counts every kernel as eager),
+    without a padding or prefix mask (a mask takes ``repeat_kv`` and the memory-efficient kernel)."""
+    return (
+        setup.attn == "sdpa"
+        and setup.backend in ("cuda", "rocm")
+        and setup.trainer in TRANSFORMERS_TRAINERS
+        and a.num_kv_heads < a.num_heads
+        and not a.is_mla
+        and a.head_dim <= SDPA_GQA_MAX_HEAD_DIM
+        and not setup.padded_batches
+        and not prefix.tokens(setup)
+        and not uses_eager_scores(a, setup)
+        and context(setup, regime).gamma == 4
+    )
+
+
+def materializes_scores(a: DecoderArch, setup: LlmSetup, regime: Regime) -> bool:
+    """Attention keeps b x heads x s^2 probabilities: eager (`uses_eager_scores`) or SDPA's math kernel
+    (`sdpa_math`)."""
+    return uses_eager_scores(a, setup) or sdpa_math(a, setup, regime)
+
+
 def sdpa_position_bias(a: DecoderArch, setup: LlmSetup) -> bool:
     """T5 under SDPA (`SDPA_BIAS_TYPES`; CUDA): transformers 5 hands the kernel the relative position
     bias as an additive mask, so CUDA's memory-efficient kernel runs (bias and dropout inside, O(s)
@@ -443,7 +480,7 @@ def layer_activations(a: DecoderArch, setup: LlmSetup, regime: Regime, moe: bool
     acts.add(
         "qkv_inputs", _linear_inputs(c, setup, a, qkv + (up if shared_input else []), normed, fused, held)
     )
-    _attention_acts(acts, a, setup, c, fam, qkv, o, held)
+    _attention_acts(acts, a, setup, c, fam, qkv, o, held, materializes_scores(a, setup, regime))
     if setup.dora and not c.full:
         acts.add("dora_outputs", _dora_outputs(c, setup, a, lins))
     if up and not shared_input:
@@ -464,9 +501,11 @@ def _attention_acts(
     qkv: list[Linear],
     o: list[Linear],
     held: HeldInputs,
+    eager: bool,
 ) -> None:
-    """What attention saves: MLA's parts, q/k norms, q/k/v after RoPE, scores (eager) or the kernel's
-    output and logsumexp, and the output projection's input."""
+    """What attention saves: MLA's parts, q/k norms, q/k/v after RoPE, scores (``eager``: eager attention
+    or SDPA's math kernel, `materializes_scores`) or the kernel's output and logsumexp, and the output
+    projection's input."""
     q_w, kv_w = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
     if a.is_mla:
         for name, value in _mla_parts(a, setup, c).items():
@@ -477,7 +516,6 @@ def _attention_acts(
     # (eager always; SDPA when the GQA kernel path is not taken).
     # MPS has no memory-efficient SDPA backward: training there materializes the scores like eager
     # (hardware_detection.md 3.7); the engine treats every kernel as eager on that backend.
-    eager = uses_eager_scores(a, setup)
     kv_saved = q_w if eager or setup.trainer in EXPANDED_KV_TRAINERS else kv_w
     acts.add("qkv", c.gamma * (q_w + 2 * kv_saved))
     for name, value in litgpt.layer_extras(a, setup, qkv, c.gamma, c.adapter).items():
@@ -908,7 +946,7 @@ class EagerPeaks:
 
 def eager_peaks(a: DecoderArch, setup: LlmSetup, regime: Regime) -> EagerPeaks:
     """Eager attention's transients, zero for kernels that never materialize the scores."""
-    if not uses_eager_scores(a, setup) or a.model_type == "gpt2":
+    if not materializes_scores(a, setup, regime) or a.model_type == "gpt2":
         return EagerPeaks(0.0, 0.0, 0.0)
     c = context(setup, regime)
     sm = softmax_bytes(a, c)
