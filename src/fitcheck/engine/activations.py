@@ -87,6 +87,11 @@ FUSED_QKV_DROPOUT_TRAINERS = ("litgpt",)
 EXPANDED_KV_TRAINERS = ("litgpt",)
 #: transformers' ``use_gqa_in_sdpa``: the largest head dim it hands SDPA unexpanded K/V with.
 SDPA_GQA_MAX_HEAD_DIM = 256
+#: Grouped-query families whose remote code runs its own attention and expands K/V before SDPA (never
+#: ``enable_gqa``): ChatGLM (THUDM/chatglm3-6b modeling_chatglm.py ``SelfAttention.forward``: multi-query
+#: ``key_layer.unsqueeze(-2).expand(...)``) and InternLM2 (modeling_internlm2.py ``InternLM2SdpaAttention``,
+#: copied from transformers 4.38's ``LlamaSdpaAttention``: ``repeat_kv`` before the kernel).
+OWN_GQA_ATTENTION_TYPES = frozenset({"chatglm", "internlm2"})
 #: Types whose LayerNorm is Python in fp32 (transformers 5.24 models/cohere/modeling_cohere.py
 #: ``CohereLayerNorm.forward``: ``hidden_states.to(torch.float32)``, two separate ``hidden_states - mean``,
 #: ``self.weight.to(torch.float32) * hidden_states``; Cohere 2 reuses it), not ``F.layer_norm``: `_norm`'s
@@ -406,18 +411,26 @@ def sdpa_math(a: DecoderArch, setup: LlmSetup, regime: Regime) -> bool:
     0.5B full fine-tuning in fp32 allocated 28% and 17% above the O(s) count, one layer's b x heads x s^2
     fp32 per layer. A torch release with #191085 keeps O(s): there the count is over (the safe side).
     Only trainers that run transformers' attention, on CUDA / ROCm (MPS counts every kernel as eager),
-    without a padding or prefix mask (a mask takes ``repeat_kv`` and the memory-efficient kernel)."""
+    without a padding or prefix mask (a mask takes ``repeat_kv`` and the memory-efficient kernel), and
+    not for a k-bit base's fp32 stream (`fp32_stream`): the published QLoRA runs of that regime on GQA
+    models show no s^2 term (fitcheck-llm's T4 rows, SDPA 41% under eager at 2,048 tokens, on "an earlier
+    stack (transformers 4.x)"; universal-llm-trainer's Llama 3 8B rows, transformers 4.x), stacks whose
+    attention may have expanded K/V before SDPA; not measured on transformers 5. fitcheck-llm's fp16
+    LoRA rows on a T4 (transformers 5.0, torch 2.10; flash needs compute capability 8.0) show none
+    either, which the kernel rules above do not explain: fp16 / bf16 are not counted here."""
     return (
         setup.attn == "sdpa"
         and setup.backend in ("cuda", "rocm")
         and setup.trainer in TRANSFORMERS_TRAINERS
         and a.num_kv_heads < a.num_heads
+        and a.model_type not in OWN_GQA_ATTENTION_TYPES
         and not a.is_mla
         and a.head_dim <= SDPA_GQA_MAX_HEAD_DIM
         and not setup.padded_batches
         and not prefix.tokens(setup)
         and not uses_eager_scores(a, setup)
         and context(setup, regime).gamma == 4
+        and not fp32_stream(setup, regime)
     )
 
 

@@ -519,6 +519,8 @@ def _stored(
         scores_rule = (
             "T5 under SDPA: each layer's position-bias mask, heads*s^2 (x b when padded)"
             if act.sdpa_position_bias(a, setup)
+            else "SDPA's math kernel (fp32, grouped K/V): fp32 probabilities, b*heads*s^2 per layer"
+            if act.sdpa_math(a, setup, regime)
             else "eager: fp32 softmax + compute-dtype copy, b*heads*s^2 per layer"
         )
         kept = scores
@@ -883,6 +885,7 @@ def _layer_peaks(
     """
     a = spec.arch
     ep = act.eager_peaks(a, setup, regime)
+    kind = "SDPA math kernel" if act.sdpa_math(a, setup, regime) else "eager"
     dense = act.layer_activations(a, setup, regime, moe=False)
     T, s = setup.tokens, setup.seq_len
     pairs = setup.batch_size * s * s  # query-key pairs of the batch, per head
@@ -895,7 +898,7 @@ def _layer_peaks(
         fwd = _c(
             "attention_transient",
             pairs * ep.forward_transient + qkv if ep.forward_transient else 0,
-            "eager: masked scores, their fp32 copy and fp32 softmax in a checkpointed forward",
+            f"{kind}: masked scores, their fp32 copy and fp32 softmax in a checkpointed forward",
         )
         bwd = _c(
             "layer_recompute",
@@ -912,14 +915,14 @@ def _layer_peaks(
     fwd = _c(
         "attention_transient",
         pairs * ep.forward_extra - mlp_last,
-        "eager: fp32 copy of the scores at the last layer's softmax (its MLP not yet run)",
+        f"{kind}: fp32 copy of the scores at the last layer's softmax (its MLP not yet run)",
     )
     working = _encoder_working_set(spec, setup, regime)  # the same layer's later moment, whichever is larger
     fwd = working if working.bytes > fwd.bytes else fwd
     bwd = _c(
         "attention_transient",
         pairs * (ep.backward - dense.scores) - mlp_last,
-        "eager: the last layer's softmax backward (its MLP already freed)",
+        f"{kind}: the last layer's softmax backward (its MLP already freed)",
     )
     return LayerPeaks([*held, fwd] if fwd.bytes else [], [*held, bwd] if bwd.bytes else [], layer_bwd)
 
@@ -1244,6 +1247,13 @@ def _setup_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
             if setup.trainer == "mlx"
             else "MPS: SDPA has no memory-efficient backward, so attention keeps b x heads x s^2 scores per "
             "layer in training (counted in attention_scores)"
+        )
+    if act.sdpa_math(spec.arch, setup, regime_for(setup)):
+        w.append(
+            "fp32 attention on a grouped-query model: transformers hands SDPA the K/V unexpanded, which "
+            "neither PyTorch's flash kernel (fp16/bf16 only) nor, before pytorch#191085, its memory-"
+            "efficient kernel takes, so SDPA runs its math kernel and keeps b x heads x s^2 fp32 "
+            "probabilities per layer (counted in attention_scores); train in bf16 or fp16 to keep it O(s)"
         )
     if spec.arch.attn_logit_softcapping and setup.attn in ("sdpa", "xformers") and setup.backend != "mps":
         w.append(
