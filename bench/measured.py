@@ -34,6 +34,7 @@ CARDS = {
     "h200-full": "h200",
     "h200-full-holdout": "h200",
     "h200-boundary": "h200",
+    "h200-threshold": "h200",
 }
 #: A reading of NVML's peak that is not the step's: the sampler also saw the model being built, and a
 #: QLoRA base is built in the load dtype before it is quantized; above this the row has no context reading.
@@ -144,8 +145,10 @@ def render(files: dict[str, list[Row]]) -> str:
         "catalog entry. `fit`: the grid the reserve line was refit on; `holdout`: posed and committed "
         "before it ran; `full`: full fine-tuning, posed before its run, on which the loss's regrown blocks "
         "were fitted; `full-holdout`: posed with that rule before it ran; `boundary`: posed before it ran, "
-        "on both sides of the rule's output-logits condition, which it finds wanting (docs/methodology.md, "
-        '"Real-GPU runs"). Errors are (estimate - measured) / measured.',
+        "on both sides of the rule's output-logits condition, which it finds wanting; `threshold`: posed "
+        "before it ran with the layer-gradient condition that replaced it, which it finds over-counting on "
+        "5 of its 7 rows on that side, and on which SDPA's math kernel for fp32 grouped-query attention was "
+        'found (docs/methodology.md, "Real-GPU runs"). Errors are (estimate - measured) / measured.',
         "",
     ]
     for name, rows in files.items():

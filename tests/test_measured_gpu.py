@@ -47,14 +47,16 @@ def _key(r: measured.Row) -> tuple[str, str, str]:
 def test_files_are_what_a_gpu_wrote(files: dict[str, list[measured.Row]]) -> None:
     import yaml
 
-    assert set(files) == {"h200", "h200-holdout", "h200-full", "h200-full-holdout", "h200-boundary"}
+    assert set(files) == {
+        "h200", "h200-holdout", "h200-full", "h200-full-holdout", "h200-boundary", "h200-threshold"
+    }  # fmt: skip
     for path in measured.DATA.glob("*.yaml"):
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         env = doc["environment"]
         assert env["gpu"] == "NVIDIA H200" and env["torch"].startswith("2.") and env["driver"]
         assert doc["command"].startswith("bench/gpu_measure.py")
         assert all("error" not in r for r in doc["records"]), path.name
-    assert len(_rows(files)) == 51
+    assert len(_rows(files)) == 60
 
 
 def test_allocated_peaks_within_3_percent(files: dict[str, list[measured.Row]]) -> None:
@@ -64,9 +66,10 @@ def test_allocated_peaks_within_3_percent(files: dict[str, list[measured.Row]]) 
 
 
 def test_reserved_median_within_5_percent_per_file(files: dict[str, list[measured.Row]]) -> None:
-    """Every grid but the boundary one, which probes where `regrown_loss_blocks` applies (held below)."""
+    """Every grid but the boundary and threshold ones, which probe where `regrown_loss_blocks` applies
+    (held below)."""
     for name, rows in files.items():
-        if name == "h200-boundary":
+        if name in ("h200-boundary", "h200-threshold"):
             continue
         errors = [r.reserved_error for r in rows]
         assert statistics.median(abs(e) for e in errors) <= 0.05, name
@@ -77,9 +80,9 @@ def test_reserved_never_more_than_10_percent_under_unless_named(files: dict[str,
     assert {_key(r) for r in _rows(files) if r.reserved_error < -0.10} == set(RESERVED_UNDER)
 
 
-#: The boundary grid's rows the rule over-estimates by more than 10%: gradients under 1 GiB whose output
-#: logits are smaller still (short rows), where the H200 shows no regrowth (without the rule: +3.4%, +13.1%).
-BOUNDARY_OVER = {("h200-boundary", "qwen2.5-0.5b", "full"), ("h200-boundary", "smollm2-360m", "full")}
+#: The boundary grid's rows over by more than 10%: SmolLM2 360M full fine-tuning at 2 x 1024 (+13.1%, the
+#: rule off: 4.7 MiB layer gradients), where the flat fragmentation share stands above what the allocator held.
+BOUNDARY_OVER = {("h200-boundary", "smollm2-360m", "full")}
 
 
 def test_boundary_grid_never_under_by_10_percent_and_its_overshoots_named(
@@ -87,8 +90,39 @@ def test_boundary_grid_never_under_by_10_percent_and_its_overshoots_named(
 ) -> None:
     rows = files["h200-boundary"]
     assert len(rows) == 8
-    assert min(r.reserved_error for r in rows) >= -0.10  # Qwen2.5 1.5B at 8 x 2048, rule off: -7.5%
+    assert min(r.reserved_error for r in rows) >= -0.05  # Qwen2.5 1.5B at 8 x 2048: -7.5% before session 21
     assert {_key(r) for r in rows if r.reserved_error > 0.10} == BOUNDARY_OVER
+
+
+#: The threshold grid's rows over by more than 10% (all full fine-tuning; "model precision" as key), each
+#: with why. The grid was posed to test the layer-gradient condition: the allocator's history
+#: (bench/gpu_segments.py on Qwen3 1.7B, SmolLM2 1.7B, Gemma 3 1B, TinyLlama 1.1B) shows the step-2 loss
+#: cutting its segments anew in all four, but only Qwen3 1.7B's reserve grows by much: elsewhere the
+#: optimizer states fill the old segments, so the regrown ones are not waste.
+THRESHOLD_OVER = {
+    "qwen2.5-0.5b fp32": "2 x 1024, no checkpointing: 1.8 GiB of regrown blocks counted (16.6 MiB layer "
+    "gradients) that the reserve does not show; +8.6% without the rule",
+    "gpt2-medium fp32": "16 MiB layer gradients: 1.3 GiB counted, not seen; +11.6% without the rule",
+    "tinyllama-1.1b bf16": "22 MiB layer gradients: 2.1 GiB counted; the segments are regrown (allocator "
+    "history) but the optimizer states fill the old ones; -2.3% without the rule",
+    "smollm2-360m fp32": "the rule off (9.4 MiB): the flat fragmentation share stands above what the "
+    "allocator held, as on the bf16 rows of this model",
+    "qwen3-0.6b bf16": "the rule off (6 MiB): the flat fragmentation share, as above",
+}
+
+
+def test_threshold_grid_allocated_close_never_under_and_its_overshoots_named(
+    files: dict[str, list[measured.Row]],
+) -> None:
+    """Posed with the layer-gradient condition before it ran: no row under its reserved figure, every
+    allocated peak within 1.5% (SDPA's math kernel on the fp32 grouped-query rows, `sdpa_math`: SmolLM2
+    360M and Qwen2.5 0.5B were 28% and 17% under before it), and the over-counts named."""
+    rows = files["h200-threshold"]
+    assert len(rows) == 9 and all(r.setup["method"] == "full" for r in rows)
+    assert all(abs(r.allocated_error) <= 0.015 for r in rows), [(r.model, r.allocated_error) for r in rows]
+    assert min(r.reserved_error for r in rows) >= 0.0
+    over = {f"{r.model} {r.setup['precision']}" for r in rows if r.reserved_error > 0.10}
+    assert over == set(THRESHOLD_OVER)
 
 
 def test_full_fine_tuning_rule_out_of_sample(files: dict[str, list[measured.Row]]) -> None:
@@ -128,6 +162,7 @@ def test_the_grids_are_the_recorded_setups() -> None:
         "h200-full": gpu_measure.FULL,
         "h200-full-holdout": gpu_measure.FULL_HOLDOUT,
         "h200-boundary": gpu_measure.BOUNDARY,
+        "h200-threshold": gpu_measure.THRESHOLD,
     }
     for stem, grid in grids.items():
         records = yaml.safe_load((measured.DATA / f"{stem}.yaml").read_text(encoding="utf-8"))["records"]
