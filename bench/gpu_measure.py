@@ -134,6 +134,21 @@ THRESHOLD: list[tuple[str, dict[str, Any]]] = [
     ("qwen3-1.7b", _hf("full", 4, 1024, **CKPT)),
     ("smollm2-1.7b", _hf("full", 2, 1024, **CKPT)),
 ]
+#: Posed in session 21 with engine/activations.py `sdpa_math` (found on THRESHOLD's fp32 rows), before it
+#: runs: where the rule says SDPA takes its math kernel (fp32 LoRA on a fp32 base, Qwen3's grouped K/V, a
+#: checkpointed run where only the recomputed layer holds the scores, a 7B LoRA, Gemma 3 1B's one-kv-head
+#: attention) and a control where it says not (fp16: the flash kernel). Gemma 3 1B at 2,048 tokens is past
+#: its 512-token sliding window: transformers gives its sliding layers a mask (``repeat_kv``, the
+#: memory-efficient kernel), so the rule, which counts the scores in every layer, expects to over-count
+#: there (every sixth layer is global); the row says by how much.
+MATH: list[tuple[str, dict[str, Any]]] = [
+    ("qwen2.5-0.5b", _hf("lora", 2, 1024, precision="fp32")),
+    ("qwen3-0.6b", _hf("full", 2, 1024, precision="fp32")),
+    ("llama-3.2-1b", _hf("full", 1, 2048, precision="fp32", **CKPT)),
+    ("qwen2.5-0.5b", _hf("full", 2, 1024, precision="fp16")),
+    ("gemma-3-1b", _hf("full", 2, 2048, precision="fp32")),
+    ("mistral-7b-v0.1", _hf("lora", 1, 2048, precision="fp32")),
+]
 GRIDS = {
     "fit": GRID,
     "holdout": HOLDOUT,
@@ -141,6 +156,7 @@ GRIDS = {
     "full-holdout": FULL_HOLDOUT,
     "boundary": BOUNDARY,
     "threshold": THRESHOLD,
+    "math": MATH,
 }
 
 
