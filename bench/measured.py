@@ -35,6 +35,7 @@ CARDS = {
     "h200-full-holdout": "h200",
     "h200-boundary": "h200",
     "h200-threshold": "h200",
+    "h200-math": "h200",
 }
 #: A reading of NVML's peak that is not the step's: the sampler also saw the model being built, and a
 #: QLoRA base is built in the load dtype before it is quantized; above this the row has no context reading.
@@ -148,7 +149,8 @@ def render(files: dict[str, list[Row]]) -> str:
         "on both sides of the rule's output-logits condition, which it finds wanting; `threshold`: posed "
         "before it ran with the layer-gradient condition that replaced it, which it finds over-counting on "
         "5 of its 7 rows on that side, and on which SDPA's math kernel for fp32 grouped-query attention was "
-        'found (docs/methodology.md, "Real-GPU runs"). Errors are (estimate - measured) / measured.',
+        'found; `math`: posed with that kernel\'s rule before it ran (docs/methodology.md, "Real-GPU runs"). '
+        "Errors are (estimate - measured) / measured.",
         "",
     ]
     for name, rows in files.items():

