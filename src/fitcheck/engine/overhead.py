@@ -88,8 +88,11 @@ def regrown_loss_blocks(
     1.7B in part) and not where it is 1.8-8.7 MB (Qwen2.5 0.5B, SmolLM2 135M / 360M, LoRA factors; and
     Sebastian Raschka's GPT-2 pre-training rows of the published corpus, 4.7 MB). The split is what the
     rows show; placing it at ``kMinLargeAlloc`` (the largest request that shares a 20 MiB segment with
-    others) is a conjecture about why, which the threshold grid (bench/gpu_measure.py ``--grid threshold``)
-    was posed to test (docs/methodology.md, "Real-GPU runs")."""
+    others) was a conjecture about why, which the threshold grid (tests/data/measured/h200-threshold.yaml),
+    posed before it ran, refutes in the safe direction: no row under, but 5 of its 7 rows on the rule's
+    side 5-19% over. The allocator's history there shows the loss's segments regrown in every row read;
+    whether that is waste depends on how fully the optimizer states fill the old ones, which wants the
+    step's tensors placed by best fit, not a rule (docs/methodology.md, "Real-GPU runs")."""
     if (
         setup.backend not in allocator.BACKENDS
         or kernel not in WHOLE_LOGITS_KERNELS
