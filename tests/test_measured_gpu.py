@@ -148,12 +148,12 @@ MATH_OVER = {
 def test_math_grid_posed_with_the_rule(files: dict[str, list[measured.Row]]) -> None:
     """Posed with `sdpa_math` before it ran: fp32 grouped-query rows (LoRA on a 0.5B and a 7B base, Qwen3
     full, a checkpointed Llama 3.2 1B) allocated within 2%, the fp16 control within 1%, no row under its
-    reserved figure, and the over-counts named."""
+    reserved figure by more than 1% (the fp16 control: -0.7%), and the over-counts named."""
     rows = {f"{r.model} {r.setup['method']} {r.setup['precision']}": r for r in files["h200-math"]}
     assert len(rows) == 6
     assert abs(rows["qwen2.5-0.5b full fp16"].allocated_error) <= 0.01
     assert all(abs(r.allocated_error) <= 0.02 for r in rows.values() if r.model != "gemma-3-1b")
-    assert min(r.reserved_error for r in rows.values()) >= 0.0 - 0.01  # the fp16 control: -0.7%
+    assert min(r.reserved_error for r in rows.values()) >= -0.01
     assert {r.model for r in rows.values() if r.reserved_error > 0.10} == set(MATH_OVER)
 
 

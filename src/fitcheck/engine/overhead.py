@@ -82,17 +82,17 @@ def regrown_loss_blocks(
     gradient freed as it is made). A device map (one process) counts it on the GPU that runs the loss, with
     that GPU's gradients.
 
-    The layer-tensor condition (session 21) replaced "the gradients are at least the output logits", which
-    the boundary grid found wanting: on every H200 row so far the loss's blocks regrow where a layer's
-    largest gradient is 27-136 MB (Llama 3.2 1B / 3B, Gemma 2 2B, Qwen2.5 1.5B-7B, Mistral 7B, SmolLM2
+    The layer-tensor condition (session 21) replaced "the gradients are at least the output logits", which the
+    boundary grid found wanting: on every row of the first five H200 grids the loss's blocks regrow where a
+    layer's largest gradient is 27-136 MB (Llama 3.2 1B / 3B, Gemma 2 2B, Qwen2.5 1.5B-7B, Mistral 7B, SmolLM2
     1.7B in part) and not where it is 1.8-8.7 MB (Qwen2.5 0.5B, SmolLM2 135M / 360M, LoRA factors; and
-    Sebastian Raschka's GPT-2 pre-training rows of the published corpus, 4.7 MB). The split is what the
-    rows show; placing it at ``kMinLargeAlloc`` (the largest request that shares a 20 MiB segment with
-    others) was a conjecture about why, which the threshold grid (tests/data/measured/h200-threshold.yaml),
-    posed before it ran, refutes in the safe direction: no row under, but 5 of its 7 rows on the rule's
-    side 5-19% over. The allocator's history there shows the loss's segments regrown in every row read;
-    whether that is waste depends on how fully the optimizer states fill the old ones, which wants the
-    step's tensors placed by best fit, not a rule (docs/methodology.md, "Real-GPU runs")."""
+    Sebastian Raschka's GPT-2 pre-training rows of the published corpus, 4.7 MB). The split is what the rows
+    show; placing it at ``kMinLargeAlloc`` (the largest request that shares a 20 MiB segment with others) was
+    a conjecture about why, which the threshold grid (tests/data/measured/h200-threshold.yaml), posed before
+    it ran, refutes in the safe direction: no row under, but 5 of its 7 rows on the rule's side 5-19% over.
+    The allocator's history there shows the loss's segments regrown in every row read; whether that is waste
+    depends on how fully the optimizer states fill the old ones, which wants the step's tensors placed by best
+    fit, not a rule (docs/methodology.md, "Real-GPU runs")."""
     if (
         setup.backend not in allocator.BACKENDS
         or kernel not in WHOLE_LOGITS_KERNELS
