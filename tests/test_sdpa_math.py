@@ -69,3 +69,16 @@ def test_lora_on_an_fp32_base_takes_it_too() -> None:
     """The math grid's Qwen2.5 0.5B and Mistral 7B LoRA rows on fp32 bases (allocated within 1%)."""
     assert _math(GQA, _setup(method="lora"))
     assert _math("mistral-7b-v0.1", _setup(method="lora"))
+
+
+def test_an_fp32_run_is_offered_bf16() -> None:
+    """The verdict's remedies for an fp32 run include bf16 mixed precision (half of every weight and
+    activation; on a grouped-query model the flash kernel instead of the math one); not for a bf16 run."""
+    from fitcheck.engine.verdict import candidate_changes
+
+    flags = {flag: s for _, flag, s in candidate_changes(_setup())}
+    assert flags["--precision bf16"].precision == "bf16"
+    assert "--precision bf16" not in {flag for _, flag, _ in candidate_changes(_setup(precision="bf16"))}
+    spec = api.resolve(GQA)
+    saved = estimate(spec, _setup()).device_bytes - estimate(spec, flags["--precision bf16"]).device_bytes
+    assert saved > _scores(GQA, _setup())  # the scores go, and half of everything else

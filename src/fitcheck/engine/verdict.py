@@ -138,6 +138,16 @@ def candidate_changes(setup: LlmSetup, arch: DecoderArch | None = None) -> list[
             )
     if setup.attn == "eager":
         out.append(("memory-efficient attention", "--attn sdpa", setup.model_copy(update={"attn": "sdpa"})))
+    if setup.precision == "fp32":
+        # half the bytes of every weight and activation, and on a grouped-query model SDPA's flash kernel
+        # instead of its math one (engine/activations.py `sdpa_math`)
+        out.append(
+            (
+                "bf16 mixed precision (fp16 where the GPU has no bf16)",
+                "--precision bf16",
+                setup.model_copy(update={"precision": "bf16"}),
+            )
+        )
     return out + (moe_changes(arch, setup) if arch is not None else [])
 
 
