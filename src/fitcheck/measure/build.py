@@ -384,8 +384,12 @@ def apply_lora(model: Any, setup: LlmSetup, regime: Regime, model_type: str, tas
 
     peft's ``autocast_adapter_dtype=True`` (its default) upcasts bf16/fp16 adapters to fp32; torchtune
     builds its LoRA modules in the model dtype, which ``autocast_adapter_dtype=False`` reproduces.
+    ``--train-modules`` become peft's ``modules_to_save`` (trained copies of the embedding / output layer
+    in the module's own dtype).
     """
     from peft import LoraConfig, get_peft_model
+
+    from fitcheck.engine.lora import trained_modules
 
     cfg = LoraConfig(
         r=setup.lora_rank,
@@ -395,6 +399,7 @@ def apply_lora(model: Any, setup: LlmSetup, regime: Regime, model_type: str, tas
         use_dora=setup.dora,
         bias="none",
         task_type=PEFT_TASKS[task],
+        modules_to_save=list(trained_modules(setup)) or None,
     )
     upcast = regime.adapter_dtype == "fp32"
     try:
@@ -405,8 +410,10 @@ def apply_lora(model: Any, setup: LlmSetup, regime: Regime, model_type: str, tas
     except ValueError as exc:
         raise OptionError(f"peft could not place the adapters: {exc}") from None
     want = DTYPES[regime.adapter_dtype]
-    for p in peft_model.parameters():
-        if p.requires_grad and p.dtype != want:  # e.g. fp16 adapters on an fp32 base: follow the regime
+    for name, p in peft_model.named_parameters():
+        # e.g. fp16 adapters on an fp32 base: follow the regime (the adapters only: a modules_to_save copy
+        # keeps its module's dtype, as peft makes it)
+        if p.requires_grad and p.dtype != want and "lora_" in name:
             p.data = p.data.to(want)
     if setup.lora_fa:  # LoRA-FA: peft's create_lorafa_optimizer freezes every "lora_A" parameter
         for name, p in peft_model.named_parameters():
