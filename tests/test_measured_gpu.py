@@ -47,7 +47,7 @@ def _key(r: measured.Row) -> tuple[str, str, str]:
 def test_files_are_what_a_gpu_wrote(files: dict[str, list[measured.Row]]) -> None:
     import yaml
 
-    grids = ("", "-holdout", "-full", "-full-holdout", "-boundary", "-threshold", "-math")
+    grids = ("", "-holdout", "-full", "-full-holdout", "-boundary", "-threshold", "-math", "-modules")
     assert set(files) == {f"h200{g}" for g in grids}
     for path in measured.DATA.glob("*.yaml"):
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -55,7 +55,7 @@ def test_files_are_what_a_gpu_wrote(files: dict[str, list[measured.Row]]) -> Non
         assert env["gpu"] == "NVIDIA H200" and env["torch"].startswith("2.") and env["driver"]
         assert doc["command"].startswith("bench/gpu_measure.py")
         assert all("error" not in r for r in doc["records"]), path.name
-    assert len(_rows(files)) == 66
+    assert len(_rows(files)) == 71
 
 
 #: Rows whose allocated peak the engine misses by more than 3%, each with why.
@@ -79,7 +79,7 @@ def test_reserved_median_within_5_percent_per_file(files: dict[str, list[measure
     """Every grid but the boundary and threshold ones, which probe where `regrown_loss_blocks` applies
     (held below)."""
     for name, rows in files.items():
-        if name in ("h200-boundary", "h200-threshold", "h200-math"):
+        if name in ("h200-boundary", "h200-threshold", "h200-math", "h200-modules"):
             continue
         errors = [r.reserved_error for r in rows]
         assert statistics.median(abs(e) for e in errors) <= 0.05, name
@@ -157,6 +157,18 @@ def test_math_grid_posed_with_the_rule(files: dict[str, list[measured.Row]]) -> 
     assert {r.model for r in rows.values() if r.reserved_error > 0.10} == set(MATH_OVER)
 
 
+def test_modules_grid_posed_before_it_ran(files: dict[str, list[measured.Row]]) -> None:
+    """LoRA / QLoRA with the embedding and the output layer trained in full (peft's modules_to_save, built
+    by `measure` since session 21), posed before it ran: allocated within 2.5%, reserved never under and at
+    most 8% over. Posed with `regrown_loss_blocks` off for the copies, Qwen2.5 1.5B / 7B were -5.8% / -6.1%
+    and the 7B's nvidia-smi peak stood above the band's high edge; the copies' gradients count since
+    (engine/states.py `largest_regrowing_grad_bytes`)."""
+    rows = files["h200-modules"]
+    assert len(rows) == 5 and all(r.setup["train_modules"] for r in rows)
+    assert all(abs(r.allocated_error) <= 0.025 for r in rows), [(r.model, r.allocated_error) for r in rows]
+    assert all(0.0 <= r.reserved_error <= 0.08 for r in rows), [(r.model, r.reserved_error) for r in rows]
+
+
 def test_full_fine_tuning_rule_out_of_sample(files: dict[str, list[measured.Row]]) -> None:
     """The full-FT holdout, posed with `regrown_loss_blocks` before it ran: no row more than 5% under."""
     rows = files["h200-full-holdout"]
@@ -165,13 +177,23 @@ def test_full_fine_tuning_rule_out_of_sample(files: dict[str, list[measured.Row]
     assert all(abs(r.allocated_error) <= 0.02 for r in rows)
 
 
+#: Rows whose nvidia-smi step peak stands above the band's high edge without a named reserved shortfall.
+NVML_ABOVE = {
+    ("h200", "llama-3.2-1b", "full"): (
+        "torchtune full fine-tuning at 1 x 2048 (its chunked loss: no regrown blocks counted; reserved "
+        "-6.2%): 20 MB above the high edge of session 21's band (+9% on transient bytes, the derivation's "
+        "90% level); inside the +15% band before it"
+    ),
+}
+
+
 def test_nvml_step_peak_inside_the_band_unless_named(files: dict[str, list[measured.Row]]) -> None:
     """What nvidia-smi showed at the step's peak is at or below the band's high edge (the verdict's figure),
     on the card's catalog context; a row above it must be a named reserved shortfall."""
     read = [r for r in _rows(files) if r.outside_allocator is not None and r.nvml is not None]
     assert len(read) >= 20
     above = {_key(r) for r in read if r.nvml is not None and r.nvml > r.est_high}
-    assert above <= set(RESERVED_UNDER)
+    assert above <= set(RESERVED_UNDER) | set(NVML_ABOVE)
 
 
 def test_accuracy_doc_section_is_fresh(files: dict[str, list[measured.Row]]) -> None:
@@ -196,6 +218,7 @@ def test_the_grids_are_the_recorded_setups() -> None:
         "h200-boundary": gpu_measure.BOUNDARY,
         "h200-threshold": gpu_measure.THRESHOLD,
         "h200-math": gpu_measure.MATH,
+        "h200-modules": gpu_measure.MODULES,
     }
     for stem, grid in grids.items():
         records = yaml.safe_load((measured.DATA / f"{stem}.yaml").read_text(encoding="utf-8"))["records"]

@@ -1,6 +1,6 @@
 # environment for this plan: written by fitcheck 0.1.0 (fitcheck plan) for Llama 3.2 3B
 # hardware: Apple M1 16GB (mps), budget 12.00 GiB = usable 12.00 GiB - headroom 0.00 GiB
-# estimated peak: 5.56 GiB on the device (allocated peak 5.56 GiB in backward), likely up to 6.28 GiB (52% of the budget); regime hf
+# estimated peak: 5.56 GiB on the device (allocated peak 5.56 GiB in backward), likely up to 6.00 GiB (50% of the budget); regime hf
 # plan: qlora, micro-batch 2 x accumulation 8 = 16, 1024 tokens, fp16, attention sdpa, adamw, checkpointing on; about 39 tokens/s
 # run: source env.sh (bash or zsh), then start training
 # reproduce: fitcheck plan llama-3.2-3b --on apple-m1-16gb --method qlora --seq-len 1024 --emit env.sh

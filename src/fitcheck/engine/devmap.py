@@ -347,8 +347,8 @@ def gpu_step(
     """One GPU's phases (`gpu_phases`) and its reserve beyond the flat share, from the same per-GPU lines:
     its margin at the loss over its own allocated peak (engine/estimate.py `stranded_margin`) and, on the
     GPU that runs the loss, the loss's blocks its gradients fill (`regrown_loss_blocks`; ``kernel`` the loss
-    kernel, none counted without one: `gpu_phases` wants the phases only; ``layer_grad`` a decoder layer's
-    largest gradient tensor, engine/states.py `largest_layer_grad_bytes`)."""
+    kernel, none counted without one: `gpu_phases` wants the phases only; ``layer_grad`` the gradient
+    tensor that decides it, engine/states.py `largest_regrowing_grad_bytes`)."""
     ms_g = {k: _state(c, s) for k, c in ms.items()}
     sv_g = saved_for(sv, s, lay, setup, out_bytes)
     load_g = phase("load", [_state(c, s) if c.name in ms else _layer_wide(c, s) for c in load.components])

@@ -692,8 +692,8 @@ def loss_margins(
     grads_kept: bool,
 ) -> tuple[int, int]:  # fmt: skip
     """The reserve beyond the flat share that the loss decides, from one GPU's lines: (`stranded_margin`,
-    the loss's blocks its gradients regrow, engine/overhead.py `regrown_loss_blocks`; ``layer_grad``: a
-    decoder layer's largest gradient tensor, states.py `largest_layer_grad_bytes`)."""
+    the loss's blocks its gradients regrow, engine/overhead.py `regrown_loss_blocks`; ``layer_grad``: the
+    gradient tensor that decides it, states.py `largest_regrowing_grad_bytes`)."""
     stranded = stranded_margin(ms, sv, setup.grad_accum > 1, grads_kept, peak_bytes)
     regrown = regrown_loss_blocks(setup, kernel, ms["gradients"].bytes, _loss_logits(sv), layer_grad)
     return stranded, round(regrown)
@@ -835,7 +835,7 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
     )
     kernel = loss.kernel_for(setup, regime, spec.arch)
     peak = max(p.total_bytes for p in phases)
-    layer_grad = states.largest_layer_grad_bytes(spec.arch, setup, regime)
+    layer_grad = states.largest_regrowing_grad_bytes(spec.arch, setup, regime)
     stranded, regrown = loss_margins(ms, sv, setup, kernel, layer_grad, peak, setup.keep_grads)
     est = assemble(
         model=spec.id,

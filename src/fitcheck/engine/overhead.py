@@ -70,7 +70,8 @@ def regrown_loss_blocks(
     """Bytes of segments a step's loss cuts anew because the step before filled its cached blocks with
     gradients: the smaller of the trainable gradients and the loss's logits tensors (``logits_bytes``, the
     largest loss moment's), 0 where the rule does not hold, and 0 when a decoder layer's largest gradient
-    tensor (``layer_grad_bytes``) is under the allocator's ``kMinLargeAlloc`` (10 MiB).
+    tensor, or that of a module copy trained beside LoRA (``layer_grad_bytes``, engine/states.py
+    `largest_regrowing_grad_bytes`), is under the allocator's ``kMinLargeAlloc`` (10 MiB).
 
     Read off the allocator's history on an H200 (bench/gpu_segments.py, Llama 3.2 3B full fine-tuning,
     session 20): step 1's whole-logits loss cuts segments of its own; backward's gradients, made after the

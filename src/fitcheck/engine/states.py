@@ -181,6 +181,20 @@ def largest_layer_grad_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) ->
     )
 
 
+def largest_regrowing_grad_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
+    """The gradient tensor that decides `regrown_loss_blocks` (engine/overhead.py): a decoder layer's
+    largest (`largest_layer_grad_bytes`) or, beside LoRA, a module trained in full (``--train-modules``,
+    peft's modules_to_save copies, in `copy_dtype`), whichever is larger. The copies count since the H200
+    modules grid (tests/data/measured/h200-modules.yaml): Qwen2.5 1.5B / 7B LoRA with both copies held
+    0.8-1.6 GiB beyond the engine's reserve without them, and the 7B's nvidia-smi peak stood above the
+    band's high edge."""
+    inv = inventory(a)
+    sizes = {"lm_head": inv.lm_head or inv.embedding, "embed_tokens": inv.embedding}
+    copies = [sizes[m] for m in trained_modules(setup)] if setup.method != "full" else []
+    copy = max(copies, default=0) * nbytes(copy_dtype(regime))
+    return max(largest_layer_grad_bytes(a, setup, regime), copy)
+
+
 def tensor_shapes(a: DecoderArch, setup: LlmSetup) -> list[tuple[Shape, int]]:
     """Trainable tensors as (shape, how many) for the optimizer table: vectors are 1-D."""
     return [((rows, cols) if cols > 1 else (rows,), k) for rows, cols, k in trainable_shapes(a, setup)]
