@@ -161,6 +161,19 @@ MODULES: list[tuple[str, dict[str, Any]]] = [
     ("llama-3.1-8b", _hf("lora", 1, 2048, train_modules="embed_tokens,lm_head", **CKPT)),
     ("mistral-7b-v0.1", _hf("qlora", 2, 2048, train_modules="lm_head", **PEFT_PREP)),
 ]
+#: Posed at the end of session 21 with the engine and band as they then stood, before it runs: other models
+#: and mixes, to hold the session's rules (the regrown-blocks conditions, SDPA's math kernel, trained
+#: module copies) and its narrower band (+9%) out of sample.
+HOLDOUT_21: list[tuple[str, dict[str, Any]]] = [
+    ("qwen3-4b", _hf("lora", 2, 4096, **CKPT)),
+    ("phi-3.5-mini", _hf("qlora", 4, 2048, **PEFT_PREP)),
+    ("llama-3.2-3b", _hf("lora", 2, 2048, train_modules="embed_tokens,lm_head", **CKPT)),
+    ("qwen3-8b", _hf("qlora", 1, 4096, **PEFT_PREP)),
+    ("llama-3.2-1b", _hf("lora", 2, 2048, precision="fp32")),
+    ("gemma-3-1b", _hf("lora", 4, 2048, **CKPT)),
+    ("qwen2.5-3b", _hf("full", 2, 1024, **CKPT)),
+    ("mistral-nemo-12b", _hf("qlora", 1, 4096, **PEFT_PREP)),
+]
 GRIDS = {
     "fit": GRID,
     "holdout": HOLDOUT,
@@ -170,6 +183,7 @@ GRIDS = {
     "threshold": THRESHOLD,
     "math": MATH,
     "modules": MODULES,
+    "holdout-21": HOLDOUT_21,
 }
 
 
