@@ -37,6 +37,7 @@ CARDS = {
     "h200-threshold": "h200",
     "h200-math": "h200",
     "h200-modules": "h200",
+    "h200-holdout-21": "h200",
 }
 #: A reading of NVML's peak that is not the step's: the sampler also saw the model being built, and a
 #: QLoRA base is built in the load dtype before it is quantized; above this the row has no context reading.
@@ -151,7 +152,8 @@ def render(files: dict[str, list[Row]]) -> str:
         "before it ran with the layer-gradient condition that replaced it, which it finds over-counting on "
         "5 of its 7 rows on that side, and on which SDPA's math kernel for fp32 grouped-query attention was "
         "found; `math`: posed with that kernel's rule before it ran; `modules`: LoRA / QLoRA with the "
-        "embedding and output layer trained in full (peft's modules_to_save), posed before it ran "
+        "embedding and output layer trained in full (peft's modules_to_save), posed before it ran; "
+        "`holdout-21`: other models and mixes, posed with session 21's rules and band before it ran "
         '(docs/methodology.md, "Real-GPU runs"). '
         "Errors are (estimate - measured) / measured.",
         "",
