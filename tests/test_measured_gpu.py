@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,25 +48,14 @@ def _key(r: measured.Row) -> tuple[str, str, str]:
 def test_files_are_what_a_gpu_wrote(files: dict[str, list[measured.Row]]) -> None:
     import yaml
 
-    grids = (
-        "",
-        "-holdout",
-        "-full",
-        "-full-holdout",
-        "-boundary",
-        "-threshold",
-        "-math",
-        "-modules",
-        "-holdout-21",
-    )
-    assert set(files) == {f"h200{g}" for g in grids}
+    assert set(files) == set(measured.CARDS)  # every file named with its card, every card's file there
     for path in measured.DATA.glob("*.yaml"):
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         env = doc["environment"]
         assert env["gpu"] == "NVIDIA H200" and env["torch"].startswith("2.") and env["driver"]
         assert doc["command"].startswith("bench/gpu_measure.py")
         assert all("error" not in r for r in doc["records"]), path.name
-    assert len(_rows(files)) == 79
+    assert len(_rows(files)) == sum(len(g) for g in _grids().values())
 
 
 #: Rows whose allocated peak the engine misses by more than 3%, each with why.
@@ -76,6 +66,14 @@ ALLOCATED_OFF = {
         "kernel; `sdpa_math` counts the scores in every layer (posed so in the math grid before it ran)"
     ),
 }
+
+
+def _grids() -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """bench/gpu_measure.py's grid behind each file: ``h200`` the fit grid, ``h200-<name>`` grid <name>."""
+    import gpu_measure
+
+    names = {stem: stem.removeprefix("h200-") if "-" in stem else "fit" for stem in measured.CARDS}
+    return {stem: gpu_measure.GRIDS[name] for stem, name in names.items()}
 
 
 def test_allocated_peaks_within_3_percent(files: dict[str, list[measured.Row]]) -> None:
@@ -231,23 +229,11 @@ def test_accuracy_doc_section_is_fresh(files: dict[str, list[measured.Row]]) -> 
 
 def test_the_grids_are_the_recorded_setups() -> None:
     """bench/gpu_measure.py's grids, row for row, are what the files recorded (a rerun measures the same)."""
-    import gpu_measure
     import yaml
 
     from fitcheck.models import LlmSetup
 
-    grids = {
-        "h200": gpu_measure.GRID,
-        "h200-holdout": gpu_measure.HOLDOUT,
-        "h200-full": gpu_measure.FULL,
-        "h200-full-holdout": gpu_measure.FULL_HOLDOUT,
-        "h200-boundary": gpu_measure.BOUNDARY,
-        "h200-threshold": gpu_measure.THRESHOLD,
-        "h200-math": gpu_measure.MATH,
-        "h200-modules": gpu_measure.MODULES,
-        "h200-holdout-21": gpu_measure.HOLDOUT_21,
-    }
-    for stem, grid in grids.items():
+    for stem, grid in _grids().items():
         records = yaml.safe_load((measured.DATA / f"{stem}.yaml").read_text(encoding="utf-8"))["records"]
         assert len(records) == len(grid)
         for (model, kw), rec in zip(grid, records, strict=True):

@@ -342,19 +342,19 @@ def gpu_step(
     out_bytes: int,
     load: Phase,
     kernel: str = "",
-    layer_grad: int = 0,
+    grad_tensor: int = 0,
 ) -> tuple[tuple[Phase, ...], int]:
     """One GPU's phases (`gpu_phases`) and its reserve beyond the flat share, from the same per-GPU lines:
     its margin at the loss over its own allocated peak (engine/estimate.py `stranded_margin`) and, on the
     GPU that runs the loss, the loss's blocks its gradients fill (`regrown_loss_blocks`; ``kernel`` the loss
-    kernel, none counted without one: `gpu_phases` wants the phases only; ``layer_grad`` the gradient
+    kernel, none counted without one: `gpu_phases` wants the phases only; ``grad_tensor`` the gradient
     tensor that decides it, engine/states.py `largest_regrowing_grad_bytes`)."""
     ms_g = {k: _state(c, s) for k, c in ms.items()}
     sv_g = saved_for(sv, s, lay, setup, out_bytes)
     load_g = phase("load", [_state(c, s) if c.name in ms else _layer_wide(c, s) for c in load.components])
     phases = (load_g, *step_phases(ms_g, sv_g, setup.grad_accum > 1, setup.optimizer_in_bwd))
     peak = max(p.total_bytes for p in phases)
-    return phases, sum(loss_margins(ms_g, sv_g, setup, kernel, layer_grad, peak, False))
+    return phases, sum(loss_margins(ms_g, sv_g, setup, kernel, grad_tensor, peak, False))
 
 
 def split(
@@ -366,7 +366,7 @@ def split(
     est: Estimate,
     tensors: int,
     out_bytes: int,
-    layer_grad: int = 0,
+    grad_tensor: int = 0,
 ) -> Estimate:
     """The per-GPU estimates of a device-map run; the returned estimate is the bottleneck GPU's, with
     every GPU's placement and peak in ``distributed.per_gpu``."""
@@ -375,7 +375,7 @@ def split(
     kernel = loss.kernel_for(setup, regime, spec.arch)
     per: list[tuple[Estimate, Share]] = []
     for s in shares(lay, spec, setup):
-        phases, stranded = gpu_step(ms, sv, setup, lay, s, out_bytes, est.phase("load"), kernel, layer_grad)
+        phases, stranded = gpu_step(ms, sv, setup, lay, s, out_bytes, est.phase("load"), kernel, grad_tensor)
         steady = sum(_state(ms[k], s).bytes for k in STEADY if k in ms)
         # tensors alive on this GPU: its layers' share (the allocator rounds each up)
         per.append((reassemble(est, phases, steady, max(1, round(tensors * s.layers)), stranded), s))

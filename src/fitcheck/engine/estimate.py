@@ -688,14 +688,14 @@ def _loss_logits(sv: Saved) -> float:
 
 
 def loss_margins(
-    ms: dict[str, Component], sv: Saved, setup: LlmSetup, kernel: str, layer_grad: int, peak_bytes: int,
+    ms: dict[str, Component], sv: Saved, setup: LlmSetup, kernel: str, grad_tensor: int, peak_bytes: int,
     grads_kept: bool,
 ) -> tuple[int, int]:  # fmt: skip
     """The reserve beyond the flat share that the loss decides, from one GPU's lines: (`stranded_margin`,
-    the loss's blocks its gradients regrow, engine/overhead.py `regrown_loss_blocks`; ``layer_grad``: the
+    the loss's blocks its gradients regrow, engine/overhead.py `regrown_loss_blocks`; ``grad_tensor``: the
     gradient tensor that decides it, states.py `largest_regrowing_grad_bytes`)."""
     stranded = stranded_margin(ms, sv, setup.grad_accum > 1, grads_kept, peak_bytes)
-    regrown = regrown_loss_blocks(setup, kernel, ms["gradients"].bytes, _loss_logits(sv), layer_grad)
+    regrown = regrown_loss_blocks(setup, kernel, ms["gradients"].bytes, _loss_logits(sv), grad_tensor)
     return stranded, round(regrown)
 
 
@@ -835,8 +835,8 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
     )
     kernel = loss.kernel_for(setup, regime, spec.arch)
     peak = max(p.total_bytes for p in phases)
-    layer_grad = states.largest_regrowing_grad_bytes(spec.arch, setup, regime)
-    stranded, regrown = loss_margins(ms, sv, setup, kernel, layer_grad, peak, setup.keep_grads)
+    grad_tensor = states.largest_regrowing_grad_bytes(spec.arch, setup, regime)
+    stranded, regrown = loss_margins(ms, sv, setup, kernel, grad_tensor, peak, setup.keep_grads)
     est = assemble(
         model=spec.id,
         model_name=spec.name,
@@ -858,7 +858,7 @@ def _step_estimate(spec: ModelSpec, setup: LlmSetup, target_context: int | None 
         shape = tasks.task_shape(spec.arch, setup)
         gamma = act.context(setup, regime).gamma
         out = loss.output_logits_bytes(setup, regime, shape.logit_rows, shape.logit_width, gamma)
-        return devmap.split(spec, setup, regime, ms, sv, est, tensors, out, layer_grad)
+        return devmap.split(spec, setup, regime, ms, sv, est, tensors, out, grad_tensor)
     if setup.distributed:
         from fitcheck.engine.distributed import distribute
 
@@ -1098,11 +1098,12 @@ def autocast_copies(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> tuple[i
 
 def _warnings(spec: ModelSpec, setup: LlmSetup, derived: int) -> tuple[str, ...]:
     """What the user should know beside the figures: the model's notes, then the setup's caveats."""
-    compiled_note = compiled.warning(spec.arch, setup, regime_for(setup))
+    regime = regime_for(setup)
+    compiled_note = compiled.warning(spec.arch, setup, regime)
     return (
         *spec.notes,
         *_state_warnings(spec, setup, derived),
-        *_setup_warnings(spec, setup),
+        *_setup_warnings(spec, setup, regime),
         *_kbit_warnings(setup),
         *_length_warnings(spec, setup),
         *_tower_warnings(spec, setup),
@@ -1220,7 +1221,7 @@ def _length_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
     ]
 
 
-def _setup_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
+def _setup_warnings(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> list[str]:
     """Trainer defaults the setup leaves out, and kernels or layouts that cost more than one may think."""
     w: list[str] = []
     if setup.trainer == "unsloth" and not setup.grad_ckpt:
@@ -1248,7 +1249,7 @@ def _setup_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
             else "MPS: SDPA has no memory-efficient backward, so attention keeps b x heads x s^2 scores per "
             "layer in training (counted in attention_scores)"
         )
-    if act.sdpa_math(spec.arch, setup, regime_for(setup)):
+    if act.sdpa_math(spec.arch, setup, regime):
         w.append(
             "fp32 attention on a grouped-query model: transformers hands SDPA the K/V unexpanded, which "
             "neither PyTorch's flash kernel (fp16/bf16 only) nor, before pytorch#191085, its memory-"

@@ -65,12 +65,12 @@ def stranded_layer_blocks(
 
 
 def regrown_loss_blocks(
-    setup: LlmSetup, kernel: str, gradient_bytes: float, logits_bytes: float, layer_grad_bytes: int
+    setup: LlmSetup, kernel: str, gradient_bytes: float, logits_bytes: float, grad_tensor_bytes: int
 ) -> float:
     """Bytes of segments a step's loss cuts anew because the step before filled its cached blocks with
     gradients: the smaller of the trainable gradients and the loss's logits tensors (``logits_bytes``, the
     largest loss moment's), 0 where the rule does not hold, and 0 when a decoder layer's largest gradient
-    tensor, or that of a module copy trained beside LoRA (``layer_grad_bytes``, engine/states.py
+    tensor, or that of a module copy trained beside LoRA (``grad_tensor_bytes``, engine/states.py
     `largest_regrowing_grad_bytes`), is under the allocator's ``kMinLargeAlloc`` (10 MiB).
 
     Read off the allocator's history on an H200 (bench/gpu_segments.py, Llama 3.2 3B full fine-tuning,
@@ -100,7 +100,7 @@ def regrown_loss_blocks(
         or setup.keep_grads
         or setup.optimizer_in_bwd
         or (setup.distributed and setup.strategy != "device-map")
-        or layer_grad_bytes < allocator.MIN_LARGE_ALLOC
+        or grad_tensor_bytes < allocator.MIN_LARGE_ALLOC
     ):
         return 0.0
     return min(gradient_bytes, logits_bytes)

@@ -89,11 +89,16 @@ def quantized_base(setup: LlmSetup) -> bool:
 def module_copy_params(a: DecoderArch, setup: LlmSetup) -> int:
     """Parameters of the full copies peft's ``modules_to_save`` trains (``ModulesToSaveWrapper`` deep-copies
     the module and keeps the original frozen beside it; peft ``utils/other.py``)."""
+    return sum(module_copy_sizes(a, setup))
+
+
+def module_copy_sizes(a: DecoderArch, setup: LlmSetup) -> list[int]:
+    """Parameters of each ``modules_to_save`` copy (none in full fine-tuning, which trains the modules)."""
     if setup.method == "full":
-        return 0
+        return []
     inv = inventory(a)
     sizes = {"lm_head": inv.lm_head or inv.embedding, "embed_tokens": inv.embedding}
-    return sum(sizes[m] for m in trained_modules(setup))
+    return [sizes[m] for m in trained_modules(setup)]
 
 
 def copy_dtype(regime: Regime) -> str:
@@ -188,10 +193,7 @@ def largest_regrowing_grad_bytes(a: DecoderArch, setup: LlmSetup, regime: Regime
     modules grid (tests/data/measured/h200-modules.yaml): Qwen2.5 1.5B / 7B LoRA with both copies held
     0.8-1.6 GiB beyond the engine's reserve without them, and the 7B's nvidia-smi peak stood above the
     band's high edge."""
-    inv = inventory(a)
-    sizes = {"lm_head": inv.lm_head or inv.embedding, "embed_tokens": inv.embedding}
-    copies = [sizes[m] for m in trained_modules(setup)] if setup.method != "full" else []
-    copy = max(copies, default=0) * nbytes(copy_dtype(regime))
+    copy = max(module_copy_sizes(a, setup), default=0) * nbytes(copy_dtype(regime))
     return max(largest_layer_grad_bytes(a, setup, regime), copy)
 
 
