@@ -99,6 +99,9 @@ class DecoderArch(Frozen):
     final_logit_softcapping: float | None = None
     attn_logit_softcapping: float | None = None
     sliding_window: int | None = None
+    sliding_layers: int = Field(
+        default=0, ge=0, description="layers attending only to the last sliding_window keys (the rest: all)"
+    )
     attn_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="dropout on attention probabilities")
     resid_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="dropout on residual branches")
     mlp_dropout: float = Field(

@@ -354,7 +354,7 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
     saved = _stored(spec, setup, regime, shape, dense, sparse)
     # the output layer's rows and width follow --task (every token x vocabulary, or one row x labels)
     lg = loss.hump(a, setup, regime, ctx.gamma, rows=shape.logit_rows, width=shape.logit_width)
-    one_layer = T * max(per_layer_tok, sparse.total(s))
+    one_layer = T * (max(per_layer_tok, sparse.total(s)) + _window_extra(a, setup, regime, dense))
     if a.structure == "encoder_decoder":
         # the last layer to run its backward is the encoder's first, on the source tokens
         one_layer = max(one_layer, shape.encoder_tokens * dense.total(shape.encoder_seq))
@@ -406,13 +406,33 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
     )
 
 
+def _windowed(a: DecoderArch, setup: LlmSetup, regime: Regime, dense: act.LayerActs) -> act.LayerActs:
+    """What a windowed layer saves (`act.windowed_layers`; ``dense`` where no layer is windowed)."""
+    if not act.windowed_layers(a, setup):
+        return dense
+    return act.layer_activations(a, setup, regime, moe=False, windowed=True)
+
+
+def _window_extra(a: DecoderArch, setup: LlmSetup, regime: Regime, dense: act.LayerActs) -> float:
+    """Bytes per token the largest layer saves beyond a full-attention layer's because of its window: a
+    windowed layer's attention (expanded K/V, its mask copy; no math-kernel scores) less a full one's, where
+    it is more, or where every layer is windowed. The same for a dense and a MoE layer (attention only)."""
+    w = act.windowed_layers(a, setup)
+    if not w:
+        return 0.0
+    s = setup.seq_len
+    delta = _windowed(a, setup, regime, dense).total(s) - dense.total(s)
+    return delta if w >= a.num_layers else max(0.0, delta)
+
+
 def _stranded(
     spec: ModelSpec, setup: LlmSetup, regime: Regime, dense: act.LayerActs, sparse: act.LayerActs
 ) -> float:
     """The checkpointed forward's layer blocks cached beside the loss (`stranded_layer_blocks`): one
     layer's activations as counted here, eager scores aside, against the output layer's rows x width."""
     shape = tasks.task_shape(spec.arch, setup)
-    parts = max(sum(dense.parts.values()), sum(sparse.parts.values()))
+    win = _windowed(spec.arch, setup, regime, dense)
+    parts = max(sum(dense.parts.values()), sum(sparse.parts.values()), sum(win.parts.values()))
     kernel = loss.kernel_for(setup, regime, spec.arch)
     return stranded_layer_blocks(
         spec.arch, setup, kernel, shape.tokens * parts, shape.logit_rows * shape.logit_width
@@ -475,7 +495,7 @@ def _encoder_grads(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> float:
 
 
 #: The rule of the ``attention_mask_copies`` line (engine/activations.py `sdpa_mask_copy_bytes`).
-MASK_COPIES_RULE = "SDPA with an explicit mask (padded batch, prefix): each layer's copy, b x s x kv"
+MASK_COPIES_RULE = "SDPA mask copy per layer (padding, prefix, window): b x s x kv"
 
 
 def _stored(
@@ -511,11 +531,20 @@ def _stored(
             name = "held_int8_inputs" if kind == "as-is" else "held_4bit_inputs"
             saved = (*saved, _c(name, held, held_rule))
     else:
-        all_layers = T * ((L - moe_n) * per_layer_tok + moe_n * sparse.total(s))
-        scores = T * s * L * dense.scores
+        # windowed layers (`act.windowed_layers`) save their own attention: a full layer's, less what
+        # differs, counted in each line (K/V at every head, their mask copy, no math-kernel scores)
+        w = act.windowed_layers(a, setup)
+        win = _windowed(a, setup, regime, dense)
+        windows = w * (win.total(s) - per_layer_tok)
+        all_layers = T * ((L - moe_n) * per_layer_tok + moe_n * sparse.total(s) + windows)
+        scores = T * s * ((L - w) * dense.scores + w * win.scores)
         mask_tok = dense.parts.get(act.MASK_COPY, 0.0)
-        masks = T * L * mask_tok
+        win_mask = win.parts.get(act.MASK_COPY, 0.0)
+        masks = T * ((L - w) * mask_tok + w * win_mask)
         per_tok = f"{L} layers x {per_layer_tok - s * dense.scores - mask_tok:,.0f} B/token" + where
+        more = (win.total(s) - s * win.scores - win_mask) - (per_layer_tok - s * dense.scores - mask_tok)
+        if w and more:
+            per_tok += f"; {w} sliding-window layers {more:+,.0f} B/token each (SDPA mask: K/V at all heads)"
         scores_rule = (
             "T5 under SDPA: each layer's position-bias mask, heads*s^2 (x b when padded)"
             if act.sdpa_position_bias(a, setup)

@@ -63,7 +63,8 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 READ_KEYS: tuple[str, ...] = (
     *{k for keys in KEYS.values() for k in keys},
     "tie_word_embeddings", "attention_bias", "mlp_bias", "use_qkv_bias", "use_bias", "bias", "use_qk_norm",
-    "qk_layernorm", "sliding_window", "use_sliding_window", "attention_dropout", "final_logit_softcapping",
+    "qk_layernorm", "sliding_window", "use_sliding_window", "layer_types", "sliding_window_pattern",
+    "max_window_layers", "attention_dropout", "final_logit_softcapping",
     "attn_logit_softcapping", "num_experts", "num_local_experts", "num_experts_per_tok",
     "moe_intermediate_size", "shared_expert_intermediate_size", "shared_intermediate_size",
     "decoder_sparse_step", "mlp_only_layers", "n_routed_experts", "n_shared_experts", "first_k_dense_replace",
@@ -1026,7 +1027,51 @@ def _fields(cfg: Config, fam: Family, model_type: str) -> Fields:
         )
     if d.get("sliding_window") is not None and not isinstance(d["sliding_window"], int):
         d["sliding_window"] = None
+    d["sliding_layers"] = _sliding_layers(cfg, model_type, d["num_layers"], d.get("sliding_window"))
     return d
+
+
+#: Where a family puts its sliding-window layers when config.json lists no ``layer_types`` (transformers
+#: 5.24): ``"all"``, every layer (the model builds one sliding-window mask for all of them: ``mask_function
+#: = create_sliding_window_causal_mask`` when ``sliding_window`` is set, modeling_mistral.py, mixtral,
+#: phi3, phimoe, starcoder2, ministral3; ministral's ``layer_types`` are all sliding then); an int ``p``,
+#: layer ``i`` slides unless ``(i + 1) % p == 0``, the configuration class's ``layer_types`` derivation
+#: (gemma2 and gpt_oss alternate, ``p`` 2; olmo3 ``p`` 4; gemma3_text, cohere2 and exaone4 read ``p`` from
+#: ``sliding_window_pattern``, 6, 4 and 4 when absent); ``"max_window_layers"``, the layers from
+#: ``max_window_layers`` on (qwen2, qwen3: their ``use_sliding_window`` already decides whether
+#: ``sliding_window`` is read). A family not named attends to every key in every layer (``0``).
+SLIDING_LAYOUT: dict[str, str | int] = {
+    "mistral": "all", "mixtral": "all", "phi3": "all", "phimoe": "all", "starcoder2": "all",
+    "ministral": "all", "ministral3": "all",
+    "gemma2": 2, "gpt_oss": 2, "olmo3": 4, "gemma3_text": 6, "cohere2": 4, "exaone4": 4,
+    "qwen2": "max_window_layers", "qwen3": "max_window_layers",
+}  # fmt: skip
+#: Families whose configuration class reads the period from ``sliding_window_pattern``.
+PATTERN_KEY_TYPES = frozenset({"gemma3_text", "cohere2", "exaone4"})
+
+
+def _sliding_layers(cfg: Config, model_type: str, layers: int, window: int | None) -> int:
+    """How many decoder layers attend only to the last ``window`` keys (0 without a window): the
+    ``sliding_attention`` entries of ``layer_types`` where config.json lists one per layer, else the
+    family's layout (`SLIDING_LAYOUT`)."""
+    if not window:
+        return 0
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        return sum(1 for t in types if t == "sliding_attention")
+    layout = SLIDING_LAYOUT.get(model_type, 0)
+    if layout == "all":
+        return layers
+    if layout == "max_window_layers":
+        first = _opt_int(cfg, "max_window_layers", layers, 0)
+        return max(0, layers - first)
+    period = cfg.get("sliding_window_pattern") if model_type in PATTERN_KEY_TYPES else None
+    if isinstance(period, str) and period and set(period) <= {"L", "G"}:
+        return sum(1 for i in range(layers) if period[i % len(period)] == "L")  # EXAONE 4's "LLLG"
+    p = period if isinstance(period, int) and not isinstance(period, bool) and period > 0 else layout
+    if not isinstance(p, int) or p <= 0:
+        return 0
+    return layers - layers // p
 
 
 def _multimodal(cfg: Config, model_type: str) -> Fields:
