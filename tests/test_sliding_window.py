@@ -159,3 +159,55 @@ def test_each_phase_within_2_percent_of_the_trace(cfg: dict[str, Any], change: d
     for phase in measured.phases:
         got = sum(c.bytes for c in est.phase(phase.name).components)
         assert abs(got / phase.peak_bytes - 1) <= 0.02, (phase.name, got, phase.peak_bytes)
+
+
+# --- a padded batch: the same mask, the same expansion ----------------------------------------------
+
+
+def _saved_bytes(model: Any, ids: Any, mask: Any) -> int:
+    """Bytes of every storage autograd saves in one real forward (CPU): what the backward will read."""
+    import torch
+
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(input_ids=ids, attention_mask=mask, labels=ids)
+    return sum(seen.values())
+
+
+def test_a_padded_batch_expands_grouped_kv_as_a_real_step_does() -> None:
+    """A padding mask takes the same path as a window's (``use_gqa_in_sdpa`` false: ``repeat_kv``, a mask
+    copy per layer): a real bf16 step of transformers' Llama on the CPU saves, padded against unpadded,
+    exactly what the engine's lines add for ``--lengths varying`` (fake tensors cannot take the padded
+    mask's ``all()`` test, so this one is a real step)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = {**MISTRAL, "model_type": "llama", "num_hidden_layers": 2, "sliding_window": None}
+    config = transformers.LlamaConfig(
+        **{k: v for k, v in cfg.items() if k not in ("model_type", "sliding_window")}
+    )
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).train()
+    b, s = 2, 128
+    ids = torch.randint(0, cfg["vocab_size"], (b, s))
+    full = torch.ones(b, s, dtype=torch.long)
+    padded = full.clone()
+    padded[1, -10:] = 0
+    measured = _saved_bytes(model, ids, padded) - _saved_bytes(model, ids, full)
+
+    def lines(lengths: str) -> int:
+        setup = LlmSetup(
+            method="full", precision="bf16", trainer="hf", seq_len=s, batch_size=b, lengths=lengths
+        )
+        est = estimate(_spec(cfg), setup)
+        keep = ("activations", "attention_mask_copies")
+        return sum(c.bytes for c in est.phase("forward").components if c.name in keep)
+
+    assert measured > 0
+    assert lines("varying") - lines("fixed") == measured

@@ -438,6 +438,13 @@ def sdpa_math(a: DecoderArch, setup: LlmSetup, regime: Regime) -> bool:
     )
 
 
+def masked_gqa(a: DecoderArch, setup: LlmSetup, windowed: bool) -> bool:
+    """SDPA gets an explicit mask a grouped-query layer's K/V are expanded for (``repeat_kv``): a padded
+    batch, or a sliding window past its length (``windowed``); transformers' ``use_gqa_in_sdpa`` keeps
+    them unexpanded on CUDA only without a mask. (Prefix tuning's expansion is `_prefix_acts`'.)"""
+    return (windowed or setup.padded_batches) and sdpa_mask_copy_bytes(a, setup, 1, windowed) > 0
+
+
 def windowed_layers(a: DecoderArch, setup: LlmSetup) -> int:
     """Decoder layers whose sliding window hands SDPA an explicit mask at this length: the model's
     sliding layers (``sliding_layers``) once the keys (sequence, and a prefix) reach ``sliding_window``.
@@ -565,8 +572,9 @@ def _attention_acts(
     # (eager always; SDPA when the GQA kernel path is not taken).
     # MPS has no memory-efficient SDPA backward: training there materializes the scores like eager
     # (hardware_detection.md 3.7); the engine treats every kernel as eager on that backend.
-    # (a windowed layer's mask takes repeat_kv too, a copy unless one K/V head: then a stride-0 view, traced)
-    expanded = eager or (windowed and a.num_kv_heads > 1) or setup.trainer in EXPANDED_KV_TRAINERS
+    # (a padding or window mask takes repeat_kv too, a copy unless one K/V head: a stride-0 view, traced)
+    masked = masked_gqa(a, setup, windowed) and a.num_kv_heads > 1
+    expanded = eager or masked or setup.trainer in EXPANDED_KV_TRAINERS
     kv_saved = q_w if expanded else kv_w
     acts.add("qkv", c.gamma * (q_w + 2 * kv_saved))
     for name, value in litgpt.layer_extras(a, setup, qkv, c.gamma, c.adapter).items():
