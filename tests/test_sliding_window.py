@@ -129,7 +129,7 @@ def test_no_math_kernel_where_every_layer_is_windowed() -> None:
 def test_the_windowed_line_says_so() -> None:
     est = estimate(_spec(MISTRAL), _setup())
     acts = next(c for c in est.phase("backward").components if c.name == "activations")
-    assert "4 sliding-window layers" in acts.rule
+    assert "4 windowed +" in acts.rule
     copies = next(c for c in est.phase("backward").components if c.name == "attention_mask_copies")
     assert copies.bytes == 4 * 2 * 256 * 256 * 2  # a b x s x s bf16 copy per layer
 

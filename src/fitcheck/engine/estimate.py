@@ -544,7 +544,7 @@ def _stored(
         per_tok = f"{L} layers x {per_layer_tok - s * dense.scores - mask_tok:,.0f} B/token" + where
         more = (win.total(s) - s * win.scores - win_mask) - (per_layer_tok - s * dense.scores - mask_tok)
         if w and more:
-            per_tok += f"; {w} sliding-window layers {more:+,.0f} B/token each (SDPA mask: K/V at all heads)"
+            per_tok += f", {w} windowed {more:+,.0f} (K/V all heads)"  # SDPA's mask: repeat_kv
         scores_rule = (
             "T5 under SDPA: each layer's position-bias mask, heads*s^2 (x b when padded)"
             if act.sdpa_position_bias(a, setup)
