@@ -211,3 +211,39 @@ def test_a_padded_batch_expands_grouped_kv_as_a_real_step_does() -> None:
 
     assert measured > 0
     assert lines("varying") - lines("fixed") == measured
+
+
+# --- what the user is told ----------------------------------------------------------------------------
+
+
+def test_a_windowed_run_is_warned_and_offered_flash() -> None:
+    """The estimate says which layers take a mask and what it costs; the verdict's remedies include
+    FlashAttention-2 (which applies the window itself), and it saves what the masks cost."""
+    from fitcheck.engine.verdict import candidate_changes
+
+    arch, setup = _arch(MISTRAL), _setup()
+    est = estimate(_spec(MISTRAL), setup)
+    assert any("sliding window, SDPA gets a mask in 4 of 4 layers" in w for w in est.warnings)
+    flags = {flag: s for _, flag, s in candidate_changes(setup, arch)}
+    flash = estimate(_spec(MISTRAL), flags["--attn flash"])
+    assert not any(c.name == "attention_mask_copies" for c in flash.phase(flash.peak_phase).components)
+    assert flash.device_bytes < est.device_bytes
+
+
+@pytest.mark.parametrize(
+    ("change", "offered", "warned"),
+    [
+        ({"seq_len": 48}, False, False),  # under the window: no mask
+        ({"precision": "fp32"}, False, True),  # the masks are there; FlashAttention-2 refuses fp32
+        ({"attn": "flash"}, False, False),
+        ({"seq_len": 48, "lengths": "varying"}, True, False),  # a padded batch's mask, no window's
+    ],
+)
+def test_flash_is_offered_only_where_sdpa_gets_a_mask(
+    change: dict[str, Any], offered: bool, warned: bool
+) -> None:
+    from fitcheck.engine.verdict import candidate_changes
+
+    setup = _setup(**change)
+    assert ("--attn flash" in {flag for _, flag, _ in candidate_changes(setup, _arch(MISTRAL))}) == offered
+    assert any("sliding window" in w for w in estimate(_spec(MISTRAL), setup).warnings) == warned

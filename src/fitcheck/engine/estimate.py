@@ -1285,6 +1285,13 @@ def _setup_warnings(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> list[st
             "efficient kernel takes, so SDPA runs its math kernel and keeps b x heads x s^2 fp32 "
             "probabilities per layer (counted in attention_scores); train in bf16 or fp16 to keep it O(s)"
         )
+    windowed = act.windowed_layers(spec.arch, setup)
+    if windowed:
+        w.append(
+            f"past its {spec.arch.sliding_window:,}-token sliding window, SDPA gets a mask in {windowed} of "
+            f"{spec.arch.num_layers} layers: each keeps its own b x s x s copy of it and, on a grouped-query "
+            "model, K/V at every head (counted); --attn flash applies the window without a mask"
+        )
     if spec.arch.attn_logit_softcapping and setup.attn in ("sdpa", "xformers") and setup.backend != "mps":
         w.append(
             "attention soft-capping (Gemma 2) has no SDPA path in transformers: it runs eager attention "

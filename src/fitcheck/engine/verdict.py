@@ -138,6 +138,14 @@ def candidate_changes(setup: LlmSetup, arch: DecoderArch | None = None) -> list[
             )
     if setup.attn == "eager":
         out.append(("memory-efficient attention", "--attn sdpa", setup.model_copy(update={"attn": "sdpa"})))
+    if arch is not None and _sdpa_masks(arch, setup):
+        out.append(
+            (
+                "FlashAttention-2 (Ampere or newer): no per-layer copies of SDPA's mask",
+                "--attn flash",
+                setup.model_copy(update={"attn": "flash"}),
+            )
+        )
     if setup.precision == "fp32":
         # half the bytes of every weight and activation, and on a grouped-query model SDPA's flash kernel
         # instead of its math one (engine/activations.py `sdpa_math`)
@@ -149,6 +157,17 @@ def candidate_changes(setup: LlmSetup, arch: DecoderArch | None = None) -> list[
             )
         )
     return out + (moe_changes(arch, setup) if arch is not None else [])
+
+
+def _sdpa_masks(arch: DecoderArch, setup: LlmSetup) -> bool:
+    """SDPA gets an explicit mask in some layer (a sliding window past its length, a padded batch), which
+    FlashAttention-2 does without: each such layer keeps a mask copy, and a grouped-query model's K/V at
+    every head (engine/activations.py `windowed_layers`, `masked_gqa`). Not in fp32 (flash refuses it)."""
+    from fitcheck.engine import activations as act
+
+    if setup.attn != "sdpa" or setup.precision == "fp32" or setup.backend not in ("cuda", "rocm"):
+        return False
+    return bool(act.windowed_layers(arch, setup)) or act.masked_gqa(arch, setup, False)
 
 
 def moe_changes(arch: DecoderArch, setup: LlmSetup) -> list[tuple[str, str, LlmSetup]]:
