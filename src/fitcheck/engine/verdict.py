@@ -136,16 +136,7 @@ def candidate_changes(setup: LlmSetup, arch: DecoderArch | None = None) -> list[
                     setup.model_copy(update={"optimizer": "adamw8bit"}),
                 )
             )
-    if setup.attn == "eager":
-        out.append(("memory-efficient attention", "--attn sdpa", setup.model_copy(update={"attn": "sdpa"})))
-    if arch is not None and _sdpa_masks(arch, setup):
-        out.append(
-            (
-                "FlashAttention-2 (Ampere or newer): no per-layer copies of SDPA's mask",
-                "--attn flash",
-                setup.model_copy(update={"attn": "flash"}),
-            )
-        )
+    out += _kernel_changes(setup, arch)
     if setup.precision == "fp32":
         # half the bytes of every weight and activation, and on a grouped-query model SDPA's flash kernel
         # instead of its math one (engine/activations.py `sdpa_math`)
@@ -157,6 +148,22 @@ def candidate_changes(setup: LlmSetup, arch: DecoderArch | None = None) -> list[
             )
         )
     return out + (moe_changes(arch, setup) if arch is not None else [])
+
+
+def _kernel_changes(setup: LlmSetup, arch: DecoderArch | None) -> list[tuple[str, str, LlmSetup]]:
+    """The attention kernel's remedies: SDPA for eager attention; FlashAttention-2 where SDPA gets masks."""
+    out: list[tuple[str, str, LlmSetup]] = []
+    if setup.attn == "eager":
+        out.append(("memory-efficient attention", "--attn sdpa", setup.model_copy(update={"attn": "sdpa"})))
+    if arch is not None and _sdpa_masks(arch, setup):
+        out.append(
+            (
+                "FlashAttention-2 (Ampere or newer): no per-layer copies of SDPA's mask",
+                "--attn flash",
+                setup.model_copy(update={"attn": "flash"}),
+            )
+        )
+    return out
 
 
 def _sdpa_masks(arch: DecoderArch, setup: LlmSetup) -> bool:
