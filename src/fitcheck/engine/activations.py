@@ -438,11 +438,23 @@ def sdpa_math(a: DecoderArch, setup: LlmSetup, regime: Regime) -> bool:
     )
 
 
+def sdpa_takes_masks(a: DecoderArch, setup: LlmSetup) -> bool:
+    """The attention is transformers' SDPA path, where an explicit mask is handed to the kernel (not eager,
+    whose one mask is shared; not T5's position bias, which folds the padding in; not a trainer with its
+    own attention)."""
+    return (
+        setup.attn == "sdpa"
+        and setup.trainer in TRANSFORMERS_TRAINERS
+        and not uses_eager_scores(a, setup)
+        and not sdpa_position_bias(a, setup)
+    )
+
+
 def masked_gqa(a: DecoderArch, setup: LlmSetup, windowed: bool) -> bool:
     """SDPA gets an explicit mask a grouped-query layer's K/V are expanded for (``repeat_kv``): a padded
     batch, or a sliding window past its length (``windowed``); transformers' ``use_gqa_in_sdpa`` keeps
     them unexpanded on CUDA only without a mask. (Prefix tuning's expansion is `_prefix_acts`'.)"""
-    return (windowed or setup.padded_batches) and sdpa_mask_copy_bytes(a, setup, 1, windowed) > 0
+    return (windowed or setup.padded_batches) and sdpa_takes_masks(a, setup)
 
 
 def windowed_layers(a: DecoderArch, setup: LlmSetup) -> int:
@@ -694,10 +706,8 @@ def sdpa_mask_copy_bytes(a: DecoderArch, setup: LlmSetup, gamma: int, windowed: 
     Eager attention's single shared mask is `eager_mask_bytes`; FlashAttention-2 unpads instead. Only
     for trainers that run transformers' attention (`quant.TRANSFORMERS_TRAINERS`; litgpt, torchtune,
     unsloth and mlx build their own)."""
-    if uses_eager_scores(a, setup) or setup.attn != "sdpa" or setup.trainer not in TRANSFORMERS_TRAINERS:
-        return 0.0
-    if sdpa_position_bias(a, setup):
-        return 0.0  # the padding mask is folded into the position-bias mask (`position_bias_mask_bytes`)
+    if not sdpa_takes_masks(a, setup):
+        return 0.0  # (T5: the padding mask is folded into the position-bias mask, `position_bias_mask_bytes`)
     p = prefix.tokens(setup)
     if not p and not setup.padded_batches and not windowed:
         return 0.0

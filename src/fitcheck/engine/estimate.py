@@ -349,12 +349,12 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
     T, s = shape.tokens, shape.seq_len
     dense = act.layer_activations(a, setup, regime, moe=False)
     sparse = act.layer_activations(a, setup, regime, moe=True) if a.is_moe and a.moe_layers else dense
-    per_layer_tok = dense.total(s)
     ctx = act.context(setup, regime)
-    saved = _stored(spec, setup, regime, shape, dense, sparse)
+    win = _windowed(a, setup, regime, dense)  # a sliding-window layer past its window (else ``dense``)
+    saved = _stored(spec, setup, regime, shape, dense, sparse, win)
     # the output layer's rows and width follow --task (every token x vocabulary, or one row x labels)
     lg = loss.hump(a, setup, regime, ctx.gamma, rows=shape.logit_rows, width=shape.logit_width)
-    one_layer = T * (max(per_layer_tok, sparse.total(s)) + _window_extra(a, setup, regime, dense))
+    one_layer = T * (max(dense.total(s), sparse.total(s)) + _window_extra(a, setup, dense, win))
     if a.structure == "encoder_decoder":
         # the last layer to run its backward is the encoder's first, on the source tokens
         one_layer = max(one_layer, shape.encoder_tokens * dense.total(shape.encoder_seq))
@@ -402,7 +402,7 @@ def saved_activations(spec: ModelSpec, setup: LlmSetup, regime: Regime) -> Saved
         ),
         encoder_saved=_encoder_saved(spec, setup, regime, shape),
         encoder_grads=_encoder_grads(spec, setup, regime),
-        stranded=_stranded(spec, setup, regime, dense, sparse),
+        stranded=_stranded(spec, setup, regime, max(dense, sparse, win, key=_parts_bytes)),
     )
 
 
@@ -413,29 +413,35 @@ def _windowed(a: DecoderArch, setup: LlmSetup, regime: Regime, dense: act.LayerA
     return act.layer_activations(a, setup, regime, moe=False, windowed=True)
 
 
-def _window_extra(a: DecoderArch, setup: LlmSetup, regime: Regime, dense: act.LayerActs) -> float:
+def _window_extra(a: DecoderArch, setup: LlmSetup, dense: act.LayerActs, win: act.LayerActs) -> float:
     """Bytes per token the largest layer saves beyond a full-attention layer's because of its window: a
-    windowed layer's attention (expanded K/V, its mask copy; no math-kernel scores) less a full one's, where
-    it is more, or where every layer is windowed. The same for a dense and a MoE layer (attention only)."""
+    windowed layer's attention (``win``: expanded K/V, its mask copy; no math-kernel scores) less a full
+    one's, where it is more, or where every layer is windowed. The same for a dense and a MoE layer
+    (attention only)."""
     w = act.windowed_layers(a, setup)
     if not w:
         return 0.0
-    s = setup.seq_len
-    delta = _windowed(a, setup, regime, dense).total(s) - dense.total(s)
+    delta = win.total(setup.seq_len) - dense.total(setup.seq_len)
     return delta if w >= a.num_layers else max(0.0, delta)
 
 
-def _stranded(
-    spec: ModelSpec, setup: LlmSetup, regime: Regime, dense: act.LayerActs, sparse: act.LayerActs
-) -> float:
+def _parts_bytes(layer: act.LayerActs) -> float:
+    """A layer's saved bytes per token, its s^2 scores aside."""
+    return sum(layer.parts.values())
+
+
+def _stranded(spec: ModelSpec, setup: LlmSetup, regime: Regime, largest: act.LayerActs) -> float:
     """The checkpointed forward's layer blocks cached beside the loss (`stranded_layer_blocks`): one
-    layer's activations as counted here, eager scores aside, against the output layer's rows x width."""
+    layer's activations as counted here (``largest``: the dense, MoE or windowed layer that saves most),
+    eager scores aside, against the output layer's rows x width."""
     shape = tasks.task_shape(spec.arch, setup)
-    win = _windowed(spec.arch, setup, regime, dense)
-    parts = max(sum(dense.parts.values()), sum(sparse.parts.values()), sum(win.parts.values()))
     kernel = loss.kernel_for(setup, regime, spec.arch)
     return stranded_layer_blocks(
-        spec.arch, setup, kernel, shape.tokens * parts, shape.logit_rows * shape.logit_width
+        spec.arch,
+        setup,
+        kernel,
+        shape.tokens * _parts_bytes(largest),
+        shape.logit_rows * shape.logit_width,
     )
 
 
@@ -505,6 +511,7 @@ def _stored(
     shape: tasks.TaskShape,
     dense: act.LayerActs,
     sparse: act.LayerActs,
+    win: act.LayerActs,
 ) -> tuple[Component, ...]:
     """What stays saved through the forward: every layer's activations (and eager scores) or one
     checkpoint per layer, the final norm's input, the lm_head's inputs, and an encoder stack."""
@@ -534,7 +541,6 @@ def _stored(
         # windowed layers (`act.windowed_layers`) save their own attention: a full layer's, less what
         # differs, counted in each line (K/V at every head, their mask copy, no math-kernel scores)
         w = act.windowed_layers(a, setup)
-        win = _windowed(a, setup, regime, dense)
         windows = w * (win.total(s) - per_layer_tok)
         all_layers = T * ((L - moe_n) * per_layer_tok + moe_n * sparse.total(s) + windows)
         scores = T * s * ((L - w) * dense.scores + w * win.scores)

@@ -169,10 +169,13 @@ def _kernel_changes(setup: LlmSetup, arch: DecoderArch | None) -> list[tuple[str
 def _sdpa_masks(arch: DecoderArch, setup: LlmSetup) -> bool:
     """SDPA gets an explicit mask in some layer (a sliding window past its length, a padded batch), which
     FlashAttention-2 does without: each such layer keeps a mask copy, and a grouped-query model's K/V at
-    every head (engine/activations.py `windowed_layers`, `masked_gqa`). Not in fp32 (flash refuses it)."""
+    every head (engine/activations.py `windowed_layers`, `masked_gqa`). Only where FlashAttention-2 can be
+    written for this model, trainer and backend (the planner's kernel table, `planner.kernels.refusal`)
+    and runs (not in fp32: engine/estimate.py ``FLASH_FP32``)."""
     from fitcheck.engine import activations as act
+    from fitcheck.planner.kernels import refusal
 
-    if setup.attn != "sdpa" or setup.precision == "fp32" or setup.backend not in ("cuda", "rocm"):
+    if setup.precision == "fp32" or refusal(arch, setup.trainer, setup.backend, None, "flash") is not None:
         return False
     return bool(act.windowed_layers(arch, setup)) or act.masked_gqa(arch, setup, False)
 
