@@ -349,8 +349,26 @@ def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None)
 
         stored = spec.hf_config if isinstance(spec, ModelSpec) else None
         arch = spec.arch if isinstance(spec, ModelSpec) else None
-        return validated(LlmSetup, peft_all_linear(apply(spec.name, stored, values), defaulted, arch))
+        setup = validated(LlmSetup, peft_all_linear(apply(spec.name, stored, values), defaulted, arch))
+        refuse_flash_on(spec, setup, tgt)
+        return setup
     return validated(DiffusionSetup, values)
+
+
+def refuse_flash_on(spec: Spec, setup: LlmSetup, tgt: Target | None) -> None:
+    """``--attn flash`` on a catalog GPU FlashAttention-2 does not train on (an NVIDIA GPU before compute
+    capability 8.0, an AMD GPU outside Instinct MI200 / MI300, or there a head dimension above 128:
+    `fitcheck.planner.kernels.flash_device_refusal`) is an error: the run could not start. A plain size
+    (24GB) names no GPU and is not judged."""
+    from fitcheck.models import ModelSpec
+    from fitcheck.planner.kernels import flash_device_refusal
+
+    if setup.attn != "flash" or tgt is None or not isinstance(spec, ModelSpec):
+        return
+    dev = device_for(tgt)
+    why = flash_device_refusal(dev.backend, dev.cc, dev.architecture, spec.arch.head_dim, dev.name)
+    if why is not None:
+        raise OptionError(f"--attn flash: {why}; use --attn sdpa")
 
 
 #: Bases whose quantized layers peft's ``all-linear`` does not reach: it collects ``torch.nn.Linear`` and
@@ -611,7 +629,9 @@ def estimate_setup(
         est = estimate_llm(spec, setup, ctx)
 
         def again(s: ModelSpec, st: LlmSetup) -> Estimate:
-            # suggestions and notes compare device bytes, which the allocator history is not in
+            # suggestions and notes compare device bytes, which the allocator history is not in; a
+            # remedy the target's GPU cannot run (--attn flash on a T4) is refused, so not offered
+            refuse_flash_on(s, st, tgt)
             return estimate_llm(s, st, ctx, history=False)
 
         if setup.distributed:

@@ -158,7 +158,7 @@ def _kernel_changes(setup: LlmSetup, arch: DecoderArch | None) -> list[tuple[str
     if arch is not None and _sdpa_masks(arch, setup):
         out.append(
             (
-                "FlashAttention-2 (Ampere or newer): no per-layer copies of SDPA's mask",
+                "FlashAttention-2: no per-layer copies of SDPA's mask",
                 "--attn flash",
                 setup.model_copy(update={"attn": "flash"}),
             )

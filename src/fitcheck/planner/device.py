@@ -80,6 +80,7 @@ def perf_from_entry(entry: HardwareEntry) -> DevicePerf:
         fp32_tflops=fp32,
         bandwidth_gbps=bw,
         compute_capability=entry.compute_capability,
+        architecture=entry.architecture,
         bf16_native=bf16_native,
         memory_bytes=entry.total_bytes,
         sources=(f"catalog presets/hardware/{entry.id}.yaml", *cited),
@@ -142,6 +143,8 @@ def default_perf(target: Target) -> DevicePerf:
             *(
                 ("compute capability unknown: FlashAttention-2 (Ampere or newer) is not assumed",)
                 if target.backend == "cuda"
+                else ("GPU unknown: FlashAttention-2 (Instinct MI200 / MI300) is not assumed",)
+                if target.backend == "rocm"
                 else ()
             ),
         ),

@@ -265,6 +265,19 @@ def _optimizer(
     return out
 
 
+def _flash_runs_here(device: DevicePerf) -> bool:
+    """The GPU itself trains FlashAttention-2 (`fitcheck.planner.kernels.flash_device_refusal`), so SDPA
+    was chosen for the trainer or the model."""
+    from fitcheck.planner.kernels import flash_device_refusal
+
+    known = device.cc is not None if device.backend == "cuda" else device.architecture is not None
+    return (
+        device.backend in ("cuda", "rocm")
+        and known
+        and flash_device_refusal(device.backend, device.cc, device.architecture, None) is None
+    )
+
+
 def _attention(chosen: Candidate, req: PlanRequest, device: DevicePerf) -> list[Reason]:
     a = chosen.setup.attn
     if req.attn is not None:
@@ -276,7 +289,12 @@ def _attention(chosen: Candidate, req: PlanRequest, device: DevicePerf) -> list[
             _r(
                 "flash-ampere",
                 "attention",
-                f"FlashAttention-2: compute capability {device.compute_capability}",
+                "FlashAttention-2: "
+                + (
+                    f"{device.name} ({device.architecture})"
+                    if device.backend == "rocm"
+                    else f"compute capability {device.compute_capability}"
+                ),
             )
         ]
     if a == "xformers":
@@ -291,10 +309,12 @@ def _attention(chosen: Candidate, req: PlanRequest, device: DevicePerf) -> list[
             if device.compute_capability
             else " (unknown here)"
         ),
-        "rocm": "SDPA: PyTorch's fused kernels on ROCm",
+        "rocm": "SDPA: PyTorch's fused kernels on ROCm (FlashAttention-2 trains on Instinct MI200 / MI300)",
         "mps": "SDPA, mapped to Metal",
         "cpu": "SDPA: PyTorch's fused CPU kernel",
     }[device.backend]
+    if _flash_runs_here(device):
+        why = "SDPA: this trainer or model cannot take FlashAttention-2 here"
     if chosen.setup.trainer == "mlx":
         why = "mlx-lm's fused scaled_dot_product_attention (the only kernel it has)"
     out.append(_r("sdpa", "attention", why))

@@ -3,7 +3,9 @@
 One table per kind of fact, each row with its source. The planner (`fitcheck.planner.rules`, the
 diffusion planner) and every emitter ask the functions below, so a fact is written once:
 
-* `KERNEL_BACKENDS`: where a kernel runs at all (FlashAttention-2 from compute capability 8.0).
+* `KERNEL_BACKENDS`: where a kernel runs at all; `flash_device_refusal`, on which GPUs of those backends
+  FlashAttention-2 trains (NVIDIA from compute capability 8.0; AMD Instinct MI200 / MI300, head
+  dimensions up to 128 in the backward).
 * `TRAINER_KERNELS`: which kernels a trainer's config can name.
 * `ARCH_KERNELS`: transformers' per-model ``_supports_sdpa`` / ``_supports_flash_attn`` flags for the
   preset architectures; an architecture outside the table follows `SOFTCAP`: attention logit
@@ -30,8 +32,9 @@ FLASH_MIN_CC = 8.0
 #: kernel -> (backends it runs on, source)
 KERNEL_BACKENDS: dict[str, tuple[tuple[str, ...], str]] = {
     "flash": (
-        ("cuda",),
-        "Dao-AILab/flash-attention README (FlashAttention-2: Ampere, Ada, Hopper; CUDA only)",
+        ("cuda", "rocm"),
+        "Dao-AILab/flash-attention README @014c349e ('NVIDIA CUDA Support': Ampere, Ada, Hopper; "
+        "'AMD ROCm Support': composable_kernel backend, MI200 or MI300 GPUs)",
     ),
     "xformers": (("cuda",), "seeds/000 (Apple 3: CUDA-only, crashes on MPS); facebookresearch/xformers#731"),
     "sdpa": (
@@ -41,6 +44,14 @@ KERNEL_BACKENDS: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "eager": (BACKENDS, "plain matmul + softmax: every backend"),
 }
+
+#: AMD GPU architectures FlashAttention-2 trains on, and its backward's largest head dimension there
+#: (Dao-AILab/flash-attention README @014c349e, "AMD ROCm Support": "FlashAttention-2 with ROCm currently
+#: supports: 1. MI200 or MI300 GPUs. 2. Datatype fp16 and bf16 3. Forward's head dimensions up to 256.
+#: Backward head dimensions up to 128."). MI200 is CDNA2, MI300 / MI325X CDNA3 (the catalog's
+#: ``architecture``); RDNA (Radeon) is not listed.
+FLASH_ROCM_ARCHS = ("CDNA2", "CDNA3")
+FLASH_ROCM_MAX_HEAD_DIM = 128
 
 #: trainer -> kernels its config can name (hf/axolotl: attn_implementation; LLaMA-Factory: flash_attn
 #: fa2/sdpa/disabled; kohya: --sdpa/--xformers flags; mlx-lm and torchtune name none).
@@ -129,15 +140,45 @@ def mlx_kernel(arch: DecoderArch) -> str:
     return "eager" if arch.attn_logit_softcapping else "sdpa"
 
 
-def kernels_for(arch: DecoderArch, trainer: str, backend: str, cc: float | None) -> tuple[str, ...]:
+def kernels_for(
+    arch: DecoderArch, trainer: str, backend: str, cc: float | None, gpu_arch: str | None = None
+) -> tuple[str, ...]:
     """Every kernel this architecture can train with here, in the tie order."""
     if trainer == "mlx":
         return (mlx_kernel(arch),)
-    return tuple(k for k in KERNEL_ORDER if refusal(arch, trainer, backend, cc, k) is None)
+    return tuple(k for k in KERNEL_ORDER if refusal(arch, trainer, backend, cc, k, gpu_arch) is None)
 
 
-def refusal(arch: DecoderArch, trainer: str, backend: str, cc: float | None, kernel: str) -> str | None:
-    """Why ``kernel`` cannot train this architecture here (naming what can), or None."""
+def flash_device_refusal(
+    backend: str, cc: float | None, gpu_arch: str | None, head_dim: int | None, name: str = ""
+) -> str | None:
+    """Why FlashAttention-2 cannot train on this GPU (None where it can, or where the GPU is not known:
+    no compute capability on CUDA, no architecture on ROCm)."""
+    on = f"; {name} has " if name else "; this GPU has "
+    if backend == "cuda" and cc is not None and cc < FLASH_MIN_CC:
+        return f"FlashAttention-2 needs compute capability {FLASH_MIN_CC:.1f} or newer{on}{cc:.1f}"
+    if backend != "rocm":
+        return None
+    if gpu_arch is not None and not gpu_arch.startswith(FLASH_ROCM_ARCHS):
+        return f"FlashAttention-2 on AMD GPUs runs on Instinct MI200 / MI300 (CDNA2, CDNA3){on}{gpu_arch}"
+    if head_dim is not None and head_dim > FLASH_ROCM_MAX_HEAD_DIM:
+        return (
+            f"FlashAttention-2 on AMD GPUs trains head dimensions up to {FLASH_ROCM_MAX_HEAD_DIM} (its "
+            f"backward); this model's is {head_dim}"
+        )
+    return None
+
+
+def refusal(
+    arch: DecoderArch,
+    trainer: str,
+    backend: str,
+    cc: float | None,
+    kernel: str,
+    gpu_arch: str | None = None,
+) -> str | None:
+    """Why ``kernel`` cannot train this architecture here (naming what can), or None. ``cc`` (CUDA) and
+    ``gpu_arch`` (ROCm: the catalog's architecture) name the GPU; None where it is not known."""
     if trainer == "mlx":
         own = mlx_kernel(arch)
         if kernel == own:
@@ -150,9 +191,16 @@ def refusal(arch: DecoderArch, trainer: str, backend: str, cc: float | None, ker
     if backend not in backends:
         if kernel == "xformers" and backend == "mps":
             return "xformers is CUDA-only and crashes on Apple silicon; use --attn sdpa"
+        if kernel == "flash":
+            return (
+                f"--attn flash needs an NVIDIA (Ampere or newer) or AMD Instinct GPU; on {backend} use "
+                "--attn sdpa"
+            )
         return f"--attn {kernel} needs an NVIDIA GPU; on {backend} use --attn sdpa"
-    if kernel == "flash" and cc is not None and cc < FLASH_MIN_CC:
-        return f"FlashAttention-2 needs compute capability {FLASH_MIN_CC:g} or newer"
+    if kernel == "flash":
+        why = flash_device_refusal(backend, cc, gpu_arch, arch.head_dim)
+        if why is not None:
+            return why
     flags = arch_kernels(arch)
     if kernel in ("sdpa", "xformers") and not flags.sdpa:
         return (

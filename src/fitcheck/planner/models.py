@@ -58,6 +58,9 @@ class DevicePerf(Frozen):
     )
     bandwidth_gbps: float = Field(gt=0, description="memory bandwidth, GB/s (10^9)")
     compute_capability: str | None = None
+    architecture: str | None = Field(
+        default=None, description="the catalog's GPU architecture (CDNA3, Ampere, ...); None when unknown"
+    )
     bf16_native: bool = Field(description="bf16 in hardware (CUDA compute capability >= 8.0)")
     chip: str | None = Field(default=None, description="Apple chip brand string")
     memory_bytes: int = Field(default=0, ge=0)

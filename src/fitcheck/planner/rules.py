@@ -50,9 +50,10 @@ _RULES = (
     ),
     Rule(
         "flash-ampere",
-        "FlashAttention-2 on NVIDIA Ampere or newer (compute capability >= 8.0)",
-        "seeds/000 (Nvidia 3: XFormers o FlashAttention-2); Dao-AILab/flash-attention README "
-        "(Ampere, Ada, Hopper)",
+        "FlashAttention-2 on NVIDIA Ampere or newer (compute capability >= 8.0) and on AMD Instinct "
+        "MI200 / MI300 (head dimensions up to 128)",
+        "seeds/000 (Nvidia 3: XFormers o FlashAttention-2); Dao-AILab/flash-attention README @014c349e "
+        "(CUDA: Ampere, Ada, Hopper; ROCm: MI200 or MI300, backward head dimensions up to 128)",
     ),
     Rule(
         "xformers",
@@ -326,19 +327,15 @@ def check_request(spec: ModelSpec, target: Target, device: DevicePerf, req: Plan
 
 
 def _check_attn(spec: ModelSpec, attn: str, trainer: str, backend: str, device: DevicePerf) -> None:
-    why = K.refusal(spec.arch, trainer, backend, device.cc, attn)
+    why = K.refusal(spec.arch, trainer, backend, device.cc, attn, device.architecture)
     if why is None:
         return
-    if attn == "flash" and device.cc is not None and device.cc < K.FLASH_MIN_CC:
-        why = (
-            f"FlashAttention-2 needs compute capability 8.0 or newer; {device.name} has "
-            f"{device.compute_capability}: use --attn "
-            + (
-                "sdpa" + (" or xformers (axolotl)" if backend == "cuda" else "")
-                if K.arch_kernels(spec.arch).sdpa
-                else "eager"
-            )
-        )
+    on_gpu = attn == "flash" and K.flash_device_refusal(
+        backend, device.cc, device.architecture, spec.arch.head_dim, device.name
+    )
+    if on_gpu:
+        other = "sdpa" + (" or xformers (axolotl)" if backend == "cuda" else "")
+        why = f"{on_gpu}: use --attn {other if K.arch_kernels(spec.arch).sdpa else 'eager'}"
     raise OptionError(why)
 
 
@@ -437,9 +434,11 @@ def attentions(req: PlanRequest, device: DevicePerf, spec: ModelSpec) -> tuple[s
     when nothing else trains this architecture right (`fitcheck.planner.kernels`)."""
     if req.attn is not None:
         return (req.attn,)
-    can = K.kernels_for(spec.arch, req.base.trainer, device.backend, device.cc)
-    if device.backend == "cuda" and device.cc is None:
-        can = tuple(k for k in can if k != "flash")  # unknown compute capability: flash not assumed
+    can = K.kernels_for(spec.arch, req.base.trainer, device.backend, device.cc, device.architecture)
+    if (device.backend == "cuda" and device.cc is None) or (
+        device.backend == "rocm" and device.architecture is None
+    ):
+        can = tuple(k for k in can if k != "flash")  # an unknown GPU: flash not assumed
     fast = tuple(k for k in can if k != "eager")
     return fast or can
 
