@@ -281,7 +281,6 @@ def test_emit_help_lists_kohya_toml(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("fmt", "loss", "key"),
     [
-        ("hf.yaml", "liger", "use_liger_kernel"),
         ("axolotl.yaml", "liger", "liger_fused_linear_cross_entropy"),
         ("axolotl.yaml", "cce", "cut_cross_entropy"),
         ("llamafactory.yaml", "liger", "enable_liger_kernel"),
@@ -296,13 +295,20 @@ def test_a_planned_loss_kernel_is_written(fmt: str, loss: str, key: str) -> None
         assert len(data["plugins"]) == 1 and data["plugins"][0].startswith("axolotl.integrations.")
 
 
-@pytest.mark.parametrize(
-    ("fmt", "loss"),
-    [("hf.yaml", "cce"), ("hf.yaml", "chunked"), ("llamafactory.yaml", "cce"), ("axolotl.yaml", "plain")],
-)
+@pytest.mark.parametrize(("fmt", "loss"), [("llamafactory.yaml", "cce"), ("axolotl.yaml", "plain")])
 def test_a_loss_kernel_the_format_cannot_select_is_refused(fmt: str, loss: str) -> None:
     with pytest.raises(OptionError, match=f"cannot select --loss {loss}"):
         emit_yaml(fmt, "llama-3.1-8b", "rtx-4090", method="lora", loss=loss)
+
+
+@pytest.mark.parametrize("loss", ["liger", "cce", "chunked", "plain"])
+def test_hf_yaml_runs_trls_fused_head_only(loss: str) -> None:
+    """`trl sft` (TRL 1.16) scores every token through its fused LM head, use_liger_kernel included."""
+    with pytest.raises(OptionError, match=f"fused LM head \\(--loss trl\\); it cannot run --loss {loss}"):
+        emit_yaml("hf.yaml", "llama-3.1-8b", "rtx-4090", method="lora", loss=loss)
+    for ok in ("trl", "standard"):  # TRL's own; the whole logits, more than the head holds
+        _, data, _ = emit_yaml("hf.yaml", "llama-3.1-8b", "rtx-4090", method="lora", loss=ok)
+        assert "use_liger_kernel" not in data
 
 
 @pytest.mark.parametrize(("impl", "name"), [("foreach", "adamw_torch"), ("fused", "adamw_torch_fused")])

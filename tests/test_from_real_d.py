@@ -125,15 +125,16 @@ READS: dict[str, dict[str, object]] = {
     # deepspeed: /workspace/axolotl/deepspeed_configs/zero2.json (absent): read as axolotl ships it
     "axolotl/modal-mixtral.yml": {"method": "qlora", "strategy": "zero2", "offload": "optimizer"},
     "axolotl/modal-codellama.yml": {"strategy": "zero3", "batch_size": 32},
-    # torch_dtype bfloat16 with bf16: true: bf16 weights, no fp32 master; use_liger_kernel
+    # torch_dtype bfloat16 with bf16: true: bf16 weights, no fp32 master; use_liger_kernel under TRL 1.16
+    # keeps TRL's fused LM head (Liger's fused cross-entropy off): loss trl
     "trl/openr1-qwen2.5-1.5b-sft-config_demo.yaml": {
         "method": "full",
         "master_weights": False,
         "seq_len": 32768,
-        "loss": "liger",
+        "loss": "trl",
         "attn": "flash",
     },
-    "trl/openr1-olympiccoder-7b-sft.yaml": {"batch_size": 2, "grad_accum": 8, "loss": "liger"},
+    "trl/openr1-olympiccoder-7b-sft.yaml": {"batch_size": 2, "grad_accum": 8, "loss": "trl"},
     "trl/ah-zephyr-7b-gemma-sft-config_full.yaml": {"method": "full", "grad_ckpt": True, "attn": "flash"},
     # quantization_bit: 4 is QLoRA; lora_target: all
     "llamafactory/llama3_lora_sft_bitsandbytes-2024.yaml": {

@@ -17,7 +17,7 @@ CASES = [
     ("hf.yaml", "llama-3.1-8b", "rtx-4090", ["--method", "qlora"]),
     ("hf.yaml", "qwen2.5-0.5b", "rtx-4090", ["--method", "full", "--master-weights"]),
     ("hf.yaml", "qwen2.5-0.5b", "rtx-4090", ["--method", "full", "--optimizer-impl", "foreach"]),
-    ("hf.yaml", "llama-3.1-8b", "rtx-4090", ["--loss", "liger"]),
+    ("hf.yaml", "llama-3.1-8b", "rtx-4090", ["--loss", "trl"]),
     ("axolotl.yaml", "llama-3.1-8b", "rtx-4090", ["--loss", "cce"]),
     ("axolotl.yaml", "llama-3.1-8b", "rtx-4090", ["--loss", "liger", "--optimizer-impl", "foreach"]),
     ("llamafactory.yaml", "llama-3.1-8b", "rtx-4090", ["--loss", "liger"]),
@@ -92,6 +92,11 @@ def test_plan_emit_then_estimate_from_gives_the_plan(
     est, err = _json(
         ["estimate", model, "--from", str(tmp_path / emit), "--on", on, "--format", "json"], capsys
     )
+    if emit == "hf.yaml" and planned_setup.get("loss") is None:
+        # --trainer hf sizes the whole logits; `trl sft` runs TRL's fused LM head, which holds less
+        assert est["setup"]["loss"] == "trl" and est["device_bytes"] < planned_bytes
+        planned_setup = {**planned_setup, "loss": "trl"}
+        planned_bytes = est["device_bytes"]
     assert _same_setup(planned_setup, est["setup"]) == {}
     assert est["device_bytes"] == planned_bytes
     assert est["setup_origin"]["method"] == "file" and "from " in err
@@ -105,7 +110,8 @@ def test_round_trip_without_model_uses_the_files_base_model(
     plan, _ = _json(["plan", "llama-3.1-8b", *fmt, "--emit", "hf.yaml", "-o", str(tmp_path)], capsys)
     est, err = _json(["estimate", "--from", str(tmp_path / "hf.yaml"), *fmt], capsys)
     assert est["model"] == "llama-3.1-8b" and "overrides" not in err
-    assert est["device_bytes"] == plan["chosen"]["device_bytes"]
+    # the plan sized --trainer hf's whole logits; the file runs TRL's fused LM head (--loss trl)
+    assert est["setup"]["loss"] == "trl" and est["device_bytes"] < plan["chosen"]["device_bytes"]
 
 
 @pytest.mark.parametrize(
@@ -143,3 +149,13 @@ def test_llamafactory_unset_lora_target_is_its_own_all(
         ["estimate", "mixtral-8x7b", "--from", str(path), "--on", "h100-80gb", "--format", "json"], capsys
     )
     assert est["setup"]["lora_targets"] == LMF
+
+
+def test_hf_yaml_runs_trls_own_loss_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`trl sft` scores every token through TRL 1.16's fused LM head (use_liger_kernel included): a plan for
+    Liger's kernel cannot be written as hf.yaml."""
+    args = ["plan", "llama-3.1-8b", "--on", "rtx-4090", "--loss", "liger"]
+    rc = main([*args, "--emit", "hf.yaml", "-o", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "fused LM head (--loss trl)" in err, err
+    assert not (tmp_path / "hf.yaml").exists()

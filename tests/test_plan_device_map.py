@@ -212,8 +212,9 @@ def test_hf_yaml_builds_with_trls_parser(tmp_path: Path, capsys: pytest.CaptureF
 
 def test_estimate_from_the_file_gives_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Round trip: the reader notes device_map (the file does not say how many GPUs); with --gpus 2
-    --strategy device-map the estimate is the plan's."""
-    rc, doc = plan_json([*CASE, *LOW_RAM, "--emit", "hf.yaml", "-o", str(tmp_path)], capsys)
+    --strategy device-map the estimate is the plan's (planned with TRL's fused LM head, the loss `trl sft`
+    runs)."""
+    rc, doc = plan_json([*CASE, *LOW_RAM, "--loss", "trl", "--emit", "hf.yaml", "-o", str(tmp_path)], capsys)
     assert rc == 0
     args = ["estimate", "--from", str(tmp_path / "hf.yaml"), "--on", "rtx-5090", "--format", "json"]
     assert main([*args, "--gpus", "2", "--strategy", "device-map"]) == 0

@@ -92,12 +92,12 @@ def test_optimizer_in_backward_offers_one_example_per_gpu(capsys: pytest.Capture
 
 
 def test_the_reproduce_line_keeps_the_options(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["plan", "qwen2.5-0.5b", "--on", "24GB", "--trainer", "hf", "--loss", "liger"]
+    args = ["plan", "qwen2.5-0.5b", "--on", "24GB", "--trainer", "hf", "--loss", "trl"]
     args += ["--offload-activations", "--optimizer-impl", "fused", "--emit", "-", "--emit-format", "hf.yaml"]
     assert main(args) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("# reproduce: fitcheck plan"))
-    for flag in ("--loss liger", "--offload-activations", "--optimizer-impl fused"):
+    for flag in ("--loss trl", "--offload-activations", "--optimizer-impl fused"):
         assert flag in line, flag
 
 

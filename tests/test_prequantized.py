@@ -563,7 +563,8 @@ def test_emit_on_a_stored_4bit_checkpoint_leaves_quantization_to_it(
     monkeypatch.chdir(ROOT)
     model = str(BNB4.relative_to(ROOT))
     out = tmp_path / "out"
-    rc = main(["plan", model, "--on", "rtx-4090", "--emit", fmt, "-o", str(out), "--format", "json"])
+    trl = ["--loss", "trl"] if fmt == "hf.yaml" else []  # `trl sft` runs TRL's fused LM head
+    rc = main(["plan", model, "--on", "rtx-4090", *trl, "--emit", fmt, "-o", str(out), "--format", "json"])
     capsys.readouterr()
     assert rc == 0
     text = (out / fmt).read_text()

@@ -95,6 +95,7 @@ class LossOpt(StrEnum):
     hf_446 = "hf-4.46"
     chunked = "chunked"
     liger = "liger"
+    trl = "trl"
     cce = "cce"
     plain = "plain"
 
@@ -301,7 +302,8 @@ LossO = Annotated[
     LossOpt | None,
     typer.Option(
         "--loss",
-        help="cross-entropy kernel: standard, hf-legacy, hf-4.46, chunked, liger, cce, plain "
+        help="cross-entropy kernel: standard, hf-legacy, hf-4.46, chunked, liger, trl (TRL 1.16 SFTTrainer's "
+        "fused LM head), cce, plain "
         "[default: the trainer's own]",
     ),
 ]

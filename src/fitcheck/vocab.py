@@ -38,7 +38,7 @@ Backend = Literal["cuda", "rocm", "mps", "cpu"]
 Kind = Literal["llm", "diffusion"]
 PhaseName = Literal["load", "forward", "backward", "optimizer_step"]
 #: Cross-entropy kernels (docs/methodology.md, "Logits and loss"): the trainer's own when not given.
-Loss = Literal["standard", "hf-legacy", "hf-4.46", "chunked", "liger", "cce", "plain"]
+Loss = Literal["standard", "hf-legacy", "hf-4.46", "chunked", "liger", "trl", "cce", "plain"]
 #: A quantized base under LoRA other than QLoRA's NF4 (docs/methodology.md, "Quantized bases").
 BaseQuant = Literal["none", "int8", "gptq", "gptq-int8", "awq"]
 #: Which k-bit path a bitsandbytes 4-/8-bit base took under ``--trainer hf`` (docs/methodology.md, "k-bit

@@ -66,11 +66,36 @@ LOSS_ITEMS: dict[str, dict[str, tuple[Item, ...]]] = {
 }
 
 
+#: Kernels a format runs without a key: hf.yaml is run by TRL 1.16's SFTTrainer, whose loss is its fused
+#: LM head (engine/loss.py ``_trl``).
+OWN_LOSS: dict[str, str] = {"hf": "trl"}
+
+
 def loss_items(s: LlmSetup, trainer_name: str) -> list[Item]:
     """The keys that run the setup's cross-entropy kernel (`LOSS_ITEMS`; `check` refused the rest)."""
-    if s.loss in (None, "standard"):
+    if s.loss in (None, "standard") or trainer_name in OWN_LOSS:
         return []
     return list(LOSS_ITEMS[trainer_name][s.loss])
+
+
+def _check_loss(s: LlmSetup, trainer_name: str, what: str) -> None:
+    """A format with a loss of its own (`OWN_LOSS`: hf.yaml, whose ``trl sft`` scores every token through
+    TRL's fused LM head, ``use_liger_kernel`` too) runs that loss only: a plan for it, or for the whole
+    logits (``--trainer hf``'s own loss, more than the head holds), is written; the others run theirs and
+    the kernels their keys switch on (`LOSS_ITEMS`)."""
+    own = OWN_LOSS.get(trainer_name)
+    if own is not None:
+        # a plan for the whole logits (unset, standard) is written too: the head needs less than it counts
+        if s.loss not in (None, "standard", own):
+            raise OptionError(
+                f"{what} is run by TRL 1.16's SFTTrainer, whose loss is its fused LM head (--loss {own}); "
+                f"it cannot run --loss {s.loss}"
+            )
+        return
+    losses = LOSS_ITEMS[trainer_name]
+    if s.loss not in (None, "standard", *losses):
+        offered = " or ".join(["standard", *losses])
+        raise OptionError(f"{what} cannot select --loss {s.loss}; it offers {offered}")
 
 
 def optim_name(s: LlmSetup) -> str:
@@ -118,10 +143,7 @@ def check(
         )
     if s.optimizer not in OPTIM:
         raise OptionError(f"{what} has no --optimizer {s.optimizer}; it offers {', '.join(OPTIM)}")
-    losses = LOSS_ITEMS[trainer_name]
-    if s.loss not in (None, "standard", *losses):
-        offered = " or ".join(["standard", *losses])
-        raise OptionError(f"{what} cannot select --loss {s.loss}; it offers {offered}")
+    _check_loss(s, trainer_name, what)
     if s.method != "full":
         integer_alpha(s, what)
     model_ref(ctx, what)

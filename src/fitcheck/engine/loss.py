@@ -15,6 +15,7 @@ plain        a training loop's own ``nn.CrossEntropyLoss`` on the model's logits
 seq2seq      T5's own loss: ``CrossEntropyLoss`` on the unshifted logits as they come (no upcast, no copy)
 unsloth      Unsloth's fused, chunked loss ("Chunk & Fuse"): one slice of tokens' logits at a time
 liger        Liger ``LigerFusedLinearCrossEntropyLoss``: logits of one token chunk at a time
+trl          TRL's SFTTrainer (1.16): ``fused_lm_head``, log-probabilities from lm_head tiles, no logits
 cce          Apple ``linear_cross_entropy`` (Cut Cross-Entropy): no logits in global memory
 mlx          mlx-lm's ``default_loss`` (``nn.losses.cross_entropy`` on the logits as they come), MLX's graph
 ===========  ======================================================================================
@@ -261,6 +262,35 @@ def _liger(d: Dims) -> Hump:
     )
 
 
+#: TRL's tile of the fused LM head: ``TOKEN_CHUNK_SIZE`` tokens by ``_CHUNKED_LOGPROB_CHUNK_SIZE`` vocabulary
+#: entries (trl 1.16.0 trl/kernels/chunked_logprob.py, trl/trainer/utils.py).
+TRL_TILE_TOKENS = 4096
+TRL_TILE_VOCAB = 32768
+
+
+def _trl(d: Dims) -> Hump:
+    """TRL 1.16.0's SFTTrainer: ``compute_loss`` calls ``model(**inputs, fused_lm_head=True)``, the forward
+    ``add_fused_lm_head`` installs (trl/trainer/sft_trainer.py, trl/trainer/utils.py; also with
+    ``use_liger_kernel``, whose fused cross-entropy it switches off). The backbone's last hidden states at
+    the labelled positions are gathered (``hidden_states[mask]``: a compact copy, saved for backward) and
+    ``ChunkedLogProbFunction`` (trl/kernels/chunked_logprob.py) projects them through the lm_head in
+    ``[4096 x 32768]`` tiles of one reused buffer in the compute dtype (``min(tokens, 4096) x 32768`` whatever
+    the vocabulary: ``mm_buf`` is sized by ``chunk_size``), folding each into fp32 per-token
+    statistics (seven running rows; log-Z, the entropy and the targets saved); its backward recomputes every
+    tile into a new buffer, accumulates the input gradient in fp32 and casts it back on return (no copy when
+    the hidden states are fp32). Every token
+    is counted as labelled (a prompt-masked dataset scores fewer)."""
+    tile = min(d.tokens, TRL_TILE_TOKENS) * TRL_TILE_VOCAB * d.gamma
+    hidden = d.tokens * d.hidden * d.gamma
+    saved = hidden + 16 * d.tokens  # the compact hidden states; fp32 log-Z and entropy; int64 targets
+    return Hump(
+        forward=saved + tile + 4 * 7 * d.tokens,
+        backward=saved + tile + d.tokens * d.hidden * 4 + (hidden if d.gamma != 4 else 0),
+        saved=saved,
+        rule="TRL's fused LM head: log-probabilities from lm_head tiles, no logits",
+    )
+
+
 def _cce(d: Dims) -> Hump:
     """Cut Cross-Entropy keeps only an fp32 log-sum-exp per token and recomputes logits blockwise in
     shared memory in backward, which writes the input gradient (Wijmans et al. 2024, arXiv:2411.09009;
@@ -303,6 +333,7 @@ KERNELS: dict[str, Callable[[Dims], Hump]] = {
     "seq2seq": _seq2seq,
     "unsloth": _unsloth,
     "liger": _liger,
+    "trl": _trl,
     "cce": _cce,
     "mlx": _mlx,
 }

@@ -83,6 +83,14 @@ TABLE: dict[str, tuple[Default, ...]] = {
         ),
         Default("batch_size", 8, "file", f"per_device_train_batch_size defaults to 8: {_TA}"),
         Default("seq_len", 1024, "file", f"max_length defaults to 1024: {_TRL}"),
+        Default(
+            "loss",
+            "trl",
+            "file",
+            "SFTTrainer.compute_loss calls model(..., fused_lm_head=True), installed by add_fused_lm_head "
+            "(log-probabilities from lm_head tiles, no logits; with use_liger_kernel too, whose fused "
+            "cross-entropy it switches off): trl 1.16.0 trl/trainer/sft_trainer.py, trl/trainer/utils.py",
+        ),
         Default("lora_rank", 16, "file", f"lora_r defaults to 16: {_TRL_MC}"),
         Default("lora_alpha", 32.0, "file", f"lora_alpha defaults to 32: {_TRL_MC}"),
         Default("lora_dropout", 0.05, "file", f"lora_dropout defaults to 0.05: {_TRL_MC}"),

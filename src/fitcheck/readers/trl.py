@@ -36,6 +36,7 @@ def read(data: Doc, path: str) -> ReadResult:
     for key in ("max_length", "max_seq_length"):
         if k.has(key):
             r.set("seq_len", as_int(k.get(key), key, path), key)
+    _loss(r, k)
     _peft(r, k)
     attn = as_word(k.get("attn_implementation"), "attn_implementation", path)
     if attn is not None:
@@ -55,6 +56,35 @@ def read(data: Doc, path: str) -> ReadResult:
     if not packed:
         note_unpacked(r, "packing or padding_free")
     return r.result()
+
+
+def _loss(r: Reading, k: Keys) -> None:
+    """TRL 1.16's SFTTrainer scores every ``loss_type`` (``nll``, ``dft``; ``chunked_nll`` an alias) through
+    its fused LM head (`fitcheck.readers.defaults`, ``loss: trl``), ``use_liger_kernel`` included: it
+    switches Liger's fused cross-entropy off. Two runs make the whole logits instead: a
+    ``label_smoothing_factor`` (the ``LabelSmoother`` takes them), and a TRL before 0.20, which a file
+    naming ``max_seq_length`` was written for (SFTConfig renamed it ``max_length`` in 0.20)."""
+    k.touch("loss_type")
+    smoothing = as_float(k.get("label_smoothing_factor"), "label_smoothing_factor", r.path)
+    if k.has("max_seq_length") and not k.has("max_length"):
+        if r.values.get("loss") != "liger":  # Liger's fused cross-entropy did run under those releases
+            r.set("loss", "standard", "max_seq_length")
+            r.note(
+                "max_seq_length: a file for TRL before 0.20, whose SFTTrainer made the whole logits (sized "
+                "as --loss standard; TRL 1.16 scores them through its fused LM head, --loss trl)"
+            )
+        return
+    if r.values.get("loss") == "liger":
+        r.set("loss", "trl", "use_liger_kernel")
+        r.note(
+            "use_liger_kernel: TRL 1.16 keeps its own fused LM head and turns Liger's fused cross-entropy "
+            "off (sized as --loss trl)"
+        )
+    if smoothing:
+        r.set("loss", "standard", "label_smoothing_factor")
+        r.note(
+            "label_smoothing_factor: TRL's LabelSmoother takes the whole logits (sized as --loss standard)"
+        )
 
 
 def _precision(r: Reading, k: Keys) -> None:
