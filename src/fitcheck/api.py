@@ -792,6 +792,11 @@ def _plan_diffusion(spec: DiffusionSpec, tgt: Target, opts: dict[str, object], h
             "--gpus: diffusion plans are for one GPU so far; fitcheck estimate gives the per-GPU memory of "
             "kohya's data-parallel run (docs/distributed.md#diffusion)"
         )
+    if opts.get("offload") not in (None, "none"):
+        raise OptionError(
+            f"--offload {opts['offload']}: kohya sd-scripts offloads nothing to the CPU (no ZeRO or FSDP "
+            "run is planned for diffusion models)"
+        )
     floor, res = opts.get("min_resolution"), opts.get("resolution")
     if isinstance(floor, int) and isinstance(res, int) and floor > res:
         raise OptionError(

@@ -8,6 +8,7 @@ Errors are raised as `FitcheckError`; the CLI prints them as one line and exits 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
@@ -91,16 +92,16 @@ def _emit(
     markdown: Callable[[Any], str],
     table: Callable[[Any], None],
 ) -> None:
+    # sys.stdout, which the CLI guards (a failed write is exit 2, `fitcheck.output.GuardedStdout`); click's
+    # echo writes around it to its own stream, whose failure no one would see
     if output is OutputFormat.json:
-        typer.echo(json.dumps(data.model_dump(mode="json"), indent=2))
+        sys.stdout.write(json.dumps(data.model_dump(mode="json"), indent=2) + "\n")
     elif output is OutputFormat.yaml:
         import yaml
 
-        typer.echo(
-            yaml.safe_dump(data.model_dump(mode="json"), sort_keys=False, allow_unicode=True), nl=False
-        )
+        sys.stdout.write(yaml.safe_dump(data.model_dump(mode="json"), sort_keys=False, allow_unicode=True))
     elif output is OutputFormat.markdown:
-        typer.echo(markdown(data), nl=False)
+        sys.stdout.write(markdown(data))
     else:
         table(data)
 

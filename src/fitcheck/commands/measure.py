@@ -98,6 +98,8 @@ def run_measure(
     setup = api.setup_for(spec, {**setup_kw, "backend": BACKEND[device]})
     assert isinstance(setup, LlmSetup)
     est = api.estimate_setup(spec, setup)
+    if device == "cpu":
+        _check_ram(spec.name, est.device_bytes)
     sys.stderr.write(
         f"fitcheck: {'tracing' if device == 'fake' else 'running'} {steps} training steps of "
         f"{printable(spec.name)}"
@@ -114,6 +116,23 @@ def run_measure(
 
         measured = real_step(spec.hf_config, setup, device=device, steps=steps)
     return spec, est, measured
+
+
+def _check_ram(name: str, need: int) -> None:
+    """``--device cpu`` allocates the step for real: refused before it starts when the estimate is over
+    this machine's available RAM (MemAvailable within the cgroup's room), which would end in the
+    allocator's failure or the OOM killer, not in a measurement."""
+    from fitcheck.hardware.env import ProbeEnv
+    from fitcheck.hardware.probes import probe_cpu
+    from fitcheck.units import GIB
+
+    mem, _ = probe_cpu(ProbeEnv.real())
+    if mem is not None and need > mem.usable_bytes:
+        raise OptionError(
+            f"measure --device cpu runs the step for real: {printable(name)} needs about "
+            f"{need / GIB:.1f} GiB and this machine has {mem.usable_bytes / GIB:.1f} GiB available; drop "
+            "--device to trace it on fake tensors (no memory used)"
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -22,6 +22,7 @@ from fitcheck.engine.params import layer_linears
 from fitcheck.errors import OptionError
 from fitcheck.models import DecoderArch, LlmSetup, ModelSpec
 from fitcheck.planner.models import Change, LlmCandidate, Plan, PlanRequest
+from fitcheck.terminal import printable
 from fitcheck.units import GIB
 
 #: Learning rates written when the user gives none: the TRL/PEFT examples' usual values, not tuned.
@@ -199,7 +200,10 @@ def distributed_summary(plan: Plan) -> str:
 
 
 def comment_block(lines: Sequence[str], mark: str = "#") -> str:
-    return "".join(f"{mark} {line}".rstrip() + "\n" for line in lines)
+    """Comment lines, each kept one line: a name from the user (a model folder, a Hub id, the reproduce
+    line's arguments) with a newline or a YAML line break in it is written as its escape, never as a new
+    line a shell or YAML parser would read as code (`fitcheck.terminal.printable`)."""
+    return "".join(f"{mark} {printable(line)}".rstrip() + "\n" for line in lines)
 
 
 # ------------------------------------------------------------------------------------------ YAML
@@ -256,7 +260,7 @@ def yaml_text(items: Sequence[Item]) -> str:
     """Top-level keys in order; a list or mapping value goes on the following lines."""
     out: list[str] = []
     for it in items:
-        tail = f"  # {it.comment}" if it.comment else ""
+        tail = f"  # {printable(it.comment)}" if it.comment else ""
         if isinstance(it.value, (dict, list)) and it.value:
             out.append(f"{it.key}:{tail}")
             out += _value_lines(it.value, 2)

@@ -25,6 +25,7 @@ from fitcheck.emitters.common import smallest_change_line, tight_line
 from fitcheck.errors import OptionError
 from fitcheck.models import DiffusionSetup, Estimate, Target
 from fitcheck.planner import kernels
+from fitcheck.terminal import printable
 from fitcheck.units import GIB
 
 if TYPE_CHECKING:
@@ -316,7 +317,7 @@ def _header(
     if setup.cache_latents:
         lines.append("# cache_latents: color_aug and random_crop must stay off.")
     lines.append("# Paths are placeholders: point them at your files.")
-    return "\n".join(lines) + "\n\n"
+    return "\n".join(printable(line) for line in lines) + "\n\n"  # a name's line break stays escaped
 
 
 # --- a small TOML writer (the emitter stays pure: no tomli_w at runtime) -------------------------

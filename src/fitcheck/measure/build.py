@@ -108,12 +108,22 @@ def transformers_call(model_type: str, call: Callable[[], _T]) -> _T:
         raise
     except Exception as exc:
         text = " ".join(str(exc).split())[:200] or type(exc).__name__
+        if isinstance(exc, MemoryError) or any(w in text.lower() for w in OUT_OF_MEMORY):
+            raise ModelSourceError(
+                f"out of memory building the {printable(model_type)} model on the device ({text}); "
+                "fitcheck measure without --device traces it on fake tensors"
+            ) from None
         raise ModelSourceError(
             f"config.json: transformers cannot build a {printable(model_type)} model from it "
             f"({type(exc).__name__}: {text})"
         ) from None
     finally:
         transformers_logging.set_verbosity(verbosity)
+
+
+#: What torch's allocators say when they cannot allocate (CPU: "DefaultCPUAllocator: can't allocate
+#: memory"; CUDA: "CUDA out of memory"; MPS: "MPS backend out of memory").
+OUT_OF_MEMORY = ("can't allocate memory", "out of memory")
 
 
 def attn_implementation(setup: LlmSetup) -> str:

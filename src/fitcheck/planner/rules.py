@@ -471,7 +471,21 @@ DEVICE_MAP_TRAINERS = frozenset({"hf"})
 
 def strategies(req: PlanRequest, target: Target) -> tuple[str | None, ...]:
     """Strategies to search: the asked one; else none on one GPU, the ladder on several (device-map
-    last, for the trainers that run it, on one node)."""
+    last, for the trainers that run it, on one node). An asked ``--offload`` none of them takes is an
+    error (one GPU has no strategy to offload from unless one is named)."""
+    out = _strategies(req, target)
+    if req.offload not in (None, "none") and not any(offloads(req, s) for s in out):
+        takes = sorted(
+            s for s in STRATEGY_ORDER if req.offload in offloads(req.model_copy(update={"offload": None}), s)
+        )
+        named = f"--strategy {req.strategy} offloads none" if req.strategy else "name one with --strategy"
+        raise OptionError(
+            f"--offload {req.offload} needs a sharded strategy that offloads it ({', '.join(takes)}); {named}"
+        )
+    return out
+
+
+def _strategies(req: PlanRequest, target: Target) -> tuple[str | None, ...]:
     if req.strategy == "fsdp-no-shard":
         # NO_SHARD's trainer files would need an FSDP1 config: not emitted yet
         raise OptionError(

@@ -1,0 +1,119 @@
+"""Hostile inputs, sixth red-team pass (session 23): one test per class of failure it found, each failing
+before its fix.
+
+- a model folder named with a newline (or a YAML line break, U+2028) broke the emitted files' comment lines
+  (the header's model name, the ``reproduce:`` line): ``source env.sh`` ran the name's next line as a
+  command, and hf.yaml read it as a key (`fitcheck.emitters.common.comment_block`, the kohya header);
+- ``plan --offload`` on one GPU (no strategy offloads there) and ``--strategy ddp --offload optimizer``
+  were an internal error, "the search space is empty" (`fitcheck.planner.rules.strategies`); a diffusion
+  plan with ``--offload`` too (`fitcheck.api._plan_diffusion`);
+- a Hub id the Hub's rules refuse (``org/name--x``, ``org/name.``, a name over 96 characters) was
+  huggingface_hub's ``HFValidationError``, an internal error (`fitcheck.sources.hub.hub_id_problem`);
+- ``hw --format json|yaml|markdown`` into a full device exited 0 with the answer lost (click's echo wrote
+  around the guarded stdout: `fitcheck.commands.hw._emit`);
+- ``measure --device cpu`` on a model larger than the machine's RAM ran into the allocator, reported as
+  "config.json: transformers cannot build ..." (`fitcheck.commands.measure._check_ram`,
+  `fitcheck.measure.build.OUT_OF_MEMORY`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fitcheck.cli import main
+
+CONFIG = {
+    "model_type": "llama",
+    "hidden_size": 512,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "intermediate_size": 1024,
+    "vocab_size": 32000,
+}
+
+
+@pytest.mark.parametrize("brk", ["\n", "\r", "\u2028", "\x85"])
+def test_a_line_break_in_a_model_name_stays_inside_the_comment(
+    brk: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    name = f"m{brk}touch PWNED{brk}pwned_key: 99{brk}#"
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "config.json").write_text(json.dumps(CONFIG))
+    rc = main(["plan", f"./{name}", "--on", "24GB", "--emit", "env.sh", "--emit", "hf.yaml", "-o", "out"])
+    capsys.readouterr()
+    assert rc == 0
+    for f in ("env.sh", "hf.yaml"):
+        text = (tmp_path / "out" / f).read_text()
+        assert not any(line.startswith(("touch", "pwned_key")) for line in text.splitlines()), f
+    assert "pwned_key" not in yaml.safe_load((tmp_path / "out" / "hf.yaml").read_text())
+    subprocess.run(["bash", "-c", "source out/env.sh"], cwd=tmp_path, check=True, capture_output=True)
+    assert not (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["7B", "--on", "24GB", "--offload", "optimizer"], "--offload optimizer needs a sharded strategy"),
+        (["7B", "--on", "24GB", "--offload", "all"], "(fsdp, zero3); name one with --strategy"),
+        (
+            ["7B", "--on", "2x4090", "--strategy", "ddp", "--offload", "optimizer"],
+            "--strategy ddp offloads none",
+        ),
+        (["sdxl", "--on", "24GB", "--offload", "optimizer"], "kohya sd-scripts offloads nothing"),
+    ],
+)
+def test_an_offload_no_strategy_takes_is_refused_in_one_line(
+    args: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", *args]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "internal error" not in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("repo", ["org/name--x", "org/name.", "org/" + "n" * 97, "org/name.git", "o..g/name"])
+def test_an_impossible_hub_id_is_bad_input(repo: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estimate", "--on", "24GB", "--", repo]) == 2
+    err = capsys.readouterr().err
+    assert "internal error" not in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml", "markdown"])
+def test_hw_reports_a_failed_write(fmt: str, tmp_path: Path) -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    with open("/dev/full", "w") as full:
+        r = subprocess.run(["fitcheck", "hw", "-f", fmt], stdout=full, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 2 and "cannot write the answer to stdout" in r.stderr, r.stderr
+
+
+def test_measure_on_the_cpu_refuses_a_model_over_the_ram(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    from fitcheck.hardware import probes
+    from fitcheck.hardware.detected import CpuMemory
+
+    small = CpuMemory(total_bytes=2**30, available_bytes=2**29, method="test")
+    monkeypatch.setattr(probes, "probe_cpu", lambda env: (small, probes.Found()))
+    assert main(["measure", "qwen2.5-0.5b", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "runs the step for real" in err and "0.5 GiB available" in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_an_allocator_failure_is_named_as_such() -> None:
+    pytest.importorskip("transformers")
+    from fitcheck.errors import ModelSourceError
+    from fitcheck.measure.build import transformers_call
+
+    def boom() -> None:
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory")
+
+    with pytest.raises(ModelSourceError, match="out of memory building the llama model"):
+        transformers_call("llama", boom)
