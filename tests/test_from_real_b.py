@@ -149,7 +149,8 @@ READS: dict[str, dict[str, object]] = {
     # the DeepSpeed JSON the YAML names (ZeRO-1) fills what the YAML leaves unset
     "accelerate/config_yaml_templates/deepspeed.yaml": {"strategy": "zero1"},
     "accelerate/multi_node.yaml": {"nodes": 2, "strategy": "ddp"},
-    "accelerate/latest_fsdp.yaml": {"strategy": "fsdp", "fsdp_version": 1, "precision": "fp32"},
+    # mixed_precision no: no autocast, the weights in the load dtype
+    "accelerate/latest_fsdp.yaml": {"strategy": "fsdp", "fsdp_version": 1, "autocast": False},
     "deepspeed/zero_stage2_offload_config.json": {"strategy": "zero2", "offload": "optimizer"},
     "deepspeed/zero_stage3_offload_config.json": {"strategy": "zero3", "offload": "all"},
     "deepspeed/ds_offload_nvme_aio.json": {"strategy": "zero3", "offload": "all"},

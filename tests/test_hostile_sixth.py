@@ -13,7 +13,11 @@ before its fix.
   around the guarded stdout: `fitcheck.commands.hw._emit`);
 - ``measure --device cpu`` on a model larger than the machine's RAM ran into the allocator, reported as
   "config.json: transformers cannot build ..." (`fitcheck.commands.measure._check_ram`,
-  `fitcheck.measure.build.OUT_OF_MEMORY`).
+  `fitcheck.measure.build.OUT_OF_MEMORY`);
+- model reach: ``"shared_expert_intermediate_size": 0`` (Qwen3-Coder-480B's published config) and MiniCPM's
+  ``num_experts: 0`` were refused as sizes below 1 (`fitcheck.sources.hf_config.ZERO_IS_NONE`);
+- ``--from`` a launch config: the method it was sized as went unsaid, and accelerate's ``mixed_precision:
+  'no'`` read as an fp32 run (`fitcheck.readers.report`, `fitcheck.readers.accelerate`).
 """
 
 from __future__ import annotations
@@ -117,3 +121,66 @@ def test_an_allocator_failure_is_named_as_such() -> None:
 
     with pytest.raises(ModelSourceError, match="out of memory building the llama model"):
         transformers_call("llama", boom)
+
+
+QWEN3_MOE = {
+    "model_type": "qwen3_moe",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "moe_intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "vocab_size": 1000,
+}
+
+
+@pytest.mark.parametrize(
+    ("base", "key", "refused"),
+    [
+        (QWEN3_MOE, "shared_expert_intermediate_size", False),  # Qwen3-Coder-480B publishes 0
+        ({**CONFIG, "model_type": "minicpm"}, "num_experts", False),  # MiniCPM: 0 is the dense MLP
+        (QWEN3_MOE, "num_experts", True),  # a MoE without experts stays refused
+    ],
+)
+def test_a_zero_that_means_none_is_read_as_none(
+    base: dict[str, object], key: str, refused: bool, tmp_path: Path
+) -> None:
+    """A size key whose 0 the model code reads as "none" (`hf_config.ZERO_IS_NONE`) counts as absent; the
+    check had refused it ("must be a whole number from 1")."""
+    from fitcheck.errors import ModelSourceError
+    from fitcheck.sources.resolve import resolve_model
+
+    def total(cfg: dict[str, object], name: str) -> int:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(cfg))
+        from fitcheck import api
+
+        return api.estimate(resolve_model(str(tmp_path / name)), method="full").params.total
+
+    without = {k: v for k, v in base.items() if k != key}
+    if refused:
+        with pytest.raises(ModelSourceError, match=f"{key} must be a whole number"):
+            total({**base, key: 0}, "zero")
+        return
+    assert total({**base, key: 0}, "zero") == total(without, "absent")
+
+
+def test_a_launch_config_names_what_it_does_not_say(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An accelerate file says how the run is spread, not what it trains: the method fitcheck sized is named
+    (it was LoRA without a word); ``mixed_precision: 'no'`` turns autocast off and leaves the weights in the
+    load dtype (it was read as an fp32 run, up to three times the memory of the bf16 one)."""
+    path = tmp_path / "acc.yaml"
+    path.write_text("distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: 'no'\n")
+    assert main(["estimate", "qwen2.5-0.5b", "--from", str(path), "--on", "none", "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert "does not say what is trained: sized as --method lora" in err
+    assert doc["setup"]["autocast"] is False and doc["setup"]["precision"] == "bf16"
+    assert main(["estimate", "qwen2.5-0.5b", "--from", str(path), "--method", "full", "--on", "none"]) == 0
+    assert "does not say what is trained" not in capsys.readouterr().err

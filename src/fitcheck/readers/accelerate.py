@@ -37,7 +37,7 @@ SHARDING = {
     "2": "fsdp-grad-op",
     "4": "fsdp-hybrid",
 }
-PRECISION = {"no": "fp32", "fp16": "fp16", "bf16": "bf16"}
+PRECISION = {"fp16": "fp16", "bf16": "bf16"}
 #: accelerate's ``DistributedType`` values that launch data-parallel processes on another device than an
 #: NVIDIA/AMD GPU (utils/dataclasses.py, 1.16.0): read as DDP, with a note.
 OTHER_DEVICE_DP = frozenset(
@@ -87,7 +87,14 @@ def read(data: Doc, path: str, ds: ReadResult | None = None) -> ReadResult:
     if nodes and nodes > 1:
         r.set("nodes", nodes, "num_machines")
     mp = as_word(k.get("mixed_precision"), "mixed_precision", p)
-    if mp is not None:
+    if mp == "no":
+        # no autocast, and no dtype either: the weights train in what the script loads
+        r.set("autocast", False, "mixed_precision")
+        r.note(
+            "mixed_precision 'no': no autocast; the weights train in the dtype the script loads (sized "
+            "as the trainer's default, a bf16 checkpoint kept in bf16; --precision fp32 for an fp32 load)"
+        )
+    elif mp is not None:
         r.set("precision", PRECISION.get(mp), "mixed_precision")
         if mp == "fp8":  # TransformerEngine / torchao / MS-AMP recipes (utils/dataclasses.py FP8RecipeKwargs)
             raise InputError(f"--from {p}: mixed_precision fp8: FP8 training is not modelled by fitcheck")

@@ -39,6 +39,13 @@ def lines(read: ReadResult | None, merged: Resolved, model_note: str | None = No
     if defaulted:
         whose = read.format if read is not None else merged.values.get("trainer", "")
         out.append(f"{whose} defaults (not set here): {_pairs(defaulted)}")
+    if read is not None and merged.origin.get("method") == "fitcheck default":
+        # a launch config (accelerate, DeepSpeed) says how the run is spread, not what it trains
+        method = merged.values.get("method", "lora")
+        out.append(
+            f"{read.path} does not say what is trained: sized as --method {_show(method)} (fitcheck's "
+            "default); give --method full|lora|qlora"
+        )
     if merged.pending:
         out.append(f"read, not yet modelled: {_pairs(merged.pending)}")
     if read is not None:

@@ -1129,12 +1129,26 @@ def _whole_in(value: Any, bound: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= bound
 
 
+#: Size keys whose 0 means "none", as the model code reads them: no shared expert
+#: (transformers Qwen2-MoE / Qwen3-MoE configs; Qwen/Qwen3-Coder-480B-A35B-Instruct publishes
+#: ``"shared_expert_intermediate_size": 0``, which Qwen3MoeConfig does not read), and MiniCPM's dense MLP
+#: (``num_experts`` 0, `_minicpm`: vLLM models/minicpm.py reads 0 or absent as dense).
+ZERO_IS_NONE: dict[str, tuple[str, ...] | None] = {
+    "shared_expert_intermediate_size": None,
+    "shared_intermediate_size": None,
+    "num_experts": ("minicpm",),
+}
+
+
 def check_sizes(cfg: Config, where: str = "config.json") -> None:
     """Every size field present is a whole number from 1 to its bound (or, for `PER_LAYER_KEYS`, a
-    non-empty list of them), named with its own key."""
+    non-empty list of them), named with its own key; 0 where it means none (`ZERO_IS_NONE`)."""
     for key, bound in SIZE_BOUNDS.items():
         value = cfg.get(key)
         if value is None:
+            continue
+        types = ZERO_IS_NONE.get(key, ())
+        if value == 0 and type(value) is int and (types is None or cfg.get("model_type") in types):
             continue
         per_layer = key in PER_LAYER_KEYS and isinstance(value, list) and bool(value)
         if not (all(_whole_in(v, bound) for v in value) if per_layer else _whole_in(value, bound)):
