@@ -17,7 +17,10 @@ before its fix.
 - model reach: ``"shared_expert_intermediate_size": 0`` (Qwen3-Coder-480B's published config) and MiniCPM's
   ``num_experts: 0`` were refused as sizes below 1 (`fitcheck.sources.hf_config.ZERO_IS_NONE`);
 - ``--from`` a launch config: the method it was sized as went unsaid, and accelerate's ``mixed_precision:
-  'no'`` read as an fp32 run (`fitcheck.readers.report`, `fitcheck.readers.accelerate`).
+  'no'`` read as an fp32 run (`fitcheck.readers.report`, `fitcheck.readers.accelerate`); values accelerate or
+  DeepSpeed would refuse (ZeRO stage 7, an offload device 5, FSDP sharding 99, ``num_machines: 0``, bf16 and
+  fp16 both on), torchtune LoRA on no module and a kohya ``dataset_config = 5`` were read as defaults without a
+  word (`fitcheck.readers.accelerate`, `.deepspeed`, `.torchtune`, `.kohya`).
 """
 
 from __future__ import annotations
@@ -184,3 +187,74 @@ def test_a_launch_config_names_what_it_does_not_say(
     assert doc["setup"]["autocast"] is False and doc["setup"]["precision"] == "bf16"
     assert main(["estimate", "qwen2.5-0.5b", "--from", str(path), "--method", "full", "--on", "none"]) == 0
     assert "does not say what is trained" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "words"),
+    [
+        (
+            "a.yaml",
+            "distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n  zero_stage: 7\n",
+            "zero_stage must be 0, 1, 2 or 3",
+        ),
+        (
+            "b.yaml",
+            "distributed_type: DEEPSPEED\nnum_processes: 2\ndeepspeed_config:\n  zero_stage: 2\n"
+            "  offload_optimizer_device: 5\n",
+            "offload_optimizer_device is one of none, cpu, nvme",
+        ),
+        (
+            "c.yaml",
+            "distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_sharding_strategy: 99\n",
+            "is not a sharding strategy",
+        ),
+        (
+            "d.yaml",
+            "distributed_type: MULTI_GPU\nnum_processes: 2\nnum_machines: 0\n",
+            "num_machines must be 1",
+        ),
+        (
+            "e.json",
+            '{"bf16": {"enabled": true}, "fp16": {"enabled": true}, "train_micro_batch_size_per_gpu": 1}',
+            "both true, which DeepSpeed refuses",
+        ),
+        (
+            "f.json",
+            '{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": 5}}, '
+            '"train_micro_batch_size_per_gpu": 1}',
+            "an offload device is one of none, cpu, nvme",
+        ),
+    ],
+)
+def test_a_launch_config_value_nothing_reads_is_refused(
+    name: str, text: str, words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Values accelerate or DeepSpeed would refuse were read as their defaults without a word (a ZeRO stage
+    7 as DDP, a numeric offload device as no offload, both 16-bit modes as fp16)."""
+    path = tmp_path / name
+    path.write_text(text)
+    assert main(["estimate", "llama-3.1-8b", "--from", str(path), "--on", "80GB"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_torchtune_lora_on_no_module_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``lora_attn_modules: []`` without MLP LoRA trains nothing; it was sized as all-linear."""
+    path = tmp_path / "tt.yaml"
+    path.write_text(
+        "model:\n  _component_: torchtune.models.llama3_2.lora_llama3_2_1b\n  lora_attn_modules: []\n"
+        "  apply_lora_to_mlp: False\n  lora_rank: 8\nbatch_size: 2\n"
+    )
+    assert main(["estimate", "--from", str(path), "--on", "80GB"]) == 2
+    err = capsys.readouterr().err
+    assert "no adapter to train" in err, err
+
+
+def test_kohya_dataset_config_is_a_file_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "train.toml"
+    path.write_text(
+        'pretrained_model_name_or_path = "/x/sdxl.safetensors"\nnetwork_module = "networks.lora"\n'
+        "dataset_config = 5\n"
+    )
+    assert main(["estimate", "sdxl", "--from", str(path), "--on", "24GB"]) == 2
+    assert "dataset_config is a file name" in capsys.readouterr().err

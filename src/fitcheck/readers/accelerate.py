@@ -24,7 +24,8 @@ from __future__ import annotations
 from fitcheck.errors import InputError
 from fitcheck.facts.deepspeed import ZERO_DEFAULTS
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_int, as_word
-from fitcheck.readers.deepspeed import STAGES
+from fitcheck.readers.deepspeed import OFFLOAD_DEVICES, STAGES
+from fitcheck.terminal import clipped
 
 FORMAT = "accelerate"
 TRAINER = "hf"
@@ -35,6 +36,7 @@ SHARDING = {
     "NO_SHARD": "ddp",
     "1": "fsdp",
     "2": "fsdp-grad-op",
+    "3": "ddp",
     "4": "fsdp-hybrid",
 }
 PRECISION = {"fp16": "fp16", "bf16": "bf16"}
@@ -78,6 +80,8 @@ def read(data: Doc, path: str, ds: ReadResult | None = None) -> ReadResult:
     kind = _distributed_type(k, p)
     procs = as_int(k.get("num_processes"), "num_processes", p)
     nodes = as_int(k.get("num_machines"), "num_machines", p)
+    if nodes is not None and nodes < 1:
+        raise InputError(f"--from {p}: num_machines must be 1 or more (got {nodes})")
     procs = _process_count(r, procs)
     if kind == "NO" and k.has("distributed_type") and procs is not None and procs > 1:
         r.set("gpus", _one_process(r, procs), "distributed_type")
@@ -225,11 +229,12 @@ def _deepspeed(r: Reading, k: Keys, found: bool) -> None:
         )
     stage = as_int(ds.get("zero_stage"), "deepspeed_config.zero_stage", p)
     if stage is not None:
-        r.set("strategy", STAGES.get(stage), "deepspeed_config.zero_stage")
+        if stage not in STAGES:
+            raise InputError(f"--from {p}: deepspeed_config.zero_stage must be 0, 1, 2 or 3 (got {stage})")
+        r.set("strategy", STAGES[stage], "deepspeed_config.zero_stage")
     if stage in (1, 2, 3) and not config_file:
         plugin_defaults(r, stage)
-    opt = str(ds.get("offload_optimizer_device", "none")).lower()
-    par = str(ds.get("offload_param_device", "none")).lower()
+    opt, par = (_offload_device(ds, key, p) for key in ("offload_optimizer_device", "offload_param_device"))
     if par in ("cpu", "nvme") and stage == 3:
         r.set("offload", "all", "deepspeed_config.offload_param_device")
     elif opt in ("cpu", "nvme"):
@@ -242,6 +247,19 @@ def _deepspeed(r: Reading, k: Keys, found: bool) -> None:
         "deepspeed_config.gradient_accumulation_steps",
     )
     ds.touch("zero3_init_flag", "zero3_save_16bit_model", "gradient_clipping", "deepspeed_multinode_launcher")
+
+
+def _offload_device(ds: Keys, key: str, path: str) -> str:
+    """``offload_optimizer_device`` / ``offload_param_device``: none, cpu or nvme (accelerate's
+    DeepSpeedPlugin passes them to DeepSpeed's OffloadDeviceEnum), anything else refused."""
+    raw = ds.get(key, "none")
+    device = str(raw).lower()
+    if not isinstance(raw, str) or device not in OFFLOAD_DEVICES:
+        raise InputError(
+            f"--from {path}: deepspeed_config.{key} is one of {', '.join(OFFLOAD_DEVICES)} "
+            f"(got {clipped(repr(raw))})"
+        )
+    return device
 
 
 def plugin_defaults(r: Reading, stage: int) -> None:
@@ -277,7 +295,12 @@ def _fsdp(r: Reading, k: Keys) -> None:
         # __post_init__ @16cb6eb8)
         key = "fsdp_sharding_strategy" if fs.has("fsdp_sharding_strategy") else "fsdp_reshard_after_forward"
         strategy = str(fs.get(key, "FULL_SHARD")).upper()
-        r.set("strategy", SHARDING.get(strategy, "fsdp"), f"fsdp_config.{key}")
+        if strategy not in SHARDING:
+            raise InputError(
+                f"--from {p}: fsdp_config.{key} {clipped(repr(fs.get(key)))} is not a sharding strategy "
+                f"fitcheck sizes ({', '.join(k for k in SHARDING if not k.isdigit())} or 1-4)"
+            )
+        r.set("strategy", SHARDING[strategy], f"fsdp_config.{key}")
         if given is None:  # FullyShardedDataParallelPlugin: FSDP_VERSION defaults to 1 (utils/dataclasses.py)
             r.set("fsdp_version", 1, "fsdp_config (fsdp_version unset: accelerate's default)")
             r.note("fsdp_version unset: accelerate's default, 1 (the legacy FSDP wrapper)")

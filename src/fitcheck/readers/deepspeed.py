@@ -25,7 +25,9 @@ that change memory in ways not modelled (``zero_optimization.zenflow``, ``compil
 
 from __future__ import annotations
 
+from fitcheck.errors import InputError
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_float, as_int
+from fitcheck.terminal import clipped
 
 FORMAT = "deepspeed"
 TRAINER = "hf"
@@ -103,10 +105,14 @@ def read(data: Doc, path: str) -> ReadResult:
             f"train_batch_size {total} without train_micro_batch_size_per_gpu: DeepSpeed divides it by "
             "gradient_accumulation_steps x GPUs; give --batch-size (the per-GPU micro-batch)"
         )
+    on = []
     for key, prec in (("bf16", "bf16"), ("fp16", "fp16")):
         block = k.sub(key)
         if block is not None and as_bool(block.get("enabled"), f"{key}.enabled", p):
             r.set("precision", prec, f"{key}.enabled")
+            on.append(key)
+    if len(on) == 2:  # runtime/config.py: assert not (fp16_enabled and bf16_enabled)
+        raise InputError(f"--from {p}: bf16.enabled and fp16.enabled are both true, which DeepSpeed refuses")
     zero = k.sub("zero_optimization")
     if zero is not None:
         _zero(r, zero)
@@ -151,8 +157,8 @@ def _zero(r: Reading, z: Keys) -> None:
 
             raise InputError(f"--from {p}: zero_optimization.stage must be 0, 1, 2 or 3 (got {stage})")
         r.set("strategy", STAGES[stage], "zero_optimization.stage")
-    off_opt = _device(z.sub("offload_optimizer"))
-    off_par = _device(z.sub("offload_param"))
+    off_opt = _device(z.sub("offload_optimizer"), p)
+    off_par = _device(z.sub("offload_param"), p)
     if off_par and stage == 3:
         r.set("offload", "all", "zero_optimization.offload_param")
     elif off_opt:
@@ -195,10 +201,20 @@ def _zero(r: Reading, z: Keys) -> None:
     )
 
 
-def _device(block: Keys | None) -> str | bool | None:
+#: DeepSpeed's offload devices (runtime/zero/offload_config.py OffloadDeviceEnum: none, cpu, nvme).
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+
+
+def _device(block: Keys | None, path: str) -> str | bool | None:
     """``cpu``/``nvme`` when offloading, False for ``none``, None when absent."""
     if block is None:
         return None
-    device = str(block.get("device", "none")).lower()
+    raw = block.get("device", "none")
+    device = str(raw).lower()
     block.touch("pin_memory", "nvme_path", "buffer_count", "ratio", "fast_init")
+    if not isinstance(raw, str) or device not in OFFLOAD_DEVICES:
+        raise InputError(
+            f"--from {path}: an offload device is one of {', '.join(OFFLOAD_DEVICES)} "
+            f"(got {clipped(repr(raw))})"
+        )
     return device if device in ("cpu", "nvme") else False

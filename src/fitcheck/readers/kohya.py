@@ -25,14 +25,20 @@ import math
 
 from fitcheck.errors import InputError
 from fitcheck.readers import names
-from fitcheck.readers.accelerate import PRECISION
+from fitcheck.readers.accelerate import PRECISION as AUTOCAST
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int, as_word
+from fitcheck.terminal import clipped
 
 FORMAT = "kohya"
 FORMAT_GUI = "kohya_ss"
 TRAINER = "kohya"
 #: kohya_ss LoRA_type values sized as plain LoRA, and those that add the conv layers (LoCon).
 GUI_LORA = {"Standard": "lora", "Kohya LoCon": "conv", "LyCORIS/LoCon": "conv", "Kohya DyLoRA": "lora"}
+
+
+#: mixed_precision -> the run's compute dtype: accelerate's autocast words, and "no" (sd-scripts loads its
+#: weights in fp32: library/train_util.py load_target_model, weight_dtype from mixed_precision only).
+PRECISION = {"no": "fp32", **AUTOCAST}
 
 
 def dataset_file(data: Doc) -> str | None:
@@ -86,6 +92,9 @@ def read(data: Doc, path: str, dataset: Doc | None = None) -> ReadResult:
     r.set("batch_size", as_int(k.get("train_batch_size"), "train_batch_size", path), "train_batch_size")
     _common(r, k)
     k.touch("dataset_config")
+    named = k.get("dataset_config")
+    if named is not None and not (isinstance(named, str) and named):
+        raise InputError(f"--from {path}: dataset_config is a file name (got {clipped(repr(named))})")
     if dataset is not None:
         _dataset(r, dataset)
     return r.result()
@@ -160,7 +169,8 @@ def _common(r: Reading, k: Keys) -> None:
     )
     mp = as_word(k.get("mixed_precision"), "mixed_precision", p)
     if mp is not None:
-        # sd-scripts hands mixed_precision to accelerate's Accelerator: its words (`accelerate.PRECISION`)
+        # sd-scripts hands mixed_precision to accelerate's Accelerator: its words (`accelerate.PRECISION`);
+        # its weights load in fp32, so "no" (no autocast) is an fp32 run
         r.set("precision", PRECISION.get(mp), "mixed_precision")
         if mp not in PRECISION:
             r.note(f"mixed_precision {_short(mp)} has no fitcheck model (no, fp16, bf16); fp32 is assumed")

@@ -329,6 +329,11 @@ def _model(r: Reading, k: Keys) -> None:
         mods += ["gate_proj", "down_proj", "up_proj"]
     if as_bool(model.get("apply_lora_to_output"), "apply_lora_to_output", p):
         r.note("apply_lora_to_output: LoRA on the output projection is not modelled (a small adapter)")
+    elif not mods and model.has("lora_attn_modules"):
+        raise InputError(
+            f"--from {p}: lora_attn_modules is empty and apply_lora_to_mlp is off: the LoRA model would "
+            "have no adapter to train"
+        )
     r.set("lora_targets", names.targets(mods), "model.lora_attn_modules")
     r.set("lora_rank", as_int(model.get("lora_rank"), "model.lora_rank", p), "model.lora_rank")
     r.set("lora_alpha", as_float(model.get("lora_alpha"), "model.lora_alpha", p), "model.lora_alpha")
