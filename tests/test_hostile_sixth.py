@@ -19,8 +19,11 @@ before its fix.
 - ``--from`` a launch config: the method it was sized as went unsaid, and accelerate's ``mixed_precision:
   'no'`` read as an fp32 run (`fitcheck.readers.report`, `fitcheck.readers.accelerate`); values accelerate or
   DeepSpeed would refuse (ZeRO stage 7, an offload device 5, FSDP sharding 99, ``num_machines: 0``, bf16 and
-  fp16 both on), torchtune LoRA on no module and a kohya ``dataset_config = 5`` were read as defaults without a
-  word (`fitcheck.readers.accelerate`, `.deepspeed`, `.torchtune`, `.kohya`).
+  fp16 both on), torchtune LoRA on no module and a kohya ``dataset_config = 5`` were read as defaults
+  without a word (`fitcheck.readers.accelerate`, `.deepspeed`, `.torchtune`, `.kohya`); a file value out
+  of range named only the flag (`fitcheck.cli.FromFile.blame`, which plan now runs too);
+- ``--chart`` / ``--timeline`` ``out/a.svg/`` wrote the file ``out/a.svg`` (`fitcheck.chart.chart_path`); one
+  format emitted twice said a file was "named twice" (`fitcheck.commands.plan.resolve_emits`).
 """
 
 from __future__ import annotations
@@ -258,3 +261,38 @@ def test_kohya_dataset_config_is_a_file_name(tmp_path: Path, capsys: pytest.Capt
     )
     assert main(["estimate", "sdxl", "--from", str(path), "--on", "24GB"]) == 2
     assert "dataset_config is a file name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cmd", [["estimate", "7B", "--chart"], ["plan", "7B", "--chart"]])
+def test_a_chart_name_ending_in_a_folder_is_refused(
+    cmd: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--chart out/a.svg/`` wrote a regular file ``out/a.svg`` (Path drops the slash); --emit refuses it."""
+    name = str(tmp_path / "a.svg") + "/"
+    assert main([*cmd, name, "--on", "24GB"]) == 2
+    assert "names a folder" in capsys.readouterr().err
+    assert not (tmp_path / "a.svg").exists()
+
+
+def test_one_format_emitted_twice_is_named_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "out/b.hf.yaml is named twice" though each name was given once."""
+    args = ["plan", "llama-3.1-8b", "--on", "24GB", "--emit", "a.hf.yaml", "--emit", "b.hf.yaml"]
+    assert main([*args, "-o", str(tmp_path)]) == 2
+    assert "a.hf.yaml and b.hf.yaml: hf.yaml is asked twice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cmd", ["estimate", "check", "plan"])
+def test_a_file_value_out_of_range_names_the_file_and_its_key(
+    cmd: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bound broken by a file's value named only the flag the user never typed (and plan printed the
+    file report first, so the error was not one line)."""
+    path = tmp_path / "ax.yaml"
+    path.write_text(
+        "base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nlora_dropout: 5\nsequence_len: 1024\n"
+    )
+    assert main([cmd, "llama-3.1-8b", "--from", str(path), "--on", "24GB"]) == 2
+    err = capsys.readouterr().err
+    assert f"the value comes from {path}, lora_dropout" in err and len(err.strip().splitlines()) == 1, err

@@ -547,13 +547,12 @@ def write_chart(path: str | None, force: bool, build: Callable[[], Any]) -> None
     """Draw a chart into ``path`` when ``--chart`` was given (before the answer is printed)."""
     if not chart_given(path) or path is None:
         return
-    from pathlib import Path
 
-    from fitcheck.chart import chart_format
+    from fitcheck.chart import chart_path
     from fitcheck.chart import write_chart as write
 
-    chart_format(Path(path))  # a wrong extension is refused before anything is drawn
-    write(build(), Path(path), force)
+    target = chart_path(path)  # a folder or a wrong extension is refused before anything is drawn
+    write(build(), target, force)
     sys.stderr.write(f"fitcheck: wrote {printable(path)}\n")
 
 
@@ -597,22 +596,25 @@ class FromFile:
         self.shown = shown  # JSON carries setup_origin (with --from or an explicit --trainer)
         self.report = report
         self.path: str | None = None
+        self.keys: dict[str, str] = {}  # setup field -> the file key it was read from
 
     def blame(self, exc: Exception) -> Exception:
         """An option error about a value the file set says so (the user did not type that flag)."""
         import re
 
-        from fitcheck.errors import OptionError
+        from fitcheck.errors import InputError, OptionError
 
         m = re.match(r"--(?:no-)?([a-z0-9-]+)", str(exc))
-        if self.path is None or not isinstance(exc, OptionError) or m is None:
+        if self.path is None or not isinstance(exc, (OptionError, InputError)) or m is None:
             return exc
         field = m.group(1).replace("-", "_")
         if self.origin.get(field) != "file":
             return exc
         # a value that names the model's parts may be right for the file's model and not for MODEL
         ask = ": is MODEL the file's model?" if field in MODEL_SHAPED_FIELDS else ""
-        return OptionError(f"{exc} (the value comes from {self.path}{ask})")
+        key = self.keys.get(field)
+        where = f"{self.path}, {key}" if key else self.path
+        return type(exc)(f"{exc} (the value comes from {where}{ask})")
 
     def say(self) -> None:
         """The report on stderr, once the run was sized (an error stays one line)."""
@@ -656,6 +658,7 @@ def merge_from(
     report = lines(read, merged, note) if shown else []
     prov = FromFile(model, dict(merged.values), merged.origin, shown, report)
     prov.path = path
+    prov.keys = dict(read.keys) if read is not None else {}
     return prov
 
 

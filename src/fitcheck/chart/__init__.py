@@ -24,6 +24,19 @@ def chart_format(path: Path, option: str = "--chart") -> str:
     return suffix[1:]
 
 
+def chart_path(text: str, option: str = "--chart") -> Path:
+    """The chart file a typed name means: a name that ends in a folder (``out/a.svg/``, ``..``) is refused,
+    as ``--emit`` refuses it (``Path`` would drop the trailing slash and write a file named like the
+    folder); then its format (`chart_format`)."""
+    import os
+
+    if os.path.basename(text) in ("", ".", ".."):
+        raise OptionError(f"{option} {text}: names a folder; give a .svg, .png or .html file name")
+    path = Path(text)
+    chart_format(path, option)
+    return path
+
+
 def write_chart(spec: Chart, path: Path, force: bool) -> Path:
     """Draw ``spec`` and write it to ``path`` (atomically; existing files only with ``force``)."""
     from fitcheck.chart.draw import render

@@ -201,9 +201,8 @@ def register(app: typer.Typer) -> None:
 
 def _check_timeline(path: str, device: str, force: bool) -> None:
     """Refuse a --timeline that cannot be drawn before the (long) trace starts."""
-    from pathlib import Path
 
-    from fitcheck.chart import chart_format
+    from fitcheck.chart import chart_path
     from fitcheck.chart.draw import require_chart
     from fitcheck.emitters.writer import check_destinations
 
@@ -211,6 +210,6 @@ def _check_timeline(path: str, device: str, force: bool) -> None:
         raise OptionError(
             "--timeline draws a traced step (it needs every allocation's role); drop --device to trace it"
         )
-    chart_format(Path(path), "--timeline")
+    target = chart_path(path, "--timeline")
     require_chart()
-    check_destinations([Path(path)], force)
+    check_destinations([target], force)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fitcheck.errors import InputError, OptionError
+from fitcheck.errors import FitcheckError, InputError, OptionError
 
 if TYPE_CHECKING:
     from fitcheck.models import Target
@@ -75,6 +75,11 @@ def resolve_emits(emits: list[str], fmt: str | None, output_dir: str) -> list[tu
             out.append((kind, str(Path(output_dir) / name)))
     if sum(dest is None for _, dest in out) > 1:
         raise OptionError("stdout takes one file: give -o DIR to write several")
+    kinds = [kind for kind, _ in out]
+    twice = next((k for k in kinds if kinds.count(k) > 1), None)
+    if twice is not None:  # one file per format: the others' launch lines name it
+        named = " and ".join(n for n, (k, _) in zip(emits, out, strict=True) if k == twice)
+        raise OptionError(f"--emit {named}: {twice} is asked twice; emit each format once")
     return out
 
 
@@ -383,15 +388,18 @@ def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, fr
     spec = api.resolve(model)
     api.refuse_foreign(spec, kw)
     tgt = api.target(kw["on"], kw["headroom"], kw["gpus"])
-    if prov is not None:
-        prov.say()
     if per_process is not None:
         kw["effective_batch"] = per_process * _ranks(kw, tgt)
     kw["canonical"] = _canonical(kw)
     if (out.output_dir == "-" or "-" in out.emit) and out.fmt != "table":
         how = "-o -" if out.output_dir == "-" else "--emit -"
         raise OptionError(f"{how} puts the emitted file on stdout; it cannot also carry --format {out.fmt}")
-    result, files = run_plan(model, spec, kw, out, tgt)
+    try:
+        result, files = run_plan(model, spec, kw, out, tgt)
+    except FitcheckError as exc:  # one line, naming the file a value came from
+        raise (prov.blame(exc) if prov is not None else exc) from None
+    if prov is not None:  # the report once the plan was made (an error stays one line)
+        prov.say()
     _check_destinations(files, out.force, out.chart)
     _write(files, out.force)  # files first: a reader leaving early never stops them being written
     c.write_chart(out.chart, out.force, lambda: _plan_chart(result))
@@ -540,10 +548,9 @@ def _check_destinations(
 
     paths = [Path(dest) for _, dest, _ in files if dest is not None]
     if chart_given(chart) and chart is not None:
-        from fitcheck.chart import chart_format
+        from fitcheck.chart import chart_path
 
-        chart_format(Path(chart))
-        paths.append(Path(chart))
+        paths.append(chart_path(chart))
     check_destinations(paths, force)
 
 
