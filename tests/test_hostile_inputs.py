@@ -323,14 +323,24 @@ def test_emitting_beside_the_input_still_writes(tmp_path: Path) -> None:
 
 def test_one_file_by_two_names_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     """Before: the names differed as strings (a linked folder), so the first was written, then the second
-    refused as existing: exit 2 with a file left behind."""
+    refused as existing: exit 2 with a file left behind. (One format asked twice is now refused first;
+    the writer's own check is held below.)"""
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
     argv = ["plan", "llama-3.1-8b", "--on", "rtx-4090", "--emit-format", "hf.yaml",
             "--emit", "@/real/x.yaml", "--emit", "@/link/x.yaml"]  # fmt: skip
     rc, _, err = _emit_in(tmp_path, argv)
-    assert rc == 2 and "named twice" in err, err
+    assert rc == 2 and "hf.yaml is asked twice" in err, err
     assert list((tmp_path / "real").iterdir()) == []
+
+
+def test_the_writer_refuses_one_file_by_two_names(tmp_path: Path) -> None:
+    from fitcheck.emitters.writer import WriteError, check_destinations
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(WriteError, match="named twice"):
+        check_destinations([tmp_path / "real" / "x.yaml", tmp_path / "link" / "x.yaml"], force=False)
 
 
 @pytest.mark.parametrize("name", ["a/", "..", ".", "x/.", "", "sub/"])

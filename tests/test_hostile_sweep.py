@@ -432,7 +432,7 @@ def test_a_files_value_asks_about_model_only_when_it_names_the_models_parts(tmp_
     acc = tmp_path / "accelerate.yaml"
     acc.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 4\n")
     rc, _out, err = invoke(["check", "llama-3.1-8b", "--from", str(acc), "--on", "2x4090"])
-    assert rc == 2 and f"(the value comes from {acc})" in err and "is MODEL" not in err
+    assert rc == 2 and f"(the value comes from {acc}, num_processes)" in err and "is MODEL" not in err
     ax = tmp_path / "axolotl.yaml"
     ax.write_text("base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nlora_target_modules: [c_attn]\n")
     rc, _out, err = invoke(["estimate", "--from", str(ax)])

@@ -203,8 +203,12 @@ _HINT = {
 }
 
 
+#: Setup fields whose command-line flag is not the field's name with dashes.
+FLAG_NAMES = {"optimizer_in_bwd": "--optimizer-in-backward"}
+
+
 def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+    return FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
 
 
 def _need_text(value: object, what: str, optional: bool = False) -> None:

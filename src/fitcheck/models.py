@@ -14,6 +14,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -402,6 +403,15 @@ class LlmSetup(SetupBase):
         le=1_000_000,
         description="--prefix-projection's MLP width (peft encoder_hidden_size); None: the key/value width",
     )
+
+    @field_validator("lora_targets")
+    @classmethod
+    def _one_of_each(cls, value: str) -> str:
+        """Each target once, spaces around names dropped (peft matches each name once; ``attn,attn`` is
+        ``attn``)."""
+        if "," not in value:
+            return value.strip()
+        return ",".join(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
 
     @model_validator(mode="before")
     @classmethod
