@@ -296,3 +296,16 @@ def test_a_file_value_out_of_range_names_the_file_and_its_key(
     assert main([cmd, "llama-3.1-8b", "--from", str(path), "--on", "24GB"]) == 2
     err = capsys.readouterr().err
     assert f"the value comes from {path}, lora_dropout" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_size_may_start_with_its_point_and_shows_without_an_exponent() -> None:
+    """``--on .5GB`` said "memory must be a number above zero"; ``--on 1024TB`` showed
+    ``cuda-1.04858e+06gib``."""
+    from fitcheck import api
+
+    assert api.target("1024TB").id == "cuda-1048576gib"  # type: ignore[union-attr]
+    assert api.target("36GB-unified").id == "mac-36gib-unified"  # type: ignore[union-attr]
+    assert api.target("1.5GB").id == "cuda-1.5gib"  # type: ignore[union-attr]
+    from fitcheck.units import parse_memory
+
+    assert parse_memory(".5GB") == parse_memory("0.5GB")

@@ -29,7 +29,7 @@ MAX_DATASET_TOKENS = 10**15
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
-_MEM_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*(GIB|GB|G|MIB|MB|M|TIB|TB|T)?\s*$", re.IGNORECASE)
+_MEM_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+|[0-9]+\.)\s*(GIB|GB|G|MIB|MB|M|TIB|TB|T)?\s*$", re.IGNORECASE)
 #: A memory size written with an exponent (``1e30GB``): refused by name, never read as a hardware id.
 MEM_EXPONENT_RE = re.compile(
     r"^\s*[+-]?[0-9]*\.?[0-9]+[eE][+-]?[0-9]+\s*(GIB|GB|G|MIB|MB|M|TIB|TB|T)?\s*$", re.IGNORECASE

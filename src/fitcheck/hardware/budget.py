@@ -317,12 +317,18 @@ def _positive(amount: int, what: str) -> int:
     return amount
 
 
+def gib_label(memory_bytes: int) -> str:
+    """A typed size in GiB as an id and a note show it: ``24``, ``0.5``, ``1048576`` (``:g`` would write
+    ``1.04858e+06``), at most six decimals."""
+    return f"{memory_bytes / GIB:.6f}".rstrip("0").rstrip(".")
+
+
 def plain_cuda_target(memory_bytes: int, typed: str | None = None) -> Target:
     """``24GB``: a CUDA GPU of that size (binary units), minus a consumer card's typical idle use.
 
     ``typed``: the size as the user wrote it, which an error quotes (``24MiB``, not ``0.0234375GB``).
     """
-    label = f"{memory_bytes / GIB:g}"
+    label = gib_label(memory_bytes)
     lines = _usable_line(
         (
             BudgetLine(
@@ -358,7 +364,7 @@ def plain_cuda_target(memory_bytes: int, typed: str | None = None) -> Target:
 
 def unified_target(memory_bytes: int, facts: AppleFacts | None = None) -> Target:
     """A Mac: the GPU working set out of unified memory (measured when known, else 75 %)."""
-    label = f"{memory_bytes / GIB:g}"
+    label = gib_label(memory_bytes)
     usable, note = _working_set(memory_bytes, facts)
     lines = (
         BudgetLine(name="unified_memory", bytes=memory_bytes, note=f"{label} GiB unified memory"),
