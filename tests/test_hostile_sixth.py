@@ -309,3 +309,36 @@ def test_a_size_may_start_with_its_point_and_shows_without_an_exponent() -> None
     from fitcheck.units import parse_memory
 
     assert parse_memory(".5GB") == parse_memory("0.5GB")
+
+
+def test_an_accelerate_config_in_json_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """accelerate loads a .json config as well (ms-swift ships examples/train/multi-gpu/fsdp_qlora/
+    fsdp_offload.json): it was 'cannot tell which trainer'."""
+    path = tmp_path / "fsdp_offload.json"
+    path.write_text(
+        json.dumps(
+            {
+                "compute_environment": "LOCAL_MACHINE",
+                "distributed_type": "FSDP",
+                "fsdp_config": {"fsdp_offload_params": True, "fsdp_sharding_strategy": "FULL_SHARD"},
+                "mixed_precision": "bf16",
+                "num_machines": 1,
+                "num_processes": 2,
+            }
+        )
+    )
+    args = [
+        "estimate",
+        "qwen2.5-0.5b",
+        "--method",
+        "full",
+        "--from",
+        str(path),
+        "--on",
+        "none",
+        "--format",
+        "json",
+    ]
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["setup"]["strategy"], doc["setup"]["offload"], doc["setup"]["gpus"]) == ("fsdp", "all", 2)

@@ -122,6 +122,9 @@ RULES: tuple[tuple[str, str, Callable[[Doc], bool]], ...] = (
             "zero_allow_untested_optimizer",
         ),
     ),
+    # accelerate's config as JSON (commands/config/config_args.py load_config_from_file: a .json file is
+    # read with json.load), after DeepSpeed's, which never names a distributed_type
+    ("json", "accelerate", _any("distributed_type", "compute_environment")),
     ("yaml", "axolotl", _any("base_model", "micro_batch_size", "sequence_len", "adapter")),
     ("yaml", "accelerate", _accelerate),
     ("yaml", "torchtune", _component),
