@@ -90,20 +90,7 @@ def read(data: Doc, path: str, ds: ReadResult | None = None) -> ReadResult:
         r.set("gpus", per_node, "num_processes")
     if nodes and nodes > 1:
         r.set("nodes", nodes, "num_machines")
-    mp = as_word(k.get("mixed_precision"), "mixed_precision", p)
-    if mp == "no":
-        # no autocast, and no dtype either: the weights train in what the script loads
-        r.set("autocast", False, "mixed_precision")
-        r.note(
-            "mixed_precision 'no': no autocast; the weights train in the dtype the script loads (sized "
-            "as the trainer's default, a bf16 checkpoint kept in bf16; --precision fp32 for an fp32 load)"
-        )
-    elif mp is not None:
-        r.set("precision", PRECISION.get(mp), "mixed_precision")
-        if mp == "fp8":  # TransformerEngine / torchao / MS-AMP recipes (utils/dataclasses.py FP8RecipeKwargs)
-            raise InputError(f"--from {p}: mixed_precision fp8: FP8 training is not modelled by fitcheck")
-        if mp not in PRECISION:
-            r.note(f"mixed_precision {mp!r} has no fitcheck model")
+    _precision(r, k)
     if kind in ("MULTI_GPU", "DATA_PARALLEL"):
         r.set("strategy", "ddp", "distributed_type")
     elif kind in OTHER_DEVICE_DP:
@@ -214,6 +201,25 @@ def _from_deepspeed(r: Reading, ds: ReadResult) -> None:
         if name not in r.values:
             r.set(name, value, f"deepspeed_config_file {ds.keys.get(name, name)}")
     r.notes.extend(f"{ds.path}: {n}" for n in ds.notes)
+
+
+def _precision(r: Reading, k: Keys) -> None:
+    """``mixed_precision``: bf16 / fp16 autocast; ``no`` turns autocast off and names no dtype (the weights
+    train in what the script loads); fp8 is refused."""
+    p = r.path
+    mp = as_word(k.get("mixed_precision"), "mixed_precision", p)
+    if mp == "no":
+        r.set("autocast", False, "mixed_precision")
+        r.note(
+            "mixed_precision 'no': no autocast; the weights train in the dtype the script loads (sized "
+            "as the trainer's default, a bf16 checkpoint kept in bf16; --precision fp32 for an fp32 load)"
+        )
+    elif mp is not None:
+        r.set("precision", PRECISION.get(mp), "mixed_precision")
+        if mp == "fp8":  # TransformerEngine / torchao / MS-AMP recipes (utils/dataclasses.py FP8RecipeKwargs)
+            raise InputError(f"--from {p}: mixed_precision fp8: FP8 training is not modelled by fitcheck")
+        if mp not in PRECISION:
+            r.note(f"mixed_precision {mp!r} has no fitcheck model")
 
 
 def _deepspeed(r: Reading, k: Keys, found: bool) -> None:
