@@ -17,6 +17,7 @@ from fitcheck.engine.estimate import estimate
 from fitcheck.engine.regimes import regime_for
 from fitcheck.models import LlmSetup, ModelSpec
 from fitcheck.sources.hf_config import arch_from_hf_config
+from saved_helpers import forward_lines, saved_bytes
 
 MISTRAL: dict[str, Any] = {
     "model_type": "mistral", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
@@ -164,22 +165,6 @@ def test_each_phase_within_2_percent_of_the_trace(cfg: dict[str, Any], change: d
 # --- a padded batch: the same mask, the same expansion ----------------------------------------------
 
 
-def _saved_bytes(model: Any, ids: Any, mask: Any) -> int:
-    """Bytes of every storage autograd saves in one real forward (CPU): what the backward will read."""
-    import torch
-
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(input_ids=ids, attention_mask=mask, labels=ids)
-    return sum(seen.values())
-
-
 def test_a_padded_batch_expands_grouped_kv_as_a_real_step_does() -> None:
     """A padding mask takes the same path as a window's (``use_gqa_in_sdpa`` false: ``repeat_kv``, a mask
     copy per layer): a real bf16 step of transformers' Llama on the CPU saves, padded against unpadded,
@@ -199,18 +184,16 @@ def test_a_padded_batch_expands_grouped_kv_as_a_real_step_does() -> None:
     full = torch.ones(b, s, dtype=torch.long)
     padded = full.clone()
     padded[1, -10:] = 0
-    measured = _saved_bytes(model, ids, padded) - _saved_bytes(model, ids, full)
+    measured = saved_bytes(model, input_ids=ids, attention_mask=padded, labels=ids) - saved_bytes(
+        model, input_ids=ids, attention_mask=full, labels=ids
+    )
 
-    def lines(lengths: str) -> int:
-        setup = LlmSetup(
-            method="full", precision="bf16", trainer="hf", seq_len=s, batch_size=b, lengths=lengths
-        )
-        est = estimate(_spec(cfg), setup)
-        keep = ("activations", "attention_mask_copies")
-        return sum(c.bytes for c in est.phase("forward").components if c.name in keep)
-
+    varying, fixed = (
+        LlmSetup(method="full", precision="bf16", trainer="hf", seq_len=s, batch_size=b, lengths=lengths)
+        for lengths in ("varying", "fixed")
+    )
     assert measured > 0
-    assert lines("varying") - lines("fixed") == measured
+    assert forward_lines(_spec(cfg), varying) - forward_lines(_spec(cfg), fixed) == measured
 
 
 # --- what the user is told ----------------------------------------------------------------------------

@@ -92,6 +92,7 @@ class _Common(TypedDict, total=False):
     bnb_keeps_input: bool | None
     ckpt_reentrant: bool | None
     keep_logits: bool
+    padding_free: bool
     lengths: Lengths
     trainer: Trainer | None
     gpus: Annotated[int, Field(ge=1, le=4096)] | None
@@ -166,6 +167,7 @@ LLM_ONLY: dict[str, object] = {
     "bnb_keeps_input": None,
     "ckpt_reentrant": None,
     "keep_logits": False,
+    "padding_free": False,
     "lengths": "fixed",
     "optimizer_impl": None,
     "quant_storage": None,
@@ -751,6 +753,7 @@ def _plan_llm(spec: ModelSpec, tgt: Target, opts: dict[str, object], headroom: s
         "kbit_prep",
         "kbit_path",
         "keep_logits",
+        "padding_free",
         "optimizer_impl",
     )
     base_keys: tuple[str, ...] = ("dora", "lora_fa", "master_weights", *_LORA, "double_quant", "seq_len")

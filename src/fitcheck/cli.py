@@ -393,6 +393,14 @@ KeepLogitsO = Annotated[
         "(out = model(**batch); out.loss.backward()); HF Trainer keeps only the loss",
     ),
 ]
+PaddingFreeO = Annotated[
+    bool,
+    typer.Option(
+        "--padding-free",
+        help="LLM: TRL's padding-free batches (padding_free, or packing with its default 'bfd'): the "
+        "micro-batch flattened into one row; under SDPA its block-diagonal mask is counted",
+    ),
+]
 LengthsO = Annotated[
     LengthsOpt,
     typer.Option(
@@ -738,6 +746,7 @@ def _training_template(
     bnb_keeps_input: BnbKeepsO = None,
     ckpt_reentrant: CkptReentrantO = None,
     keep_logits: KeepLogitsO = False,
+    padding_free: PaddingFreeO = False,
     lengths: LengthsO = LengthsOpt.fixed,
     trainer: TrainerO = TrainerOpt.generic,
     gpus: GpusO = 1,

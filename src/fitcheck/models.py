@@ -432,6 +432,25 @@ class LlmSetup(SetupBase):
         "group_by_length), so no later step cuts segments for a new maximum",
     )
 
+    padding_free: bool = Field(
+        default=False,
+        description="TRL's padding-free batches (padding_free, packing_strategy 'bfd'): the micro-batch's "
+        "examples flattened into one row with position_ids restarting per example; under transformers' "
+        "SDPA a block-diagonal mask over the whole row (docs/methodology.md, 'Padding-free batches')",
+    )
+
+    @property
+    def masked_rows(self) -> bool:
+        """Whether transformers hands SDPA an explicit mask for the batch's rows: padded examples
+        (`padded_batches`) or a padding-free row of packed examples (``padding_free``)."""
+        return self.padded_batches or self.padding_free
+
+    @property
+    def mask_keys(self) -> int:
+        """Key positions of that mask per query: the sequence, or under ``padding_free`` the whole
+        flattened row (``batch_size x seq_len``)."""
+        return self.seq_len * (self.batch_size if self.padding_free else 1)
+
     @property
     def padded_batches(self) -> bool:
         """Whether a micro-batch holds several examples padded to its longest (``lengths`` not ``fixed``):
@@ -440,8 +459,8 @@ class LlmSetup(SetupBase):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
-        """The dump, ``lengths``, ``quant_skip`` and ``quant_group`` left out at their defaults so a setup's
-        JSON without them is unchanged (additive fields, docs/json.md)."""
+        """The dump, ``lengths``, ``quant_skip``, ``quant_group`` and ``padding_free`` left out at their
+        defaults so a setup's JSON without them is unchanged (additive fields, docs/json.md)."""
         data: dict[str, object] = handler(self)
         if self.lengths == "fixed":
             data.pop("lengths", None)
@@ -449,6 +468,8 @@ class LlmSetup(SetupBase):
             data.pop("quant_skip", None)
         if self.quant_group == 128:
             data.pop("quant_group", None)
+        if not self.padding_free:
+            data.pop("padding_free", None)
         return data
 
     @property

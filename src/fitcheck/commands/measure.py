@@ -135,6 +135,21 @@ def _check_ram(name: str, need: int) -> None:
         )
 
 
+#: Training options measure does not take: the tracer steps the optimizer after backward
+#: (--optimizer-in-backward would compare two different runs), and traces an unflattened batch (fake
+#: tensors cannot take transformers' packed-sequence test: --padding-free is held by a real CPU step,
+#: tests/test_padding_free.py).
+NOT_MEASURED = (
+    *DIFFUSION_ONLY,
+    "gpus",
+    "double_quant",
+    "optimizer_in_bwd",
+    "bnb_keeps_input",
+    "ckpt_reentrant",
+    "padding_free",
+)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``fitcheck measure`` to the CLI, with the same setup options as ``estimate``."""
     from fitcheck import cli as c
@@ -158,17 +173,7 @@ def register(app: typer.Typer) -> None:
     TimelineForceO = Annotated[bool, typer.Option("--force", help="overwrite an existing --timeline file")]
 
     @app.command()
-    # the tracer steps the optimizer after backward: --optimizer-in-backward would compare two different runs
-    @c.training_options(
-        exclude=(
-            *DIFFUSION_ONLY,
-            "gpus",
-            "double_quant",
-            "optimizer_in_bwd",
-            "bnb_keeps_input",
-            "ckpt_reentrant",
-        )
-    )
+    @c.training_options(exclude=NOT_MEASURED)
     def measure(
         model: c.ModelArg,
         device: DeviceO = DeviceOpt.fake,

@@ -421,7 +421,8 @@ def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, fr
 #: attention, precision) stays searched unless given on the command line.
 PLAN_FIXED = ("method", "dora", "lora_fa", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
               "double_quant", "master_weights", "autocast", "compile", "kbit_prep", "kbit_path",
-              "keep_logits", "lengths", "seq_len", "resolution", "trainer", "gpus", "zero_bucket_size",
+              "keep_logits", "padding_free", "lengths", "seq_len", "resolution", "trainer", "gpus",
+              "zero_bucket_size",
               "zero_overlap_comm")  # fmt: skip
 
 
@@ -492,6 +493,7 @@ def _canonical(kw: dict[str, Any]) -> dict[str, Any]:
         "--no-kbit-prep": kw.get("kbit_prep") is False,
         "--kbit-path": kw.get("kbit_path"),
         "--keep-logits": kw.get("keep_logits", False),
+        "--padding-free": kw.get("padding_free", False),
         "--lengths": kw.get("lengths") if kw.get("lengths", "fixed") != "fixed" else None,
         "--loss": kw.get("loss"),
         "--offload-activations": kw.get("offload_activations", False),

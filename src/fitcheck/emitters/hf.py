@@ -144,6 +144,8 @@ def check(
     if s.optimizer not in OPTIM:
         raise OptionError(f"{what} has no --optimizer {s.optimizer}; it offers {', '.join(OPTIM)}")
     _check_loss(s, trainer_name, what)
+    if s.padding_free and trainer_name != TRAINER:
+        raise OptionError(f"{what}: --padding-free is TRL's padding-free batch; emit hf.yaml for it")
     if s.method != "full":
         integer_alpha(s, what)
     model_ref(ctx, what)
@@ -248,6 +250,7 @@ def _training_items(plan: Plan) -> list[Item]:
         Item("output_dir", run_name(plan)),
         Item("max_length", s.seq_len, "tokens per example (memory grows with it)"),
         Item("per_device_train_batch_size", s.batch_size, "micro-batch"),
+        *([Item("padding_free", True, "each micro-batch flattened into one row")] if s.padding_free else []),
         Item("gradient_accumulation_steps", s.grad_accum, f"effective batch {c.effective_batch}"),
         _ckpt_item(plan),
         *compile_items(s),

@@ -84,6 +84,8 @@ def check(plan: Plan, ctx: EmitContext) -> None:
     s = chosen(plan).setup
     if s.trainer != TRAINER:
         raise OptionError(f"{NAME} runs the mlx regime; this plan was made for --trainer {s.trainer}")
+    if s.padding_free:
+        raise OptionError(f"{NAME}: --padding-free is TRL's padding-free batch; emit hf.yaml for it")
     if s.optimizer not in OPTIM:
         raise OptionError(f"mlx-lm has no --optimizer {s.optimizer}; it offers adamw, adafactor or sgd")
     why = kernels.refusal(ctx.arch, TRAINER, "mps", None, s.attn)

@@ -429,7 +429,7 @@ def sdpa_math(a: DecoderArch, setup: LlmSetup, regime: Regime) -> bool:
         and a.model_type not in OWN_GQA_ATTENTION_TYPES
         and not a.is_mla
         and a.head_dim <= SDPA_GQA_MAX_HEAD_DIM
-        and not setup.padded_batches
+        and not setup.masked_rows
         and not prefix.tokens(setup)
         and not uses_eager_scores(a, setup)
         and context(setup, regime).gamma == 4
@@ -454,7 +454,7 @@ def masked_gqa(a: DecoderArch, setup: LlmSetup, windowed: bool) -> bool:
     """SDPA gets an explicit mask a grouped-query layer's K/V are expanded for (``repeat_kv``): a padded
     batch, or a sliding window past its length (``windowed``); transformers' ``use_gqa_in_sdpa`` keeps
     them unexpanded on CUDA only without a mask. (Prefix tuning's expansion is `_prefix_acts`'.)"""
-    return (windowed or setup.padded_batches) and sdpa_takes_masks(a, setup)
+    return (windowed or setup.masked_rows) and sdpa_takes_masks(a, setup)
 
 
 def windowed_layers(a: DecoderArch, setup: LlmSetup) -> int:
@@ -709,9 +709,9 @@ def sdpa_mask_copy_bytes(a: DecoderArch, setup: LlmSetup, gamma: int, windowed: 
     if not sdpa_takes_masks(a, setup):
         return 0.0  # (T5: the padding mask is folded into the position-bias mask, `position_bias_mask_bytes`)
     p = prefix.tokens(setup)
-    if not p and not setup.padded_batches and not windowed:
+    if not p and not setup.masked_rows and not windowed:
         return 0.0
-    kv = setup.seq_len + p
+    kv = setup.mask_keys + p  # a padding-free row: every query sees the whole row's mask
     return float(gamma * -(-kv // MEM_EFF_MASK_ALIGN) * MEM_EFF_MASK_ALIGN)
 
 

@@ -98,9 +98,7 @@ def _check(spec: ModelSpec, setup: LlmSetup) -> None:
     if setup.lora_fa and (setup.method == "full" or setup.dora):
         what = "--method full" if setup.method == "full" else "--dora (not modelled with LoRA-FA)"
         raise OptionError(f"--lora-fa freezes LoRA's A factors: it applies to LoRA and QLoRA, not {what}")
-    if setup.attn == "xformers" and setup.backend == "mps":
-        raise OptionError("xformers is CUDA-only and crashes on Apple silicon; use --attn sdpa")
-    _check_flash(setup)
+    _check_attention(spec, setup)
     if setup.optimizer in BITSANDBYTES and setup.backend == "mps":
         raise OptionError(
             f"--optimizer {setup.optimizer} needs bitsandbytes CUDA kernels; on Apple silicon use "
@@ -122,6 +120,32 @@ FLASH_FP32 = (
     "--attn flash: FlashAttention-2 computes in fp16 or bf16 only; use --precision bf16 or fp16, "
     "or --attn sdpa with --precision fp32"
 )
+
+
+def _check_attention(spec: ModelSpec, setup: LlmSetup) -> None:
+    """The attention kernel against the backend (`_check_flash`, xformers), and padding-free rows."""
+    if setup.attn == "xformers" and setup.backend == "mps":
+        raise OptionError("xformers is CUDA-only and crashes on Apple silicon; use --attn sdpa")
+    _check_flash(setup)
+    _check_padding_free(spec, setup)
+
+
+def _check_padding_free(spec: ModelSpec, setup: LlmSetup) -> None:
+    """``--padding-free`` is TRL's flattening of a causal LM's micro-batch into one row: under SDPA its
+    block-diagonal mask is counted (`activations.sdpa_mask_copy_bytes`, ``mask_keys``); attention that
+    computes every score (eager, Apple's kernels, soft-capped or sink attention) would hold
+    ``heads x (b s)^2`` of them, which is not modelled."""
+    if not setup.padding_free:
+        return
+    if tasks.model_task(spec.arch) != "causal-lm" or setup.task not in (None, "causal-lm"):
+        raise OptionError("--padding-free flattens a causal LM's batch (TRL's SFTTrainer); not this task")
+    if prefix.is_prefix(setup):
+        raise OptionError("--padding-free is not modelled with --method prefix-tuning")
+    if act.uses_eager_scores(spec.arch, setup):
+        raise OptionError(
+            "--padding-free: this attention computes every score of the flattened row (heads x (batch x "
+            "sequence)^2), which is not modelled; use --attn sdpa or flash"
+        )
 
 
 def _check_flash(setup: LlmSetup) -> None:

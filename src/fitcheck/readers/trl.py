@@ -48,14 +48,33 @@ def read(data: Doc, path: str) -> ReadResult:
         r.set("offload_activations", True, "activation_offloading")
     _device_map(r, k)
     _launch(r, k)
-    packed = False
-    for key in ("packing", "padding_free"):
-        if as_bool(k.get(key), key, path):
-            packed = True
-            r.note(f"{key}: rows are filled to the sequence length, as the estimate already assumes")
-    if not packed:
-        note_unpacked(r, "packing or padding_free")
+    _packing(r, k)
     return r.result()
+
+
+#: TRL's packing strategies that flatten the batch (SFTTrainer.__init__: ``self.padding_free =
+#: args.padding_free or (args.packing and args.packing_strategy in {"bfd", "bfd_split"})``, trl 1.16.0;
+#: ``packing_strategy`` defaults to ``bfd``).
+PADDING_FREE_STRATEGIES = ("bfd", "bfd_split")
+
+
+def _packing(r: Reading, k: Keys) -> None:
+    """``packing`` fills rows to max_length; ``padding_free`` (or packing with a best-fit strategy) also
+    flattens the micro-batch into one row, whose SDPA mask spans the row (``--padding-free``)."""
+    path = r.path
+    packing = as_bool(k.get("packing"), "packing", path)
+    strategy = as_word(k.get("packing_strategy"), "packing_strategy", path) or "bfd"
+    free = as_bool(k.get("padding_free"), "padding_free", path)
+    if packing:
+        r.note("packing: rows are filled to the sequence length, as the estimate already assumes")
+    if free or (packing and strategy in PADDING_FREE_STRATEGIES):
+        r.set("padding_free", True, "padding_free" if free else "packing_strategy")
+        r.note(
+            "padding-free: each micro-batch flattened into one row (under SDPA its block-diagonal mask "
+            "is counted; FlashAttention-2 attends per example)"
+        )
+    elif not packing:
+        note_unpacked(r, "packing or padding_free")
 
 
 def _loss(r: Reading, k: Keys) -> None:
