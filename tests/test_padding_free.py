@@ -111,3 +111,13 @@ def test_a_padding_free_plan_is_written_for_trl_only(
     assert yaml.safe_load((tmp_path / "hf.yaml").read_text())["padding_free"] is True
     assert main([*args, "--emit", "axolotl.yaml", "-o", str(tmp_path / "ax")]) == 2
     assert "emit hf.yaml for it" in capsys.readouterr().err
+
+
+def test_the_rows_mask_is_told_and_flash_offered() -> None:
+    from fitcheck import api
+
+    est = api.estimate(
+        "llama-3.1-8b", on="rtx-4090", method="lora", batch_size=4, trainer="hf", padding_free=True
+    )
+    assert any(w.startswith("padding-free under SDPA") and "8,192 x 8,192" in w for w in est.warnings)
+    assert est.target is not None and "--attn flash" in [s.flag for s in est.target.suggestions]

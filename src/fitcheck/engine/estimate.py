@@ -1268,15 +1268,25 @@ def usable_positions(a: DecoderArch) -> int | None:
 
 
 def _length_warnings(spec: ModelSpec, setup: LlmSetup) -> list[str]:
-    """A sequence longer than a learned position table (GPT-2's ``n_positions``, BERT's and OPT's
-    ``max_position_embeddings``, less the rows OPT and RoBERTa reserve) cannot run: the position lookup
-    indexes past the table (``nn.Embedding``: index out of range). Sized as asked, with the warning."""
+    """A padding-free row's mask under SDPA (its size); a sequence longer than a learned position table
+    (GPT-2's ``n_positions``, BERT's and OPT's ``max_position_embeddings``, less the rows OPT and RoBERTa
+    reserve) cannot run: the position lookup indexes past the table (``nn.Embedding``: index out of range).
+    Sized as asked, with the warning."""
+    out: list[str] = []
+    if setup.padding_free and act.sdpa_takes_masks(spec.arch, setup):
+        n = setup.mask_keys
+        out.append(
+            f"padding-free under SDPA: the flattened row of {setup.batch_size} x {setup.seq_len:,} tokens "
+            f"gets one block-diagonal mask, which every layer copies ({n:,} x {n:,}, attention_mask_copies) "
+            "beside K/V at every head; --attn flash attends per example without it"
+        )
     usable = usable_positions(spec.arch)
     if usable is None or setup.seq_len <= usable:
-        return []
+        return out
     return [
+        *out,
         f"{spec.name} has {usable:,} learned positions: a sequence of {setup.seq_len:,} tokens cannot run "
-        f"(the position lookup goes past its table); give --seq-len {usable:,} or less"
+        f"(the position lookup goes past its table); give --seq-len {usable:,} or less",
     ]
 
 
