@@ -342,3 +342,10 @@ def test_an_accelerate_config_in_json_is_read(tmp_path: Path, capsys: pytest.Cap
     assert main(args) == 0
     doc = json.loads(capsys.readouterr().out)
     assert (doc["setup"]["strategy"], doc["setup"]["offload"], doc["setup"]["gpus"]) == ("fsdp", "all", 2)
+
+
+def test_hw_list_takes_a_backend_in_any_case(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--on`` is case-blind; ``hw list --backend CUDA`` was refused."""
+    assert main(["hw", "list", "--backend", "CUDA", "-f", "json"]) == 0
+    devices = json.loads(capsys.readouterr().out)["devices"]
+    assert devices and all(d["backend"] == "cuda" for d in devices)
