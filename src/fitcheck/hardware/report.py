@@ -96,7 +96,7 @@ def _gpu_id(gpu: GpuDevice) -> str | None:
 
 
 def catalog_table(backend: str | None = None) -> HwCatalog:
-    """The hardware catalog as rows (``fitcheck hw list [--backend cuda|rocm|mps]``; any case, as ``--on``)."""
+    """The hardware catalog as rows (``fitcheck hw list [--backend cuda|rocm|mps]``, in any case)."""
     if backend is not None:
         backend = backend.strip().lower()
     if backend is not None and backend not in CATALOG_BACKENDS:
