@@ -428,12 +428,15 @@ def test_headroom_percentage_is_a_plain_decimal(headroom: str) -> None:
 
 def test_a_files_value_asks_about_model_only_when_it_names_the_models_parts(tmp_path: Path) -> None:
     """An error about a value the --from file set names the file; only a model-shaped value (LoRA targets,
-    length, ...) asks whether MODEL is the file's model: a GPU count does not depend on it."""
+    length, ...) asks whether MODEL is the file's model, and only when MODEL was typed: a GPU count does not
+    depend on it, and without MODEL the file's own model was used."""
     acc = tmp_path / "accelerate.yaml"
     acc.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_processes: 4\n")
     rc, _out, err = invoke(["check", "llama-3.1-8b", "--from", str(acc), "--on", "2x4090"])
     assert rc == 2 and f"(the value comes from {acc}, num_processes)" in err and "is MODEL" not in err
     ax = tmp_path / "axolotl.yaml"
     ax.write_text("base_model: meta-llama/Llama-3.1-8B\nadapter: lora\nlora_target_modules: [c_attn]\n")
-    rc, _out, err = invoke(["estimate", "--from", str(ax)])
+    rc, _out, err = invoke(["estimate", "llama-3.2-1b", "--from", str(ax)])
     assert rc == 2 and "is MODEL the file's model?" in err and len(err.strip().splitlines()) == 1
+    rc, _out, err = invoke(["estimate", "--from", str(ax)])  # no MODEL typed: the file's own model was used
+    assert rc == 2 and f"comes from {ax}, lora_target_modules)" in err and "is MODEL" not in err

@@ -605,6 +605,7 @@ class FromFile:
         self.report = report
         self.path: str | None = None
         self.keys: dict[str, str] = {}  # setup field -> the file key it was read from
+        self.model_given = True  # MODEL typed on the command line (else the file's own model is used)
 
     def blame(self, exc: Exception) -> Exception:
         """An option error about a value the file set says so (the user did not type that flag)."""
@@ -619,7 +620,7 @@ class FromFile:
         if self.origin.get(field) != "file":
             return exc
         # a value that names the model's parts may be right for the file's model and not for MODEL
-        ask = ": is MODEL the file's model?" if field in MODEL_SHAPED_FIELDS else ""
+        ask = ": is MODEL the file's model?" if field in MODEL_SHAPED_FIELDS and self.model_given else ""
         key = self.keys.get(field)
         where = f"{self.path}, {key}" if key else self.path
         return type(exc)(f"{exc} (the value comes from {where}{ask})")
@@ -656,6 +657,7 @@ def merge_from(
     read = read_config(path, fmt) if path is not None else None
     merged = resolve(training, given, read, tuple(get_type_hints(TrainingOptions)))
     note = None
+    given_model = model is not None
     if read is not None and model is not None and read.model and file_model(read.model) != model:
         note = f"MODEL {model} on the command line overrides the file's base model {read.model}"
     if model is None:
@@ -667,6 +669,7 @@ def merge_from(
     prov = FromFile(model, dict(merged.values), merged.origin, shown, report)
     prov.path = path
     prov.keys = dict(read.keys) if read is not None else {}
+    prov.model_given = given_model
     return prov
 
 
