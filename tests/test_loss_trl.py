@@ -18,12 +18,12 @@ torch = pytest.importorskip("torch")
 chunked = pytest.importorskip("trl.kernels.chunked_logprob")
 
 
-def _traced(n: int, vocab: int, hidden: int, dtype: object) -> tuple[int, int]:
+def _traced(n: int, vocab: int, hidden: int, dtype: object, head: bool = False) -> tuple[int, int]:
     from fitcheck.measure.tracker import LiveStorageMode, Tracker
 
     torch.manual_seed(0)
     full = torch.randn(n + 7, hidden, dtype=dtype, requires_grad=True)  # the backbone's last hidden states
-    weight = torch.randn(vocab, hidden, dtype=dtype) * 0.02
+    weight = (torch.randn(vocab, hidden, dtype=dtype) * 0.02).requires_grad_(head)  # a trained lm_head
     labels = torch.randint(0, vocab, (n + 7,))
     labels[:7] = -100
     t = Tracker()
@@ -60,6 +60,12 @@ def test_the_fused_head_holds_what_the_kernel_counts(
     hump = _trl(Dims(n, vocab, hidden, gamma, 0, 1))
     assert hump.forward == pytest.approx(fwd, rel=0.001)
     assert hump.backward == pytest.approx(bwd, rel=0.001)
+    # a trained lm_head (full fine-tuning): the kernel's fp32 weight-gradient accumulator, beside the
+    # gradient it returns (counted with the model's gradients, not in the hump)
+    _, bwd = _traced(n, vocab, hidden, getattr(torch, dtype), head=True)
+    head_grad = 4 * vocab * hidden if gamma != 4 else 0  # an fp32 head's accumulator is its gradient
+    hump = _trl(Dims(n, vocab, hidden, gamma, 0, 1, head_grad=head_grad))
+    assert hump.backward + vocab * hidden * gamma == pytest.approx(bwd, rel=0.001)
 
 
 def test_the_kernels_tile_is_trls() -> None:

@@ -67,6 +67,7 @@ class Dims:
     cap: int  # Gemma 2 final soft-cap: its tanh output, compute dtype (0 without)
     chunks: int
     batch: int = 1  # rows of the micro-batch (litgpt's head chunks are 128 positions of every row)
+    head_grad: int = 0  # a kernel's own fp32 accumulator for a trained lm_head's gradient (`_trl`), bytes
 
 
 def _standard(d: Dims) -> Hump:
@@ -273,19 +274,19 @@ def _trl(d: Dims) -> Hump:
     ``add_fused_lm_head`` installs (trl/trainer/sft_trainer.py, trl/trainer/utils.py; also with
     ``use_liger_kernel``, whose fused cross-entropy it switches off). The backbone's last hidden states at
     the labelled positions are gathered (``hidden_states[mask]``: a compact copy, saved for backward) and
-    ``ChunkedLogProbFunction`` (trl/kernels/chunked_logprob.py) projects them through the lm_head in
-    ``[4096 x 32768]`` tiles of one reused buffer in the compute dtype (``min(tokens, 4096) x 32768`` whatever
-    the vocabulary: ``mm_buf`` is sized by ``chunk_size``), folding each into fp32 per-token
-    statistics (seven running rows; log-Z, the entropy and the targets saved); its backward recomputes every
-    tile into a new buffer, accumulates the input gradient in fp32 and casts it back on return (no copy when
-    the hidden states are fp32). Every token
-    is counted as labelled (a prompt-masked dataset scores fewer)."""
+    ``ChunkedLogProbFunction`` (trl/kernels/chunked_logprob.py) projects them through the lm_head into one
+    reused buffer of ``min(tokens, 4096) x 32768`` in the compute dtype (``mm_buf``, sized by ``chunk_size``
+    whatever the vocabulary), folding each tile into fp32 per-token statistics (seven running rows; log-Z,
+    the entropy and the targets saved). Its backward recomputes every tile into a new buffer, accumulates
+    the input gradient in fp32 (and, when the lm_head trains, its weight gradient: ``head_grad``) and casts
+    them back on return (no copy for fp32 hidden states; the weight's cast is its gradient, counted with
+    the others). Every token is counted as labelled (a prompt-masked dataset scores fewer)."""
     tile = min(d.tokens, TRL_TILE_TOKENS) * TRL_TILE_VOCAB * d.gamma
     hidden = d.tokens * d.hidden * d.gamma
     saved = hidden + 16 * d.tokens  # the compact hidden states; fp32 log-Z and entropy; int64 targets
     return Hump(
         forward=saved + tile + 4 * 7 * d.tokens,
-        backward=saved + tile + d.tokens * d.hidden * 4 + (hidden if d.gamma != 4 else 0),
+        backward=saved + tile + d.tokens * d.hidden * 4 + (hidden if d.gamma != 4 else 0) + d.head_grad,
         saved=saved,
         rule="TRL's fused LM head: log-probabilities from lm_head tiles, no logits",
     )
@@ -386,8 +387,19 @@ def hump(
         cap,
         chunks,
         setup.batch_size if rows is None else 1,
+        _head_grad(a, setup, regime) if kernel == "trl" else 0,
     )
     return KERNELS[kernel](dims)
+
+
+def _head_grad(a: DecoderArch, setup: LlmSetup, regime: Regime) -> int:
+    """Bytes of an fp32 ``vocab x hidden`` gradient accumulator for the lm_head when it trains (full
+    fine-tuning, or a ``modules_to_save`` copy of it) in 16 bits; an fp32 lm_head's accumulator is its
+    gradient (the cast back is no copy), counted with the others."""
+    from fitcheck.engine.lora import trained_modules
+
+    trains = setup.method == "full" or "lm_head" in trained_modules(setup)
+    return 4 * a.vocab_size * a.hidden_size if trains and regime.trainable_dtype != "fp32" else 0
 
 
 #: Kernels whose model output carries the whole batch's logits (``CausalLMOutput.logits``; litgpt's list

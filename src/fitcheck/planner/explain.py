@@ -270,10 +270,9 @@ def _flash_runs_here(device: DevicePerf) -> bool:
     was chosen for the trainer or the model."""
     from fitcheck.planner.kernels import flash_device_refusal
 
-    known = device.cc is not None if device.backend == "cuda" else device.architecture is not None
     return (
         device.backend in ("cuda", "rocm")
-        and known
+        and not device.gpu_unknown
         and flash_device_refusal(device.backend, device.cc, device.architecture, None) is None
     )
 

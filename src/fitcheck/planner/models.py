@@ -76,6 +76,14 @@ class DevicePerf(Frozen):
         """Compute capability as a number (8.6), None when unknown or not CUDA."""
         return float(self.compute_capability) if self.compute_capability else None
 
+    @property
+    def gpu_unknown(self) -> bool:
+        """A GPU whose kernels cannot be told (no compute capability on CUDA, no architecture on ROCm): a
+        size like ``24GB``; FlashAttention-2 is not assumed on it."""
+        return (self.backend == "cuda" and self.cc is None) or (
+            self.backend == "rocm" and self.architecture is None
+        )
+
 
 class PlanRequest(Frozen):
     """What the user fixed and what the planner may choose.

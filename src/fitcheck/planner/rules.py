@@ -435,10 +435,8 @@ def attentions(req: PlanRequest, device: DevicePerf, spec: ModelSpec) -> tuple[s
     if req.attn is not None:
         return (req.attn,)
     can = K.kernels_for(spec.arch, req.base.trainer, device.backend, device.cc, device.architecture)
-    if (device.backend == "cuda" and device.cc is None) or (
-        device.backend == "rocm" and device.architecture is None
-    ):
-        can = tuple(k for k in can if k != "flash")  # an unknown GPU: flash not assumed
+    if device.gpu_unknown:
+        can = tuple(k for k in can if k != "flash")  # flash not assumed
     fast = tuple(k for k in can if k != "eager")
     return fast or can
 
