@@ -349,3 +349,29 @@ def test_hw_list_takes_a_backend_in_any_case(capsys: pytest.CaptureFixture[str])
     assert main(["hw", "list", "--backend", "CUDA", "-f", "json"]) == 0
     devices = json.loads(capsys.readouterr().out)["devices"]
     assert devices and all(d["backend"] == "cuda" for d in devices)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "gpus"),
+    [
+        ("ax.yaml", "base_model: x\nadapter: lora\nuse_ray: true\nray_num_workers: 4\n", 4),
+        ("ax2.yaml", "base_model: x\nadapter: lora\nuse_ray: false\nray_num_workers: 4\n", 1),
+        (
+            "ax3.yaml",
+            "base_model: x\nadapter: lora\nuse_ray: true\nray_num_workers: 2\n"
+            "resources_per_worker:\n  GPU: 2\n",
+            4,
+        ),
+        ("lmf.yaml", "model_name_or_path: x\nstage: sft\nfinetuning_type: lora\nray_num_workers: 4\n", 4),
+    ],
+)
+def test_ray_workers_are_the_runs_gpus(
+    name: str, text: str, gpus: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """axolotl's use_ray and LLaMA-Factory's Ray runs spread over ray_num_workers workers; they were
+    sized on one GPU (the key listed as not understood)."""
+    path = tmp_path / name
+    path.write_text(text)
+    args = ["estimate", "llama-3.2-1b", "--from", str(path), "--on", "none", "--format", "json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["setup"]["gpus"] == gpus

@@ -21,7 +21,18 @@ from __future__ import annotations
 
 from fitcheck.errors import InputError
 from fitcheck.readers import names
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int, as_word
+from fitcheck.readers.base import (
+    Doc,
+    Keys,
+    Reading,
+    ReadResult,
+    _short,
+    as_bool,
+    as_float,
+    as_int,
+    as_word,
+    ray_gpus,
+)
 from fitcheck.readers.base import unpacked_note as note_unpacked
 from fitcheck.readers.hfargs import distributed, fsdp_get, use_reentrant
 from fitcheck.readers.unposed import refuse
@@ -50,6 +61,7 @@ def read(data: Doc, path: str) -> ReadResult:
     r.model = str(model) if model else None
     _method(r, k)
     r.set("seq_len", as_int(k.get("sequence_len"), "sequence_len", path), "sequence_len")
+    ray_gpus(r, k, bool(as_bool(k.get("use_ray"), "use_ray", path)))
     micro = as_int(k.get("micro_batch_size"), "micro_batch_size", path)
     r.set("batch_size", micro, "micro_batch_size")
     accum = as_int(k.get("gradient_accumulation_steps"), "gradient_accumulation_steps", path)

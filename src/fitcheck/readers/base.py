@@ -375,3 +375,24 @@ def syntax_of(path: str) -> str:
     """yaml, json or toml, from the file name (YAML by default: most trainer configs are YAML)."""
     suffix = Path(path).suffix.lower()
     return {".json": "json", ".toml": "toml"}.get(suffix, "yaml")
+
+
+def ray_gpus(r: Reading, k: Keys, on: bool) -> None:
+    """Ray workers (axolotl ``use_ray``; LLaMA-Factory under ``USE_RAY=1``): ``ray_num_workers`` workers of
+    ``resources_per_worker.GPU`` GPUs each (both trainers default to 1 and ``{"GPU": 1}``:
+    trainer_keys/axolotl_keys.txt, llamafactory_keys.txt), read as one node of that many GPUs; ``on``
+    False (axolotl's ``use_ray`` off) leaves them unused, with a note."""
+    workers = as_int(k.get("ray_num_workers"), "ray_num_workers", r.path)
+    res = k.sub("resources_per_worker")
+    per = as_float(res.get("GPU"), "resources_per_worker.GPU", r.path) if res is not None else None
+    if workers is None or workers < 1:
+        return
+    if not on:
+        r.note("ray_num_workers is set but use_ray is off: one process, as axolotl runs it")
+        return
+    gpus = max(1, round(workers * (per if per is not None else 1.0)))
+    r.set("gpus", gpus, "ray_num_workers")
+    r.note(
+        f"ray_num_workers {workers}: {gpus} GPU(s) over the Ray workers, sized as one node (--nodes to "
+        "split them)"
+    )

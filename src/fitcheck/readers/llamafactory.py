@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from fitcheck.errors import InputError
 from fitcheck.readers import mmtokens, names
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int
+from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int, ray_gpus
 from fitcheck.readers.base import unpacked_note as note_unpacked
 from fitcheck.readers.hfargs import training_args
 from fitcheck.readers.unposed import refuse
@@ -47,6 +47,7 @@ def read(data: Doc, path: str) -> ReadResult:
     # (and false is freeze_language_model's default: the language model trains, as fitcheck sizes it)
     k.touch("freeze_vision_tower", "freeze_multi_modal_projector", "freeze_language_model")
     _training_run(r, k)
+    ray_gpus(r, k, True)  # LLaMA-Factory runs Ray under USE_RAY=1, which a config cannot say: its workers
     training_args(r, k)
     if as_bool(k.get("pure_bf16"), "pure_bf16", path):
         r.set("precision", "bf16", "pure_bf16")
