@@ -159,3 +159,15 @@ def test_hf_yaml_runs_trls_own_loss_only(tmp_path: Path, capsys: pytest.CaptureF
     err = capsys.readouterr().err
     assert rc == 2 and "fused LM head (--loss trl)" in err, err
     assert not (tmp_path / "hf.yaml").exists()
+
+
+@pytest.mark.parametrize(("loss", "said"), [([], True), (["--loss", "trl"], False)])
+def test_a_plan_written_as_hf_yaml_says_what_trl_sft_holds(
+    loss: list[str], said: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --loss the plan sizes the whole logits; the file's trl sft holds less: said on stderr."""
+    assert (
+        main(["plan", "qwen2.5-0.5b", "--on", "rtx-4090", *loss, "--emit", "hf.yaml", "-o", str(tmp_path)])
+        == 0
+    )
+    assert ("hf.yaml runs TRL's fused LM head" in capsys.readouterr().err) is said

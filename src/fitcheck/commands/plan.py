@@ -24,6 +24,7 @@ from fitcheck.errors import FitcheckError, InputError, OptionError
 
 if TYPE_CHECKING:
     from fitcheck.models import Target
+    from fitcheck.planner.models import Plan
 from fitcheck.terminal import printable
 from fitcheck.units import MAX_DATASET_TOKENS
 
@@ -53,6 +54,22 @@ def parse_tokens(text: str) -> int:
     if value < 1:
         raise InputError(f"--dataset-tokens '{text}' must be at least 1 token")
     return value
+
+
+def _trl_loss_note(result: "Plan", files: list[tuple[str, str | None, str]]) -> list[str]:
+    """hf.yaml is run by ``trl sft``, whose fused LM head holds less than the whole logits a ``--trainer hf``
+    plan sizes without ``--loss`` (docs/planner.md): say so once the file is written."""
+    from fitcheck.models import LlmSetup
+
+    setup = result.chosen.setup if result.chosen is not None else None
+    if not any(kind == "hf.yaml" for kind, _, _ in files) or not isinstance(setup, LlmSetup):
+        return []
+    if setup.loss not in (None, "standard"):
+        return []
+    return [
+        "hf.yaml runs TRL's fused LM head, which holds less than the whole logits this plan sized: the file "
+        "needs less than its estimated peak (--loss trl plans what trl sft holds)"
+    ]
 
 
 def resolve_emits(emits: list[str], fmt: str | None, output_dir: str) -> list[tuple[str, str | None]]:
@@ -406,7 +423,7 @@ def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, fr
     _render(result, out.fmt, to_stderr=any(dest is None for _, dest, _ in files), verbose=out.verbose)
     _print_files(files)
     c.print_chart_link(c.Fmt(out.fmt), out.chart)
-    for w in result.warnings:
+    for w in [*result.warnings, *_trl_loss_note(result, files)]:
         sys.stderr.write(f"fitcheck: warning: {printable(w)}\n")
     if result.verdict == "tight" and result.estimate is not None and result.estimate.target is not None:
         from fitcheck import render
