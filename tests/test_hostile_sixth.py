@@ -375,3 +375,15 @@ def test_ray_workers_are_the_runs_gpus(
     args = ["estimate", "llama-3.2-1b", "--from", str(path), "--on", "none", "--format", "json"]
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["setup"]["gpus"] == gpus
+
+
+def test_mlx_lm_reads_its_old_lora_layers_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``lora_layers`` (mlx-lm's name before ``num_layers``, mlx-examples lora_config.yaml @39084e81) was
+    "not understood" while the note said "num_layers unset ... 16"."""
+    path = tmp_path / "lora_config.yaml"
+    path.write_text("model: mlx-community/x\ntrain: true\nbatch_size: 4\nlora_layers: 8\n")
+    assert (
+        main(["estimate", "qwen2.5-0.5b", "--from", str(path), "--from-format", "mlx", "--on", "none"]) == 0
+    )
+    err = capsys.readouterr().err
+    assert "lora_layers 8: mlx-lm adapts only the last 8 blocks" in err and "num_layers unset" not in err

@@ -67,13 +67,16 @@ def _layers(r: Reading, k: Keys, full: bool) -> None:
     """``num_layers``: LoRA adapts, and full fine-tuning unfreezes (lora.py: ``model.layers[-num_layers:]``),
     only the last blocks; fitcheck sizes every block trained, an upper bound, said so. 0 or less is every
     block (``model.layers[-max(num_layers, 0):]``: -0 slices from the start), as -1 is documented to be."""
-    layers = as_int(k.get("num_layers"), "num_layers", r.path)
+    # lora_layers: the same setting under its name in mlx-lm before num_layers (ml-explore/mlx-examples
+    # llms/mlx_lm/examples/lora_config.yaml @39084e81)
+    key = "lora_layers" if k.has("lora_layers") and not k.has("num_layers") else "num_layers"
+    layers = as_int(k.get(key), key, r.path)
     given = layers is not None
     layers = DEFAULT_LAYERS if layers is None else layers
     if layers <= 0:
         return
     what = "unfreezes" if full else "adapts"
-    where = "num_layers" if given else "num_layers unset (mlx-lm's default)"
+    where = key if given else "num_layers unset (mlx-lm's default)"
     r.note(
         f"{where} {layers}: mlx-lm {what} only the last {layers} blocks; "
         "sized as every block (an upper bound)"
