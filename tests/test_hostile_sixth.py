@@ -8,7 +8,8 @@ before its fix.
   were an internal error, "the search space is empty" (`fitcheck.planner.rules.strategies`); a diffusion
   plan with ``--offload`` too (`fitcheck.api._plan_diffusion`);
 - a Hub id the Hub's rules refuse (``org/name--x``, ``org/name.``, a name over 96 characters) was
-  huggingface_hub's ``HFValidationError``, an internal error (`fitcheck.sources.hub.hub_id_problem`);
+  huggingface_hub's ``HFValidationError``, an internal error (now that validator is called first, before
+  any request: `fitcheck.sources.hub.spec_from_hub`);
 - ``hw --format json|yaml|markdown`` into a full device exited 0 with the answer lost (click's echo wrote
   around the guarded stdout: `fitcheck.commands.hw._emit`);
 - ``measure --device cpu`` on a model larger than the machine's RAM ran into the allocator, reported as

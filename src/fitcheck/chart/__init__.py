@@ -8,6 +8,7 @@ overwrite without ``force`` like ``--emit``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from fitcheck.chart.spec import Chart
@@ -28,8 +29,6 @@ def chart_path(text: str, option: str = "--chart") -> Path:
     """The chart file a typed name means: a name that ends in a folder (``out/a.svg/``, ``..``) is refused,
     as ``--emit`` refuses it (``Path`` would drop the trailing slash and write a file named like the
     folder); then its format (`chart_format`)."""
-    import os
-
     if os.path.basename(text) in ("", ".", ".."):
         raise OptionError(f"{option} {text}: names a folder; give a .svg, .png or .html file name")
     path = Path(text)

@@ -51,9 +51,15 @@ DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 DATASET = "trl-lib/Capybara"
 
 
+#: Kernels a format runs without a key: hf.yaml is run by TRL 1.16's SFTTrainer, whose loss is its fused
+#: LM head (engine/loss.py ``_trl``).
+OWN_LOSS: dict[str, str] = {"hf": "trl"}
+
+
 #: What each HF-Trainer-based format writes to run a cross-entropy kernel other than the trainer's own
 #: (unset or ``standard``: nothing is written), derived from `fitcheck.facts.loss_keys.LOSS_SWITCHES`
-#: (the readers map the same keys back); a kernel without a row is refused.
+#: (the readers map the same keys back); a kernel without a row is refused. A format with a loss of its
+#: own (`OWN_LOSS`) writes none: its runner keeps that loss whatever the keys say.
 LOSS_ITEMS: dict[str, dict[str, tuple[Item, ...]]] = {
     fmt: {
         loss: (
@@ -63,12 +69,8 @@ LOSS_ITEMS: dict[str, dict[str, tuple[Item, ...]]] = {
         for loss, (key, plugin) in switches.items()
     }
     for fmt, switches in LOSS_SWITCHES.items()
+    if fmt not in OWN_LOSS
 }
-
-
-#: Kernels a format runs without a key: hf.yaml is run by TRL 1.16's SFTTrainer, whose loss is its fused
-#: LM head (engine/loss.py ``_trl``).
-OWN_LOSS: dict[str, str] = {"hf": "trl"}
 
 
 def loss_items(s: LlmSetup, trainer_name: str) -> list[Item]:

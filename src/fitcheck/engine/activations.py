@@ -695,8 +695,10 @@ def sdpa_mask_copy_bytes(a: DecoderArch, setup: LlmSetup, gamma: int, windowed: 
 
     transformers passes SDPA a boolean ``b x 1 x s x kv`` mask whenever ``is_causal`` cannot stand in
     for it (masking_utils ``_ignore_causal_mask_sdpa``): a padded batch (some ``attention_mask`` zero:
-    ``--lengths varying`` with more than one example) or keys longer than the queries (prefix tuning's
-    ``s + p``), or a sliding-window layer at least as long as its window (``windowed``, `windowed_layers`).
+    ``--lengths varying`` with more than one example), a padding-free row of packed examples (one
+    ``1 x 1 x bs x bs`` mask: ``kv`` is the setup's ``mask_keys``), keys longer than the queries (prefix
+    tuning's ``s + p``), or a sliding-window layer at least as long as its window (``windowed``,
+    `windowed_layers`).
     ``scaled_dot_product_attention`` turns a boolean mask into a new tensor of the query's
     dtype in every call (``convert_boolean_attn_mask``: ``zeros_like`` then ``masked_fill_`` with
     -inf), the memory-efficient kernel (flash takes no mask) pads its last dimension to a multiple of

@@ -24,7 +24,7 @@ from __future__ import annotations
 from fitcheck.errors import InputError
 from fitcheck.facts.deepspeed import ZERO_DEFAULTS
 from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, as_bool, as_int, as_word
-from fitcheck.readers.deepspeed import OFFLOAD_DEVICES, STAGES
+from fitcheck.readers.deepspeed import STAGES, offload_device
 from fitcheck.terminal import clipped
 
 FORMAT = "accelerate"
@@ -240,7 +240,10 @@ def _deepspeed(r: Reading, k: Keys, found: bool) -> None:
         r.set("strategy", STAGES[stage], "deepspeed_config.zero_stage")
     if stage in (1, 2, 3) and not config_file:
         plugin_defaults(r, stage)
-    opt, par = (_offload_device(ds, key, p) for key in ("offload_optimizer_device", "offload_param_device"))
+    opt, par = (
+        offload_device(ds.get(key, "none"), f"deepspeed_config.{key}", p)
+        for key in ("offload_optimizer_device", "offload_param_device")
+    )
     if par in ("cpu", "nvme") and stage == 3:
         r.set("offload", "all", "deepspeed_config.offload_param_device")
     elif opt in ("cpu", "nvme"):
@@ -253,19 +256,6 @@ def _deepspeed(r: Reading, k: Keys, found: bool) -> None:
         "deepspeed_config.gradient_accumulation_steps",
     )
     ds.touch("zero3_init_flag", "zero3_save_16bit_model", "gradient_clipping", "deepspeed_multinode_launcher")
-
-
-def _offload_device(ds: Keys, key: str, path: str) -> str:
-    """``offload_optimizer_device`` / ``offload_param_device``: none, cpu or nvme (accelerate's
-    DeepSpeedPlugin passes them to DeepSpeed's OffloadDeviceEnum), anything else refused."""
-    raw = ds.get(key, "none")
-    device = str(raw).lower()
-    if not isinstance(raw, str) or device not in OFFLOAD_DEVICES:
-        raise InputError(
-            f"--from {path}: deepspeed_config.{key} is one of {', '.join(OFFLOAD_DEVICES)} "
-            f"(got {clipped(repr(raw))})"
-        )
-    return device
 
 
 def plugin_defaults(r: Reading, stage: int) -> None:

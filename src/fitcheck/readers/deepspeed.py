@@ -205,16 +205,22 @@ def _zero(r: Reading, z: Keys) -> None:
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 
 
+def offload_device(raw: object, key: str, path: str) -> str:
+    """An offload device as DeepSpeed takes it (`OFFLOAD_DEVICES`, any case), lower-cased; anything else
+    (a number, an unknown word) is refused, naming ``key``. accelerate's DeepSpeedPlugin passes its
+    ``offload_*_device`` to the same enum."""
+    device = str(raw).lower()
+    if not isinstance(raw, str) or device not in OFFLOAD_DEVICES:
+        raise InputError(
+            f"--from {path}: {key} is one of {', '.join(OFFLOAD_DEVICES)} (got {clipped(repr(raw))})"
+        )
+    return device
+
+
 def _device(block: Keys | None, path: str) -> str | bool | None:
     """``cpu``/``nvme`` when offloading, False for ``none``, None when absent."""
     if block is None:
         return None
-    raw = block.get("device", "none")
-    device = str(raw).lower()
+    device = offload_device(block.get("device", "none"), "an offload device", path)
     block.touch("pin_memory", "nvme_path", "buffer_count", "ratio", "fast_init")
-    if not isinstance(raw, str) or device not in OFFLOAD_DEVICES:
-        raise InputError(
-            f"--from {path}: an offload device is one of {', '.join(OFFLOAD_DEVICES)} "
-            f"(got {clipped(repr(raw))})"
-        )
     return device if device in ("cpu", "nvme") else False

@@ -30,38 +30,12 @@ HUB_ID = re.compile(rf"^(?P<repo>{_NAME}/{_NAME})(?:@(?P<rev>[A-Za-z0-9][A-Za-z0
 
 
 def parse_hub_id(text: str) -> tuple[str, str | None] | None:
-    """``(repo_id, revision)`` when ``text`` reads as a Hub id, else None.
-
-    Raises:
-        InputError: it has a Hub id's shape but breaks the Hub's own rules (`hub_id_problem`).
-    """
+    """``(repo_id, revision)`` when ``text`` reads as a Hub id, else None (the Hub's own rules are checked
+    by `spec_from_hub`, the one path that asks the Hub)."""
     m = HUB_ID.match(text.strip())
     if m is None or text.endswith((".json", ".safetensors")) or ".." in text:
         return None
-    problem = hub_id_problem(m["repo"])
-    if problem is not None:
-        raise InputError(f"'{printable(m['repo'][:100])}' is not a Hub id: {problem}")
     return m["repo"], m["rev"]
-
-
-#: The Hub's repo id rules, as huggingface_hub's client checks them before any request
-#: (huggingface_hub utils/_validators.py ``validate_repo_id``: each name 1-96 of [A-Za-z0-9_.-], not
-#: starting or ending with '-' or '.', no '--' or '..', not ending '.git').
-HUB_NAME_MAX = 96
-
-
-def hub_id_problem(repo: str) -> str | None:
-    """What makes ``owner/name`` an impossible Hub repo id, or None."""
-    for part in repo.split("/"):
-        if len(part) > HUB_NAME_MAX:
-            return f"a name is at most {HUB_NAME_MAX} characters"
-        if part.endswith(("-", ".")):
-            return "a name cannot end with '-' or '.'"
-    if "--" in repo or ".." in repo:
-        return "'--' and '..' are not allowed"
-    if repo.endswith(".git"):
-        return "it cannot end with '.git'"
-    return None
 
 
 def _progress(repo: str, rev: str | None, endpoint: str) -> None:
@@ -237,10 +211,14 @@ def spec_from_hub(repo: str, rev: str | None = None) -> ModelSpec | DiffusionSpe
         raise ModelSourceError(
             "huggingface_hub is missing: pip install huggingface_hub (a fitcheck dependency)"
         ) from None
-    from huggingface_hub.utils import disable_progress_bars, logging
+    from huggingface_hub.utils import HFValidationError, disable_progress_bars, logging, validate_repo_id
 
     from fitcheck.sources.hub_bounds import bounded_client
 
+    try:  # the client's own rules ('--', '..', a name over 96 characters, '.git'), before any request
+        validate_repo_id(repo)
+    except HFValidationError as exc:
+        raise InputError(f"'{printable(repo[:100])}' is not a Hub id: {_first_line(exc)}") from None
     disable_progress_bars()
     logging.set_verbosity_error()  # the client's retry warnings would break the one-line contract
     with bounded_client():
