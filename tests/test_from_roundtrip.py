@@ -92,11 +92,8 @@ def test_plan_emit_then_estimate_from_gives_the_plan(
     est, err = _json(
         ["estimate", model, "--from", str(tmp_path / emit), "--on", on, "--format", "json"], capsys
     )
-    if emit == "hf.yaml" and planned_setup.get("loss") is None:
-        # --trainer hf sizes the whole logits; `trl sft` runs TRL's fused LM head, which holds less
-        assert est["setup"]["loss"] == "trl" and est["device_bytes"] < planned_bytes
-        planned_setup = {**planned_setup, "loss": "trl"}
-        planned_bytes = est["device_bytes"]
+    if emit == "hf.yaml":  # planned as `trl sft` runs it: TRL's fused LM head
+        assert planned_setup["loss"] == est["setup"]["loss"] == "trl"
     assert _same_setup(planned_setup, est["setup"]) == {}
     assert est["device_bytes"] == planned_bytes
     assert est["setup_origin"]["method"] == "file" and "from " in err
@@ -110,8 +107,9 @@ def test_round_trip_without_model_uses_the_files_base_model(
     plan, _ = _json(["plan", "llama-3.1-8b", *fmt, "--emit", "hf.yaml", "-o", str(tmp_path)], capsys)
     est, err = _json(["estimate", "--from", str(tmp_path / "hf.yaml"), *fmt], capsys)
     assert est["model"] == "llama-3.1-8b" and "overrides" not in err
-    # the plan sized --trainer hf's whole logits; the file runs TRL's fused LM head (--loss trl)
-    assert est["setup"]["loss"] == "trl" and est["device_bytes"] < plan["chosen"]["device_bytes"]
+    # the plan sized what the file's trl sft holds: TRL's fused LM head (--loss trl), byte for byte
+    assert est["setup"]["loss"] == plan["chosen"]["setup"]["loss"] == "trl"
+    assert est["device_bytes"] == plan["chosen"]["device_bytes"]
 
 
 @pytest.mark.parametrize(
@@ -161,11 +159,14 @@ def test_hf_yaml_runs_trls_own_loss_only(tmp_path: Path, capsys: pytest.CaptureF
     assert not (tmp_path / "hf.yaml").exists()
 
 
-@pytest.mark.parametrize(("loss", "said"), [([], True), (["--loss", "trl"], False)])
+@pytest.mark.parametrize(
+    ("loss", "said"), [([], False), (["--loss", "trl"], False), (["--loss", "standard"], True)]
+)
 def test_a_plan_written_as_hf_yaml_says_what_trl_sft_holds(
     loss: list[str], said: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Without --loss the plan sizes the whole logits; the file's trl sft holds less: said on stderr."""
+    """Without --loss a plan for hf.yaml sizes what its trl sft holds (TRL's fused LM head); asked for the
+    whole logits (--loss standard), it sizes more than the file holds: said on stderr."""
     assert (
         main(["plan", "qwen2.5-0.5b", "--on", "rtx-4090", *loss, "--emit", "hf.yaml", "-o", str(tmp_path)])
         == 0

@@ -57,14 +57,15 @@ def parse_tokens(text: str) -> int:
 
 
 def _trl_loss_note(result: "Plan", files: list[tuple[str, str | None, str]]) -> list[str]:
-    """hf.yaml is run by ``trl sft``, whose fused LM head holds less than the whole logits a ``--trainer hf``
-    plan sizes without ``--loss`` (docs/planner.md): say so once the file is written."""
+    """hf.yaml is run by ``trl sft``, whose fused LM head holds less than the whole logits a plan asked for
+    with ``--loss standard`` sizes (without ``--loss`` it plans the head; docs/planner.md): say so once the
+    file is written."""
     from fitcheck.models import LlmSetup
 
     setup = result.chosen.setup if result.chosen is not None else None
     if not any(kind == "hf.yaml" for kind, _, _ in files) or not isinstance(setup, LlmSetup):
         return []
-    if setup.loss not in (None, "standard"):
+    if setup.loss != "standard":
         return []
     return [
         "hf.yaml runs TRL's fused LM head, which holds less than the whole logits this plan sized: the file "
@@ -252,6 +253,10 @@ def run_plan(
     if llm and kw["trainer"] is None and tgt is not None:
         _check_format_backend(kinds, trainer, tgt.backend)
     opts = {**plan_options(kw), "trainer": trainer if llm else kw["trainer"]}
+    if llm and "hf.yaml" in kinds and opts.get("loss") is None:
+        from fitcheck.emitters.hf import OWN_LOSS
+
+        opts["loss"] = OWN_LOSS["hf"]  # the file is run by trl sft: plan what its loss holds
     where = tgt.id if tgt is not None else "no memory limit"
     with StderrProgress(f"planning {spec.id} on {where}") as progress, reporting(progress):
         plan = api.plan(spec, tgt, headroom=kw["headroom"], **opts)
