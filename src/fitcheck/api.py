@@ -313,6 +313,55 @@ def refuse_foreign(spec: Spec, options: dict[str, object]) -> None:
             )
 
 
+def refuse_inert(spec: Spec, options: dict[str, object]) -> None:
+    """A flag the asked method leaves without effect is an error, not a silent no-op (the planner's own
+    candidates carry it through every method, so this is called on what was asked, not per setup)."""
+    method = options.get("method")
+    inert_dq = options.get("double_quant") is False and method not in (None, "auto", "qlora")
+    if kind_of(spec) == "llm" and inert_dq and not _prequantized(spec):  # a stored base is checked there
+        # only an NF4 base has quantization constants to quantize again
+        raise OptionError(f"--no-double-quant applies to QLoRA's NF4 base, not --method {method}")
+
+
+def _prequantized(spec: Spec) -> bool:
+    """Whether the checkpoint stores a quantized base (`fitcheck.sources.prequant`)."""
+    from fitcheck.models import ModelSpec
+    from fitcheck.sources.prequant import read_prequant
+
+    config = spec.hf_config if isinstance(spec, ModelSpec) else None
+    return config is not None and read_prequant(config) is not None
+
+
+def is_auto(on: object) -> bool:
+    """Whether ``--on`` asks for this machine (``auto`` in any case, as `resolve_target` reads it)."""
+    return isinstance(on, str) and on.strip().lower() == "auto"
+
+
+def refuse_gpu_run_here(tgt: Target | None, options: dict[str, object], trainer_too: bool = False) -> None:
+    """A GPU-only run (FlashAttention-2; with ``trainer_too``, a trainer that does not run on this
+    backend, which `plan` refuses and `estimate` sizes) on this machine, found to have no GPU (``--on
+    auto``): the run is for another machine, which only ``--on`` can name (a file written for a GPU, read
+    on a laptop)."""
+    from fitcheck.planner.rules import TRAINER_BACKENDS
+
+    if tgt is None or not tgt.detected or tgt.backend not in ("cpu", "mps"):
+        return
+    trainer = options.get("trainer")
+    if options.get("attn") == "flash":
+        what = "--attn flash: FlashAttention-2 runs on NVIDIA (and ROCm) GPUs"
+    elif trainer_too and isinstance(trainer, str) and tgt.backend not in TRAINER_BACKENDS.get(trainer, ()):
+        what = f"--trainer {trainer} runs on {' and '.join(TRAINER_BACKENDS[trainer])}"
+    else:
+        return
+    where = "an Apple GPU" if tgt.backend == "mps" else "no GPU"
+    example = (
+        "the Mac the run trains on with --on (e.g. --on apple-m2-16gb"
+        if trainer == "mlx"
+        else ("the GPU the run trains on with --on (e.g. --on rtx-4090")
+    )
+    raise OptionError(f"{what} and this machine has {where}: name {example}; fitcheck hw list)")
+
+
 def setup_for(spec: Spec, options: dict[str, object], tgt: Target | None = None) -> Setup:
     """The setup of one run: the model's workload decides the model (`LlmSetup` | `DiffusionSetup`).
 
@@ -610,10 +659,13 @@ def estimate(
     spec = _spec(model)
     gpus = opts.get("gpus")
     tgt = _target(on, headroom, gpus if isinstance(gpus, int) else None)
+    refuse_inert(spec, opts)
+    auto = is_auto(on)
+    if auto:
+        refuse_gpu_run_here(tgt, opts)
     setup = setup_for(spec, opts, tgt)
     host = opts.get("host_memory")
     host_memory = host if isinstance(host, str) else None
-    auto = isinstance(on, str) and on.strip().lower() == "auto"  # as resolve_target reads it
     return estimate_setup(spec, setup, tgt, auto=auto, host_memory=host_memory)
 
 
@@ -701,6 +753,7 @@ def plan(
     opts = _validate(options, PlanOptions)
     spec = _spec(model)
     refuse_foreign(spec, opts)
+    refuse_inert(spec, opts)
     gpus = opts.get("gpus")
     tgt = _target(on, headroom, gpus if isinstance(gpus, int) else None)
     if tgt is None:

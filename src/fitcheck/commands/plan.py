@@ -318,9 +318,7 @@ ForceO = Annotated[bool, typer.Option("--force", help="overwrite existing files"
 TokensO = Annotated[
     str | None, typer.Option("--dataset-tokens", help="tokens in the dataset (250M, 1.5B): time per run")
 ]
-EpochsO = Annotated[
-    float | None, typer.Option("--epochs", help="passes over the dataset [default: 1]", min=0)
-]
+EpochsO = Annotated[float | None, typer.Option("--epochs", help="passes over the dataset [default: 1]")]
 
 
 def _shaping() -> set[str]:
@@ -410,6 +408,8 @@ def run_command(model: str | None, kw: dict[str, Any], from_file: str | None, fr
     spec = api.resolve(model)
     api.refuse_foreign(spec, kw)
     tgt = api.target(kw["on"], kw["headroom"], kw["gpus"])
+    if api.is_auto(kw["on"]):
+        api.refuse_gpu_run_here(tgt, kw, trainer_too=True)
     if per_process is not None:
         kw["effective_batch"] = per_process * _ranks(kw, tgt)
     kw["canonical"] = _canonical(kw)

@@ -253,11 +253,24 @@ def _optimizer(r: Reading, k: Keys) -> None:
     k.touch("optimizer_args")
 
 
+def _int_text(text: str) -> bool:
+    """Whether Python's ``int()`` reads the text (as sd-scripts does a resolution's sides)."""
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _resolution(value: object, key: str, r: Reading) -> int | None:
     """One side in pixels: ``"W,H"``, ``W``, ``[W, H]``; a non-square size as the side of equal area."""
     if value is None or value == "":
         return None
     parts = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
+    if isinstance(value, str) and not all(_int_text(p) for p in value.split(",")):
+        # sd-scripts reads the string with int() per side (library/train_util.py prepare_dataset_args:
+        # ``tuple([int(r) for r in args.resolution.split(",")])``): "1e3" or "1024.0" stops it
+        raise InputError(f"--from {r.path}: {key} must be a size in pixels, W or W,H (got {value!r})")
     sides = [as_int(str(v).strip(), key, r.path) for v in parts]
     whole = [s for s in sides if s is not None and s > 0]
     if len(whole) != len(sides) or not 1 <= len(whole) <= 2:
@@ -352,6 +365,7 @@ def read_gui(data: Doc, path: str, dataset: Doc | None = None) -> ReadResult:
     r = Reading(FORMAT_GUI, TRAINER, k, path)
     model = k.get("pretrained_model_name_or_path")
     r.model = str(model) if model else _gui_model(k, r)
+    k.touch(*GUI_MODEL_KIND)  # a named model file decides the family these checkboxes name
     kind = k.get("LoRA_type")
     if kind is not None or k.has("network_dim"):
         style = GUI_LORA.get(str(kind), "lora")
@@ -407,6 +421,10 @@ def _gui_text_encoder(r: Reading, k: Keys) -> None:
     r.set("train_text_encoder", stop >= 0, "stop_text_encoder_training")
 
 
+#: kohya_ss's model-kind checkboxes (kohya_gui class_source_model.py; ``sdxl_checkbox`` in the finetune tab).
+GUI_MODEL_KIND = ("flux1_checkbox", "sd3_checkbox", "sdxl", "sdxl_checkbox", "v2", "v_parameterization")
+
+
 def _gui_model(k: Keys, r: Reading) -> str | None:
     """A kohya_ss preset names no model file; its model-kind flags name the family's preset."""
     for key, preset in (
@@ -418,7 +436,5 @@ def _gui_model(k: Keys, r: Reading) -> str | None:
     ):
         if as_bool(k.get(key), key, r.path):
             r.note(f"{key}: the preset names no model file; sized as {preset} unless MODEL is given")
-            k.touch("flux1_checkbox", "sd3_checkbox", "sdxl", "sdxl_checkbox", "v2", "v_parameterization")
             return preset
-    k.touch("v_parameterization")
     return None

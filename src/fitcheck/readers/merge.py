@@ -80,8 +80,10 @@ def resolve(
             if origin.get(name) != COMMAND_LINE and name in values:
                 del values[name]
                 origin[name] = FITCHECK_DEFAULT
-    if values.get("method") != "qlora" and origin.get("double_quant") == TRAINER_DEFAULT:
-        del values["double_quant"]  # only QLoRA quantizes the base: no default worth reporting
+    if values.get("method") != "qlora" and origin.get("double_quant") in (TRAINER_DEFAULT, FILE):
+        # only QLoRA quantizes the base: no default worth reporting, nor the file's value for a method
+        # the command line replaced
+        values.pop("double_quant", None)
         origin["double_quant"] = FITCHECK_DEFAULT
     if origin.get("quant_storage") == FILE and values.get("method") != "qlora":
         del values["quant_storage"]  # the file's 4-bit storage, for a method the command line replaced

@@ -33,6 +33,7 @@ NEUTRAL: frozenset[str] = frozenset(
         "is_mistral_derived_model", "is_qwen_derived_model", "trust_remote_code", "model_revision",
         "revision_of_model", "hf_use_auth_token",
         "hub_model_id", "hub_strategy", "hub_private_repo", "hub_model_revision", "push_to_hub",
+        "hub_always_push", "hub_token", "hub_revision",
         # logging, saving, evaluation schedule, launching
         "output_dir", "overwrite_output_dir", "logging_steps", "logging_strategy", "log_level", "report_to",
         "run_name", "plot_loss", "save_steps", "save_strategy", "save_total_limit", "save_only_model",
