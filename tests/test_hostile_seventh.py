@@ -145,3 +145,40 @@ def test_a_cpu_named_with_on_keeps_the_cpu_refusal() -> None:
 def test_mlx_read_on_a_machine_without_a_gpu_asks_for_a_mac(no_gpu: None) -> None:
     rc, _, err = invoke(["plan", "llama-3.1-8b", "--trainer", "mlx"])
     assert rc == 2 and "name the Mac the run trains on with --on" in err, err
+
+
+TORCHTUNE = """model:
+  _component_: torchtune.models.llama3_2.lora_llama3_2_3b
+  lora_attn_modules: ['q_proj', 'v_proj']
+  lora_rank: 8
+  lora_alpha: 16
+tokenizer:
+  _component_: torchtune.models.llama3.llama3_tokenizer
+  path: /tmp/tokenizer.model
+  max_seq_len: 2048
+dataset:
+  _component_: torchtune.datasets.alpaca_cleaned_dataset
+  packed: {packed}
+batch_size: {batch}
+device: {device}
+dtype: bf16
+"""
+
+
+@pytest.mark.parametrize(
+    ("packed", "batch", "device", "said", "unsaid"),
+    [
+        ("False", 4, "cuda", "dataset not packed: each micro-batch of 4 is padded", "FlexAttention"),
+        ("False", 1, "cuda:0", None, "padded"),
+        ("True", 4, "cuda", "FlexAttention on an NVIDIA GPU of compute capability 7.5", "padded"),
+        ("False", 1, "cpu", "device 'cpu': the recipe runs there; name that machine with --on", "padded"),
+    ],
+)
+def test_torchtune_device_and_packing_are_read(
+    packed: str, batch: int, device: str, said: str | None, unsaid: str, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "tt.yaml"
+    cfg.write_text(TORCHTUNE.format(packed=packed, batch=batch, device=device))
+    rc, _, err = invoke(["estimate", "llama-3.2-3b", "--from", str(cfg), "--on", "rtx-4090", "-f", "json"])
+    assert rc in (0, 1) and "not understood" not in err, err
+    assert (said is None or said in err) and unsaid not in err, err

@@ -172,10 +172,45 @@ def read(data: Doc, path: str, recipe: str | None = None) -> ReadResult:
             "memory_efficient_fsdp_wrap: read only by torchtune 0.2's FSDP1 recipe (embedding and output in "
             "their own units); today's recipes ignore it (custom_sharded_layers does that): not applied"
         )
-    ds = k.sub("dataset")
-    if ds is not None and as_bool(ds.get("packed"), "dataset.packed", path):
-        r.note("dataset.packed: rows are filled to max_seq_len tokens, as the estimate already assumes")
+    _dataset(r, k)
+    _device(r, k)
     return r.result()
+
+
+def _dataset(r: Reading, k: Keys) -> None:
+    """``dataset.packed`` fills each row to max_seq_len; without it a micro-batch of several examples is
+    padded to its longest (``padded_collate_sft``, torchtune/data/_collate.py) and carries no padding mask
+    (torchtune's own attention runs causal), so only the steps' lengths vary."""
+    ds = k.sub("dataset")
+    packed = as_bool(ds.get("packed"), "dataset.packed", r.path) if ds is not None else None
+    if packed:
+        # torchtune/utils/_import_guard.py: FlexAttention (a BlockMask) on CUDA compute capability 7.5+;
+        # elsewhere the packed rows' block-causal mask is a dense b x s x s tensor handed to SDPA
+        r.note(
+            "dataset.packed: rows are filled to max_seq_len tokens, as the estimate already assumes; "
+            "torchtune attends over them with FlexAttention on an NVIDIA GPU of compute capability 7.5 or "
+            "newer (sized as the posed attention kernel), elsewhere with SDPA and a dense block-causal "
+            "b x s x s mask, which is not counted"
+        )
+        return
+    batch = r.values.get("batch_size")
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch > 1:
+        r.note(
+            f"dataset not packed: each micro-batch of {batch} is padded to its longest example (no padding "
+            "mask in torchtune's attention), so steps vary in length; the estimate fills every row to "
+            "max_seq_len (the peak step), and --lengths varying adds the caching allocator's history over "
+            "the run's lengths"
+        )
+
+
+def _device(r: Reading, k: Keys) -> None:
+    """The recipe's ``device`` (``cuda`` by default in the configs); another names the machine to size."""
+    device = k.get("device")
+    if device is None:
+        return
+    word = str(device).split(":", 1)[0].strip().lower()
+    if word != "cuda":
+        r.note(f"device {_short(device)}: the recipe runs there; name that machine with --on (e.g. --on cpu)")
 
 
 def _loss(r: Reading, k: Keys) -> None:
