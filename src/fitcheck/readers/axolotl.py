@@ -84,6 +84,10 @@ def read(data: Doc, path: str) -> ReadResult:
         _packed_len(r, packed)
     elif as_bool(k.get("sample_packing"), "sample_packing", path):
         r.note("sample_packing: rows are filled to sequence_len tokens, as the estimate already assumes")
+        asked = str(k.get("attn_implementation") or k.get("attention") or "")
+        flex = "flex" in asked or k.get("flex_attention")
+        if r.values.get("attn") in (None, "sdpa", "eager") and not flex:
+            r.note(PACKED_MASK_NOTE)
     else:
         note_unpacked(r, "sample_packing")
     k.touch("pad_to_sequence_len")
@@ -252,6 +256,18 @@ def _precision(r: Reading, k: Keys) -> None:
     elif bf16 is False and fp16 is False:
         r.set("precision", "fp32", "bf16")
     k.touch("tf32")
+
+
+#: sample_packing without FlashAttention/flex (axolotl @067b021c: core/trainers/base.py drops the attention
+#: mask when the backend decontaminates packing; transformers 5.x masking_utils find_packed_sequence_indices
+#: then builds a block-diagonal bool mask from the restarting position ids, shared by the layers; axolotl's
+#: sdpa_varlen patch replaces it under torch >= 2.10 for head dim <= 256 without sliding windows).
+PACKED_MASK_NOTE = (
+    "sample_packing under SDPA or eager attention: transformers builds one block-diagonal b x 1 x s x s mask "
+    "per step from the restarting position ids (SDPA then makes a float copy of it in each layer and expands "
+    "grouped K/V; axolotl's varlen SDPA replaces it under torch 2.10+ for head dim <= 256 without sliding "
+    "windows): not counted, the rows are sized unmasked"
+)
 
 
 def _attention(r: Reading, k: Keys) -> None:

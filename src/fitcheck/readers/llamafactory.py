@@ -77,6 +77,14 @@ def read(data: Doc, path: str) -> ReadResult:
             packed = flag or (key == "neat_packing" and packed)
         if flag:
             r.note(f"{key}: rows are filled to cutoff_len tokens, as the estimate already assumes")
+        if flag and key == "neat_packing" and r.values.get("attn") != "flash":
+            # data/collator.py @ff6d4d12 SFTDataCollatorWith4DAttentionMask: prepare_4d_attention_mask unless
+            # the model runs flash_attention_2; transformers passes a 4D mask through untouched
+            r.note(
+                "neat_packing without FlashAttention-2: the collator builds a b x 1 x s x s block-diagonal "
+                "mask in the compute dtype, moved to the GPU each step and shared by every layer, and SDPA "
+                "expands grouped K/V under it: not counted, the rows are sized unmasked"
+            )
     if not packed:
         note_unpacked(r, "packing")
     _images(r, k)
