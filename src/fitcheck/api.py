@@ -342,13 +342,14 @@ def refuse_gpu_run_here(tgt: Target | None, options: dict[str, object], trainer_
     backend, which `plan` refuses and `estimate` sizes) on this machine, found to have no GPU (``--on
     auto``): the run is for another machine, which only ``--on`` can name (a file written for a GPU, read
     on a laptop)."""
+    from fitcheck.engine.estimate import FLASH_GPUS
     from fitcheck.planner.rules import TRAINER_BACKENDS
 
     if tgt is None or not tgt.detected or tgt.backend not in ("cpu", "mps"):
         return
     trainer = options.get("trainer")
     if options.get("attn") == "flash":
-        what = "--attn flash: FlashAttention-2 runs on NVIDIA (and ROCm) GPUs"
+        what = FLASH_GPUS
     elif trainer_too and isinstance(trainer, str) and tgt.backend not in TRAINER_BACKENDS.get(trainer, ()):
         what = f"--trainer {trainer} runs on {' and '.join(TRAINER_BACKENDS[trainer])}"
     else:

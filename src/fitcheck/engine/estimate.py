@@ -115,6 +115,8 @@ def _check_mlx_loss(setup: LlmSetup) -> None:
         )
 
 
+#: Where ``--attn flash`` runs (the start of each refusal elsewhere).
+FLASH_GPUS = "--attn flash: FlashAttention-2 runs on NVIDIA (and ROCm) GPUs"
 #: Why ``--attn flash`` with ``--precision fp32`` is refused (the planner's grid leaves the pair out too).
 FLASH_FP32 = (
     "--attn flash: FlashAttention-2 computes in fp16 or bf16 only; use --precision bf16 or fp16, "
@@ -155,10 +157,7 @@ def _check_flash(setup: LlmSetup) -> None:
     if setup.attn != "flash":
         return
     if setup.backend in ("mps", "cpu"):
-        raise OptionError(
-            f"--attn flash: FlashAttention-2 runs on NVIDIA (and ROCm) GPUs, not {setup.backend}; "
-            "use --attn sdpa"
-        )
+        raise OptionError(f"{FLASH_GPUS}, not {setup.backend}; use --attn sdpa")
     if setup.precision == "fp32":
         raise OptionError(FLASH_FP32)
 

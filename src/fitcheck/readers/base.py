@@ -162,14 +162,20 @@ class Reading:
         )
 
 
+def several_examples(r: Reading) -> int | None:
+    """The file's micro-batch when it holds more than one example (what padding to the longest needs)."""
+    batch = r.values.get("batch_size")
+    return batch if isinstance(batch, int) and not isinstance(batch, bool) and batch > 1 else None
+
+
 def unpacked_note(r: Reading, packing: str, hf_sampler: bool = True) -> None:
     """A micro-batch of more than one unpacked example: say what the estimate (every row full) leaves out
     of such a run and which option poses it (docs/from.md#padded-batches). ``hf_sampler``: the run takes
     HF Trainer's sampler, so a file's ``group_by_length`` runs the longest batch first (``--lengths
     longest-first``); it is read here for every reader of such files."""
     grouped = hf_sampler and as_bool(r.keys.get("group_by_length"), "group_by_length", r.path) is True
-    batch = r.values.get("batch_size")
-    if not (isinstance(batch, int) and not isinstance(batch, bool) and batch > 1):
+    batch = several_examples(r)
+    if batch is None:
         return
     if grouped:
         r.note(

@@ -253,28 +253,27 @@ def _optimizer(r: Reading, k: Keys) -> None:
     k.touch("optimizer_args")
 
 
-def _int_text(text: str) -> bool:
-    """Whether Python's ``int()`` reads the text (as sd-scripts does a resolution's sides)."""
-    try:
-        int(text)
-    except ValueError:
-        return False
-    return True
-
-
 def _resolution(value: object, key: str, r: Reading) -> int | None:
     """One side in pixels: ``"W,H"``, ``W``, ``[W, H]``; a non-square size as the side of equal area."""
     if value is None or value == "":
         return None
-    parts = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
-    if isinstance(value, str) and not all(_int_text(p) for p in value.split(",")):
+
+    def bad() -> InputError:
+        return InputError(f"--from {r.path}: {key} must be a size in pixels, W or W,H (got {_short(value)})")
+
+    if isinstance(value, str):
         # sd-scripts reads the string with int() per side (library/train_util.py prepare_dataset_args:
         # ``tuple([int(r) for r in args.resolution.split(",")])``): "1e3" or "1024.0" stops it
-        raise InputError(f"--from {r.path}: {key} must be a size in pixels, W or W,H (got {value!r})")
-    sides = [as_int(str(v).strip(), key, r.path) for v in parts]
+        try:
+            sides: list[int | None] = [int(side) for side in value.split(",")]
+        except ValueError:
+            raise bad() from None
+    else:
+        parts = value if isinstance(value, list) else [value]
+        sides = [as_int(str(v).strip(), key, r.path) for v in parts]
     whole = [s for s in sides if s is not None and s > 0]
     if len(whole) != len(sides) or not 1 <= len(whole) <= 2:
-        raise InputError(f"--from {r.path}: {key} must be a size in pixels, W or W,H (got {value!r})")
+        raise bad()
     w, h = whole[0], whole[-1]
     if w != h:
         side = math.isqrt(w * h)

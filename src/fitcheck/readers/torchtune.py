@@ -31,7 +31,18 @@ import re
 
 from fitcheck.errors import InputError
 from fitcheck.readers import names
-from fitcheck.readers.base import Doc, Keys, Reading, ReadResult, _short, as_bool, as_float, as_int, as_word
+from fitcheck.readers.base import (
+    Doc,
+    Keys,
+    Reading,
+    ReadResult,
+    _short,
+    as_bool,
+    as_float,
+    as_int,
+    as_word,
+    several_examples,
+)
 
 FORMAT = "torchtune"
 TRAINER = "torchtune"
@@ -193,8 +204,8 @@ def _dataset(r: Reading, k: Keys) -> None:
             "b x s x s mask, which is not counted"
         )
         return
-    batch = r.values.get("batch_size")
-    if isinstance(batch, int) and not isinstance(batch, bool) and batch > 1:
+    batch = several_examples(r)
+    if batch is not None:
         r.note(
             f"dataset not packed: each micro-batch of {batch} is padded to its longest example (no padding "
             "mask in torchtune's attention), so steps vary in length; the estimate fills every row to "
